@@ -1,0 +1,66 @@
+"""loopir: GPU kernels as loop nests, optimized by traced schedules.
+
+The user-facing API (see docs/ and the design contract) is re-exported here lazily, so that
+``import loopir`` stays cheap and optional parts (CUDA) load only when used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from loopir.errors import (
+    CodegenError,
+    IRValidationError,
+    LaunchError,
+    LoopIRError,
+    PassError,
+    ScheduleError,
+    TraceError,
+)
+from loopir.ir.buffer import Buffer, BufferRegion, Range
+from loopir.ir.expr import PrimExpr, Var
+from loopir.ir.stmt import PrimFunc
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "te": ("loopir.te", None),
+    "ir": ("loopir.ir", None),
+    "arith": ("loopir.arith", None),
+    "verify": ("loopir.ir.verifier", "verify"),
+    "structural_equal": ("loopir.ir.equality", "structural_equal"),
+    "assert_structural_equal": ("loopir.ir.equality", "assert_structural_equal"),
+    "script": ("loopir.ir.printer", "script"),
+    "Schedule": ("loopir.schedule", "Schedule"),
+    "BlockRV": ("loopir.schedule", "BlockRV"),
+    "LoopRV": ("loopir.schedule", "LoopRV"),
+    "Trace": ("loopir.schedule", "Trace"),
+    "PassContext": ("loopir.passes", "PassContext"),
+    "lower": ("loopir.passes", "lower"),
+    "build": ("loopir.build", "build"),
+    "examples": ("loopir.examples", None),
+    "testing": ("loopir.testing", None),
+}
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'loopir' has no attribute {name!r}") from None
+    mod = importlib.import_module(module)
+    value = mod if attr is None else getattr(mod, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = [
+    "CodegenError", "IRValidationError", "LaunchError", "LoopIRError", "PassError",
+    "ScheduleError", "TraceError", "Buffer", "BufferRegion", "Range", "PrimExpr", "Var",
+    "PrimFunc", *_LAZY,
+]  # fmt: skip

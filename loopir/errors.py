@@ -1,0 +1,89 @@
+"""The loopir error tree.
+
+Every error a user can trigger derives from :class:`LoopIRError`, so ``except LoopIRError``
+catches all of them; the subclasses say which layer refused the input.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class LoopIRError(Exception):
+    """Base class of every error raised by loopir."""
+
+
+class IRValidationError(LoopIRError):
+    """An IR node or function is ill-formed (raised by constructors and ``loopir.verify``).
+
+    Parameters
+    ----------
+    message
+        What is wrong, naming the check and the offending value.
+    check
+        Short name of the failed check (e.g. ``"undefined-var"``), or None.
+    node
+        The offending node, if any; shown in the message.
+    """
+
+    def __init__(self, message: str, *, check: str | None = None, node: Any = None) -> None:
+        self.check = check
+        self.node = node
+        text = message if check is None else f"[{check}] {message}"
+        if node is not None:
+            try:
+                shown = str(node)
+            except Exception:  # pragma: no cover - printing must never hide the real error
+                shown = repr(node)
+            text = f"{text}\n  offending node:\n    " + shown.replace("\n", "\n    ")
+        super().__init__(text)
+
+
+class ScheduleError(LoopIRError):
+    """A schedule primitive's precondition failed; the schedule is left unchanged.
+
+    ``str()`` names the primitive and shows the current function with the offending loop or
+    block marked (when both are known).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        primitive: str | None = None,
+        func: Any = None,
+        node: Any = None,
+    ) -> None:
+        self.primitive = primitive
+        self.func = func
+        self.node = node
+        self.message = message
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        head = f"{self.primitive}: {self.message}" if self.primitive else self.message
+        if self.func is None:
+            return head
+        try:
+            from loopir.ir.printer import script
+
+            shown = script(self.func, mark=self.node)
+        except Exception:  # pragma: no cover - printing must never hide the real error
+            return head
+        return f"{head}\n{shown}"
+
+
+class TraceError(ScheduleError):
+    """A trace is malformed (bad JSON, wrong version, unknown instruction) or fails to replay."""
+
+
+class PassError(LoopIRError):
+    """A pass, its configuration or the PassContext refused the input."""
+
+
+class CodegenError(LoopIRError):
+    """Code generation or compilation (nvcc, gcc) failed or cannot handle the IR."""
+
+
+class LaunchError(LoopIRError):
+    """A built module cannot be called: bad arguments, no GPU, or a failed launch."""

@@ -1,0 +1,547 @@
+"""Expression nodes.
+
+All nodes are immutable ``attrs`` classes compared by identity (``is``); use
+:func:`loopir.structural_equal` to compare structure. Python operators build nodes:
+``i * 32 + j`` is an :class:`Add`, ``i < n`` an :class:`LT`. Integer ``/`` is refused (use ``//``
+for floor division, as in TIR); ``%`` is floor modulo.
+
+``a == b`` builds an :class:`EQ` node whose truth value is ``a is b`` (as in TVM), so nodes still
+work as dict keys and in ``in`` tests.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar, Union
+
+import attrs
+
+from loopir.ir import dtype as dt
+
+if TYPE_CHECKING:
+    from loopir.ir.buffer import Buffer
+
+ExprLike = Union["PrimExpr", int, float, bool]
+
+
+def _is_expr(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, PrimExpr):
+        raise TypeError(f"{attribute.name} must be a PrimExpr, got {type(value).__name__}: {value!r}")
+
+
+def _expr_tuple(value: Any) -> tuple[PrimExpr, ...]:
+    return tuple(convert(v) for v in value)
+
+
+def _canonical_dtype(value: Any) -> str:
+    return dt.canonical(value)
+
+
+class PrimExpr:
+    """Base class of every expression. Subclasses expose ``dtype``."""
+
+    __slots__ = ()
+    dtype: str
+
+    # --- identity semantics -------------------------------------------------------------
+    __hash__ = object.__hash__
+
+    def __eq__(self, other: Any) -> EQ:  # type: ignore[override]
+        return _binop(EQ, self, other)
+
+    def __ne__(self, other: Any) -> NE:  # type: ignore[override]
+        return _binop(NE, self, other)
+
+    def same_as(self, other: Any) -> bool:
+        return self is other
+
+    # --- arithmetic -----------------------------------------------------------------------
+    def __add__(self, o: ExprLike) -> PrimExpr:
+        return _binop(Add, self, o)
+
+    def __radd__(self, o: ExprLike) -> PrimExpr:
+        return _binop(Add, o, self)
+
+    def __sub__(self, o: ExprLike) -> PrimExpr:
+        return _binop(Sub, self, o)
+
+    def __rsub__(self, o: ExprLike) -> PrimExpr:
+        return _binop(Sub, o, self)
+
+    def __mul__(self, o: ExprLike) -> PrimExpr:
+        return _binop(Mul, self, o)
+
+    def __rmul__(self, o: ExprLike) -> PrimExpr:
+        return _binop(Mul, o, self)
+
+    def __truediv__(self, o: ExprLike) -> PrimExpr:
+        return _div(self, o)
+
+    def __rtruediv__(self, o: ExprLike) -> PrimExpr:
+        return _div(o, self)
+
+    def __floordiv__(self, o: ExprLike) -> PrimExpr:
+        return _binop(FloorDiv, self, o)
+
+    def __rfloordiv__(self, o: ExprLike) -> PrimExpr:
+        return _binop(FloorDiv, o, self)
+
+    def __mod__(self, o: ExprLike) -> PrimExpr:
+        return _binop(FloorMod, self, o)
+
+    def __rmod__(self, o: ExprLike) -> PrimExpr:
+        return _binop(FloorMod, o, self)
+
+    def __neg__(self) -> PrimExpr:
+        return _binop(Sub, make_const(0, self.dtype), self)
+
+    def __lt__(self, o: ExprLike) -> PrimExpr:
+        return _binop(LT, self, o)
+
+    def __le__(self, o: ExprLike) -> PrimExpr:
+        return _binop(LE, self, o)
+
+    def __gt__(self, o: ExprLike) -> PrimExpr:
+        return _binop(GT, self, o)
+
+    def __ge__(self, o: ExprLike) -> PrimExpr:
+        return _binop(GE, self, o)
+
+    def __and__(self, o: ExprLike) -> PrimExpr:
+        return And(convert(self), convert(o))
+
+    def __rand__(self, o: ExprLike) -> PrimExpr:
+        return And(convert(o), convert(self))
+
+    def __or__(self, o: ExprLike) -> PrimExpr:
+        return Or(convert(self), convert(o))
+
+    def __ror__(self, o: ExprLike) -> PrimExpr:
+        return Or(convert(o), convert(self))
+
+    def __invert__(self) -> PrimExpr:
+        return Not(self)
+
+    def __bool__(self) -> bool:
+        raise TypeError(
+            f"the truth value of a loopir expression is undefined ({self}); use "
+            "loopir.ir.op.all_/any_ or te.if_then_else, not Python 'and'/'or'/'if'"
+        )
+
+    def astype(self, dtype: str) -> PrimExpr:
+        """Cast to ``dtype`` (no node when the type already matches)."""
+        d = dt.canonical(dtype)
+        return self if d == self.dtype else Cast(d, self)
+
+    def __repr__(self) -> str:
+        try:
+            from loopir.ir.printer import expr_to_str
+
+            return expr_to_str(self)
+        except Exception:  # pragma: no cover - repr must never raise
+            return f"<{type(self).__name__}>"
+
+    __str__ = __repr__
+
+
+# --------------------------------------------------------------------------------------------
+# Leaves
+# --------------------------------------------------------------------------------------------
+
+
+@attrs.frozen(eq=False, repr=False)
+class Var(PrimExpr):
+    """A variable. Two Vars with the same name are different variables."""
+
+    name: str = attrs.field(validator=attrs.validators.instance_of(str))
+    dtype: str = attrs.field(default="int32", converter=_canonical_dtype)
+
+    def copy_with_suffix(self, suffix: str) -> Var:
+        return Var(self.name + suffix, self.dtype)
+
+
+@attrs.frozen(eq=False, repr=False)
+class IntImm(PrimExpr):
+    """An integer (or bool) constant."""
+
+    value: int = attrs.field(converter=int)
+    dtype: str = attrs.field(default="int32", converter=_canonical_dtype)
+
+    @dtype.validator
+    def _check(self, _a: Any, value: str) -> None:
+        if not (dt.is_int(value) or dt.is_bool(value)) or dt.lanes(value) != 1:
+            raise TypeError(f"IntImm needs a scalar integer or bool dtype, got {value}")
+
+
+@attrs.frozen(eq=False, repr=False)
+class FloatImm(PrimExpr):
+    """A floating-point constant (may be +-inf)."""
+
+    value: float = attrs.field(converter=float)
+    dtype: str = attrs.field(default="float32", converter=_canonical_dtype)
+
+    @dtype.validator
+    def _check(self, _a: Any, value: str) -> None:
+        if not dt.is_float(value) or dt.lanes(value) != 1:
+            raise TypeError(f"FloatImm needs a scalar float dtype, got {value}")
+
+
+@attrs.frozen(eq=False, repr=False)
+class StringImm(PrimExpr):
+    """A string argument of an intrinsic call (e.g. the scope of a storage sync)."""
+
+    value: str = attrs.field(validator=attrs.validators.instance_of(str))
+    dtype: str = attrs.field(default="handle", init=False)
+
+
+# --------------------------------------------------------------------------------------------
+# Binary operators
+# --------------------------------------------------------------------------------------------
+
+
+@attrs.frozen(eq=False, repr=False)
+class BinaryOp(PrimExpr):
+    """``a <op> b`` with both operands of the same dtype."""
+
+    a: PrimExpr = attrs.field(validator=_is_expr)
+    b: PrimExpr = attrs.field(validator=_is_expr)
+    symbol: ClassVar[str] = "?"
+
+    def __attrs_post_init__(self) -> None:
+        if self.a.dtype != self.b.dtype:
+            raise TypeError(
+                f"{type(self).__name__} operands differ in dtype: {self.a.dtype} vs {self.b.dtype}"
+            )
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return self.a.dtype
+
+
+@attrs.frozen(eq=False, repr=False)
+class Add(BinaryOp):
+    symbol: ClassVar[str] = "+"
+
+
+@attrs.frozen(eq=False, repr=False)
+class Sub(BinaryOp):
+    symbol: ClassVar[str] = "-"
+
+
+@attrs.frozen(eq=False, repr=False)
+class Mul(BinaryOp):
+    symbol: ClassVar[str] = "*"
+
+
+@attrs.frozen(eq=False, repr=False)
+class Div(BinaryOp):
+    """True division; floats only (integer division is FloorDiv)."""
+
+    symbol: ClassVar[str] = "/"
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        if not dt.is_float(self.a.dtype):
+            raise TypeError(f"Div needs float operands, got {self.a.dtype}; use FloorDiv (//)")
+
+
+@attrs.frozen(eq=False, repr=False)
+class FloorDiv(BinaryOp):
+    """Integer division rounding toward -inf (Python's ``//``)."""
+
+    symbol: ClassVar[str] = "//"
+
+
+@attrs.frozen(eq=False, repr=False)
+class FloorMod(BinaryOp):
+    """Remainder of FloorDiv; has the sign of the divisor (Python's ``%``)."""
+
+    symbol: ClassVar[str] = "%"
+
+
+@attrs.frozen(eq=False, repr=False)
+class Min(BinaryOp):
+    symbol: ClassVar[str] = "min"
+
+
+@attrs.frozen(eq=False, repr=False)
+class Max(BinaryOp):
+    symbol: ClassVar[str] = "max"
+
+
+@attrs.frozen(eq=False, repr=False)
+class CmpOp(BinaryOp):
+    """Comparison; the result is bool (with the operands' lanes)."""
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return dt.with_lanes("bool", dt.lanes(self.a.dtype))
+
+
+@attrs.frozen(eq=False, repr=False)
+class EQ(CmpOp):
+    symbol: ClassVar[str] = "=="
+
+    def __bool__(self) -> bool:
+        # Python calls bool() on == results in `in`, dict lookups and list.index: answer
+        # identity, as TVM does, so expressions behave as hashable identity objects.
+        return self.a is self.b
+
+
+@attrs.frozen(eq=False, repr=False)
+class NE(CmpOp):
+    symbol: ClassVar[str] = "!="
+
+    def __bool__(self) -> bool:
+        return self.a is not self.b
+
+
+@attrs.frozen(eq=False, repr=False)
+class LT(CmpOp):
+    symbol: ClassVar[str] = "<"
+
+
+@attrs.frozen(eq=False, repr=False)
+class LE(CmpOp):
+    symbol: ClassVar[str] = "<="
+
+
+@attrs.frozen(eq=False, repr=False)
+class GT(CmpOp):
+    symbol: ClassVar[str] = ">"
+
+
+@attrs.frozen(eq=False, repr=False)
+class GE(CmpOp):
+    symbol: ClassVar[str] = ">="
+
+
+def _is_bool_expr(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    _is_expr(_inst, attribute, value)
+    if not dt.is_bool(value.dtype):
+        raise TypeError(f"{attribute.name} must be a bool expression, got dtype {value.dtype}: {value}")
+
+
+@attrs.frozen(eq=False, repr=False)
+class And(PrimExpr):
+    """Logical and of two bool expressions."""
+
+    a: PrimExpr = attrs.field(validator=_is_bool_expr)
+    b: PrimExpr = attrs.field(validator=_is_bool_expr)
+    symbol: ClassVar[str] = "and"
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return self.a.dtype
+
+
+@attrs.frozen(eq=False, repr=False)
+class Or(PrimExpr):
+    """Logical or of two bool expressions."""
+
+    a: PrimExpr = attrs.field(validator=_is_bool_expr)
+    b: PrimExpr = attrs.field(validator=_is_bool_expr)
+    symbol: ClassVar[str] = "or"
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return self.a.dtype
+
+
+@attrs.frozen(eq=False, repr=False)
+class Not(PrimExpr):
+    """Logical negation."""
+
+    a: PrimExpr = attrs.field(validator=_is_bool_expr)
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return self.a.dtype
+
+
+# --------------------------------------------------------------------------------------------
+# Other expressions
+# --------------------------------------------------------------------------------------------
+
+
+@attrs.frozen(eq=False, repr=False)
+class Select(PrimExpr):
+    """``true_value if condition else false_value``; both branches may be evaluated."""
+
+    condition: PrimExpr = attrs.field(validator=_is_bool_expr)
+    true_value: PrimExpr = attrs.field(validator=_is_expr)
+    false_value: PrimExpr = attrs.field(validator=_is_expr)
+
+    def __attrs_post_init__(self) -> None:
+        if self.true_value.dtype != self.false_value.dtype:
+            raise TypeError(
+                f"Select branches differ in dtype: {self.true_value.dtype} vs {self.false_value.dtype}"
+            )
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return self.true_value.dtype
+
+
+@attrs.frozen(eq=False, repr=False)
+class Cast(PrimExpr):
+    """Convert ``value`` to ``dtype``."""
+
+    dtype: str = attrs.field(converter=_canonical_dtype)
+    value: PrimExpr = attrs.field(validator=_is_expr)
+
+
+@attrs.frozen(eq=False, repr=False)
+class BufferLoad(PrimExpr):
+    """``buffer[indices]``. A :class:`Ramp` index loads a vector."""
+
+    buffer: Buffer = attrs.field()
+    indices: tuple[PrimExpr, ...] = attrs.field(converter=_expr_tuple)
+
+    @buffer.validator
+    def _check_buffer(self, _a: Any, value: Any) -> None:
+        from loopir.ir.buffer import Buffer
+
+        if not isinstance(value, Buffer):
+            raise TypeError(f"BufferLoad.buffer must be a Buffer, got {type(value).__name__}")
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        n = max((dt.lanes(i.dtype) for i in self.indices), default=1)
+        return dt.with_lanes(self.buffer.dtype, n)
+
+
+@attrs.frozen(frozen=True)
+class Intrinsic:
+    """Description of a callable intrinsic: arity (None = variadic) and purity."""
+
+    name: str
+    arity: int | None
+    pure: bool = True
+    # "same": result has the dtype of the first argument; otherwise a fixed dtype string.
+    result: str = "same"
+
+
+INTRINSICS: dict[str, Intrinsic] = {}
+
+
+def register_intrinsic(name: str, arity: int | None, pure: bool = True, result: str = "same") -> None:
+    """Register an intrinsic so that :class:`Call` accepts it (backends must know it too)."""
+    INTRINSICS[name] = Intrinsic(name, arity, pure, result)
+
+
+for _n in (
+    "exp", "exp2", "log", "log2", "log1p", "sqrt", "rsqrt", "tanh", "sigmoid", "fabs",
+    "floor", "ceil", "round", "trunc", "sin", "cos", "tan", "erf", "isnan",
+):
+    register_intrinsic(_n, 1, result="bool" if _n == "isnan" else "same")
+register_intrinsic("pow", 2)
+register_intrinsic("fma", 3)
+# Barrier among the threads sharing a storage scope ("shared" or "warp"): side effect.
+register_intrinsic("tvm_storage_sync", 1, pure=False, result="int32")
+
+
+def _check_call_args(inst: Call, _a: Any, value: tuple[PrimExpr, ...]) -> None:
+    spec = INTRINSICS.get(inst.op)
+    if spec is None:
+        raise ValueError(f"unknown intrinsic {inst.op!r}; known: {sorted(INTRINSICS)}")
+    if spec.arity is not None and len(value) != spec.arity:
+        raise TypeError(f"intrinsic {inst.op!r} takes {spec.arity} arguments, got {len(value)}")
+
+
+@attrs.frozen(eq=False, repr=False)
+class Call(PrimExpr):
+    """A call of a registered intrinsic (see :data:`INTRINSICS`)."""
+
+    dtype: str = attrs.field(converter=_canonical_dtype)
+    op: str = attrs.field(validator=attrs.validators.instance_of(str))
+    args: tuple[PrimExpr, ...] = attrs.field(converter=_expr_tuple, validator=_check_call_args)
+
+    @property
+    def pure(self) -> bool:
+        return INTRINSICS[self.op].pure
+
+
+@attrs.frozen(eq=False, repr=False)
+class Ramp(PrimExpr):
+    """The vector ``[base, base + stride, ..., base + (lanes-1)*stride]``."""
+
+    base: PrimExpr = attrs.field(validator=_is_expr)
+    stride: PrimExpr = attrs.field(validator=_is_expr)
+    lanes: int = attrs.field(converter=int)
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return dt.with_lanes(self.base.dtype, self.lanes)
+
+
+@attrs.frozen(eq=False, repr=False)
+class Broadcast(PrimExpr):
+    """``value`` repeated ``lanes`` times."""
+
+    value: PrimExpr = attrs.field(validator=_is_expr)
+    lanes: int = attrs.field(converter=int)
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return dt.with_lanes(self.value.dtype, self.lanes)
+
+
+# --------------------------------------------------------------------------------------------
+# Construction helpers used by the operators
+# --------------------------------------------------------------------------------------------
+
+
+def make_const(value: int | float | bool, dtype: str) -> PrimExpr:
+    """A constant of ``dtype`` (float dtypes give FloatImm, others IntImm)."""
+    d = dt.canonical(dtype)
+    if dt.lanes(d) > 1:
+        return Broadcast(make_const(value, dt.element(d)), dt.lanes(d))
+    if dt.is_float(d):
+        return FloatImm(float(value), d)
+    return IntImm(int(value), d)
+
+
+def convert(value: Any, dtype: str | None = None) -> PrimExpr:
+    """Turn a Python scalar into a constant (``dtype`` or int32/float32/bool by default)."""
+    if isinstance(value, PrimExpr):
+        return value
+    if isinstance(value, bool):
+        return IntImm(int(value), dtype or "bool")
+    if isinstance(value, int):
+        return make_const(value, dtype or "int32")
+    if isinstance(value, float):
+        return make_const(value, dtype or "float32")
+    raise TypeError(f"cannot convert {type(value).__name__} {value!r} to a loopir expression")
+
+
+def _match(a: Any, b: Any) -> tuple[PrimExpr, PrimExpr]:
+    """Convert operands, giving Python scalars the other side's type; promote mixed types."""
+    if not isinstance(a, PrimExpr) and isinstance(b, PrimExpr):
+        a = _scalar_like(a, b.dtype)
+    elif not isinstance(b, PrimExpr) and isinstance(a, PrimExpr):
+        b = _scalar_like(b, a.dtype)
+    a, b = convert(a), convert(b)
+    if a.dtype != b.dtype:
+        target = dt.promote(a.dtype, b.dtype)
+        a, b = a.astype(target), b.astype(target)
+    return a, b
+
+
+def _scalar_like(value: Any, dtype: str) -> PrimExpr:
+    if isinstance(value, float) and not dt.is_float(dtype):
+        return convert(value)  # promotion will make both sides float
+    return make_const(value, dtype)
+
+
+def _binop(cls: type[BinaryOp], a: Any, b: Any) -> Any:
+    x, y = _match(a, b)
+    return cls(x, y)
+
+
+def _div(a: Any, b: Any) -> PrimExpr:
+    x, y = _match(a, b)
+    if not dt.is_float(x.dtype):
+        raise TypeError(
+            f"'/' on integer expressions ({x} / {y}) is ambiguous; use '//' (floor division)"
+        )
+    return Div(x, y)

@@ -1,0 +1,165 @@
+"""Generic visitors and mutators over the IR.
+
+Both walk every ``attrs`` field of a node, so a new node type needs no new traversal code.
+Override ``visit_<ClassName>`` to intercept a node type; call ``self.generic_visit(node)``
+inside it to continue into the children.
+
+Mutators rebuild a node only when a child changed and otherwise return the very same object,
+so ``new is old`` tells whether anything happened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from functools import cache
+from typing import Any
+
+import attrs
+
+from loopir.ir.buffer import Buffer, BufferRegion, Range
+from loopir.ir.expr import PrimExpr, Var
+from loopir.ir.stmt import IterVar, PrimFunc, Stmt
+
+Node = Any
+
+
+@cache
+def _child_fields(cls: type) -> tuple[str, ...]:
+    """Names of the fields of ``cls`` that may hold IR children (skips plain data)."""
+    skip = {"name", "dtype", "op", "kind", "thread_tag", "annotations", "attrs", "lanes",
+            "value_str", "scope", "symbol"}  # fmt: skip
+    return tuple(f.name for f in attrs.fields(cls) if f.name not in skip and f.init)
+
+
+# Fields that *define* a variable: mutators keep them (substituting a definition is never
+# meant); rename a loop or iter var by rebuilding the node explicitly.
+_DEF_FIELDS = {"For": "loop_var", "IterVar": "var"}
+
+
+def _is_node(value: Any) -> bool:
+    return isinstance(value, (PrimExpr, Stmt, Buffer, Range, BufferRegion, IterVar, PrimFunc))
+
+
+class Visitor:
+    """Read-only traversal. ``visit`` dispatches to ``visit_<ClassName>`` or ``generic_visit``.
+
+    Buffers are visited (``visit_Buffer``) but their shapes are not walked unless
+    ``visit_buffer_shapes`` is True.
+    """
+
+    visit_buffer_shapes = False
+
+    def visit(self, node: Node) -> None:
+        method = getattr(self, "visit_" + type(node).__name__, None)
+        if method is not None:
+            method(node)
+        else:
+            self.generic_visit(node)
+
+    def generic_visit(self, node: Node) -> None:
+        if isinstance(node, Buffer) and not self.visit_buffer_shapes:
+            return
+        for name in _child_fields(type(node)):
+            self._visit_value(getattr(node, name))
+
+    def _visit_value(self, value: Any) -> None:
+        if isinstance(value, tuple):
+            for v in value:
+                self._visit_value(v)
+        elif _is_node(value):
+            self.visit(value)
+
+
+class Mutator:
+    """Rebuilding traversal. ``visit`` returns the (possibly new) node.
+
+    Buffers go through ``visit_Buffer`` (identity by default), so a subclass can redirect
+    every load, store and region of one buffer to another by overriding it.
+    """
+
+    def visit(self, node: Node) -> Node:
+        method = getattr(self, "visit_" + type(node).__name__, None)
+        if method is not None:
+            return method(node)
+        return self.generic_visit(node)
+
+    def visit_Buffer(self, node: Buffer) -> Buffer:
+        return node
+
+    def generic_visit(self, node: Node) -> Node:
+        if isinstance(node, Buffer):
+            return node
+        changes: dict[str, Any] = {}
+        defined = _DEF_FIELDS.get(type(node).__name__)
+        for name in _child_fields(type(node)):
+            if name == defined:
+                continue
+            old = getattr(node, name)
+            new = self._visit_value(old)
+            if new is not old:
+                changes[name] = new
+        if not changes:
+            return node
+        return attrs.evolve(node, **changes)
+
+    def _visit_value(self, value: Any) -> Any:
+        if isinstance(value, tuple):
+            new = tuple(self._visit_value(v) for v in value)
+            if all(a is b for a, b in zip(new, value)):
+                return value
+            return new
+        if _is_node(value):
+            return self.visit(value)
+        return value
+
+
+class _Substitute(Mutator):
+    def __init__(self, vmap: Mapping[Var, PrimExpr]) -> None:
+        self.vmap = vmap
+
+    def visit_Var(self, node: Var) -> PrimExpr:
+        return self.vmap.get(node, node)
+
+
+def substitute(node: Node, vmap: Mapping[Var, PrimExpr] | Callable[[Var], PrimExpr | None]) -> Node:
+    """Replace variables in ``node`` by expressions (a dict, or a function returning None to keep)."""
+    if callable(vmap) and not isinstance(vmap, Mapping):
+        fn = vmap
+
+        class _FnSub(Mutator):
+            def visit_Var(self, v: Var) -> PrimExpr:
+                r = fn(v)
+                return v if r is None else r
+
+        return _FnSub().visit(node)
+    if not vmap:
+        return node
+    return _Substitute(vmap).visit(node)
+
+
+def post_order_visit(node: Node, fn: Callable[[Node], None]) -> None:
+    """Call ``fn`` on every node below and including ``node``, children first."""
+
+    class _V(Visitor):
+        def visit(self, n: Node) -> None:
+            self.generic_visit(n)
+            fn(n)
+
+    _V().visit(node)
+
+
+def collect_vars(node: Node) -> list[Var]:
+    """Variables used in ``node`` (in first-use order, without duplicates)."""
+    seen: dict[Var, None] = {}
+
+    def f(n: Node) -> None:
+        if isinstance(n, Var):
+            seen.setdefault(n, None)
+
+    post_order_visit(node, f)
+    return list(seen)
+
+
+def uses_var(node: Node, pred: Callable[[Var], bool]) -> bool:
+    """Whether any variable in ``node`` satisfies ``pred``."""
+    return any(pred(v) for v in collect_vars(node))

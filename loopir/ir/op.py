@@ -1,0 +1,166 @@
+"""Expression-building helpers (the functional counterparts of the Python operators)."""
+
+from __future__ import annotations
+
+from functools import reduce
+from typing import Any
+
+from loopir.ir import dtype as dt
+from loopir.ir.expr import (
+    And,
+    Call,
+    Cast,
+    ExprLike,
+    FloorDiv,
+    FloorMod,
+    IntImm,
+    Max,
+    Min,
+    Not,
+    Or,
+    PrimExpr,
+    Select,
+    _match,
+    convert,
+    make_const,
+)
+
+const = make_const
+
+
+def true() -> PrimExpr:
+    return IntImm(1, "bool")
+
+
+def false() -> PrimExpr:
+    return IntImm(0, "bool")
+
+
+def min_(a: ExprLike, b: ExprLike) -> PrimExpr:
+    return Min(*_match(a, b))
+
+
+def max_(a: ExprLike, b: ExprLike) -> PrimExpr:
+    return Max(*_match(a, b))
+
+
+def floordiv(a: ExprLike, b: ExprLike) -> PrimExpr:
+    return FloorDiv(*_match(a, b))
+
+
+def floormod(a: ExprLike, b: ExprLike) -> PrimExpr:
+    return FloorMod(*_match(a, b))
+
+
+def ceildiv(a: ExprLike, b: ExprLike) -> PrimExpr:
+    """``ceil(a / b)`` for integers, as ``(a + b - 1) // b``."""
+    x, y = _match(a, b)
+    return FloorDiv(x + y - 1, y)
+
+
+def cast(value: ExprLike, dtype: str) -> PrimExpr:
+    v = convert(value)
+    d = dt.canonical(dtype)
+    return v if v.dtype == d else Cast(d, v)
+
+
+def if_then_else(cond: ExprLike, t: ExprLike, f: ExprLike) -> PrimExpr:
+    """``t if cond else f`` as a :class:`Select`."""
+    tv, fv = _match(t, f)
+    return Select(convert(cond), tv, fv)
+
+
+def all_(*conds: ExprLike) -> PrimExpr:
+    """Conjunction of ``conds`` (true for none)."""
+    items = [convert(c) for c in conds]
+    return reduce(And, items) if items else true()
+
+
+def any_(*conds: ExprLike) -> PrimExpr:
+    """Disjunction of ``conds`` (false for none)."""
+    items = [convert(c) for c in conds]
+    return reduce(Or, items) if items else false()
+
+
+def not_(cond: ExprLike) -> PrimExpr:
+    return Not(convert(cond))
+
+
+def call(op: str, *args: ExprLike, dtype: str | None = None) -> PrimExpr:
+    """Call intrinsic ``op``; the result dtype defaults to the first argument's."""
+    from loopir.ir.expr import INTRINSICS
+
+    cargs = [convert(a) for a in args]
+    if len(cargs) > 1 and all(isinstance(a, PrimExpr) for a in cargs):
+        # math intrinsics take operands of one type; promote like binary operators
+        first = cargs[0]
+        cargs = [first] + [a.astype(first.dtype) if a.dtype != first.dtype else a for a in cargs[1:]]
+    spec = INTRINSICS.get(op)
+    if dtype is None:
+        if spec is not None and spec.result != "same":
+            dtype = spec.result
+        else:
+            dtype = cargs[0].dtype if cargs else "int32"
+    return Call(dtype, op, tuple(cargs))
+
+
+def _math(name: str) -> Any:
+    def f(x: ExprLike) -> PrimExpr:
+        v = convert(x)
+        if not dt.is_float(v.dtype):
+            v = v.astype("float32")
+        return call(name, v)
+
+    f.__name__ = name
+    f.__doc__ = f"Elementwise ``{name}`` (integer arguments are cast to float32)."
+    return f
+
+
+exp = _math("exp")
+exp2 = _math("exp2")
+log = _math("log")
+log2 = _math("log2")
+log1p = _math("log1p")
+sqrt = _math("sqrt")
+rsqrt = _math("rsqrt")
+tanh = _math("tanh")
+sigmoid = _math("sigmoid")
+erf = _math("erf")
+sin = _math("sin")
+cos = _math("cos")
+floor = _math("floor")
+ceil = _math("ceil")
+round = _math("round")  # noqa: A001 - mirrors te.round
+
+
+def fabs(x: ExprLike) -> PrimExpr:
+    return call("fabs", convert(x))
+
+
+abs = fabs  # noqa: A001
+
+
+def pow(x: ExprLike, y: ExprLike) -> PrimExpr:  # noqa: A001
+    a, b = _match(x, y)
+    return call("pow", a, b)
+
+
+def fma(a: ExprLike, b: ExprLike, c: ExprLike) -> PrimExpr:
+    x, y = _match(a, b)
+    x, z = _match(x, c)
+    return call("fma", x, y.astype(x.dtype), z)
+
+
+def storage_sync(scope: str = "shared") -> PrimExpr:
+    """A barrier among the threads sharing ``scope`` (``__syncthreads()`` for shared)."""
+    from loopir.ir.expr import StringImm
+
+    return Call("int32", "tvm_storage_sync", (StringImm(scope),))
+
+
+__all__ = [
+    "const", "true", "false", "min_", "max_", "floordiv", "floormod", "ceildiv", "cast",
+    "if_then_else", "all_", "any_", "not_", "call", "exp", "exp2", "log", "log2", "log1p",
+    "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos", "floor", "ceil", "round", "fabs",
+    "abs", "pow", "fma", "storage_sync", "make_const",
+]  # fmt: skip
