@@ -39,6 +39,7 @@ _LAZY = {
     "PassContext": ("loopir.passes", "PassContext"),
     "lower": ("loopir.passes", "lower"),
     "build": ("loopir.build", "build"),
+    "runtime": ("loopir.runtime", None),
     "examples": ("loopir.examples", None),
     "testing": ("loopir.testing", None),
 }

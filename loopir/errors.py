@@ -73,6 +73,13 @@ class ScheduleError(LoopIRError):
         return f"{head}\n{shown}"
 
 
+class StructuralEqualError(LoopIRError, AssertionError):
+    """Raised by ``loopir.assert_structural_equal``; its message shows a readable diff.
+
+    Also an AssertionError so that test frameworks report it as a failed assertion.
+    """
+
+
 class TraceError(ScheduleError):
     """A trace is malformed (bad JSON, wrong version, unknown instruction) or fails to replay."""
 
@@ -87,3 +94,8 @@ class CodegenError(LoopIRError):
 
 class LaunchError(LoopIRError):
     """A built module cannot be called: bad arguments, no GPU, or a failed launch."""
+
+
+class ArithError(LoopIRError):
+    """The arithmetic analyzer (``loopir.arith``) refused its input: a non-integer expression
+    where an integer one is needed, an unbound variable during evaluation, a bad range."""

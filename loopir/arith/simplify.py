@@ -1,0 +1,543 @@
+"""The simplifier: canonical sums, bound-driven folding, comparisons and boolean logic.
+
+:class:`Simplifier` holds the variable ranges and memo tables of one analyzer. Integer
+scalar expressions go through :meth:`Simplifier.canon` (a :class:`~loopir.arith.canonical.Sum`)
+and come back through :meth:`Simplifier.to_expr`; floordiv/floormod rules live in
+:mod:`loopir.arith.divmod`. Every rewrite is an identity of integer arithmetic with floor
+semantics (valid for negative values), or is justified by the variable ranges.
+
+Floating-point arithmetic is never rewritten (``x * 1``, ``x + 0`` and friends are not safe
+with -0.0 and NaN); only its integer sub-expressions (indices) are simplified, and casts of
+integer constants to float are folded when exact.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import numpy as np
+
+from loopir.arith import divmod as dm
+from loopir.arith.bound import (
+    BoundEvaluator,
+    ConstIntBound,
+    bound_add,
+    bound_const,
+    bound_scale,
+    decide_compare,
+    dtype_bound,
+)
+from loopir.arith.canonical import ExprKeys, Key, Sum
+from loopir.ir import dtype as dt
+from loopir.ir.buffer import Range
+from loopir.ir.expr import (
+    EQ,
+    GE,
+    GT,
+    LE,
+    LT,
+    NE,
+    Add,
+    And,
+    Cast,
+    CmpOp,
+    FloatImm,
+    FloorDiv,
+    FloorMod,
+    IntImm,
+    Max,
+    Min,
+    Mul,
+    Not,
+    Or,
+    PrimExpr,
+    Select,
+    Sub,
+    Var,
+)
+
+_MEMO_LIMIT = 200_000
+
+
+@functools.cache
+def is_index(dtype: str) -> bool:
+    """Scalar integer dtype (the domain of the canonical simplifier)."""
+    return dt.is_int(dtype) and dt.lanes(dtype) == 1
+
+
+@functools.cache
+def _is_scalar_bool(dtype: str) -> bool:
+    return dt.is_bool(dtype) and dt.lanes(dtype) == 1
+
+
+def true_() -> IntImm:
+    return IntImm(1, "bool")
+
+
+def false_() -> IntImm:
+    return IntImm(0, "bool")
+
+
+def _float_exact(value: int, dtype: str) -> float | None:
+    """``float(value)`` if ``dtype`` represents ``value`` exactly, else None."""
+    if dt.element(dtype) == "bfloat16":
+        f = float(value)
+        # bfloat16 keeps 8 significant bits
+        if f == 0.0 or (abs(value) < 2**127 and value == int(np.float32(f)) and _bf16_exact(value)):
+            return f
+        return None
+    try:
+        f = np.array(value, dtype=np.float64).astype(dt.to_numpy(dtype))
+    except (OverflowError, ValueError):
+        return None
+    out = float(f)
+    return out if math.isfinite(out) and int(out) == value else None
+
+
+def _bf16_exact(value: int) -> bool:
+    v = abs(value)
+    while v and v % 2 == 0:
+        v //= 2
+    return v < 256
+
+
+class Simplifier:
+    """Rewrite engine of one :class:`~loopir.arith.Analyzer` (ranges fixed for its lifetime).
+
+    Parameters
+    ----------
+    ranges
+        Variable ranges; the simplifier reads them but never changes them.
+    """
+
+    def __init__(self, ranges: Mapping[Var, Range]) -> None:
+        self.ranges = ranges
+        self.keys = ExprKeys()
+        self.bounds = BoundEvaluator(ranges)
+        self._canon: dict[PrimExpr, Sum] = {}
+        self._simp: dict[PrimExpr, PrimExpr] = {}
+        self._order: dict[Key, int] = {}
+        self._atom_bounds: dict[Key, ConstIntBound] = {}
+        # canonical floordiv/floormod of a sum by a constant, keyed by (op, sum key, c)
+        self.divmod_memo: dict[tuple[str, Key, int], Sum] = {}
+
+    # ----------------------------------------------------------------------------------------
+    # memo management
+    # ----------------------------------------------------------------------------------------
+    def _trim(self) -> None:
+        if len(self._canon) + len(self._simp) > _MEMO_LIMIT:
+            self._canon.clear()
+            self._simp.clear()
+            self._atom_bounds.clear()
+            self.divmod_memo.clear()
+            self.bounds.clear()
+
+    # ----------------------------------------------------------------------------------------
+    # bounds
+    # ----------------------------------------------------------------------------------------
+    def atom_bound(self, key: Key, atom: PrimExpr) -> ConstIntBound:
+        b = self._atom_bounds.get(key)
+        if b is None:
+            b = self.bounds(atom)
+            self._atom_bounds[key] = b
+        return b
+
+    def sum_bound(self, s: Sum) -> ConstIntBound:
+        """Sound bound of a sum (terms bounded independently)."""
+        acc = bound_const(s.const)
+        for k, (a, c) in s.terms.items():
+            acc = bound_add(acc, bound_scale(self.atom_bound(k, a), c))
+        return acc
+
+    def expr_bound(self, e: PrimExpr) -> ConstIntBound:
+        """Bound of ``e``: the tighter of its tree bound and its canonical form's bound."""
+        b = self.bounds(e)
+        if is_index(e.dtype) and not b.is_const:
+            cb = self.sum_bound(self.canon(e))
+            lo, hi = max(b.min_value, cb.min_value), min(b.max_value, cb.max_value)
+            if lo <= hi:
+                b = ConstIntBound(lo, hi)
+        return b
+
+    # ----------------------------------------------------------------------------------------
+    # atoms and rendering
+    # ----------------------------------------------------------------------------------------
+    def make_atom(self, expr: PrimExpr, coeff: int = 1) -> Sum:
+        """A sum holding one atom (folded to a constant when the ranges pin its value)."""
+        if type(expr) is IntImm:
+            return Sum.constant(expr.value * coeff, expr.dtype)
+        k = self.keys.key(expr)
+        if k not in self._order:
+            self._order[k] = len(self._order)
+        b = self.atom_bound(k, expr)
+        if b.is_const:
+            return Sum.constant(b.min_value * coeff, expr.dtype)
+        return Sum.atom(k, expr, coeff)
+
+    def to_expr(self, s: Sum) -> PrimExpr:
+        """Render a sum deterministically: positive terms by decreasing coefficient, then
+        negative ones, then the constant; ties by name, then by first appearance."""
+        d = s.dtype
+        if not s.terms:
+            return IntImm(s.const, d)
+        if len(s.terms) == 1 and s.const == 0:
+            (a, c), = s.terms.values()
+            if c == 1:
+                return a
+        names = self.keys.name
+        order = self._order
+        items = sorted(
+            s.terms.items(),
+            key=lambda kv: (kv[1][1] < 0, -abs(kv[1][1]), names(kv[1][0]), order.get(kv[0], 0)),
+        )
+        res: PrimExpr | None = None
+        const = s.const
+        for _k, (a, c) in items:
+            t = a if abs(c) == 1 else Mul(a, IntImm(abs(c), d))
+            if res is None:
+                if c > 0:
+                    res = t
+                elif const > 0:
+                    res = Sub(IntImm(const, d), t)
+                    const = 0
+                else:
+                    res = Sub(IntImm(0, d), t)
+            else:
+                res = Add(res, t) if c > 0 else Sub(res, t)
+        assert res is not None
+        if const > 0:
+            res = Add(res, IntImm(const, d))
+        elif const < 0:
+            res = Sub(res, IntImm(-const, d))
+        self._canon[res] = s
+        return res
+
+    # ----------------------------------------------------------------------------------------
+    # entry point
+    # ----------------------------------------------------------------------------------------
+    def simplify(self, e: PrimExpr) -> PrimExpr:
+        """Simplified equivalent of ``e`` (``e`` itself when nothing changes structurally)."""
+        hit = self._simp.get(e)
+        if hit is not None:
+            return hit
+        d = e.dtype
+        if is_index(d):
+            r = self.to_expr(self.canon(e))
+        elif _is_scalar_bool(d):
+            r = self._simplify_bool(e)
+        else:
+            r = self._simplify_other(e)
+        if r is not e and self.keys.key(r) == self.keys.key(e):
+            r = e
+        self._trim()
+        self._simp[e] = r
+        return r
+
+    def simplify_children(self, e: PrimExpr) -> PrimExpr:
+        """``e`` with every expression-valued field simplified."""
+        changes: dict[str, Any] = {}
+        for f in attrs.fields(type(e)):
+            if not f.init:
+                continue
+            v = getattr(e, f.name)
+            if isinstance(v, PrimExpr):
+                nv = self.simplify(v)
+                if nv is not v:
+                    changes[f.name] = nv
+            elif isinstance(v, tuple) and v and all(isinstance(x, PrimExpr) for x in v):
+                nt = tuple(self.simplify(x) for x in v)
+                if any(a is not b for a, b in zip(nt, v)):
+                    changes[f.name] = nt
+        return attrs.evolve(e, **changes) if changes else e
+
+    def _simplify_other(self, e: PrimExpr) -> PrimExpr:
+        if type(e) is Cast and dt.lanes(e.dtype) == 1:
+            v = self.simplify(e.value)
+            if e.value.dtype == e.dtype:
+                return v
+            if dt.is_float(e.dtype) and type(v) is IntImm:
+                f = _float_exact(v.value, e.dtype)
+                if f is not None:
+                    return FloatImm(f, e.dtype)
+            return e if v is e.value else Cast(e.dtype, v)
+        return self.simplify_children(e)
+
+    # ----------------------------------------------------------------------------------------
+    # canonical forms of integer expressions
+    # ----------------------------------------------------------------------------------------
+    def canon(self, e: PrimExpr) -> Sum:
+        """Canonical sum of the scalar integer expression ``e``."""
+        hit = self._canon.get(e)
+        if hit is not None:
+            return hit
+        s = self._canon_impl(e)
+        self._canon[e] = s
+        return s
+
+    def _canon_impl(self, e: PrimExpr) -> Sum:
+        t = type(e)
+        if t is IntImm:
+            return Sum.constant(e.value, e.dtype)
+        if t is Var:
+            return self.make_atom(e)
+        if t is Add:
+            return self.merge_divmod(self.canon(e.a).add(self.canon(e.b)))
+        if t is Sub:
+            return self.merge_divmod(self.canon(e.a).add(self.canon(e.b), -1))
+        if t is Mul:
+            return self._mul(self.canon(e.a), self.canon(e.b))
+        if t is FloorDiv:
+            return dm.floordiv(self, self.canon(e.a), self.canon(e.b))
+        if t is FloorMod:
+            return dm.floormod(self, self.canon(e.a), self.canon(e.b))
+        if t is Min or t is Max:
+            return self._minmax(t, self.canon(e.a), self.canon(e.b))
+        if t is Select:
+            return self._select(e)
+        if t is Cast:
+            return self._cast(e)
+        return self.make_atom(self.simplify_children(e))
+
+    def merge_divmod(self, s: Sum) -> Sum:
+        """Fuse/split round trips: ``a*(u % c) + a*c*(u // c) -> a*u`` and its inverse
+        ``a*u - a*c*(u // c) -> a*(u % c)``; repeated until nothing matches."""
+        changed = True
+        rounds = 0
+        while changed and rounds < 16:  # each round removes terms; the cap is a safety net
+            changed = False
+            rounds += 1
+            for k, (atom, a) in list(s.terms.items()):
+                if k not in s.terms:
+                    continue
+                if type(atom) is FloorMod and type(atom.b) is IntImm and atom.b.value > 0:
+                    c = atom.b.value
+                    u = self.canon(atom.a)
+                    q = dm.floordiv_const(self, u, c)
+                    if q.terms and s.contains(q, a * c):
+                        s = s.add(q, -a * c).add(Sum.atom(k, atom, a), -1).add(u, a)
+                        changed = True
+                elif type(atom) is FloorDiv and type(atom.b) is IntImm and atom.b.value > 0:
+                    c = atom.b.value
+                    if a % c:
+                        continue
+                    m = -a // c
+                    u = self.canon(atom.a)
+                    if u.terms and s.contains(u, m):
+                        r = dm.floormod_const(self, u, c)
+                        s = s.add(u, -m).add(Sum.atom(k, atom, a), -1).add(r, m)
+                        changed = True
+        return s
+
+    def _mul(self, sa: Sum, sb: Sum) -> Sum:
+        if sb.is_const:
+            return sa.scale(sb.const)
+        if sa.is_const:
+            return sb.scale(sa.const)
+        ea, eb = self.to_expr(sa), self.to_expr(sb)
+        # commutative: order the operands so that a*b and b*a are one atom
+        ka, kb = self.keys.key(ea), self.keys.key(eb)
+        if (self.keys.name(eb), self._order.get(kb, 0)) < (self.keys.name(ea), self._order.get(ka, 0)):
+            ea, eb = eb, ea
+        return self.make_atom(Mul(ea, eb))
+
+    def _minmax(self, t: type, sa: Sum, sb: Sum) -> Sum:
+        diff = self.sum_bound(sa.add(sb, -1))
+        if t is Min:
+            if diff.max_value <= 0:
+                return sa
+            if diff.min_value >= 0:
+                return sb
+        else:
+            if diff.max_value <= 0:
+                return sb
+            if diff.min_value >= 0:
+                return sa
+        # min(min(x, c1), c2) -> min(x, min(c1, c2)) (and the same for max)
+        if sa.is_const and not sb.is_const:
+            sa, sb = sb, sa
+        inner = sa.single_atom()
+        if sb.is_const and inner is not None and type(inner) is t and type(inner.b) is IntImm:
+            pick = min if t is Min else max
+            c = pick(inner.b.value, sb.const)
+            return self._minmax(t, self.canon(inner.a), Sum.constant(c, sb.dtype))
+        return self.make_atom(t(self.to_expr(sa), self.to_expr(sb)))
+
+    def _select(self, e: Select) -> Sum:
+        cond = self.simplify(e.condition)
+        if type(cond) is IntImm:
+            return self.canon(e.true_value if cond.value else e.false_value)
+        st, sf = self.canon(e.true_value), self.canon(e.false_value)
+        if st.key() == sf.key():
+            return st
+        return self.make_atom(Select(cond, self.to_expr(st), self.to_expr(sf)))
+
+    def _cast(self, e: Cast) -> Sum:
+        src = e.value.dtype
+        if src == e.dtype:
+            return self.canon(e.value)
+        v = self.simplify(e.value)
+        if type(v) is IntImm:
+            lim = dtype_bound(e.dtype)
+            if lim.min_value <= v.value <= lim.max_value:
+                return Sum.constant(v.value, e.dtype)
+        elif type(v) is FloatImm and math.isfinite(v.value):
+            iv = math.trunc(v.value)  # C conversion rounds toward zero
+            lim = dtype_bound(e.dtype)
+            if lim.min_value <= iv <= lim.max_value:
+                return Sum.constant(iv, e.dtype)
+        return self.make_atom(e if v is e.value else Cast(e.dtype, v))
+
+    # ----------------------------------------------------------------------------------------
+    # proofs on sums
+    # ----------------------------------------------------------------------------------------
+    def upper_bound(self, d: Sum) -> int:
+        """Upper bound of a sum, sharpened by substituting each variable with a symbolic
+        range by its extreme value: ``d(v) <= d(v_max)`` pointwise when ``v`` has a positive
+        coefficient (``v_min`` for a negative one). So ``x - n`` with ``x`` in ``[0, n)`` is
+        known to be negative although ``x`` and ``n`` have no constant bounds."""
+        best = self.sum_bound(d).max_value
+        for _ in range(4):
+            pick = None
+            for _k, (a, c) in d.terms.items():
+                if type(a) is Var and a in self.ranges:
+                    r = self.ranges[a]
+                    if not (type(r.min) is IntImm and type(r.extent) is IntImm):
+                        pick = (a, c, r)
+                        break
+            if pick is None:
+                break
+            a, c, r = pick
+            lo = self.canon(r.min)
+            end = lo if c < 0 else lo.add(self.canon(r.extent)).add_const(-1)
+            d = d.add(self.make_atom(a), -c).add(end, c)
+            best = min(best, self.sum_bound(d).max_value)
+        return best
+
+    def decide(self, op: type, sa: Sum, sb: Sum) -> bool | None:
+        """Decide ``a <op> b`` for canonical integer sums; None if the ranges don't."""
+        d = self.merge_divmod(sa.add(sb, -1))
+        r = decide_compare(op, self.sum_bound(d))
+        if r is None and any(type(a) is Var for a, _c in d.terms.values()):
+            r = self._decide_symbolic(op, d)
+        return r
+
+    def _decide_symbolic(self, op: type, d: Sum) -> bool | None:
+        hi = self.upper_bound(d)
+        lo = -self.upper_bound(d.scale(-1))
+        if lo > hi:  # only on unreachable code (empty ranges); decide nothing there
+            return None
+        return decide_compare(op, ConstIntBound(lo, hi))
+
+    # ----------------------------------------------------------------------------------------
+    # booleans
+    # ----------------------------------------------------------------------------------------
+    def _simplify_bool(self, e: PrimExpr) -> PrimExpr:
+        t = type(e)
+        if t is IntImm:
+            return e
+        if issubclass(t, CmpOp):
+            if is_index(e.a.dtype):
+                return self.compare(t, self.canon(e.a), self.canon(e.b))
+            a, b = self.simplify(e.a), self.simplify(e.b)
+            if _is_scalar_bool(a.dtype) and type(a) is IntImm and type(b) is IntImm:
+                r = decide_compare(t, bound_const(a.value - b.value))
+                if r is not None:
+                    return IntImm(int(r), "bool")
+            return e if (a is e.a and b is e.b) else t(a, b)
+        if t is And or t is Or:
+            return self._and_or(t, self.simplify(e.a), self.simplify(e.b))
+        if t is Not:
+            return self._not(self.simplify(e.a))
+        if t is Select:
+            cond = self.simplify(e.condition)
+            if type(cond) is IntImm:
+                return self.simplify(e.true_value if cond.value else e.false_value)
+            tv, fv = self.simplify(e.true_value), self.simplify(e.false_value)
+            if self.keys.key(tv) == self.keys.key(fv):
+                return tv
+            return Select(cond, tv, fv)
+        if t is Cast and is_index(e.value.dtype):
+            v = self.simplify(e.value)
+            b = self.expr_bound(v)
+            if b.min_value > 0 or b.max_value < 0:
+                return true_()
+            if b.min_value == b.max_value == 0:
+                return false_()
+            return e if v is e.value else Cast(e.dtype, v)
+        if t is Var:
+            b = self.bounds(e)
+            return IntImm(b.min_value, "bool") if b.is_const else e
+        return self.simplify_children(e)
+
+    def _and_or(self, t: type, a: PrimExpr, b: PrimExpr) -> PrimExpr:
+        absorbing = 0 if t is And else 1
+        for x, y in ((a, b), (b, a)):
+            if type(x) is IntImm:
+                return x if x.value == absorbing else y
+        ka, kb = self.keys.key(a), self.keys.key(b)
+        if ka == kb:
+            return a
+        if self.keys.key(self._not(a)) == kb:
+            # a and not a == False, a or not a == True
+            return IntImm(absorbing, "bool")
+        return t(a, b)
+
+    def _not(self, a: PrimExpr) -> PrimExpr:
+        ta = type(a)
+        if ta is IntImm:
+            return IntImm(1 - a.value, "bool")
+        if ta is Not:
+            return a.a
+        if issubclass(ta, CmpOp) and is_index(a.a.dtype):
+            # exact for integers (not for floats, where NaN makes both sides false)
+            inv = {LT: GE, GE: LT, LE: GT, GT: LE, EQ: NE, NE: EQ}[ta]
+            return self.compare(inv, self.canon(a.a), self.canon(a.b))
+        return Not(a)
+
+    def compare(self, op: type, sa: Sum, sb: Sum) -> PrimExpr:
+        """Canonical form of the integer comparison ``a <op> b``.
+
+        Decided comparisons fold to constants. Otherwise the result is ``lhs < rhs``,
+        ``lhs <= rhs`` (only for ``P - N - 1 < 0``), ``lhs >= c``, ``lhs == rhs`` or
+        ``lhs != rhs`` with positive terms on the left,
+        the constant on the right, and the common factor of the coefficients divided out.
+        """
+        r = self.decide(op, sa, sb)
+        if r is not None:
+            return IntImm(int(r), "bool")
+        if op is GT or op is GE:
+            op, sa, sb = (LT if op is GT else LE), sb, sa
+        d = self.merge_divmod(sa.add(sb, -1))
+        if op is LE:  # d <= 0  <=>  d - 1 < 0
+            op, d = LT, d.add_const(-1)
+        g = 0
+        for _a, c in d.terms.values():
+            g = math.gcd(g, c)
+        if g > 1:
+            if op is LT:
+                # g*T + k < 0  <=>  T < ceil(-k / g)  <=>  T + floor(k / g) < 0
+                d = Sum({k: (a, c // g) for k, (a, c) in d.terms.items()}, d.const // g, d.dtype)
+            else:
+                if d.const % g:
+                    return IntImm(int(op is NE), "bool")
+                d = d.exact_div(g)
+        pos = Sum({k: v for k, v in d.terms.items() if v[1] > 0}, 0, d.dtype)
+        neg = Sum({k: v for k, v in d.terms.items() if v[1] < 0}, d.const, d.dtype)
+        if op is LT:
+            if pos.terms:
+                if d.const == -1 and len(neg.terms):
+                    # P - N - 1 < 0  <=>  P <= N (reads better than P < N + 1)
+                    return LE(self.to_expr(pos), self.to_expr(neg.without_const().scale(-1)))
+                return LT(self.to_expr(pos), self.to_expr(neg.scale(-1)))
+            # -(P) + k < 0  <=>  P > k  <=>  P >= k + 1
+            return GE(self.to_expr(neg.without_const().scale(-1)), IntImm(d.const + 1, d.dtype))
+        if not pos.terms:
+            pos, neg = neg.without_const().scale(-1), Sum({}, -d.const, d.dtype)
+        return op(self.to_expr(pos), self.to_expr(neg.scale(-1)))
+
+
+__all__ = ["Simplifier", "is_index", "true_", "false_"]

@@ -1,0 +1,147 @@
+"""CUDA backend: lowered loopir -> CUDA C++ -> nvcc cubin -> pycuda launches.
+
+Entry point: :func:`build_cuda` (``loopir.build(func, target="cuda")`` calls it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+
+from loopir.codegen_cuda.compile import (
+    DEFAULT_ARCH,
+    CompiledBinary,
+    KernelResources,
+    compile_cuda,
+    default_cache_dir,
+)
+from loopir.codegen_cuda.emitter import EmitResult, KernelSource, emit_cuda
+from loopir.codegen_cuda.runtime import CUDAModule, describe_resources
+from loopir.errors import CodegenError
+from loopir.ir.functor import post_order_visit
+from loopir.ir.stmt import Block, BlockRealize, PrimFunc
+
+logger = logging.getLogger(__name__)
+
+
+def _needs_lowering(func: PrimFunc) -> bool:
+    found = False
+
+    def f(n: object) -> None:
+        nonlocal found
+        if isinstance(n, (Block, BlockRealize)):
+            found = True
+
+    post_order_visit(func.body, f)
+    return found
+
+
+def _offload_gemms(func: PrimFunc) -> PrimFunc:
+    """Hand GEMM stages to CUTLASS (the GemmOffload pass) when the function has blocks."""
+    if not isinstance(func, PrimFunc) or not _needs_lowering(func):
+        return func
+    try:
+        from loopir.codegen_cuda.cutlass.hook import offload
+    except ImportError as exc:  # the CUTLASS backend is optional
+        logger.debug("GEMM offload unavailable: %s", exc)
+        return func
+    return offload(func)
+
+
+def lower_for_cuda(func: PrimFunc) -> PrimFunc:
+    """``loopir.lower(func)`` under the current PassContext; lowered input passes through."""
+    if not isinstance(func, PrimFunc):
+        raise CodegenError(f"build_cuda: expected a PrimFunc, got {type(func).__name__}")
+    if not _needs_lowering(func):
+        return func
+    try:
+        from loopir.passes import lower
+    except ImportError as exc:
+        raise CodegenError(
+            f"build_cuda: {func.name} still has blocks and loopir.passes.lower is unavailable "
+            f"({exc})"
+        ) from exc
+    return lower(func)
+
+
+def build_cuda(
+    func: PrimFunc,
+    arch: str | None = None,
+    nvcc_flags: Sequence[str] = (),
+    cache_dir: str | os.PathLike[str] | None = None,
+    use_cache: bool = True,
+    min_blocks_per_sm: int | None = None,
+    **options: object,
+) -> CUDAModule:
+    """Lower ``func``, emit CUDA C++, compile it with nvcc and return a callable module.
+
+    Parameters
+    ----------
+    func
+        A PrimFunc (scheduled TensorIR or already lowered).
+    arch
+        nvcc target such as ``"sm_90a"``; None: the visible GPU's, else ``sm_90a``.
+    nvcc_flags
+        Extra flags for nvcc (e.g. ``("--use_fast_math",)``).
+    cache_dir
+        Where compiled cubins are cached (default ``~/.cache/loopir/cuda`` or
+        ``$LOOPIR_CACHE_DIR``).
+    use_cache
+        False forces a fresh nvcc run.
+    min_blocks_per_sm
+        Second ``__launch_bounds__`` argument of every kernel (caps registers per thread so
+        that this many blocks fit on one multiprocessor).
+
+    Returns
+    -------
+    CUDAModule
+        Callable on arrays; also holds ``source``, ``resource_usage`` and ``benchmark``.
+
+    Raises
+    ------
+    CodegenError
+        If the function cannot be lowered, split or emitted, or nvcc fails.
+    """
+    if options:
+        raise CodegenError(
+            f"build_cuda: unknown option(s) {', '.join(sorted(options))}; known: arch, "
+            "nvcc_flags, cache_dir, use_cache, min_blocks_per_sm"
+        )
+    offloaded = _offload_gemms(func)
+    lowered = lower_for_cuda(offloaded)
+    emitted = emit_cuda(lowered, min_blocks_per_sm=min_blocks_per_sm)
+    binary = compile_cuda(
+        emitted.source, arch=arch, flags=tuple(nvcc_flags), cache_dir=cache_dir, use_cache=use_cache
+    )
+    runner = None
+    if emitted.extern_calls:
+        from loopir.codegen_cuda.cutlass.hook import ExternGemmRunner
+
+        runner = ExternGemmRunner(offloaded)
+    mod = CUDAModule(lowered, emitted, binary, extern_runner=runner)
+    for name, r in mod.resource_usage.items():
+        if r.spill_store_bytes or r.spill_load_bytes:
+            logger.warning(
+                "kernel %s spills registers (%d B stores, %d B loads)",
+                name,
+                r.spill_store_bytes,
+                r.spill_load_bytes,
+            )
+    return mod
+
+
+__all__ = [
+    "DEFAULT_ARCH",
+    "CUDAModule",
+    "CompiledBinary",
+    "EmitResult",
+    "KernelResources",
+    "KernelSource",
+    "build_cuda",
+    "compile_cuda",
+    "default_cache_dir",
+    "describe_resources",
+    "emit_cuda",
+    "lower_for_cuda",
+]

@@ -1,0 +1,324 @@
+"""nvcc invocation with a content-addressed disk cache.
+
+A compiled cubin is stored under ``<cache_dir>/<key>.cubin`` with ``<key>.json`` beside it
+(the ptxas resource report and the cubin's SHA-256), where ``key`` hashes the source, the
+flags, the target architecture and the nvcc version. Every file is written to a temporary
+name and moved into place with :func:`os.replace`, so concurrent builds never see half a
+file. A cache entry whose cubin does not match its recorded hash is rebuilt.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import attrs
+
+from loopir.errors import CodegenError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_ARCH = "sm_90a"
+BASE_FLAGS = ("-O3", "-std=c++17", "-Xptxas", "-v")
+CACHE_VERSION = "1"
+
+
+@attrs.frozen
+class KernelResources:
+    """ptxas' resource report for one kernel."""
+
+    registers: int
+    shared_bytes: int
+    stack_frame_bytes: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+    barriers: int = 0
+
+
+@attrs.frozen
+class CompiledBinary:
+    """A compiled cubin and what nvcc said about it.
+
+    Attributes
+    ----------
+    cubin
+        The cubin's bytes.
+    cubin_path, source_path
+        Where the cache holds them.
+    arch
+        ``sm_XX`` target.
+    log
+        nvcc's output (ptxas ``-v`` report).
+    resources
+        Per-kernel register/shared/spill figures parsed from the log.
+    cache_hit
+        Whether the cubin came from the cache.
+    """
+
+    cubin: bytes
+    cubin_path: Path
+    source_path: Path
+    arch: str
+    log: str
+    resources: dict[str, KernelResources]
+    cache_hit: bool
+
+
+def default_cache_dir() -> Path:
+    """``$LOOPIR_CACHE_DIR``, else ``$XDG_CACHE_HOME/loopir/cuda``, else ``~/.cache/loopir/cuda``."""
+    env = os.environ.get("LOOPIR_CACHE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".cache"
+    return base / "loopir" / "cuda"
+
+
+def find_nvcc() -> str:
+    """Path of nvcc (``$LOOPIR_NVCC``, PATH, ``$CUDA_HOME/bin``), or CodegenError."""
+    cand = os.environ.get("LOOPIR_NVCC") or shutil.which("nvcc")
+    if cand is None:
+        for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+            if root and Path(root, "bin", "nvcc").exists():
+                cand = str(Path(root, "bin", "nvcc"))
+                break
+    if cand is None:
+        raise CodegenError(
+            "CUDA compile: nvcc was not found (set LOOPIR_NVCC or CUDA_HOME, or put it on PATH)"
+        )
+    return cand
+
+
+@functools.cache
+def nvcc_version(nvcc: str) -> str:
+    """The full ``nvcc --version`` text (part of the cache key)."""
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise CodegenError(f"CUDA compile: `{nvcc} --version` failed: {exc}") from exc
+    return out.stdout.strip()
+
+
+def normalize_arch(arch: str | None) -> str:
+    """``"sm_90a"`` from ``"sm_90a"``, ``"90a"``, ``"9.0"``, ``"compute_90"``...; None -> detected."""
+    if arch is None:
+        return detect_arch()
+    text = str(arch).strip().lower()
+    text = text.removeprefix("sm_").removeprefix("compute_").replace(".", "")
+    if not re.fullmatch(r"\d{2,3}[af]?", text):
+        raise CodegenError(
+            f"CUDA compile: invalid arch {arch!r}; expected e.g. 'sm_90a', 'sm_80', '90a'"
+        )
+    return f"sm_{text}"
+
+
+def detect_arch() -> str:
+    """The visible device's architecture (``sm_90a`` for Hopper), or ``sm_90a`` without one."""
+    try:
+        import pycuda.driver as drv
+
+        drv.init()
+        if drv.Device.count() > 0:
+            major, minor = drv.Device(0).compute_capability()
+            suffix = "a" if (major, minor) == (9, 0) else ""
+            return f"sm_{major}{minor}{suffix}"
+    except Exception as exc:  # no pycuda / no driver: compile for the default target
+        logger.debug("no CUDA device visible (%s); compiling for %s", exc, DEFAULT_ARCH)
+    return DEFAULT_ARCH
+
+
+def cache_key(source: str, flags: Sequence[str], arch: str, version: str) -> str:
+    h = hashlib.sha256()
+    for part in (CACHE_VERSION, arch, "\0".join(flags), version, source):
+        h.update(part.encode())
+        h.update(b"\0\1")
+    return h.hexdigest()[:40]
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")
+_FRAME = re.compile(
+    r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
+)
+_USED = re.compile(r"Used (\d+) registers(.*)")
+
+
+def parse_resources(log: str) -> dict[str, KernelResources]:
+    """Per-kernel figures from ptxas ``-v`` output."""
+    out: dict[str, KernelResources] = {}
+    current: str | None = None
+    frame = (0, 0, 0)
+    for line in log.splitlines():
+        m = _ENTRY.search(line)
+        if m:
+            current, frame = m.group(1), (0, 0, 0)
+            continue
+        m = _FRAME.search(line)
+        if m and current is not None:
+            frame = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
+            continue
+        m = _USED.search(line)
+        if m and current is not None:
+            rest = m.group(2)
+            smem = re.search(r"(\d+) bytes smem", rest)
+            bars = re.search(r"used (\d+) barriers", rest)
+            out[current] = KernelResources(
+                registers=int(m.group(1)),
+                shared_bytes=int(smem.group(1)) if smem else 0,
+                stack_frame_bytes=frame[0],
+                spill_store_bytes=frame[1],
+                spill_load_bytes=frame[2],
+                barriers=int(bars.group(1)) if bars else 0,
+            )
+    return out
+
+
+def _ensure_dir(path: Path) -> Path:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-probe"
+        probe.touch()
+        probe.unlink()
+        return path
+    except OSError as exc:
+        fallback = Path(tempfile.gettempdir()) / f"loopir-cuda-{os.getuid()}"
+        logger.warning("cache dir %s is not writable (%s); using %s", path, exc, fallback)
+        fallback.mkdir(parents=True, exist_ok=True)
+        return fallback
+
+
+def compile_cuda(
+    source: str,
+    arch: str | None = None,
+    flags: Sequence[str] = (),
+    cache_dir: str | os.PathLike[str] | None = None,
+    use_cache: bool = True,
+) -> CompiledBinary:
+    """Compile CUDA C++ ``source`` to a cubin with nvcc, through the disk cache.
+
+    Parameters
+    ----------
+    source
+        CUDA C++ source.
+    arch
+        Target (``"sm_90a"``...); None detects the visible GPU, else ``sm_90a``.
+    flags
+        Extra nvcc flags, appended after the defaults (``-O3 -std=c++17 -Xptxas -v``).
+    cache_dir
+        Cache directory (default :func:`default_cache_dir`).
+    use_cache
+        If False, always run nvcc (the result still refreshes the cache).
+
+    Raises
+    ------
+    CodegenError
+        If nvcc is missing or fails; the message holds nvcc's log and the saved source's path.
+    """
+    arch = normalize_arch(arch)
+    nvcc = find_nvcc()
+    all_flags = (*BASE_FLAGS, *flags)
+    key = cache_key(source, all_flags, arch, nvcc_version(nvcc))
+    root = _ensure_dir(Path(cache_dir) if cache_dir is not None else default_cache_dir())
+    cubin_path = root / f"{key}.cubin"
+    meta_path = root / f"{key}.json"
+    src_path = root / f"{key}.cu"
+    if use_cache and cubin_path.exists() and meta_path.exists():
+        hit = _load_entry(cubin_path, meta_path, src_path, arch)
+        if hit is not None:
+            return hit
+    _atomic_write(src_path, source.encode())
+    num = arch.removeprefix("sm_")
+    cmd = [
+        nvcc,
+        "-cubin",
+        f"-gencode=arch=compute_{num},code=sm_{num}",
+        *all_flags,
+        "-o",
+        "",  # filled below: a temporary name, moved into place on success
+        str(src_path),
+    ]
+    fd, tmp_out = tempfile.mkstemp(dir=root, prefix=f"{key}.", suffix=".cubin.tmp")
+    os.close(fd)
+    cmd[cmd.index("")] = tmp_out
+    logger.info("nvcc: %s", " ".join(cmd))
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as exc:
+        os.unlink(tmp_out)
+        raise CodegenError(f"CUDA compile: could not run nvcc ({exc}); source: {src_path}") from exc
+    log = (proc.stdout + proc.stderr).strip()
+    if proc.returncode != 0:
+        os.unlink(tmp_out)
+        raise CodegenError(
+            f"CUDA compile: nvcc failed (exit {proc.returncode}) for {arch}; source saved at "
+            f"{src_path}\ncommand: {' '.join(cmd)}\n{log}"
+        )
+    cubin = Path(tmp_out).read_bytes()
+    os.replace(tmp_out, cubin_path)
+    meta = {
+        "version": CACHE_VERSION,
+        "arch": arch,
+        "sha256": hashlib.sha256(cubin).hexdigest(),
+        "log": log,
+        "command": cmd,
+    }
+    _atomic_write(meta_path, json.dumps(meta, indent=1).encode())
+    return CompiledBinary(
+        cubin=cubin,
+        cubin_path=cubin_path,
+        source_path=src_path,
+        arch=arch,
+        log=log,
+        resources=parse_resources(log),
+        cache_hit=False,
+    )
+
+
+def _load_entry(cubin_path: Path, meta_path: Path, src_path: Path, arch: str) -> CompiledBinary | None:
+    """A cached binary, or None (with a warning) when the entry is unreadable or corrupted."""
+    try:
+        meta = json.loads(meta_path.read_text())
+        cubin = cubin_path.read_bytes()
+        ok = (
+            meta.get("version") == CACHE_VERSION
+            and meta.get("sha256") == hashlib.sha256(cubin).hexdigest()
+            and cubin[:4] == b"\x7fELF"
+        )
+    except (OSError, ValueError) as exc:
+        logger.warning("CUDA cache entry %s is unreadable (%s); rebuilding", cubin_path, exc)
+        return None
+    if not ok:
+        logger.warning("CUDA cache entry %s is corrupted (hash mismatch); rebuilding", cubin_path)
+        return None
+    log = str(meta.get("log", ""))
+    return CompiledBinary(
+        cubin=cubin,
+        cubin_path=cubin_path,
+        source_path=src_path,
+        arch=arch,
+        log=log,
+        resources=parse_resources(log),
+        cache_hit=True,
+    )

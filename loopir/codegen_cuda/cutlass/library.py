@@ -1,0 +1,335 @@
+"""Build CUTLASS modules into shared libraries (one nvcc call each) and call them via ctypes.
+
+The CUTLASS device adapters are host code, so a module is a shared library of ``extern "C"``
+host entry points (see ``emit.py``). Libraries are cached on disk under a content hash of the
+source, the nvcc flags, the nvcc version and the CUTLASS version, and written atomically, so
+a warm build is a hash plus a ``dlopen``.
+
+The CUDA runtime inside the library uses the CUDA context current on the calling thread (or
+the device's primary context when none is): :func:`ensure_context` makes pycuda's current
+context the device's primary context when nothing is current, so the generated kernels loaded
+by pycuda, the library and frameworks such as PyTorch all share one context.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from loopir.codegen_cuda.cutlass.emit import STATUS_MESSAGES, KernelSpec, emit_module
+from loopir.codegen_cuda.cutlass.problem import cutlass_version
+from loopir.errors import CodegenError, LaunchError
+
+__all__ = [
+    "CutlassLibrary",
+    "build_library",
+    "cache_dir",
+    "compile_flags",
+    "cutlass_include_dirs",
+    "ensure_context",
+    "nvcc_version",
+]
+
+logger = logging.getLogger(__name__)
+
+
+def cutlass_include_dirs() -> list[str]:
+    """The CUTLASS (and CuTe) header folders shipped by the ``nvidia-cutlass`` package.
+
+    Raises
+    ------
+    CodegenError
+        If ``cutlass_library`` is not installed or ships no headers.
+    """
+    try:
+        import cutlass_library
+    except ImportError as exc:
+        raise CodegenError(
+            "cutlass: cutlass_library is not importable; install nvidia-cutlass "
+            "(pip install --no-deps nvidia-cutlass==4.2.0.0)"
+        ) from exc
+    root = Path(cutlass_library.__file__).parent / "source"
+    dirs = [root / "include", root / "tools" / "util" / "include"]
+    for d in dirs:
+        if not (d / "cutlass").is_dir():
+            raise CodegenError(f"cutlass: the nvidia-cutlass package has no headers under {d}")
+    return [str(d) for d in dirs]
+
+
+@functools.lru_cache(maxsize=1)
+def nvcc_version() -> str:
+    """nvcc's release, e.g. ``"release 13.0"`` (part of cache keys).
+
+    Only the release is keyed, not the build number, so that libraries built on one machine
+    can be carried to another with the same toolkit release (a patch build of the same
+    release generates the same code for these templates).
+
+    Raises
+    ------
+    CodegenError
+        If nvcc is not on PATH.
+    """
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        raise CodegenError("cutlass: nvcc is not on PATH; the CUDA toolkit is needed to build CUTLASS kernels")
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False)
+    for line in out.stdout.splitlines():
+        if "release" in line:
+            return "release " + line.split("release", 1)[1].split(",")[0].strip()
+    return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "unknown"
+
+
+def compile_flags(arch: int, extra: Sequence[str] = ()) -> list[str]:
+    """nvcc flags for a module whose newest kernels target ``arch`` (90 or 80).
+
+    sm90 kernels need the ``sm_90a`` target (wgmma, setmaxnreg), written in the ``-gencode``
+    form; sm80-only modules are built for sm_80 plus sm_90 machine code so they also run on
+    Hopper.
+    """
+    if arch == 90:
+        gencode = ["-gencode=arch=compute_90a,code=sm_90a"]
+    elif arch == 80:
+        gencode = ["-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90"]
+    else:
+        raise CodegenError(f"cutlass: no compile flags for arch {arch} (supported: 90, 80)")
+    flags = [
+        "-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr", "-Xcompiler", "-fPIC",
+        "-shared", "-lineinfo", *gencode,
+    ]  # fmt: skip
+    for inc in cutlass_include_dirs():
+        flags.append(f"-I{inc}")
+    flags.extend(extra)
+    return flags
+
+
+def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
+    """Where built libraries are cached: ``override``, else ``$LOOPIR_CACHE_DIR/cutlass``, else
+    ``~/.cache/loopir/cutlass``."""
+    if override is not None:
+        path = Path(override)
+    else:
+        base = os.environ.get("LOOPIR_CACHE_DIR") or os.path.join(
+            os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "loopir"
+        )
+        path = Path(base) / "cutlass"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _cache_key(source: str, flags: Sequence[str]) -> str:
+    # Include paths name the package's install location; the CUTLASS version stands for
+    # the headers instead, so a cache survives a reinstall of the same version.
+    portable = [f for f in flags if not f.startswith("-I")]
+    h = hashlib.sha256()
+    for part in (source, "\0".join(portable), nvcc_version(), cutlass_version()):
+        h.update(part.encode())
+        h.update(b"\1")
+    return h.hexdigest()[:24]
+
+
+def build_library(
+    source: str,
+    arch: int,
+    *,
+    cache: str | os.PathLike[str] | None = None,
+    extra_flags: Sequence[str] = (),
+    timeout_s: float | None = None,
+) -> tuple[Path, bool, float]:
+    """Compile ``source`` into a shared library with one nvcc invocation (cached).
+
+    Parameters
+    ----------
+    source
+        The C++/CUDA source (see :func:`~loopir.codegen_cuda.cutlass.emit.emit_module`).
+    arch
+        90 or 80 (see :func:`compile_flags`).
+    cache
+        Cache folder override.
+    extra_flags
+        More nvcc flags (part of the cache key).
+    timeout_s
+        Kill nvcc after this many seconds.
+
+    Returns
+    -------
+    (path, hit, seconds)
+        The library, whether it came from the cache, and the build time.
+
+    Raises
+    ------
+    CodegenError
+        If nvcc fails; the message holds the log and the path of the saved source.
+    """
+    t0 = time.perf_counter()
+    flags = compile_flags(arch, extra_flags)
+    key = _cache_key(source, flags)
+    folder = cache_dir(cache)
+    lib_path = folder / f"lib_{key}.so"
+    if lib_path.exists():
+        return lib_path, True, time.perf_counter() - t0
+    src_path = folder / f"src_{key}.cu"
+    _atomic_write(src_path, source.encode())
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        raise CodegenError("cutlass: nvcc is not on PATH; the CUDA toolkit is needed to build CUTLASS kernels")
+    fd, tmp_out = tempfile.mkstemp(prefix=f".lib_{key}.", suffix=".so", dir=folder)
+    os.close(fd)
+    cmd = [nvcc, *flags, str(src_path), "-o", tmp_out]
+    logger.info("cutlass: nvcc building %s (sm_%d)", lib_path.name, arch)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired as exc:
+        os.unlink(tmp_out)
+        raise CodegenError(
+            f"cutlass: nvcc timed out after {timeout_s} s building {src_path}"
+        ) from exc
+    if proc.returncode != 0:
+        os.unlink(tmp_out)
+        log = (proc.stdout + proc.stderr)[-20000:]
+        raise CodegenError(
+            f"cutlass: nvcc failed (exit {proc.returncode}) on {src_path}\n"
+            f"command: {' '.join(cmd)}\n{log}"
+        )
+    os.replace(tmp_out, lib_path)
+    return lib_path, False, time.perf_counter() - t0
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def ensure_context() -> Any:
+    """Make sure a CUDA context is current on this thread (pycuda's primary context).
+
+    Returns the pycuda context, or raises :class:`~loopir.errors.LaunchError` when pycuda or a
+    GPU is missing.
+    """
+    try:
+        import pycuda.driver as drv
+    except ImportError as exc:
+        raise LaunchError("cutlass: pycuda is not installed; cannot run CUTLASS kernels") from exc
+    try:
+        drv.init()
+        ctx = drv.Context.get_current()
+        if ctx is None:
+            if drv.Device.count() == 0:
+                raise LaunchError("cutlass: no CUDA device is visible")
+            ctx = drv.Device(0).retain_primary_context()
+            ctx.push()
+        return ctx
+    except drv.Error as exc:
+        raise LaunchError(f"cutlass: cannot set up a CUDA context: {exc}") from exc
+
+
+_ENTRY_ARGTYPES = [
+    ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+    ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+    ctypes.c_float, ctypes.c_float, ctypes.c_void_p,
+]  # fmt: skip
+
+
+class CutlassLibrary:
+    """A built CUTLASS module: its source, its shared library and its entry points.
+
+    Parameters
+    ----------
+    specs
+        The kernels it holds.
+    cache
+        Cache folder override (see :func:`cache_dir`).
+    extra_flags
+        More nvcc flags.
+
+    Attributes
+    ----------
+    source, path, cache_hit, build_seconds
+        The emitted source, the ``.so``, whether it came from the cache and the build time.
+    """
+
+    def __init__(
+        self,
+        specs: Sequence[KernelSpec],
+        *,
+        cache: str | os.PathLike[str] | None = None,
+        extra_flags: Sequence[str] = (),
+        timeout_s: float | None = None,
+    ) -> None:
+        self.specs = {s.entry: s for s in specs}
+        self.source = emit_module(list(self.specs.values()))
+        arch = max(s.candidate.arch for s in self.specs.values())
+        self.path, self.cache_hit, self.build_seconds = build_library(
+            self.source, arch, cache=cache, extra_flags=extra_flags, timeout_s=timeout_s
+        )
+        self._dll: ctypes.CDLL | None = None
+        self._fns: dict[str, Any] = {}
+
+    def _load(self) -> ctypes.CDLL:
+        if self._dll is None:
+            try:
+                self._dll = ctypes.CDLL(str(self.path))
+            except OSError as exc:
+                raise LaunchError(f"cutlass: cannot load {self.path}: {exc}") from exc
+            self._dll.loopir_cutlass_last_error.restype = ctypes.c_char_p
+        return self._dll
+
+    def entry(self, name: str) -> Any:
+        """The ctypes function of entry point ``name``."""
+        fn = self._fns.get(name)
+        if fn is not None:
+            return fn
+        if name not in self.specs:
+            raise LaunchError(f"cutlass: module has no entry point {name!r}; it has {sorted(self.specs)}")
+        fn = getattr(self._load(), name)
+        fn.argtypes = _ENTRY_ARGTYPES
+        fn.restype = ctypes.c_int
+        self._fns[name] = fn
+        return fn
+
+    def last_error(self) -> str:
+        return (self._load().loopir_cutlass_last_error() or b"").decode(errors="replace")
+
+    def call(
+        self,
+        name: str,
+        a: int,
+        b: int,
+        d: int,
+        m: int,
+        n: int,
+        k: int,
+        batch: int = 1,
+        *,
+        source: int = 0,
+        bias: int = 0,
+        alpha: float = 1.0,
+        beta: float = 0.0,
+        stream: int = 0,
+    ) -> None:
+        """Run entry ``name`` on device pointers (asynchronous on ``stream``).
+
+        Raises
+        ------
+        LaunchError
+            With CUTLASS's status and message when the entry point returns an error.
+        """
+        ensure_context()
+        fn = self.entry(name)
+        status = fn(a, b, source or None, bias or None, d, m, n, k, batch, alpha, beta, stream or None)
+        if status != 0:
+            raise LaunchError(
+                f"cutlass: {name} on (M={m}, N={n}, K={k}, batch={batch}) returned {status} "
+                f"({STATUS_MESSAGES.get(status, 'unknown status')}): {self.last_error()}"
+            )

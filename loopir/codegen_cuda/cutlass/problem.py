@@ -1,0 +1,209 @@
+"""The GEMM problem signature shared by the offload pass, the emitter and the tuner.
+
+A :class:`GemmProblem` describes ``D[b, i, j] = act(alpha * sum_k A[b, i, k] * B[b, k, j]
++ beta * S[b, i, j] + bias[j])`` on compact row-major buffers, in the user's coordinates.
+``layout_a``/``layout_b`` say how A and B are stored: ``"row"`` is A as (M, K) and B as (K, N)
+(the plain NN product); ``"col"`` is A stored as (K, M) (TN) or B stored as (N, K) (NT).
+
+CUTLASS's generator describes kernels with a column-major output, so the emitter computes the
+transposed product ``D^T = B^T A^T`` (see :func:`cutlass_operands`): a row-major D of shape
+(M, N) is a column-major (N, M) matrix, and the per-column bias of D is a per-row bias there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import attrs
+
+from loopir.errors import CodegenError
+
+__all__ = [
+    "ACTIVATIONS",
+    "DTYPES",
+    "EpilogueSpec",
+    "GemmProblem",
+    "cutlass_operands",
+    "cutlass_version",
+]
+
+#: loopir dtype -> (cutlass_library DataType name, C++ element type, bytes per element)
+DTYPES: dict[str, tuple[str, str, int]] = {
+    "float16": ("f16", "cutlass::half_t", 2),
+    "bfloat16": ("bf16", "cutlass::bfloat16_t", 2),
+    "float32": ("f32", "float", 4),
+}
+
+#: activation name -> CUTLASS epilogue functor template (cutlass/epilogue/thread/activation.h)
+ACTIVATIONS: dict[str, str] = {
+    "identity": "cutlass::epilogue::thread::Identity",
+    "relu": "cutlass::epilogue::thread::ReLu",
+    "gelu": "cutlass::epilogue::thread::GELU",
+    "silu": "cutlass::epilogue::thread::SiLu",
+}
+
+
+def _check_activation(_inst: Any, _a: Any, value: str) -> None:
+    if value not in ACTIVATIONS:
+        raise CodegenError(
+            f"cutlass: unknown epilogue activation {value!r}; known: {sorted(ACTIVATIONS)}"
+        )
+
+
+@attrs.frozen
+class EpilogueSpec:
+    """The fused epilogue ``act(alpha * acc + beta * source + bias[j])``.
+
+    Attributes
+    ----------
+    activation
+        ``"identity"``, ``"relu"``, ``"gelu"`` (erf form) or ``"silu"``.
+    alpha, beta
+        Scalars; ``beta`` is only used when ``has_source``.
+    has_bias
+        A bias vector over the output columns (length N) is added.
+    has_source
+        A source matrix shaped like D is scaled by ``beta`` and added.
+    """
+
+    activation: str = attrs.field(default="identity", validator=_check_activation)
+    alpha: float = attrs.field(default=1.0, converter=float)
+    beta: float = attrs.field(default=0.0, converter=float)
+    has_bias: bool = False
+    has_source: bool = False
+
+    @property
+    def is_plain(self) -> bool:
+        """True when the epilogue is a plain linear combination (no bias, no activation)."""
+        return self.activation == "identity" and not self.has_bias
+
+    def describe(self) -> str:
+        parts = []
+        if self.alpha != 1.0:
+            parts.append(f"alpha={self.alpha:g}")
+        if self.has_source:
+            parts.append(f"beta={self.beta:g}*S")
+        if self.has_bias:
+            parts.append("bias[j]")
+        if self.activation != "identity":
+            parts.append(self.activation)
+        return "+".join(parts) if parts else "none"
+
+
+def _check_dtype(_inst: Any, attribute: attrs.Attribute, value: str) -> None:
+    if value not in DTYPES:
+        raise CodegenError(
+            f"cutlass: {attribute.name}={value!r} is not supported; supported: {sorted(DTYPES)}"
+        )
+
+
+def _check_layout(_inst: Any, attribute: attrs.Attribute, value: str) -> None:
+    if value not in ("row", "col"):
+        raise CodegenError(f"cutlass: {attribute.name} must be 'row' or 'col', got {value!r}")
+
+
+def _positive(_inst: Any, attribute: attrs.Attribute, value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise CodegenError(f"cutlass: {attribute.name} must be a positive int, got {value!r}")
+
+
+@attrs.frozen
+class GemmProblem:
+    """One GEMM as the pass found it (user coordinates, compact row-major buffers).
+
+    Attributes
+    ----------
+    m, n, k, batch
+        Problem extents (``batch`` is 1 for an unbatched GEMM).
+    dtype_ab
+        Element type of A and B (``"float16"``, ``"bfloat16"``, or ``"float32"`` for TF32).
+    dtype_d
+        Element type of the output D (and of the source matrix and bias).
+    layout_a, layout_b
+        ``"row"`` or ``"col"`` (see the module docstring).
+    epilogue
+        The fused epilogue.
+    """
+
+    m: int = attrs.field(validator=_positive)
+    n: int = attrs.field(validator=_positive)
+    k: int = attrs.field(validator=_positive)
+    dtype_ab: str = attrs.field(validator=_check_dtype)
+    dtype_d: str = attrs.field(validator=_check_dtype)
+    layout_a: str = attrs.field(default="row", validator=_check_layout)
+    layout_b: str = attrs.field(default="row", validator=_check_layout)
+    batch: int = attrs.field(default=1, validator=_positive)
+    epilogue: EpilogueSpec = attrs.field(factory=EpilogueSpec)
+    dtype_acc: str = "float32"
+
+    @property
+    def layout_code(self) -> str:
+        """``"NN"``, ``"NT"``, ``"TN"`` or ``"TT"`` in the issue's naming (A then B)."""
+        return ("N" if self.layout_a == "row" else "T") + ("N" if self.layout_b == "row" else "T")
+
+    def signature(self) -> dict[str, Any]:
+        """JSON-ready description used in cache keys and ``mod.library_calls``."""
+        return {
+            "m": self.m, "n": self.n, "k": self.k, "batch": self.batch,
+            "dtype_ab": self.dtype_ab, "dtype_d": self.dtype_d, "dtype_acc": self.dtype_acc,
+            "layout": self.layout_code,
+            "epilogue": attrs.asdict(self.epilogue),
+        }  # fmt: skip
+
+    def key(self) -> str:
+        """A short stable hash of :meth:`signature`."""
+        text = json.dumps(self.signature(), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def flops(self) -> float:
+        return 2.0 * self.batch * self.m * self.n * self.k
+
+
+def cutlass_operands(problem: GemmProblem) -> dict[str, Any]:
+    """How the user's GEMM maps onto CUTLASS's column-major-output convention.
+
+    CUTLASS computes ``D' = A' @ B'`` with ``D' = D^T`` (N x M, column-major), ``A' = B^T``
+    (N x K) and ``B' = A^T`` (K x M). Returns the CUTLASS layouts of A' and B', the extents
+    (M', N') and which user extent must be a multiple of each operand's alignment.
+
+    Returns
+    -------
+    dict
+        ``layout_a``/``layout_b`` ("RowMajor"/"ColumnMajor" of A' and B'), ``contig_a``/
+        ``contig_b``/``contig_d``: the user extent ("m", "n" or "k") that is contiguous in
+        memory for A', B' and D'.
+    """
+    # A' = B^T: B stored (K, N) row-major is an N x K column-major matrix (contiguous along N);
+    # B stored (N, K) (NT) is N x K row-major (contiguous along K).
+    if problem.layout_b == "row":
+        la, ca = "ColumnMajor", "n"
+    else:
+        la, ca = "RowMajor", "k"
+    # B' = A^T: A stored (M, K) is a K x M column-major matrix (contiguous along K);
+    # A stored (K, M) (TN) is K x M row-major (contiguous along M).
+    if problem.layout_a == "row":
+        lb, cb = "ColumnMajor", "k"
+    else:
+        lb, cb = "RowMajor", "m"
+    return {"layout_a": la, "layout_b": lb, "contig_a": ca, "contig_b": cb, "contig_d": "n"}
+
+
+def cutlass_version() -> str:
+    """Version of the installed ``nvidia-cutlass`` package (part of every cache key).
+
+    Raises
+    ------
+    CodegenError
+        If the package is not installed.
+    """
+    try:
+        from importlib.metadata import version
+
+        return version("nvidia-cutlass")
+    except Exception as exc:
+        raise CodegenError(
+            "cutlass: the nvidia-cutlass package is not installed "
+            "(pip install --no-deps nvidia-cutlass==4.2.0.0)"
+        ) from exc

@@ -1,0 +1,786 @@
+"""CUDA C++ emission for lowered loopir functions.
+
+Input: a PrimFunc in lowered form (For / IfThenElse / SeqStmt / BufferStore / Evaluate /
+Allocate; see the lowering contract). :func:`emit_cuda` splits it into a host program and
+kernels (:mod:`loopir.codegen_cuda.split`) and prints one ``extern "C" __global__`` function per
+kernel. The source is meant to be read: names come from the IR, one statement per line.
+
+Mapping (kernel side):
+
+* ``blockIdx.*``/``threadIdx.*`` loops declare ``const int <var> = (int)threadIdx.x;`` and are
+  guarded when their extent is smaller than the launched one; ``vthread.*`` loops become
+  ``#pragma unroll`` loops inside each thread (their sequential meaning);
+* ``shared`` Allocates become ``__shared__ __align__(16)`` arrays, ``local`` ones register
+  arrays; global buffers are ``__restrict__`` pointer parameters (``const`` when only read);
+* ``floordiv``/``floormod`` print as ``/`` and ``%`` only when both operands are provably
+  non-negative, otherwise as floor-correct helpers;
+* ``tvm_storage_sync("shared")`` is ``__syncthreads()``;
+* a vectorized loop whose store and load are provably contiguous and aligned becomes one
+  ``float4``/``float2``/``half2``... access; other vectorized loops, and unrolled ones, become
+  ``#pragma unroll`` loops.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+import attrs
+
+from loopir.codegen_cuda import analysis as an
+from loopir.codegen_cuda.ctypes import RESERVED, ctype, float_literal, vector_carrier
+from loopir.codegen_cuda.exprs_cuda import ExprPrinter
+from loopir.codegen_cuda.split import (
+    BLOCK_TAGS,
+    GRID_TAGS,
+    HostDeviceSplitter,
+    HostNode,
+    KernelSpec,
+)
+from loopir.codegen_cuda.vthread import inject_virtual_threads
+from loopir.errors import CodegenError
+from loopir.ir import dtype as dt
+from loopir.ir.buffer import Buffer
+from loopir.ir.expr import (
+    GE,
+    LT,
+    Add,
+    And,
+    BufferLoad,
+    Call,
+    FloatImm,
+    IntImm,
+    Mul,
+    PrimExpr,
+    Ramp,
+    Select,
+    StringImm,
+    Sub,
+    Var,
+)
+from loopir.ir.functor import Visitor, collect_vars, post_order_visit, substitute
+from loopir.ir.stmt import (
+    Allocate,
+    BufferStore,
+    Evaluate,
+    For,
+    ForKind,
+    IfThenElse,
+    PrimFunc,
+    SeqStmt,
+    Stmt,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@attrs.frozen(eq=False)
+class KernelSource:
+    """What the runtime needs to know about one emitted kernel.
+
+    Attributes
+    ----------
+    spec
+        The split result (body, buffers, scalars, launch extents).
+    params
+        C parameter names, in order: one per buffer of ``spec.buffers``, then one per scalar.
+    alignment
+        Byte alignment each global buffer's pointer must have (vector accesses).
+    shared_bytes
+        Static shared memory the kernel declares.
+    """
+
+    spec: KernelSpec
+    params: tuple[str, ...]
+    alignment: Mapping[Buffer, int]
+    shared_bytes: int
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@attrs.frozen(eq=False)
+class EmitResult:
+    source: str
+    host: HostNode
+    kernels: tuple[KernelSource, ...]
+    host_temps: tuple[Buffer, ...]
+    extern_calls: tuple[str, ...] = ()
+
+
+class NameTable:
+    """Unique, valid C identifiers for IR variables and buffers."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set(RESERVED)
+        self.names: dict[object, str] = {}
+
+    def get(self, key: object, hint: str) -> str:
+        if key in self.names:
+            return self.names[key]
+        base = re.sub(r"\W", "_", hint) or "v"
+        if base[0].isdigit():
+            base = "v_" + base
+        if base.startswith("__"):
+            base = "u" + base  # double underscores are reserved for the implementation
+        name, n = base, 0
+        while name in self.used:
+            n += 1
+            name = f"{base}_{n}"
+        self.used.add(name)
+        self.names[key] = name
+        return name
+
+
+def _linear_coeff(e: PrimExpr, v: Var) -> int | None:
+    """c if ``e`` is ``c * v + (terms without v)``; None if ``v`` enters non-linearly."""
+    if e is v:
+        return 1
+    if v not in collect_vars(e):
+        return 0
+    if isinstance(e, (Add, Sub)):
+        a, b = _linear_coeff(e.a, v), _linear_coeff(e.b, v)
+        if a is None or b is None:
+            return None
+        return a + b if isinstance(e, Add) else a - b
+    if isinstance(e, Mul):
+        if isinstance(e.b, IntImm):
+            a = _linear_coeff(e.a, v)
+            return None if a is None else a * e.b.value
+        if isinstance(e.a, IntImm):
+            b = _linear_coeff(e.b, v)
+            return None if b is None else b * e.a.value
+    return None
+
+
+# Serial loops that index a register array are unrolled up to this many innermost iterations:
+# a run-time index moves the array to (slow) local memory.
+AUTO_UNROLL_MAX_TRIPS = 512
+
+
+def _trip_count(s: Stmt) -> float:
+    """Innermost statements executed by ``s`` (inf when an extent is not constant)."""
+    if isinstance(s, For):
+        if not isinstance(s.extent, IntImm):
+            return float("inf")
+        return s.extent.value * _trip_count(s.body)
+    if isinstance(s, SeqStmt):
+        return sum(_trip_count(x) for x in s.seq)
+    if isinstance(s, IfThenElse):
+        return max(_trip_count(s.then_case), 0 if s.else_case is None else _trip_count(s.else_case))
+    if isinstance(s, Allocate):
+        return _trip_count(s.body)
+    return 1
+
+
+def _indexes_register_array(s: For) -> bool:
+    """Whether ``s`` is short and its variable indexes a ``local`` buffer in its body."""
+    if _trip_count(s) > AUTO_UNROLL_MAX_TRIPS:
+        return False
+    var = s.loop_var
+    found = False
+
+    def f(n: object) -> None:
+        nonlocal found
+        if isinstance(n, (BufferLoad, BufferStore)) and n.buffer.scope == "local":
+            if any(var in collect_vars(i) for i in n.indices):
+                found = True
+
+    post_order_visit(s.body, f)
+    return found
+
+
+class _HasBarrier(Visitor):
+    def __init__(self) -> None:
+        self.found = False
+
+    def visit_Call(self, node: Call) -> None:
+        if node.op == "tvm_storage_sync":
+            self.found = True
+
+
+def _has_barrier(stmt: Stmt) -> bool:
+    h = _HasBarrier()
+    h.visit(stmt)
+    return h.found
+
+
+class KernelEmitter:
+    """Prints one kernel."""
+
+    def __init__(
+        self, func: PrimFunc, spec: KernelSpec, size_vars: set[Var], min_blocks: int | None = None
+    ) -> None:
+        self.func = func
+        self.min_blocks = min_blocks
+        self.spec = spec
+        self.names = NameTable()
+        self.lines: list[str] = []
+        self.indent = 1
+        # variable bounds for the floordiv / alignment proofs
+        self.env: dict[Var, an.Bound] = {v: (0, None) for v in size_vars}
+        self.alignment: dict[Buffer, int] = {}
+        self.shared_bytes = 0
+        self.launch: dict[str, PrimExpr] = dict(zip(GRID_TAGS, spec.grid)) | dict(
+            zip(BLOCK_TAGS, spec.block)
+        )
+        self.printer = ExprPrinter(self)
+        self.uses_fp16 = False
+        self.uses_bf16 = False
+
+    # -- helpers used by the expression printer --------------------------------------------
+    def var_name(self, v: Var) -> str:
+        return self.names.get(v, v.name)
+
+    def buffer_name(self, b: Buffer) -> str:
+        return self.names.get(b, b.name)
+
+    def flat_index(self, buffer: Buffer, indices: tuple[PrimExpr, ...]) -> PrimExpr:
+        """Row-major (or strided) linear offset of ``indices`` in ``buffer``."""
+        if len(indices) != len(buffer.shape):
+            raise CodegenError(
+                f"CUDA codegen: access to {buffer.name} with {len(indices)} indices for "
+                f"{len(buffer.shape)} dimensions"
+            )
+        if buffer.strides is not None:
+            terms = [_mul(i, s) for i, s in zip(indices, buffer.strides)]
+        else:
+            terms = []
+            stride: PrimExpr = IntImm(1, "int32")
+            for i, extent in reversed(list(zip(indices, buffer.shape))):
+                terms.append(_mul(i, stride))
+                stride = _mul(stride, extent)
+            terms.reverse()
+        out = terms[0] if terms else IntImm(0, "int32")
+        for t in terms[1:]:
+            out = _add(out, t)
+        return out
+
+    def note_dtype(self, dtype: str) -> None:
+        e = dt.element(dtype)
+        if e == "float16":
+            self.uses_fp16 = True
+        elif e == "bfloat16":
+            self.uses_bf16 = True
+
+    # -- output ------------------------------------------------------------------------------
+    def line(self, text: str) -> None:
+        self.lines.append("  " * self.indent + text)
+
+    @contextmanager
+    def block(self, head: str) -> Iterator[None]:
+        self.line(head + " {")
+        self.indent += 1
+        try:
+            yield
+        finally:
+            self.indent -= 1
+            self.line("}")
+
+    @contextmanager
+    def bound(self, v: Var, lo: PrimExpr, extent: PrimExpr) -> Iterator[None]:
+        blo = an.const_int_bound(lo, self.env)
+        bext = an.const_int_bound(extent, self.env)
+        hi = None if blo[1] is None or bext[1] is None else blo[1] + bext[1] - 1
+        self.env[v] = (blo[0], hi)
+        try:
+            yield
+        finally:
+            del self.env[v]
+
+    def expr(self, e: PrimExpr) -> str:
+        return self.printer.print(e)
+
+    # -- kernel ------------------------------------------------------------------------------
+    def emit(self) -> tuple[str, KernelSource]:
+        spec = self.spec
+        params: list[str] = []
+        decls: list[str] = []
+        for b in spec.buffers:
+            self.note_dtype(b.dtype)
+            name = self.buffer_name(b)
+            params.append(name)
+            const = "" if b in spec.written else "const "
+            decls.append(f"{const}{ctype(b.dtype)}* __restrict__ {name}")
+        for v in spec.scalars:
+            name = self.var_name(v)
+            params.append(name)
+            decls.append(f"{ctype(v.dtype)} {name}")
+        # vthread loops have no CUDA index: fold them into each thread first
+        self.stmt(inject_virtual_threads(spec.body))
+        threads = 1
+        const_block = all(isinstance(e, IntImm) for e in spec.block)
+        if const_block:
+            for e in spec.block:
+                threads *= e.value  # type: ignore[attr-defined]
+        if not const_block:
+            bounds = ""
+        elif self.min_blocks:
+            # caps registers so that min_blocks blocks of this size fit on one SM
+            bounds = f"__launch_bounds__({threads}, {self.min_blocks}) "
+        else:
+            bounds = f"__launch_bounds__({threads}) "
+        head = f'extern "C" __global__ void {bounds}{spec.name}('
+        sig = head + (",\n" + " " * len(head)).join(decls) + ") {" if decls else head + ") {"
+        text = "\n".join([sig, *self.lines, "}"])
+        return text, KernelSource(
+            spec=spec,
+            params=tuple(params),
+            alignment=dict(self.alignment),
+            shared_bytes=self.shared_bytes,
+        )
+
+    # -- statements --------------------------------------------------------------------------
+    def stmt(self, s: Stmt) -> None:
+        method = getattr(self, "stmt_" + type(s).__name__, None)
+        if method is None:
+            raise CodegenError(
+                f"CUDA codegen: {type(s).__name__} is not part of the lowered form (expected "
+                f"For, IfThenElse, SeqStmt, BufferStore, Evaluate, Allocate); run "
+                f"loopir.lower first:\n{s}"
+            )
+        method(s)
+
+    def stmt_SeqStmt(self, s: SeqStmt) -> None:
+        for x in s.seq:
+            self.stmt(x)
+
+    def stmt_Evaluate(self, s: Evaluate) -> None:
+        v = s.value
+        if isinstance(v, Call) and v.op == "tvm_storage_sync":
+            scope = v.args[0].value if isinstance(v.args[0], StringImm) else None
+            if scope == "shared":
+                self.line("__syncthreads();")
+            elif scope == "warp":
+                self.line("__syncwarp();")
+            else:
+                raise CodegenError(
+                    f"CUDA codegen: kernel {self.spec.name}: storage_sync({scope!r}) has no CUDA "
+                    "equivalent inside a kernel (only 'shared' and 'warp')"
+                )
+            return
+        if isinstance(v, Call) and not v.pure:
+            self.line(f"(void)({self.expr(v)});")
+        # pure expressions evaluated for nothing are dropped
+
+    def stmt_IfThenElse(self, s: IfThenElse) -> None:
+        if _has_barrier(s.then_case) or (s.else_case is not None and _has_barrier(s.else_case)):
+            logger.warning(
+                "kernel %s: __syncthreads() under the condition %s; correct only if the "
+                "condition is uniform across the thread block",
+                self.spec.name,
+                s.condition,
+            )
+        with self.block(f"if ({self.expr(s.condition)})"):
+            self.stmt(s.then_case)
+        if s.else_case is not None:
+            self.lines.pop()
+            with self.block("} else"):
+                self.stmt(s.else_case)
+
+    def stmt_BufferStore(self, s: BufferStore) -> None:
+        self.note_dtype(s.buffer.dtype)
+        lanes = dt.lanes(s.value.dtype)
+        if lanes > 1 or any(dt.lanes(i.dtype) > 1 for i in s.indices):
+            self.vector_store(s)
+            return
+        idx = self.expr(self.flat_index(s.buffer, s.indices))
+        self.line(f"{self.buffer_name(s.buffer)}[{idx}] = {self.expr(s.value)};")
+
+    def stmt_Allocate(self, s: Allocate) -> None:
+        b = s.buffer
+        self.note_dtype(b.dtype)
+        size = 1
+        for e in b.shape:
+            if not isinstance(e, IntImm):
+                raise CodegenError(
+                    f"CUDA codegen: kernel {self.spec.name}: {b.scope} buffer {b.name} has "
+                    f"non-constant shape {tuple(str(x) for x in b.shape)}; shared and local "
+                    "buffers need constant extents"
+                )
+            size *= e.value
+        name = self.buffer_name(b)
+        if b.scope == "shared":
+            self.shared_bytes += size * max(1, dt.bits(b.dtype) // 8)
+            self.line(f"__shared__ __align__(16) {ctype(b.dtype)} {name}[{size}];")
+        elif b.scope == "local":
+            self.line(f"{ctype(b.dtype)} {name}[{size}];")
+        else:
+            raise CodegenError(
+                f"CUDA codegen: kernel {self.spec.name}: cannot allocate {b.scope} buffer "
+                f"{b.name} inside a kernel"
+            )
+        self.stmt(s.body)
+
+    def stmt_For(self, s: For) -> None:
+        if s.kind is ForKind.THREAD_BINDING and s.thread_tag in self.launch:
+            self.thread_loop(s)
+            return
+        if s.kind is ForKind.VECTORIZED and self.try_vector_loop(s):
+            return
+        if s.kind in (ForKind.UNROLLED, ForKind.VECTORIZED) or (
+            s.kind is ForKind.THREAD_BINDING  # vthread: folded into each thread
+        ) or (s.kind is ForKind.SERIAL and _indexes_register_array(s)):
+            self.line("#pragma unroll")
+        elif s.kind is ForKind.PARALLEL:
+            logger.info(
+                "kernel %s: parallel loop %s runs serially inside each thread",
+                self.spec.name,
+                s.loop_var.name,
+            )
+        v = self.var_name(s.loop_var)
+        t = ctype(s.loop_var.dtype)
+        lo = self.expr(s.min)
+        if isinstance(s.min, IntImm) and s.min.value == 0:
+            end = self.expr(s.extent)
+        else:
+            end = self.expr(_add(s.min, s.extent))
+        with self.bound(s.loop_var, s.min, s.extent):
+            with self.block(f"for ({t} {v} = {lo}; {v} < {end}; ++{v})"):
+                self.stmt(s.body)
+
+    def thread_loop(self, s: For) -> None:
+        tag = s.thread_tag
+        assert tag is not None
+        hw = f"(({ctype(s.loop_var.dtype)}){tag})"
+        v = self.var_name(s.loop_var)
+        launched = self.launch[tag]
+        init = hw if isinstance(s.min, IntImm) and s.min.value == 0 else f"{hw} + {self.expr(s.min)}"
+        self.line(f"const {ctype(s.loop_var.dtype)} {v} = {init};")
+        with self.bound(s.loop_var, s.min, s.extent):
+            if s.extent is launched or (
+                isinstance(s.extent, IntImm)
+                and isinstance(launched, IntImm)
+                and s.extent.value == launched.value
+            ):
+                self.stmt(s.body)
+                return
+            if _has_barrier(s.body):
+                raise CodegenError(
+                    f"CUDA codegen: kernel {self.spec.name}: loop {s.loop_var.name} bound to "
+                    f"{tag} has extent {s.extent} < launched {launched} and contains "
+                    "__syncthreads(); the guard would make the barrier divergent"
+                )
+            with self.block(f"if ({tag} < {self.expr(s.extent)})"):
+                self.stmt(s.body)
+
+    # -- vectorization -----------------------------------------------------------------------
+    def _vector_access_ok(
+        self, buffer: Buffer, indices: tuple[PrimExpr, ...], v: Var, lanes: int
+    ) -> PrimExpr | None:
+        """The flat offset at ``v = 0`` if the access is contiguous in ``v`` and aligned."""
+        if buffer.scope == "local" or buffer.strides is not None:
+            return None  # pointer-casting register arrays would force them into local memory
+        *outer, last = indices
+        if any(_linear_coeff(i, v) != 0 for i in outer) or _linear_coeff(last, v) != 1:
+            return None
+        flat = self.flat_index(buffer, indices)
+        off0 = fold_constants(substitute(flat, {v: IntImm(0, v.dtype)}))
+        if not an.is_multiple_of(off0, lanes, self.env):
+            return None
+        if buffer.scope == "global":
+            # the runtime checks the base pointer; the row length must keep every row aligned,
+            # which is already implied by off0 being a multiple of lanes for every row
+            pass
+        return off0
+
+    def try_vector_loop(self, s: For) -> bool:
+        """Emit ``s`` as one vector access; False (and nothing emitted) if not provable.
+
+        Accepted bodies: ``dst[...v] = src[...v]`` or ``dst[...v] = cond ? src[...v] : c``
+        (``c`` a constant), under guards without else. Conditions must not depend on ``v``
+        after :func:`lane_invariant` (a guard ``base + v < bound`` with both ``base`` and
+        ``bound`` multiples of the lane count holds for all lanes iff it holds for lane 0).
+        """
+        if not (isinstance(s.min, IntImm) and s.min.value == 0 and isinstance(s.extent, IntImm)):
+            return False
+        lanes = s.extent.value
+        v = s.loop_var
+        body = s.body
+        guards: list[PrimExpr] = []
+        while isinstance(body, IfThenElse) and body.else_case is None:
+            guards.append(body.condition)
+            body = body.then_case
+        if not isinstance(body, BufferStore):
+            return False
+        value, select_cond, fill = body.value, None, None
+        if (
+            isinstance(value, Select)
+            and isinstance(value.true_value, BufferLoad)
+            and isinstance(value.false_value, (IntImm, FloatImm))
+        ):
+            select_cond, fill, value = value.condition, value.false_value, value.true_value
+        if not isinstance(value, BufferLoad):
+            return False
+        dst, src = body, value
+        if dst.buffer.dtype != src.buffer.dtype or dt.lanes(src.dtype) != 1:
+            return False
+        carrier = vector_carrier(dst.buffer.dtype, lanes)
+        if carrier is None:
+            return False
+        splat = None if fill is None else vector_splat(carrier, fill, lanes)
+        if fill is not None and splat is None:
+            return False
+        with self.bound(v, s.min, s.extent):
+            doff = self._vector_access_ok(dst.buffer, dst.indices, v, lanes)
+            soff = self._vector_access_ok(src.buffer, src.indices, v, lanes)
+            conds = [lane_invariant(c, v, lanes, self.env) for c in guards]
+            sel = None if select_cond is None else lane_invariant(select_cond, v, lanes, self.env)
+        if doff is None or soff is None or any(c is None for c in conds):
+            return False
+        if select_cond is not None and sel is None:
+            return False
+        nbytes = lanes * dt.bits(dst.buffer.dtype) // 8
+        for b in (dst.buffer, src.buffer):
+            if b.scope == "global":
+                self.alignment[b] = max(self.alignment.get(b, 1), nbytes)
+        self.note_dtype(dst.buffer.dtype)
+        dname, sname = self.buffer_name(dst.buffer), self.buffer_name(src.buffer)
+        sconst = "const " if src.buffer.scope == "global" and src.buffer not in self.spec.written else ""
+        load = f"*({sconst}{carrier}*)({sname} + {self.expr(soff)})"
+        if sel is not None:
+            load = f"({self.expr(sel)}) ? {load} : {splat}"
+        text = f"*({carrier}*)({dname} + {self.expr(doff)}) = {load};"
+        if conds:
+            guard = conds[0]
+            for c in conds[1:]:
+                guard = And(guard, c)  # type: ignore[arg-type]
+            with self.block(f"if ({self.expr(guard)})"):
+                self.line(text)
+        else:
+            self.line(text)
+        return True
+
+    def vector_store(self, s: BufferStore) -> None:
+        """A store with Ramp indices: one vector access when aligned, else per-lane stores."""
+        lanes = max(dt.lanes(s.value.dtype), *(dt.lanes(i.dtype) for i in s.indices))
+        carrier = vector_carrier(s.buffer.dtype, lanes)
+        last = s.indices[-1]
+        value = s.value
+        if (
+            carrier is not None
+            and isinstance(value, BufferLoad)
+            and value.buffer.dtype == s.buffer.dtype
+            and all(dt.lanes(i.dtype) == 1 for i in s.indices[:-1])
+            and isinstance(last, Ramp)
+            and isinstance(last.stride, IntImm)
+            and last.stride.value == 1
+            and all(dt.lanes(i.dtype) == 1 for i in value.indices[:-1])
+            and isinstance(value.indices[-1], Ramp)
+            and isinstance(value.indices[-1].stride, IntImm)
+            and value.indices[-1].stride.value == 1
+            and s.buffer.scope != "local"
+            and value.buffer.scope != "local"
+            and s.buffer.strides is None
+            and value.buffer.strides is None
+        ):
+            src_last = value.indices[-1]
+            doff = self.flat_index(s.buffer, (*s.indices[:-1], last.base))
+            soff = self.flat_index(value.buffer, (*value.indices[:-1], src_last.base))
+            if an.is_multiple_of(doff, lanes, self.env) and an.is_multiple_of(soff, lanes, self.env):
+                nbytes = lanes * dt.bits(s.buffer.dtype) // 8
+                for b in (s.buffer, value.buffer):
+                    if b.scope == "global":
+                        self.alignment[b] = max(self.alignment.get(b, 1), nbytes)
+                sconst = "const " if value.buffer.scope == "global" and value.buffer not in self.spec.written else ""
+                self.line(
+                    f"*({carrier}*)({self.buffer_name(s.buffer)} + {self.expr(doff)}) = "
+                    f"*({sconst}{carrier}*)({self.buffer_name(value.buffer)} + {self.expr(soff)});"
+                )
+                return
+        from loopir.codegen_cuda.exprs_cuda import lane_of
+
+        for i in range(lanes):
+            idx = tuple(lane_of(x, i) for x in s.indices)
+            flat = self.expr(self.flat_index(s.buffer, idx))
+            self.line(f"{self.buffer_name(s.buffer)}[{flat}] = {self.expr(lane_of(value, i))};")
+
+
+def lane_invariant(
+    cond: PrimExpr, v: Var, lanes: int, env: Mapping[Var, an.Bound]
+) -> PrimExpr | None:
+    """``cond`` rewritten without ``v`` (0 <= v < lanes), or None if it really depends on it.
+
+    Conjuncts ``L + v < R`` and ``L + v >= R`` with ``L`` and ``R`` multiples of ``lanes``
+    have the same truth value for every lane, so they become ``L < R`` / ``L >= R``.
+    """
+    if v not in collect_vars(cond):
+        return cond
+    if isinstance(cond, And):
+        a = lane_invariant(cond.a, v, lanes, env)
+        b = lane_invariant(cond.b, v, lanes, env)
+        return None if a is None or b is None else And(a, b)
+    if isinstance(cond, (LT, GE)):
+        lhs, rhs = cond.a, cond.b
+        if v in collect_vars(rhs) or _linear_coeff(lhs, v) != 1:
+            return None
+        base = fold_constants(substitute(lhs, {v: IntImm(0, v.dtype)}))
+        if an.is_multiple_of(base, lanes, env) and an.is_multiple_of(rhs, lanes, env):
+            return type(cond)(base, rhs)
+    return None
+
+
+def vector_splat(carrier: str, value: IntImm | FloatImm, lanes: int) -> str | None:
+    """A ``carrier`` value with every lane equal to the constant ``value``, or None."""
+    if carrier in ("float2", "float4"):
+        lit = float_literal(value.value, "float32")
+        return f"make_{carrier}({', '.join([lit] * lanes)})"
+    if carrier in ("int2", "int4") and isinstance(value, IntImm):
+        return f"make_{carrier}({', '.join([str(value.value)] * lanes)})"
+    if carrier == "half2":
+        return f"__float2half2_rn({float_literal(value.value, 'float32')})"
+    if carrier == "nv_bfloat162":
+        return f"__float2bfloat162_rn({float_literal(value.value, 'float32')})"
+    if value.value == 0:  # raw carriers: all-zero bits are 0 in every float and int type
+        return {"unsigned int": "0u", "uint2": "make_uint2(0u, 0u)",
+                "uint4": "make_uint4(0u, 0u, 0u, 0u)"}.get(carrier)
+    return None
+
+
+def fold_constants(e: PrimExpr) -> PrimExpr:
+    """Fold ``x + 0``, ``x * 1``, ``x * 0`` and constant sums in an index expression."""
+    if isinstance(e, Add):
+        return _add(fold_constants(e.a), fold_constants(e.b))
+    if isinstance(e, Mul):
+        return _mul(fold_constants(e.a), fold_constants(e.b))
+    if isinstance(e, Sub):
+        a, b = fold_constants(e.a), fold_constants(e.b)
+        if isinstance(b, IntImm) and b.value == 0:
+            return a
+        if isinstance(a, IntImm) and isinstance(b, IntImm):
+            return IntImm(a.value - b.value, a.dtype)
+        return e if a is e.a and b is e.b else Sub(a, b)
+    return e
+
+
+def _mul(a: PrimExpr, b: PrimExpr) -> PrimExpr:
+    """``a * b`` with constants folded (keeps flattened indices readable)."""
+    a, b = _match_int(a, b)
+    if isinstance(a, IntImm) and isinstance(b, IntImm):
+        return IntImm(a.value * b.value, a.dtype)
+    if isinstance(b, IntImm) and b.value == 1:
+        return a
+    if isinstance(a, IntImm) and a.value == 1:
+        return b
+    if (isinstance(a, IntImm) and a.value == 0) or (isinstance(b, IntImm) and b.value == 0):
+        return IntImm(0, a.dtype)
+    return Mul(a, b)
+
+
+def _add(a: PrimExpr, b: PrimExpr) -> PrimExpr:
+    a, b = _match_int(a, b)
+    if isinstance(a, IntImm) and isinstance(b, IntImm):
+        return IntImm(a.value + b.value, a.dtype)
+    if isinstance(b, IntImm) and b.value == 0:
+        return a
+    if isinstance(a, IntImm) and a.value == 0:
+        return b
+    return Add(a, b)
+
+
+def _match_int(a: PrimExpr, b: PrimExpr) -> tuple[PrimExpr, PrimExpr]:
+    if a.dtype == b.dtype:
+        return a, b
+    wide = "int64" if "int64" in (a.dtype, b.dtype) else a.dtype
+    from loopir.ir.expr import Cast
+
+    def conv(x: PrimExpr) -> PrimExpr:
+        if x.dtype == wide:
+            return x
+        if isinstance(x, IntImm):
+            return IntImm(x.value, wide)
+        return Cast(wide, x)
+
+    return conv(a), conv(b)
+
+
+_HELPERS = """\
+// Floor division and modulo (round toward -inf), as loopir's floordiv/floormod; C's / and %
+// truncate toward zero. Used only where an operand may be negative.
+template <typename T>
+__device__ __forceinline__ T loopir_floordiv(T a, T b) {
+  T q = a / b;
+  T r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q;
+}
+template <typename T>
+__device__ __forceinline__ T loopir_floormod(T a, T b) {
+  T r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+"""
+
+
+def emit_cuda(func: PrimFunc, min_blocks_per_sm: int | None = None) -> EmitResult:
+    """Emit CUDA C++ for the lowered function ``func``.
+
+    Parameters
+    ----------
+    func
+        A function in lowered form.
+    min_blocks_per_sm
+        If set, the second argument of every kernel's ``__launch_bounds__`` (the register cap
+        that lets that many blocks share a multiprocessor).
+
+    Returns
+    -------
+    EmitResult
+        The source, the host program and per-kernel launch information.
+
+    Raises
+    ------
+    CodegenError
+        If the function is not in lowered form or cannot be split into host and kernels.
+    """
+    if min_blocks_per_sm is not None and (
+        isinstance(min_blocks_per_sm, bool) or not isinstance(min_blocks_per_sm, int)
+        or min_blocks_per_sm < 1
+    ):
+        raise CodegenError(
+            f"CUDA codegen: min_blocks_per_sm must be a positive int, got {min_blocks_per_sm!r}"
+        )
+    splitter = HostDeviceSplitter(func)
+    host = splitter.run()
+    size_vars: set[Var] = set()
+    for b in (*func.params, *splitter.host_temps):
+        for e in (*b.shape, *(b.strides or ())):
+            post_order_visit(e, lambda n: size_vars.add(n) if isinstance(n, Var) else None)
+    texts: list[str] = []
+    kernels: list[KernelSource] = []
+    fp16 = bf16 = False
+    helpers = False
+    for spec in splitter.kernels:
+        em = KernelEmitter(func, spec, size_vars, min_blocks_per_sm)
+        text, info = em.emit()
+        if info.shared_bytes > 48 * 1024:
+            raise CodegenError(
+                f"CUDA codegen: kernel {spec.name} declares {info.shared_bytes} bytes of static "
+                "shared memory; the limit is 49152 bytes"
+            )
+        fp16 |= em.uses_fp16
+        bf16 |= em.uses_bf16
+        helpers |= em.printer.uses_floor_helpers
+        texts.append(text)
+        kernels.append(info)
+    if not kernels and not splitter.extern_calls:
+        logger.warning("CUDA codegen: function %s has no thread-bound loop: no kernel", func.name)
+    head = [f"// Generated by loopir from PrimFunc {func.name!r}."]
+    if fp16:
+        head.append("#include <cuda_fp16.h>")
+    if bf16:
+        head.append("#include <cuda_bf16.h>")
+    parts = ["\n".join(head)]
+    if helpers:
+        parts.append(_HELPERS.rstrip("\n"))
+    parts.extend(texts)
+    source = "\n\n".join(parts) + "\n"
+    return EmitResult(
+        source=source,
+        host=host,
+        kernels=tuple(kernels),
+        host_temps=tuple(splitter.host_temps),
+        extern_calls=tuple(splitter.extern_calls),
+    )

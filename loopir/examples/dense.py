@@ -1,0 +1,78 @@
+"""The DietCode dense (GEMM) schedule: ``C[i, j] = sum_k A[i, k] * B[k, j]``.
+
+Tiles: i split ``[None, 1, 8, 8, 2]``, j ``[None, 2, 32, 1, 2]``, k ``[None, 1, 4]``; loops
+ordered ``i0 j0 i1 j1 i2 j2 k0 k1 i3 j3 k2 i4 j4``; ``(i0, j0)`` fused to ``blockIdx.x``,
+``(i1, j1)`` to ``vthread.x`` and ``(i2, j2)`` to ``threadIdx.x`` (256 threads). C is
+accumulated in a local cache written back under the thread loop; A and B tiles are fetched
+into shared memory at ``k0`` cooperatively by the 256 threads with ``vec``-wide vectors; the
+reduction's init is decomposed at ``k0``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loopir.errors import ScheduleError
+from loopir.ir.stmt import PrimFunc
+from loopir.schedule import Schedule
+
+#: Threads per block of the schedule: the product of the i2 and j2 tiles (8 * 32).
+THREADS = 256
+
+
+def dense_func(M: Any, K: Any, N: Any, dtype: str = "float32") -> PrimFunc:
+    """The unscheduled dense function ``C[M, N] = A[M, K] @ B[K, N]`` (sizes: ints or Vars)."""
+    from loopir import te
+
+    A = te.placeholder((M, K), dtype, name="A")
+    B = te.placeholder((K, N), dtype, name="B")
+    k = te.reduce_axis(K, name="k")
+    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    return te.create_prim_func([A, B, C])
+
+
+def dense(M: Any, K: Any, N: Any, vec: int = 4, dtype: str = "float32") -> Schedule:
+    """The DietCode dense schedule for any ``M, K, N`` (ints, or Vars for symbolic sizes).
+
+    Parameters
+    ----------
+    M, K, N
+        Problem sizes. Non-multiples of the tiles (128 x 128 x 4) are handled with predicates.
+    vec
+        Vector width of the cooperative shared-memory fetch.
+    dtype
+        Element type of A, B and C.
+
+    Returns
+    -------
+    Schedule
+        The schedule; ``sch.func`` is the scheduled function and ``sch.trace`` its trace.
+    """
+    if isinstance(vec, bool) or not isinstance(vec, int) or vec <= 0:
+        raise ScheduleError(f"vec must be a positive int, got {vec!r}", primitive="examples.dense")
+    sch = Schedule(dense_func(M, K, N, dtype))
+    c = sch.get_block("C")
+    i, j, k = sch.get_loops(c)
+    i0, i1, i2, i3, i4 = sch.split(i, [None, 1, 8, 8, 2])
+    j0, j1, j2, j3, j4 = sch.split(j, [None, 2, 32, 1, 2])
+    k0, k1, k2 = sch.split(k, [None, 1, 4])
+    sch.reorder(i0, j0, i1, j1, i2, j2, k0, k1, i3, j3, k2, i4, j4)
+    bx = sch.fuse(i0, j0)
+    sch.bind(bx, "blockIdx.x")
+    vx = sch.fuse(i1, j1)
+    sch.bind(vx, "vthread.x")
+    tx = sch.fuse(i2, j2)
+    sch.bind(tx, "threadIdx.x")
+    c_local = sch.cache_write(c, "C", "local")
+    sch.reverse_compute_at(c_local, tx)
+    for name in ("A", "B"):
+        shared = sch.cache_read(c, name, "shared")
+        sch.compute_at(shared, k0, preserve_unit_loops=True)
+        # The copy loops are the ones compute_at created below k0 (bx, vx, tx, k0 above).
+        copy_loops = sch.get_loops(shared)[4:]
+        fused = sch.fuse(*copy_loops)
+        _, t, v = sch.split(fused, [None, THREADS, vec])
+        sch.bind(t, "threadIdx.x")
+        sch.vectorize(v)
+    sch.decompose_reduction(c, k0)
+    return sch

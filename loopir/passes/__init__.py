@@ -1,0 +1,31 @@
+"""Passes over PrimFuncs, their configuration context and the lowering pipeline.
+
+Importing this package registers every built-in configuration key (see
+``PassContext.list_configs()``).
+"""
+
+from loopir.passes.base import (
+    FunctionPass,
+    Pass,
+    PassInstrument,
+    PrintIRInstrument,
+    RecordIRInstrument,
+    Sequential,
+)
+from loopir.passes.compact import CompactBufferAllocation
+from loopir.passes.context import ConfigEntry, PassContext, register_config
+from loopir.passes.gemm_offload import GemmOffload
+from loopir.passes.inject_vthread import InjectVirtualThread
+from loopir.passes.local_pad import LocalPadding, LocalPaddingReport
+from loopir.passes.lower_blocks import LowerBlocks
+from loopir.passes.pipeline import default_pipeline, lower
+from loopir.passes.simplify import Simplify
+from loopir.passes.thread_sync import ThreadSync
+from loopir.passes.unify_threads import UnifyThreadLoops
+
+__all__ = [
+    "CompactBufferAllocation", "ConfigEntry", "FunctionPass", "GemmOffload", "InjectVirtualThread", "LocalPadding",
+    "LocalPaddingReport", "LowerBlocks", "Pass", "PassContext", "PassInstrument",
+    "PrintIRInstrument", "RecordIRInstrument", "Sequential", "Simplify", "ThreadSync",
+    "UnifyThreadLoops", "default_pipeline", "lower", "register_config",
+]  # fmt: skip

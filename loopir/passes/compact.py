@@ -1,0 +1,292 @@
+"""CompactBufferAllocation: shrink shared/local buffers to the region used, and move them.
+
+For every ``Allocate`` of a ``shared`` or ``local`` buffer (the cache buffers of a schedule,
+allocated at the root with the full tensor shape):
+
+1. The lowest common ancestor (LCA) loop of all its accesses is found.
+2. The accessed region is computed per dimension, relaxing (following docs/semantics "Regions
+   under compute_at depend on the storage scope") the loops inside the LCA, and for ``shared``
+   buffers also every ``threadIdx.*``/``vthread.*`` loop, since all threads of a block share the
+   buffer; a ``local`` buffer relaxes nothing else: it is per (virtual) thread. The region is
+   derived exactly by enumeration when the relaxed loops are small and constant (enclosing
+   guards that only involve those loops narrow it, so a cooperative fetch whose fused loop
+   overshoots the tile does not inflate the buffer), else by the arith analyzer's ``int_set``
+   (guards ignored: an over-approximation, which is always safe).
+3. The buffer gets the region's extents as its shape (a constant upper bound when the extent is
+   symbolic), indices are rewritten relative to the region's minimum, and the ``Allocate`` moves
+   to the LCA -- for ``shared`` buffers above the outermost enclosing thread loop, where CUDA
+   shared memory lives.
+
+A dimension whose region is not smaller than the buffer keeps its original extent and indices.
+A buffer that is never accessed loses its allocation.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import attrs
+
+from loopir.ir import op
+from loopir.ir.buffer import Buffer
+from loopir.ir.expr import BufferLoad, IntImm, PrimExpr, Ramp
+from loopir.ir.functor import Mutator, collect_vars, substitute
+from loopir.ir.stmt import Allocate, BufferStore, For, PrimFunc, Stmt
+from loopir.passes import _enum
+from loopir.passes._walk import (
+    Access,
+    collect_accesses,
+    index_bounds_exprs,
+    is_thread_loop,
+    loop_range,
+)
+from loopir.passes.base import Pass
+from loopir.passes.context import PassContext
+
+__all__ = ["CompactBufferAllocation"]
+
+logger = logging.getLogger(__name__)
+
+
+def _analyzer(loops: Sequence[For]):  # noqa: ANN202 - arith is imported lazily
+    from loopir.arith import Analyzer
+
+    ana = Analyzer()
+    for f in loops:
+        ana.bind(f.loop_var, loop_range(f))
+    return ana
+
+
+def _const(e: PrimExpr) -> int | None:
+    return e.value if isinstance(e, IntImm) else None
+
+
+def _enum_interval(
+    e: PrimExpr, relax: Sequence[For], conds: Sequence[PrimExpr], ana
+) -> tuple[PrimExpr, int, int] | None | bool:
+    """``(h, lo, hi)`` with ``e`` in ``[h + lo, h + hi]``; None: never executed; False: failed."""
+    rvars = {f.loop_var for f in relax}
+    ranges = []
+    for f in relax:
+        lo, ext = _const(f.min), _const(f.extent)
+        if lo is None or ext is None:
+            return False
+        ranges.append((f.loop_var, lo, ext))
+    h = ana.simplify(substitute(e, {f.loop_var: f.min for f in relax}))
+    g = ana.simplify(e - h)
+    if not set(collect_vars(g)) <= rvars:
+        return False
+    usable = [c for c in conds if set(collect_vars(c)) <= rvars]
+    try:
+        env = _enum.domain(ranges)
+        size = next(iter(env.values())).size if env else 1
+        vals = _enum.evaluate(g, env, size)
+        mask = None
+        for c in usable:
+            m = _enum.evaluate(c, env, size) != 0
+            mask = m if mask is None else mask & m
+    except _enum.NotEnumerable:
+        return False
+    if mask is not None:
+        vals = vals[mask]
+    if vals.size == 0:
+        return None
+    return h, int(vals.min()), int(vals.max())
+
+
+@attrs.define
+class _Plan:
+    old: Allocate
+    new_buffer: Buffer
+    mins: tuple[PrimExpr | None, ...]  # None: dimension kept as is
+    wrap_body_of: For | None  # allocate around this loop's body ...
+    wrap_loop: For | None  # ... or around this loop itself (shared over thread loops)
+    used: bool = True
+
+
+def _plan(alloc: Allocate, accesses: list[Access]) -> _Plan | None:
+    buf = alloc.buffer
+    mine = [a for a in accesses if a.buffer is buf]
+    if not mine:
+        return _Plan(alloc, buf, (), None, None, used=False)
+    # LCA: the longest common prefix of the enclosing loop chains.
+    prefix: list[For] = list(mine[0].loops)
+    for a in mine[1:]:
+        n = 0
+        while n < len(prefix) and n < len(a.loops) and prefix[n] is a.loops[n]:
+            n += 1
+        del prefix[n:]
+    shared = buf.scope == "shared"
+    ana = _analyzer(prefix)
+    mins: list[PrimExpr | None] = []
+    shape: list[PrimExpr] = []
+    for d, full in enumerate(buf.shape):
+        intervals: list[tuple[PrimExpr, PrimExpr, PrimExpr | None, int | None, int | None]] = []
+        for a in mine:
+            relax = [f for i, f in enumerate(a.loops) if i >= len(prefix) or (shared and is_thread_loop(f))]
+            inner_ana = _analyzer(a.loops)
+            for e in index_bounds_exprs(a.indices[d]):
+                got = _enum_interval(e, relax, a.conds, inner_ana)
+                if got is None:
+                    continue
+                if got is False:
+                    s = inner_ana.int_set(e, {f.loop_var: loop_range(f) for f in relax})
+                    intervals.append((s.min, s.max, None, None, None))
+                else:
+                    h, lo, hi = got
+                    intervals.append((h + lo, h + hi, h, lo, hi))
+        if not intervals:
+            mins.append(None)
+            shape.append(full)
+            continue
+        lo_e, hi_e = _union(intervals, ana)
+        extent = ana.simplify(hi_e - lo_e + 1)
+        ext_c = _const(extent)
+        if ext_c is None:
+            bound = ana.const_int_bound(extent).max_value
+            from loopir.arith.bound import POS_INF
+
+            ext_c = None if bound >= POS_INF else int(bound)
+        full_c = _const(full)
+        if ext_c is None or (full_c is not None and ext_c >= full_c) or ext_c <= 0:
+            mins.append(None)
+            shape.append(full)
+            continue
+        mins.append(lo_e)
+        shape.append(IntImm(ext_c, full.dtype))
+    new_buf = attrs.evolve(buf, shape=tuple(shape), strides=None)
+    if all(m is None for m in mins) and buf.strides is None:
+        new_buf = buf
+    wrap_loop = None
+    if shared:
+        for f in prefix:
+            if is_thread_loop(f):
+                wrap_loop = f
+                break
+    wrap_body = None if wrap_loop is not None else (prefix[-1] if prefix else None)
+    return _Plan(alloc, new_buf, tuple(mins), wrap_body, wrap_loop)
+
+
+def _union(intervals, ana) -> tuple[PrimExpr, PrimExpr]:  # noqa: ANN001
+    """Hull of intervals; exact integer hull when all share one symbolic base."""
+    h0 = intervals[0][2]
+    if h0 is not None:
+        los: list[int] = []
+        his: list[int] = []
+        for _lo_e, _hi_e, h, lo, hi in intervals:
+            if h is None:
+                break
+            off = _const(ana.simplify(h - h0))
+            if off is None:
+                break
+            los.append(off + lo)
+            his.append(off + hi)
+        else:
+            return ana.simplify(h0 + min(los)), ana.simplify(h0 + max(his))
+    lo_e = intervals[0][0]
+    hi_e = intervals[0][1]
+    for lo, hi, *_ in intervals[1:]:
+        lo_e = op.min_(lo_e, lo)
+        hi_e = op.max_(hi_e, hi)
+    return ana.simplify(lo_e), ana.simplify(hi_e)
+
+
+class _Rewrite(Mutator):
+    def __init__(self, plans: list[_Plan]) -> None:
+        from loopir.arith import Analyzer
+
+        self.ana = Analyzer()
+        self.by_old = {p.old.buffer: p for p in plans}
+        self.drop = {p.old for p in plans}
+        self.body_of: dict[For, list[_Plan]] = {}
+        self.around: dict[For, list[_Plan]] = {}
+        self.root: list[_Plan] = []
+        for p in plans:
+            if p.wrap_loop is not None:
+                self.around.setdefault(p.wrap_loop, []).append(p)
+            elif p.wrap_body_of is not None:
+                self.body_of.setdefault(p.wrap_body_of, []).append(p)
+            else:
+                self.root.append(p)
+
+    def _indices(self, buf: Buffer, idx: tuple[PrimExpr, ...]) -> tuple[Buffer, tuple[PrimExpr, ...]]:
+        p = self.by_old.get(buf)
+        if p is None:
+            return buf, idx
+        out = []
+        for i, m in zip(idx, p.mins):
+            if m is None:
+                out.append(i)
+            elif isinstance(i, Ramp):
+                out.append(Ramp(self.ana.simplify(i.base - m), i.stride, i.lanes))
+            else:
+                out.append(self.ana.simplify(i - m))
+        return p.new_buffer, tuple(out)
+
+    def visit_BufferLoad(self, node: BufferLoad) -> PrimExpr:
+        node = self.generic_visit(node)
+        buf, idx = self._indices(node.buffer, node.indices)
+        return node if buf is node.buffer and idx is node.indices else BufferLoad(buf, idx)
+
+    def visit_BufferStore(self, node: BufferStore) -> Stmt:
+        node = self.generic_visit(node)
+        buf, idx = self._indices(node.buffer, node.indices)
+        if buf is node.buffer and idx is node.indices:
+            return node
+        return BufferStore(buf, node.value, idx)
+
+    def visit_Allocate(self, node: Allocate) -> Stmt:
+        body = self.visit(node.body)
+        if node in self.drop:
+            return body
+        return body if body is node.body else attrs.evolve(node, body=body)
+
+    def visit_For(self, node: For) -> Stmt:
+        out = self.generic_visit(node)
+        inner = self.body_of.get(node)
+        if inner:
+            body = out.body
+            for p in reversed(inner):
+                body = Allocate(p.new_buffer, body)
+            out = attrs.evolve(out, body=body)
+        for p in reversed(self.around.get(node, [])):
+            out = Allocate(p.new_buffer, out)
+        return out
+
+    def wrap_root(self, body: Stmt) -> Stmt:
+        for p in reversed(self.root):
+            if _used(p):
+                body = Allocate(p.new_buffer, body)
+        return body
+
+
+def _used(p: _Plan) -> bool:
+    return p.used
+
+
+class CompactBufferAllocation(Pass):
+    """Compact shared/local allocations to their used region and move them (see module doc)."""
+
+    name = "CompactBufferAllocation"
+
+    def transform(self, func: PrimFunc, ctx: PassContext) -> PrimFunc:
+        accesses, allocs = collect_accesses(func.body)
+        plans = []
+        for alloc, _loops in allocs:
+            if alloc.buffer.scope not in ("shared", "local"):
+                continue
+            plan = _plan(alloc, accesses)
+            if plan is not None:
+                plans.append(plan)
+                logger.debug(
+                    "CompactBufferAllocation: %s %s -> %s", alloc.buffer.name,
+                    tuple(str(s) for s in alloc.buffer.shape),
+                    tuple(str(s) for s in plan.new_buffer.shape),
+                )
+        if not plans:
+            return func
+        rw = _Rewrite(plans)
+        body = rw.visit(func.body)
+        return func.with_body(rw.wrap_root(body))
+

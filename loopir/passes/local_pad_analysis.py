@@ -1,0 +1,301 @@
+"""Proof helpers of the LocalPadding pass: iteration domains, store safety, element predicates.
+
+Each question is answered by exhaustion over the iteration domain (see :mod:`._enum`) when it is
+small and constant, and otherwise by the arith analyzer; an unproven fact is treated as false,
+so every doubt keeps a guard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+import numpy as np
+
+from loopir.ir.buffer import Buffer
+from loopir.ir.expr import (
+    EQ,
+    GE,
+    GT,
+    LE,
+    LT,
+    NE,
+    BufferLoad,
+    Call,
+    Cast,
+    IntImm,
+    Mul,
+    Not,
+    Or,
+    PrimExpr,
+    Ramp,
+    Var,
+)
+from loopir.ir.functor import collect_vars, post_order_visit
+from loopir.ir.stmt import For
+from loopir.passes import _enum
+from loopir.passes._walk import loop_range
+
+__all__ = [
+    "ElementPred",
+    "always_true",
+    "analyzer",
+    "atomic_reason",
+    "element_image",
+    "flows_into",
+    "normalize_lt0",
+    "store_safe",
+    "strip_casts",
+]
+
+
+def analyzer(loops: Sequence[For]):  # noqa: ANN201 - arith is imported lazily
+    """An Analyzer with every loop of ``loops`` bound to its range."""
+    from loopir.arith import Analyzer
+
+    ana = Analyzer()
+    for f in loops:
+        ana.bind(f.loop_var, loop_range(f))
+    return ana
+
+
+def has_load_or_call(e: PrimExpr) -> bool:
+    found = False
+
+    def f(n: object) -> None:
+        nonlocal found
+        if isinstance(n, (BufferLoad, Call)):
+            found = True
+
+    post_order_visit(e, f)
+    return found
+
+
+def atomic_reason(c: PrimExpr) -> str | None:
+    """Why conjunct ``c`` must be kept as it is (None: it may be analysed)."""
+    if isinstance(c, Or):
+        return "'||' conjunct: never split or dropped"
+    if isinstance(c, Not):
+        return "'!' conjunct: never split or dropped"
+    if isinstance(c, (EQ, NE)):
+        return f"'{'==' if isinstance(c, EQ) else '!='}' conjunct: never dropped"
+    if isinstance(c, Call) or has_load_or_call(c):
+        return "contains a call or a load: never dropped"
+    if not isinstance(c, (LT, LE, GT, GE)):
+        return f"{type(c).__name__} conjunct is not a comparison: never dropped"
+    return None
+
+
+def normalize_lt0(c: PrimExpr) -> PrimExpr | None:
+    """``d`` with ``c <=> d < 0`` for an integer comparison ``c`` (None otherwise)."""
+    if not isinstance(c, (LT, LE, GT, GE)):
+        return None
+    from loopir.ir import dtype as dt
+
+    if not dt.is_int(c.a.dtype):
+        return None
+    if isinstance(c, LT):
+        return c.a - c.b
+    if isinstance(c, LE):
+        return c.a - c.b - 1
+    if isinstance(c, GT):
+        return c.b - c.a
+    return c.b - c.a - 1
+
+
+def _const_ranges(loops: Sequence[For]) -> list[tuple[Var, int, int]] | None:
+    out = []
+    for f in loops:
+        if not isinstance(f.min, IntImm) or not isinstance(f.extent, IntImm):
+            return None
+        out.append((f.loop_var, f.min.value, f.extent.value))
+    return out
+
+
+def _mask(
+    conds: Sequence[PrimExpr], xs: set[Var], env: dict, size: int, strict: bool = False
+) -> np.ndarray:
+    mask = np.ones(size, dtype=bool)
+    for c in conds:
+        if set(collect_vars(c)) <= xs:
+            mask &= _enum.evaluate(c, env, size) != 0
+        elif strict:
+            raise _enum.NotEnumerable(f"condition on variables outside the domain: {c}")
+        # Otherwise the condition is dropped from the assumptions: proving a fact for every
+        # point of a larger domain is still a proof.
+    return mask
+
+
+def store_safe(
+    indices: Sequence[PrimExpr],
+    buffer: Buffer,
+    assumed: Sequence[PrimExpr],
+    domain_loops: Sequence[For],
+    all_loops: Sequence[For],
+    injective: bool,
+) -> tuple[bool, str]:
+    """Whether a store to ``buffer[indices]`` guarded only by ``assumed`` is safe.
+
+    Safe means: in bounds at every iteration, and (when ``injective``) no two iterations of
+    ``domain_loops`` write the same element.
+
+    Returns
+    -------
+    (bool, str)
+        The verdict and, when unsafe or unproven, the reason.
+    """
+    from loopir.ir import dtype as dt
+
+    if any(isinstance(i, Ramp) or not dt.is_int(i.dtype) or dt.lanes(i.dtype) != 1 for i in indices):
+        return False, "vector store index: not analysed"
+    ana = analyzer(all_loops)
+    idx = [ana.simplify(i) for i in indices]
+    ranges = _const_ranges(domain_loops)
+    if ranges is not None:
+        xs = {v for v, _, _ in ranges}
+        try:
+            env = _enum.domain(ranges)
+            size = next(iter(env.values())).size if env else 1
+            vals = [_enum.evaluate(i, env, size) for i in idx]
+            mask = _mask(assumed, xs, env, size)
+            shape = []
+            for s in buffer.shape:
+                if not isinstance(s, IntImm):
+                    raise _enum.NotEnumerable("symbolic buffer shape")
+                shape.append(s.value)
+            for d, (v, n) in enumerate(zip(vals, shape)):
+                vv = v[mask]
+                if vv.size and (vv.min() < 0 or vv.max() >= n):
+                    return False, (
+                        f"without it the store index {idx[d]} of {buffer.name} could leave "
+                        f"[0, {n}) (reaches {int(vv.min())}..{int(vv.max())})"
+                    )
+            if injective:
+                lin = np.zeros(int(mask.sum()), dtype=np.int64)
+                for v, n in zip(vals, shape):
+                    lin = lin * n + v[mask]
+                if np.unique(lin).size != lin.size:
+                    return False, (
+                        f"without it two iterations could write the same element of {buffer.name}"
+                    )
+            return True, ""
+        except _enum.NotEnumerable:
+            pass
+    for d, (i, n) in enumerate(zip(idx, buffer.shape)):
+        if not (ana.can_prove(i >= 0) and ana.can_prove(i < n)):
+            return False, f"cannot prove the store index {idx[d]} of {buffer.name} stays in [0, {n})"
+    if injective:
+        return False, (
+            f"cannot prove that no two iterations write the same element of {buffer.name} "
+            "(iteration domain not enumerable)"
+        )
+    return True, ""
+
+
+def element_image(
+    indices: Sequence[PrimExpr],
+    buffer: Buffer,
+    assumed: Sequence[PrimExpr],
+    domain_loops: Sequence[For],
+    all_loops: Sequence[For],
+    exact: bool = False,
+) -> set[tuple[int, ...]] | None:
+    """The set of elements ``buffer[indices]`` touched over the domain (None: unknown).
+
+    Conditions on variables outside the domain are ignored, which over-approximates the set
+    (right for "what may be read"); with ``exact`` they make the answer unknown instead (needed
+    for "what is surely written")."""
+    ranges = _const_ranges(domain_loops)
+    if ranges is None:
+        return None
+    ana = analyzer(all_loops)
+    idx = [ana.simplify(i) for i in indices]
+    xs = {v for v, _, _ in ranges}
+    try:
+        env = _enum.domain(ranges)
+        size = next(iter(env.values())).size if env else 1
+        vals = [_enum.evaluate(i, env, size) for i in idx]
+        mask = _mask(assumed, xs, env, size, strict=exact)
+    except _enum.NotEnumerable:
+        return None
+    cols = [v[mask] for v in vals]
+    if not cols:
+        return {()} if mask.any() else set()
+    return set(zip(*(c.tolist() for c in cols)))
+
+
+def always_true(
+    cond: PrimExpr,
+    assumed: Sequence[PrimExpr],
+    domain_loops: Sequence[For],
+    all_loops: Sequence[For],
+) -> bool:
+    """Whether ``cond`` holds at every point of the domain where ``assumed`` holds (exact:
+    assumptions on other variables make the answer False)."""
+    ranges = _const_ranges(domain_loops)
+    if ranges is None:
+        return False
+    xs = {v for v, _, _ in ranges}
+    ana = analyzer(all_loops)
+    try:
+        env = _enum.domain(ranges)
+        size = next(iter(env.values())).size if env else 1
+        mask = _mask(assumed, xs, env, size, strict=True)
+        vals = _enum.evaluate(ana.simplify(cond), env, size) != 0
+    except _enum.NotEnumerable:
+        return False
+    return bool(vals[mask].all())
+
+
+@attrs.frozen(eq=False)
+class ElementPred:
+    """``sign * (p[dim] + offset) + rest < 0``: true exactly for the real (unpadded) elements
+    ``p`` of a padded buffer, as far as one inlined fetch conjunct is concerned."""
+
+    dim: int
+    sign: int
+    offset: PrimExpr
+    rest: PrimExpr
+    source: PrimExpr  # the fetch conjunct it came from (for reports)
+
+    def at(self, p: Sequence[PrimExpr]) -> PrimExpr:
+        return self.sign * (p[self.dim] + self.offset) + self.rest
+
+
+def strip_casts(e: PrimExpr) -> PrimExpr:
+    from loopir.ir import dtype as dt
+
+    while isinstance(e, Cast) and dt.is_float(e.dtype) == dt.is_float(e.value.dtype):
+        e = e.value
+    return e
+
+
+def flows_into(term: PrimExpr, load: BufferLoad, kind: str) -> bool:
+    """Whether a padded ``load`` makes ``term`` the identity of reduction ``kind``.
+
+    sum: ``load`` is a factor of the product chain ``term`` (0 times anything finite is 0);
+    max/min: ``term`` is ``load`` itself (up to casts): ``max(acc, a * b)`` with a -inf
+    operand is not -inf in general, so it is refused.
+    """
+    t = strip_casts(term)
+    if kind == "sum":
+        stack = [t]
+        while stack:
+            x = strip_casts(stack.pop())
+            if x is load:
+                return True
+            if isinstance(x, Mul):
+                stack.extend((x.a, x.b))
+        return False
+    return t is load
+
+
+def loads_of(e: PrimExpr) -> list[BufferLoad]:
+    out: list[BufferLoad] = []
+
+    def f(n: object) -> None:
+        if isinstance(n, BufferLoad):
+            out.append(n)
+
+    post_order_visit(e, f)
+    return out

@@ -1,0 +1,67 @@
+"""The standard lowering pipeline: :func:`lower` and :func:`default_pipeline`.
+
+Order (each is its own pass object; see their modules):
+
+1. ``LowerBlocks`` -- blocks become loops, guards (predicates), init ``if``\\ s, Allocates.
+2. ``UnifyThreadLoops`` -- cooperative-fetch thread loops share the outer thread index.
+3. ``CompactBufferAllocation`` -- shared/local buffers shrink to their tile and move to the
+   lowest common ancestor of their uses (shared: above the thread loops).
+4. ``LocalPadding`` -- only when ``tir.enable_local_pad`` is True.
+5. ``Simplify`` -- arithmetic simplification under loop ranges (opt_level >= 1).
+6. ``InjectVirtualThread`` -- ``vthread`` loops folded into each real thread: statements that do
+   not depend on the virtual thread (the cooperative fetches, barriers) run once, the others in
+   small unrolled loops, local tiles expanded per virtual thread (2 x 32 = 64 accumulators per
+   thread in the dense schedule).
+7. ``ThreadSync`` -- ``storage_sync("shared")`` barriers.
+
+Vectorized loops are kept as loops: the CUDA backend emits them as vector accesses when it can.
+"""
+
+from __future__ import annotations
+
+from loopir.errors import PassError
+from loopir.ir.stmt import PrimFunc
+from loopir.passes.base import Pass, Sequential
+from loopir.passes.compact import CompactBufferAllocation
+from loopir.passes.context import PassContext
+from loopir.passes.inject_vthread import InjectVirtualThread
+from loopir.passes.local_pad import LocalPadding
+from loopir.passes.lower_blocks import LowerBlocks
+from loopir.passes.simplify import Simplify
+from loopir.passes.thread_sync import ThreadSync
+from loopir.passes.unify_threads import UnifyThreadLoops
+
+__all__ = ["default_pipeline", "lower"]
+
+
+def default_pipeline(ctx: PassContext | None = None, explain_local_pad: bool = False) -> Sequential:
+    """The passes :func:`lower` runs under ``ctx`` (default: the current context)."""
+    ctx = ctx or PassContext.current()
+    passes: list[Pass] = [LowerBlocks(), UnifyThreadLoops(), CompactBufferAllocation()]
+    if ctx.get("tir.enable_local_pad"):
+        passes.append(LocalPadding(explain=explain_local_pad))
+    passes += [Simplify(), InjectVirtualThread(), ThreadSync()]
+    return Sequential(passes, name="lower")
+
+
+def lower(func: PrimFunc) -> PrimFunc:
+    """Lower a (scheduled) PrimFunc to the loop form the backends consume.
+
+    Runs :func:`default_pipeline` under the current :class:`PassContext`. The result has no
+    Block/BlockRealize: only For, IfThenElse, SeqStmt, BufferStore, Evaluate and Allocate (of
+    shared/local buffers with their compacted shapes), with shared-memory barriers inserted
+    and cooperative-fetch thread loops unified.
+
+    Parameters
+    ----------
+    func
+        The function (typically ``sch.func``).
+
+    Returns
+    -------
+    PrimFunc
+        The lowered function.
+    """
+    if not isinstance(func, PrimFunc):
+        raise PassError(f"lower: expected a PrimFunc, got {type(func).__name__}")
+    return default_pipeline()(func)

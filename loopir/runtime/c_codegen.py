@@ -1,0 +1,466 @@
+"""Statement part of the IR -> C translation: one C function per PrimFunc.
+
+The generated entry point is::
+
+    int32_t loopir_entry(void** args, const int64_t* syms, int64_t* err);
+
+``args`` holds one data pointer per parameter buffer, ``syms`` the values of the symbolic
+sizes (in :attr:`CProgram.sym_vars` order) and ``err`` the error record of
+:data:`loopir.runtime.c_types.ERR_FIELDS`; the return value is the error code (0 = success).
+
+Semantics (see docs/semantics): the IR is a sequential program. Thread-bound, vthread,
+vectorized, unrolled and parallel loops run as ordinary loops; a BlockRealize binds its iter
+vars and runs the block when its predicate holds, running ``init`` first when every reduce
+iter var is at its domain minimum; ``alloc_buffers`` and ``Allocate`` live for the statement
+they belong to. The one exception is lowered IR with barriers: a ``threadIdx`` loop whose body
+contains a ``storage_sync`` runs with GPU thread-block semantics (one fiber per thread, the
+barrier synchronizes them; see :mod:`loopir.runtime.c_fibers`). Elsewhere ``storage_sync``
+is a no-op.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from loopir.errors import CodegenError
+from loopir.ir import dtype as dt
+from loopir.ir.buffer import Buffer
+from loopir.ir.expr import Call, IntImm, PrimExpr, Var
+from loopir.ir.stmt import (
+    Allocate,
+    Block,
+    BlockRealize,
+    BufferStore,
+    Evaluate,
+    For,
+    ForKind,
+    IfThenElse,
+    IterKind,
+    PrimFunc,
+    SeqStmt,
+    Stmt,
+)
+from loopir.runtime.c_expr import BufferInfo, ExprEmitter, c_ident
+from loopir.runtime.c_fibers import FIBER_PRELUDE, THREAD_COORDS, contains_sync, thread_extents
+from loopir.runtime.c_types import PRELUDE, expr_ctype, storage_bytes, storage_ctype
+
+__all__ = ["CProgram", "generate_c", "ENTRY"]
+
+ENTRY = "loopir_entry"
+
+# Allocations up to this many bytes with a constant size go on the C stack.
+_STACK_LIMIT = 16384
+
+
+@attrs.frozen
+class CProgram:
+    """Generated C source and what the caller needs to run and explain it.
+
+    Attributes
+    ----------
+    source
+        The complete C translation unit.
+    sym_vars
+        Symbolic size variables, in the order of the ``syms`` argument.
+    buffers
+        Buffer descriptions indexed by the ids used in error records: (name, shape text).
+    blocks
+        Block descriptions indexed by block ids: (name, iter var names).
+    written
+        Parameter buffers the function stores to (their arrays must be writeable).
+    """
+
+    source: str
+    sym_vars: tuple[Var, ...]
+    buffers: tuple[tuple[str, str], ...]
+    blocks: tuple[tuple[str, tuple[str, ...]], ...]
+    written: frozenset[int]
+
+
+def _const_int(e: PrimExpr) -> int | None:
+    return e.value if isinstance(e, IntImm) else None
+
+
+class _StmtEmitter(ExprEmitter):
+    def __init__(self, check_bounds: bool, thread_regions: bool = True) -> None:
+        super().__init__(check_bounds)
+        self.thread_regions = thread_regions
+        self.lines: list[str] = []
+        self.indent = 1
+        self.counter = 0
+        self.buffer_table: list[tuple[str, str]] = []
+        self.block_table: list[tuple[str, tuple[str, ...]]] = []
+        self.written: set[Buffer] = set()
+        self.uses_fibers = False
+        self.functions: list[str] = []  # thread-region functions, emitted before the entry
+        self.in_region = False
+
+    # --- helpers ----------------------------------------------------------------------------
+    def emit(self, line: str) -> None:
+        self.lines.append("  " * self.indent + line)
+
+    def fresh(self, base: str) -> str:
+        self.counter += 1
+        return f"{c_ident(base)}_{self.counter}"
+
+    def define_var(self, v: Var) -> tuple[str, str | None]:
+        """Give ``v`` a new C name (shadowing any outer definition); returns (name, old)."""
+        old = self.vars.get(v)
+        name = self.fresh(v.name)
+        self.vars[v] = name
+        return name, old
+
+    def undefine_var(self, v: Var, old: str | None) -> None:
+        if old is None:
+            self.vars.pop(v, None)
+        else:
+            self.vars[v] = old
+
+    def register_buffer(self, b: Buffer, cname: str) -> BufferInfo:
+        bid = len(self.buffer_table)
+        shape_txt = "(" + ", ".join(str(s) for s in b.shape) + ")"
+        self.buffer_table.append((b.name, shape_txt))
+        extents = [self.index64(s) for s in b.shape]
+        if b.strides is not None:
+            strides = [self.index64(s) for s in b.strides]
+        else:
+            # row-major: stride of dim d = product of the later extents (folded when constant)
+            strides = []
+            for d in range(len(b.shape)):
+                strides.append(self.product(b.shape[d + 1 :]))
+        return BufferInfo(b, cname, bid, extents, strides)
+
+    def product(self, extents: Any) -> str:
+        """C code of the product of ``extents`` (an integer literal when all are constant)."""
+        const = 1
+        parts = []
+        for e in extents:
+            c = _const_int(e)
+            if c is None:
+                parts.append(self.index64(e))
+            else:
+                const *= c
+        if not parts:
+            return str(const)
+        code = " * ".join(parts)
+        return code if const == 1 else f"{code} * {const}"
+
+    # --- allocation -------------------------------------------------------------------------
+    def open_buffer(self, b: Buffer) -> tuple[BufferInfo, BufferInfo | None, bool]:
+        """Declare a local allocation of ``b``; returns (info, shadowed info, on heap)."""
+        cname = self.fresh(b.name)
+        info = self.register_buffer(b, cname)
+        st = storage_ctype(b.dtype)
+        nelem = self.product(b.shape)
+        const_n = int(nelem) if nelem.lstrip("-").isdigit() else None
+        nbytes = None if const_n is None else const_n * storage_bytes(b.dtype)
+        # fibers have fixed 256 KiB stacks: keep their stack arrays small
+        limit = _STACK_LIMIT // 4 if self.in_region else _STACK_LIMIT
+        heap = nbytes is None or nbytes > limit
+        if heap:
+            self.emit(
+                f"{st}* {cname} = ({st}*)lir_alloc(err, {nelem} * (int64_t)sizeof({st}), {info.id});"
+            )
+        else:
+            self.emit(f"{st} {cname}[{max(const_n or 0, 1)}];")
+            self.emit(f"memset({cname}, 0xFF, sizeof({cname}));")
+        old = self.buffers.get(b)
+        self.buffers[b] = info
+        if heap:
+            # on allocation failure skip the body (the error is already recorded)
+            self.emit(f"if ({cname}) {{")
+            self.indent += 1
+        return info, old, heap
+
+    def close_buffer(self, b: Buffer, info: BufferInfo, old: BufferInfo | None, heap: bool) -> None:
+        if heap:
+            self.emit(f"free({info.cname});")
+            self.indent -= 1
+            self.emit("}")
+        if old is None:
+            self.buffers.pop(b, None)
+        else:
+            self.buffers[b] = old
+
+    # --- statements -------------------------------------------------------------------------
+    def stmt(self, s: Stmt) -> None:
+        method = getattr(self, "_s_" + type(s).__name__, None)
+        if method is None:
+            raise CodegenError(f"cpu codegen: cannot translate statement {type(s).__name__}")
+        method(s)
+
+    def _s_SeqStmt(self, s: SeqStmt) -> None:
+        for x in s.seq:
+            self.stmt(x)
+
+    def _s_Evaluate(self, s: Evaluate) -> None:
+        if isinstance(s.value, Call) and s.value.op == "tvm_storage_sync" and self.in_region:
+            self.emit("lir_barrier();")
+            return
+        code = self.expr(s.value)
+        if code != "0":
+            self.emit(f"(void)({code});")
+
+    def _s_IfThenElse(self, s: IfThenElse) -> None:
+        self.emit(f"if ({self.expr(s.condition)}) {{")
+        self.indent += 1
+        self.stmt(s.then_case)
+        self.indent -= 1
+        if s.else_case is not None:
+            self.emit("} else {")
+            self.indent += 1
+            self.stmt(s.else_case)
+            self.indent -= 1
+        self.emit("}")
+
+    def _s_BufferStore(self, s: BufferStore) -> None:
+        info = self.buffer_info(s.buffer)
+        self.written.add(s.buffer)
+        n = max([dt.lanes(s.value.dtype)] + [dt.lanes(i.dtype) for i in s.indices])
+        if n == 1 and not self.check_bounds:
+            val = self.storage_value(s.buffer, self.expr(s.value))
+            self.emit(f"{info.cname}[{self.flat_index(info, s.indices, 0, True)}] = {val};")
+            return
+        # Evaluate every lane (and index) before storing any: a vector store reads its
+        # operands first, and a failed bounds check must prevent the write.
+        vt = expr_ctype(s.value.dtype)
+        self.emit("{")
+        self.indent += 1
+        names = []
+        for lane in range(n):
+            v = self.fresh("v")
+            f = self.fresh("f")
+            self.emit(f"const {vt} {v} = {self.expr(s.value, lane)};")
+            self.emit(f"const int64_t {f} = {self.flat_index(info, s.indices, lane, True)};")
+            names.append((v, f))
+        guard = "if (!err[0]) " if self.check_bounds else ""
+        for v, f in names:
+            self.emit(f"{guard}{info.cname}[{f}] = {self.storage_value(s.buffer, v)};")
+        self.indent -= 1
+        self.emit("}")
+
+    def _s_For(self, s: For) -> None:
+        if s.kind is ForKind.THREAD_BINDING and s.thread_tag in THREAD_COORDS:
+            if self.in_region:
+                self._thread_loop(s)
+                return
+            if self.thread_regions and contains_sync(s.body):
+                self._thread_region(s)
+                return
+        ext, mn = self.fresh("ext"), self.fresh("lo")
+        cnt = self.fresh("it")
+        self.emit("{")
+        self.indent += 1
+        self.emit(f"const int64_t {mn} = {self.index64(s.min)};")
+        self.emit(f"const int64_t {ext} = {self.index64(s.extent)};")
+        name, old = self.define_var(s.loop_var)
+        tag = f" /* {s.kind.value}{' ' + s.thread_tag if s.thread_tag else ''} */"
+        self.emit(f"for (int64_t {cnt} = 0; {cnt} < {ext}; ++{cnt}) {{{tag}")
+        self.indent += 1
+        # stop early once an error is recorded (loops wind down; allocations are freed)
+        self.emit("if (__builtin_expect(err[0] != 0, 0)) break;")
+        self.emit(f"const {expr_ctype(s.loop_var.dtype)} {name} = "
+                  f"({expr_ctype(s.loop_var.dtype)})({mn} + {cnt});")  # fmt: skip
+        self.stmt(s.body)
+        self.indent -= 1
+        self.emit("}")
+        self.undefine_var(s.loop_var, old)
+        self.indent -= 1
+        self.emit("}")
+
+    # --- thread regions (see c_fibers) --------------------------------------------------------
+    def _thread_loop(self, s: For) -> None:
+        """A threadIdx loop inside a region: the fiber's coordinate, guarded by the extent."""
+        coord = THREAD_COORDS[s.thread_tag]
+        name, old = self.define_var(s.loop_var)
+        t = expr_ctype(s.loop_var.dtype)
+        self.emit(f"if ({coord} < {self.index64(s.extent)}) {{ /* {s.thread_tag} */")
+        self.indent += 1
+        self.emit(f"const {t} {name} = ({t})({self.index64(s.min)} + {coord});")
+        self.stmt(s.body)
+        self.indent -= 1
+        self.emit("}")
+        self.undefine_var(s.loop_var, old)
+
+    def _thread_region(self, s: For) -> None:
+        """Run ``s`` (a threadIdx loop containing barriers) as one fiber per thread."""
+        rid = self.fresh("lir_region")
+        dims = []
+        for tag in THREAD_COORDS:
+            exts = thread_extents(s).get(tag, [])
+            try:
+                codes = [self.index64(e) for e in exts]
+            except CodegenError as exc:
+                raise CodegenError(
+                    f"cpu codegen: the extent of a {tag} loop in a thread region must be known "
+                    f"when the region starts ({exc})"
+                ) from None
+            code = "1"
+            for c in codes:
+                code = c if code == "1" else f"lir_max_int64_t({code}, {c})"
+            dims.append(code)
+        fields = [(cname, expr_ctype(v.dtype)) for v, cname in self.vars.items()]
+        fields += [(info.cname, storage_ctype(b.dtype) + "*") for b, info in self.buffers.items()]
+        env_t = f"{rid}_env"
+        decl = ["typedef struct { int64_t* err;"]
+        decl += [f"  {t} {n};" for n, t in fields]
+        decl.append(f"}} {env_t};")
+        # the region body, as its own function reading the captured scope from the env
+        saved_lines, saved_indent = self.lines, self.indent
+        self.lines, self.indent = [], 1
+        self.in_region = True
+        try:
+            self.emit(f"{env_t}* env = ({env_t}*)lir_fiber_env;")
+            self.emit("const int64_t lir_tid = lir_fiber_id;")
+            self.emit("const int64_t lir_tx = lir_tid % lir_fiber_dims[0];")
+            self.emit("const int64_t lir_ty = (lir_tid / lir_fiber_dims[0]) % lir_fiber_dims[1];")
+            self.emit("const int64_t lir_tz = lir_tid / (lir_fiber_dims[0] * lir_fiber_dims[1]);")
+            self.emit("int64_t* err = env->err;")
+            for n, t in fields:
+                self.emit(f"{t} const {n} = env->{n};")
+            self.emit("(void)lir_tx; (void)lir_ty; (void)lir_tz;")
+            self._thread_loop(s)
+            body = self.lines
+        finally:
+            self.lines, self.indent = saved_lines, saved_indent
+            self.in_region = False
+        self.functions.append("\n".join(decl + [f"static void {rid}(void) {{", *body, "}", ""]))
+        env = self.fresh("env")
+        self.emit(f"{{ /* thread region: {s.thread_tag} loop with barriers, run as fibers */")
+        self.indent += 1
+        self.emit(f"{env_t} {env};")
+        self.emit(f"{env}.err = err;")
+        for n, _ in fields:
+            self.emit(f"{env}.{n} = {n};")
+        self.emit(f"const int64_t {env}_dims[3] = {{{', '.join(dims)}}};")
+        self.emit(f"lir_run_fibers(err, &{env}, {env}_dims, {rid});")
+        self.indent -= 1
+        self.emit("}")
+        self.uses_fibers = True
+
+    def _s_Allocate(self, s: Allocate) -> None:
+        self.emit("{")
+        self.indent += 1
+        info, old, heap = self.open_buffer(s.buffer)
+        self.stmt(s.body)
+        self.close_buffer(s.buffer, info, old, heap)
+        self.indent -= 1
+        self.emit("}")
+
+    def _s_Block(self, s: Block) -> None:
+        if s.iter_vars:
+            raise CodegenError(
+                f"cpu codegen: block {s.name!r} has iter vars but no BlockRealize binds them"
+            )
+        self._block_body(s, [])
+
+    def _s_BlockRealize(self, s: BlockRealize) -> None:
+        b = s.block
+        bid = len(self.block_table)
+        self.block_table.append((b.name, tuple(iv.var.name for iv in b.iter_vars)))
+        self.emit(f"/* block {b.name} */")
+        pred = s.predicate
+        always = _const_int(pred) == 1
+        self.emit("{" if always else f"if ({self.expr(pred)}) {{")
+        self.indent += 1
+        # Bindings are evaluated in the enclosing scope, before any iter var is visible.
+        values = [self.expr(v) for v in s.iter_values]
+        defined: list[tuple[Var, str | None]] = []
+        for k, (iv, code) in enumerate(zip(b.iter_vars, values)):
+            name, old = self.define_var(iv.var)
+            defined.append((iv.var, old))
+            t = expr_ctype(iv.var.dtype)
+            self.emit(f"const {t} {name} = ({t})({code});")
+            if self.check_bounds:
+                self.emit(
+                    f"lir_dom(err, (int64_t){name}, {self.index64(iv.dom.min)}, "
+                    f"{self.index64(iv.dom.extent)}, {bid}, {k});"
+                )
+        self._block_body(b, [iv for iv in b.iter_vars if iv.kind is IterKind.REDUCE])
+        for v, old in reversed(defined):
+            self.undefine_var(v, old)
+        self.indent -= 1
+        self.emit("}")
+
+    def _block_body(self, b: Block, reduce_ivs: list[Any]) -> None:
+        opened = [(buf, *self.open_buffer(buf)) for buf in b.alloc_buffers]
+        if b.init is not None:
+            conds = [f"({self.var_name(iv.var)} == {self.expr(iv.dom.min)})" for iv in reduce_ivs]
+            self.emit(f"if ({' && '.join(conds) if conds else '1'}) {{")
+            self.indent += 1
+            self.stmt(b.init)
+            self.indent -= 1
+            self.emit("}")
+        self.stmt(b.body)
+        for buf, info, old, heap in reversed(opened):
+            self.close_buffer(buf, info, old, heap)
+
+
+def _sym_vars(func: PrimFunc) -> list[Var]:
+    """Vars that are whole dimensions of parameter shapes: bound from the argument shapes."""
+    out: dict[Var, None] = {}
+    for b in func.params:
+        for s in b.shape:
+            if isinstance(s, Var):
+                out.setdefault(s, None)
+    return list(out)
+
+
+def generate_c(func: PrimFunc, check_bounds: bool = True, thread_regions: bool = True) -> CProgram:
+    """Translate ``func`` to a C translation unit (see the module docstring).
+
+    Parameters
+    ----------
+    func
+        The function.
+    check_bounds
+        Bounds-check every buffer index and every block binding.
+    thread_regions
+        Run ``threadIdx`` loops that contain barriers as fiber regions (GPU block semantics,
+        see :mod:`loopir.runtime.c_fibers`); when False they run serially and barriers are
+        no-ops.
+
+    Raises
+    ------
+    CodegenError
+        If the IR uses something the executor cannot run (an unknown intrinsic, a variable
+        outside its scope, a buffer that is never declared, a symbolic size that no parameter
+        shape determines).
+    """
+    if not isinstance(func, PrimFunc):
+        raise CodegenError(f"build(target='cpu'): expected a PrimFunc, got {type(func).__name__}")
+    em = _StmtEmitter(check_bounds, thread_regions)
+    syms = _sym_vars(func)
+    header = [PRELUDE, f"int32_t {ENTRY}(void** args, const int64_t* syms, int64_t* err) {{"]
+    for k, v in enumerate(syms):
+        name, _ = em.define_var(v)
+        t = expr_ctype(v.dtype)
+        em.emit(f"const {t} {name} = ({t})syms[{k}];")
+    for k, b in enumerate(func.params):
+        cname = em.fresh(b.name)
+        try:
+            info = em.register_buffer(b, cname)
+        except CodegenError as exc:
+            raise CodegenError(
+                f"build(target='cpu'): parameter {b.name}: shape {b.shape} uses a size that no "
+                f"parameter dimension determines ({exc})"
+            ) from None
+        st = storage_ctype(b.dtype)
+        em.emit(f"{st}* {cname} = ({st}*)args[{k}];")
+        em.buffers[b] = info
+    em.emit("(void)syms;")
+    em.stmt(func.body)
+    em.emit("return (int32_t)err[0];")
+    if em.uses_fibers:
+        header[1:1] = [FIBER_PRELUDE, *em.functions]
+    body = "\n".join(header + em.lines + ["}", ""])
+    written = frozenset(k for k, b in enumerate(func.params) if b in em.written)
+    return CProgram(
+        source=body,
+        sym_vars=tuple(syms),
+        buffers=tuple(em.buffer_table),
+        blocks=tuple(em.block_table),
+        written=written,
+    )

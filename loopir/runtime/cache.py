@@ -1,0 +1,140 @@
+"""Compiling generated C to shared libraries, cached on disk by content hash.
+
+The cache directory is, in order of precedence: the ``cache_dir`` build option, the value set
+with :func:`set_cache_dir`, the ``LOOPIR_CACHE_DIR`` environment variable, then
+``$XDG_CACHE_HOME/loopir`` (``~/.cache/loopir``). CPU libraries live in its ``cpu/``
+subfolder, named by the SHA-256 of (source, compiler flags, compiler version). Files are
+written under a temporary name and renamed into place, so concurrent builds of the same
+function never see a half-written library.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from loopir.errors import CodegenError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["set_cache_dir", "get_cache_dir", "compile_shared", "CompileResult", "DEFAULT_FLAGS"]
+
+DEFAULT_FLAGS = ("-O2", "-shared", "-fPIC", "-fwrapv", "-fexcess-precision=standard", "-std=gnu11")
+
+_cache_dir: Path | None = None
+
+
+def set_cache_dir(path: str | os.PathLike[str] | None) -> None:
+    """Set the cache directory for this process (None: back to the default lookup)."""
+    global _cache_dir
+    _cache_dir = None if path is None else Path(path)
+
+
+def get_cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
+    """The cache directory in effect (see the module docstring for the precedence)."""
+    if override is not None:
+        return Path(override)
+    if _cache_dir is not None:
+        return _cache_dir
+    env = os.environ.get("LOOPIR_CACHE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".cache"
+    return base / "loopir"
+
+
+@functools.lru_cache(maxsize=8)
+def _compiler_version(compiler: str) -> str:
+    try:
+        out = subprocess.run(
+            [compiler, "--version"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise CodegenError(f"build(target='cpu'): cannot run C compiler {compiler!r}: {exc}") from None
+    return out.stdout.strip() or out.stderr.strip()
+
+
+class CompileResult:
+    """Where the library is, how long compiling took (0 on a cache hit) and whether it hit."""
+
+    def __init__(self, path: Path, seconds: float, cache_hit: bool, source_path: Path) -> None:
+        self.path = path
+        self.seconds = seconds
+        self.cache_hit = cache_hit
+        self.source_path = source_path
+
+
+def _writable_dir(path: Path) -> Path:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=path, delete=True)
+        probe.close()
+        return path
+    except OSError as exc:
+        fallback = Path(tempfile.gettempdir()) / f"loopir-cache-{os.getuid()}" / "cpu"
+        logger.warning("cache dir %s is not writable (%s); using %s", path, exc, fallback)
+        fallback.mkdir(parents=True, exist_ok=True)
+        return fallback
+
+
+def compile_shared(
+    source: str,
+    *,
+    compiler: str | None = None,
+    flags: tuple[str, ...] = DEFAULT_FLAGS,
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> CompileResult:
+    """Compile ``source`` to a shared library (or reuse the cached one).
+
+    Raises
+    ------
+    CodegenError
+        If no compiler is found or compilation fails (the message has the compiler log and
+        the path of the saved source).
+    """
+    cc = compiler or os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if not cc:
+        raise CodegenError("build(target='cpu'): no C compiler found (install gcc or set CC)")
+    version = _compiler_version(cc)
+    key = hashlib.sha256("\0".join([source, " ".join(flags), cc, version]).encode()).hexdigest()
+    directory = _writable_dir(get_cache_dir(cache_dir) / "cpu")
+    lib = directory / f"lib_{key[:32]}.so"
+    src = directory / f"lib_{key[:32]}.c"
+    if lib.exists():
+        logger.debug("cpu build cache hit: %s", lib)
+        return CompileResult(lib, 0.0, True, src)
+    fd, tmp_src = tempfile.mkstemp(suffix=".c", dir=directory)
+    with os.fdopen(fd, "w") as f:
+        f.write(source)
+    fd, tmp_lib = tempfile.mkstemp(suffix=".so", dir=directory)
+    os.close(fd)
+    cmd = [cc, *flags, "-o", tmp_lib, tmp_src, "-lm"]
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        os.unlink(tmp_lib)
+        os.replace(tmp_src, src)
+        raise CodegenError(
+            f"build(target='cpu'): running {' '.join(cmd)} failed: {exc}; source saved at {src}"
+        ) from None
+    seconds = time.perf_counter() - t0
+    os.replace(tmp_src, src)
+    if proc.returncode != 0:
+        os.unlink(tmp_lib)
+        raise CodegenError(
+            f"build(target='cpu'): the C compiler failed (exit {proc.returncode}) on the "
+            f"generated source saved at {src}\ncommand: {' '.join(cmd)}\n"
+            f"{proc.stderr.strip()}"
+        )
+    os.replace(tmp_lib, lib)
+    logger.debug("compiled %s in %.3f s", lib, seconds)
+    return CompileResult(lib, seconds, False, src)

@@ -1,0 +1,305 @@
+"""The CPU reference executor: ``loopir.build(func, target="cpu")``.
+
+The function is translated to C once (:mod:`loopir.runtime.c_codegen`), compiled with the
+system C compiler into a shared library cached on disk (:mod:`loopir.runtime.cache`) and
+called through ctypes. Calling the module checks the arguments against the parameter buffers
+(count, type, dtype, rank, shape, contiguity, writeability), binds symbolic sizes from the
+argument shapes, runs the function in place and turns any error the generated code recorded
+(out-of-bounds access, integer division by zero, a block iter var outside its domain) into a
+:class:`~loopir.errors.LaunchError`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from loopir.errors import CodegenError, LaunchError
+from loopir.ir import dtype as dt
+from loopir.ir.expr import (
+    Add,
+    Cast,
+    FloorDiv,
+    FloorMod,
+    IntImm,
+    Max,
+    Min,
+    Mul,
+    PrimExpr,
+    Sub,
+    Var,
+)
+from loopir.ir.stmt import PrimFunc
+from loopir.runtime.c_codegen import ENTRY, CProgram, generate_c
+from loopir.runtime.c_fibers import ERR_DIVERGENCE
+from loopir.runtime.c_types import ERR_ALLOC, ERR_DIV_ZERO, ERR_FIELDS, ERR_ITER_DOMAIN, ERR_OOB
+from loopir.runtime.cache import DEFAULT_FLAGS, compile_shared
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CPUModule", "build_cpu"]
+
+_LIB_LOCKS: dict[str, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+_OPTIONS = ("check_bounds", "thread_regions", "cache_dir", "compiler", "opt_level", "extra_flags")
+
+
+def _eval_int(e: PrimExpr, env: dict[Var, int], what: str) -> int:
+    """Value of an integer shape expression under ``env`` (symbolic size -> value)."""
+    if isinstance(e, IntImm):
+        return e.value
+    if isinstance(e, Var):
+        if e not in env:
+            raise LaunchError(f"{what}: symbolic size {e.name} is not bound by any argument shape")
+        return env[e]
+    if isinstance(e, Cast):
+        return _eval_int(e.value, env, what)
+    ops = {
+        Add: lambda a, b: a + b, Sub: lambda a, b: a - b, Mul: lambda a, b: a * b,
+        FloorDiv: lambda a, b: a // b, FloorMod: lambda a, b: a % b, Min: min, Max: max,
+    }  # fmt: skip
+    for cls, fn in ops.items():
+        if isinstance(e, cls):
+            a, b = _eval_int(e.a, env, what), _eval_int(e.b, env, what)
+            if cls in (FloorDiv, FloorMod) and b == 0:
+                raise LaunchError(f"{what}: shape expression {e} divides by zero")
+            return int(fn(a, b))
+    raise LaunchError(f"{what}: cannot evaluate shape expression {e}")
+
+
+class CPUModule:
+    """A PrimFunc compiled for the CPU; call it with one numpy array per parameter.
+
+    Attributes
+    ----------
+    func
+        The PrimFunc it runs.
+    source
+        The generated C source.
+    library_path
+        The compiled shared library (in the cache directory).
+    compile_seconds
+        Time spent in the C compiler by this build (0.0 when the library came from the cache).
+    codegen_seconds
+        Time spent generating the C source.
+    cache_hit
+        Whether the library was found in the cache.
+    check_bounds
+        Whether every buffer access is bounds-checked.
+    """
+
+    def __init__(self, func: PrimFunc, program: CProgram, lib_path: str, *, check_bounds: bool,
+                 compile_seconds: float, codegen_seconds: float, cache_hit: bool) -> None:  # fmt: skip
+        self.func = func
+        self.program = program
+        self.source = program.source
+        self.library_path = lib_path
+        self.check_bounds = check_bounds
+        self.compile_seconds = compile_seconds
+        self.codegen_seconds = codegen_seconds
+        self.cache_hit = cache_hit
+        try:
+            self._lib = ctypes.CDLL(lib_path)
+            self._fn = getattr(self._lib, ENTRY)
+        except (OSError, AttributeError) as exc:
+            raise CodegenError(
+                f"build(target='cpu'): cannot load the compiled library {lib_path}: {exc} "
+                "(delete it from the cache directory to force a rebuild)"
+            ) from None
+        self._fn.restype = ctypes.c_int32
+        self._fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        # The generated code keeps thread-region (fiber) state in static variables, shared
+        # by every module loaded from the same library file: serialize calls per library.
+        with _LOCKS_GUARD:
+            self._lock = _LIB_LOCKS.setdefault(lib_path, threading.Lock())
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{b.name}: {b.dtype}{list(map(str, b.shape))}" for b in self.func.params)
+        return f"<CPUModule {self.func.name}({params})>"
+
+    # --- argument handling ------------------------------------------------------------------
+    def _check_args(self, args: tuple[Any, ...]) -> tuple[list[np.ndarray], dict[Var, int]]:
+        params = self.func.params
+        name = self.func.name
+        if len(args) != len(params):
+            raise LaunchError(
+                f"{name}: expected {len(params)} arrays "
+                f"({', '.join(b.name for b in params)}), got {len(args)}"
+            )
+        arrays: list[np.ndarray] = []
+        for k, (b, a) in enumerate(zip(params, args)):
+            what = f"{name}: argument {k} ({b.name})"
+            if not isinstance(a, np.ndarray):
+                raise LaunchError(
+                    f"{what}: expected a numpy.ndarray, got {type(a).__name__} (the CPU "
+                    "executor runs on numpy arrays; copy device arrays to the host first)"
+                )
+            want = dt.to_numpy(b.dtype)
+            if a.dtype != want:
+                if dt.element(b.dtype) == "bfloat16" and a.dtype.itemsize == 2 and a.dtype.name == "bfloat16":
+                    a = a.view(np.uint16)  # ml_dtypes.bfloat16: same bits
+                else:
+                    extra = " (bfloat16 is passed as uint16 bit patterns)" if want == np.uint16 else ""
+                    raise LaunchError(f"{what}: dtype {a.dtype} does not match {b.dtype}{extra}")
+            if a.ndim != len(b.shape):
+                raise LaunchError(
+                    f"{what}: array has {a.ndim} dimensions {a.shape}, the buffer has "
+                    f"{len(b.shape)} ({', '.join(map(str, b.shape))})"
+                )
+            if b.strides is None and not a.flags.c_contiguous:
+                raise LaunchError(
+                    f"{what}: array is not C-contiguous (strides {a.strides}); pass "
+                    "np.ascontiguousarray(...) (outputs are written in place, so a copy must "
+                    "be made by the caller)"
+                )
+            if k in self.program.written and not a.flags.writeable:
+                raise LaunchError(f"{what}: the function writes this buffer but the array is read-only")
+            arrays.append(a)
+        env: dict[Var, int] = {}
+        for b, a in zip(params, arrays):
+            for d, s in enumerate(b.shape):
+                if isinstance(s, Var) and s not in env:
+                    env[s] = int(a.shape[d])
+        for k, (b, a) in enumerate(zip(params, arrays)):
+            what = f"{name}: argument {k} ({b.name})"
+            for d, s in enumerate(b.shape):
+                want_n = _eval_int(s, env, what)
+                if want_n != a.shape[d]:
+                    bound = ", ".join(f"{v.name}={x}" for v, x in env.items())
+                    raise LaunchError(
+                        f"{what}: shape {a.shape} does not match the buffer shape "
+                        f"({', '.join(map(str, b.shape))}): dimension {d} should be {want_n}"
+                        + (f" (with {bound})" if bound else "")
+                    )
+            if b.strides is not None:
+                want_st = [_eval_int(s, env, what) * a.itemsize for s in b.strides]
+                if list(a.strides) != want_st:
+                    raise LaunchError(f"{what}: byte strides {a.strides} do not match {want_st}")
+        for v, x in env.items():
+            lo, hi = dt.min_value(v.dtype), dt.max_value(v.dtype)
+            if not lo <= x <= hi:
+                raise LaunchError(f"{name}: symbolic size {v.name}={x} does not fit {v.dtype}")
+        return arrays, env
+
+    # --- running ----------------------------------------------------------------------------
+    def __call__(self, *args: Any) -> None:
+        """Run the function on ``args`` (numpy arrays, one per parameter; outputs in place)."""
+        arrays, env = self._check_args(args)
+        ptrs = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
+        syms = (ctypes.c_int64 * max(len(self.program.sym_vars), 1))(
+            *[env[v] for v in self.program.sym_vars]
+        )
+        err = (ctypes.c_int64 * len(ERR_FIELDS))()
+        with self._lock:
+            code = self._fn(ptrs, syms, err)
+        if code:
+            raise self._error(list(err))
+
+    def benchmark(self, *args: Any, warmup: int = 1, repeat: int = 5) -> float:
+        """Median wall-clock milliseconds of a call on ``args`` (after ``warmup`` calls)."""
+        if repeat < 1 or warmup < 0:
+            raise LaunchError(f"benchmark: need repeat >= 1 and warmup >= 0, got {repeat}, {warmup}")
+        for _ in range(warmup):
+            self(*args)
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            self(*args)
+            times.append((time.perf_counter() - t0) * 1e3)
+        times.sort()
+        return times[len(times) // 2]
+
+    def _error(self, err: list[int]) -> LaunchError:
+        rec = dict(zip(ERR_FIELDS, err))
+        name = self.func.name
+        if rec["code"] == ERR_OOB:
+            buf, shape = self.program.buffers[rec["id"]]
+            kind = "store to" if rec["is_store"] else "load from"
+            return LaunchError(
+                f"{name}: out-of-bounds {kind} buffer {buf}{shape}: index {rec['value']} in "
+                f"dimension {rec['dim']} is outside [0, {rec['extent']})"
+            )
+        if rec["code"] == ERR_DIV_ZERO:
+            return LaunchError(f"{name}: integer division by zero (floordiv/floormod of {rec['value']} by 0)")
+        if rec["code"] == ERR_ITER_DOMAIN:
+            block, ivs = self.program.blocks[rec["id"]]
+            iv = ivs[rec["dim"]]
+            return LaunchError(
+                f"{name}: block {block}: iter var {iv} is bound to {rec['value']}, outside its "
+                f"domain [{rec['lo']}, {rec['lo'] + rec['extent']})"
+            )
+        if rec["code"] == ERR_DIVERGENCE:
+            return LaunchError(
+                f"{name}: barrier divergence in a thread region: {rec['value']} of "
+                f"{rec['extent']} threads wait at a storage_sync that the others never reach "
+                "(undefined behaviour on a GPU; is a barrier under a thread-dependent condition?)"
+            )
+        if rec["code"] == ERR_ALLOC:
+            buf, shape = self.program.buffers[rec["id"]]
+            return LaunchError(f"{name}: cannot allocate {rec['value']} bytes for buffer {buf}{shape}")
+        return LaunchError(f"{name}: the compiled function failed with error record {rec}")
+
+
+def build_cpu(func: PrimFunc, **options: Any) -> CPUModule:
+    """Compile ``func`` for the CPU reference executor.
+
+    Parameters
+    ----------
+    func
+        Any PrimFunc: TensorIR (blocks) or lowered.
+    check_bounds : bool, default True
+        Check every buffer index (and every block binding against its iter var domain) and
+        raise LaunchError naming the buffer and index instead of touching memory outside it.
+    thread_regions : bool, default True
+        Run ``threadIdx`` loops whose body contains a ``storage_sync`` with GPU block
+        semantics (one fiber per thread, barriers synchronize them), which lowered IR with
+        cooperative fetches needs. False runs every loop serially, barriers as no-ops.
+    cache_dir : path, optional
+        Directory for compiled libraries (see :mod:`loopir.runtime.cache`).
+    compiler : str, optional
+        C compiler executable (default: ``$CC``, then gcc, then cc).
+    opt_level : str, default "-O2"
+        Optimization flag.
+    extra_flags : sequence of str, optional
+        Further compiler flags.
+
+    Raises
+    ------
+    CodegenError
+        For unknown options, IR the executor cannot translate, or a compiler failure.
+    """
+    unknown = sorted(set(options) - set(_OPTIONS))
+    if unknown:
+        raise CodegenError(
+            f"build(target='cpu'): unknown option(s) {', '.join(unknown)}; known: {', '.join(_OPTIONS)}"
+        )
+    if not isinstance(func, PrimFunc):
+        raise CodegenError(f"build(target='cpu'): expected a PrimFunc, got {type(func).__name__}")
+    check = bool(options.get("check_bounds", True))
+    t0 = time.perf_counter()
+    program = generate_c(
+        func, check_bounds=check, thread_regions=bool(options.get("thread_regions", True))
+    )
+    codegen_s = time.perf_counter() - t0
+    opt = options.get("opt_level", "-O2")
+    flags = tuple(opt if f == "-O2" else f for f in DEFAULT_FLAGS) + tuple(options.get("extra_flags", ()))
+    res = compile_shared(
+        program.source,
+        compiler=options.get("compiler"),
+        flags=flags,
+        cache_dir=options.get("cache_dir"),
+    )
+    logger.debug(
+        "built %s for cpu: codegen %.3f s, compile %.3f s (cache %s)",
+        func.name, codegen_s, res.seconds, "hit" if res.cache_hit else "miss",
+    )  # fmt: skip
+    return CPUModule(func, program, os.fspath(res.path), check_bounds=check,
+                     compile_seconds=res.seconds, codegen_seconds=codegen_s,
+                     cache_hit=res.cache_hit)  # fmt: skip

@@ -1,0 +1,271 @@
+"""``cache_read`` and ``cache_write``: stage a buffer through a copy in another storage scope.
+
+Naming follows TVM: caching ``A`` in ``shared`` creates the buffer ``A_shared`` (``A_shared_1``
+... when taken) and a copy block of the same name. The copy block has its own loop nest over
+the whole buffer; ``compute_at`` / ``reverse_compute_at`` later shrink it to a tile.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from loopir.errors import ScheduleError
+from loopir.ir.buffer import Buffer, BufferRegion, Range
+from loopir.ir.expr import IntImm, PrimExpr, Var
+from loopir.ir.stmt import Block, BlockRealize, BufferStore, IterKind, IterVar, PrimFunc
+from loopir.schedule import region as rg
+from loopir.schedule import tree
+
+logger = logging.getLogger(__name__)
+
+
+def _pick_buffer(
+    func: PrimFunc, blk: Block, buffer: str | int, regions: tuple[BufferRegion, ...],
+    what: str, primitive: str,
+) -> Buffer:
+    """The buffer named ``buffer`` (or at index ``buffer``) among ``regions``."""
+    if isinstance(buffer, bool) or not isinstance(buffer, (str, int)):
+        raise ScheduleError(
+            f"buffer must be a name or an index into the block's {what}, got "
+            f"{type(buffer).__name__} {buffer!r}",
+            primitive=primitive,
+            func=func,
+            node=blk,
+        )
+    names = [r.buffer.name for r in regions]
+    if isinstance(buffer, int):
+        if not 0 <= buffer < len(regions):
+            raise ScheduleError(
+                f"buffer index {buffer} is out of range: block {blk.name!r} has "
+                f"{len(regions)} {what} ({', '.join(names) or 'none'})",
+                primitive=primitive,
+                func=func,
+                node=blk,
+            )
+        return regions[buffer].buffer
+    for r in regions:
+        if r.buffer.name == buffer:
+            return r.buffer
+    raise ScheduleError(
+        f"block {blk.name!r} has no buffer named {buffer!r} in its {what} "
+        f"({', '.join(names) or 'none'})",
+        primitive=primitive,
+        func=func,
+        node=blk,
+    )
+
+
+def _copy_block(
+    name: str, src: Buffer, dst: Buffer
+) -> tuple[BlockRealize, list[tuple[Var, PrimExpr]]]:
+    """``dst[v...] = src[v...]`` over the whole buffer, wrapped in loops ``ax0, ax1...``."""
+    loops = [Var(f"ax{d}") for d in range(src.ndim)]
+    ivars = [Var(f"v{d}") for d in range(src.ndim)]
+    body = BufferStore(dst, src[tuple(ivars)] if ivars else src[()], tuple(ivars))
+    block = Block(
+        name,
+        tuple(IterVar(v, Range.from_extent(e), IterKind.SPATIAL) for v, e in zip(ivars, src.shape)),
+        (rg.point_region(src, ivars),),
+        (rg.point_region(dst, ivars),),
+        body,
+    )
+    realize = BlockRealize(tuple(loops), IntImm(1, "bool"), block)
+    return realize, list(zip(loops, src.shape))
+
+
+def cache_read(
+    func: PrimFunc,
+    block: str,
+    buffer: str | int,
+    scope: str,
+    consumer_blocks: list[str] | None = None,
+) -> tuple[PrimFunc, str]:
+    """Read ``buffer`` through a cache copy in ``scope`` for its consumers.
+
+    Parameters
+    ----------
+    func
+        The function.
+    block
+        Name of a block that reads the buffer.
+    buffer
+        The buffer's name, or an index into ``block``'s reads.
+    scope
+        Storage scope of the cache: ``"global"``, ``"shared"`` or ``"local"``.
+    consumer_blocks
+        Names of the blocks to redirect to the cache; default: every block reading the
+        buffer.
+
+    Returns
+    -------
+    (PrimFunc, str)
+        The new function and the name of the copy block (also the cache buffer's name).
+
+    Raises
+    ------
+    ScheduleError
+        Unknown block or buffer, invalid scope, a consumer that does not read (or also
+        writes) the buffer, or no position between the buffer's producer and its consumers.
+
+    Examples
+    --------
+    Before::
+
+        for i, j, k in grid(64, 64, 64):
+            with block("C"): C[vi, vj] += A[vi, vk] * B[vk, vj]
+
+    After ``cache_read(func, "C", "A", "shared")``::
+
+        A_shared = alloc_buffer((64, 64), scope="shared")   # in the root block
+        for ax0, ax1 in grid(64, 64):
+            with block("A_shared"): A_shared[v0, v1] = A[v0, v1]
+        for i, j, k in grid(64, 64, 64):
+            with block("C"): C[vi, vj] += A_shared[vi, vk] * B[vk, vj]
+    """
+    prim = "cache_read"
+    realize, _ = rg.get_block(func, block, prim)
+    blk = realize.block
+    rg.check_scope(scope, prim, func)
+    rg.root_block(func, prim)
+    buf = _pick_buffer(func, blk, buffer, blk.reads, "reads", prim)
+
+    if consumer_blocks is None:
+        consumers = [r.block.name for r in rg.leaf_blocks(func) if rg.reads_buffer(r.block, buf)]
+    else:
+        if isinstance(consumer_blocks, str) or not all(
+            isinstance(c, str) for c in consumer_blocks
+        ):
+            raise ScheduleError(
+                f"consumer_blocks must be a list of block names, got {consumer_blocks!r}",
+                primitive=prim,
+                func=func,
+            )
+        consumers = list(dict.fromkeys(consumer_blocks))
+        for c in consumers:
+            r, _ = rg.get_block(func, c, prim)
+            if not rg.reads_buffer(r.block, buf):
+                raise ScheduleError(
+                    f"consumer block {c!r} does not read buffer {buf.name!r}",
+                    primitive=prim,
+                    func=func,
+                    node=r.block,
+                )
+    for c in consumers:
+        r, _ = rg.get_block(func, c, prim)
+        if rg.writes_buffer(r.block, buf):
+            raise ScheduleError(
+                f"block {c!r} both reads and writes {buf.name!r}; cache_read would read a "
+                "stale copy",
+                primitive=prim,
+                func=func,
+                node=r.block,
+            )
+
+    name = tree.fresh_name(func, f"{buf.name}_{scope}")
+    cache = Buffer(name, buf.shape, buf.dtype, scope)
+    copy, loops = _copy_block(name, buf, cache)
+    nest = rg.make_loop_nest(loops, copy)
+
+    writers = {r.block.name for r in rg.leaf_blocks(func) if rg.writes_buffer(r.block, buf)}
+    container, index = rg.insertion_point(func, writers, set(consumers), prim, after_writers=False)
+
+    redirect = rg.BufferRedirect({buf: cache})
+    out = func
+    for c in consumers:
+        r, _ = rg.get_block(out, c, prim)
+        out = tree.replace(out, r.block, redirect.visit(r.block))
+    # the container may have been rebuilt by the redirects: find it again by identity path
+    container = _refind(out, func, container)
+    out = rg.insert_at(out, container, index, nest)
+    out = rg.with_root_alloc(out, [cache], prim)
+    logger.debug("cache_read %s -> %s for %s", buf.name, name, consumers)
+    return out, name
+
+
+def cache_write(func: PrimFunc, block: str, buffer: str | int, scope: str) -> tuple[PrimFunc, str]:
+    """Write ``buffer`` through a cache in ``scope``, copied back after the block.
+
+    Parameters
+    ----------
+    func
+        The function.
+    block
+        Name of the block writing the buffer; it must be the buffer's only writer.
+    buffer
+        The buffer's name, or an index into ``block``'s writes.
+    scope
+        Storage scope of the cache: ``"global"``, ``"shared"`` or ``"local"``.
+
+    Returns
+    -------
+    (PrimFunc, str)
+        The new function and the name of the write-back block (also the cache buffer's name,
+        e.g. ``"C_local"``).
+
+    Raises
+    ------
+    ScheduleError
+        Unknown block or buffer, invalid scope, several writers of the buffer.
+
+    Examples
+    --------
+    Before::
+
+        for i, j, k in grid(64, 64, 64):
+            with block("C"): C[vi, vj] += A[vi, vk] * B[vk, vj]
+
+    After ``cache_write(func, "C", "C", "local")``::
+
+        C_local = alloc_buffer((64, 64), scope="local")
+        for i, j, k in grid(64, 64, 64):
+            with block("C"): C_local[vi, vj] += A[vi, vk] * B[vk, vj]
+        for ax0, ax1 in grid(64, 64):
+            with block("C_local"): C[v0, v1] = C_local[v0, v1]
+    """
+    prim = "cache_write"
+    realize, _ = rg.get_block(func, block, prim)
+    blk = realize.block
+    rg.check_scope(scope, prim, func)
+    rg.root_block(func, prim)
+    buf = _pick_buffer(func, blk, buffer, blk.writes, "writes", prim)
+    writers = {r.block.name for r in rg.leaf_blocks(func) if rg.writes_buffer(r.block, buf)}
+    if writers != {block}:
+        others = ", ".join(sorted(writers - {block}))
+        raise ScheduleError(
+            f"buffer {buf.name!r} is also written by {others}; cache_write needs a single "
+            "writer",
+            primitive=prim,
+            func=func,
+            node=blk,
+        )
+    readers = {
+        r.block.name for r in rg.leaf_blocks(func)
+        if rg.reads_buffer(r.block, buf) and r.block.name != block
+    }
+    name = tree.fresh_name(func, f"{buf.name}_{scope}")
+    cache = Buffer(name, buf.shape, buf.dtype, scope)
+    copy, loops = _copy_block(name, cache, buf)
+    nest = rg.make_loop_nest(loops, copy)
+    container, index = rg.insertion_point(func, writers, readers, prim, after_writers=True)
+    out = tree.replace(func, blk, rg.BufferRedirect({buf: cache}).visit(blk))
+    container = _refind(out, func, container)
+    out = rg.insert_at(out, container, index, nest)
+    out = rg.with_root_alloc(out, [cache], prim)
+    logger.debug("cache_write %s -> %s", buf.name, name)
+    return out, name
+
+
+def _refind(new: PrimFunc, old: PrimFunc, container: object) -> object:
+    """The node of ``new`` at the position ``container`` had in ``old``.
+
+    Containers are the root block or a For; a For keeps its loop var through rebuilds, the
+    root block is the body's block.
+    """
+    from loopir.ir.stmt import For
+
+    if isinstance(container, For):
+        hit = tree.find_loop(new, container.loop_var)
+        assert hit is not None
+        return hit[0]
+    assert isinstance(new.body, BlockRealize)
+    return new.body.block

@@ -1,0 +1,315 @@
+"""``compute_at`` and ``reverse_compute_at``: move a block under another block's loop.
+
+The moved block gets a fresh loop nest covering exactly the region the other side needs (or
+provides) under the loop: the accesses of the consumers (producers) in the loop's subtree are
+relaxed over the loops inside the position, plus the loops outside it that the storage scope
+shares (semantics.md): ``global`` relaxes every loop outside, ``shared`` the ``threadIdx`` and
+``vthread`` loops, ``local`` none. The new loops start at 0 and the block's iter vars are bound
+to ``min + ax``; when the region may leave the block's iteration domain (inexact tiles) a
+predicate clips it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import attrs
+
+from loopir.errors import ScheduleError
+from loopir.ir.buffer import Buffer, Range
+from loopir.ir.expr import IntImm, PrimExpr, Var
+from loopir.ir.stmt import Block, BlockRealize, PrimFunc, Stmt, seq
+from loopir.schedule import region as rg
+from loopir.schedule import tree
+
+logger = logging.getLogger(__name__)
+
+
+def compute_at(
+    func: PrimFunc, block: str, loop_var: Var, preserve_unit_loops: bool = False
+) -> PrimFunc:
+    """Move producer ``block`` under ``loop_var``, computing what the consumers there need.
+
+    Parameters
+    ----------
+    func
+        The function.
+    block
+        Name of the producer block. It must be the only writer of the buffers it writes, not
+        write a function parameter, and sit alone in its own loop nest.
+    loop_var
+        Loop variable of the target loop. Every consumer of the block's output must be inside
+        this loop, and the block's inputs must be produced before the new position.
+    preserve_unit_loops
+        Keep loops of extent 1 in the regenerated nest (otherwise the binding is the constant).
+
+    Returns
+    -------
+    PrimFunc
+        The rewritten function.
+
+    Raises
+    ------
+    ScheduleError
+        On a violated precondition (unknown block or loop, output block, consumers outside
+        the loop, a position that breaks a dependence, an unsupported access pattern).
+
+    Examples
+    --------
+    Before (``B`` produced in full, then consumed per row)::
+
+        for i in range(128):
+            for j in range(128):
+                with block("B"): B[vi, vj] = A[vi, vj] * 2
+        for i in range(128):
+            for j in range(128):
+                with block("C"): C[vi, vj] = B[vi, vj] + 1
+
+    After ``compute_at(func, "B", i)`` on C's ``i``::
+
+        for i in range(128):
+            for ax0 in range(128):
+                with block("B"): vi = i; vj = ax0; B[vi, vj] = A[vi, vj] * 2
+            for j in range(128):
+                with block("C"): C[vi, vj] = B[vi, vj] + 1
+    """
+    return _move(func, block, loop_var, preserve_unit_loops, reverse=False)
+
+
+def reverse_compute_at(
+    func: PrimFunc, block: str, loop_var: Var, preserve_unit_loops: bool = False
+) -> PrimFunc:
+    """Move consumer ``block`` under ``loop_var``, consuming what the producers there wrote.
+
+    Parameters
+    ----------
+    func
+        The function.
+    block
+        Name of the consumer block; it must sit alone in its own loop nest. Every producer of
+        the buffers it reads must be inside the loop.
+    loop_var
+        Loop variable of the target loop.
+    preserve_unit_loops
+        Keep loops of extent 1 in the regenerated nest.
+
+    Returns
+    -------
+    PrimFunc
+        The rewritten function.
+
+    Raises
+    ------
+    ScheduleError
+        On a violated precondition.
+
+    Examples
+    --------
+    Before::
+
+        for i in range(128):
+            for j in range(128):
+                with block("C"): C_local[vi, vj] = A[vi, vj] * 2
+        for ax0 in range(128):
+            for ax1 in range(128):
+                with block("C_local"): C[v0, v1] = C_local[v0, v1]
+
+    After ``reverse_compute_at(func, "C_local", i)``::
+
+        for i in range(128):
+            for j in range(128):
+                with block("C"): C_local[vi, vj] = A[vi, vj] * 2
+            for ax0 in range(128):
+                with block("C_local"): v0 = i; v1 = ax0; C[v0, v1] = C_local[v0, v1]
+    """
+    return _move(func, block, loop_var, preserve_unit_loops, reverse=True)
+
+
+def _move(
+    func: PrimFunc, block: str, loop_var: Var, preserve_unit_loops: bool, reverse: bool
+) -> PrimFunc:
+    prim = "reverse_compute_at" if reverse else "compute_at"
+    realize, anc_b = rg.get_block(func, block, prim)
+    loop, anc_l = rg.get_loop(func, loop_var, prim)
+    blk = realize.block
+    if not anc_b:
+        raise ScheduleError("cannot move the root block", primitive=prim, func=func, node=blk)
+    if rg.is_ancestor(realize, anc_l + (loop,)) or rg.is_ancestor(loop, anc_b):
+        raise ScheduleError(
+            f"block {block!r} is already under loop {loop_var.name!r}; {prim} moves a block "
+            "under a loop of another block's nest that does not contain it",
+            primitive=prim,
+            func=func,
+            node=loop,
+        )
+    scope_b = tree.enclosing_block(anc_b)
+    scope_l = tree.enclosing_block(anc_l)
+    if scope_b is not scope_l:
+        raise ScheduleError(
+            f"block {block!r} and loop {loop_var.name!r} are in different block scopes",
+            primitive=prim,
+            func=func,
+            node=loop,
+        )
+    # The statement to remove: the block and the loops that surround only it (a block that
+    # shares loops with others leaves them in place, as TVM's leaf-block removal does).
+    top: Stmt = rg.highest_own_stmt(realize, anc_b)
+    parent = anc_b[-1] if top is realize else anc_b[[id(a) for a in anc_b].index(id(top)) - 1]
+    if isinstance(parent, Block):
+        raise ScheduleError(
+            f"block {block!r} (with its loops) is the only statement of block "
+            f"{parent.name!r}; it cannot be moved out",
+            primitive=prim,
+            func=func,
+            node=blk,
+        )
+
+    # The buffers linking the block to the loop's subtree.
+    if reverse:
+        linked = [r.buffer for r in blk.reads]
+        partners_fn = rg.writes_buffer  # producers under the loop
+        role, other_role = "consumer", "producer"
+    else:
+        linked = [r.buffer for r in blk.writes]
+        partners_fn = rg.reads_buffer  # consumers under the loop
+        role, other_role = "producer", "consumer"
+        for buf in linked:
+            if rg.is_param(func, buf):
+                raise ScheduleError(
+                    f"block {block!r} writes the function output {buf.name!r}; an output "
+                    "block cannot be computed at a loop (it would be computed only partially)",
+                    primitive=prim,
+                    func=func,
+                    node=blk,
+                )
+    inside = {id(r) for r in rg.block_realizes(loop)}
+    partners: list[tuple[BlockRealize, tuple[Stmt, ...]]] = []
+    linked_used: list[Buffer] = []
+    for s, anc in tree.walk(func):
+        if not isinstance(s, BlockRealize) or s is realize or not anc:
+            continue
+        hits = [b for b in linked if partners_fn(s.block, b)]
+        if not hits:
+            continue
+        if id(s) not in inside:
+            raise ScheduleError(
+                f"block {s.block.name!r} is a {other_role} of {block!r} (buffer "
+                f"{hits[0].name!r}) but is not inside loop {loop_var.name!r}; every "
+                f"{other_role} must be under the loop",
+                primitive=prim,
+                func=func,
+                node=loop,
+            )
+        partners.append((s, anc))
+        for b in hits:
+            if b not in linked_used:
+                linked_used.append(b)
+    if not partners:
+        raise ScheduleError(
+            f"no {other_role} of block {block!r} is inside loop {loop_var.name!r}; the "
+            f"{role} must be moved to a loop enclosing its {other_role}s",
+            primitive=prim,
+            func=func,
+            node=loop,
+        )
+
+    # Region needed (or provided) under the loop, relaxed per storage scope.
+    outer = tree.enclosing_loops(anc_l) + [loop]
+    ana = rg.make_analyzer(outer)
+    need: dict[Buffer, list[rg.Interval]] = {}
+    for s, anc in partners:
+        try:
+            regions = rg.block_regions_under(
+                s, anc, loop, outer, "writes" if reverse else "reads", linked_used, ana
+            )
+        except ValueError as exc:
+            raise ScheduleError(
+                f"cannot analyse block {s.block.name!r} under loop {loop_var.name!r}: {exc}",
+                primitive=prim,
+                func=func,
+                node=s.block,
+            ) from None
+        for buf, ivs in regions.items():
+            need[buf] = rg.union_intervals(need[buf], ivs, ana) if buf in need else ivs
+    logger.debug("%s %s at %s: regions %s", prim, block, loop_var.name, need)
+
+    # Solve the moved block's iter var ranges from its accesses of the linked buffers.
+    own = blk.reads if reverse else blk.writes
+    iv_range: dict[Var, rg.Interval] = {}
+    iter_set = {iv.var for iv in blk.iter_vars}
+    for reg in own:
+        if reg.buffer not in need:
+            continue
+        for dim, (rng, want) in enumerate(zip(reg.region, need[reg.buffer])):
+            if isinstance(rng.min, IntImm):
+                continue
+            if not (isinstance(rng.min, Var) and rng.min in iter_set and _is_one(rng.extent)):
+                raise ScheduleError(
+                    f"block {block!r} accesses {reg.buffer.name!r} at dimension {dim} with "
+                    f"index {rng.min} (extent {rng.extent}); {prim} needs each index to be a "
+                    "single block iter var",
+                    primitive=prim,
+                    func=func,
+                    node=blk,
+                )
+            v = rng.min
+            if v in iv_range:
+                iv_range[v] = rg.union_intervals([iv_range[v]], [want], ana)[0]
+            else:
+                iv_range[v] = want
+
+    # Regenerate the loop nest: one loop per iter var whose range is not a single point.
+    loops: list[tuple[Var, PrimExpr]] = []
+    values: list[PrimExpr] = []
+    preds: list[PrimExpr] = []
+    for iv in blk.iter_vars:
+        dom_lo = iv.dom.min
+        dom_hi = ana.simplify(iv.dom.min + iv.dom.extent - 1)
+        want = iv_range.get(iv.var, rg.Interval(dom_lo, dom_hi))
+        extent = ana.simplify(want.hi - want.lo + 1)
+        if _is_one(extent) and not preserve_unit_loops:
+            value = want.lo
+        else:
+            ax = Var(f"ax{len(loops)}", iv.var.dtype)
+            loops.append((ax, extent))
+            value = ana.simplify(want.lo + ax)
+            ana.bind(ax, Range(IntImm(0, ax.dtype), extent))
+        values.append(value)
+        if iv.var in iv_range:
+            # clip to the iteration domain when the region may leave it (inexact tiles)
+            if not ana.can_prove(value >= dom_lo):
+                preds.append(value >= dom_lo)
+            if not ana.can_prove(value <= dom_hi):
+                preds.append(value < ana.simplify(iv.dom.min + iv.dom.extent))
+    new_realize = BlockRealize(tuple(values), rg.conjunction(preds), blk)
+    new_nest = rg.make_loop_nest(loops, new_realize)
+
+    # Remove the old nest, then insert the new one at the position in the loop body.
+    out = rg.remove_block(func, realize, anc_b, prim)
+    loop_now, _ = rg.get_loop(out, loop_var, prim)
+    kids = rg.body_children(loop_now.body)
+    partner_names = {s.block.name for s, _ in partners}
+    # TVM placement: before the first child that consumes the block's output.
+    consumer_names = (
+        {r.block.name for r in rg.leaf_blocks(loop_now) if any(
+            rg.reads_buffer(r.block, w.buffer) for w in blk.writes)}
+        if reverse else partner_names
+    )
+    index = len(kids)
+    for i, k in enumerate(kids):
+        if rg.contains_block(k, consumer_names):
+            index = i
+            break
+    new_loop = attrs.evolve(loop_now, body=_seq(kids[:index] + [new_nest] + kids[index:]))
+    out = tree.replace(out, loop_now, new_loop)
+    rg.check_order(out, block, prim, node=loop, shown=func)
+    return out
+
+
+def _seq(items: list[Stmt]) -> Stmt:
+    return seq(*items)
+
+
+def _is_one(e: PrimExpr) -> bool:
+    return isinstance(e, IntImm) and e.value == 1
+

@@ -1,0 +1,457 @@
+"""Loop primitives as pure functions on PrimFunc: split, fuse, reorder, bind, vectorize,
+unroll, parallel.
+
+Loops are named by their loop Var. Every function checks its preconditions and raises
+:class:`~loopir.errors.ScheduleError` (primitive name, offending value, IR with the offending
+node marked) without building anything when they fail. Semantics follow TVM's TensorIR
+schedule; where TVM leaves a case to later passes, these refuse it early and say why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from loopir.errors import ScheduleError
+from loopir.ir.buffer import Range
+from loopir.ir.expr import IntImm, PrimExpr, Var
+from loopir.ir.functor import collect_vars, substitute
+from loopir.ir.stmt import THREAD_TAGS, BlockRealize, For, ForKind, IterKind, PrimFunc, Stmt
+from loopir.schedule import tree
+
+
+def _loop(func: PrimFunc, loop_var: Any, primitive: str) -> tuple[For, tuple[Stmt, ...]]:
+    if not isinstance(loop_var, Var):
+        raise ScheduleError(f"expected a loop Var, got {loop_var!r}", primitive=primitive)
+    hit = tree.find_loop(func, loop_var)
+    if hit is None:
+        raise ScheduleError(
+            f"loop {loop_var.name} is not in the function", primitive=primitive, func=func
+        )
+    return hit
+
+
+def _require_serial(func: PrimFunc, loop: For, primitive: str) -> None:
+    if loop.kind is not ForKind.SERIAL:
+        what = f"bound to {loop.thread_tag}" if loop.thread_tag else loop.kind.value
+        raise ScheduleError(
+            f"loop {loop.loop_var.name} is {what}; {primitive} needs a serial loop (apply "
+            f"{primitive} before binding or annotating the loop)",
+            primitive=primitive,
+            func=func,
+            node=loop,
+        )
+
+
+def _same_loop_in(func: PrimFunc, loop: For) -> For:
+    """The loop of ``func`` with ``loop``'s var (to mark it in the unchanged function)."""
+    hit = tree.find_loop(func, loop.loop_var)
+    return loop if hit is None else hit[0]
+
+
+def _const(e: PrimExpr) -> int | None:
+    return int(e.value) if isinstance(e, IntImm) else None
+
+
+# --------------------------------------------------------------------------------------------
+# split
+# --------------------------------------------------------------------------------------------
+
+
+def split(func: PrimFunc, loop_var: Var, factors: Sequence[int | None]) -> tuple[PrimFunc, list[Var]]:
+    """Split a loop into nested loops of the given extents (outermost first).
+
+    At most one factor may be None; it is inferred as ``ceildiv(extent, product of others)``.
+    The product of the factors must be at least the extent. When it is larger (an inexact
+    split) the outermost blocks below get the predicate ``fused < extent`` (conjoined with
+    their existing one), so every original iteration runs exactly once. Block bindings are
+    rewritten to the new loop vars and simplified.
+
+    Before / after ``split(i, [None, 32])`` on ``for i in range(100)``::
+
+        for i in T.serial(100):              for i_0 in T.serial(4):
+            with T.block("B"):                   for i_1 in T.serial(32):
+                v_i = T.axis.spatial(100, i)         with T.block("B"):
+                ...                                      v_i = T.axis.spatial(100, i_0 * 32 + i_1)
+                                                         T.where(i_0 * 32 + i_1 < 100)
+
+    Returns
+    -------
+    (PrimFunc, list of Var)
+        The new function and the new loop vars, outermost first (named ``i_0``, ``i_1``...).
+    """
+    P = "split"
+    loop, anc = _loop(func, loop_var, P)
+    if isinstance(factors, (str, bytes)) or not isinstance(factors, Sequence) or len(factors) == 0:
+        raise ScheduleError(
+            f"factors must be a non-empty list of ints (at most one None), got {factors!r}",
+            primitive=P, func=func, node=loop,
+        )  # fmt: skip
+    nones = [k for k, f in enumerate(factors) if f is None]
+    if len(nones) > 1:
+        raise ScheduleError(
+            f"at most one factor may be None (inferred), got {list(factors)!r}",
+            primitive=P, func=func, node=loop,
+        )  # fmt: skip
+    for f in factors:
+        if f is not None and (isinstance(f, bool) or not isinstance(f, int) or f <= 0):
+            raise ScheduleError(
+                f"factors must be positive ints or None, got {f!r} in {list(factors)!r}",
+                primitive=P, func=func, node=loop,
+            )  # fmt: skip
+    _require_serial(func, loop, P)
+    dtype = loop_var.dtype
+    extent = loop.extent
+    ranges = tree.loop_ranges(anc)
+    known = math.prod(f for f in factors if f is not None)
+    exprs: list[PrimExpr] = []
+    if nones:
+        const_ext = _const(extent)
+        inferred: PrimExpr = (
+            IntImm(-(-const_ext // known), dtype) if const_ext is not None
+            else tree.simplify((extent + (known - 1)) // known, ranges)
+        )  # fmt: skip
+        exprs = [inferred if f is None else IntImm(f, dtype) for f in factors]
+    else:
+        exprs = [IntImm(f, dtype) for f in factors]  # type: ignore[arg-type]
+        if not tree.can_prove(IntImm(known, dtype) >= extent, ranges):
+            relation = "smaller than" if _const(extent) is not None else "not provably at least"
+            raise ScheduleError(
+                f"the product of factors {list(factors)!r} is {known}, {relation} the extent "
+                f"{extent} of loop {loop_var.name} (it would drop iterations)",
+                primitive=P, func=func, node=loop,
+            )  # fmt: skip
+    new_vars = [Var(f"{loop_var.name}_{k}", dtype) for k in range(len(factors))]
+    fused: PrimExpr = new_vars[0]
+    for v, f in zip(new_vars[1:], exprs[1:]):
+        fused = fused * f + v
+    value = fused if _const(loop.min) == 0 else loop.min + fused
+    body = substitute(loop.body, {loop_var: value})
+    inner_ranges = dict(ranges)
+    for v, f in zip(new_vars, exprs):
+        inner_ranges[v] = Range(IntImm(0, dtype), f)
+    guard = fused < extent
+    consts = [_const(f) for f in exprs]
+    const_ext = _const(extent)
+    if const_ext is not None and all(c is not None for c in consts):
+        exact = math.prod(consts) == const_ext  # type: ignore[arg-type]
+    else:
+        exact = tree.can_prove(guard, inner_ranges)
+    if not exact:
+        # Inexact split: keep every original iteration exactly once.
+        body = tree.append_predicate(body, guard)
+    nest: Stmt = body
+    for v, f in reversed(list(zip(new_vars, exprs))):
+        nest = For(v, IntImm(0, dtype), f, ForKind.SERIAL, nest)
+    nest = tree.simplify_bindings(nest, ranges)
+    return tree.replace(func, loop, nest), new_vars
+
+
+# --------------------------------------------------------------------------------------------
+# fuse
+# --------------------------------------------------------------------------------------------
+
+
+def fuse(func: PrimFunc, loop_vars: Sequence[Var]) -> tuple[PrimFunc, Var]:
+    """Fuse a chain of perfectly nested loops (outermost first) into one loop.
+
+    Each loop's body must be exactly the next loop. The fused loop ``f`` (named
+    ``i_j_fused``) has the product extent; the old loop vars become ``f // n`` and ``f % n``
+    (mixed radix for more loops) in the block bindings, simplified.
+
+    Before / after ``fuse(i, j)``::
+
+        for i in T.serial(4):                for i_j_fused in T.serial(32):
+            for j in T.serial(8):                with T.block("B"):
+                with T.block("B"):                   v_i = T.axis.spatial(4, i_j_fused // 8)
+                    v_i = T.axis.spatial(4, i)       v_j = T.axis.spatial(8, i_j_fused % 8)
+                    v_j = T.axis.spatial(8, j)
+
+    Returns
+    -------
+    (PrimFunc, Var)
+        The new function and the fused loop var.
+    """
+    P = "fuse"
+    if len(loop_vars) == 0:
+        raise ScheduleError("needs at least one loop", primitive=P)
+    found = [_loop(func, v, P) for v in loop_vars]
+    loops = [f for f, _ in found]
+    seen: set[Var] = set()
+    for lp in loops:
+        if lp.loop_var in seen:
+            raise ScheduleError(
+                f"loop {lp.loop_var.name} is given twice", primitive=P, func=func, node=lp
+            )
+        seen.add(lp.loop_var)
+    for lp in loops:
+        _require_serial(func, lp, P)
+    for outer, inner in zip(loops, loops[1:]):
+        if outer.body is not inner:
+            raise ScheduleError(
+                f"loops {outer.loop_var.name} and {inner.loop_var.name} are not adjacent: the "
+                f"body of {outer.loop_var.name} must be exactly the loop {inner.loop_var.name} "
+                "(fuse takes perfectly nested loops, outermost first)",
+                primitive=P, func=func, node=inner,
+            )  # fmt: skip
+    outer_vars = set(seen)
+    for lp in loops:
+        if any(v in outer_vars for v in collect_vars(lp.min) + collect_vars(lp.extent)):
+            raise ScheduleError(
+                f"the range of loop {lp.loop_var.name} depends on another fused loop",
+                primitive=P, func=func, node=lp,
+            )  # fmt: skip
+    _check_no_mixed_fuse(func, loops)
+    top, anc = found[0]
+    ranges = tree.loop_ranges(anc)
+    dtype = top.loop_var.dtype
+    fvar = Var("_".join(lp.loop_var.name for lp in loops) + "_fused", dtype)
+    extent: PrimExpr = loops[0].extent
+    for lp in loops[1:]:
+        extent = extent * lp.extent
+    extent = tree.simplify(extent, ranges)
+    vmap: dict[Var, PrimExpr] = {}
+    stride: PrimExpr = IntImm(1, dtype)
+    n = len(loops)
+    for k in range(n - 1, -1, -1):
+        lp = loops[k]
+        q: PrimExpr = fvar if k == n - 1 else fvar // stride
+        if k > 0:  # the outermost needs no modulo: f // stride < its extent
+            q = q % lp.extent
+        vmap[lp.loop_var] = q if _const(lp.min) == 0 else lp.min + q
+        stride = tree.simplify(stride * lp.extent, ranges)
+    body = substitute(loops[-1].body, vmap)
+    nest: Stmt = For(fvar, IntImm(0, dtype), extent, ForKind.SERIAL, body)
+    nest = tree.simplify_bindings(nest, ranges)
+    return tree.replace(func, top, nest), fvar
+
+
+def _check_no_mixed_fuse(func: PrimFunc, loops: list[For]) -> None:
+    """Refuse to fuse a loop feeding a block's spatial iter vars with one feeding its reduce
+    iter vars: the fused var would bind both kinds, which makes the block ill-formed (TensorIR
+    needs each loop to be either data-parallel or a reduction for a block)."""
+    vars_ = {lp.loop_var for lp in loops}
+    for node, _ in tree.walk(loops[-1].body):
+        if not isinstance(node, BlockRealize):
+            continue
+        users: dict[IterKind, tuple[str, str]] = {}
+        for iv, value in zip(node.block.iter_vars, node.iter_values):
+            for v in collect_vars(value):
+                if v in vars_:
+                    users.setdefault(iv.kind, (v.name, iv.var.name))
+        if IterKind.SPATIAL in users and IterKind.REDUCE in users:
+            (sl, sv), (rl, rv) = users[IterKind.SPATIAL], users[IterKind.REDUCE]
+            raise ScheduleError(
+                f"cannot fuse loop {sl} (bound to spatial iter var {sv} of block "
+                f"{node.block.name!r}) with loop {rl} (bound to its reduce iter var {rv})",
+                primitive="fuse", func=func, node=loops[0],
+            )  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# reorder
+# --------------------------------------------------------------------------------------------
+
+
+def reorder(func: PrimFunc, loop_vars: Sequence[Var]) -> PrimFunc:
+    """Reorder loops of one chain into the given order (outermost first).
+
+    As in TVM, the loops must lie on one path (each an ancestor of the next deeper one) with
+    nothing but single loops between the outermost and innermost of them; loops on that path
+    that are not listed keep their positions. Loop headers move; bodies and bindings do not
+    change.
+
+    Before / after ``reorder(k, i)`` on ``for i: for j: for k: B``::
+
+        for i in T.serial(4):           for k in T.serial(2):
+            for j in T.serial(8):           for j in T.serial(8):
+                for k in T.serial(2):           for i in T.serial(4):
+                    B                               B
+    """
+    P = "reorder"
+    if len(loop_vars) == 0:
+        raise ScheduleError("needs at least one loop", primitive=P)
+    found = [_loop(func, v, P) for v in loop_vars]
+    seen: set[Var] = set()
+    for lp, _ in found:
+        if lp.loop_var in seen:
+            raise ScheduleError(
+                f"loop {lp.loop_var.name} is given twice", primitive=P, func=func, node=lp
+            )
+        seen.add(lp.loop_var)
+    by_depth = sorted(found, key=lambda fa: len(fa[1]))
+    for (outer, _), (inner, inner_anc) in zip(by_depth, by_depth[1:]):
+        if not any(a is outer for a in inner_anc):
+            raise ScheduleError(
+                f"loops {outer.loop_var.name} and {inner.loop_var.name} are not in one chain "
+                "(neither is nested in the other)",
+                primitive=P, func=func, node=inner,
+            )  # fmt: skip
+    top, top_anc = by_depth[0]
+    bottom, bottom_anc = by_depth[-1]
+    path: list[For] = [top]
+    for node in bottom_anc[len(top_anc) + 1:]:
+        if not isinstance(node, For):
+            raise ScheduleError(
+                f"loop {path[-1].loop_var.name} reaches loop {bottom.loop_var.name} through a "
+                f"{type(node).__name__}, not through loops only; reorder needs a single-branch "
+                "chain of loops",
+                primitive=P, func=func, node=path[-1],
+            )  # fmt: skip
+        path.append(node)
+    if bottom is not top:
+        path.append(bottom)
+    for outer, inner in zip(path, path[1:]):
+        if outer.body is not inner:
+            raise ScheduleError(
+                f"loop {outer.loop_var.name} has statements besides loop {inner.loop_var.name}; "
+                "reorder needs a single-branch chain of loops",
+                primitive=P, func=func, node=outer,
+            )  # fmt: skip
+    listed = {lp.loop_var for lp, _ in found}
+    order = iter([lp for lp, _ in found])
+    new_headers = [next(order) if lp.loop_var in listed else lp for lp in path]
+    # A loop's range may only use loop vars that stay outside it.
+    outside: set[Var] = set()
+    for lp in new_headers:
+        used = set(collect_vars(lp.min)) | set(collect_vars(lp.extent))
+        inner_path = {p.loop_var for p in path} - outside
+        bad = [v for v in used if v in inner_path]
+        if bad:
+            raise ScheduleError(
+                f"the range of loop {lp.loop_var.name} uses {bad[0].name}, which the new order "
+                "would place inside it",
+                primitive=P, func=func, node=lp,
+            )  # fmt: skip
+        outside.add(lp.loop_var)
+    nest: Stmt = bottom.body
+    for lp in reversed(new_headers):
+        nest = attrs.evolve(lp, body=nest)
+    return tree.replace(func, top, nest)
+
+
+# --------------------------------------------------------------------------------------------
+# bind / vectorize / unroll / parallel
+# --------------------------------------------------------------------------------------------
+
+
+def _check_data_parallel(func: PrimFunc, loop: For, primitive: str, what: str) -> None:
+    """Refuse when a block below binds a non-spatial iter var to an expression of the loop.
+
+    Running such a loop in parallel (threads, vector lanes, parallel workers) would race on the
+    reduction; TVM's CheckLoopParallelizableInBlock refuses it the same way.
+    """
+    for node, _ in tree.walk(loop.body):
+        if not isinstance(node, BlockRealize):
+            continue
+        for iv, value in zip(node.block.iter_vars, node.iter_values):
+            if iv.kind is IterKind.SPATIAL:
+                continue
+            if loop.loop_var in collect_vars(value):
+                raise ScheduleError(
+                    f"cannot {what} loop {loop.loop_var.name}: block {node.block.name!r} binds its "
+                    f"{iv.kind.value} iter var {iv.var.name} to it (a reduction cannot run in "
+                    "parallel)",
+                    primitive=primitive, func=func, node=loop,
+                )  # fmt: skip
+
+
+def bind(func: PrimFunc, loop_var: Var, thread_axis: str) -> PrimFunc:
+    """Bind a serial loop to a thread axis (``blockIdx``/``threadIdx``/``vthread`` ``.x/.y/.z``).
+
+    Preconditions: a valid tag; a serial loop; a constant extent for ``threadIdx``/``vthread``
+    (``blockIdx`` may be symbolic: it is the grid size); no reduction iter var bound to the
+    loop; and within one kernel (the subtree of the outermost thread-bound loop) every loop
+    with this tag has the same extent.
+
+    Before / after ``bind(i, "threadIdx.x")``::
+
+        for i in T.serial(256):         for i in T.thread_binding(256, thread="threadIdx.x"):
+    """
+    P = "bind"
+    if not isinstance(thread_axis, str) or thread_axis not in THREAD_TAGS:
+        raise ScheduleError(
+            f"invalid thread tag {thread_axis!r}; expected one of {', '.join(THREAD_TAGS)}",
+            primitive=P,
+        )
+    loop, anc = _loop(func, loop_var, P)
+    if loop.kind is ForKind.THREAD_BINDING:
+        raise ScheduleError(
+            f"loop {loop_var.name} is already bound to {loop.thread_tag}",
+            primitive=P, func=func, node=loop,
+        )  # fmt: skip
+    _require_serial(func, loop, P)
+    if not thread_axis.startswith("blockIdx") and _const(loop.extent) is None:
+        raise ScheduleError(
+            f"cannot bind loop {loop_var.name} with non-constant extent {loop.extent} to "
+            f"{thread_axis}: thread extents must be constants",
+            primitive=P, func=func, node=loop,
+        )  # fmt: skip
+    _check_data_parallel(func, loop, P, f"bind to {thread_axis}")
+    new_loop = attrs.evolve(loop, kind=ForKind.THREAD_BINDING, thread_tag=thread_axis)
+    new_func = tree.replace(func, loop, new_loop)
+    # Same tag, same extent within one kernel: a kernel launches one block/grid shape.
+    _, new_anc = tree.find_loop(new_func, loop_var)  # type: ignore[misc]
+    kernel: For = new_loop
+    for a in new_anc:
+        if isinstance(a, For) and a.kind is ForKind.THREAD_BINDING:
+            kernel = a
+            break
+    ranges = tree.loop_ranges(new_anc)
+    # Binding an outer loop can also join inner loops bound earlier into one kernel, so every
+    # tag of the kernel is checked, not only the new one.
+    first: dict[str, For] = {thread_axis: new_loop}
+    for node, _ in tree.walk(kernel):
+        if not (isinstance(node, For) and node.kind is ForKind.THREAD_BINDING):
+            continue
+        tag = str(node.thread_tag)
+        seen = first.setdefault(tag, node)
+        if seen is node or tree.can_prove(node.extent == seen.extent, ranges):
+            continue
+        new_is_seen = seen.loop_var is loop_var
+        other = node if new_is_seen else seen
+        this = seen if new_is_seen else node
+        raise ScheduleError(
+            f"{tag} is already bound with extent {other.extent} (loop {other.loop_var.name}) "
+            f"in the same kernel; loop {this.loop_var.name} has extent {this.extent}"
+            + ("" if tag == thread_axis else f" (binding {loop_var.name} to {thread_axis} "
+               "puts both in one kernel)"),
+            primitive=P, func=func, node=_same_loop_in(func, other),
+        )  # fmt: skip
+    return new_func
+
+
+def _annotate(func: PrimFunc, loop_var: Var, kind: ForKind, primitive: str) -> PrimFunc:
+    loop, _ = _loop(func, loop_var, primitive)
+    _require_serial(func, loop, primitive)
+    if kind is ForKind.VECTORIZED:
+        ext = _const(loop.extent)
+        if ext is None:
+            raise ScheduleError(
+                f"cannot vectorize loop {loop_var.name} with non-constant extent {loop.extent}",
+                primitive=primitive, func=func, node=loop,
+            )  # fmt: skip
+    if kind in (ForKind.VECTORIZED, ForKind.PARALLEL):
+        _check_data_parallel(func, loop, primitive, primitive)
+    return tree.replace(func, loop, attrs.evolve(loop, kind=kind))
+
+
+def vectorize(func: PrimFunc, loop_var: Var) -> PrimFunc:
+    """Mark a serial loop with a constant extent as vectorized (spatial iterations only).
+
+    Before / after: ``for v in T.serial(4)`` becomes ``for v in T.vectorized(4)``.
+    """
+    return _annotate(func, loop_var, ForKind.VECTORIZED, "vectorize")
+
+
+def unroll(func: PrimFunc, loop_var: Var) -> PrimFunc:
+    """Mark a serial loop as unrolled: ``for k in T.serial(4)`` becomes ``T.unroll(4)``."""
+    return _annotate(func, loop_var, ForKind.UNROLLED, "unroll")
+
+
+def parallel(func: PrimFunc, loop_var: Var) -> PrimFunc:
+    """Mark a serial loop parallel (spatial iterations only): ``T.serial`` becomes ``T.parallel``."""
+    return _annotate(func, loop_var, ForKind.PARALLEL, "parallel")

@@ -1,0 +1,585 @@
+"""The traced Schedule: handles, the one recording decorator, and every primitive's entry point.
+
+Primitives are pure functions on PrimFunc (``loops.py`` here; ``cache.py``, ``compute_at.py``,
+... for data movement). A Schedule method only resolves handles to block names / loop Vars,
+calls the pure function and returns the targets it produced; the :func:`instruction`
+decorator does everything else once for all primitives: argument checks, recording into the
+trace, making output handles, and committing the new function only when the primitive
+succeeded (a primitive that raises leaves func and trace unchanged).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from loopir.errors import ScheduleError
+from loopir.ir.expr import Var
+from loopir.ir.stmt import Block, BlockRealize, For, PrimFunc, Stmt
+from loopir.schedule import tree
+from loopir.schedule.trace import (
+    _RV,
+    ATTR,
+    HANDLE,
+    HANDLES,
+    INSTRUCTION_KINDS,
+    VARHANDLES,
+    BlockRV,
+    Instruction,
+    InstructionKind,
+    LoopRV,
+    Param,
+    Trace,
+    _is_literal,
+)
+
+logger = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
+Target = str | Var  # what a handle resolves through: a block name or a loop Var
+
+
+def _param_spec(p: inspect.Parameter) -> Param:
+    ann = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
+    has_default = p.default is not inspect.Parameter.empty
+    default = p.default if has_default else None
+    if "RV" not in ann:
+        return Param(p.name, ATTR, has_default=has_default, default=default)
+    block, loop = "BlockRV" in ann, "LoopRV" in ann
+    htype = "any" if block == loop else "block" if block else "loop"
+    if p.kind is inspect.Parameter.VAR_POSITIONAL:
+        role = VARHANDLES
+    elif ann.startswith(("list[", "Sequence[", "tuple[")):
+        role = HANDLES
+    else:
+        role = HANDLE
+    return Param(p.name, role, htype, has_default, default)
+
+
+def _normalize_literal(value: Any) -> Any:
+    """Tuples become lists so that recorded attributes are exactly their JSON form."""
+    if isinstance(value, tuple):
+        return [_normalize_literal(v) for v in value]
+    if isinstance(value, list):
+        return [_normalize_literal(v) for v in value]
+    return value
+
+
+def instruction(returns: str | None = None) -> Callable[[F], F]:
+    """The recording decorator: turns a method ``(self, ...) -> (func, targets)`` into a primitive.
+
+    The decorated method reads ``self.func``, calls a pure function and returns the new
+    PrimFunc and the targets (block names / loop Vars) of its output handles (None, one, or a
+    list, per ``returns``). The decorator registers the kind (parameter roles are read from the
+    annotations: parameters annotated with BlockRV/LoopRV are handle inputs, the others
+    attributes), checks attribute literals, makes output handles, records the instruction and
+    commits. Nothing is committed when the method raises.
+
+    Parameters
+    ----------
+    returns
+        None, ``"block"``, ``"loop"``, ``"blocks"`` or ``"loops"``.
+    """
+
+    def deco(method: F) -> F:
+        kind = method.__name__
+        sig = inspect.signature(method)
+        params = tuple(_param_spec(p) for p in list(sig.parameters.values())[1:])
+        spec = InstructionKind(kind, params, returns)
+        INSTRUCTION_KINDS[kind] = spec
+
+        @functools.wraps(method)
+        def wrapper(self: Schedule, *args: Any, **kwargs: Any) -> Any:
+            try:
+                bound = sig.bind(self, *args, **kwargs)
+            except TypeError as e:
+                raise ScheduleError(f"bad arguments: {e}", primitive=kind) from None
+            bound.apply_defaults()
+            inputs: dict[str, Any] = {}
+            attrs: dict[str, Any] = {}
+            for p in params:
+                value = bound.arguments[p.name]
+                if p.role == ATTR:
+                    value = _normalize_literal(value)
+                    if not _is_literal(value):
+                        raise ScheduleError(
+                            f"argument {p.name}={value!r} must be None, a bool, int, float, str "
+                            "or a list of those",
+                            primitive=kind,
+                        )
+                    bound.arguments[p.name] = value
+                    attrs[p.name] = value
+                    continue
+                if p.role == HANDLE:
+                    if value is not None or not (p.has_default and p.default is None):
+                        self._check_handle(value, p, kind)
+                    inputs[p.name] = value
+                    continue
+                if value is None and p.role == HANDLES and p.has_default and p.default is None:
+                    inputs[p.name] = None
+                    continue
+                if isinstance(value, _RV) or not isinstance(value, (list, tuple)):
+                    raise ScheduleError(
+                        f"argument {p.name} must be a list of handles, got {value!r}",
+                        primitive=kind,
+                    )
+                for v in value:
+                    self._check_handle(v, p, kind)
+                inputs[p.name] = tuple(value)
+            try:
+                new_func, targets = method(*bound.args, **bound.kwargs)
+            except ScheduleError as e:
+                if e.primitive is None:
+                    e.primitive = kind
+                raise
+            # Commit: nothing above touched self.
+            outputs = self._make_outputs(spec, targets)
+            index = len(self._instructions)
+            self._instructions.append(Instruction(kind, inputs, attrs, tuple(outputs)))
+            if new_func is not self._func:
+                self._func = new_func
+                self._mark_stale(index, kind)
+            logger.debug("schedule: %s -> %d outputs", kind, len(outputs))
+            if returns is None:
+                return None
+            return outputs if spec.returns_list else outputs[0]
+
+        return wrapper  # type: ignore[return-value]
+
+    return deco
+
+
+def _check_unique_names(func: PrimFunc) -> None:
+    """Handles resolve by block name and loop Var, so both must be unique in the function."""
+    names: set[str] = set()
+    loops: set[Var] = set()
+    for s, _ in tree.walk(func):
+        if isinstance(s, Block):
+            if s.name in names:
+                raise ScheduleError(
+                    f"block names must be unique, but {s.name!r} names two blocks",
+                    primitive="Schedule", func=func, node=s,
+                )  # fmt: skip
+            names.add(s.name)
+        elif isinstance(s, For):
+            if s.loop_var in loops:
+                raise ScheduleError(
+                    f"loop var {s.loop_var.name} defines two loops; each loop needs its own Var",
+                    primitive="Schedule", func=func, node=s,
+                )  # fmt: skip
+            loops.add(s.loop_var)
+
+
+def _result(func: PrimFunc, targets: Any = None) -> Any:
+    """What a primitive's body returns to :func:`instruction`: the new function and the
+    targets (block names / loop Vars) of its output handles. Typed ``Any`` because the
+    decorator turns it into the handles the method's signature promises."""
+    return func, targets
+
+
+class Schedule:
+    """A traced schedule of a PrimFunc (TensorIR style).
+
+    The IR is immutable, so the schedule simply holds the current function: ``sch.func``.
+    Handles (:class:`BlockRV`, :class:`LoopRV`) resolve through the schedule's symbol table to
+    a block name or a loop Var; they stay valid across rewrites until their block or loop
+    disappears (e.g. a loop consumed by ``split`` or ``fuse``), after which using them raises
+    a ScheduleError naming the instruction that consumed them.
+
+    Parameters
+    ----------
+    func
+        The function to schedule.
+
+    Examples
+    --------
+    >>> sch = loopir.Schedule(func)
+    >>> i, j, k = sch.get_loops(sch.get_block("C"))
+    >>> i0, i1 = sch.split(i, [None, 32])
+    >>> print(sch.trace)
+    def apply_trace(sch):
+        b0 = sch.get_block("C")
+        l1, l2, l3 = sch.get_loops(b0)
+        l4, l5 = sch.split(l1, [None, 32])
+    """
+
+    def __init__(self, func: PrimFunc) -> None:
+        if not isinstance(func, PrimFunc):
+            raise ScheduleError(
+                f"Schedule needs a loopir.PrimFunc, got {type(func).__name__}", primitive="Schedule"
+            )
+        _check_unique_names(func)
+        self._func = func
+        self._instructions: list[Instruction] = []
+        self._symbols: dict[_RV, Target] = {}
+        # Handles whose block/loop vanished: (instruction index, kind) that removed it.
+        self._stale: dict[_RV, tuple[int, str]] = {}
+
+    # --- state -----------------------------------------------------------------------------
+    @property
+    def func(self) -> PrimFunc:
+        """The current function."""
+        return self._func
+
+    @property
+    def trace(self) -> Trace:
+        """The instructions applied so far (an immutable snapshot)."""
+        return Trace(self._instructions)
+
+    def copy(self) -> Schedule:
+        """A fork with the same function, trace and handles; later changes are independent."""
+        other = Schedule.__new__(Schedule)
+        other._func = self._func
+        other._instructions = list(self._instructions)
+        other._symbols = dict(self._symbols)
+        other._stale = dict(self._stale)
+        return other
+
+    def __repr__(self) -> str:
+        return f"<Schedule of {self._func.name}: {len(self._instructions)} instructions>"
+
+    def show(self) -> str:
+        """The current function as text."""
+        return self._func.script()
+
+    # --- handles ---------------------------------------------------------------------------
+    def _check_handle(self, rv: Any, p: Param, kind: str) -> None:
+        want = {"block": BlockRV, "loop": LoopRV}.get(p.handle_type, _RV)
+        if not isinstance(rv, want):
+            what = {"block": "BlockRV", "loop": "LoopRV"}.get(p.handle_type, "BlockRV or LoopRV")
+            raise ScheduleError(
+                f"argument {p.name} must be a {what}, got {type(rv).__name__}: {rv!r}",
+                primitive=kind,
+            )
+        self._target(rv, kind)
+
+    def _target(self, rv: _RV, primitive: str) -> Target:
+        target = self._symbols.get(rv)
+        if target is None:
+            raise ScheduleError(
+                f"handle {rv!r} does not belong to this schedule (it comes from another "
+                "Schedule, or from a Trace that was not applied to this one)",
+                primitive=primitive,
+            )
+        stale = self._stale.get(rv)
+        if stale is not None:
+            index, kind = stale
+            what = "block" if isinstance(rv, BlockRV) else "loop"
+            raise ScheduleError(
+                f"handle {rv!r} is stale: its {what} was removed by instruction {index} ({kind})",
+                primitive=primitive,
+                func=self._func,
+            )
+        return target
+
+    def _block(self, rv: BlockRV, primitive: str) -> tuple[BlockRealize, tuple[Stmt, ...]]:
+        name = self._target(rv, primitive)
+        hit = tree.find_block_realize(self._func, str(name))
+        if hit is None:  # pragma: no cover - _mark_stale catches removals
+            raise ScheduleError(f"block {name!r} is not in the function", primitive=primitive,
+                                func=self._func)
+        return hit
+
+    def _loop(self, rv: LoopRV, primitive: str) -> tuple[For, tuple[Stmt, ...]]:
+        var = self._target(rv, primitive)
+        hit = tree.find_loop(self._func, var)  # type: ignore[arg-type]  # LoopRVs map to Vars
+        if hit is None:  # pragma: no cover - _mark_stale catches removals
+            raise ScheduleError(f"loop {var} is not in the function", primitive=primitive,
+                                func=self._func)
+        return hit
+
+    def _block_name(self, rv: BlockRV, primitive: str) -> str:
+        return self._block(rv, primitive)[0].block.name
+
+    def _loop_var(self, rv: LoopRV, primitive: str) -> Var:
+        return self._loop(rv, primitive)[0].loop_var
+
+    def _make_outputs(self, spec: InstructionKind, targets: Any) -> list[_RV]:
+        if spec.returns is None:
+            return []
+        items = list(targets) if spec.returns_list else [targets]
+        cls = spec.output_type
+        out: list[_RV] = []
+        for t in items:
+            rv = cls(t if isinstance(t, str) else t.name)  # type: ignore[misc]
+            self._symbols[rv] = t
+            out.append(rv)
+        return out
+
+    def _mark_stale(self, index: int, kind: str) -> None:
+        names: set[str] = set()
+        loops: set[Var] = set()
+        for s, _ in tree.walk(self._func):
+            if isinstance(s, Block):
+                names.add(s.name)
+            elif isinstance(s, For):
+                loops.add(s.loop_var)
+        for rv, target in self._symbols.items():
+            if rv in self._stale:
+                continue
+            alive = target in names if isinstance(target, str) else target in loops
+            if not alive:
+                self._stale[rv] = (index, kind)
+
+    def get(self, rv: BlockRV | LoopRV) -> Block | For:
+        """The IR node behind a handle: the Block of a BlockRV, the For of a LoopRV."""
+        if isinstance(rv, BlockRV):
+            return self._block(rv, "get")[0].block
+        if isinstance(rv, LoopRV):
+            return self._loop(rv, "get")[0]
+        raise ScheduleError(f"expected a BlockRV or LoopRV, got {type(rv).__name__}: {rv!r}",
+                            primitive="get")
+
+    # --- queries (recorded: they define handles) --------------------------------------------
+    @instruction(returns="block")
+    def get_block(self, name: str) -> BlockRV:
+        """Handle to the block called ``name`` (block names are unique).
+
+        Raises
+        ------
+        ScheduleError
+            When no block has that name (the message lists the blocks).
+        """
+        if not isinstance(name, str):
+            raise ScheduleError(f"block name must be a str, got {name!r}", primitive="get_block")
+        if tree.find_block_realize(self._func, name) is None:
+            raise ScheduleError(
+                f"no block named {name!r}; blocks: {tree.block_names(self._func)}",
+                primitive="get_block",
+                func=self._func,
+            )
+        return _result(self._func, name)
+
+    @instruction(returns="loops")
+    def get_loops(self, block: BlockRV) -> list[LoopRV]:
+        """Handles to the loops above ``block``, outermost first, up to the enclosing block.
+
+        Returns
+        -------
+        list of LoopRV
+            ``[i, j, k]`` for ``for i: for j: for k: block``; loops outside the enclosing
+            block (e.g. above the root) are not included.
+        """
+        _, anc = self._block(block, "get_loops")
+        return _result(self._func, [f.loop_var for f in tree.enclosing_loops(anc)])
+
+    @instruction(returns="blocks")
+    def get_child_blocks(self, block_or_loop: BlockRV | LoopRV) -> list[BlockRV]:
+        """Handles to the blocks directly below a block or loop (not nested in another block)."""
+        if isinstance(block_or_loop, BlockRV):
+            root: Stmt = self._block(block_or_loop, "get_child_blocks")[0].block
+        else:
+            root = self._loop(block_or_loop, "get_child_blocks")[0]
+        names = [r.block.name for r in tree.child_blocks(root)]
+        return _result(self._func, names)
+
+    # --- loop primitives ---------------------------------------------------------------------
+    @instruction(returns="loops")
+    def split(self, loop: LoopRV, factors: list[int | None]) -> list[LoopRV]:
+        """Split ``loop`` into ``len(factors)`` nested loops, outermost first.
+
+        Parameters
+        ----------
+        loop
+            A serial loop.
+        factors
+            Extents of the new loops; at most one None, inferred as ``ceildiv(extent,
+            product of the others)``. The product must be at least the extent; when it is
+            larger, the blocks below get the predicate ``fused < extent``.
+
+        Returns
+        -------
+        list of LoopRV
+            The new loops, outermost first.
+
+        Examples
+        --------
+        ``sch.split(i, [None, 32])`` on ``for i in T.serial(100)`` gives ``for i_0 in
+        T.serial(4): for i_1 in T.serial(32)`` with bindings ``i_0 * 32 + i_1`` and
+        ``T.where(i_0 * 32 + i_1 < 100)``; see :func:`loopir.schedule.loops.split`.
+        """
+        from loopir.schedule import loops
+
+        return _result(*loops.split(self._func, self._loop_var(loop, "split"), factors))
+
+    @instruction(returns="loop")
+    def fuse(self, *loops: LoopRV) -> LoopRV:
+        """Fuse perfectly nested adjacent loops (outermost first) into one loop.
+
+        Returns
+        -------
+        LoopRV
+            The fused loop ``i_j_fused``; the old loop vars become ``f // n_j`` and ``f % n_j``
+            in the bindings. See :func:`loopir.schedule.loops.fuse`.
+        """
+        from loopir.schedule import loops as L
+
+        return _result(*L.fuse(self._func, [self._loop_var(lp, "fuse") for lp in loops]))
+
+    @instruction()
+    def reorder(self, *ordered_loops: LoopRV) -> None:
+        """Reorder loops of one chain into the given order.
+
+        The loops must be nested in one another with only single loops in between; the
+        listed loops take the positions they occupy, in the order given, and unlisted loops
+        between them stay where they are. See :func:`loopir.schedule.loops.reorder`.
+        """
+        from loopir.schedule import loops as L
+
+        vars_ = [self._loop_var(lp, "reorder") for lp in ordered_loops]
+        return _result(L.reorder(self._func, vars_))
+
+    @instruction()
+    def bind(self, loop: LoopRV, thread_axis: str) -> None:
+        """Bind ``loop`` to a thread axis.
+
+        Parameters
+        ----------
+        loop
+            A serial loop with a constant extent (``blockIdx`` may be symbolic) to which no
+            reduction iter var is bound.
+        thread_axis
+            ``"blockIdx.x"``... ``"threadIdx.z"``, ``"vthread.x"``... One tag has one extent
+            per kernel. See :func:`loopir.schedule.loops.bind`.
+        """
+        from loopir.schedule import loops as L
+
+        return _result(L.bind(self._func, self._loop_var(loop, "bind"), thread_axis))
+
+    @instruction()
+    def vectorize(self, loop: LoopRV) -> None:
+        """Mark a serial, constant-extent, data-parallel ``loop`` vectorized.
+
+        ``for v in T.serial(4)`` becomes ``for v in T.vectorized(4)``; see
+        :func:`loopir.schedule.loops.vectorize`.
+        """
+        from loopir.schedule import loops as L
+
+        return _result(L.vectorize(self._func, self._loop_var(loop, "vectorize")))
+
+    @instruction()
+    def unroll(self, loop: LoopRV) -> None:
+        """Mark a serial ``loop`` unrolled: ``T.serial(4)`` becomes ``T.unroll(4)``."""
+        from loopir.schedule import loops as L
+
+        return _result(L.unroll(self._func, self._loop_var(loop, "unroll")))
+
+    @instruction()
+    def parallel(self, loop: LoopRV) -> None:
+        """Mark a serial, data-parallel ``loop`` parallel: ``T.serial`` becomes ``T.parallel``."""
+        from loopir.schedule import loops as L
+
+        return _result(L.parallel(self._func, self._loop_var(loop, "parallel")))
+
+    # --- data movement (pure functions by the data-movement modules) --------------------------
+    @instruction(returns="block")
+    def cache_read(
+        self,
+        block: BlockRV,
+        read_buffer_index: str | int,
+        storage_scope: str,
+        consumer_blocks: list[BlockRV] | None = None,
+    ) -> BlockRV:
+        """Read ``block``'s input buffer through a copy in ``storage_scope``.
+
+        Parameters
+        ----------
+        block
+            The consumer block.
+        read_buffer_index
+            The buffer, by name or by index into the block's reads.
+        storage_scope
+            ``"global"``, ``"shared"`` or ``"local"``.
+        consumer_blocks
+            The blocks that should read the copy (default: every reader).
+
+        Returns
+        -------
+        BlockRV
+            The new copy block (named e.g. ``A_shared``, ``A_shared_1``).
+        """
+        from loopir.schedule import cache
+
+        name = self._block_name(block, "cache_read")
+        consumers = (
+            None if consumer_blocks is None
+            else [self._block_name(b, "cache_read") for b in consumer_blocks]
+        )  # fmt: skip
+        return _result(*cache.cache_read(self._func, name, read_buffer_index, storage_scope, consumers))
+
+    @instruction(returns="block")
+    def cache_write(self, block: BlockRV, write_buffer_index: str | int, storage_scope: str) -> BlockRV:
+        """Write ``block``'s output through a copy in ``storage_scope``.
+
+        Parameters
+        ----------
+        block
+            The producer block.
+        write_buffer_index
+            The buffer, by name or by index into the block's writes.
+        storage_scope
+            ``"global"``, ``"shared"`` or ``"local"``.
+
+        Returns
+        -------
+        BlockRV
+            The new write-back block (named e.g. ``C_local``).
+        """
+        from loopir.schedule import cache
+
+        name = self._block_name(block, "cache_write")
+        return _result(*cache.cache_write(self._func, name, write_buffer_index, storage_scope))
+
+    @instruction()
+    def compute_at(self, block: BlockRV, loop: LoopRV, preserve_unit_loops: bool = False) -> None:
+        """Move producer ``block`` under ``loop``, computing just the region its consumers need."""
+        from loopir.schedule import compute_at as C
+
+        name = self._block_name(block, "compute_at")
+        var = self._loop_var(loop, "compute_at")
+        return _result(C.compute_at(self._func, name, var, preserve_unit_loops))
+
+    @instruction()
+    def reverse_compute_at(
+        self, block: BlockRV, loop: LoopRV, preserve_unit_loops: bool = False
+    ) -> None:
+        """Move consumer ``block`` under ``loop``, consuming just the region produced there."""
+        from loopir.schedule import compute_at as C
+
+        name = self._block_name(block, "reverse_compute_at")
+        var = self._loop_var(loop, "reverse_compute_at")
+        return _result(C.reverse_compute_at(self._func, name, var, preserve_unit_loops))
+
+    @instruction()
+    def compute_inline(self, block: BlockRV) -> None:
+        """Inline the producer ``block`` into its consumers."""
+        from loopir.schedule import inline
+
+        return _result(inline.compute_inline(self._func, self._block_name(block, "compute_inline")))
+
+    @instruction()
+    def reverse_compute_inline(self, block: BlockRV) -> None:
+        """Inline the consumer ``block`` into its producer."""
+        from loopir.schedule import inline
+
+        name = self._block_name(block, "reverse_compute_inline")
+        return _result(inline.reverse_compute_inline(self._func, name))
+
+    @instruction(returns="block")
+    def decompose_reduction(self, block: BlockRV, loop: LoopRV) -> BlockRV:
+        """Hoist ``block``'s init into a separate block placed before ``loop``; returns it."""
+        from loopir.schedule import reduction
+
+        name = self._block_name(block, "decompose_reduction")
+        var = self._loop_var(loop, "decompose_reduction")
+        return _result(*reduction.decompose_reduction(self._func, name, var))
+
+    @instruction()
+    def pad(self, block: BlockRV, factors: list[int]) -> None:
+        """pad_einsum: round each block iter's extent up to a multiple of its factor."""
+        from loopir.schedule import pad as P
+
+        return _result(P.pad(self._func, self._block_name(block, "pad"), factors))

@@ -1,0 +1,159 @@
+"""Testing helpers for users' own workloads: random inputs and numerical equivalence.
+
+``check_equivalent(f1, f2)`` runs both functions on the CPU reference executor with the same
+random (never zero) data and reports the first differing element. The hypothesis strategies
+used by loopir's own tests live in ``loopir.testing_strategies`` (needs hypothesis).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from loopir.errors import LoopIRError
+from loopir.ir import dtype as dt
+from loopir.ir.expr import IntImm, PrimExpr
+from loopir.ir.functor import collect_vars
+from loopir.ir.stmt import PrimFunc
+
+#: (rtol, atol) used when comparing outputs of each dtype.
+TOLERANCES: dict[str, tuple[float, float]] = {
+    "float64": (1e-10, 1e-12),
+    "float32": (1e-4, 1e-5),
+    "float16": (2e-2, 2e-2),
+    "bfloat16": (5e-2, 5e-2),
+}
+
+
+class EquivalenceError(LoopIRError, AssertionError):
+    """Two functions computed different results on the same inputs."""
+
+
+def _shape(func: PrimFunc, shapes: Sequence[PrimExpr], sizes: Mapping[str, int]) -> tuple[int, ...]:
+    out = []
+    for s in shapes:
+        if isinstance(s, IntImm):
+            out.append(int(s.value))
+            continue
+        env = {}
+        for v in collect_vars(s):
+            if v.name not in sizes:
+                raise LoopIRError(
+                    f"check_equivalent: symbolic size {v.name!r} of {func.name} needs a value; "
+                    f"pass sizes={{'{v.name}': ...}}"
+                )
+            env[v] = sizes[v.name]
+        from loopir.arith import simplify
+        from loopir.ir.functor import substitute
+
+        val = simplify(substitute(s, {k: IntImm(v, k.dtype) for k, v in env.items()}))
+        if not isinstance(val, IntImm):
+            raise LoopIRError(f"check_equivalent: cannot evaluate extent {s}")
+        out.append(int(val.value))
+    return tuple(out)
+
+
+def random_array(shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> np.ndarray:
+    """Random data that is never zero: floats in +-[0.5, 1.5), ints in +-[1, 5]."""
+    np_dtype = dt.to_numpy(dtype)
+    if dt.is_float(dtype):
+        mag = rng.uniform(0.5, 1.5, size=shape)
+        sign = rng.choice([-1.0, 1.0], size=shape)
+        arr = mag * sign
+        if dtype == "bfloat16":
+            f32 = arr.astype(np.float32)
+            return (f32.view(np.uint32) >> 16).astype(np.uint16)
+        return arr.astype(np_dtype)
+    if dt.is_bool(dtype):
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    lo = 1 if dt.is_uint(dtype) else -5
+    vals = rng.integers(lo, 6, size=shape)
+    if lo < 0:
+        vals = np.where(vals == 0, 1, vals)
+    return vals.astype(np_dtype)
+
+
+def random_inputs(func: PrimFunc, sizes: Mapping[str, int] | None = None, seed: int = 0) -> list[np.ndarray]:
+    """One random non-zero array per parameter of ``func``."""
+    rng = np.random.default_rng(seed)
+    sizes = dict(sizes or {})
+    return [random_array(_shape(func, p.shape, sizes), p.dtype, rng) for p in func.params]
+
+
+def check_equivalent(
+    f1: PrimFunc,
+    f2: PrimFunc,
+    *,
+    sizes: Mapping[str, int] | None = None,
+    seed: int = 0,
+    rtol: float | None = None,
+    atol: float | None = None,
+    inputs: Sequence[np.ndarray] | None = None,
+    target2: str = "cpu",
+    build_options: Mapping[str, Any] | None = None,
+) -> list[np.ndarray]:
+    """Run ``f1`` and ``f2`` on the same random inputs and compare every parameter afterwards.
+
+    Parameters
+    ----------
+    f1, f2
+        Functions with parameters of the same shapes and dtypes (e.g. before and after a
+        schedule). ``f1`` runs on the CPU executor; ``f2`` on ``target2`` ("cpu" or "cuda").
+    sizes
+        Values of symbolic sizes, by Var name.
+    rtol, atol
+        Tolerances; default by dtype from :data:`TOLERANCES`, exact for integers.
+    inputs
+        Explicit inputs instead of random ones.
+
+    Returns
+    -------
+    list of numpy.ndarray
+        The arrays after running ``f1``.
+
+    Raises
+    ------
+    EquivalenceError
+        Naming the parameter, the first differing index and both values.
+    """
+    import loopir
+
+    if len(f1.params) != len(f2.params):
+        raise EquivalenceError(
+            f"check_equivalent: {len(f1.params)} vs {len(f2.params)} parameters"
+        )
+    base = list(inputs) if inputs is not None else random_inputs(f1, sizes, seed)
+    a1 = [np.array(x, copy=True) for x in base]
+    a2 = [np.array(x, copy=True) for x in base]
+    loopir.build(f1, target="cpu")(*a1)
+    loopir.build(f2, target=target2, **dict(build_options or {}))(*a2)
+    for p, x, y in zip(f1.params, a1, a2):
+        _compare(p.name, p.dtype, x, y, rtol, atol)
+    return a1
+
+
+def _compare(name: str, dtype: str, x: np.ndarray, y: np.ndarray, rtol: float | None,
+             atol: float | None) -> None:
+    if x.shape != y.shape:
+        raise EquivalenceError(f"parameter {name}: shapes differ {x.shape} vs {y.shape}")
+    if dt.is_float(dtype):
+        if dtype == "bfloat16":
+            x = (x.astype(np.uint32) << 16).view(np.float32)
+            y = (y.astype(np.uint32) << 16).view(np.float32)
+        r, a = TOLERANCES.get(dtype, (1e-5, 1e-6))
+        r = r if rtol is None else rtol
+        a = a if atol is None else atol
+        bad = ~np.isclose(x.astype(np.float64), y.astype(np.float64), rtol=r, atol=a, equal_nan=True)
+    else:
+        bad = x != y
+    if bad.any():
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise EquivalenceError(
+            f"parameter {name} differs at index {idx}: {x[idx]!r} (first) vs {y[idx]!r} "
+            f"(second); {int(bad.sum())} of {bad.size} elements differ"
+        )
+
+
+__all__ = ["check_equivalent", "random_inputs", "random_array", "EquivalenceError", "TOLERANCES"]

@@ -1,0 +1,344 @@
+"""CUTLASS support without a GPU: enumeration, emitted source, cache keys, tuning cache, hooks.
+
+One test (marked ``nvcc``) compiles a single small sm80 module -- the cheapest CUTLASS unit --
+and checks the library cache and the entry point's argument checking through ctypes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+pytest.importorskip("cutlass_library")
+
+from loopir.codegen_cuda.cutlass.emit import KernelSpec, emit_kernel, emit_module  # noqa: E402
+from loopir.codegen_cuda.cutlass.enumerate import (  # noqa: E402
+    GemmCandidate,
+    default_candidate,
+    enumerate_candidates,
+    rank_candidates,
+    tuning_candidates,
+    unsupported_reason,
+)
+from loopir.codegen_cuda.cutlass.problem import (  # noqa: E402
+    EpilogueSpec,
+    GemmProblem,
+    cutlass_operands,
+    cutlass_version,
+)
+from loopir.errors import CodegenError, LaunchError  # noqa: E402
+
+BIAS_RELU = EpilogueSpec("relu", has_bias=True)
+
+
+def prob(layout="NN", dtype="float16", out=None, epi=None, m=512, n=256, k=128, batch=1):
+    return GemmProblem(
+        m, n, k, dtype, out or dtype, "row" if layout[0] == "N" else "col",
+        "row" if layout[1] == "N" else "col", batch, epi or EpilogueSpec(),
+    )  # fmt: skip
+
+
+# --- problem ----------------------------------------------------------------------------------
+
+
+def test_problem_validation_names_the_field():
+    with pytest.raises(CodegenError, match="dtype_ab='int8'"):
+        GemmProblem(8, 8, 8, "int8", "float16")
+    with pytest.raises(CodegenError, match="m must be a positive int"):
+        GemmProblem(0, 8, 8, "float16", "float16")
+    with pytest.raises(CodegenError, match="unknown epilogue activation 'tanh'"):
+        EpilogueSpec("tanh")
+
+
+@pytest.mark.parametrize(
+    "layout, want",
+    [
+        ("NN", ("ColumnMajor", "ColumnMajor", "n", "k")),
+        ("NT", ("RowMajor", "ColumnMajor", "k", "k")),
+        ("TN", ("ColumnMajor", "RowMajor", "n", "m")),
+        ("TT", ("RowMajor", "RowMajor", "k", "m")),
+    ],
+)
+def test_transposed_operands(layout, want):
+    ops = cutlass_operands(prob(layout))
+    assert (ops["layout_a"], ops["layout_b"], ops["contig_a"], ops["contig_b"]) == want
+    assert ops["contig_d"] == "n"
+
+
+def test_problem_key_depends_on_every_field():
+    base = prob()
+    keys = {
+        base.key(), prob(m=1024).key(), prob("NT").key(), prob(dtype="bfloat16").key(),
+        prob(epi=BIAS_RELU).key(), prob(batch=2).key(), prob(out="float32").key(),
+    }  # fmt: skip
+    assert len(keys) == 7 and base.key() == prob().key()
+
+
+# --- enumeration --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", [90, 80])
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_candidates_match_layout_alignment_and_dtype(arch, layout, dtype):
+    p = prob(layout, dtype)
+    cands = enumerate_candidates(p, arch)
+    assert cands
+    ops = cutlass_operands(p)
+    for c in cands:
+        assert c.arch == arch
+        assert (c.layout_a, c.layout_b) == (ops["layout_a"], ops["layout_b"])
+        assert c.align_a == c.align_b == 8 and c.align_c == 8
+        assert c.element_ab == {"float16": "cutlass::half_t", "bfloat16": "cutlass::bfloat16_t"}[dtype]
+        if arch == 90:
+            assert c.kernel_schedule.startswith("cutlass::gemm::KernelTmaWarpSpecialized")
+            assert "PtrArray" not in c.kernel_schedule and "CpAsync" not in c.kernel_schedule
+        else:
+            assert c.kernel_schedule == "" and "Swizzle" in c.swizzle
+    assert cands == sorted(cands, key=GemmCandidate.sort_key)
+    assert len({c.sort_key()[:-1] for c in cands}) == len(cands)  # no duplicates
+
+
+def test_fused_epilogues_only_get_tma_epilogue_schedules():
+    plain = enumerate_candidates(prob(), 90)
+    fused = enumerate_candidates(prob(epi=BIAS_RELU), 90)
+    assert any("NoSmem" in c.epilogue_schedule for c in plain)
+    assert fused and all("TmaWarpSpecialized" in c.epilogue_schedule for c in fused)
+    assert set(fused) < set(plain)
+
+
+def test_tf32_candidates_and_mixed_output():
+    tf32 = enumerate_candidates(prob(dtype="float32"), 90)
+    assert tf32 and all(c.element_ab == "float" and c.align_a == 4 for c in tf32)
+    assert enumerate_candidates(prob(dtype="float32"), 80)[0].element_ab == "cutlass::tfloat32_t"
+    mixed = enumerate_candidates(prob(dtype="float16", out="float32"), 90)
+    assert mixed and all(c.align_c == 4 for c in mixed)
+
+
+@pytest.mark.parametrize(
+    "p, needle",
+    [
+        (prob(k=100), "K=100 is not a multiple of 8"),
+        (prob("TN", m=100), "M=100 is not a multiple of 8"),
+        (prob(n=20), "N=20 is not a multiple of 8"),
+        (prob(out="bfloat16"), "mixed input/output"),
+    ],
+)
+def test_unsupported_reasons(p, needle):
+    reason = unsupported_reason(p, 90)
+    assert reason is not None and needle in reason
+    with pytest.raises(CodegenError, match="cannot offload"):
+        enumerate_candidates(p, 90)
+
+
+def test_misaligned_m_is_fine_when_m_is_not_contiguous():
+    assert unsupported_reason(prob("NN", m=100), 90) is None
+
+
+def test_sm80_refuses_bias_plus_source_and_unknown_arch():
+    p = prob(epi=EpilogueSpec("relu", beta=1.0, has_bias=True, has_source=True))
+    assert "sm80" in unsupported_reason(p, 80)
+    assert unsupported_reason(p, 90) is None
+    assert "not supported" in unsupported_reason(p, 75)
+
+
+def test_default_and_ranking_are_deterministic():
+    p = prob(m=4096, n=4096, k=4096)
+    cands = enumerate_candidates(p, 90)
+    r1 = rank_candidates(p, cands)
+    r2 = rank_candidates(p, list(reversed(cands)))
+    assert r1 == r2 and default_candidate(p) == r1[0]
+    # a tiny problem prefers a smaller tile than a big one (wave quantization)
+    small = default_candidate(prob(m=256, n=256, k=4096))
+    assert small.tile[0] * small.tile[1] <= r1[0].tile[0] * r1[0].tile[1]
+
+
+def test_tuning_candidates_cover_different_schedules():
+    p = prob(m=4096, n=4096, k=4096)
+    picked = tuning_candidates(p, enumerate_candidates(p, 90), 4)
+    assert len(picked) == len(set(picked)) == 4
+    assert len({c.kernel_schedule for c in picked}) >= 2
+    assert picked[0] == default_candidate(p)
+    with pytest.raises(CodegenError, match=">= 1"):
+        tuning_candidates(p, enumerate_candidates(p, 90), 0)
+
+
+# --- emission -----------------------------------------------------------------------------------
+
+
+def spec_for(p, arch=90):
+    return KernelSpec.make(p.dtype_ab, p.dtype_d, p.epilogue, default_candidate(p, arch))
+
+
+def test_sm90_source_for_bias_relu():
+    p = prob(epi=BIAS_RELU, m=4096, n=4096, k=4096)
+    spec = spec_for(p)
+    src = emit_kernel(spec)
+    c = spec.candidate
+    assert "cutlass::gemm::collective::CollectiveBuilder<" in src
+    assert "cutlass::epilogue::collective::CollectiveBuilder<" in src
+    assert "cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>" in src
+    assert "LinCombPerRowBiasEltAct<cutlass::epilogue::thread::ReLu, ElementD, ElementCompute, ElementD, void" in src
+    assert f"cute::Shape<cute::_{c.tile[0]}, cute::_{c.tile[1]}, cute::_{c.tile[2]}>" in src
+    assert c.kernel_schedule in src and c.epilogue_schedule in src
+    assert "using ElementC = void;" in src  # no source matrix: C is not read at all
+    assert "args.epilogue.thread.bias_ptr" in src
+    assert f'extern "C" int {spec.entry}(' in src
+    assert "hw_info.sm_count = g_state.sm_count;" in src  # queried once, not per call
+
+
+def test_sm90_source_matrix_and_activations():
+    for act, functor in (("gelu", "GELU"), ("silu", "SiLu"), ("identity", None)):
+        p = prob(epi=EpilogueSpec(act, alpha=2.0, beta=0.5, has_source=True))
+        src = emit_kernel(spec_for(p))
+        assert "using ElementC = ElementD;" in src and "args.epilogue.thread.beta = beta;" in src
+        if functor:
+            assert f"LinCombEltAct<cutlass::epilogue::thread::{functor}," in src
+        else:
+            assert "fusion::LinearCombination<ElementD, ElementCompute, ElementD" in src
+
+
+def test_sm80_source():
+    p = prob("TT", epi=EpilogueSpec("gelu", beta=0.5, has_source=True))
+    spec = spec_for(p, 80)
+    src = emit_kernel(spec)
+    assert "cutlass::gemm::device::GemmUniversal<" in src
+    assert "LinearCombinationGeneric<cutlass::epilogue::thread::GELU" in src
+    assert "cutlass::layout::RowMajor, ElementAB, cutlass::layout::RowMajor" in src
+    assert "const void* src = S;" in src
+    bias = emit_kernel(spec_for(prob(epi=BIAS_RELU), 80))
+    assert "const void* src = bias;" in bias and "const int64_t ldc = 0;" in bias
+    both = KernelSpec("float16", "float16", "relu", True, True, spec.candidate)
+    with pytest.raises(CodegenError, match="cannot fuse both"):
+        emit_kernel(both)
+
+
+def test_module_is_deterministic_and_deduplicated():
+    s1 = spec_for(prob(epi=BIAS_RELU))
+    s2 = spec_for(prob("NT"))
+    m1 = emit_module([s1, s2, s1])
+    m2 = emit_module([s2, s1])
+    assert m1 == m2
+    assert m1.count(f'extern "C" int {s1.entry}(') == 1
+    assert m1.startswith("#define LOOPIR_CUTLASS_SM90 1")
+    assert 'extern "C" const char* loopir_cutlass_last_error' in m1
+    assert emit_module([spec_for(prob(), 80)]).startswith("#define LOOPIR_CUTLASS_SM90 0")
+    with pytest.raises(CodegenError, match="at least one"):
+        emit_module([])
+
+
+def test_entry_names_are_unique_per_configuration():
+    p = prob(m=4096, n=4096, k=4096)
+    cands = enumerate_candidates(p, 90)
+    names = {KernelSpec.make("float16", "float16", p.epilogue, c).entry for c in cands}
+    assert len(names) == len(cands)
+    assert all(n.isidentifier() for n in names)
+
+
+# --- library cache, tuning cache ------------------------------------------------------------
+
+
+def test_cache_key_tracks_source_and_flags(monkeypatch):
+    from loopir.codegen_cuda.cutlass import library
+
+    monkeypatch.setattr(library, "nvcc_version", lambda: "release 13.0")
+    k1 = library._cache_key("a", ["-O3"])
+    assert k1 == library._cache_key("a", ["-O3", "-I/some/where"])  # include paths don't matter
+    assert k1 != library._cache_key("b", ["-O3"])
+    assert k1 != library._cache_key("a", ["-O2"])
+
+
+def test_tuning_choice_round_trip(tmp_path):
+    from loopir.codegen_cuda.cutlass import tune
+
+    p = prob(m=4096, n=4096, k=4096)
+    assert tune.lookup(p, 90, tmp_path) is None
+    cand = enumerate_candidates(p, 90)[3]
+    tune.record_choice(p, 90, cand, 1.25, [(cand.short, 1.25)], tmp_path)
+    assert tune.lookup(p, 90, tmp_path) == cand
+    assert tune.lookup(prob(m=2048, n=4096, k=4096), 90, tmp_path) is None  # other shape
+    db = json.loads((tmp_path / "tuning.json").read_text())
+    (key,) = db
+    assert f"cutlass{cutlass_version()}" in key and "-sm90-" in key
+    (tmp_path / "tuning.json").write_text("{not json")
+    assert tune.lookup(p, 90, tmp_path) is None
+
+
+def test_runner_helpers():
+    from loopir.codegen_cuda.cutlass.hook import extern_call_id, problem_from_signature
+    from loopir.ir.expr import Call, FloatImm, IntImm, StringImm
+    from loopir.ir.stmt import Evaluate
+    from loopir.passes.gemm_offload import EXTERN_GEMM
+
+    p = prob("TN", epi=EpilogueSpec("silu", alpha=0.5, has_bias=True), batch=4)
+    assert problem_from_signature(p.signature()) == p
+    args = [StringImm("gemm_C"), *(StringImm(x) for x in "ABD"), StringImm(""), StringImm("")]
+    args += [IntImm(1), IntImm(1), IntImm(1), IntImm(1), FloatImm(1.0), FloatImm(0.0)]
+    assert extern_call_id(Evaluate(Call("int32", EXTERN_GEMM, args))) == "gemm_C"
+    assert extern_call_id(Evaluate(IntImm(0))) is None
+
+
+def test_array_checks_name_the_parameter():
+    import numpy as np
+
+    from loopir.codegen_cuda.cutlass.runtime import as_device
+
+    with pytest.raises(LaunchError, match="parameter A has shape"):
+        as_device(np.zeros((4, 4), np.float16), "A", (4, 8), "float16", output=False)
+    with pytest.raises(LaunchError, match="parameter B has dtype float32"):
+        as_device(np.zeros((4, 8), np.float32), "B", (4, 8), "float16", output=False)
+    with pytest.raises(LaunchError, match="raw uint16 bits"):
+        as_device(np.zeros((4, 8), np.float32), "B", (4, 8), "bfloat16", output=False)
+    with pytest.raises(LaunchError, match="parameter D is a list"):
+        as_device([1, 2], "D", (2,), "float16", output=True)
+
+
+def test_numpy_to_bits_rounds_bf16():
+    import numpy as np
+
+    from loopir.codegen_cuda.cutlass.runtime import numpy_to_bits
+
+    x = np.array([1.0, -2.5, 1.0 + 2**-9, 3.140625], np.float32)
+    bits = numpy_to_bits(x, "bfloat16")
+    back = (bits.astype(np.uint32) << 16).view(np.float32)
+    np.testing.assert_array_equal(back, np.array([1.0, -2.5, 1.0, 3.140625], np.float32))
+
+
+# --- one real compile ----------------------------------------------------------------------
+
+
+@pytest.mark.nvcc
+def test_one_module_compiles_caches_and_checks_arguments():
+    """Compile one sm80 kernel (the cheapest CUTLASS unit, ~30 s), reuse it from the cache."""
+    import ctypes
+
+    from loopir.codegen_cuda.cutlass.library import CutlassLibrary
+
+    spec = spec_for(prob(epi=BIAS_RELU), 80)
+    lib = CutlassLibrary([spec])  # default cache folder: built once per machine
+    assert lib.path.exists() and lib.source.count('extern "C" int') == 1
+    t = time.perf_counter()
+    again = CutlassLibrary([spec])
+    fn = again.entry(spec.entry)
+    warm_ms = (time.perf_counter() - t) * 1e3
+    assert again.cache_hit and again.path == lib.path
+    assert warm_ms < 500, warm_ms
+    # Argument checking happens before any CUDA call, so it works without a GPU.
+    status = fn(None, None, None, None, None, 1, 1, 1, 1, ctypes.c_float(1.0), ctypes.c_float(0.0), None)
+    assert status == 6
+    assert spec.entry in again.last_error() and "null pointer" in again.last_error()
+    with pytest.raises(LaunchError, match="no entry point"):
+        again.entry("nope")
+
+
+@pytest.mark.nvcc
+def test_nvcc_failure_reports_log_and_source(tmp_path):
+    from loopir.codegen_cuda.cutlass.library import build_library
+
+    with pytest.raises(CodegenError) as info:
+        build_library("this is not C++;\n", 80, cache=tmp_path)
+    text = str(info.value)
+    assert "nvcc failed" in text and str(tmp_path) in text and ".cu" in text
+    assert not list(tmp_path.glob("lib_*.so"))

@@ -1,0 +1,359 @@
+"""CUDAModule: argument checking (no GPU needed), the no-GPU error, and GPU runs."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from loopir.codegen_cuda import build_cuda
+from loopir.codegen_cuda.runtime import _Driver
+from loopir.errors import LaunchError
+from loopir.ir import op
+from loopir.ir.buffer import Buffer
+from loopir.ir.expr import Cast, Var
+from loopir.ir.stmt import Allocate, BufferStore, PrimFunc, seq
+
+from .builders import bind, loop, sync, tiled_matmul, vector_add, vthread_gemm
+from .test_emitter import _copy_func
+
+pytestmark = pytest.mark.nvcc
+
+
+@pytest.fixture(scope="module")
+def vadd(tmp_path_factory):
+    return build_cuda(vector_add(Var("n"), 128), cache_dir=tmp_path_factory.mktemp("c"))
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """Pretend pycuda is missing (and forget any driver state of this process)."""
+    monkeypatch.setattr(_Driver, "_instance", None)
+    monkeypatch.setattr(_Driver, "_error", None)
+    monkeypatch.setitem(sys.modules, "pycuda", None)
+    monkeypatch.setitem(sys.modules, "pycuda.driver", None)
+
+
+def _f32(*shape):
+    return np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+
+
+def test_wrong_argument_count(vadd):
+    with pytest.raises(LaunchError, match=r"expected 3 arrays \(A, B, C\), got 2"):
+        vadd(_f32(10), _f32(10))
+
+
+def test_wrong_dtype_names_parameter(vadd):
+    with pytest.raises(LaunchError, match="parameter 'B': dtype must be float32.*got float64"):
+        vadd(_f32(10), np.zeros(10), _f32(10))
+
+
+def test_wrong_ndim_and_inconsistent_sizes(vadd):
+    with pytest.raises(LaunchError, match=r"parameter 'A': expected 1 dimensions"):
+        vadd(_f32(2, 5), _f32(10), _f32(10))
+    with pytest.raises(LaunchError, match="parameter 'C': dimension 0 is size n, bound to 10"):
+        vadd(_f32(10), _f32(10), _f32(11))
+
+
+def test_fixed_shape_mismatch(tmp_path):
+    mod = build_cuda(vector_add(64, 32), cache_dir=tmp_path)
+    with pytest.raises(LaunchError, match="parameter 'A': dimension 0 must be 64, got 63"):
+        mod(_f32(63), _f32(64), _f32(64))
+
+
+def test_non_contiguous_and_foreign_objects(vadd):
+    with pytest.raises(LaunchError, match="parameter 'A': array is not C-contiguous"):
+        vadd(_f32(20)[::2], _f32(10), _f32(10))
+    with pytest.raises(LaunchError, match="parameter 'A': expected a numpy array.*got list"):
+        vadd([1.0] * 10, _f32(10), _f32(10))
+
+
+class _FakeCudaArray:
+    """Just enough of __cuda_array_interface__ to exercise the checks."""
+
+    def __init__(self, shape, typestr="<f4", strides=None, ptr=0x10000):
+        self.__cuda_array_interface__ = {
+            "shape": shape, "typestr": typestr, "strides": strides, "data": (ptr, False),
+            "version": 3,
+        }
+
+
+def test_cuda_array_interface_checks(vadd):
+    ok = _FakeCudaArray((10,))
+    with pytest.raises(LaunchError, match="parameter 'A': dtype must be float32, got CUDA array of <f8"):
+        vadd(_FakeCudaArray((10,), "<f8"), ok, ok)
+    with pytest.raises(LaunchError, match="parameter 'B': CUDA array is not C-contiguous"):
+        vadd(ok, _FakeCudaArray((10,), strides=(8,)), ok)
+
+
+def test_call_without_pycuda_raises_launch_error(vadd, no_gpu):
+    with pytest.raises(LaunchError, match="pycuda is not installed"):
+        vadd(_f32(10), _f32(10), _f32(10))
+    with pytest.raises(LaunchError, match="pycuda is not installed"):
+        vadd.benchmark(_f32(10), _f32(10), _f32(10))
+
+
+def test_benchmark_argument_checks(vadd):
+    with pytest.raises(LaunchError, match="repeat >= 1"):
+        vadd.benchmark(_f32(10), _f32(10), _f32(10), repeat=0)
+
+
+# ---- on the GPU ---------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_gpu_vector_add_symbolic(vadd):
+    for n in (1, 1000, 4097):
+        a, b = _f32(n), _f32(n) + 1
+        c = np.full(n, np.nan, np.float32)
+        vadd(a, b, c)
+        np.testing.assert_allclose(c, a + b, rtol=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(100, 70, 90), (64, 64, 64), (33, 9, 130)])
+def test_gpu_tiled_matmul(shape, cuda_cache):
+    M, K, N = shape
+    mod = build_cuda(tiled_matmul(M, K, N), cache_dir=cuda_cache)
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    b = rng.standard_normal((K, N)).astype(np.float32)
+    c = np.full((M, N), np.nan, np.float32)
+    mod(a, b, c)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.linalg.norm(c - ref) / np.linalg.norm(ref) < 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(200, 70, 256), (128, 4, 128), (257, 33, 512)])
+def test_gpu_vthread_gemm(shape, cuda_cache):
+    M, K, N = shape
+    mod = build_cuda(vthread_gemm(M, K, N), cache_dir=cuda_cache)
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    b = rng.standard_normal((K, N)).astype(np.float32)
+    c = np.full((M, N), np.nan, np.float32)
+    mod(a, b, c)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.linalg.norm(c - ref) / np.linalg.norm(ref) < 1e-5
+    assert mod.benchmark(a, b, c, warmup=2, repeat=5) > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,lanes", [("float32", 4), ("float16", 2), ("float16", 8)])
+def test_gpu_vector_copy(dtype, lanes, cuda_cache):
+    mod = build_cuda(_copy_func(0, lanes, dtype), cache_dir=cuda_cache)
+    b = np.arange(1032).astype(dtype)
+    a = np.zeros(1024, dtype)
+    mod(a, b)
+    np.testing.assert_array_equal(a, b[:1024])
+
+
+@pytest.mark.gpu
+def test_gpu_torch_arrays_in_place_and_alignment(cuda_cache):
+    torch = pytest.importorskip("torch")
+    mod = build_cuda(_copy_func(0), cache_dir=cuda_cache)
+    b = torch.arange(1032, dtype=torch.float32, device="cuda")
+    a = torch.zeros(1024, dtype=torch.float32, device="cuda")
+    mod(a, b)
+    torch.cuda.synchronize()
+    assert torch.equal(a, b[:1024])
+    # a view starting one element in is 4-byte aligned only: the float4 path refuses it
+    big = torch.zeros(1025, dtype=torch.float32, device="cuda")
+    with pytest.raises(LaunchError, match="parameter 'A' must be 16-byte aligned"):
+        mod(big[1:], b)
+    with pytest.raises(LaunchError, match="parameter 'B': CUDA array is not C-contiguous"):
+        mod(a, torch.zeros(2064, device="cuda")[::2])
+    with pytest.raises(LaunchError, match="parameter 'A': dtype must be float32"):
+        mod(a.half(), b)
+
+
+@pytest.mark.gpu
+def test_gpu_host_temporaries_and_host_loop(cuda_cache):
+    n = 256
+    A = Buffer("A", (n,), "float32")
+    C = Buffer("C", (n,), "float32")
+    T = Buffer("T", (n,), "float32")
+    t1, t2, b1, b2, it = Var("t1"), Var("t2"), Var("b1"), Var("b2"), Var("it")
+    k1 = bind(b1, 2, "blockIdx.x", bind(t1, 128, "threadIdx.x",
+                                         BufferStore(T, A[b1 * 128 + t1] * 2.0, (b1 * 128 + t1,))))
+    k2 = bind(b2, 2, "blockIdx.x", bind(t2, 128, "threadIdx.x", BufferStore(
+        C, C[b2 * 128 + t2] + T[b2 * 128 + t2] + Cast("float32", it), (b2 * 128 + t2,))))
+    f = PrimFunc((A, C), Allocate(T, seq(k1, loop(it, 3, k2))), name="two")
+    mod = build_cuda(f, cache_dir=cuda_cache)
+    a = _f32(n)
+    c = np.ones(n, np.float32)
+    mod(a, c)
+    np.testing.assert_allclose(c, 1 + 3 * 2 * a + (0 + 1 + 2), rtol=1e-5)
+
+
+@pytest.mark.gpu
+def test_gpu_floor_semantics(cuda_cache):
+    A = Buffer("A", (64,), "int32")
+    tx = Var("tx")
+    body = BufferStore(A, op.floordiv(tx - 32, 5) * 100 + op.floormod(tx - 32, 5), (tx,))
+    mod = build_cuda(PrimFunc((A,), bind(tx, 64, "threadIdx.x", body)), cache_dir=cuda_cache)
+    a = np.zeros(64, np.int32)
+    mod(a)
+    t = np.arange(64) - 32
+    np.testing.assert_array_equal(a, (t // 5) * 100 + t % 5)
+
+
+@pytest.mark.gpu
+def test_gpu_fp16_math(cuda_cache):
+    H = Buffer("H", (128,), "float16")
+    F = Buffer("F", (128,), "float32")
+    tx = Var("tx")
+    body = seq(BufferStore(F, Cast("float32", op.exp(H[tx])) + op.tanh(F[tx]), (tx,)),
+               BufferStore(H, H[tx] * Cast("float16", F[tx]), (tx,)))
+    mod = build_cuda(PrimFunc((H, F), bind(tx, 128, "threadIdx.x", body)), cache_dir=cuda_cache)
+    h = (np.linspace(-2, 2, 128)).astype(np.float16)
+    f = np.linspace(-1, 1, 128).astype(np.float32)
+    h0, f0 = h.copy(), f.copy()
+    mod(h, f)
+    f_ref = np.exp(h0.astype(np.float32)).astype(np.float16).astype(np.float32) + np.tanh(f0)
+    np.testing.assert_allclose(f, f_ref, rtol=2e-3)
+    np.testing.assert_allclose(h.astype(np.float32),
+                               (h0 * f_ref.astype(np.float16)).astype(np.float32), rtol=2e-3)
+
+
+@pytest.mark.gpu
+def test_gpu_block_limit_is_reported(cuda_cache):
+    A = Buffer("A", (2048,), "float32")
+    tx = Var("tx")
+    mod = build_cuda(PrimFunc((A,), bind(tx, 2048, "threadIdx.x", BufferStore(A, 1.0, (tx,)))),
+                     cache_dir=cuda_cache)
+    with pytest.raises(LaunchError, match="exceeds the 1024-thread limit"):
+        mod(np.zeros(2048, np.float32))
+
+
+@pytest.mark.gpu
+def test_gpu_shared_roundtrip_with_barrier(cuda_cache):
+    A = Buffer("A", (128,), "float32")
+    S = Buffer("S", (128,), "float32", scope="shared")
+    t1, t2 = Var("t1"), Var("t2")
+    body = Allocate(S, bind(Var("b"), 1, "blockIdx.x", seq(
+        bind(t1, 128, "threadIdx.x", BufferStore(S, A[t1], (t1,))),
+        sync(),
+        bind(t2, 96, "threadIdx.x", BufferStore(A, S[t2] + S[t2 + 32], (t2,))),
+    )))
+    mod = build_cuda(PrimFunc((A,), body), cache_dir=cuda_cache)
+    a = _f32(128)
+    a0 = a.copy()
+    mod(a)
+    np.testing.assert_allclose(a[:96], a0[:96] + a0[32:128], rtol=1e-6)
+    np.testing.assert_array_equal(a[96:], a0[96:])
+
+
+# ---- the launch path against a recording fake driver (no GPU needed) --------------------------
+
+
+class _FakeDrv:
+    """Records what the runtime asks pycuda to do."""
+
+    class Error(Exception):
+        pass
+
+    def __init__(self) -> None:
+        self.launches: list[tuple[str, tuple, tuple, tuple]] = []
+        self.copies: list[str] = []
+        self.next_ptr = 0x7000_0000
+
+    def mem_alloc(self, nbytes):
+        self.next_ptr += (nbytes + 255) // 256 * 256
+        return self.next_ptr
+
+    def memcpy_htod(self, dst, src):
+        self.copies.append(f"htod {src.shape}")
+
+    def memcpy_dtoh(self, dst, src):
+        self.copies.append(f"dtoh {dst.shape}")
+
+    def module_from_buffer(self, cubin):
+        drv = self
+
+        class Mod:
+            def get_function(self, name):
+                def f(*args, grid, block):
+                    drv.launches.append((name, args, grid, block))
+
+                return f
+
+        return Mod()
+
+    class Event:
+        def record(self):
+            pass
+
+        def synchronize(self):
+            pass
+
+        def time_since(self, other):
+            return 1.5
+
+
+class _FakeContext:
+    def __init__(self) -> None:
+        self.depth = 0
+
+    def push(self):
+        self.depth += 1
+
+    def pop(self):
+        self.depth -= 1
+
+    def synchronize(self):
+        pass
+
+
+@pytest.fixture
+def fake_driver(monkeypatch):
+    d = _Driver.__new__(_Driver)
+    d.drv = _FakeDrv()
+    d.context = _FakeContext()
+    d.modules = {}
+    monkeypatch.setattr(_Driver, "_instance", d)
+    return d
+
+
+def test_launch_marshalling_with_fake_driver(fake_driver, tmp_path):
+    mod = build_cuda(vector_add(Var("n"), 128), cache_dir=tmp_path)
+    a, b, c = _f32(1000), _f32(1000), _f32(1000)
+    mod(a, b, c)
+    (name, args, grid, block), = fake_driver.drv.launches
+    assert name == "vector_add_kernel0"
+    assert grid == (8, 1, 1) and block == (128, 1, 1)
+    assert [type(x) for x in args] == [np.uintp, np.uintp, np.uintp, np.int32]
+    assert int(args[3]) == 1000
+    # inputs copied in, only the written output copied back; the context is released
+    assert fake_driver.drv.copies == ["htod (1000,)"] * 3 + ["dtoh (1000,)"]
+    assert fake_driver.context.depth == 0
+    assert mod.benchmark(a, b, c, warmup=1, repeat=3) == 1.5
+    assert fake_driver.context.depth == 0
+
+
+def test_host_program_with_fake_driver(fake_driver, tmp_path):
+    A = Buffer("A", (4, 64), "float32")
+    T = Buffer("T", (4, 64), "float32")
+    t, tx, tx2 = Var("t"), Var("tx"), Var("tx2")
+    body = Allocate(T, seq(
+        loop(t, 4, bind(tx, 64, "threadIdx.x", BufferStore(T, A[t, tx], (t, tx)))),
+        bind(tx2, 64, "threadIdx.x", BufferStore(A, T[0, tx2], (0, tx2))),
+    ))
+    mod = build_cuda(PrimFunc((A,), body, name="h"), cache_dir=tmp_path)
+    mod(_f32(4, 64))
+    launches = fake_driver.drv.launches
+    assert [x[0] for x in launches] == ["h_kernel0"] * 4 + ["h_kernel1"]
+    assert [int(x[1][2]) for x in launches[:4]] == [0, 1, 2, 3]  # the host loop variable
+    temp_ptr = int(launches[0][1][1])
+    assert int(launches[4][1][1]) == temp_ptr  # the temporary is shared by both kernels
+
+
+def test_misaligned_cuda_pointer_is_refused_before_launch(fake_driver, tmp_path):
+    mod = build_cuda(_copy_func(0), cache_dir=tmp_path)
+    a = _FakeCudaArray((1024,), ptr=0x10004)
+    b = _FakeCudaArray((1032,), ptr=0x20000)
+    with pytest.raises(LaunchError, match="parameter 'A' must be 16-byte aligned"):
+        mod(a, b)
+    assert fake_driver.drv.launches == [] and fake_driver.context.depth == 0

@@ -1,0 +1,174 @@
+"""Property test: random workloads, extents and schedules; lowering with local padding on and
+off computes the same as without, and as numpy, on the CPU executor.
+
+Both lowered variants are merged into one function (fresh loop variables, separate outputs) so
+each example costs one C compilation. The schedules tile one spatial and one reduce axis with
+random factors (imperfect tiling included), and randomly add cache_write(local) +
+reverse_compute_at, cache_read(shared | local) + compute_at per input, decompose_reduction and
+blockIdx/threadIdx bindings.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from _passes_util import assert_lowered_form, inputs, lower_with
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+import loopir
+from loopir import te
+from loopir.errors import ScheduleError
+from loopir.ir import Buffer, For, PrimFunc, Var, seq
+from loopir.ir.functor import Mutator, substitute
+
+# At least 200 examples in CI (the `ci` profile defaults to 50); the dev profile stays small.
+_EXAMPLES = {"max_examples": 200} if os.environ.get("CI") else {}
+WORK = 6000  # bound on the product of all loop extents of one example
+
+
+def _extents(draw, n: int) -> list[int]:  # noqa: ANN001
+    """``n`` extents in 1..300 (small ones likelier), shrunk until their product <= WORK."""
+    out = [draw(st.one_of(st.integers(1, 20), st.integers(1, 300))) for _ in range(n)]
+    while int(np.prod(out)) > WORK:
+        i = int(np.argmax(out))
+        out[i] = max(1, out[i] * 2 // 3)
+    return out
+
+
+@st.composite
+def workloads(draw):  # noqa: ANN001, ANN201
+    kind = draw(st.sampled_from(["matmul", "bmm", "max", "min", "conv2d_nhwc"]))
+    dtype = draw(st.sampled_from(["float32", "float32", "int32"]))
+    if kind == "matmul":
+        M, K, N = _extents(draw, 3)
+        A = te.placeholder((M, K), dtype, name="A")
+        B = te.placeholder((K, N), dtype, name="B")
+        k = te.reduce_axis(K, name="k")
+        C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+        ref = lambda a, b: a @ b  # noqa: E731
+        return kind, dtype, [A, B, C], ref
+    if kind == "bmm":
+        Bt, M, K, N = _extents(draw, 4)
+        A = te.placeholder((Bt, M, K), dtype, name="A")
+        B = te.placeholder((Bt, K, N), dtype, name="B")
+        k = te.reduce_axis(K, name="k")
+        C = te.compute((Bt, M, N), lambda b, i, j: te.sum(A[b, i, k] * B[b, k, j], axis=k), name="C")
+        return kind, dtype, [A, B, C], lambda a, b: np.einsum("bik,bkj->bij", a, b)
+    if kind in ("max", "min"):
+        M, K = _extents(draw, 2)
+        A = te.placeholder((M, K), dtype, name="A")
+        k = te.reduce_axis(K, name="k")
+        red = te.max if kind == "max" else te.min
+        C = te.compute((M,), lambda i: red(A[i, k], axis=k), name="C")
+        return kind, dtype, [A, C], (lambda a: a.max(axis=1)) if kind == "max" else (lambda a: a.min(axis=1))
+    n, h, w, ci, co = _extents(draw, 5)
+    kh, kw = draw(st.integers(1, min(3, h))), draw(st.integers(1, min(3, w)))
+    I = te.placeholder((n, h, w, ci), dtype, name="I")  # noqa: E741
+    W = te.placeholder((kh, kw, ci, co), dtype, name="W")
+    rh, rw, rc = te.reduce_axis(kh, name="rh"), te.reduce_axis(kw, name="rw"), te.reduce_axis(ci, name="rc")
+    O = te.compute(  # noqa: E741
+        (n, h - kh + 1, w - kw + 1, co),
+        lambda b, y, x, c: te.sum(I[b, y + rh, x + rw, rc] * W[rh, rw, rc, c], axis=[rh, rw, rc]),
+        name="O",
+    )
+
+    def conv(i, wt):  # noqa: ANN001, ANN202
+        out = np.zeros((n, h - kh + 1, w - kw + 1, co), dtype=np.float64 if i.dtype.kind == "f" else np.int64)
+        for a in range(kh):
+            for b in range(kw):
+                out += np.einsum("nhwc,cd->nhwd", i[:, a:a + h - kh + 1, b:b + w - kw + 1, :], wt[a, b])
+        return out
+
+    return "conv2d_nhwc", dtype, [I, W, O], conv
+
+
+def _try(fn, *args):  # noqa: ANN001, ANN202
+    try:
+        return fn(*args)
+    except ScheduleError:
+        return None
+
+
+@st.composite
+def scheduled(draw):  # noqa: ANN001, ANN201
+    kind, dtype, tensors, ref = draw(workloads())
+    func = te.create_prim_func(tensors)
+    out_name = tensors[-1].name
+    sch = loopir.Schedule(func)
+    blk = sch.get_block(out_name)
+    loops = sch.get_loops(blk)
+    n_sp = len(tensors[-1].shape)
+    sp, rd = loops[n_sp - 1], loops[n_sp]
+    fs = draw(st.integers(1, 16))
+    fr = draw(st.integers(1, 8))
+    so, si = sch.split(sp, [None, fs])
+    ro, ri = sch.split(rd, [None, fr])
+    sch.reorder(so, ro, ri, si)
+    loops = sch.get_loops(blk)
+    if draw(st.booleans()) and n_sp >= 2:
+        _try(sch.bind, loops[0], "blockIdx.x")
+    bind_tx = draw(st.booleans())
+    if bind_tx:
+        _try(sch.bind, so, "threadIdx.x")
+    if draw(st.booleans()):
+        c = _try(sch.cache_write, blk, out_name, "local")
+        if c is not None:
+            _try(sch.reverse_compute_at, c, so)
+    for t in tensors[:-1]:
+        scope = draw(st.sampled_from([None, "shared", "local"]))
+        if scope is not None:
+            cr = _try(sch.cache_read, blk, t.name, scope)
+            if cr is not None and draw(st.booleans()):
+                _try(sch.compute_at, cr, ro)
+    if draw(st.booleans()):
+        _try(sch.decompose_reduction, blk, ro)
+    return kind, dtype, func, sch.func, ref
+
+
+class _Fresh(Mutator):
+    """Give every loop a fresh variable, so two lowerings can live in one function."""
+
+    def visit_For(self, node: For) -> For:
+        v = Var(node.loop_var.name + "_b", node.loop_var.dtype)
+        body = self.visit(substitute(node.body, {node.loop_var: v}))
+        return For(v, node.min, node.extent, node.kind, body, node.thread_tag, node.annotations)
+
+
+def _merge(a: PrimFunc, b: PrimFunc) -> PrimFunc:
+    """``a`` then ``b`` writing a second copy of the output (last param)."""
+    out = b.params[-1]
+    out2 = Buffer(out.name + "_off", out.shape, out.dtype)
+
+    class Redirect(Mutator):
+        def visit_Buffer(self, node: Buffer) -> Buffer:
+            return out2 if node is out else node
+
+    body_b = Redirect().visit(_Fresh().visit(b.body))
+    return PrimFunc((*a.params, out2), seq(a.body, body_b))
+
+
+@settings(deadline=None, **_EXAMPLES)
+@given(scheduled(), st.integers(0, 2**16))
+def test_local_padding_preserves_results(case, seed: int) -> None:  # noqa: ANN001
+    kind, dtype, func, sch_func, ref = case
+    on = lower_with(sch_func, pad=True)
+    off = lower_with(sch_func, pad=False)
+    assert_lowered_form(on)
+    assert_lowered_form(off)
+    event(f"{kind}: padded" if not loopir.structural_equal(on, off) else f"{kind}: unchanged")
+    merged = _merge(on, off)
+    x = inputs(func, seed=seed)
+    args = [a.copy() for a in x] + [x[-1].copy()]
+    loopir.build(merged, target="cpu", opt_level="-O0")(*args)
+    got_on, got_off = args[-2], args[-1]
+    ins = [a.astype(np.float64) if a.dtype.kind == "f" else a.astype(np.int64) for a in x[:-1]]
+    want = ref(*ins)
+    if dtype == "int32":
+        np.testing.assert_array_equal(got_on, got_off)
+        np.testing.assert_array_equal(got_on, want.astype(np.int32))
+    else:
+        # padding only adds identities (x + 0, max(x, -inf)): bit-identical to the unpadded run
+        np.testing.assert_array_equal(got_on, got_off)
+        np.testing.assert_allclose(got_on, want, rtol=1e-4, atol=1e-4)

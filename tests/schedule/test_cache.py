@@ -1,0 +1,203 @@
+"""cache_read / cache_write: golden IR, placement, naming, equivalence and error cases."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loopir.errors import ScheduleError
+from loopir.ir.stmt import BufferStore
+from loopir.schedule import cache
+from loopir.schedule import compute_at as CA
+from tests.schedule.dm_util import (
+    assert_equivalent,
+    block_of,
+    block_order,
+    chain,
+    conv2d_nhwc,
+    extents,
+    golden_pair,
+    matmul,
+    matmul_bias_relu,
+    realize_of,
+)
+
+
+def _root_allocs(func) -> list[tuple[str, str]]:
+    return [(b.name, b.scope) for b in func.body.block.alloc_buffers]
+
+
+# --- cache_read -----------------------------------------------------------------------------
+
+
+def test_cache_read_golden(golden) -> None:
+    f = matmul(16, 8, 12)
+    g, name = cache.cache_read(f, "C", "A", "shared")
+    assert name == "A_shared"
+    assert block_order(g) == ["A_shared", "C"]
+    assert ("A_shared", "shared") in _root_allocs(g)
+    # the copy covers the whole buffer with its own loops
+    assert extents(g, "A_shared") == [16, 8]
+    c = block_of(g, "C")
+    assert [r.buffer.name for r in c.reads] == ["A_shared", "B"]
+    golden_pair(golden, "cache_read_shared", f, g)
+
+
+def test_cache_read_by_index_and_scopes() -> None:
+    f = matmul(8, 4, 6)
+    for scope in ("global", "shared", "local"):
+        g, name = cache.cache_read(f, "C", 1, scope)
+        assert name == f"B_{scope}"
+        buf = block_of(g, name).writes[0].buffer
+        assert buf.scope == scope and buf.name == name
+        assert [r.buffer.name for r in block_of(g, "C").reads] == ["A", name]
+        assert_equivalent(f, g)
+
+
+def test_cache_read_unique_names() -> None:
+    f = matmul(8, 4, 6)
+    g, n1 = cache.cache_read(f, "C", "A", "shared")
+    g2, n2 = cache.cache_read(g, "C", "A_shared", "shared")
+    assert (n1, n2) == ("A_shared", "A_shared_shared")
+    g3, n3 = cache.cache_read(f, "C", "B", "shared")
+    g3, n4 = cache.cache_read(g3, "C", "A", "shared")
+    assert (n3, n4) == ("B_shared", "A_shared")
+    # a second cache of the same source in the same scope for another consumer
+    h = chain(8, 4)
+    h, m1 = cache.cache_read(h, "D", "C", "local")
+    assert m1 == "C_local"
+    h, m2 = cache.cache_read(cache.cache_write(h, "C", "C", "shared")[0], "C_shared", "C_shared",
+                             "local")
+    assert m2 == "C_shared_local"
+    assert_equivalent(chain(8, 4), h)
+
+
+def test_cache_read_consumer_subset_and_placement() -> None:
+    f = chain(8, 4)
+    # C is read by D only; B is read by C only -> placement right before the first consumer
+    g, name = cache.cache_read(f, "C", "B", "local")
+    assert block_order(g) == ["B", "B_local", "C", "D"]
+    g2, n2 = cache.cache_read(f, "D", "C", "shared", consumer_blocks=["D"])
+    assert block_order(g2) == ["B", "C", "C_shared", "D"]
+    assert_equivalent(f, g)
+    assert_equivalent(f, g2)
+
+
+def test_cache_read_multiple_consumers_default_all() -> None:
+    f = matmul_bias_relu(8, 4, 6)
+    # bias is read only by D; A by C; redirect both consumers of a shared buffer
+    g, name = cache.cache_read(f, "D", "bias", "global")
+    d = block_of(g, "D")
+    assert any(r.buffer.name == "bias_global" for r in d.reads)
+    assert block_order(g).index("bias_global") < block_order(g).index("D")
+    assert_equivalent(f, g)
+
+
+def test_cache_read_loads_are_redirected() -> None:
+    g, _ = cache.cache_read(matmul(8, 4, 6), "C", "A", "shared")
+    body = block_of(g, "C").body
+    assert isinstance(body, BufferStore)
+    assert "A_shared[" in str(body.value) and "A[" not in str(body.value).replace("A_shared[", "")
+
+
+@given(
+    m=st.integers(1, 12), k=st.integers(1, 9), n=st.integers(1, 12),
+    scope=st.sampled_from(["global", "shared", "local"]), which=st.sampled_from(["A", "B"]),
+)
+def test_cache_read_equivalence_matmul(m: int, k: int, n: int, scope: str, which: str) -> None:
+    f = matmul(m, k, n)
+    g, _ = cache.cache_read(f, "C", which, scope)
+    assert_equivalent(f, g)
+
+
+def test_cache_read_conv2d_equivalence() -> None:
+    f = conv2d_nhwc()
+    g, name = cache.cache_read(f, "Y", "P", "shared")
+    g, wname = cache.cache_read(g, "Y", "W", "local")
+    assert block_order(g) == ["P", "P_shared", "W_local", "Y"]
+    assert_equivalent(f, g)
+
+
+# --- cache_write ----------------------------------------------------------------------------
+
+
+def test_cache_write_golden(golden) -> None:
+    f = matmul(16, 8, 12)
+    g, name = cache.cache_write(f, "C", "C", "local")
+    assert name == "C_local"
+    assert block_order(g) == ["C", "C_local"]
+    c = block_of(g, "C")
+    assert [w.buffer.name for w in c.writes] == ["C_local"]
+    assert c.init is not None and "C_local[" in str(c.init)
+    wb = block_of(g, "C_local")
+    assert [r.buffer.name for r in wb.reads] == ["C_local"]
+    assert [w.buffer.name for w in wb.writes] == ["C"]
+    golden_pair(golden, "cache_write_local", f, g)
+    assert_equivalent(f, g)
+
+
+def test_cache_write_intermediate_placed_before_consumers() -> None:
+    f = chain(8, 4)
+    g, name = cache.cache_write(f, "C", 0, "shared")
+    assert block_order(g) == ["B", "C", "C_shared", "D"]
+    # D still reads the real C, written back before it
+    assert [r.buffer.name for r in block_of(g, "D").reads] == ["C"]
+    assert_equivalent(f, g)
+
+
+@given(
+    m=st.integers(1, 10), k=st.integers(1, 7), n=st.integers(1, 10),
+    scope=st.sampled_from(["global", "shared", "local"]),
+)
+def test_cache_write_equivalence(m: int, k: int, n: int, scope: str) -> None:
+    f = matmul_bias_relu(m, k, n)
+    g, _ = cache.cache_write(f, "C", "C", scope)
+    g, _ = cache.cache_write(g, "E", "E", scope)
+    assert_equivalent(f, g)
+
+
+def test_cache_write_then_compute_at_sibling_position() -> None:
+    """A write-back inserted where writer and reader share a loop nest goes between them."""
+    f = chain(8, 4)
+    c_i = realize_of(f, "D")[1]
+    d_loop = [a for a in c_i if hasattr(a, "loop_var")][0].loop_var
+    g = CA.compute_at(f, "C", d_loop)
+    g, name = cache.cache_write(g, "C", "C", "local")
+    assert block_order(g) == ["B", "C", "C_local", "D"]
+    assert_equivalent(f, g)
+
+
+# --- errors ---------------------------------------------------------------------------------
+
+
+def test_cache_errors() -> None:
+    f = matmul(8, 4, 6)
+    with pytest.raises(ScheduleError, match=r"cache_read: invalid storage scope 'texture'"):
+        cache.cache_read(f, "C", "A", "texture")
+    with pytest.raises(ScheduleError, match=r"invalid storage scope 'warp'"):
+        cache.cache_write(f, "C", "C", "warp")
+    with pytest.raises(ScheduleError, match=r"no buffer named 'Z' in its reads \(A, B\)"):
+        cache.cache_read(f, "C", "Z", "shared")
+    with pytest.raises(ScheduleError, match=r"buffer index 2 is out of range"):
+        cache.cache_read(f, "C", 2, "shared")
+    with pytest.raises(ScheduleError, match=r"no buffer named 'A' in its writes \(C\)"):
+        cache.cache_write(f, "C", "A", "local")
+    with pytest.raises(ScheduleError, match=r"no block named 'X'"):
+        cache.cache_read(f, "X", "A", "shared")
+    with pytest.raises(ScheduleError, match=r"buffer must be a name or an index"):
+        cache.cache_read(f, "C", 1.5, "shared")  # type: ignore[arg-type]
+    h = chain(8, 4)
+    with pytest.raises(ScheduleError, match=r"consumer block 'D' does not read buffer 'B'"):
+        cache.cache_read(h, "C", "B", "shared", consumer_blocks=["D"])
+    with pytest.raises(ScheduleError, match=r"consumer_blocks must be a list of block names"):
+        cache.cache_read(h, "C", "B", "shared", consumer_blocks="C")  # type: ignore[arg-type]
+
+
+def test_cache_error_str_marks_ir() -> None:
+    f = matmul(8, 4, 6)
+    with pytest.raises(ScheduleError) as info:
+        cache.cache_read(f, "C", "Q", "shared")
+    text = str(info.value)
+    assert text.startswith("cache_read: ")
+    assert "T.block(\"C\")" in text  # the IR is shown

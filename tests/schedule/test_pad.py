@@ -1,0 +1,139 @@
+"""pad (pad_einsum): golden IR, padded shapes and identities, equivalence, refusals."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loopir import te
+from loopir.errors import ScheduleError
+from loopir.ir.stmt import IfThenElse
+from loopir.schedule import pad as P
+from loopir.schedule import reduction
+from tests.schedule.dm_util import (
+    assert_equivalent,
+    block_of,
+    block_order,
+    chain,
+    extents,
+    golden_pair,
+    loop_vars,
+    matmul,
+    matmul_max,
+    tile,
+)
+
+
+def _shapes(func) -> dict[str, list[int]]:
+    return {b.name: [int(s.value) for s in b.shape] for b in func.body.block.alloc_buffers}
+
+
+def test_pad_matmul_golden(golden) -> None:
+    f = matmul(127, 60, 50)
+    g = P.pad(f, "C", [32, 32, 8])
+    assert _shapes(g) == {"A_pad": [128, 64], "B_pad": [64, 64], "C_pad": [128, 64]}
+    assert block_order(g) == ["A_pad", "B_pad", "C", "C_pad"]
+    assert extents(g, "C") == [128, 64, 64]
+    assert extents(g, "C_pad") == [127, 50]  # copied back at the real extent
+    c = block_of(g, "C")
+    assert [iv.dom.extent.value for iv in c.iter_vars] == [128, 64, 64]
+    assert [r.buffer.name for r in c.reads] == ["A_pad", "B_pad"]
+    assert [w.buffer.name for w in c.writes] == ["C_pad"]
+    fill = block_of(g, "A_pad").body
+    assert isinstance(fill, IfThenElse) and "0" in str(fill.else_case)
+    golden_pair(golden, "pad_matmul", f, g)
+    assert_equivalent(f, g)
+
+
+def test_pad_only_grown_buffers() -> None:
+    f = matmul(128, 60, 64)
+    g = P.pad(f, "C", [32, 32, 8])
+    # only k grows: A and B get padded copies, the output is untouched
+    assert _shapes(g) == {"A_pad": [128, 64], "B_pad": [64, 64]}
+    assert block_order(g) == ["A_pad", "B_pad", "C"]
+    assert [w.buffer.name for w in block_of(g, "C").writes] == ["C"]
+    assert_equivalent(f, g)
+    h = P.pad(matmul(127, 64, 64), "C", [32, 32, 8])
+    assert _shapes(h) == {"A_pad": [128, 64], "C_pad": [128, 64]}
+    assert_equivalent(matmul(127, 64, 64), h)
+
+
+def test_pad_noop_when_divisible() -> None:
+    f = matmul(64, 16, 32)
+    assert P.pad(f, "C", [32, 32, 8]) is f
+    assert P.pad(f, "C", [1, 1, 1]) is f
+
+
+def test_pad_max_uses_identity() -> None:
+    f = matmul_max(13, 7)
+    g = P.pad(f, "C", [4, 4])
+    fill = block_of(g, "A_pad").body
+    assert isinstance(fill, IfThenElse) and "inf" in str(fill.else_case)
+    assert_equivalent(f, g)  # data has both signs: a 0 pad would be wrong for max
+
+
+def test_pad_then_schedule() -> None:
+    f = matmul(30, 13, 20)
+    g = P.pad(f, "C", [8, 8, 4])
+    g, (ii, jj, kk) = tile(g, "C", [[None, 8], [None, 8], [None, 4]])
+    g, _ = reduction.decompose_reduction(g, "C", kk[0])
+    assert_equivalent(f, g)
+
+
+@given(
+    m=st.integers(1, 20), k=st.integers(1, 12), n=st.integers(1, 20),
+    fm=st.integers(1, 8), fk=st.integers(1, 8), fn=st.integers(1, 8),
+)
+def test_pad_equivalence(m, k, n, fm, fk, fn) -> None:
+    f = matmul(m, k, n)
+    g = P.pad(f, "C", [fm, fn, fk])
+    for name, shape in _shapes(g).items():
+        assert all(s % fac == 0 for s, fac in zip(shape, {"A_pad": [fm, fk], "B_pad": [fk, fn],
+                                                           "C_pad": [fm, fn]}[name]))
+    assert_equivalent(f, g)
+
+
+# --- refusals -------------------------------------------------------------------------------
+
+
+def test_pad_refuses_non_einsum() -> None:
+    with pytest.raises(ScheduleError, match=r"pad: block 'B' is not a reduction block"):
+        P.pad(chain(4, 3), "B", [2, 2])
+    f = matmul(10, 6, 8)
+    with pytest.raises(ScheduleError, match=r"block 'C' has 3 iter vars \(v_i, v_j, v_k\) but 2 "
+                       r"factors were given"):
+        P.pad(f, "C", [4, 4])
+    with pytest.raises(ScheduleError, match=r"padding factor 0 is not a positive int"):
+        P.pad(f, "C", [4, 0, 4])
+    with pytest.raises(ScheduleError, match=r"factors must be a list of positive ints"):
+        P.pad(f, "C", 4)  # type: ignore[arg-type]
+    # summand that is not a product of loads
+    A = te.placeholder((6, 5), "float32", name="A")
+    B = te.placeholder((6, 5), "float32", name="B")
+    r = te.reduce_axis(5, name="k")
+    S = te.compute((6,), lambda i: te.sum(A[i, r] + B[i, r], axis=r), name="S")
+    with pytest.raises(ScheduleError, match=r"the summand .* is not a product of loads"):
+        P.pad(te.create_prim_func([A, B, S]), "S", [4, 4])
+    # a shifted index is not an einsum access
+    X = te.placeholder((8, 5), "float32", name="X")
+    r2 = te.reduce_axis(5, name="k")
+    T = te.compute((6,), lambda i: te.sum(X[i + 2, r2], axis=r2), name="T")
+    with pytest.raises(ScheduleError, match=r"is not an einsum: X is indexed by"):
+        P.pad(te.create_prim_func([X, T]), "T", [4, 4])
+    # a reduction var that no load uses: padding it would add terms
+    Y = te.placeholder((6,), "float32", name="Y")
+    r3 = te.reduce_axis(5, name="k")
+    U = te.compute((6,), lambda i: te.sum(Y[i] * 2.0, axis=r3), name="U")
+    with pytest.raises(ScheduleError, match=r"reduction iter var v_k indexes none of the loads"):
+        P.pad(te.create_prim_func([Y, U]), "U", [1, 4])
+
+
+def test_pad_refuses_tiled_block() -> None:
+    f = matmul(10, 6, 8)
+    g, _ = tile(f, "C", [[None, 4], None, None])
+    with pytest.raises(ScheduleError, match=r"must be bound to its own loop over its whole domain"):
+        P.pad(g, "C", [4, 4, 4])
+    i, j, k = loop_vars(f, "C")
+    with pytest.raises(ScheduleError, match=r"no block named 'Q'"):
+        P.pad(f, "Q", [4, 4, 4])
