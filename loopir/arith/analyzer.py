@@ -111,6 +111,15 @@ def _as_dtype(e: PrimExpr, dtype: str) -> PrimExpr:
     return IntImm(e.value, dtype) if type(e) is IntImm else e.astype(dtype)
 
 
+def _expr(e: Any, who: str) -> PrimExpr:
+    """``e`` as an expression (Python scalars are converted); anything else is refused."""
+    if isinstance(e, PrimExpr):
+        return e
+    if isinstance(e, (bool, int)):
+        return convert(e)
+    raise ArithError(f"{who}: expected an expression or an int, got {type(e).__name__}: {e!r}")
+
+
 def _check_var(var: Any, who: str) -> Var:
     if not isinstance(var, Var):
         raise ArithError(f"{who}: expected a Var, got {type(var).__name__}: {var!r}")
@@ -162,12 +171,16 @@ class Analyzer:
     def bind(self, var: Var, rng: RangeLike) -> None:
         """Declare that ``var`` ranges over ``rng`` (a Range or ``(lo, hi_exclusive)``).
 
-        Binding a variable again replaces its range. Memoized results are dropped.
+        Binding a variable again replaces its range. Memoized results that may depend on
+        ``var`` are dropped (binding a variable that no earlier query mentioned keeps them:
+        the typical "bind loop vars on the way down" walk stays cheap).
         """
         v = _check_var(var, "Analyzer.bind")
         r = to_range(v, rng)
+        if self._s is not None and (v in self._ranges or self._s.has_seen(v)):
+            self._s = None
+        # the simplifier shares this dict, so an unseen variable's range is visible at once
         self._ranges[v] = r
-        self._s = None
 
     def unbind(self, var: Var) -> None:
         """Forget the range of ``var`` (no-op when unbound)."""
@@ -195,14 +208,12 @@ class Analyzer:
         Unbounded sides are ``ConstIntBound.POS_INF`` / ``NEG_INF``; unbound integer
         variables range over their dtype; non-integer expressions are unbounded.
         """
-        return self._simp.expr_bound(convert(e))
+        return self._simp.expr_bound(_expr(e, "const_int_bound"))
 
     @_deep_safe
     def simplify(self, e: PrimExpr | int) -> PrimExpr:
         """An equivalent, simplified expression (``e`` itself when nothing changed)."""
-        if not isinstance(e, PrimExpr):
-            return convert(e)
-        return self._simp.simplify(e)
+        return self._simp.simplify(_expr(e, "simplify"))
 
     @_deep_safe
     def can_prove(self, cond: PrimExpr | bool) -> bool:
@@ -210,7 +221,7 @@ class Analyzer:
 
         False means "could not prove" (not "false").
         """
-        c = convert(cond)
+        c = _expr(cond, "can_prove")
         if not (dt.is_bool(c.dtype) and dt.lanes(c.dtype) == 1):
             raise ArithError(f"can_prove: needs a scalar bool condition, got {c.dtype}: {c}")
         return self._prove(c, 0)
@@ -234,7 +245,7 @@ class Analyzer:
 
     def can_prove_equal(self, a: PrimExpr | int, b: PrimExpr | int) -> bool:
         """Whether ``a`` and ``b`` have the same value for every value of the bound vars."""
-        x, y = convert(a), convert(b)
+        x, y = _expr(a, "can_prove_equal"), _expr(b, "can_prove_equal")
         s = self._simp
         if is_index(x.dtype) and is_index(y.dtype):
             return s.canon(x).add(s.canon(y), -1).key() == ("sum", frozenset(), 0, x.dtype) or \
@@ -255,7 +266,7 @@ class Analyzer:
             If ``e`` is not a scalar integer expression.
         """
         rel = {_check_var(v, "int_set"): to_range(v, r, "int_set") for v, r in (relax or {}).items()}
-        return interval_of(self._simp, convert(e), rel)
+        return interval_of(self._simp, _expr(e, "int_set"), rel)
 
     @_deep_safe
     def detect_linear(self, e: PrimExpr, vars: Sequence[Var]) -> list[PrimExpr] | None:
@@ -264,7 +275,8 @@ class Analyzer:
         Returns ``[c_0, ..., c_{n-1}, base]`` (simplified expressions free of ``vars``), or
         None when ``e`` is not linear in ``vars``.
         """
-        return detect_linear_sum(self._simp, e, vars)
+        vs = [_check_var(v, "detect_linear") for v in vars]
+        return detect_linear_sum(self._simp, _expr(e, "detect_linear"), vs)
 
     def __repr__(self) -> str:
         rs = ", ".join(f"{v.name}: {r}" for v, r in self._ranges.items())

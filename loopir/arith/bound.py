@@ -316,6 +316,8 @@ class BoundEvaluator:
         self.atom_hook = atom_hook
         self._memo: dict[PrimExpr, ConstIntBound] = {}
         self._active: set[int] = set()
+        # ids of the variables whose range was consulted (pinned so ids stay unique)
+        self.seen_vars: dict[int, Var] = {}
 
     def clear(self) -> None:
         self._memo.clear()
@@ -331,6 +333,7 @@ class BoundEvaluator:
         return res
 
     def var_bound(self, v: Var) -> ConstIntBound:
+        self.seen_vars[id(v)] = v
         rng = self.ranges.get(v)
         if rng is None or id(v) in self._active:
             # unbound, or a range that mentions its own variable: only the dtype is known

@@ -142,6 +142,10 @@ class ExprKeys:
         self._names.clear()
         self._alive.clear()
 
+    def has_seen(self, obj: Any) -> bool:
+        """Whether a key mentions ``obj`` (a variable or buffer)."""
+        return id(obj) in self._alive
+
     def _pin(self, obj: Any) -> int:
         self._alive[id(obj)] = obj
         return id(obj)

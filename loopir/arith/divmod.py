@@ -201,13 +201,20 @@ def floormod_const(s: Simplifier, S: Sum, c: int) -> Sum:
 
 
 def _floormod_const(s: Simplifier, S: Sum, c: int) -> Sum:
-    acc = Sum({}, S.const, S.dtype)
-    for k, (a, coef) in S.terms.items():
-        if type(a) is FloorMod and type(a.b) is IntImm and a.b.value > 0 and (coef * a.b.value) % c == 0:
-            # coef*(u % c1) == coef*u - coef*c1*(u // c1), and c divides coef*c1
-            acc = acc.add(s.canon(a.a), coef)
-        else:
-            acc = acc.add(Sum.atom(k, a, coef))
+    acc = S
+    for _ in range(32):  # ((u % 8) % 6) % 2: inner remainders may expose more of them
+        nxt = Sum({}, acc.const, acc.dtype)
+        changed = False
+        for k, (a, coef) in acc.terms.items():
+            if type(a) is FloorMod and type(a.b) is IntImm and a.b.value > 0 and (coef * a.b.value) % c == 0:
+                # coef*(u % c1) == coef*u - coef*c1*(u // c1), and c divides coef*c1
+                nxt = nxt.add(s.canon(a.a), coef)
+                changed = True
+            else:
+                nxt = nxt.add(Sum.atom(k, a, coef))
+        acc = nxt
+        if not changed:
+            break
     _q, rest = _split_divisible(acc, c)  # c*A never changes the remainder
     r = Sum(rest.terms, _reduce_const(rest.const, c), S.dtype)
     m = _block(s, r, c)

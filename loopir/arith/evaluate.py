@@ -94,6 +94,11 @@ def evaluate(expr: PrimExpr, env: Mapping[Var, Value]) -> Value:
     env
         Value of every variable in ``expr``.
 
+    Notes
+    -----
+    Like C, ``Select`` evaluates only the taken branch and ``and``/``or`` short-circuit, so a
+    guarded division by zero is not an error.
+
     Returns
     -------
     int, float or bool

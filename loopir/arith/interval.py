@@ -120,11 +120,11 @@ class _Relaxer:
         if t is Min or t is Max:
             alo, ahi, _ = self.of_sum(s.canon(a.a))
             blo, bhi, _ = self.of_sum(s.canon(a.b))
-            return s._minmax(t, alo, blo), s._minmax(t, ahi, bhi), False
+            return s.minmax(t, alo, blo), s.minmax(t, ahi, bhi), False
         if t is Select:
             tlo, thi, _ = self.of_sum(s.canon(a.true_value))
             flo, fhi, _ = self.of_sum(s.canon(a.false_value))
-            return s._minmax(Min, tlo, flo), s._minmax(Max, thi, fhi), False
+            return s.minmax(Min, tlo, flo), s.minmax(Max, thi, fhi), False
         if t is Mul:
             for x, f in ((a.a, a.b), (a.b, a.a)):
                 fk = s.keys.key(f)
@@ -135,7 +135,7 @@ class _Relaxer:
                     break
                 xlo, xhi, ex = self.of_sum(s.canon(x))
                 sf = s.canon(f)
-                plo, phi = s._mul(xlo, sf), s._mul(xhi, sf)
+                plo, phi = s.mul(xlo, sf), s.mul(xhi, sf)
                 return (plo, phi, ex) if fb.min_value >= 0 else (phi, plo, ex)
         return self.const_fallback(a)
 

@@ -50,11 +50,11 @@ def _linear(
         rest = Sum.constant(c, S.dtype)
         for f in factors:
             if f is not dep[0]:
-                rest = s._mul(rest, s.canon(f))
+                rest = s.mul(rest, s.canon(f))
         icoeffs, ibase = inner
         for v, cv in icoeffs.items():
-            coeffs[v] = coeffs.get(v, Sum.constant(0, S.dtype)).add(s._mul(cv, rest))
-        base = base.add(s._mul(ibase, rest))
+            coeffs[v] = coeffs.get(v, Sum.constant(0, S.dtype)).add(s.mul(cv, rest))
+        base = base.add(s.mul(ibase, rest))
     return coeffs, base
 
 

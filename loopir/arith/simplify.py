@@ -19,7 +19,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-import numpy as np
 
 from loopir.arith import divmod as dm
 from loopir.arith.bound import (
@@ -82,27 +81,20 @@ def false_() -> IntImm:
     return IntImm(0, "bool")
 
 
+# significand bits and largest exponent of each float type
+_FLOAT_FORMAT = {"float16": (11, 15), "bfloat16": (8, 127), "float32": (24, 127), "float64": (53, 1023)}
+
+
 def _float_exact(value: int, dtype: str) -> float | None:
-    """``float(value)`` if ``dtype`` represents ``value`` exactly, else None."""
-    if dt.element(dtype) == "bfloat16":
-        f = float(value)
-        # bfloat16 keeps 8 significant bits
-        if f == 0.0 or (abs(value) < 2**127 and value == int(np.float32(f)) and _bf16_exact(value)):
-            return f
-        return None
-    try:
-        f = np.array(value, dtype=np.float64).astype(dt.to_numpy(dtype))
-    except (OverflowError, ValueError):
-        return None
-    out = float(f)
-    return out if math.isfinite(out) and int(out) == value else None
-
-
-def _bf16_exact(value: int) -> bool:
+    """``float(value)`` if ``dtype`` represents the integer ``value`` exactly, else None."""
+    mant, max_exp = _FLOAT_FORMAT[dt.element(dtype)]
     v = abs(value)
-    while v and v % 2 == 0:
-        v //= 2
-    return v < 256
+    if v == 0:
+        return 0.0
+    if v.bit_length() - 1 > max_exp:
+        return None
+    odd = v >> ((v & -v).bit_length() - 1)  # strip trailing zero bits
+    return float(value) if odd.bit_length() <= mant else None
 
 
 class Simplifier:
@@ -124,6 +116,10 @@ class Simplifier:
         self._atom_bounds: dict[Key, ConstIntBound] = {}
         # canonical floordiv/floormod of a sum by a constant, keyed by (op, sum key, c)
         self.divmod_memo: dict[tuple[str, Key, int], Sum] = {}
+
+    def has_seen(self, v: Var) -> bool:
+        """Whether any memoized result may depend on the range of ``v``."""
+        return self.keys.has_seen(v) or id(v) in self.bounds.seen_vars
 
     # ----------------------------------------------------------------------------------------
     # memo management
@@ -156,6 +152,10 @@ class Simplifier:
     def expr_bound(self, e: PrimExpr) -> ConstIntBound:
         """Bound of ``e``: the tighter of its tree bound and its canonical form's bound."""
         b = self.bounds(e)
+        if _is_scalar_bool(e.dtype) and not b.is_const:
+            sb = self.simplify(e)
+            if type(sb) is IntImm:
+                return bound_const(sb.value)
         if is_index(e.dtype) and not b.is_const:
             cb = self.sum_bound(self.canon(e))
             lo, hi = max(b.min_value, cb.min_value), min(b.max_value, cb.max_value)
@@ -235,6 +235,8 @@ class Simplifier:
             r = e
         self._trim()
         self._simp[e] = r
+        # canonical forms are fixpoints: remember that simplifying the result changes nothing
+        self._simp.setdefault(r, r)
         return r
 
     def simplify_children(self, e: PrimExpr) -> PrimExpr:
@@ -289,13 +291,13 @@ class Simplifier:
         if t is Sub:
             return self.merge_divmod(self.canon(e.a).add(self.canon(e.b), -1))
         if t is Mul:
-            return self._mul(self.canon(e.a), self.canon(e.b))
+            return self.mul(self.canon(e.a), self.canon(e.b))
         if t is FloorDiv:
             return dm.floordiv(self, self.canon(e.a), self.canon(e.b))
         if t is FloorMod:
             return dm.floormod(self, self.canon(e.a), self.canon(e.b))
         if t is Min or t is Max:
-            return self._minmax(t, self.canon(e.a), self.canon(e.b))
+            return self.minmax(t, self.canon(e.a), self.canon(e.b))
         if t is Select:
             return self._select(e)
         if t is Cast:
@@ -332,7 +334,8 @@ class Simplifier:
                         changed = True
         return s
 
-    def _mul(self, sa: Sum, sb: Sum) -> Sum:
+    def mul(self, sa: Sum, sb: Sum) -> Sum:
+        """Canonical ``a * b``: scaling when one side is constant, else a product atom."""
         if sb.is_const:
             return sa.scale(sb.const)
         if sa.is_const:
@@ -344,18 +347,12 @@ class Simplifier:
             ea, eb = eb, ea
         return self.make_atom(Mul(ea, eb))
 
-    def _minmax(self, t: type, sa: Sum, sb: Sum) -> Sum:
-        diff = self.sum_bound(sa.add(sb, -1))
-        if t is Min:
-            if diff.max_value <= 0:
-                return sa
-            if diff.min_value >= 0:
-                return sb
-        else:
-            if diff.max_value <= 0:
-                return sb
-            if diff.min_value >= 0:
-                return sa
+    def minmax(self, t: type, sa: Sum, sb: Sum) -> Sum:
+        """Canonical ``Min``/``Max`` (``t``) of two sums; decided by the ranges when possible."""
+        if self.decide(LE, sa, sb):
+            return sa if t is Min else sb
+        if self.decide(GE, sa, sb):
+            return sb if t is Min else sa
         # min(min(x, c1), c2) -> min(x, min(c1, c2)) (and the same for max)
         if sa.is_const and not sb.is_const:
             sa, sb = sb, sa
@@ -363,7 +360,7 @@ class Simplifier:
         if sb.is_const and inner is not None and type(inner) is t and type(inner.b) is IntImm:
             pick = min if t is Min else max
             c = pick(inner.b.value, sb.const)
-            return self._minmax(t, self.canon(inner.a), Sum.constant(c, sb.dtype))
+            return self.minmax(t, self.canon(inner.a), Sum.constant(c, sb.dtype))
         return self.make_atom(t(self.to_expr(sa), self.to_expr(sb)))
 
     def _select(self, e: Select) -> Sum:

@@ -30,8 +30,16 @@ from contextlib import contextmanager
 import attrs
 
 from loopir.codegen_cuda import analysis as an
-from loopir.codegen_cuda.ctypes import RESERVED, ctype, float_literal, vector_carrier
+from loopir.codegen_cuda.ctypes import RESERVED, ctype, vector_carrier
 from loopir.codegen_cuda.exprs_cuda import ExprPrinter
+from loopir.codegen_cuda.indexing import (
+    add,
+    fold_constants,
+    lane_invariant,
+    linear_coeff,
+    mul,
+    vector_splat,
+)
 from loopir.codegen_cuda.split import (
     BLOCK_TAGS,
     GRID_TAGS,
@@ -44,20 +52,15 @@ from loopir.errors import CodegenError
 from loopir.ir import dtype as dt
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import (
-    GE,
-    LT,
-    Add,
     And,
     BufferLoad,
     Call,
     FloatImm,
     IntImm,
-    Mul,
     PrimExpr,
     Ramp,
     Select,
     StringImm,
-    Sub,
     Var,
 )
 from loopir.ir.functor import Visitor, collect_vars, post_order_visit, substitute
@@ -133,27 +136,6 @@ class NameTable:
         self.used.add(name)
         self.names[key] = name
         return name
-
-
-def _linear_coeff(e: PrimExpr, v: Var) -> int | None:
-    """c if ``e`` is ``c * v + (terms without v)``; None if ``v`` enters non-linearly."""
-    if e is v:
-        return 1
-    if v not in collect_vars(e):
-        return 0
-    if isinstance(e, (Add, Sub)):
-        a, b = _linear_coeff(e.a, v), _linear_coeff(e.b, v)
-        if a is None or b is None:
-            return None
-        return a + b if isinstance(e, Add) else a - b
-    if isinstance(e, Mul):
-        if isinstance(e.b, IntImm):
-            a = _linear_coeff(e.a, v)
-            return None if a is None else a * e.b.value
-        if isinstance(e.a, IntImm):
-            b = _linear_coeff(e.b, v)
-            return None if b is None else b * e.a.value
-    return None
 
 
 # Serial loops that index a register array are unrolled up to this many innermost iterations:
@@ -246,17 +228,17 @@ class KernelEmitter:
                 f"{len(buffer.shape)} dimensions"
             )
         if buffer.strides is not None:
-            terms = [_mul(i, s) for i, s in zip(indices, buffer.strides)]
+            terms = [mul(i, s) for i, s in zip(indices, buffer.strides)]
         else:
             terms = []
             stride: PrimExpr = IntImm(1, "int32")
             for i, extent in reversed(list(zip(indices, buffer.shape))):
-                terms.append(_mul(i, stride))
-                stride = _mul(stride, extent)
+                terms.append(mul(i, stride))
+                stride = mul(stride, extent)
             terms.reverse()
         out = terms[0] if terms else IntImm(0, "int32")
         for t in terms[1:]:
-            out = _add(out, t)
+            out = add(out, t)
         return out
 
     def note_dtype(self, dtype: str) -> None:
@@ -285,11 +267,15 @@ class KernelEmitter:
         blo = an.const_int_bound(lo, self.env)
         bext = an.const_int_bound(extent, self.env)
         hi = None if blo[1] is None or bext[1] is None else blo[1] + bext[1] - 1
+        saved = self.env.get(v)
         self.env[v] = (blo[0], hi)
         try:
             yield
         finally:
-            del self.env[v]
+            if saved is None:
+                del self.env[v]
+            else:
+                self.env[v] = saved
 
     def expr(self, e: PrimExpr) -> str:
         return self.printer.print(e)
@@ -437,7 +423,7 @@ class KernelEmitter:
         if isinstance(s.min, IntImm) and s.min.value == 0:
             end = self.expr(s.extent)
         else:
-            end = self.expr(_add(s.min, s.extent))
+            end = self.expr(add(s.min, s.extent))
         with self.bound(s.loop_var, s.min, s.extent):
             with self.block(f"for ({t} {v} = {lo}; {v} < {end}; ++{v})"):
                 self.stmt(s.body)
@@ -475,7 +461,7 @@ class KernelEmitter:
         if buffer.scope == "local" or buffer.strides is not None:
             return None  # pointer-casting register arrays would force them into local memory
         *outer, last = indices
-        if any(_linear_coeff(i, v) != 0 for i in outer) or _linear_coeff(last, v) != 1:
+        if any(linear_coeff(i, v) != 0 for i in outer) or linear_coeff(last, v) != 1:
             return None
         flat = self.flat_index(buffer, indices)
         off0 = fold_constants(substitute(flat, {v: IntImm(0, v.dtype)}))
@@ -488,24 +474,55 @@ class KernelEmitter:
         return off0
 
     def try_vector_loop(self, s: For) -> bool:
-        """Emit ``s`` as one vector access; False (and nothing emitted) if not provable.
+        """Emit ``s`` as vector accesses; False (and nothing emitted) if not provable.
 
         Accepted bodies: ``dst[...v] = src[...v]`` or ``dst[...v] = cond ? src[...v] : c``
         (``c`` a constant), under guards without else. Conditions must not depend on ``v``
         after :func:`lane_invariant` (a guard ``base + v < bound`` with both ``base`` and
         ``bound`` multiples of the lane count holds for all lanes iff it holds for lane 0).
+        When the whole loop is not aligned (say, float4 rows of odd-multiple-of-2 length),
+        it is split into aligned chunks (two float2 accesses) if those are provable.
         """
         if not (isinstance(s.min, IntImm) and s.min.value == 0 and isinstance(s.extent, IntImm)):
             return False
         lanes = s.extent.value
         v = s.loop_var
-        body = s.body
+        chunk = lanes
+        while chunk >= 2 and lanes % chunk == 0:
+            with self.bound(v, s.min, s.extent):
+                parts = []
+                for c in range(lanes // chunk):
+                    w = Var(v.name, v.dtype)
+                    body = s.body if chunk == lanes else substitute(s.body, {v: w + c * chunk})
+                    if chunk == lanes:
+                        w = v
+                    with self.bound(w, IntImm(0, v.dtype), IntImm(chunk, v.dtype)):
+                        part = self._vector_part(body, w, chunk)
+                    if part is None:
+                        break
+                    parts.append(part)
+            if len(parts) == lanes // chunk:
+                for conds, text in parts:
+                    if conds:
+                        guard = conds[0]
+                        for cnd in conds[1:]:
+                            guard = And(guard, cnd)  # type: ignore[arg-type]
+                        with self.block(f"if ({self.expr(guard)})"):
+                            self.line(text)
+                    else:
+                        self.line(text)
+                return True
+            chunk //= 2
+        return False
+
+    def _vector_part(self, body: Stmt, v: Var, lanes: int) -> tuple[list[PrimExpr], str] | None:
+        """Guards and text of one ``lanes``-wide access for lane variable ``v``, or None."""
         guards: list[PrimExpr] = []
         while isinstance(body, IfThenElse) and body.else_case is None:
             guards.append(body.condition)
             body = body.then_case
         if not isinstance(body, BufferStore):
-            return False
+            return None
         value, select_cond, fill = body.value, None, None
         if (
             isinstance(value, Select)
@@ -514,25 +531,24 @@ class KernelEmitter:
         ):
             select_cond, fill, value = value.condition, value.false_value, value.true_value
         if not isinstance(value, BufferLoad):
-            return False
+            return None
         dst, src = body, value
         if dst.buffer.dtype != src.buffer.dtype or dt.lanes(src.dtype) != 1:
-            return False
+            return None
         carrier = vector_carrier(dst.buffer.dtype, lanes)
         if carrier is None:
-            return False
+            return None
         splat = None if fill is None else vector_splat(carrier, fill, lanes)
         if fill is not None and splat is None:
-            return False
-        with self.bound(v, s.min, s.extent):
-            doff = self._vector_access_ok(dst.buffer, dst.indices, v, lanes)
-            soff = self._vector_access_ok(src.buffer, src.indices, v, lanes)
-            conds = [lane_invariant(c, v, lanes, self.env) for c in guards]
-            sel = None if select_cond is None else lane_invariant(select_cond, v, lanes, self.env)
+            return None
+        doff = self._vector_access_ok(dst.buffer, dst.indices, v, lanes)
+        soff = self._vector_access_ok(src.buffer, src.indices, v, lanes)
+        conds = [lane_invariant(c, v, lanes, self.env) for c in guards]
+        sel = None if select_cond is None else lane_invariant(select_cond, v, lanes, self.env)
         if doff is None or soff is None or any(c is None for c in conds):
-            return False
+            return None
         if select_cond is not None and sel is None:
-            return False
+            return None
         nbytes = lanes * dt.bits(dst.buffer.dtype) // 8
         for b in (dst.buffer, src.buffer):
             if b.scope == "global":
@@ -544,15 +560,7 @@ class KernelEmitter:
         if sel is not None:
             load = f"({self.expr(sel)}) ? {load} : {splat}"
         text = f"*({carrier}*)({dname} + {self.expr(doff)}) = {load};"
-        if conds:
-            guard = conds[0]
-            for c in conds[1:]:
-                guard = And(guard, c)  # type: ignore[arg-type]
-            with self.block(f"if ({self.expr(guard)})"):
-                self.line(text)
-        else:
-            self.line(text)
-        return True
+        return [c for c in conds if c is not None], text
 
     def vector_store(self, s: BufferStore) -> None:
         """A store with Ramp indices: one vector access when aligned, else per-lane stores."""
@@ -597,104 +605,6 @@ class KernelEmitter:
             idx = tuple(lane_of(x, i) for x in s.indices)
             flat = self.expr(self.flat_index(s.buffer, idx))
             self.line(f"{self.buffer_name(s.buffer)}[{flat}] = {self.expr(lane_of(value, i))};")
-
-
-def lane_invariant(
-    cond: PrimExpr, v: Var, lanes: int, env: Mapping[Var, an.Bound]
-) -> PrimExpr | None:
-    """``cond`` rewritten without ``v`` (0 <= v < lanes), or None if it really depends on it.
-
-    Conjuncts ``L + v < R`` and ``L + v >= R`` with ``L`` and ``R`` multiples of ``lanes``
-    have the same truth value for every lane, so they become ``L < R`` / ``L >= R``.
-    """
-    if v not in collect_vars(cond):
-        return cond
-    if isinstance(cond, And):
-        a = lane_invariant(cond.a, v, lanes, env)
-        b = lane_invariant(cond.b, v, lanes, env)
-        return None if a is None or b is None else And(a, b)
-    if isinstance(cond, (LT, GE)):
-        lhs, rhs = cond.a, cond.b
-        if v in collect_vars(rhs) or _linear_coeff(lhs, v) != 1:
-            return None
-        base = fold_constants(substitute(lhs, {v: IntImm(0, v.dtype)}))
-        if an.is_multiple_of(base, lanes, env) and an.is_multiple_of(rhs, lanes, env):
-            return type(cond)(base, rhs)
-    return None
-
-
-def vector_splat(carrier: str, value: IntImm | FloatImm, lanes: int) -> str | None:
-    """A ``carrier`` value with every lane equal to the constant ``value``, or None."""
-    if carrier in ("float2", "float4"):
-        lit = float_literal(value.value, "float32")
-        return f"make_{carrier}({', '.join([lit] * lanes)})"
-    if carrier in ("int2", "int4") and isinstance(value, IntImm):
-        return f"make_{carrier}({', '.join([str(value.value)] * lanes)})"
-    if carrier == "half2":
-        return f"__float2half2_rn({float_literal(value.value, 'float32')})"
-    if carrier == "nv_bfloat162":
-        return f"__float2bfloat162_rn({float_literal(value.value, 'float32')})"
-    if value.value == 0:  # raw carriers: all-zero bits are 0 in every float and int type
-        return {"unsigned int": "0u", "uint2": "make_uint2(0u, 0u)",
-                "uint4": "make_uint4(0u, 0u, 0u, 0u)"}.get(carrier)
-    return None
-
-
-def fold_constants(e: PrimExpr) -> PrimExpr:
-    """Fold ``x + 0``, ``x * 1``, ``x * 0`` and constant sums in an index expression."""
-    if isinstance(e, Add):
-        return _add(fold_constants(e.a), fold_constants(e.b))
-    if isinstance(e, Mul):
-        return _mul(fold_constants(e.a), fold_constants(e.b))
-    if isinstance(e, Sub):
-        a, b = fold_constants(e.a), fold_constants(e.b)
-        if isinstance(b, IntImm) and b.value == 0:
-            return a
-        if isinstance(a, IntImm) and isinstance(b, IntImm):
-            return IntImm(a.value - b.value, a.dtype)
-        return e if a is e.a and b is e.b else Sub(a, b)
-    return e
-
-
-def _mul(a: PrimExpr, b: PrimExpr) -> PrimExpr:
-    """``a * b`` with constants folded (keeps flattened indices readable)."""
-    a, b = _match_int(a, b)
-    if isinstance(a, IntImm) and isinstance(b, IntImm):
-        return IntImm(a.value * b.value, a.dtype)
-    if isinstance(b, IntImm) and b.value == 1:
-        return a
-    if isinstance(a, IntImm) and a.value == 1:
-        return b
-    if (isinstance(a, IntImm) and a.value == 0) or (isinstance(b, IntImm) and b.value == 0):
-        return IntImm(0, a.dtype)
-    return Mul(a, b)
-
-
-def _add(a: PrimExpr, b: PrimExpr) -> PrimExpr:
-    a, b = _match_int(a, b)
-    if isinstance(a, IntImm) and isinstance(b, IntImm):
-        return IntImm(a.value + b.value, a.dtype)
-    if isinstance(b, IntImm) and b.value == 0:
-        return a
-    if isinstance(a, IntImm) and a.value == 0:
-        return b
-    return Add(a, b)
-
-
-def _match_int(a: PrimExpr, b: PrimExpr) -> tuple[PrimExpr, PrimExpr]:
-    if a.dtype == b.dtype:
-        return a, b
-    wide = "int64" if "int64" in (a.dtype, b.dtype) else a.dtype
-    from loopir.ir.expr import Cast
-
-    def conv(x: PrimExpr) -> PrimExpr:
-        if x.dtype == wide:
-            return x
-        if isinstance(x, IntImm):
-            return IntImm(x.value, wide)
-        return Cast(wide, x)
-
-    return conv(a), conv(b)
 
 
 _HELPERS = """\

@@ -17,6 +17,7 @@ from loopir.ir.stmt import PrimFunc
 from loopir.passes.context import PassContext, register_config
 
 __all__ = [
+    "require_lowered",
     "Pass",
     "FunctionPass",
     "Sequential",
@@ -155,6 +156,25 @@ class Pass:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+def require_lowered(func: PrimFunc, pass_name: str) -> None:
+    """Raise :class:`PassError` if ``func`` still has blocks (LowerBlocks must run first)."""
+    from loopir.ir.functor import post_order_visit
+    from loopir.ir.stmt import Block, BlockRealize
+
+    found: list[str] = []
+
+    def f(n: object) -> None:
+        if isinstance(n, (Block, BlockRealize)) and not found:
+            found.append(n.name if isinstance(n, Block) else n.block.name)
+
+    post_order_visit(func.body, f)
+    if found:
+        raise PassError(
+            f"pass {pass_name} needs lowered IR, but block {found[0]!r} is still there; "
+            "run LowerBlocks first (or use loopir.lower)"
+        )
 
 
 class FunctionPass(Pass):

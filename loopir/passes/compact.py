@@ -41,7 +41,7 @@ from loopir.passes._walk import (
     is_thread_loop,
     loop_range,
 )
-from loopir.passes.base import Pass
+from loopir.passes.base import Pass, require_lowered
 from loopir.passes.context import PassContext
 
 __all__ = ["CompactBufferAllocation"]
@@ -271,6 +271,7 @@ class CompactBufferAllocation(Pass):
     name = "CompactBufferAllocation"
 
     def transform(self, func: PrimFunc, ctx: PassContext) -> PrimFunc:
+        require_lowered(func, self.name)
         accesses, allocs = collect_accesses(func.body)
         plans = []
         for alloc, _loops in allocs:

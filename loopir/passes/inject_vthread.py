@@ -42,7 +42,7 @@ from loopir.ir.stmt import (
     seq,
 )
 from loopir.passes._walk import is_thread_loop
-from loopir.passes.base import Pass
+from loopir.passes.base import Pass, require_lowered
 from loopir.passes.context import PassContext
 
 __all__ = ["InjectVirtualThread"]
@@ -236,4 +236,5 @@ class InjectVirtualThread(Pass):
     name = "InjectVirtualThread"
 
     def transform(self, func: PrimFunc, ctx: PassContext) -> PrimFunc:
+        require_lowered(func, self.name)
         return func.with_body(_Inject().visit(func.body))

@@ -57,7 +57,7 @@ from loopir.ir.expr import (
 from loopir.ir.functor import Mutator, Visitor, collect_vars, post_order_visit
 from loopir.ir.stmt import BufferStore, For, IfThenElse, PrimFunc, SeqStmt, Stmt, seq
 from loopir.passes._walk import Access, collect_accesses, conjuncts, is_thread_loop
-from loopir.passes.base import Pass
+from loopir.passes.base import Pass, require_lowered
 from loopir.passes.context import PassContext, register_config
 from loopir.passes.local_pad_analysis import (
     ElementPred,
@@ -127,7 +127,8 @@ class CandidateReport:
 
 @attrs.define
 class LocalPaddingReport:
-    """Every candidate LocalPadding considered, in program order."""
+    """Every candidate LocalPadding considered: fetches and inits in program order, then the
+    computes (which depend on what the fetches padded)."""
 
     candidates: list[CandidateReport] = attrs.field(factory=list)
 
@@ -414,7 +415,6 @@ class _Analysis:
             if len(writers) != 1:
                 return self._refuse(rep, f"{buf.name} has {len(writers)} writing statements", s)
             kinds = set()
-            readers: list[tuple[_Site, BufferLoad]] = []
             for a in self.accesses.get(buf, []):
                 if a.is_store:
                     continue
@@ -435,7 +435,6 @@ class _Analysis:
                         f"identity (needs to be {how}): {_text(red.term)}", s,
                     )
                 kinds.add(red.kind)
-                readers.append((site, load))
             if not kinds:
                 return self._refuse(rep, f"no recognized reduction reads {buf.name}", s)
         if len(kinds) != 1:
@@ -454,10 +453,10 @@ class _Analysis:
             rep.reason = "every conjunct protects the store"
             self.report.candidates.append(rep)
             return
-        if not is_init:
-            why = self._readers_see_real_values(s, inlined, kept, domain, readers)
-            if why:
-                return self._refuse(rep, why, s)
+        readers = [(x, ld) for x in self.sites for ld in loads_of(x.store.value) if ld.buffer is buf]
+        why = self._readers_see_real_values(s, inlined, kept, domain, readers)
+        if why:
+            return self._refuse(rep, why, s)
         if is_init and _const_value(value) == _const_value(pad):
             new_value = value
         else:
@@ -503,7 +502,11 @@ class _Analysis:
                 continue
             eps = [p for p in preds if p.source is c_f]
             if not eps:
-                return f"cannot relate the conjunct {_text(c_f)} to the elements of {s.store.buffer.name}"
+                return (
+                    f"{s.store.buffer.name} outlives a round and the conjunct {_text(c_f)} cannot "
+                    "be related to its elements: a reader could see a pad where it read an "
+                    "older value"
+                )
             for site, ld in readers:
                 ana = analyzer(site.loops)
                 reader_vars = {f.loop_var for f in site.loops}
@@ -723,6 +726,7 @@ class LocalPadding(Pass):
         self.report: LocalPaddingReport | None = None
 
     def transform(self, func: PrimFunc, ctx: PassContext) -> PrimFunc:
+        require_lowered(func, self.name)
         body = _Distribute().visit(func.body)
         ana = _Analysis(body)
         ana.run()

@@ -3,7 +3,8 @@
 Uses :class:`loopir.arith.Analyzer`: loop variables are bound to their ranges on the way down,
 so guards such as ``i0 * 32 + i1 < 100`` that always hold inside their loops simplify to true.
 ``if`` statements with a provably constant condition are replaced by the branch that runs;
-loops of extent 0 disappear. Nothing else changes: statements are neither reordered nor merged.
+loops of extent 0 disappear, and loops of extent 1 (other than thread bindings) are replaced by
+their body at the loop's minimum. Nothing else changes: statements are neither reordered nor merged.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from __future__ import annotations
 import attrs
 
 from loopir.ir.expr import IntImm, PrimExpr
-from loopir.ir.functor import Mutator
-from loopir.ir.stmt import Evaluate, For, IfThenElse, PrimFunc, SeqStmt, Stmt, seq
+from loopir.ir.functor import Mutator, substitute
+from loopir.ir.stmt import Evaluate, For, ForKind, IfThenElse, PrimFunc, SeqStmt, Stmt, seq
 from loopir.passes._walk import loop_range
 from loopir.passes.base import Pass
 from loopir.passes.context import PassContext
@@ -49,6 +50,14 @@ class _Simplify(Mutator):
         mn = self._expr(node.min)
         if isinstance(extent, IntImm) and extent.value <= 0:
             return _nop()
+        if (
+            isinstance(extent, IntImm)
+            and extent.value == 1
+            and node.kind is not ForKind.THREAD_BINDING
+            and not node.annotations
+        ):
+            # a unit loop is its body at loop_var = min (thread loops keep their binding)
+            return self.visit(substitute(node.body, {node.loop_var: mn}))
         self.ana.bind(node.loop_var, loop_range(attrs.evolve(node, min=mn, extent=extent)))
         body = self.visit(node.body)
         if _is_nop(body):

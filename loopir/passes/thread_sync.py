@@ -39,7 +39,7 @@ from loopir.ir.stmt import (
     seq,
 )
 from loopir.passes._walk import is_thread_loop
-from loopir.passes.base import Pass
+from loopir.passes.base import Pass, require_lowered
 from loopir.passes.context import PassContext
 
 __all__ = ["ThreadSync", "is_sync"]
@@ -200,4 +200,5 @@ class ThreadSync(Pass):
     name = "ThreadSync"
 
     def transform(self, func: PrimFunc, ctx: PassContext) -> PrimFunc:
+        require_lowered(func, self.name)
         return func.with_body(_Kernel().visit(func.body))

@@ -23,7 +23,7 @@ from loopir.errors import PassError
 from loopir.ir.expr import IntImm, Var
 from loopir.ir.functor import Mutator, substitute
 from loopir.ir.stmt import For, ForKind, PrimFunc, Stmt
-from loopir.passes.base import Pass
+from loopir.passes.base import Pass, require_lowered
 from loopir.passes.context import PassContext
 
 __all__ = ["UnifyThreadLoops"]
@@ -81,4 +81,5 @@ class UnifyThreadLoops(Pass):
     name = "UnifyThreadLoops"
 
     def transform(self, func: PrimFunc, ctx: PassContext) -> PrimFunc:
+        require_lowered(func, self.name)
         return func.with_body(_Unify().visit(func.body))

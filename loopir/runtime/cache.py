@@ -6,10 +6,17 @@ with :func:`set_cache_dir`, the ``LOOPIR_CACHE_DIR`` environment variable, then
 subfolder, named by the SHA-256 of (source, compiler flags, compiler version). Files are
 written under a temporary name and renamed into place, so concurrent builds of the same
 function never see a half-written library.
+
+Each library has a ``.sha256`` file beside it holding the library's own SHA-256; an entry
+whose library is missing, truncated or altered (or whose checksum file is) is rebuilt, never
+loaded. Builds of the same key take an exclusive lock (``.lock`` file, ``fcntl.flock``), so
+concurrent processes compile it once and the others reuse the result.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import logging
@@ -18,6 +25,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from loopir.errors import CodegenError
@@ -108,9 +116,65 @@ def compile_shared(
     directory = _writable_dir(get_cache_dir(cache_dir) / "cpu")
     lib = directory / f"lib_{key[:32]}.so"
     src = directory / f"lib_{key[:32]}.c"
-    if lib.exists():
+    digest = directory / f"lib_{key[:32]}.sha256"
+    if _entry_ok(lib, digest):
         logger.debug("cpu build cache hit: %s", lib)
         return CompileResult(lib, 0.0, True, src)
+    with _locked(directory / f"lib_{key[:32]}.lock"):
+        # Another process may have built it while we waited for the lock.
+        if _entry_ok(lib, digest):
+            logger.debug("cpu build cache hit after waiting: %s", lib)
+            return CompileResult(lib, 0.0, True, src)
+        return _compile(source, cc, flags, directory, lib, src, digest)
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _entry_ok(lib: Path, digest: Path) -> bool:
+    """Whether ``lib`` exists and matches the checksum recorded when it was compiled.
+
+    A missing checksum (an entry of an older loopir, or a build that died between the two
+    renames), a truncated or altered library, or an unreadable file all mean "rebuild".
+    """
+    if not lib.exists():
+        return False
+    try:
+        want = digest.read_text().strip()
+        ok = want == _sha256_file(lib)
+    except OSError as exc:
+        logger.warning("cpu cache entry %s is unreadable (%s); rebuilding", lib, exc)
+        return False
+    if not ok:
+        logger.warning("cpu cache entry %s does not match its checksum; rebuilding", lib)
+    return ok
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive inter-process lock on ``path`` (created if needed)."""
+    with open(path, "a") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _compile(source: str, cc: str, flags: tuple[str, ...], directory: Path, lib: Path, src: Path,
+             digest: Path) -> CompileResult:  # fmt: skip
     fd, tmp_src = tempfile.mkstemp(suffix=".c", dir=directory)
     with os.fdopen(fd, "w") as f:
         f.write(source)
@@ -135,6 +199,10 @@ def compile_shared(
             f"generated source saved at {src}\ncommand: {' '.join(cmd)}\n"
             f"{proc.stderr.strip()}"
         )
+    # The checksum describes the new library; write it first so that a reader never pairs
+    # the new library with an old checksum for long (a mismatch only costs a rebuild).
+    checksum = _sha256_file(Path(tmp_lib))
+    _atomic_write_text(digest, checksum + "\n")
     os.replace(tmp_lib, lib)
     logger.debug("compiled %s in %.3f s", lib, seconds)
     return CompileResult(lib, seconds, False, src)

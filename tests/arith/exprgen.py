@@ -126,3 +126,39 @@ def bool_case(draw: st.DrawFn, max_vars: int = 3, depth: int = 3) -> tuple[PrimE
     n = draw(st.integers(1, max_vars))
     ranges = const_ranges(draw, n)
     return bool_expr(draw, list(ranges), depth), ranges
+
+
+@st.composite
+def index_case(draw: st.DrawFn) -> tuple[PrimExpr, dict[Var, Range]]:
+    """Split/fuse-like index arithmetic: power-of-two (and odd) coefficients and divisors over
+    loop-like ranges ``[0, extent)`` (or shifted ones), nested // and %."""
+    n = draw(st.integers(1, 3))
+    ranges: dict[Var, Range] = {}
+    for i in range(n):
+        ext = draw(st.sampled_from([1, 2, 3, 4, 5, 8, 12, 16, 32] if n < 3 else [1, 2, 3, 4, 8]))
+        lo = draw(st.sampled_from([0, 0, 0, 1, -3]))
+        ranges[Var(f"i{i}")] = Range(lo, ext)
+    vs = list(ranges)
+    coefs = st.sampled_from([1, 2, 3, 4, 8, 16, 32, 64, -1, -4])
+    divs = st.sampled_from([2, 3, 4, 8, 16, 32, 64])
+
+    def build(depth: int) -> PrimExpr:
+        e: PrimExpr = IntImm(draw(st.integers(-70, 70)))
+        for v in vs:
+            if draw(st.booleans()):
+                e = e + v * draw(coefs)
+        if depth > 0 and draw(st.booleans()):
+            inner = build(depth - 1)
+            e = e + (inner // draw(divs) if draw(st.booleans()) else inner % draw(divs)) * draw(coefs)
+        return e
+
+    e = build(2)
+    kind = draw(st.sampled_from(["div", "mod", "plain", "roundtrip"]))
+    if kind == "div":
+        e = e // draw(divs)
+    elif kind == "mod":
+        e = e % draw(divs)
+    elif kind == "roundtrip":
+        c = draw(divs)
+        e = (e // c) * c + e % c
+    return e, ranges

@@ -337,3 +337,33 @@ def test_long_sums_are_handled():
     assert evaluate(s, env) == evaluate(e, env)
     b = ana.const_int_bound(e)
     assert b.min_value == 0 and b.contains(evaluate(e, env))
+
+
+def test_binding_after_queries_is_respected():
+    ana = Analyzer()
+    check(ana.simplify(x // 4), x // 4)
+    ana.bind(x, Range(0, 4))  # x was seen: memoized results are dropped
+    check(ana.simplify(x // 4), 0)
+    # a variable bound after it appeared only inside another variable's range
+    w = Var("w")
+    ana.bind(w, Range(0, n))
+    assert not ana.can_prove(w < 100)
+    ana.bind(n, Range(0, 50))
+    assert ana.can_prove(w < 100)
+    # binding a fresh variable keeps earlier results and sees the new range
+    assert ana.can_prove(x < 4)
+    ana.bind(y, Range(2, 3))
+    assert ana.can_prove(y + x < 9)
+    check(ana.simplify(x + y * 0), x)
+
+
+def test_non_expression_inputs_are_refused_clearly():
+    ana = Analyzer()
+    with pytest.raises(ArithError, match="simplify: expected an expression.*Range"):
+        ana.simplify(Range(0, 4))  # type: ignore[arg-type]
+    with pytest.raises(ArithError, match="const_int_bound"):
+        ana.const_int_bound("x")  # type: ignore[arg-type]
+    with pytest.raises(ArithError, match="detect_linear"):
+        ana.detect_linear(x, [IntImm(1)])  # type: ignore[list-item]
+    with pytest.raises(ArithError, match="detect_linear"):
+        detect_linear(Var("a", "float32"), [x])

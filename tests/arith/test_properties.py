@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from loopir.arith import Analyzer, evaluate
 from loopir.ir.buffer import Range
 from loopir.ir.expr import IntImm, Var
-from tests.arith.exprgen import bool_case, int_case, int_expr, points, value
+from tests.arith.exprgen import bool_case, index_case, int_case, int_expr, points, value
 
 
 def _values(e, ranges):
@@ -219,3 +219,29 @@ def test_simplified_condition_is_a_fixpoint(case):
 
     keys = ExprKeys()
     assert keys.key(s1) == keys.key(s2), f"{c}: {s1} -> {s2}"
+
+
+@given(index_case())
+def test_index_arithmetic_simplification_is_exact(case):
+    e, ranges = case
+    ana = Analyzer(ranges)
+    s = ana.simplify(e)
+    b = ana.const_int_bound(e)
+    for env, want in _values(e, ranges):
+        assert value(s, env) == want, f"simplify({e}) = {s} differs at {env}"
+        assert b.contains(want)
+
+
+@given(index_case(), st.integers(0, 7))
+def test_index_arithmetic_int_set_is_sound(case, mask):
+    e, ranges = case
+    vs = list(ranges)
+    relax = {v: ranges[v] for i, v in enumerate(vs) if mask >> i & 1}
+    fixed = {v: r for v, r in ranges.items() if v not in relax}
+    iset = Analyzer(fixed).int_set(e, relax)
+    for env0 in points(fixed) if fixed else [{}]:
+        lo, hi = evaluate(iset.min, env0), evaluate(iset.max, env0)
+        seen = [value(e, {**env0, **env1}) for env1 in (points(relax) if relax else [{}])]
+        assert all(lo <= v <= hi for v in seen), f"int_set({e}) = {iset} misses values"
+        if iset.exact:
+            assert min(seen) == lo and max(seen) == hi, f"int_set({e}) = {iset} is not exact"

@@ -88,6 +88,7 @@ def test_trivial_division_rules():
     check(simplify((x % 32) // 8), x % 32 // 8)
     check(simplify((x % 32) % 8), x % 8)
     check(simplify((x % 8) % 32), x % 8)
+    check(simplify(x % 8 % 6 % 2), x % 2)  # the inner remainders cascade
     check(simplify(x % 8 // 8), 0)
     check(simplify(x * 4 % 2), 0)
     check(simplify((x * 4 + 2) // 2), x * 2 + 1)

@@ -73,13 +73,10 @@ def tiled_matmul(M: int, K: int, N: int, tile: int = 32, tk: int = 8, vec: int =
     b_iters = a_elems // (threads * vec)
     br, bc = flat // tile, flat % tile
     b_cond = op.all_(k0 * tk + br < K, bx * tile + bc < N)
-    b_inner = BufferStore(Bs, B[k0 * tk + br, bx * tile + bc], (br, bc))
-    b_fetch = loop(f, b_iters, IfThenElse(b_cond, loop(v, vec, BufferStore(
-        Bs, B[k0 * tk + br, bx * tile + bc + v - v], (br, bc))) if False else b_inner))
-    del b_fetch
-    # B fetch with an unconditional vectorized inner loop when the tile is inside N
-    b_fetch = loop(f, b_iters, loop(v, vec, IfThenElse(b_cond, b_inner),
-                                    "vectorized" if vectorize else "serial"))
+    # out-of-range elements are zero-filled: the compute below is unguarded in k
+    b_store = BufferStore(Bs, op.if_then_else(b_cond, B[k0 * tk + br, bx * tile + bc], 0.0),
+                          (br, bc))
+    b_fetch = loop(f, b_iters, loop(v, vec, b_store, "vectorized" if vectorize else "serial"))
     compute = loop(k1, tk, loop(ii, reg, loop(jj, reg, BufferStore(
         Cl, Cl[ii, jj] + As[ty * reg + ii, k1] * Bs[k1, tx * reg + jj], (ii, jj)),
         "unrolled"), "unrolled"), "unrolled")

@@ -342,3 +342,102 @@ def test_nvcc_failure_reports_log_and_source(tmp_path):
     text = str(info.value)
     assert "nvcc failed" in text and str(tmp_path) in text and ".cu" in text
     assert not list(tmp_path.glob("lib_*.so"))
+
+
+# --- tuning and the codegen runner, with the compiler and the GPU stubbed out ----------------
+
+
+class _FakeLibrary:
+    """Stands in for CutlassLibrary: records what would be built and called."""
+
+    built: list = []
+
+    def __init__(self, specs, cache=None, timeout_s=None, extra_flags=()):
+        self.specs = {s.entry: s for s in specs}
+        self.source = "// fake"
+        self.cache_hit = False
+        self.calls: list = []
+        for s in specs:
+            if "Pingpong" in s.candidate.kernel_schedule:
+                raise CodegenError("cutlass: nvcc failed (simulated)")
+        _FakeLibrary.built.append(sorted(self.specs))
+
+    def call(self, name, a, b, d, m, n, k, batch=1, **kw):
+        self.calls.append((name, a, b, d, m, n, k, batch, kw))
+
+
+def test_compile_candidates_runs_units_in_parallel_and_reports_failures(monkeypatch):
+    from loopir.codegen_cuda.cutlass import tune
+
+    monkeypatch.setattr(tune, "CutlassLibrary", _FakeLibrary)
+    p = prob(m=4096, n=4096, k=4096)
+    cands = tuning_candidates(p, enumerate_candidates(p, 90), 4)
+    specs = [KernelSpec.make("float16", "float16", p.epilogue, c) for c in cands]
+    libs, wall, unit = tune.compile_candidates(specs, workers=3, progress=False)
+    assert len(libs) == len(unit) == 4 and wall >= 0
+    failed = [s for s, lib in zip(specs, libs) if lib is None]
+    assert failed and all("Pingpong" in s.candidate.kernel_schedule for s in failed)
+    assert all(lib is not None for s, lib in zip(specs, libs) if s not in failed)
+
+
+def test_tune_needs_a_gpu_and_compiles_nothing_without_one(monkeypatch, tmp_path):
+    from loopir.codegen_cuda.cutlass import library, tune
+
+    def no_gpu():
+        raise LaunchError("cutlass: pycuda is not installed; cannot run CUTLASS kernels")
+
+    monkeypatch.setattr(library, "ensure_context", no_gpu)
+    monkeypatch.setattr(tune, "CutlassLibrary", _FakeLibrary)
+    _FakeLibrary.built = []
+    with pytest.raises(LaunchError, match="cannot run CUTLASS"):
+        tune.tune(prob(), cache=tmp_path, progress=False)
+    assert _FakeLibrary.built == []
+    with pytest.raises(CodegenError, match="max_candidates must be >= 1"):
+        tune.tune(prob(), cache=tmp_path, max_candidates=0)
+    # a cached choice is returned without touching the GPU
+    cand = enumerate_candidates(prob(), 90)[1]
+    tune.record_choice(prob(), 90, cand, 0.5, [(cand.short, 0.5)], tmp_path)
+    res = tune.tune(prob(), cache=tmp_path)
+    assert res.from_cache and res.best == cand and res.best_ms == 0.5
+
+
+def _offloaded_func(layout="NN"):
+    from loopir import te
+    from loopir.passes.gemm_offload import GemmOffload
+
+    A = te.placeholder((512, 128) if layout[0] == "N" else (128, 512), "float16", name="A")
+    B = te.placeholder((128, 256), "float16", name="B")
+    bias = te.placeholder((256,), "float16", name="bias")
+    r = te.reduce_axis(128, name="k")
+
+    def a_at(i):
+        return A[i, r] if layout[0] == "N" else A[r, i]
+
+    C = te.compute((512, 256), lambda i, j: te.sum(a_at(i).astype("float32") * B[r, j].astype("float32"), axis=r), name="C")
+    D = te.compute((512, 256), lambda i, j: te.max(C[i, j] * 2.0 + bias[j].astype("float32"), 0.0).astype("float16"), name="D")
+    return GemmOffload()(te.create_prim_func([A, B, bias, D]))
+
+
+def test_runner_builds_one_library_and_maps_pointers(monkeypatch, tmp_path):
+    from loopir.codegen_cuda.cutlass import hook, tune
+
+    monkeypatch.setattr(hook, "CutlassLibrary", _FakeLibrary)
+    func = _offloaded_func("TN")
+    runner = hook.ExternGemmRunner(func, cache=tmp_path, tune_candidates=0)
+    (call,) = runner.library_calls
+    assert call["call_id"] == "gemm_C" and call["fused"] == ("D",) and not call["tuned"]
+    p = hook.problem_from_signature(call["problem"])
+    assert call["config"] == default_candidate(p).config()
+    runner.run("gemm_C", {"A": 0x1000, "B": 0x2000, "bias": 0x3000, "D": 0x4000})
+    (name, a, b, d, m, n, k, batch, kw) = runner.library.calls[0]
+    assert (a, b, d, m, n, k, batch) == (0x1000, 0x2000, 0x4000, 512, 256, 128, 1)
+    assert kw["bias"] == 0x3000 and kw["source"] == 0 and kw["alpha"] == 2.0 and kw["beta"] == 0.0
+    with pytest.raises(LaunchError, match="needs the pointer of parameter 'bias'"):
+        runner.run("gemm_C", {"A": 1, "B": 2, "D": 3})
+    with pytest.raises(LaunchError, match="unknown extern GEMM call"):
+        runner.run("gemm_X", {})
+    # a tuned choice in the cache wins over the heuristic
+    other = enumerate_candidates(p, 90)[2]
+    tune.record_choice(p, 90, other, 0.1, [], tmp_path)
+    tuned = hook.ExternGemmRunner(func, cache=tmp_path, tune_candidates=0)
+    assert tuned.library_calls[0]["tuned"] and tuned.library_calls[0]["config"] == other.config()

@@ -386,3 +386,28 @@ def test_parallel_and_unrolled_loops_inside_kernel(nvcc_compiles):
     assert "for (int i = 0; i < 8; ++i) {" in src
     assert "#pragma unroll\n  for (int j = 2; j < 8; ++j) {" in src
     nvcc_compiles(src)
+
+
+def test_half_aligned_vector_loop_splits_into_aligned_chunks(nvcc_compiles):
+    # B + 2 is 8-byte but not 16-byte aligned: two float2 accesses instead of one float4
+    src = emit_cuda(_copy_func(2)).source
+    assert "*(float2*)(S + tx * 4) = *(const float2*)(B + tx * 4 + 2);" in src
+    assert "*(float2*)(S + tx * 4 + 2) = *(const float2*)(B + tx * 4 + 2 + 2);" in src
+    nvcc_compiles(src)
+
+
+def test_lane_dependent_guard_becomes_per_chunk_guard(nvcc_compiles):
+    # rows of 770 floats: 8-byte aligned; the k < 770 edge splits between float2 chunks
+    A = Buffer("A", (4, 770), "float32")
+    S = Buffer("S", (4, 772), "float32", scope="shared")
+    tx, k0, v = Var("tx"), Var("k0"), Var("v")
+    store = BufferStore(S, op.if_then_else(k0 * 4 + v < 770, A[tx, k0 * 4 + v], 0.0),
+                        (tx, k0 * 4 + v))
+    body = Allocate(S, bind(tx, 4, "threadIdx.x", seq(
+        loop(k0, 193, loop(v, 4, store, "vectorized")), sync(),
+        BufferStore(A, S[tx, 0], (tx, IntImm(0))))))
+    src = emit_cuda(PrimFunc((A,), body, name="edge")).source
+    assert ("*(float2*)(S + tx * 772 + k0 * 4) = (k0 * 4 < 770) ? "
+            "*(float2*)(A + tx * 770 + k0 * 4) : make_float2(0.0f, 0.0f);") in src
+    assert "(k0 * 4 + 2 < 770) ?" in src
+    nvcc_compiles(src)

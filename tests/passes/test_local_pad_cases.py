@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 
 import numpy as np
 import pytest
 from _passes_kernels import Ctx, reference, row_reduce
 from _passes_util import assert_close, guard_of, inputs, nodes, run_cpu, run_simt, store_to, text
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
 from loopir.ir import (
     Allocate,
@@ -342,3 +345,64 @@ def test_reader_of_an_older_round_value_is_refused() -> None:
     want = v.sum() + v[1:].sum() + v[3]
     assert_close(run_cpu(g, x)[1], np.array([want]))
     assert_close(run_cpu(f, x)[1], np.array([want]))
+
+
+@st.composite
+def _guards(draw):  # noqa: ANN001, ANN201
+    """A guard family: the exact bounds plus redundant and atomic conjuncts, shuffled, nested."""
+    def parts(c: Ctx) -> list:
+        return [c.row < c.M, c.k < c.K, c.kk >= 0, c.tx < 10**6, op.any_(c.k < c.K, c.k < 0),
+                c.kk == c.kk]  # fmt: skip
+
+    chosen = draw(st.lists(st.integers(2, 5), max_size=3, unique=True))
+    order = draw(st.permutations([0, 1, *chosen]))
+    nest = draw(st.integers(0, 2))
+
+    def guard(c: Ctx):  # noqa: ANN202
+        ps = [parts(c)[i] for i in order]
+        if nest == 0:
+            return op.all_(*ps)
+        if nest == 1:
+            return [op.all_(*ps[:1]), op.all_(*ps[1:])] if len(ps) > 1 else ps[0]
+        return op.all_(op.all_(*ps[: len(ps) // 2]), op.all_(*ps[len(ps) // 2:]))
+
+    return guard
+
+
+@settings(deadline=None, max_examples=100 if os.environ.get("CI") else 15)
+@given(
+    st.integers(1, 13), st.integers(1, 13), st.sampled_from([1, 2, 4]), st.sampled_from([1, 3, 4]),
+    st.sampled_from(["sum", "max", "min"]), st.sampled_from(["float32", "int32"]), st.booleans(),
+    _guards(), _guards(),
+)
+def test_random_guard_families_keep_results(  # noqa: PLR0913
+    M: int, K: int, T: int, KT: int, kind: str, dtype: str, vec: bool, fg, cg  # noqa: ANN001
+) -> None:
+    f = row_reduce(M=M, K=K, T=T, KT=KT, kind=kind, fetch_guard=fg, compute_guard=cg,
+                   vectorize=vec, dtype=dtype)  # fmt: skip
+    g, lp = pad(f)
+    event("A_sh " + lp.report.by_buffer("A_sh")[0].outcome)
+    x = inputs(f, seed=M * 31 + K)
+    want = reference(x[0], kind)
+    assert_close(run_simt(f, x)[1], want.astype(x[1].dtype) if dtype == "int32" else want)
+    assert_close(run_simt(g, x)[1], want.astype(x[1].dtype) if dtype == "int32" else want)
+
+
+def test_init_of_an_accumulator_that_outlives_a_round_is_refused() -> None:
+    """``if r < 1: L = 0`` must not become ``L = 0`` every round: round 1 keeps accumulating."""
+    x_buf = Buffer("X", (2,), "float32")
+    out = Buffer("O", (2,), "float32")
+    acc = Buffer("L", (1,), "float32", scope="local")
+    r = Var("r")
+    body = Allocate(acc, For(r, 0, 2, ForKind.SERIAL, seq(
+        IfThenElse(r < 1, BufferStore(acc, 0.0, (0,))),
+        BufferStore(acc, acc[0] + x_buf[r], (0,)),
+        BufferStore(out, acc[0], (r,)),
+    )))  # fmt: skip
+    f = PrimFunc((x_buf, out), body)
+    g, lp = pad(f)
+    (init,) = [c for c in lp.report.candidates if c.kind == "init"]
+    assert init.outcome == "refused" and "older value" in init.reason
+    x = inputs(f)
+    want = np.cumsum(x[0].astype(np.float64))
+    assert_close(run_cpu(g, x)[1], want)

@@ -172,3 +172,26 @@ def test_local_padding_preserves_results(case, seed: int) -> None:  # noqa: ANN0
         # padding only adds identities (x + 0, max(x, -inf)): bit-identical to the unpadded run
         np.testing.assert_array_equal(got_on, got_off)
         np.testing.assert_allclose(got_on, want, rtol=1e-4, atol=1e-4)
+
+
+@settings(deadline=None, max_examples=25 if os.environ.get("CI") else 8)
+@given(
+    st.integers(1, 40), st.integers(1, 12), st.integers(2, 40), st.sampled_from([1, 2, 4]),
+    st.booleans(),
+)
+def test_dense_schedule_on_simt_random_shapes(M: int, K: int, N: int, vec: int, pad: bool) -> None:
+    """The full pipeline (unified cooperative fetch, barriers, injected vthreads, padding) run
+    as parallel threads on the SIMT reference executor, for random imperfect shapes."""
+    from _passes_util import assert_close, run_simt
+    from hypothesis import assume
+
+    try:
+        sch = loopir.examples.dense(M, K, N, vec=vec)
+    except ScheduleError:
+        assume(False)  # the schedule itself refuses some degenerate shapes (N = 1)
+        return
+    f = lower_with(sch.func, pad=pad)
+    assert_lowered_form(f)
+    x = inputs(sch.func, seed=M * 10007 + K * 101 + N)
+    want = x[0].astype(np.float64) @ x[1].astype(np.float64)
+    assert_close(run_simt(f, x)[2], want)

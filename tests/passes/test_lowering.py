@@ -248,3 +248,29 @@ def test_lower_unscheduled_te_workloads_match_numpy() -> None:
         x = inputs(f, seed=4, sizes={"n": 7})
         want = (x[0].astype(np.float64) @ x[1].astype(np.float64)).max(axis=1)
         assert_close(run_cpu(g, x)[2], want)
+
+
+def test_lowered_only_passes_refuse_blocks() -> None:
+    from loopir.passes import InjectVirtualThread, LocalPadding
+
+    func = loopir.examples.dense(20, 9, 30).func
+    for p in (CompactBufferAllocation(), LocalPadding(), ThreadSync(), InjectVirtualThread()):
+        with pytest.raises(PassError, match=rf"{p.name} needs lowered IR.*block '\w+'.*LowerBlocks"):
+            p(func)
+
+
+@pytest.mark.parametrize("pad", [False, True])
+def test_lower_is_idempotent(pad: bool) -> None:
+    f = lower_with(loopir.examples.dense(130, 35, 260).func, pad=pad)
+    loopir.assert_structural_equal(lower_with(f, pad=pad), f)
+
+
+def test_lower_at_opt_level_0_skips_simplify_and_stays_correct() -> None:
+    sch = loopir.examples.dense(20, 9, 30)
+    rec = RecordIRInstrument()
+    with PassContext(opt_level=0, config={"tir.enable_local_pad": True}, instruments=[rec]):
+        f = loopir.lower(sch.func)
+    assert "Simplify" not in rec.names() and "LocalPadding" in rec.names()
+    assert_lowered_form(f)
+    x = inputs(sch.func, seed=9)
+    assert_close(run_simt(f, x)[2], x[0].astype(np.float64) @ x[1].astype(np.float64))

@@ -410,16 +410,20 @@ def test_lowered_dense_schedule_matches_numpy(local_pad: bool) -> None:
     np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
 
 
-def test_corrupt_cached_library_is_reported(tmp_path) -> None:
+def test_corrupt_cached_library_is_rebuilt(tmp_path) -> None:
     f = shifted_load(5, guard=True)
     m1 = loopir.build(f, target="cpu", cache_dir=tmp_path / "good")
     # Never rewrite a loaded library in place (that crashes the process); plant a corrupt
-    # file under the same name in another cache directory instead.
+    # file under the same name in another cache directory instead. It fails its checksum
+    # (issue 7: corrupted cache entries are detected and rebuilt, never loaded).
     bad_dir = tmp_path / "bad" / "cpu"
     bad_dir.mkdir(parents=True)
     (bad_dir / os.path.basename(m1.library_path)).write_bytes(b"not a shared library")
-    with pytest.raises(CodegenError, match="cannot load the compiled library"):
-        loopir.build(f, target="cpu", cache_dir=tmp_path / "bad")
+    m2 = loopir.build(f, target="cpu", cache_dir=tmp_path / "bad")
+    assert not m2.cache_hit
+    a, b = random_nonzero((5,), "float32", 1), empty_like_param((5,), "float32")
+    m2(a, b)
+    np.testing.assert_array_equal(b, np.append(a[1:], 0.0))
 
 
 def test_benchmark_returns_median_ms() -> None:

@@ -63,7 +63,12 @@ def test_dense_other_vector_widths(vec: int) -> None:
     check_equivalent(dense_func(70, 20, 90), sch.func)
 
 
-@pytest.mark.parametrize(("M", "K", "N"), [(3, 5, 7), (1, 300, 2), (2, 1, 3), (129, 4, 2)])
+@pytest.mark.parametrize(
+    ("M", "K", "N"),
+    # N = 1 (and 1x1x1) regress a decompose_reduction bug: an extent-1 binding simplified
+    # to 0 left its loop only in the predicate.
+    [(3, 5, 7), (1, 300, 2), (2, 1, 3), (129, 4, 2), (1, 1, 1), (60, 50, 1), (1, 7, 3)],
+)
 def test_dense_tiny_shapes(M: int, K: int, N: int) -> None:
     """Tiles far larger than the problem: every iteration is guarded, none is lost."""
     sch = dense(M, K, N)

@@ -314,6 +314,13 @@ def _score(problem: GemmProblem, cand: GemmCandidate, sm_count: int) -> float:
     intensity = min((tm * tn) / (tm + tn), 256 * 128 / 384) / (256 * 128 / 384)
     score = min(wave_eff, 1.0) ** 0.5 * edge_eff * intensity
     if cand.arch == 90:
+        # fp32 accumulator registers per consumer thread: cooperative kernels split the tile
+        # over two consumer warpgroups, ping-pong and basic kernels give each warpgroup a whole
+        # tile. Past 128 the accumulators spill: on the H200 a 128x256 ping-pong kernel ran
+        # 15x slower than the 128x256 cooperative one (docs/benchmarks.md, CUTLASS section).
+        groups = 2 if "Cooperative" in cand.kernel_schedule else 1
+        if tm * tn / (128 * groups) > 128:
+            score *= 0.25
         if "Cooperative" in cand.kernel_schedule:
             score *= 1.05
         if cand.cluster == (2, 1, 1):

@@ -13,6 +13,7 @@ by pycuda, the library and frameworks such as PyTorch all share one context.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import hashlib
@@ -211,8 +212,26 @@ def _atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+_PUSHED: list[Any] = []
+
+
+def _pop_pushed() -> None:
+    # pycuda aborts the process at exit when its context stack is not empty: pop what
+    # ensure_context pushed (atexit handlers run before pycuda's module cleanup).
+    while _PUSHED:
+        ctx = _PUSHED.pop()
+        try:
+            ctx.pop()
+        except Exception:  # pragma: no cover - best effort at interpreter exit
+            logger.debug("cutlass: could not pop the CUDA context at exit", exc_info=True)
+
+
 def ensure_context() -> Any:
     """Make sure a CUDA context is current on this thread (pycuda's primary context).
+
+    pycuda only sees contexts on its own stack, so when that stack is empty the device's
+    primary context -- the one the CUDA runtime (CUTLASS, PyTorch) uses -- is retained and
+    pushed once, and popped again at interpreter exit.
 
     Returns the pycuda context, or raises :class:`~loopir.errors.LaunchError` when pycuda or a
     GPU is missing.
@@ -229,6 +248,9 @@ def ensure_context() -> Any:
                 raise LaunchError("cutlass: no CUDA device is visible")
             ctx = drv.Device(0).retain_primary_context()
             ctx.push()
+            if not _PUSHED:
+                atexit.register(_pop_pushed)
+            _PUSHED.append(ctx)
         return ctx
     except drv.Error as exc:
         raise LaunchError(f"cutlass: cannot set up a CUDA context: {exc}") from exc

@@ -1,8 +1,17 @@
 """Testing helpers for users' own workloads: random inputs and numerical equivalence.
 
 ``check_equivalent(f1, f2)`` runs both functions on the CPU reference executor with the same
-random (never zero) data and reports the first differing element. The hypothesis strategies
-used by loopir's own tests live in ``loopir.testing_strategies`` (needs hypothesis).
+random (never zero) data and reports the first differing element.
+
+Submodules:
+
+- :mod:`loopir.testing.workloads`: small te workloads (matmul, conv2d, chains, reductions,
+  symbolic extents) as :class:`~loopir.testing.workloads.Workload`.
+- :mod:`loopir.testing.fuzz`: :class:`~loopir.testing.fuzz.ScheduleFuzzer`, which applies
+  random (valid and invalid) schedule primitives and checks every step.
+- :mod:`loopir.testing.strategies`: hypothesis strategies for shapes, factors, workloads and
+  schedules. Only this one needs hypothesis (a test dependency); importing
+  ``loopir.testing`` does not.
 """
 
 from __future__ import annotations
@@ -127,11 +136,46 @@ def check_equivalent(
     base = list(inputs) if inputs is not None else random_inputs(f1, sizes, seed)
     a1 = [np.array(x, copy=True) for x in base]
     a2 = [np.array(x, copy=True) for x in base]
-    loopir.build(f1, target="cpu")(*a1)
+    cpu_options = dict(build_options or {}) if target2 == "cpu" else {}
+    loopir.build(f1, target="cpu", **cpu_options)(*a1)
     loopir.build(f2, target=target2, **dict(build_options or {}))(*a2)
-    for p, x, y in zip(f1.params, a1, a2):
-        _compare(p.name, p.dtype, x, y, rtol, atol)
+    assert_outputs_equal(f1, a1, a2, rtol=rtol, atol=atol)
     return a1
+
+
+def run_cpu(
+    func: PrimFunc, inputs: Sequence[np.ndarray], build_options: Mapping[str, Any] | None = None
+) -> list[np.ndarray]:
+    """Run ``func`` on copies of ``inputs`` with the CPU executor; returns the copies after."""
+    import loopir
+
+    arrays = [np.array(x, copy=True) for x in inputs]
+    loopir.build(func, target="cpu", **dict(build_options or {}))(*arrays)
+    return arrays
+
+
+def assert_outputs_equal(
+    func: PrimFunc,
+    expected: Sequence[np.ndarray],
+    actual: Sequence[np.ndarray],
+    *,
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> None:
+    """Compare two runs of functions with ``func``'s parameters, array by array.
+
+    Raises
+    ------
+    EquivalenceError
+        Naming the parameter, the first differing index and both values.
+    """
+    if len(expected) != len(func.params) or len(actual) != len(func.params):
+        raise EquivalenceError(
+            f"assert_outputs_equal: {func.name} has {len(func.params)} parameters, got "
+            f"{len(expected)} and {len(actual)} arrays"
+        )
+    for p, x, y in zip(func.params, expected, actual):
+        _compare(p.name, p.dtype, x, y, rtol, atol)
 
 
 def _compare(name: str, dtype: str, x: np.ndarray, y: np.ndarray, rtol: float | None,
@@ -156,4 +200,7 @@ def _compare(name: str, dtype: str, x: np.ndarray, y: np.ndarray, rtol: float | 
         )
 
 
-__all__ = ["check_equivalent", "random_inputs", "random_array", "EquivalenceError", "TOLERANCES"]
+__all__ = [
+    "check_equivalent", "random_inputs", "random_array", "run_cpu", "assert_outputs_equal",
+    "EquivalenceError", "TOLERANCES",
+]  # fmt: skip

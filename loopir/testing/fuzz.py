@@ -1,0 +1,565 @@
+"""Schedule fuzzing: random primitive calls, each checked against the unscheduled function.
+
+:class:`ScheduleFuzzer` holds a :class:`~loopir.schedule.Schedule` of a workload and a pool of
+every handle it has produced (stale ones included, to exercise stale-handle errors). A
+:class:`Chooser` (``random.Random`` or hypothesis' ``data.draw``) picks a primitive and its
+arguments -- often valid, sometimes deliberately wrong -- and :meth:`ScheduleFuzzer.step`
+applies it and checks the contract:
+
+- the primitive either raises :class:`~loopir.errors.ScheduleError`, leaving the function and
+  the trace unchanged, or it succeeds, the function passes ``loopir.verify`` and the CPU
+  executor computes the same outputs as the unscheduled function on the same random inputs;
+- any other exception is a bug.
+
+:meth:`ScheduleFuzzer.finish` then replays the trace through its Python text and its JSON
+form (both must give a structurally equal function) and lowers the function with
+``tir.enable_local_pad`` off and on (both lowered functions must compute the same outputs).
+
+A violation raises :class:`FuzzFinding` whose message has a pasteable reproducer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from loopir.errors import LoopIRError, ScheduleError
+from loopir.ir.expr import IntImm
+from loopir.ir.stmt import Block, For
+from loopir.testing import EquivalenceError, assert_outputs_equal, random_inputs, run_cpu
+from loopir.testing.workloads import Workload
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+__all__ = [
+    "Chooser", "RandomChooser", "FuzzFinding", "Call", "ScheduleFuzzer", "PRIMITIVES",
+    "draw_workload", "fuzz_many",
+]  # fmt: skip
+
+#: Thread tags a loop may be bound to, plus some that no primitive accepts.
+GOOD_TAGS = (
+    "blockIdx.x", "blockIdx.y", "threadIdx.x", "threadIdx.y", "vthread.x", "blockIdx.z",
+    "threadIdx.z", "vthread.y",
+)  # fmt: skip
+BAD_TAGS = ("threadIdx.w", "warp", "", "blockIdx")
+SCOPES = ("global", "shared", "local")
+BAD_SCOPES = ("texture", "", "Shared")
+
+#: The primitives the fuzzer calls, with relative weights.
+PRIMITIVES: dict[str, int] = {
+    "get_block": 2, "get_loops": 3, "split": 5, "fuse": 3, "reorder": 3, "bind": 2,
+    "vectorize": 1, "unroll": 1, "parallel": 1, "cache_read": 3, "cache_write": 3,
+    "compute_at": 4, "reverse_compute_at": 3, "compute_inline": 3, "reverse_compute_inline": 2,
+    "decompose_reduction": 2, "pad": 2,
+}  # fmt: skip
+
+
+class Chooser(Protocol):
+    """Where the fuzzer's random decisions come from."""
+
+    def integer(self, lo: int, hi: int) -> int:
+        """An int in ``[lo, hi]`` (both inclusive)."""
+        ...
+
+    def choice(self, options: Sequence[T]) -> T:
+        """One element of a non-empty sequence."""
+        ...
+
+    def weighted(self, options: Mapping[str, int]) -> str:
+        """One key, with probability proportional to its weight."""
+        ...
+
+
+class RandomChooser:
+    """A :class:`Chooser` over ``random.Random(seed)``."""
+
+    def __init__(self, seed: int = 0) -> None:
+        import random
+
+        self.rng = random.Random(seed)
+
+    def integer(self, lo: int, hi: int) -> int:
+        return self.rng.randint(lo, hi)
+
+    def choice(self, options: Sequence[T]) -> T:
+        return options[self.rng.randrange(len(options))]
+
+    def weighted(self, options: Mapping[str, int]) -> str:
+        keys = list(options)
+        return self.rng.choices(keys, weights=[options[k] for k in keys])[0]
+
+
+class FuzzFinding(LoopIRError, AssertionError):
+    """A schedule broke the contract (crash, wrong answer, bad replay...).
+
+    Attributes
+    ----------
+    category
+        Short label: ``"crash"``, ``"changed-on-error"``, ``"verify"``, ``"wrong-output"``,
+        ``"replay-python"``, ``"replay-json"``, ``"lower"``, ``"local-pad"``.
+    reproducer
+        Python that reproduces it.
+    """
+
+    def __init__(self, category: str, message: str, reproducer: str) -> None:
+        self.category = category
+        self.reproducer = reproducer
+        super().__init__(f"[{category}] {message}\n--- reproducer ---\n{reproducer}")
+
+
+@dataclass
+class Call:
+    """One primitive call: the method name, its arguments, and their Python text."""
+
+    kind: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    text: str = ""
+
+
+class ScheduleFuzzer:
+    """Applies random primitives to a schedule of ``workload``, checking every step.
+
+    Parameters
+    ----------
+    workload
+        What to schedule.
+    seed
+        Seed of the random input data.
+    build_options
+        Options of the CPU executor builds (default: ``-O0``, bounds checks on).
+    check_every_step
+        Run the executor after every successful step (else only in :meth:`finish`).
+    """
+
+    def __init__(
+        self,
+        workload: Workload,
+        *,
+        seed: int = 0,
+        build_options: Mapping[str, Any] | None = None,
+        check_every_step: bool = True,
+    ) -> None:
+        import loopir
+
+        self.workload = workload
+        self.base = workload.func
+        self.sch = loopir.Schedule(self.base)
+        self.build_options = dict(build_options or {"opt_level": "-O0"})
+        self.check_every_step = check_every_step
+        self.inputs = random_inputs(self.base, workload.sizes, seed)
+        self.expected = run_cpu(self.base, self.inputs, self.build_options)
+        self.blocks: list[Any] = []
+        self.loops: list[Any] = []
+        self._names: dict[int, str] = {}
+        self._lines: list[str] = []  # successful calls, as Python
+        self.steps = 0
+        self.errors = 0
+        # Start as a user would: a handle to every block and its loops.
+        for name in self._block_names():
+            rv = self.sch.get_block(name)
+            self._record_outputs("get_block", rv, (name,), {})
+            self._record_outputs("get_loops", self.sch.get_loops(rv), (rv,), {})
+
+    # --- reproducers -------------------------------------------------------------------------
+    def _name(self, rv: Any) -> str:
+        return self._names.get(id(rv), repr(rv))
+
+    def _text(self, value: Any) -> str:
+        from loopir.schedule import BlockRV, LoopRV
+
+        if isinstance(value, (BlockRV, LoopRV)):
+            return self._name(value)
+        if isinstance(value, (list, tuple)):
+            return "[" + ", ".join(self._text(v) for v in value) + "]"
+        return repr(value)
+
+    def reproducer(self, failing: Call | None = None, extra: str = "") -> str:
+        """Python that rebuilds the workload and replays the successful calls (then ``failing``)."""
+        lines = [
+            "import loopir, loopir.testing.workloads",
+            f"w = {self.workload.source}",
+            "sch = loopir.Schedule(w.func)",
+            *self._lines,
+        ]
+        if failing is not None:
+            lines.append(f"{failing.text}  # <- fails here")
+        if extra:
+            lines.append(extra)
+        return "\n".join(lines)
+
+    # --- drawing calls -----------------------------------------------------------------------
+    def _block_names(self) -> list[str]:
+        from loopir.schedule import tree
+
+        return [n for n in tree.block_names(self.sch.func) if n != "root"]
+
+    def _extent(self, loop: Any) -> int | None:
+        try:
+            node = self.sch.get(loop)
+        except ScheduleError:
+            return None
+        return node.extent.value if isinstance(node, For) and isinstance(node.extent, IntImm) else None
+
+    def _block_node(self, rv: Any) -> Block | None:
+        try:
+            node = self.sch.get(rv)
+        except ScheduleError:
+            return None
+        return node if isinstance(node, Block) else None
+
+    def _pick_block(self, ch: Chooser) -> Any:
+        if not self.blocks or ch.integer(0, 15) == 0:
+            # Sometimes a loop or a non-handle where a block is expected.
+            odd = [*self.loops[:1], "C", 3]
+            if self.blocks and ch.integer(0, 1):
+                return ch.choice(self.blocks)
+            return ch.choice(odd)
+        return ch.choice(self.blocks)
+
+    def _pick_loop(self, ch: Chooser) -> Any:
+        if not self.loops or ch.integer(0, 15) == 0:
+            odd = [*self.blocks[:1], None, 0]
+            if self.loops and ch.integer(0, 1):
+                return ch.choice(self.loops)
+            return ch.choice(odd)
+        return ch.choice(self.loops)
+
+    def _loops_of(self, ch: Chooser, avoid: str | None = None) -> list[Any]:
+        """The live loops above one random block (outermost first), via the schedule."""
+        names = [n for n in self._block_names() if n != avoid]
+        if not names:
+            return []
+        name = ch.choice(names)
+        try:
+            rv = self.sch.get_block(name)
+            loops = self.sch.get_loops(rv)
+        except ScheduleError:
+            return []
+        self._record_outputs("get_block", rv, (name,), {})
+        self._record_outputs("get_loops", loops, (rv,), {})
+        return list(loops)
+
+    def _factors(self, ch: Chooser, extent: int | None) -> list[Any]:
+        n = ch.integer(2, 3)
+        mode = ch.integer(0, 9)
+        if mode == 0:  # invalid on purpose
+            return ch.choice([[0, None], [None, None], [-1, 4], [1], [], [2, "x"], [1.5, None]])
+        if extent is None:
+            return [None] + [ch.integer(1, 4) for _ in range(n - 1)]
+        facs: list[Any] = [ch.integer(1, max(1, extent)) for _ in range(n)]
+        if mode <= 6:
+            facs[ch.integer(0, n - 1)] = None
+        elif mode == 7:
+            # Exact: divisors of the extent.
+            facs = [1] * n
+            rest = extent
+            for i in range(n - 1):
+                divs = [d for d in range(1, rest + 1) if rest % d == 0]
+                facs[i] = ch.choice(divs)
+                rest //= facs[i]
+            facs[-1] = rest
+        return facs
+
+    def draw(self, ch: Chooser) -> Call:
+        """A random primitive call (valid or not) on the current schedule."""
+        kind = ch.weighted(PRIMITIVES)
+        args: tuple[Any, ...]
+        kwargs: dict[str, Any] = {}
+        if kind == "get_block":
+            names = self._block_names()
+            name = ch.choice(names) if names and ch.integer(0, 7) else ch.choice(["nope", "root", 7])
+            args = (name,)
+        elif kind == "get_loops":
+            args = (self._pick_block(ch),)
+        elif kind == "split":
+            loop = self._pick_loop(ch)
+            args = (loop, self._factors(ch, self._extent(loop)))
+        elif kind in ("fuse", "reorder"):
+            chain = self._loops_of(ch)
+            if len(chain) >= 2 and ch.integer(0, 5):
+                lo = ch.integer(0, len(chain) - 2)
+                hi = ch.integer(lo + 1, len(chain) - 1)
+                picked = chain[lo : hi + 1]
+                if kind == "reorder":
+                    picked = [picked[ch.integer(0, len(picked) - 1)] for _ in picked] if ch.integer(0, 9) == 0 else picked
+                    order = list(picked)
+                    for i in range(len(order) - 1, 0, -1):  # Fisher-Yates with the chooser
+                        j = ch.integer(0, i)
+                        order[i], order[j] = order[j], order[i]
+                    picked = order
+                args = tuple(picked)
+            else:
+                args = tuple(self._pick_loop(ch) for _ in range(ch.integer(1, 3)))
+        elif kind == "bind":
+            tags = GOOD_TAGS if ch.integer(0, 7) else BAD_TAGS
+            args = (self._pick_loop(ch), ch.choice(tags))
+        elif kind in ("vectorize", "unroll", "parallel"):
+            args = (self._pick_loop(ch),)
+        elif kind in ("cache_read", "cache_write"):
+            block = self._pick_block(ch)
+            node = self._block_node(block)
+            regions = () if node is None else (node.reads if kind == "cache_read" else node.writes)
+            r = ch.integer(0, 9)
+            if regions and r < 6:
+                index: Any = regions[ch.integer(0, len(regions) - 1)].buffer.name
+            elif regions and r < 8:
+                index = ch.integer(0, len(regions) - 1)
+            else:
+                index = ch.choice(["nope", -1, 5, None])
+            scope = ch.choice(SCOPES) if ch.integer(0, 9) else ch.choice(BAD_SCOPES)
+            args = (block, index, scope)
+            if kind == "cache_read" and ch.integer(0, 5) == 0:
+                kwargs["consumer_blocks"] = [self._pick_block(ch)]
+        elif kind in ("compute_at", "reverse_compute_at"):
+            block = self._pick_block(ch)
+            node = self._block_node(block)
+            loops = self._loops_of(ch, avoid=node.name) if node is not None and ch.integer(0, 3) else []
+            args = (block, ch.choice(loops) if loops else self._pick_loop(ch))
+            kwargs["preserve_unit_loops"] = bool(ch.integer(0, 1))
+        elif kind in ("compute_inline", "reverse_compute_inline"):
+            args = (self._pick_block(ch),)
+        elif kind == "decompose_reduction":
+            args = (self._pick_block(ch), self._pick_loop(ch))
+        elif kind == "pad":
+            block = self._pick_block(ch)
+            node = self._block_node(block)
+            n = len(node.iter_vars) if node is not None else 2
+            if ch.integer(0, 7) == 0:
+                n = max(0, n + ch.choice([-1, 1]))
+            facs: list[Any] = [ch.integer(1, 4) for _ in range(n)]
+            if facs and ch.integer(0, 9) == 0:
+                facs[0] = ch.choice([0, -2, None, "4"])
+            args = (block, facs)
+        else:  # pragma: no cover - PRIMITIVES and this function are kept in sync
+            raise LoopIRError(f"fuzz: unknown primitive {kind!r}")
+        parts = [self._text(a) for a in args] + [f"{k}={self._text(v)}" for k, v in kwargs.items()]
+        return Call(kind, args, kwargs, f"sch.{kind}({', '.join(parts)})")
+
+    # --- applying and checking ---------------------------------------------------------------
+    def _record_outputs(self, kind: str, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        from loopir.schedule import BlockRV
+
+        outs = [] if out is None else list(out) if isinstance(out, list) else [out]
+        names = []
+        for rv in outs:
+            prefix = "b" if isinstance(rv, BlockRV) else "l"
+            name = f"{prefix}{len(self._names)}"
+            self._names[id(rv)] = name
+            names.append(name)
+            (self.blocks if isinstance(rv, BlockRV) else self.loops).append(rv)
+        parts = [self._text(a) for a in args] + [f"{k}={self._text(v)}" for k, v in kwargs.items()]
+        call = f"sch.{kind}({', '.join(parts)})"
+        if not names:
+            self._lines.append(call)
+        elif isinstance(out, list):
+            self._lines.append(f"{', '.join(names)}{',' if len(names) == 1 else ''} = {call}")
+        else:
+            self._lines.append(f"{names[0]} = {call}")
+
+    def step(self, call: Call) -> bool:
+        """Apply ``call`` and check the contract; True when the primitive succeeded.
+
+        Raises
+        ------
+        FuzzFinding
+            On any contract violation.
+        """
+        import loopir
+
+        before_func = self.sch.func
+        before_len = len(self.sch.trace)
+        self.steps += 1
+        try:
+            out = getattr(self.sch, call.kind)(*call.args, **call.kwargs)
+        except ScheduleError as e:
+            self.errors += 1
+            if self.sch.func is not before_func or len(self.sch.trace) != before_len:
+                raise FuzzFinding(
+                    "changed-on-error",
+                    f"{call.kind} raised ScheduleError but changed the schedule: {e.message}",
+                    self.reproducer(call),
+                ) from e
+            self._check_error_text(e, call)
+            return False
+        except Exception as e:  # noqa: BLE001 - anything but ScheduleError is the finding
+            raise FuzzFinding(
+                "crash",
+                f"{call.kind} raised {type(e).__name__}: {e}\n{_short_tb(e)}",
+                self.reproducer(call),
+            ) from e
+        self._record_outputs(call.kind, out, call.args, call.kwargs)
+        if self.sch.func is before_func:
+            return True
+        try:
+            loopir.verify(self.sch.func)
+        except Exception as e:  # noqa: BLE001
+            raise FuzzFinding(
+                "verify", f"after {call.kind}: {type(e).__name__}: {e}", self.reproducer()
+            ) from e
+        if self.check_every_step:
+            self._check_outputs(self.sch.func, "after " + call.kind, "wrong-output")
+        return True
+
+    def _check_error_text(self, e: ScheduleError, call: Call) -> None:
+        # A ScheduleError must name its primitive and print (the IR with the marked node).
+        try:
+            text = str(e)
+        except Exception as exc:  # noqa: BLE001
+            raise FuzzFinding(
+                "crash", f"str() of the ScheduleError of {call.kind} raised {exc!r}",
+                self.reproducer(call),
+            ) from exc  # fmt: skip
+        if not text or e.primitive is None:
+            raise FuzzFinding(
+                "error-message",
+                f"{call.kind} raised a ScheduleError without a primitive name: {text!r}",
+                self.reproducer(call),
+            )
+
+    def _check_outputs(self, func: Any, what: str, category: str, extra: str = "") -> None:
+        try:
+            got = run_cpu(func, self.inputs, self.build_options)
+            assert_outputs_equal(self.base, self.expected, got)
+        except EquivalenceError as e:
+            raise FuzzFinding(category, f"{what}: {e}", self.reproducer(extra=extra)) from e
+        except Exception as e:  # noqa: BLE001 - the executor must run every verified function
+            raise FuzzFinding(
+                category, f"{what}: executor raised {type(e).__name__}: {e}",
+                self.reproducer(extra=extra),
+            ) from e  # fmt: skip
+
+    def run(self, ch: Chooser, n_steps: int) -> None:
+        """``n_steps`` random steps, then :meth:`finish`."""
+        for _ in range(n_steps):
+            self.step(self.draw(ch))
+        self.finish()
+
+    def finish(self) -> None:
+        """End-of-schedule checks: trace replay (Python and JSON) and local padding on/off.
+
+        Raises
+        ------
+        FuzzFinding
+            On any contract violation.
+        """
+        import loopir
+
+        if not self.check_every_step:
+            self._check_outputs(self.sch.func, "final function", "wrong-output")
+        trace = self.sch.trace
+        # Python replay: exec the printed trace, as a user pasting it would.
+        try:
+            ns: dict[str, Any] = {}
+            exec(compile(trace.as_python(), "<trace>", "exec"), ns)  # noqa: S102 - our own text
+            sch2 = loopir.Schedule(self.base)
+            ns["apply_trace"](sch2)
+            loopir.assert_structural_equal(self.sch.func, sch2.func)
+        except Exception as e:  # noqa: BLE001
+            raise FuzzFinding(
+                "replay-python", f"{type(e).__name__}: {e}\ntrace:\n{trace.as_python()}",
+                self.reproducer(),
+            ) from e  # fmt: skip
+        # JSON replay through an actual JSON string.
+        try:
+            text = json.dumps(trace.as_json())
+            tr = loopir.Trace.from_json(json.loads(text))
+            sch3 = loopir.Schedule(self.base)
+            tr.apply_to(sch3)
+            loopir.assert_structural_equal(self.sch.func, sch3.func)
+        except Exception as e:  # noqa: BLE001
+            raise FuzzFinding(
+                "replay-json", f"{type(e).__name__}: {e}\ntrace:\n{trace.as_python()}",
+                self.reproducer(),
+            ) from e  # fmt: skip
+        for pad in (False, True):
+            extra = (
+                f"with loopir.PassContext(config={{'tir.enable_local_pad': {pad}}}):\n"
+                "    lowered = loopir.lower(sch.func)"
+            )
+            try:
+                with loopir.PassContext(config={"tir.enable_local_pad": pad}):
+                    lowered = loopir.lower(self.sch.func)
+            except Exception as e:  # noqa: BLE001
+                raise FuzzFinding(
+                    "lower", f"lower (local pad {pad}) raised {type(e).__name__}: {e}\n{_short_tb(e)}",
+                    self.reproducer(extra=extra),
+                ) from e  # fmt: skip
+            self._check_outputs(lowered, f"lowered (local pad {pad})", "local-pad" if pad else "lower", extra)
+
+
+def _short_tb(e: BaseException, limit: int = 6) -> str:
+    return "".join(traceback.format_tb(e.__traceback__)[-limit:])
+
+
+def fuzz_many(
+    n_schedules: int,
+    n_steps: int,
+    *,
+    first_seed: int = 0,
+    on_finding: Callable[[FuzzFinding], None] | None = None,
+) -> tuple[int, int, list[FuzzFinding]]:
+    """Fuzz ``n_schedules`` schedules (seeds ``first_seed...``) without stopping at findings.
+
+    Returns
+    -------
+    tuple
+        (schedules, steps, findings).
+    """
+    findings: list[FuzzFinding] = []
+    steps = 0
+    for i in range(first_seed, first_seed + n_schedules):
+        ch = RandomChooser(i)
+        fz = ScheduleFuzzer(draw_workload(ch), seed=i)
+        try:
+            fz.run(ch, n_steps)
+        except FuzzFinding as f:
+            findings.append(f)
+            if on_finding is not None:
+                on_finding(f)
+        steps += fz.steps
+    return n_schedules, steps, findings
+
+
+
+def draw_workload(ch: Chooser, names: Sequence[str] | None = None) -> Workload:
+    """A random workload of :data:`~loopir.testing.workloads.WORKLOADS` with small shapes."""
+    from loopir.testing.workloads import make_workload
+
+    name = ch.choice(list(names) if names is not None else _WORKLOAD_NAMES)
+
+    def d(lo: int = 1, hi: int = 8) -> int:
+        return ch.integer(lo, hi)
+
+    args: dict[str, Any]
+    if name == "matmul":
+        args = dict(M=d(), K=d(), N=d())
+    elif name == "batch_matmul":
+        args = dict(Bt=d(1, 3), M=d(1, 5), K=d(1, 5), N=d(1, 5))
+    elif name == "matmul_bias_relu":
+        args = dict(M=d(), K=d(), N=d())
+    elif name == "conv2d_nhwc":
+        k = d(1, 3)
+        args = dict(N=d(1, 2), H=d(k, 6), W=d(k, 6), CI=d(1, 3), CO=d(1, 3), KH=k, KW=k,
+                    pad=d(0, 1), stride=d(1, 2))  # fmt: skip
+    elif name == "elementwise_chain":
+        args = dict(M=d(), N=d(), stages=d(1, 4))
+    elif name in ("reduce_max", "reduce_min"):
+        args = dict(M=d(), K=d())
+    elif name == "symbolic_matmul":
+        args = dict(n=d(), K=d(), N=d())
+    else:
+        args = dict(n=d(), N=d())
+    return make_workload(name, **args)
+
+
+_WORKLOAD_NAMES = (
+    "matmul", "batch_matmul", "matmul_bias_relu", "conv2d_nhwc", "elementwise_chain",
+    "reduce_max", "reduce_min", "symbolic_matmul", "symbolic_elementwise",
+)  # fmt: skip
