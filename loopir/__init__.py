@@ -38,7 +38,7 @@ _LAZY = {
     "Trace": ("loopir.schedule", "Trace"),
     "PassContext": ("loopir.passes", "PassContext"),
     "lower": ("loopir.passes", "lower"),
-    "build": ("loopir.build", "build"),
+    "build": ("loopir.driver", "build"),
     "runtime": ("loopir.runtime", None),
     "examples": ("loopir.examples", None),
     "testing": ("loopir.testing", None),

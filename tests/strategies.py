@@ -224,3 +224,16 @@ def run_te(
     outs = [empty_like_param(s, t.dtype) for s, t in zip(out_shapes, outs_t)]
     mod(*inputs, *outs)
     return outs
+
+
+
+# --------------------------------------------------------------------------------------------
+# schedule fuzzing (loopir.testing.strategies; issue 7): re-exported for the tests
+# --------------------------------------------------------------------------------------------
+
+from loopir.testing.strategies import (  # noqa: E402, F401 - appended section, re-exports
+    schedule_state_machine,
+    schedules,
+    split_factors,
+)
+from loopir.testing.strategies import workloads as te_workloads  # noqa: E402, F401

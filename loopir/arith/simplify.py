@@ -481,7 +481,70 @@ class Simplifier:
         if self.keys.key(self._not(a)) == kb:
             # a and not a == False, a or not a == True
             return IntImm(absorbing, "bool")
+        # comparisons of one linear form against constants: keep the stricter (and) or the
+        # weaker (or) one, detect empty (and) or all-covering (or) pairs
+        fb = self._lt_form(b)
+        if fb is not None:
+            parts = self._chain(t, a)
+            for c in parts:
+                fc = self._lt_form(c)
+                if fc is None:
+                    continue
+                r = self._combine(t, fc, fb)
+                if r == "left":  # b adds nothing to the conjunct (disjunct) c of a
+                    return a
+                if r == "right" and len(parts) == 1:
+                    return b
+                if r in ("false", "true"):
+                    return IntImm(int(r == "true"), "bool")
         return t(a, b)
+
+    def _chain(self, t: type, e: PrimExpr) -> list[PrimExpr]:
+        """The operands of a left-nested chain of ``t`` (And or Or) nodes."""
+        out: list[PrimExpr] = []
+        while type(e) is t:
+            out.append(e.b)
+            e = e.a
+        out.append(e)
+        return out
+
+    def _lt_form(self, e: PrimExpr) -> tuple[Key, Sum, int] | None:
+        """``e`` as ``D + k < 0`` (``D`` without constant): (key of D, D, k), for integer
+        comparisons LT/LE/GT/GE; None for anything else."""
+        t = type(e)
+        if t not in (LT, LE, GT, GE) or not is_index(e.a.dtype):
+            return None
+        sa, sb = self.canon(e.a), self.canon(e.b)
+        if t is LT:
+            d = sa.add(sb, -1)
+        elif t is LE:
+            d = sa.add(sb, -1).add_const(-1)
+        elif t is GT:
+            d = sb.add(sa, -1)
+        else:
+            d = sb.add(sa, -1).add_const(-1)
+        dd = d.without_const()
+        return dd.key(), dd, d.const
+
+    def _combine(self, t: type, x: tuple[Key, Sum, int], y: tuple[Key, Sum, int]) -> str | None:
+        """Relation of ``X: D + kx < 0`` and ``Y: D' + ky < 0`` under ``t`` (And/Or).
+
+        Returns "left" when ``t(X, Y) == X``, "right" when it equals ``Y``, "false"/"true"
+        when it is constant, None when nothing is known.
+        """
+        (kx_key, dx, kx), (ky_key, _dy, ky) = x, y
+        if kx_key == ky_key:
+            # same D: D < -kx and D < -ky; the larger k is the stricter condition
+            if t is And:
+                return "left" if kx >= ky else "right"
+            return "left" if kx <= ky else "right"
+        if dx.scale(-1).key() == ky_key:
+            # D < -kx and -D < -ky, i.e. ky < D < -kx
+            if t is And:
+                return "false" if ky + 1 >= -kx else None
+            # D <= -kx - 1 or D >= ky + 1 covers every integer iff ky + 1 <= -kx
+            return "true" if ky + 1 <= -kx else None
+        return None
 
     def _not(self, a: PrimExpr) -> PrimExpr:
         ta = type(a)

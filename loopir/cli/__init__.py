@@ -135,5 +135,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return 130
+    except BrokenPipeError:
+        # the reader went away (``python -m loopir demo | head``): stop quietly, and keep the
+        # interpreter from failing again when it flushes stdout at exit
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     parser.error(f"unknown command {args.command!r}")
     return 2

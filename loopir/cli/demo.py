@@ -71,6 +71,8 @@ class _Demo:
             return
         try:
             fn()
+        except BrokenPipeError:
+            raise  # the reader of our output is gone: nothing left to report to
         except Exception as exc:  # report and go on: the demo must show as much as it can
             self.failed.append(f"{title}: {type(exc).__name__}: {exc}")
             self.con.fail(f"  FAILED: {type(exc).__name__}: {exc}")

@@ -123,18 +123,21 @@ class Console:
                 self.write(indent + line)
 
     def table(self, header: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "    ") -> None:
-        """A plain-text table with aligned columns (numbers right-aligned)."""
+        """A plain-text table with aligned columns (columns of numbers right-aligned)."""
         cols = len(header)
         widths = [len(h) for h in header]
         for r in rows:
             for i in range(cols):
                 widths[i] = max(widths[i], len(r[i]))
 
+        def numeric(c: str) -> bool:
+            return c[:1].isdigit() or (c[:1] in "-+." and c[1:2].isdigit()) or c in ("inf", "nan")
+
+        # a column of numbers is right-aligned, header included
+        right = [bool(rows) and all(numeric(r[i]) for r in rows) for i in range(cols)]
+
         def fmt(cells: Sequence[str]) -> str:
-            out = []
-            for i, c in enumerate(cells):
-                numeric = c[:1].isdigit() or (c[:1] in "-+." and c[1:2].isdigit())
-                out.append(c.rjust(widths[i]) if numeric else c.ljust(widths[i]))
+            out = [c.rjust(widths[i]) if right[i] else c.ljust(widths[i]) for i, c in enumerate(cells)]
             return indent + "  ".join(out).rstrip()
 
         self.write(fmt(header), "bold")

@@ -8,8 +8,12 @@ kernel. The source is meant to be read: names come from the IR, one statement pe
 Mapping (kernel side):
 
 * ``blockIdx.*``/``threadIdx.*`` loops declare ``const int <var> = (int)threadIdx.x;`` and are
-  guarded when their extent is smaller than the launched one; ``vthread.*`` loops become
-  ``#pragma unroll`` loops inside each thread (their sequential meaning);
+  guarded when their extent is smaller than the launched one; ``vthread.*`` loops are folded
+  into each thread first (:mod:`loopir.codegen_cuda.vthread`: pushed down to the statements
+  that depend on them, as ``#pragma unroll`` loops, with per-virtual-thread buffers expanded);
+* serial loops that index a register array (``local`` buffer) and run at most
+  ``AUTO_UNROLL_MAX_TRIPS`` innermost iterations get ``#pragma unroll``: a run-time index
+  would move the array to local memory;
 * ``shared`` Allocates become ``__shared__ __align__(16)`` arrays, ``local`` ones register
   arrays; global buffers are ``__restrict__`` pointer parameters (``const`` when only read);
 * ``floordiv``/``floormod`` print as ``/`` and ``%`` only when both operands are provably
@@ -212,6 +216,7 @@ class KernelEmitter:
         self.printer = ExprPrinter(self)
         self.uses_fp16 = False
         self.uses_bf16 = False
+        self.active_tags: set[str] = set()
 
     # -- helpers used by the expression printer --------------------------------------------
     def var_name(self, v: Var) -> str:
@@ -431,6 +436,19 @@ class KernelEmitter:
     def thread_loop(self, s: For) -> None:
         tag = s.thread_tag
         assert tag is not None
+        if tag in self.active_tags:
+            raise CodegenError(
+                f"CUDA codegen: kernel {self.spec.name}: loop {s.loop_var.name} is bound to "
+                f"{tag} inside another {tag} loop; nested loops of one thread tag must be "
+                "unified first (loopir.lower does this for cooperative fetches)"
+            )
+        self.active_tags.add(tag)
+        try:
+            self._thread_loop(s, tag)
+        finally:
+            self.active_tags.discard(tag)
+
+    def _thread_loop(self, s: For, tag: str) -> None:
         hw = f"(({ctype(s.loop_var.dtype)}){tag})"
         v = self.var_name(s.loop_var)
         launched = self.launch[tag]
@@ -467,10 +485,8 @@ class KernelEmitter:
         off0 = fold_constants(substitute(flat, {v: IntImm(0, v.dtype)}))
         if not an.is_multiple_of(off0, lanes, self.env):
             return None
-        if buffer.scope == "global":
-            # the runtime checks the base pointer; the row length must keep every row aligned,
-            # which is already implied by off0 being a multiple of lanes for every row
-            pass
+        # off0 being a multiple of lanes for every value of the other variables covers the
+        # row length too; a global buffer's base pointer is checked by the runtime
         return off0
 
     def try_vector_loop(self, s: For) -> bool:

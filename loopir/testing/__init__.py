@@ -150,8 +150,28 @@ def run_cpu(
     import loopir
 
     arrays = [np.array(x, copy=True) for x in inputs]
-    loopir.build(func, target="cpu", **dict(build_options or {}))(*arrays)
+    mod = loopir.build(func, target="cpu", **dict(build_options or {}))
+    try:
+        mod(*arrays)
+    finally:
+        _unload(mod)
     return arrays
+
+
+def _unload(mod: Any) -> None:
+    """dlclose the module's library: ctypes never unloads one, and a fuzz run that builds tens
+    of thousands of throw-away libraries in one process would otherwise keep them all
+    mapped (gigabytes). Each CPUModule holds its own dlopen reference, so this only drops
+    ``mod``'s; ``mod`` must not be called afterwards."""
+    lib = getattr(mod, "_lib", None)
+    handle = getattr(lib, "_handle", None)
+    if handle is None:
+        return
+    import _ctypes
+
+    mod._fn = None
+    mod._lib = None
+    _ctypes.dlclose(handle)
 
 
 def assert_outputs_equal(

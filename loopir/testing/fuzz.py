@@ -53,7 +53,7 @@ BAD_SCOPES = ("texture", "", "Shared")
 
 #: The primitives the fuzzer calls, with relative weights.
 PRIMITIVES: dict[str, int] = {
-    "get_block": 2, "get_loops": 3, "split": 5, "fuse": 3, "reorder": 3, "bind": 2,
+    "split": 5, "get_block": 2, "get_loops": 3, "fuse": 3, "reorder": 3, "bind": 2,
     "vectorize": 1, "unroll": 1, "parallel": 1, "cache_read": 3, "cache_write": 3,
     "compute_at": 4, "reverse_compute_at": 3, "compute_inline": 3, "reverse_compute_inline": 2,
     "decompose_reduction": 2, "pad": 2,
@@ -95,6 +95,12 @@ class RandomChooser:
         return self.rng.choices(keys, weights=[options[k] for k in keys])[0]
 
 
+def _rare(ch: Chooser, n: int) -> bool:
+    """True with probability 1/n; False for the simplest draw (0), so that hypothesis'
+    minimal examples take the common, valid branch."""
+    return ch.integer(0, n - 1) == n - 1
+
+
 class FuzzFinding(LoopIRError, AssertionError):
     """A schedule broke the contract (crash, wrong answer, bad replay...).
 
@@ -133,7 +139,8 @@ class ScheduleFuzzer:
     seed
         Seed of the random input data.
     build_options
-        Options of the CPU executor builds (default: ``-O0``, bounds checks on).
+        Options of the CPU executor builds (default: ``-O0 -pipe``, gold linker when
+        available, bounds checks on).
     check_every_step
         Run the executor after every successful step (else only in :meth:`finish`).
     """
@@ -151,7 +158,7 @@ class ScheduleFuzzer:
         self.workload = workload
         self.base = workload.func
         self.sch = loopir.Schedule(self.base)
-        self.build_options = dict(build_options or {"opt_level": "-O0"})
+        self.build_options = dict(build_options or _fast_build_options())
         self.check_every_step = check_every_step
         self.inputs = random_inputs(self.base, workload.sizes, seed)
         self.expected = run_cpu(self.base, self.inputs, self.build_options)
@@ -161,6 +168,9 @@ class ScheduleFuzzer:
         self._lines: list[str] = []  # successful calls, as Python
         self.steps = 0
         self.errors = 0
+        #: Per primitive: how many calls succeeded / raised ScheduleError.
+        self.succeeded: dict[str, int] = {}
+        self.refused: dict[str, int] = {}
         # Start as a user would: a handle to every block and its loops.
         for name in self._block_names():
             rv = self.sch.get_block(name)
@@ -215,7 +225,7 @@ class ScheduleFuzzer:
         return node if isinstance(node, Block) else None
 
     def _pick_block(self, ch: Chooser) -> Any:
-        if not self.blocks or ch.integer(0, 15) == 0:
+        if not self.blocks or _rare(ch, 16):
             # Sometimes a loop or a non-handle where a block is expected.
             odd = [*self.loops[:1], "C", 3]
             if self.blocks and ch.integer(0, 1):
@@ -224,7 +234,7 @@ class ScheduleFuzzer:
         return ch.choice(self.blocks)
 
     def _pick_loop(self, ch: Chooser) -> Any:
-        if not self.loops or ch.integer(0, 15) == 0:
+        if not self.loops or _rare(ch, 16):
             odd = [*self.blocks[:1], None, 0]
             if self.loops and ch.integer(0, 1):
                 return ch.choice(self.loops)
@@ -249,7 +259,7 @@ class ScheduleFuzzer:
     def _factors(self, ch: Chooser, extent: int | None) -> list[Any]:
         n = ch.integer(2, 3)
         mode = ch.integer(0, 9)
-        if mode == 0:  # invalid on purpose
+        if mode == 9:  # invalid on purpose
             return ch.choice([[0, None], [None, None], [-1, 4], [1], [], [2, "x"], [1.5, None]])
         if extent is None:
             return [None] + [ch.integer(1, 4) for _ in range(n - 1)]
@@ -274,7 +284,7 @@ class ScheduleFuzzer:
         kwargs: dict[str, Any] = {}
         if kind == "get_block":
             names = self._block_names()
-            name = ch.choice(names) if names and ch.integer(0, 7) else ch.choice(["nope", "root", 7])
+            name = ch.choice(names) if names and not _rare(ch, 8) else ch.choice(["nope", "root", 7])
             args = (name,)
         elif kind == "get_loops":
             args = (self._pick_block(ch),)
@@ -283,12 +293,12 @@ class ScheduleFuzzer:
             args = (loop, self._factors(ch, self._extent(loop)))
         elif kind in ("fuse", "reorder"):
             chain = self._loops_of(ch)
-            if len(chain) >= 2 and ch.integer(0, 5):
+            if len(chain) >= 2 and not _rare(ch, 6):
                 lo = ch.integer(0, len(chain) - 2)
                 hi = ch.integer(lo + 1, len(chain) - 1)
                 picked = chain[lo : hi + 1]
                 if kind == "reorder":
-                    picked = [picked[ch.integer(0, len(picked) - 1)] for _ in picked] if ch.integer(0, 9) == 0 else picked
+                    picked = [picked[ch.integer(0, len(picked) - 1)] for _ in picked] if _rare(ch, 10) else picked
                     order = list(picked)
                     for i in range(len(order) - 1, 0, -1):  # Fisher-Yates with the chooser
                         j = ch.integer(0, i)
@@ -298,7 +308,7 @@ class ScheduleFuzzer:
             else:
                 args = tuple(self._pick_loop(ch) for _ in range(ch.integer(1, 3)))
         elif kind == "bind":
-            tags = GOOD_TAGS if ch.integer(0, 7) else BAD_TAGS
+            tags = GOOD_TAGS if not _rare(ch, 8) else BAD_TAGS
             args = (self._pick_loop(ch), ch.choice(tags))
         elif kind in ("vectorize", "unroll", "parallel"):
             args = (self._pick_loop(ch),)
@@ -313,14 +323,14 @@ class ScheduleFuzzer:
                 index = ch.integer(0, len(regions) - 1)
             else:
                 index = ch.choice(["nope", -1, 5, None])
-            scope = ch.choice(SCOPES) if ch.integer(0, 9) else ch.choice(BAD_SCOPES)
+            scope = ch.choice(SCOPES) if not _rare(ch, 10) else ch.choice(BAD_SCOPES)
             args = (block, index, scope)
-            if kind == "cache_read" and ch.integer(0, 5) == 0:
+            if kind == "cache_read" and _rare(ch, 6):
                 kwargs["consumer_blocks"] = [self._pick_block(ch)]
         elif kind in ("compute_at", "reverse_compute_at"):
             block = self._pick_block(ch)
             node = self._block_node(block)
-            loops = self._loops_of(ch, avoid=node.name) if node is not None and ch.integer(0, 3) else []
+            loops = self._loops_of(ch, avoid=node.name) if node is not None and not _rare(ch, 4) else []
             args = (block, ch.choice(loops) if loops else self._pick_loop(ch))
             kwargs["preserve_unit_loops"] = bool(ch.integer(0, 1))
         elif kind in ("compute_inline", "reverse_compute_inline"):
@@ -331,10 +341,10 @@ class ScheduleFuzzer:
             block = self._pick_block(ch)
             node = self._block_node(block)
             n = len(node.iter_vars) if node is not None else 2
-            if ch.integer(0, 7) == 0:
+            if _rare(ch, 8):
                 n = max(0, n + ch.choice([-1, 1]))
             facs: list[Any] = [ch.integer(1, 4) for _ in range(n)]
-            if facs and ch.integer(0, 9) == 0:
+            if facs and _rare(ch, 10):
                 facs[0] = ch.choice([0, -2, None, "4"])
             args = (block, facs)
         else:  # pragma: no cover - PRIMITIVES and this function are kept in sync
@@ -380,6 +390,7 @@ class ScheduleFuzzer:
             out = getattr(self.sch, call.kind)(*call.args, **call.kwargs)
         except ScheduleError as e:
             self.errors += 1
+            self.refused[call.kind] = self.refused.get(call.kind, 0) + 1
             if self.sch.func is not before_func or len(self.sch.trace) != before_len:
                 raise FuzzFinding(
                     "changed-on-error",
@@ -394,6 +405,7 @@ class ScheduleFuzzer:
                 f"{call.kind} raised {type(e).__name__}: {e}\n{_short_tb(e)}",
                 self.reproducer(call),
             ) from e
+        self.succeeded[call.kind] = self.succeeded.get(call.kind, 0) + 1
         self._record_outputs(call.kind, out, call.args, call.kwargs)
         if self.sch.func is before_func:
             return True
@@ -491,7 +503,78 @@ class ScheduleFuzzer:
                     "lower", f"lower (local pad {pad}) raised {type(e).__name__}: {e}\n{_short_tb(e)}",
                     self.reproducer(extra=extra),
                 ) from e  # fmt: skip
+            self._check_allocations(lowered, pad, extra)
             self._check_outputs(lowered, f"lowered (local pad {pad})", "local-pad" if pad else "lower", extra)
+
+    def _check_allocations(self, lowered: Any, pad: bool, extra: str) -> None:
+        """Refuse to run a lowered function whose scratch buffers are absurdly large.
+
+        Compaction only shrinks buffers, so an Allocate larger than the largest buffer of the
+        function before lowering is a bug, and running it would make the executor allocate
+        (and touch) gigabytes.
+        """
+        from loopir.ir.functor import post_order_visit
+        from loopir.ir.stmt import Allocate
+
+        sizes = self.workload.sizes
+        limit = max(_max_elements(self.sch.func, sizes), 1) * 4 + 1024
+        bad: list[str] = []
+
+        def visit(n: object) -> None:
+            if isinstance(n, Allocate):
+                size = _elements(n.buffer.shape, sizes)
+                if size is not None and size > limit:
+                    bad.append(f"{n.buffer.name}{tuple(str(x) for x in n.buffer.shape)}")
+
+        post_order_visit(lowered.body, visit)
+        if bad:
+            raise FuzzFinding(
+                "local-pad" if pad else "lower",
+                f"lowered (local pad {pad}) allocates {', '.join(bad)}: more than any buffer "
+                f"of the function before lowering ({limit} elements allowed)",
+                self.reproducer(extra=extra),
+            )
+
+
+def _elements(shape: Sequence[Any], sizes: Mapping[str, int]) -> int | None:
+    """Number of elements of a shape whose dims are constants or symbolic sizes in ``sizes``;
+    None for other expressions."""
+    from loopir.ir.expr import Var
+
+    n = 1
+    for d in shape:
+        if isinstance(d, IntImm):
+            n *= d.value
+        elif isinstance(d, Var) and d.name in sizes:
+            n *= sizes[d.name]
+        else:
+            return None
+    return n
+
+
+def _max_elements(func: Any, sizes: Mapping[str, int]) -> int:
+    """Elements of the largest buffer (parameter or allocated) of ``func``."""
+    from loopir.ir.functor import post_order_visit
+
+    found = [_elements(b.shape, sizes) or 0 for b in func.params]
+
+    def visit(n: object) -> None:
+        if isinstance(n, Block):
+            found.extend(_elements(b.shape, sizes) or 0 for b in n.alloc_buffers)
+
+    post_order_visit(func.body, visit)
+    return max(found, default=0)
+
+
+def _fast_build_options() -> dict[str, Any]:
+    """CPU build options that compile quickly: the fuzzer builds a library per step, and gcc
+    (mostly its linker) dominates the run time. Bounds checks stay on."""
+    import shutil
+
+    flags = ["-pipe"]
+    if shutil.which("ld.gold"):
+        flags.append("-fuse-ld=gold")  # ~25% faster than ld.bfd for these small libraries
+    return {"opt_level": "-O0", "extra_flags": tuple(flags)}
 
 
 def _short_tb(e: BaseException, limit: int = 6) -> str:

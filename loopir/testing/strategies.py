@@ -43,7 +43,8 @@ __all__ = [
     "schedule_state_machine", "COUNTER_ENV", "FINDINGS_ENV",
 ]  # fmt: skip
 
-#: Environment variable: a file where the state machine keeps "<schedules> <steps>" counts.
+#: Environment variable: a JSON file where the state machine counts schedules, steps, and per
+#: primitive the calls that succeeded / were refused with ScheduleError.
 COUNTER_ENV = "LOOPIR_FUZZ_COUNTER"
 #: Environment variable: a JSONL file; when set, findings are appended there and the run
 #: continues with the next schedule instead of failing (for long surveys).
@@ -130,18 +131,27 @@ def schedules(draw: Any, workload: Workload | st.SearchStrategy[Workload] | None
     return fz.sch
 
 
-def _bump_counter(schedules: int, steps: int) -> None:
+def _bump_counter(fz: ScheduleFuzzer) -> None:
+    """Add one schedule (its steps, per-primitive successes and refusals) to the counter file.
+
+    The file is JSON: ``{"schedules": n, "steps": n, "succeeded": {...}, "refused": {...}}``.
+    """
     path = os.environ.get(COUNTER_ENV)
     if not path:
         return
     p = Path(path)
     try:
-        old = p.read_text().split()
-        s0, n0 = int(old[0]), int(old[1])
-    except (OSError, ValueError, IndexError):
-        s0, n0 = 0, 0
+        data = json.loads(p.read_text())
+    except (OSError, ValueError):
+        data = {}
+    data["schedules"] = int(data.get("schedules", 0)) + 1
+    data["steps"] = int(data.get("steps", 0)) + fz.steps
+    for field, counts in (("succeeded", fz.succeeded), ("refused", fz.refused)):
+        agg = data.setdefault(field, {})
+        for k, v in counts.items():
+            agg[k] = int(agg.get(k, 0)) + v
     tmp = p.with_suffix(".tmp")
-    tmp.write_text(f"{s0 + schedules} {n0 + steps}\n")
+    tmp.write_text(json.dumps(data, sort_keys=True) + "\n")
     os.replace(tmp, p)
 
 
@@ -204,6 +214,6 @@ def schedule_state_machine(
                 if not self.dead:
                     self._guard(fz.finish)
             finally:
-                _bump_counter(1, fz.steps)
+                _bump_counter(fz)
 
     return ScheduleMachine

@@ -245,3 +245,40 @@ def test_index_arithmetic_int_set_is_sound(case, mask):
         assert all(lo <= v <= hi for v in seen), f"int_set({e}) = {iset} misses values"
         if iset.exact:
             assert min(seen) == lo and max(seen) == hi, f"int_set({e}) = {iset} is not exact"
+
+
+@st.composite
+def _same_form_conditions(draw):
+    # chains of comparisons of one linear form (and its negation) against constants
+    v0, v1 = Var("v0"), Var("v1")
+    ranges = {v0: Range(draw(st.integers(-6, 0)), 8), v1: Range(0, draw(st.integers(1, 4)))}
+    form = v0 * draw(st.sampled_from([1, 2, -1])) + v1 * draw(st.sampled_from([0, 1, 3]))
+    from tests.arith.exprgen import CMPS
+
+    def atom():
+        cmp = draw(st.sampled_from(CMPS))
+        c = IntImm(draw(st.integers(-12, 12)))
+        return cmp(form, c) if draw(st.booleans()) else cmp(c, form)
+
+    e = atom()
+    for _ in range(draw(st.integers(1, 4))):
+        from loopir.ir.expr import And, Or
+
+        e = (And if draw(st.booleans()) else Or)(e, atom())
+    return e, ranges
+
+
+@given(_same_form_conditions())
+def test_combined_comparisons_keep_their_value(case):
+    c, ranges = case
+    ana = Analyzer(ranges)
+    s = ana.simplify(c)
+    proved = ana.can_prove(c)
+    for env, want in _values(c, ranges):
+        assert value(s, env) == want, f"simplify({c}) = {s} differs at {env}"
+        if proved:
+            assert want
+    # also without ranges (pure logic)
+    s2 = Analyzer().simplify(c)
+    for env, want in _values(c, ranges):
+        assert value(s2, env) == want, f"simplify({c}) = {s2} differs at {env}"

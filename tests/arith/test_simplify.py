@@ -266,3 +266,17 @@ def test_split_then_fuse_is_identity(shape):
 
     idx = substitute(o * b + i, {o: fused // b, i: fused % b})
     check(simplify(idx, {fused: Range(0, a * b), **rng}), fused)
+
+
+def test_and_or_of_comparisons_on_one_linear_form():
+    check(simplify(And(x < 5, x < 10)), x < 5)
+    check(simplify(And(x < 10, x < 5)), x < 5)
+    check(simplify(Or(x < 5, x < 10)), x < 10)
+    check(simplify(And(x < 5, x >= 5)), False)
+    check(simplify(Or(x < 5, x >= 5)), True)
+    check(simplify(And(And(x < 5, y < 3), x < 10)), And(x < 5, y < 3))
+    check(simplify(And(And(x < 5, y < 3), x > 7)), False)
+    check(simplify(And(x * 2 + y < 10, x * 2 + y <= 3)), x * 2 + y < 4)
+    # nothing known: kept
+    check(simplify(And(x < 5, x >= 4)), And(x < 5, x >= 4))
+    check(simplify(Or(x < 5, x >= 7)), Or(x < 5, x >= 7))

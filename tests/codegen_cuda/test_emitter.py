@@ -411,3 +411,53 @@ def test_lane_dependent_guard_becomes_per_chunk_guard(nvcc_compiles):
             "*(float2*)(A + tx * 770 + k0 * 4) : make_float2(0.0f, 0.0f);") in src
     assert "(k0 * 4 + 2 < 770) ?" in src
     nvcc_compiles(src)
+
+
+def test_nested_vthreads_and_vthread_dependent_shared_buffer(nvcc_compiles):
+    A = Buffer("A", (4, 64), "float32")
+    S = Buffer("S", (64,), "float32", scope="shared")
+    vy, vx, tx, i = Var("vy"), Var("vx"), Var("tx"), Var("i")
+    # S is written with values that depend on (vy, vx): each virtual thread needs its own
+    # copy, so S gets a leading dimension of 2 per virtual-thread loop
+    row = vy * 2 + vx
+    body = bind(vy, 2, "vthread.y", bind(vx, 2, "vthread.x", Allocate(S, bind(
+        tx, 64, "threadIdx.x", seq(
+            BufferStore(S, A[row, tx] * 2.0, (tx,)),
+            sync(),
+            # a loop whose extent depends on vx cannot be split: it is replicated whole
+            loop(i, vx + 1, BufferStore(A, A[row, tx] + S[63 - tx], (row, tx))),
+        )))))
+    src = emit_cuda(PrimFunc((A,), bind(Var("b"), 1, "blockIdx.x", body), name="nv")).source
+    assert "__shared__ __align__(16) float S[256];" in src
+    assert "S[vy * 128 + vx * 64 + tx] = A[(vy * 2 + vx) * 64 + tx] * 2.0f;" in src
+    assert src.count("__syncthreads();") == 1  # the barrier is not replicated
+    assert re.search(r"for \(int vx = 0; vx < 2; \+\+vx\) \{\n\s*for \(int i = 0; i < vx \+ 1;", src)
+    nvcc_compiles(src)
+
+
+def test_if_else_int64_sizes_and_bool_buffers(nvcc_compiles):
+    n = Var("n", "int64")
+    A = Buffer("A", (n,), "float32")
+    M = Buffer("M", (n,), "bool")
+    bx, tx = Var("bx", "int64"), Var("tx", "int64")
+    i = bx * 256 + tx
+    body = IfThenElse(i < n, IfThenElse(M[i], BufferStore(A, A[i] * 2.0, (i,)),
+                                        BufferStore(A, op.const(0.0, "float32"), (i,))))
+    f = PrimFunc((A, M), bind(bx, op.ceildiv(n, 256), "blockIdx.x",
+                              bind(tx, 256, "threadIdx.x", body)), name="mask")
+    res = emit_cuda(f)
+    src = res.source
+    assert "long long n)" in src
+    assert "const long long bx = ((long long)blockIdx.x);" in src
+    assert re.search(r"if \(M\[bx \* 256LL \+ tx\]\) \{\n\s*A\[.*\} else \{\n\s*A\[bx \* 256LL \+ tx\] = 0.0f;",
+                     src, re.S)
+    assert "const bool* __restrict__ M" in src
+    nvcc_compiles(src)
+
+
+def test_nested_loops_of_one_thread_tag_are_an_error():
+    A = Buffer("A", (8, 8), "float32")
+    t1, t2 = Var("t1"), Var("t2")
+    body = bind(t1, 8, "threadIdx.x", bind(t2, 8, "threadIdx.x", BufferStore(A, 0.0, (t1, t2))))
+    with pytest.raises(CodegenError, match="bound to threadIdx.x inside another threadIdx.x"):
+        emit_cuda(PrimFunc((A,), body))

@@ -357,3 +357,19 @@ def test_misaligned_cuda_pointer_is_refused_before_launch(fake_driver, tmp_path)
     with pytest.raises(LaunchError, match="parameter 'A' must be 16-byte aligned"):
         mod(a, b)
     assert fake_driver.drv.launches == [] and fake_driver.context.depth == 0
+
+
+def test_host_if_on_sizes_with_fake_driver(fake_driver, tmp_path):
+    from loopir.ir.stmt import IfThenElse
+
+    n = Var("n")
+    A = Buffer("A", (n,), "float32")
+    tx, ty = Var("tx"), Var("ty")
+    big = bind(tx, 64, "threadIdx.x", BufferStore(A, 1.0, (tx,)))
+    small = bind(ty, 8, "threadIdx.x", BufferStore(A, 2.0, (ty,)))
+    mod = build_cuda(PrimFunc((A,), IfThenElse(n >= 64, big, small), name="pick"),
+                     cache_dir=tmp_path)
+    mod(_f32(100))
+    mod(_f32(10))
+    assert [(x[0], x[3]) for x in fake_driver.drv.launches] == [
+        ("pick_kernel0", (64, 1, 1)), ("pick_kernel1", (8, 1, 1))]

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from loopir.cli.env import probe_gpu, probe_nvcc
-from tests.docs.mdcode import code_blocks
+
+from .mdcode import code_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted([*(ROOT / "docs").glob("*.md"), *(ROOT / "docs" / "concepts").glob("*.md")])
@@ -85,3 +86,32 @@ def test_readme_has_the_two_commands_and_a_python_example() -> None:
     assert "python3 -m pip install -e . && python3 -m loopir demo" in text
     assert 'python3 -m pip install -e ".[test]" && python3 -m pytest -q' in text
     assert any(b.is_python for b in code_blocks(ROOT / "README.md"))
+
+
+def _cli_lines() -> list[tuple[str, str]]:
+    """``(where, arguments)`` of every ``python -m loopir ...`` line in shell blocks."""
+    found = []
+    for path in FILES:
+        for block in code_blocks(path):
+            if block.lang.lower() not in ("bash", "sh", "shell", "console", ""):
+                continue
+            for line in block.text.splitlines():
+                for part in line.split("#", 1)[0].split("&&"):
+                    words = part.split()
+                    if words[:2] in (["python", "-m"], ["python3", "-m"]) and words[2:3] == ["loopir"]:
+                        found.append((block.where, " ".join(words[3:])))
+    return found
+
+
+def test_command_lines_in_the_docs_parse() -> None:
+    import shlex
+
+    from loopir.cli import build_parser
+
+    lines = _cli_lines()
+    assert any(args == "demo" for _, args in lines), "the README's demo command was not found"
+    for where, args in lines:
+        try:
+            build_parser().parse_args(shlex.split(args))
+        except SystemExit:
+            pytest.fail(f"{where}: `python -m loopir {args}` is not a valid command line")

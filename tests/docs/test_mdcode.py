@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.mdcode import code_blocks
+from .mdcode import code_blocks
 
 
 def _write(tmp_path: Path, text: str) -> Path:

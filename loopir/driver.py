@@ -1,9 +1,11 @@
-"""``loopir.build``: compile a PrimFunc for a target."""
+"""``loopir.build``: compile a PrimFunc for a target.
+
+The module is called ``driver`` (not ``build``) so that the submodule never shadows the
+``loopir.build`` function.
+"""
 
 from __future__ import annotations
 
-import sys
-import types
 from typing import Any
 
 from loopir.errors import CodegenError
@@ -45,14 +47,3 @@ def build(func: PrimFunc, target: str = "cpu", **options: Any) -> Any:
 
         return build_cuda(func, **options)
     raise CodegenError(f"build: unknown target {target!r}; known targets: {', '.join(TARGETS)}")
-
-
-class _CallableModule(types.ModuleType):
-    """``loopir.build`` is both this module and the function: ``import loopir.build`` binds
-    the attribute ``loopir.build`` to the module, which must then still be callable."""
-
-    def __call__(self, func: PrimFunc, target: str = "cpu", **options: Any) -> Any:
-        return build(func, target, **options)
-
-
-sys.modules[__name__].__class__ = _CallableModule
