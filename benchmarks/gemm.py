@@ -38,7 +38,7 @@ from loopir.codegen_cuda.cutlass.enumerate import (  # noqa: E402
     default_candidate,
     enumerate_candidates,
     rank_candidates,
-    tuning_candidates,
+    shared_tuning_candidates,
 )
 from loopir.codegen_cuda.cutlass.library import CutlassLibrary  # noqa: E402
 from loopir.codegen_cuda.cutlass.problem import EpilogueSpec, GemmProblem  # noqa: E402
@@ -58,18 +58,40 @@ ARCH = 90
 
 
 def family_specs(dtype: str, epi: EpilogueSpec, count: int) -> tuple[list[KernelSpec], dict]:
-    """Tuning candidates (picked at 4096^3) plus each shape's default; deduplicated."""
-    base = GemmProblem(4096, 4096, 4096, dtype, dtype, epilogue=epi)
-    cands = tuning_candidates(base, enumerate_candidates(base, ARCH), count)
+    """The kernels to compile for one (dtype, epilogue) family: ``count`` tuning candidates
+    shared by all SHAPES (each shape's best guesses merged round-robin, see
+    ``shared_tuning_candidates``) plus each shape's default; deduplicated, deterministic.
+
+    Kernels take the shape at run time, so each compiled candidate is timed on every shape.
+    """
+    problems = [GemmProblem(m, n, k, dtype, dtype, epilogue=epi) for m, n, k in SHAPES]
+    cands = shared_tuning_candidates(problems, ARCH, count)
     defaults = {}
-    for m, n, k in SHAPES:
-        p = GemmProblem(m, n, k, dtype, dtype, epilogue=epi)
+    for (m, n, k), p in zip(SHAPES, problems):
         d = default_candidate(p, ARCH)
         defaults[(m, n, k)] = d
         if d not in cands:
             cands.append(d)
     specs = [KernelSpec.make(dtype, dtype, epi, c) for c in cands]
     return specs, defaults
+
+
+def resource_usage(lib_path: Path) -> list[dict[str, int]]:
+    """Registers, stack, shared and local memory of each kernel in a built library, read with
+    ``cuobjdump -res-usage`` (spilled accumulators show up as STACK / LOCAL bytes)."""
+    import re
+    import shutil
+    import subprocess
+
+    exe = shutil.which("cuobjdump")
+    if exe is None:
+        return []
+    out = subprocess.run([exe, "-res-usage", str(lib_path)], capture_output=True, text=True).stdout
+    usage = []
+    for m in re.finditer(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", out):
+        reg, stack, shared, local = map(int, m.groups())
+        usage.append({"reg": reg, "stack": stack, "shared": shared, "local": local})
+    return usage
 
 
 def geomean(xs: list[float]) -> float:
@@ -91,6 +113,10 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--inner", type=int, default=10, help="back-to-back calls per timed sample")
+    ap.add_argument("--warm-gpu-s", type=float, default=2.0,
+                    help="seconds of matmuls before the first measurement")
+    ap.add_argument("--res-usage", action="store_true",
+                    help="record each kernel's registers / stack / local memory (cuobjdump)")
     args = ap.parse_args()
     dtypes = [d for d in args.dtypes.split(",") if d]
     results: dict[str, Any] = {
@@ -121,6 +147,14 @@ def main() -> int:
     print(f"  wall {wall:.1f} s, {sum(hits)} cache hits", flush=True)
     dump()
     lib_of = {s.entry: lib for s, lib in zip(all_specs, libs)}
+    if args.res_usage:
+        results["res_usage"] = {
+            f"{s.dtype_ab}/{s.activation}/{s.candidate.short}": resource_usage(lib.path)
+            for s, lib in zip(all_specs, libs) if lib is not None
+        }  # fmt: skip
+        for key, usage in results["res_usage"].items():
+            print(f"  res-usage {key}: {usage}", flush=True)
+        dump()
     if args.compile_only:
         return 0 if all(lib is not None for lib in libs) else 1
 
@@ -128,6 +162,7 @@ def main() -> int:
 
     from loopir.codegen_cuda.cutlass.library import ensure_context
     from loopir.codegen_cuda.cutlass.runtime import time_ms
+    from loopir.errors import LoopIRError
 
     torch.cuda.init()
     torch.zeros(1, device="cuda")  # create torch's (primary) context first
@@ -135,15 +170,18 @@ def main() -> int:
     results["gpu"] = torch.cuda.get_device_name(0)
     results["torch"] = torch.__version__
     torch.backends.cuda.matmul.allow_tf32 = False
-
-    def run_spec(spec: KernelSpec, problem: GemmProblem, a: Any, b: Any, d: Any, bias: Any = None) -> None:
-        lib = lib_of[spec.entry]
-        assert lib is not None, f"{spec.entry} did not compile"
-        lib.call(spec.entry, a.data_ptr(), b.data_ptr(), d.data_ptr(), problem.m, problem.n,
-                 problem.k, 1, bias=bias.data_ptr() if bias is not None else 0,
-                 alpha=problem.epilogue.alpha, beta=problem.epilogue.beta)
+    # Bring the GPU out of idle clocks before the first measurement (the first rows of an
+    # earlier run were measured right after idle).
+    x = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    t_end = time.perf_counter() + args.warm_gpu_s
+    while time.perf_counter() < t_end:
+        for _ in range(20):
+            x @ x
+        torch.cuda.synchronize()
+    del x
 
     tol = {"float16": 2e-2, "bfloat16": 6e-2}
+    wrong: list[str] = []
     for dtype in dtypes:
         tdt = getattr(torch, dtype)
         for tag in ("plain", "fused"):
@@ -162,21 +200,41 @@ def main() -> int:
                     ref = torch.relu(ref + bias.double())
                 scale = ref.abs().max().item()
                 row: dict[str, Any] = {"dtype": dtype, "m": m, "n": n, "k": k}
-                timings = {}
+                timings: dict[str, float | None] = {}
+                errors: dict[str, float] = {}
                 for spec in specs:
-                    d.zero_()
-                    run_spec(spec, problem, a, b, d, bias if tag == "fused" else None)
-                    torch.cuda.synchronize()
-                    err = (d.double() - ref).abs().max().item() / scale
-                    if not err < tol[dtype]:
-                        raise SystemExit(f"WRONG RESULT {dtype} {tag} {m}x{n}x{k} {spec.candidate.short}: rel err {err}")
-                    timings[spec.candidate.short] = time_ms(
-                        lambda s=spec, p=problem, a=a, b=b, d=d, bb=(bias if tag == "fused" else None):
-                        run_spec(s, p, a, b, d, bb),
-                        warmup=args.warmup, repeat=args.repeat, inner=args.inner)
-                best_name = min(timings, key=timings.get)
+                    name = spec.candidate.short
+                    run = lib_of[spec.entry].bind(
+                        spec.entry, a.data_ptr(), b.data_ptr(), d.data_ptr(), m, n, k, 1,
+                        bias=bias.data_ptr() if tag == "fused" else 0,
+                    )  # fmt: skip
+                    try:
+                        # correctness first, twice: kernels with a workspace (stream-K) must
+                        # also be right on a repeated launch
+                        for _ in range(2):
+                            d.fill_(float("nan"))
+                            run()
+                            torch.cuda.synchronize()
+                            err = (d.double() - ref).abs().max().item() / scale
+                            if not err < tol[dtype]:
+                                break
+                        errors[name] = err
+                        if not err < tol[dtype]:
+                            wrong.append(f"{dtype} {tag} {m}x{n}x{k} {name}: rel err {err}")
+                            print(f"WRONG RESULT {wrong[-1]}", flush=True)
+                            timings[name] = None
+                            continue
+                        timings[name] = time_ms(run, warmup=args.warmup, repeat=args.repeat, inner=args.inner)
+                    except LoopIRError as exc:
+                        print(f"FAILED {dtype} {tag} {m}x{n}x{k} {name}: {exc}", flush=True)
+                        wrong.append(f"{dtype} {tag} {m}x{n}x{k} {name}: {exc}")
+                        timings[name] = None
+                ok = {key: v for key, v in timings.items() if v is not None}
+                if not ok:
+                    continue
+                best_name = min(ok, key=ok.get)
                 best_spec = next(s for s in specs if s.candidate.short == best_name)
-                record_choice(problem, ARCH, best_spec.candidate, timings[best_name],
+                record_choice(problem, ARCH, best_spec.candidate, ok[best_name],
                               sorted(timings.items()), args.cache)
                 default_name = defaults[(m, n, k)].short
                 flops = 2.0 * m * n * k
@@ -190,31 +248,36 @@ def main() -> int:
                         return torch.relu(y)
                     t_torch = time_ms(unfused, warmup=args.warmup, repeat=args.repeat, inner=args.inner)
                     terr = (unfused().double() - ref).abs().max().item() / scale
+                default_ms = timings.get(default_name)
                 row.update(
-                    tuned_ms=timings[best_name], tuned=best_name, default_ms=timings[default_name],
+                    tuned_ms=ok[best_name], tuned=best_name, default_ms=default_ms,
                     default=default_name, torch_ms=t_torch, torch_rel_err=terr,
-                    tuned_tflops=flops / timings[best_name] / 1e9,
-                    default_tflops=flops / timings[default_name] / 1e9,
+                    tuned_tflops=flops / ok[best_name] / 1e9,
+                    default_tflops=flops / default_ms / 1e9 if default_ms else None,
                     torch_tflops=flops / t_torch / 1e9,
-                    speedup_tuned=t_torch / timings[best_name],
-                    speedup_default=t_torch / timings[default_name], all_ms=timings,
+                    speedup_tuned=t_torch / ok[best_name],
+                    speedup_default=t_torch / default_ms if default_ms else None,
+                    all_ms=timings, rel_err=errors,
                 )  # fmt: skip
                 results["gemm" if tag == "plain" else "fused"].append(row)
                 print(f"{tag:5s} {dtype:8s} {m:6d}x{n:6d}x{k:6d}  tuned {row['tuned_ms']:.4f} ms "
-                      f"({row['tuned_tflops']:.0f} TF/s)  default {row['default_ms']:.4f}  "
+                      f"({row['tuned_tflops']:.0f} TF/s)  default {default_ms or float('nan'):.4f}  "
                       f"torch {t_torch:.4f} ms  x{row['speedup_tuned']:.3f}  [{best_name}]", flush=True)
                 dump()
+    results["wrong"] = wrong
     summary = {}
     for dtype in dtypes:
         for tag in ("gemm", "fused"):
             rows = [r for r in results[tag] if r["dtype"] == dtype]
             summary[f"{tag}_{dtype}"] = {
                 "geomean_speedup_tuned": geomean([r["speedup_tuned"] for r in rows]),
-                "geomean_speedup_default": geomean([r["speedup_default"] for r in rows]),
+                "geomean_speedup_default": geomean([r["speedup_default"] for r in rows if r["speedup_default"]]),
             }
     results["summary"] = summary
     print(json.dumps(summary, indent=1), flush=True)
     dump()
+    if wrong:
+        print(f"{len(wrong)} candidate runs were wrong or failed: {wrong}", flush=True)
 
     # ---- module build with a warm cache -------------------------------------------------------
     spec0 = families[(dtypes[0], "plain")][0][0]
@@ -251,7 +314,7 @@ def main() -> int:
         print(f"compile study: {len(study_specs)} units in parallel ({args.workers} workers): "
               f"{pwall:.1f} s wall; serial estimate {single * len(study_specs):.1f} s", flush=True)
         dump()
-    return 0
+    return 1 if wrong else 0
 
 
 if __name__ == "__main__":

@@ -122,15 +122,26 @@ class _Demo:
 
     # --- 4. lowering, local padding -------------------------------------------------------
     def lower(self) -> None:
+        import loopir
         from loopir.ir.printer import script
-        from loopir.passes import LocalPadding, PassContext, default_pipeline
+        from loopir.passes import LocalPadding, PassContext, PassInstrument
+
+        class KeepLocalPadding(PassInstrument):
+            """Keeps the LocalPadding pass object that ``loopir.lower`` ran (for its report)."""
+
+            def __init__(self) -> None:
+                self.passes: list[LocalPadding] = []
+
+            def run_after_pass(self, func: Any, pass_: Any) -> None:
+                if isinstance(pass_, LocalPadding):
+                    self.passes.append(pass_)
 
         func = self.state["sch"].func
+        keep = KeepLocalPadding()
         with PassContext(config={"tir.enable_local_pad": False}):
-            off = default_pipeline()(func)
-        with PassContext(config={"tir.enable_local_pad": True}):
-            pipe = default_pipeline()
-            on = pipe(func)
+            off = loopir.lower(func)
+        with PassContext(config={"tir.enable_local_pad": True}, instruments=[keep]):
+            on = loopir.lower(func)
         self.state["lowered_off"], self.state["lowered_on"] = off, on
         diff = list(
             difflib.unified_diff(
@@ -147,7 +158,7 @@ class _Demo:
             self.con.diff(diff)
         else:
             self.con.note("  local padding changed nothing for this shape (no guards to remove)")
-        report = next((p.report for p in pipe if isinstance(p, LocalPadding)), None)
+        report = keep.passes[-1].report if keep.passes else None
         if report is not None:
             self.con.write("  the LocalPadding report (LocalPadding(explain=True) logs it):")
             self.con.code(str(report))

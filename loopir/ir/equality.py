@@ -218,7 +218,7 @@ class _Comparer:
             self.fields(a, b, path, None)
 
     def fields(self, a: Any, b: Any, path: str, only: tuple[str, ...] | None) -> None:
-        names = only if only is not None else tuple(f.name for f in attrs.fields(type(a)))
+        names = only if only is not None else tuple(f.name for f in attrs.fields(type(a)) if f.init)
         for name in names:
             self.value(getattr(a, name), getattr(b, name), f"{path}.{name}")
 

@@ -204,17 +204,19 @@ class BinaryOp(PrimExpr):
 
     a: PrimExpr = attrs.field(validator=_is_expr)
     b: PrimExpr = attrs.field(validator=_is_expr)
+    # Cached operand dtype: recomputing it recursively made building long sums quadratic.
+    _operand_dtype: str = attrs.field(init=False, repr=False, eq=False)
     symbol: ClassVar[str] = "?"
 
     def __attrs_post_init__(self) -> None:
-        if self.a.dtype != self.b.dtype:
-            raise TypeError(
-                f"{type(self).__name__} operands differ in dtype: {self.a.dtype} vs {self.b.dtype}"
-            )
+        da, db = self.a.dtype, self.b.dtype
+        if da != db:
+            raise TypeError(f"{type(self).__name__} operands differ in dtype: {da} vs {db}")
+        object.__setattr__(self, "_operand_dtype", da)
 
     @property
     def dtype(self) -> str:  # type: ignore[override]
-        return self.a.dtype
+        return self._operand_dtype
 
 
 @attrs.frozen(eq=False, repr=False)
@@ -274,7 +276,7 @@ class CmpOp(BinaryOp):
 
     @property
     def dtype(self) -> str:  # type: ignore[override]
-        return dt.with_lanes("bool", dt.lanes(self.a.dtype))
+        return dt.with_lanes("bool", dt.lanes(self._operand_dtype))
 
 
 @attrs.frozen(eq=False, repr=False)

@@ -19,12 +19,13 @@ from loopir.passes.inject_vthread import InjectVirtualThread
 from loopir.passes.local_pad import LocalPadding, LocalPaddingReport
 from loopir.passes.lower_blocks import LowerBlocks
 from loopir.passes.pipeline import default_pipeline, lower
+from loopir.passes.prefetch import InjectSharedPrefetch
 from loopir.passes.simplify import Simplify
 from loopir.passes.thread_sync import ThreadSync
 from loopir.passes.unify_threads import UnifyThreadLoops
 
 __all__ = [
-    "CompactBufferAllocation", "ConfigEntry", "FunctionPass", "GemmOffload", "InjectVirtualThread", "LocalPadding",
+    "CompactBufferAllocation", "ConfigEntry", "FunctionPass", "GemmOffload", "InjectSharedPrefetch", "InjectVirtualThread", "LocalPadding",
     "LocalPaddingReport", "LowerBlocks", "Pass", "PassContext", "PassInstrument",
     "PrintIRInstrument", "RecordIRInstrument", "Sequential", "Simplify", "ThreadSync",
     "UnifyThreadLoops", "default_pipeline", "lower", "register_config",

@@ -13,6 +13,9 @@ Order (each is its own pass object; see their modules):
    small unrolled loops, local tiles expanded per virtual thread (2 x 32 = 64 accumulators per
    thread in the dense schedule).
 7. ``ThreadSync`` -- ``storage_sync("shared")`` barriers.
+8. ``InjectSharedPrefetch`` -- register prefetch of the next shared tile, for loops annotated
+   ``"loopir.prefetch_shared"`` or every eligible loop under ``tir.prefetch_shared``
+   (docs/prefetch.md); it runs only when one of those asks for it.
 
 Vectorized loops are kept as loops: the CUDA backend emits them as vector accesses when it can.
 """
@@ -27,6 +30,7 @@ from loopir.passes.context import PassContext
 from loopir.passes.inject_vthread import InjectVirtualThread
 from loopir.passes.local_pad import LocalPadding
 from loopir.passes.lower_blocks import LowerBlocks
+from loopir.passes.prefetch import InjectSharedPrefetch, prefetch_requested
 from loopir.passes.simplify import Simplify
 from loopir.passes.thread_sync import ThreadSync
 from loopir.passes.unify_threads import UnifyThreadLoops
@@ -34,13 +38,18 @@ from loopir.passes.unify_threads import UnifyThreadLoops
 __all__ = ["default_pipeline", "lower"]
 
 
-def default_pipeline(ctx: PassContext | None = None, explain_local_pad: bool = False) -> Sequential:
-    """The passes :func:`lower` runs under ``ctx`` (default: the current context)."""
+def default_pipeline(
+    ctx: PassContext | None = None, explain_local_pad: bool = False, func: PrimFunc | None = None
+) -> Sequential:
+    """The passes :func:`lower` runs under ``ctx`` (default: the current context) on ``func``
+    (``func`` only decides whether annotation-driven passes are included)."""
     ctx = ctx or PassContext.current()
     passes: list[Pass] = [LowerBlocks(), UnifyThreadLoops(), CompactBufferAllocation()]
     if ctx.get("tir.enable_local_pad"):
         passes.append(LocalPadding(explain=explain_local_pad))
     passes += [Simplify(), InjectVirtualThread(), ThreadSync()]
+    if prefetch_requested(func, ctx):
+        passes.append(InjectSharedPrefetch())
     return Sequential(passes, name="lower")
 
 
@@ -64,4 +73,4 @@ def lower(func: PrimFunc) -> PrimFunc:
     """
     if not isinstance(func, PrimFunc):
         raise PassError(f"lower: expected a PrimFunc, got {type(func).__name__}")
-    return default_pipeline()(func)
+    return default_pipeline(func=func)(func)

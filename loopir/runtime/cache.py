@@ -147,6 +147,11 @@ def _entry_ok(lib: Path, digest: Path) -> bool:
     try:
         want = digest.read_text().strip()
         ok = want == _sha256_file(lib)
+    except FileNotFoundError:
+        # An entry written by a loopir without checksums (or a build that died between the
+        # two renames): rebuild quietly, it is not a sign of corruption.
+        logger.debug("cpu cache entry %s has no checksum file; rebuilding", lib)
+        return False
     except OSError as exc:
         logger.warning("cpu cache entry %s is unreadable (%s); rebuilding", lib, exc)
         return False

@@ -583,3 +583,32 @@ class Schedule:
         from loopir.schedule import pad as P
 
         return _result(P.pad(self._func, self._block_name(block, "pad"), factors))
+
+    # --- annotations (pure functions in annotate.py) -------------------------------------------
+    def _annotation_target(self, rv: BlockRV | LoopRV, primitive: str) -> Target:
+        if isinstance(rv, BlockRV):
+            return self._block_name(rv, primitive)
+        return self._loop_var(rv, primitive)
+
+    @instruction()
+    def annotate(
+        self, block_or_loop: BlockRV | LoopRV, ann_key: str, ann_val: bool | int | float | str | list
+    ) -> None:
+        """Set annotation ``ann_key = ann_val`` on a block or loop (TVM's ``annotate``).
+
+        Values are bool, int, float, str or lists of those. ``"loopir.prefetch_shared": True``
+        on a serial loop asks lowering to prefetch the loop's next shared-memory tile into
+        registers (docs/prefetch.md). See :func:`loopir.schedule.annotate.annotate`.
+        """
+        from loopir.schedule import annotate as A
+
+        target = self._annotation_target(block_or_loop, "annotate")
+        return _result(A.annotate(self._func, target, ann_key, ann_val))
+
+    @instruction()
+    def unannotate(self, block_or_loop: BlockRV | LoopRV, ann_key: str) -> None:
+        """Remove annotation ``ann_key`` from a block or loop (TVM's ``unannotate``)."""
+        from loopir.schedule import annotate as A
+
+        target = self._annotation_target(block_or_loop, "unannotate")
+        return _result(A.unannotate(self._func, target, ann_key))

@@ -39,7 +39,7 @@ T = TypeVar("T")
 
 __all__ = [
     "Chooser", "RandomChooser", "FuzzFinding", "Call", "ScheduleFuzzer", "PRIMITIVES",
-    "draw_workload", "fuzz_many",
+    "draw_workload", "fuzz_many", "bind_for_gpu",
 ]  # fmt: skip
 
 #: Thread tags a loop may be bound to, plus some that no primitive accepts.
@@ -256,6 +256,35 @@ class ScheduleFuzzer:
         self._record_outputs("get_loops", loops, (rv,), {})
         return list(loops)
 
+    def _dataflow_pair(self, ch: Chooser, reverse: bool) -> tuple[Any, list[Any]] | None:
+        """(block to move, loops of the block it feeds / is fed by), or None.
+
+        compute_at moves a producer under a loop of one of its consumers; reverse_compute_at
+        a consumer under a loop of one of its producers.
+        """
+        from loopir.schedule import tree
+
+        blocks = [s for s, _ in tree.walk(self.sch.func) if isinstance(s, Block) and s.name != "root"]
+        pairs = []
+        for p in blocks:
+            written = {r.buffer for r in p.writes}
+            for c in blocks:
+                if c is not p and any(r.buffer in written for r in c.reads):
+                    pairs.append((c.name, p.name) if reverse else (p.name, c.name))
+        if not pairs:
+            return None
+        moved, anchor = ch.choice(pairs)
+        try:
+            rv = self.sch.get_block(moved)
+            self._record_outputs("get_block", rv, (moved,), {})
+            anchor_rv = self.sch.get_block(anchor)
+            self._record_outputs("get_block", anchor_rv, (anchor,), {})
+            loops = self.sch.get_loops(anchor_rv)
+            self._record_outputs("get_loops", loops, (anchor_rv,), {})
+        except ScheduleError:
+            return None
+        return (rv, list(loops)) if loops else None
+
     def _factors(self, ch: Chooser, extent: int | None) -> list[Any]:
         n = ch.integer(2, 3)
         mode = ch.integer(0, 9)
@@ -328,10 +357,16 @@ class ScheduleFuzzer:
             if kind == "cache_read" and _rare(ch, 6):
                 kwargs["consumer_blocks"] = [self._pick_block(ch)]
         elif kind in ("compute_at", "reverse_compute_at"):
-            block = self._pick_block(ch)
-            node = self._block_node(block)
-            loops = self._loops_of(ch, avoid=node.name) if node is not None and not _rare(ch, 4) else []
-            args = (block, ch.choice(loops) if loops else self._pick_loop(ch))
+            pair = self._dataflow_pair(ch, reverse=kind == "reverse_compute_at")
+            if pair is not None and not _rare(ch, 4):
+                # A producer/consumer pair: move one under a loop of the other.
+                block, loops = pair
+                args = (block, ch.choice(loops))
+            else:
+                block = self._pick_block(ch)
+                node = self._block_node(block)
+                loops = self._loops_of(ch, avoid=node.name) if node is not None else []
+                args = (block, ch.choice(loops) if loops else self._pick_loop(ch))
             kwargs["preserve_unit_loops"] = bool(ch.integer(0, 1))
         elif kind in ("compute_inline", "reverse_compute_inline"):
             args = (self._pick_block(ch),)
@@ -534,6 +569,39 @@ class ScheduleFuzzer:
                 f"of the function before lowering ({limit} elements allowed)",
                 self.reproducer(extra=extra),
             )
+
+
+def bind_for_gpu(sch: Any) -> int:
+    """Bind the top-level loop nests of ``sch`` to the GPU where the schedule allows it.
+
+    For each loop nest directly under the root block whose outermost loop is not bound yet,
+    the outermost loop is bound to ``blockIdx.x`` and, when possible, the loop below it to
+    ``threadIdx.x`` (refusals are skipped: the nest then stays as it is). Used to turn a
+    random schedule into one the CUDA backend can build. Returns how many loops were bound.
+    """
+    from loopir.ir.stmt import ForKind
+    from loopir.schedule import tree
+
+    bound = 0
+    for name in [n for n in tree.block_names(sch.func) if n != "root"]:
+        try:
+            loops = sch.get_loops(sch.get_block(name))
+        except ScheduleError:
+            continue
+        if not loops:
+            continue
+        for depth, tag in enumerate(("blockIdx.x", "threadIdx.x")):
+            if depth >= len(loops):
+                break
+            node = sch.get(loops[depth])
+            if node.kind is ForKind.THREAD_BINDING:
+                continue
+            try:
+                sch.bind(loops[depth], tag)
+                bound += 1
+            except ScheduleError:
+                break
+    return bound
 
 
 def _elements(shape: Sequence[Any], sizes: Mapping[str, int]) -> int | None:

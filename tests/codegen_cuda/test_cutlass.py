@@ -18,7 +18,12 @@ from loopir.codegen_cuda.cutlass.enumerate import (  # noqa: E402
     GemmCandidate,
     default_candidate,
     enumerate_candidates,
+    MAX_ACCUMULATOR_REGISTERS,
+    accumulator_registers,
+    estimated_cost,
+    fits_registers,
     rank_candidates,
+    shared_tuning_candidates,
     tuning_candidates,
     unsupported_reason,
 )
@@ -163,6 +168,116 @@ def test_tuning_candidates_cover_different_schedules():
     assert picked[0] == default_candidate(p)
     with pytest.raises(CodegenError, match=">= 1"):
         tuning_candidates(p, enumerate_candidates(p, 90), 0)
+
+
+def _cand(cands, tile, schedule, scheduler="void", cluster=(2, 1, 1)):
+    """The one candidate with this tile / kernel schedule (suffix) / tile scheduler / cluster."""
+    (c,) = [
+        c for c in cands
+        if c.tile[:2] == tile and c.kernel_schedule.endswith(schedule) and c.cluster == cluster
+        and c.tile_scheduler.rsplit("::", 1)[-1] == scheduler and "NoSmem" not in c.epilogue_schedule
+    ]  # fmt: skip
+    return c
+
+
+def test_accumulator_registers_and_spilling_configs_are_dropped():
+    p = prob(m=4096, n=4096, k=4096)
+    cands = enumerate_candidates(p, 90)
+    pingpong_128x256 = _cand(cands, (128, 256), "KernelTmaWarpSpecializedPingpong")
+    coop_128x256 = _cand(cands, (128, 256), "KernelTmaWarpSpecializedCooperative")
+    coop_256x256 = _cand(cands, (256, 256), "KernelTmaWarpSpecializedCooperative")
+    pingpong_128x128 = _cand(cands, (128, 128), "KernelTmaWarpSpecializedPingpong")
+    # one warpgroup owns the whole tile (ping-pong) vs two share it (cooperative)
+    assert accumulator_registers(pingpong_128x256) == 256
+    assert accumulator_registers(coop_128x256) == 128
+    assert accumulator_registers(coop_256x256) == 256
+    assert accumulator_registers(pingpong_128x128) == 128
+    assert not fits_registers(pingpong_128x256) and not fits_registers(coop_256x256)
+    assert fits_registers(coop_128x256) and fits_registers(pingpong_128x128)
+    ranked = rank_candidates(p, cands)
+    assert pingpong_128x256 not in ranked and coop_256x256 not in ranked
+    assert all(accumulator_registers(c) <= MAX_ACCUMULATOR_REGISTERS for c in ranked)
+    assert pingpong_128x256 not in tuning_candidates(p, cands, len(cands))
+    # sm80 warp tiles: 64x64 fp32 per warp = 128 per thread
+    sm80 = enumerate_candidates(p, 80)
+    assert all(fits_registers(c) for c in sm80)
+    with pytest.raises(CodegenError, match="fits its accumulators"):
+        rank_candidates(p, [pingpong_128x256])
+
+
+def test_cost_model_wave_quantization_and_stream_k():
+    cands = enumerate_candidates(prob(m=4096, n=4096, k=4096), 90)
+    coop = _cand(cands, (128, 256), "KernelTmaWarpSpecializedCooperative")
+    coop_sk = _cand(cands, (128, 256), "KernelTmaWarpSpecializedCooperative", "StreamKScheduler")
+    # exactly one wave of 132 tiles: nothing for stream-K to balance
+    full = prob(m=256 * 11, n=128 * 12, k=4096)
+    assert estimated_cost(full, coop, 132) < estimated_cost(full, coop_sk, 132)
+    # 33 tiles take two waves data-parallel; stream-K spreads the 33rd tile's K loop
+    ragged = prob(m=256 * 3, n=128 * 11, k=8192)
+    assert estimated_cost(ragged, coop_sk, 33) < estimated_cost(ragged, coop, 33)
+    # doubling K doubles the main loop but not the epilogue
+    k1, k2 = (estimated_cost(prob(m=4096, n=4096, k=k), coop, 132) for k in (4096, 8192))
+    assert 1.9 < k2 / k1 < 2.0
+
+
+@pytest.mark.parametrize(
+    "m, n, k, want",
+    [
+        (512, 512, 32768, "StreamK"),  # 16 tiles, long K: split the K loops over the SMs
+        (256, 256, 4096, "StreamK"),  # 4 tiles
+        (256 * 11, 128 * 12, 4096, "void"),  # exactly one full wave: data-parallel
+    ],
+)
+def test_default_uses_stream_k_for_few_tiles_with_long_k(m, n, k, want):
+    assert want in default_candidate(prob(m=m, n=n, k=k)).tile_scheduler
+
+
+def test_small_problem_default_keeps_the_sms_busy():
+    # 1024x1024: 128x256 tiles give 32 tiles for 132 SMs; the default must not leave 100 idle
+    small = default_candidate(prob(m=1024, n=1024, k=1024))
+    tiles = (1024 // small.tile[0]) * (1024 // small.tile[1])
+    assert tiles >= 64 or "StreamK" in small.tile_scheduler
+
+
+def test_tuning_candidates_span_designs_schedulers_and_clusters():
+    p = prob(m=2048, n=2048, k=2048)
+    cands = enumerate_candidates(p, 90)
+    picked = tuning_candidates(p, cands, 8)
+    assert picked[0] == default_candidate(p) and len(set(picked)) == 8
+    assert {c.tile[0] * c.tile[1] for c in picked} >= {128 * 128, 128 * 256}
+    assert any("Pingpong" in c.kernel_schedule for c in picked)
+    assert any("Cooperative" in c.kernel_schedule for c in picked)
+    assert any("StreamK" in c.tile_scheduler for c in picked)
+    assert all(fits_registers(c) for c in picked)
+    # the basic (non-persistent) kernels come only after the persistent designs
+    assert not any(c.kernel_schedule.endswith("KernelTmaWarpSpecialized") for c in picked[:6])
+    # cluster sizes 1 and 2 both get tried once the designs are covered
+    more = tuning_candidates(p, cands, 12)
+    assert {c.cluster[0] * c.cluster[1] for c in more} == {1, 2}
+    assert more[:8] == picked  # a larger budget extends, never reorders
+
+
+def test_shared_tuning_candidates_merge_shapes_round_robin():
+    shapes = [(2048, 2048, 2048), (4096, 4096, 4096), (1024, 4096, 16384), (8192, 8192, 8192)]
+    problems = [prob(m=m, n=n, k=k) for m, n, k in shapes]
+    shared = shared_tuning_candidates(problems, 90, 6)
+    assert len(shared) == len(set(shared)) == 6
+    assert shared == shared_tuning_candidates(problems, 90, 6)  # deterministic
+    cands = enumerate_candidates(problems[0], 90)
+    for p in problems:  # every shape's default is in the set
+        assert rank_candidates(p, cands)[0] in shared
+    assert {c.tile[0] * c.tile[1] for c in shared} >= {128 * 128, 128 * 256}
+    with pytest.raises(CodegenError, match="one kernel family"):
+        shared_tuning_candidates([problems[0], prob(dtype="bfloat16")], 90, 4)
+    with pytest.raises(CodegenError, match="no problems"):
+        shared_tuning_candidates([], 90, 4)
+    with pytest.raises(CodegenError, match=">= 1"):
+        shared_tuning_candidates(problems, 90, 0)
+
+
+def test_enumeration_includes_single_cta_clusters():
+    cands = enumerate_candidates(prob(m=4096, n=4096, k=4096), 90)
+    assert {c.cluster for c in cands} == {(1, 1, 1), (1, 2, 1), (2, 1, 1)}
 
 
 # --- emission -----------------------------------------------------------------------------------

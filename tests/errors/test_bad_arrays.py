@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +71,7 @@ def test_cpu_module_count_readonly_and_symbolic() -> None:
         smod(a, b, np.zeros((6, 3), np.float32))
 
 
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+needs_nvcc = pytest.mark.nvcc  # skipped without nvcc (tests/conftest.py)
 
 
 @needs_nvcc

@@ -85,7 +85,7 @@ def test_cpu_checksum_file_missing_or_wrong(tmp_path: Path) -> None:
         assert loopir.build(func, target="cpu", cache_dir=tmp_path / d).cache_hit
 
 
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+needs_nvcc = pytest.mark.nvcc  # skipped without nvcc (tests/conftest.py)
 
 
 @needs_nvcc

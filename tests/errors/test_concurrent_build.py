@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import multiprocessing as mp
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +78,7 @@ def test_four_processes_build_one_cpu_library(tmp_path: Path) -> None:
     assert np.isfinite(out).all()
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@pytest.mark.nvcc
 def test_four_processes_build_one_cubin(tmp_path: Path) -> None:
     results = _run(_cuda_worker, tmp_path)
     assert len({r[0] for r in results}) == 1

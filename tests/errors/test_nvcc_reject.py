@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import attrs
@@ -13,7 +12,7 @@ import loopir.codegen_cuda as cg
 from loopir.errors import CodegenError
 from loopir.ir.stmt import PrimFunc
 
-pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+pytestmark = pytest.mark.nvcc  # skipped without nvcc (tests/conftest.py)
 
 BAD = """
 extern "C" __global__ void broken(float* a) {

@@ -72,7 +72,13 @@ def test_split_reorder_fuse_matmul_equivalent(
     sch.reorder(*[loops[p] for p in perm])
     if fuse_outer:
         order = sch.get_loops(blk)
-        sch.fuse(order[0], order[1])
+        try:
+            sch.fuse(order[0], order[1])
+        except ScheduleError as err:
+            # Only a spatial loop with a reduce loop (4 and 5 are the k loops) may be refused;
+            # with unit extents the bindings simplify away and the fuse is allowed.
+            assert (perm[0] >= 4) != (perm[1] >= 4), err
+            assert "reduce iter var" in str(err)
     check_equivalent(func, sch.func)
     _replays(sch, func)
 

@@ -159,8 +159,11 @@ static int sm_count_of_current_device() {
 }
 
 // Run `args` on `st`: can_implement, grow the workspace if needed, initialize when the
-// arguments changed, launch, check the launch.
-template <class Gemm>
+// arguments changed, launch, check the launch. ResetWorkspace: the kernel's workspace holds
+// state that one launch consumes (the stream-K scheduler's barrier counters only ever grow
+// within a launch), so it is re-zeroed on the stream before every launch, as initialize()
+// would do; TMA descriptors are still only rebuilt when the arguments change.
+template <class Gemm, bool ResetWorkspace = false>
 static int run_gemm(State<Gemm>& st, typename Gemm::Arguments const& args, CallKey const& key,
                     cudaStream_t stream, const char* entry) {
   cutlass::Status status = Gemm::can_implement(args);
@@ -183,6 +186,9 @@ static int run_gemm(State<Gemm>& st, typename Gemm::Arguments const& args, CallK
     }
     st.initialized = true;
     st.last = key;
+  } else if constexpr (ResetWorkspace) {
+    status = Gemm::GemmKernel::initialize_workspace(args, st.workspace, stream);
+    if (status != cutlass::Status::kSuccess) return fail(3, entry, cutlassGetStatusString(status));
   }
   status = st.op.run(stream);
   if (status != cutlass::Status::kSuccess) return fail(4, entry, cutlassGetStatusString(status));
@@ -259,7 +265,8 @@ extern "C" int ${entry}(const void* A, const void* B, const void* S, const void*
   args.epilogue.thread.beta = ${beta};
 ${bias_arg}
   loopir_cutlass_rt::CallKey key{A, B, S, bias, D, M, N, K, L, alpha, beta, stream};
-  return loopir_cutlass_rt::run_gemm(g_state, args, key, static_cast<cudaStream_t>(stream), "${entry}");
+  return loopir_cutlass_rt::run_gemm<Gemm, ${reset_workspace}>(
+      g_state, args, key, static_cast<cudaStream_t>(stream), "${entry}");
 }
 #endif  // LOOPIR_CUTLASS_SM90
 """
@@ -370,6 +377,7 @@ def emit_kernel(spec: KernelSpec) -> str:
             kernel_schedule=cand.kernel_schedule, tile_scheduler=cand.tile_scheduler,
             stages=stages, source_ptr=source_ptr,
             beta="beta" if spec.has_source else "0.0f", bias_arg=bias_arg,
+            reset_workspace="true" if "StreamK" in cand.tile_scheduler else "false",
         )  # fmt: skip
         return _subst(_SM90, values)
     if cand.arch == 80:

@@ -22,7 +22,11 @@ __all__ = [
     "GemmCandidate",
     "default_candidate",
     "enumerate_candidates",
+    "accumulator_registers",
+    "estimated_cost",
+    "fits_registers",
     "rank_candidates",
+    "shared_tuning_candidates",
     "supported_archs",
     "tuning_candidates",
     "unsupported_reason",
@@ -36,6 +40,10 @@ DEFAULT_SM_COUNT = {90: 132, 80: 108}
 # CUDA version string handed to the generator: it gates which kernels CUTLASS emits (12.x
 # enables every sm90 kernel this module uses); the real compile uses whatever nvcc is found.
 _GENERATOR_CUDA_VERSION = "12.8.0"
+# Generator instantiation level (digits: pruning, cluster sizes, MMA multipliers, WGMMA shapes).
+# CUTLASS's default for ``--kernels all`` is 131, which only emits 2-CTA clusters; cluster
+# level 2 adds 1x1x1 clusters (no multicast, but no cluster-shaped scheduling constraint).
+_GENERATOR_INSTANTIATION_LEVEL = "231"
 
 
 def supported_archs() -> tuple[int, ...]:
@@ -135,7 +143,7 @@ def _generator_ops(arch: int) -> tuple[Any, ...]:
         [
             "--architectures", archs[arch], "--operations", "gemm",
             "--cuda-version", _GENERATOR_CUDA_VERSION, "--kernels", "all",
-            "--log-level", "error",
+            "--log-level", "error", "--instantiation-level", _GENERATOR_INSTANTIATION_LEVEL,
         ]
     )  # fmt: skip
     manifest = man.Manifest(args)
@@ -296,80 +304,218 @@ def _element_tag(dtype_name: str, arch: int) -> str:
     return {"f16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t"}[dtype_name]
 
 
-def _score(problem: GemmProblem, cand: GemmCandidate, sm_count: int) -> float:
-    """Heuristic quality of ``cand`` for ``problem`` (higher is better).
+#: Most fp32 accumulator registers per consumer thread a sm90 kernel may need. Consumer
+#: warpgroups get 232-240 registers (``setmaxnreg``); a 256-register accumulator tile cannot fit
+#: and spills to local memory: on the H200 the 128x256 ping-pong kernel (256 accumulators per
+#: thread) ran 15x slower than the 128x256 cooperative one (docs/benchmarks.md, CUTLASS section).
+MAX_ACCUMULATOR_REGISTERS = 128
 
-    Wave quantization (how full the last wave of tiles is) times the tile's arithmetic
-    intensity, with small preferences for the schedules that are usually fastest on Hopper.
+
+def accumulator_registers(cand: GemmCandidate) -> int:
+    """fp32 accumulator registers per MMA thread of ``cand``.
+
+    sm90: cooperative kernels split the tile over two consumer warpgroups (256 threads),
+    ping-pong and basic kernels give one warpgroup (128 threads) a whole tile. sm80: each warp
+    (32 threads) owns a ``tile / warp_count`` warp tile.
+    """
+    tm, tn, _ = cand.tile
+    if cand.arch == 90:
+        threads = 256 if "Cooperative" in cand.kernel_schedule else 128
+    else:
+        threads = 32 * cand.warp_count[0] * cand.warp_count[1] * cand.warp_count[2]
+    return tm * tn // threads
+
+
+def fits_registers(cand: GemmCandidate) -> bool:
+    """Whether ``cand``'s accumulators fit in registers (see :data:`MAX_ACCUMULATOR_REGISTERS`).
+
+    Only sm90 kernels are filtered: CUTLASS's 2.x generator configurations are already sized to
+    fit (warp tiles of at most 64x64 fp32 accumulators).
+    """
+    return cand.arch != 90 or accumulator_registers(cand) <= MAX_ACCUMULATOR_REGISTERS
+
+
+# Cost model constants (relative units: one 128x256x64 main-loop iteration of one SM = 1.0).
+# Per-tile overhead of the epilogue + pipeline fill, in main-loop iterations of a 128x256 tile:
+# the epilogue writes the tile once (a 128x256 fp16 tile is ~1.3 iterations of operand traffic)
+# and the pipeline drains and refills between tiles. Ping-pong kernels overlap one warpgroup's
+# epilogue with the other's main loop, so they pay less of it.
+_EPILOGUE_ITERS = 4.0
+_PINGPONG_EPILOGUE_ITERS = 1.5
+# Stream-K: partial tiles go through an fp32 workspace (write + read back), about two epilogues.
+_STREAMK_FIXUP_ITERS = 8.0
+
+
+def _mainloop_efficiency(cand: GemmCandidate) -> float:
+    """Relative main-loop throughput of one SM running ``cand`` (1.0: 128x256 cooperative).
+
+    Smaller tiles load more operand bytes per FLOP (arithmetic intensity tm*tn/(tm+tn));
+    non-persistent kernels relaunch CTAs per tile; 2-CTA clusters multicast one operand.
+    """
+    tm, tn, _ = cand.tile
+    intensity = (tm * tn) / (tm + tn) / (128 * 256 / 384)
+    eff = min(intensity, 1.0) ** 0.35
+    if cand.arch == 90:
+        if "Cooperative" not in cand.kernel_schedule and "Pingpong" not in cand.kernel_schedule:
+            eff *= 0.93  # basic: one CTA per tile, no persistent overlap
+        if cand.cluster[0] * cand.cluster[1] == 2:
+            # TMA multicast halves one operand's L2 traffic. 2x1 (pairs along M', the user's
+            # N) is slightly preferred: it is the cluster of the kernel measured at 0.97x
+            # cuBLAS on the H200 (docs/benchmarks.md), the 1x2 one was not measured.
+            eff *= 1.02 if cand.cluster[0] == 2 else 1.015
+        if "NoSmem" in cand.epilogue_schedule:
+            eff *= 0.98  # uncoalesced direct stores
+    else:
+        eff *= 0.7 + 0.01 * cand.stages  # 2.x mma.sync kernels on Hopper
+    return eff
+
+
+def estimated_cost(problem: GemmProblem, cand: GemmCandidate, sm_count: int) -> float:
+    """Modelled run time of ``cand`` on ``problem`` (relative units; lower is better).
+
+    Tiles are scheduled in waves over ``sm_count`` SMs. A data-parallel kernel pays for the
+    last, partly idle wave in full (wave quantization); a stream-K kernel splits the
+    remainder's K loops over all SMs at the price of a partial-sum fix-up. Each tile costs its
+    K loop plus a fixed epilogue overhead, divided by the tile's main-loop efficiency, so
+    short-K problems favour smaller tiles and long-K problems with few tiles favour stream-K.
     """
     # CUTLASS's M' is the user's N and N' the user's M (transposed problem).
-    tm, tn, _ = cand.tile
+    tm, tn, tk = cand.tile
     tiles = math.ceil(problem.n / tm) * math.ceil(problem.m / tn) * problem.batch
-    waves = math.ceil(tiles / sm_count)
-    wave_eff = tiles / (waves * sm_count)
-    # Partial edge tiles waste work too.
-    edge_eff = (problem.n * problem.m) / (math.ceil(problem.n / tm) * tm * math.ceil(problem.m / tn) * tn)
-    # Arithmetic intensity of the tile, saturating at 128x256: larger tiles rarely pay for their
-    # register pressure and coarser waves on Hopper.
-    intensity = min((tm * tn) / (tm + tn), 256 * 128 / 384) / (256 * 128 / 384)
-    score = min(wave_eff, 1.0) ** 0.5 * edge_eff * intensity
-    if cand.arch == 90:
-        # fp32 accumulator registers per consumer thread: cooperative kernels split the tile
-        # over two consumer warpgroups, ping-pong and basic kernels give each warpgroup a whole
-        # tile. Past 128 the accumulators spill: on the H200 a 128x256 ping-pong kernel ran
-        # 15x slower than the 128x256 cooperative one (docs/benchmarks.md, CUTLASS section).
-        groups = 2 if "Cooperative" in cand.kernel_schedule else 1
-        if tm * tn / (128 * groups) > 128:
-            score *= 0.25
-        if "Cooperative" in cand.kernel_schedule:
-            score *= 1.05
-        if cand.cluster == (2, 1, 1):
-            score *= 1.03
-        if "StreamK" in cand.tile_scheduler:
-            score *= 0.97 if wave_eff > 0.8 else 1.02
-        if "NoSmem" in cand.epilogue_schedule:
-            score *= 0.98
-    else:
-        score *= 1.0 + 0.01 * cand.stages
-    return score
+    k_iters = math.ceil(problem.k / tk)
+    area = (tm * tn) / (128 * 256)
+    pingpong = "Pingpong" in cand.kernel_schedule
+    epi = (_PINGPONG_EPILOGUE_ITERS if pingpong else _EPILOGUE_ITERS) * area
+    per_iter = area / _mainloop_efficiency(cand)
+    tile_cost = k_iters * per_iter + epi
+    full, rem = divmod(tiles, sm_count)
+    if "StreamK" in cand.tile_scheduler and rem:
+        # CUTLASS's heuristic keeps full waves data-parallel and spreads the rest over the SMs.
+        return full * tile_cost + rem * k_iters * per_iter / sm_count + epi + _STREAMK_FIXUP_ITERS * area
+    cost = math.ceil(tiles / sm_count) * tile_cost
+    if "StreamK" in cand.tile_scheduler:
+        cost *= 1.01  # same schedule as data-parallel, plus the workspace reset
+    return cost
 
 
 def rank_candidates(
     problem: GemmProblem, candidates: list[GemmCandidate], sm_count: int | None = None
 ) -> list[GemmCandidate]:
-    """``candidates`` ordered by the default heuristic, best first (ties: sort key)."""
+    """``candidates`` ordered by the default heuristic (:func:`estimated_cost`), best first.
+
+    Candidates whose accumulators do not fit in registers are dropped (see
+    :func:`fits_registers`); ties are broken by the sort key, so the order is deterministic.
+    """
     if not candidates:
         raise CodegenError("cutlass: rank_candidates got no candidates")
     sms = sm_count or DEFAULT_SM_COUNT.get(candidates[0].arch, 132)
-    return sorted(candidates, key=lambda c: (-round(_score(problem, c, sms), 9), c.sort_key()))
+    fit = [c for c in candidates if fits_registers(c)]
+    if not fit:
+        raise CodegenError(
+            f"cutlass: none of the {len(candidates)} candidates fits its accumulators in "
+            f"registers (limit {MAX_ACCUMULATOR_REGISTERS} per thread)"
+        )
+    return sorted(fit, key=lambda c: (round(estimated_cost(problem, c, sms), 6), c.sort_key()))
+
+
+#: Candidates modelled within this factor of the best are "competitive" for tuning.
+_COMPETITIVE = 1.3
 
 
 def tuning_candidates(
     problem: GemmProblem, candidates: list[GemmCandidate], count: int, sm_count: int | None = None
 ) -> list[GemmCandidate]:
-    """``count`` candidates to time: the heuristic's best of each (schedule, tile, cluster,
-    scheduler) family first, so a small tuning budget still covers different kernel designs,
-    then the rest in heuristic order."""
+    """``count`` candidates worth timing for ``problem``, the heuristic's default first.
+
+    The cost model is only a model, so the set is spread over kernel designs rather than taken
+    from the top of the ranking (which would be near-copies of one design): first the best of
+    each design (tile area, kernel schedule) among the competitive candidates (modelled within
+    1.3x of the best), then the best stream-K / data-parallel alternative of each design, then
+    the transposed tile (128x256 vs 256x128), then the other cluster shapes, then the rest in
+    heuristic order. Candidates whose accumulators
+    spill are never proposed.
+
+    Raises
+    ------
+    CodegenError
+        If ``count`` < 1.
+    """
     if count < 1:
         raise CodegenError(f"cutlass: tuning candidate count must be >= 1, got {count}")
-    ranked = rank_candidates(problem, candidates, sm_count)
-    picked: list[GemmCandidate] = []
-    # Pass 1: the best of each kernel schedule (cooperative, ping-pong, basic); pass 2: the
-    # best of each (tile, tile scheduler); pass 3: the rest in heuristic order.
-    family_keys = (
-        lambda c: (c.kernel_schedule,),
-        lambda c: (c.tile[:2], c.tile_scheduler),
-        lambda c: (id(c),),
+    sms = sm_count or DEFAULT_SM_COUNT.get(candidates[0].arch, 132) if candidates else 132
+    ranked = rank_candidates(problem, candidates, sms)
+    best = estimated_cost(problem, ranked[0], sms)
+    # Non-persistent ("basic") sm90 kernels run the same main loop as the persistent kernel of
+    # their tile without overlapping tile transitions: they are only tried after the others.
+    competitive = [
+        c for c in ranked
+        if estimated_cost(problem, c, sms) <= _COMPETITIVE * best and _persistent(c)
+    ]  # fmt: skip
+    picked: list[GemmCandidate] = [ranked[0]]
+    def design(c: GemmCandidate) -> tuple[Any, ...]:
+        # tile area + schedule: 128x256 and 256x128 cooperative are one design
+        return (c.tile[0] * c.tile[1], c.kernel_schedule)
+
+    passes = (
+        (competitive, design),
+        (competitive, lambda c: (*design(c), "StreamK" in c.tile_scheduler)),
+        (competitive, lambda c: (c.tile[:2], c.kernel_schedule, "StreamK" in c.tile_scheduler)),
+        # cluster size 1 vs 2: no multicast, but no paired-CTA scheduling constraint
+        (competitive, lambda c: (c.tile[:2], c.kernel_schedule, c.tile_scheduler, c.cluster[0] * c.cluster[1])),
+        (ranked, design),
+        (ranked, lambda c: c.sort_key()),
     )
-    for family in family_keys:
+    for pool, family in passes:
         seen = {family(c) for c in picked}
-        for cand in ranked:
-            if len(picked) == count:
+        for cand in pool:
+            if len(picked) >= count:
                 return picked
             if cand not in picked and family(cand) not in seen:
                 seen.add(family(cand))
                 picked.append(cand)
-    return picked
+    return picked[:count]
+
+
+def _persistent(cand: GemmCandidate) -> bool:
+    return cand.arch != 90 or "Cooperative" in cand.kernel_schedule or "Pingpong" in cand.kernel_schedule
+
+
+def shared_tuning_candidates(
+    problems: list[GemmProblem], arch: int, count: int, sm_count: int | None = None
+) -> list[GemmCandidate]:
+    """One set of at most ``count`` kernels to tune several problems of one kernel family.
+
+    The problems must share element types, layouts and epilogue (they differ in shape), so
+    one compiled kernel serves all of them; only their shapes differ. Each problem's
+    :func:`tuning_candidates` list is merged round-robin (every default first, then every
+    problem's second choice, ...), so each shape class gets its best guesses compiled.
+    Deterministic for a given list of problems.
+
+    Raises
+    ------
+    CodegenError
+        If ``problems`` is empty, ``count`` < 1, or the problems are different kernel families.
+    """
+    if not problems:
+        raise CodegenError("cutlass: shared_tuning_candidates got no problems")
+    if count < 1:
+        raise CodegenError(f"cutlass: tuning candidate count must be >= 1, got {count}")
+    families = {(p.dtype_ab, p.dtype_d, p.layout_a, p.layout_b, p.epilogue) for p in problems}
+    if len(families) != 1:
+        raise CodegenError(
+            f"cutlass: shared_tuning_candidates needs one kernel family, got {len(families)}: "
+            f"{sorted(map(str, families))}"
+        )
+    candidates = enumerate_candidates(problems[0], arch)
+    lists = [tuning_candidates(p, candidates, count, sm_count) for p in problems]
+    out: list[GemmCandidate] = []
+    for i in range(count):
+        for lst in lists:
+            if len(out) == count:
+                return out
+            if i < len(lst) and lst[i] not in out:
+                out.append(lst[i])
+    return out
 
 
 def default_candidate(problem: GemmProblem, arch: int = 90, sm_count: int | None = None) -> GemmCandidate:

@@ -1,0 +1,78 @@
+"""The GPU subset of the fuzzer: fuzzed schedules whose loop nests are bound to threads.
+
+Each schedule is fuzzed on the CPU as usual, then :func:`bind_for_gpu` binds its top-level
+nests to blockIdx/threadIdx. Building it for CUDA must either succeed or refuse with a
+CodegenError that explains what to bind (the host/device split); nvcc must never reject the
+generated source and nothing else may be raised. With a GPU, the kernel's outputs must
+equal the CPU executor's.
+
+``LOOPIR_FUZZ_CUDA_SCHEDULES`` sets how many schedules (default 6: each needs nvcc).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import loopir
+from loopir.errors import CodegenError
+from loopir.testing import check_equivalent
+from loopir.testing.fuzz import (
+    FuzzFinding,
+    RandomChooser,
+    ScheduleFuzzer,
+    bind_for_gpu,
+    draw_workload,
+)
+
+N = int(os.environ.get("LOOPIR_FUZZ_CUDA_SCHEDULES", "6"))
+SEEDS = range(9000, 9000 + N)
+
+
+def _gpu_schedule(seed: int) -> ScheduleFuzzer | None:
+    ch = RandomChooser(seed)
+    fz = ScheduleFuzzer(draw_workload(ch), seed=seed)
+    try:
+        for _ in range(8):
+            fz.step(fz.draw(ch))
+    except FuzzFinding:
+        return None  # reported by the CPU fuzzer; not this test's subject
+    bind_for_gpu(fz.sch)
+    check_equivalent(fz.base, fz.sch.func, sizes=fz.workload.sizes)  # binding keeps semantics
+    return fz
+
+
+def _build(fz: ScheduleFuzzer, cache: Path) -> object | None:
+    try:
+        return loopir.build(fz.sch.func, target="cuda", cache_dir=cache)
+    except CodegenError as e:
+        text = str(e)
+        assert "nvcc failed" not in text, f"nvcc rejected generated code:\n{text}\n{fz.reproducer()}"
+        assert "host/device split" in text, f"unexpected CodegenError:\n{text}\n{fz.reproducer()}"
+        return None
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("seed", SEEDS)
+def test_fuzzed_gpu_schedule_compiles_or_is_refused(seed: int, tmp_path_factory: pytest.TempPathFactory) -> None:
+    fz = _gpu_schedule(seed)
+    if fz is None:
+        pytest.skip("the CPU fuzzer reports this schedule (see test_schedule_fuzz)")
+    mod = _build(fz, tmp_path_factory.getbasetemp() / "cuda-fuzz-cache")
+    if mod is not None:
+        assert "__global__" in mod.source  # type: ignore[attr-defined]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("seed", SEEDS)
+def test_fuzzed_gpu_schedule_matches_cpu(seed: int, tmp_path_factory: pytest.TempPathFactory) -> None:
+    fz = _gpu_schedule(seed)
+    if fz is None:
+        pytest.skip("the CPU fuzzer reports this schedule (see test_schedule_fuzz)")
+    cache = tmp_path_factory.getbasetemp() / "cuda-fuzz-cache"
+    if _build(fz, cache) is None:
+        pytest.skip("the CUDA backend refuses this schedule with a clear CodegenError")
+    check_equivalent(fz.base, fz.sch.func, sizes=fz.workload.sizes, target2="cuda",
+                     build_options={"cache_dir": cache})  # fmt: skip

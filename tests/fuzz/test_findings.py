@@ -1,0 +1,86 @@
+"""Regression tests for what the schedule fuzzer found (see docs/testing.md, "Findings").
+
+Each test is the minimized reproducer of one finding, checked the way the fuzzer checks it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import loopir
+from loopir.ir.expr import IntImm
+from loopir.ir.functor import post_order_visit
+from loopir.ir.stmt import Allocate, PrimFunc
+from loopir.testing import check_equivalent, random_inputs
+from loopir.testing import workloads as W
+
+
+def _lowered(func: PrimFunc, pad: bool) -> PrimFunc:
+    with loopir.PassContext(config={"tir.enable_local_pad": pad}):
+        return loopir.lower(func)
+
+
+def _allocations(func: PrimFunc) -> dict[str, tuple[object, ...]]:
+    out: dict[str, tuple[object, ...]] = {}
+
+    def visit(n: object) -> None:
+        if isinstance(n, Allocate):
+            out[n.buffer.name] = n.buffer.shape
+
+    post_order_visit(func.body, visit)
+    return out
+
+
+_OPEN = pytest.mark.xfail(strict=True, reason="open finding in loopir/passes/compact.py")
+
+
+@_OPEN
+def test_compact_keeps_symbolic_extent_of_cache_buffer() -> None:
+    """F1: cache_read/cache_write into shared/local on a symbolic extent: compaction gave
+    the cache buffer 2**31 - 1 rows (the int32 bound of ``n``), so running the lowered
+    function tried to allocate tens of gigabytes."""
+    w = W.symbolic_elementwise(6, 4)
+    sch = loopir.Schedule(w.func)
+    sch.cache_read(sch.get_block("C"), "A", "shared")
+    sch.cache_write(sch.get_block("B"), "B", "local")
+    for pad in (False, True):
+        low = _lowered(sch.func, pad)
+        for name, shape in _allocations(low).items():
+            for d in shape:
+                assert not (isinstance(d, IntImm) and d.value > 1 << 20), (name, shape)
+        check_equivalent(w.func, low, sizes=w.sizes)
+        # Other sizes of n run too (the shape is not specialised to the first one).
+        check_equivalent(w.func, low, sizes={"n": 11})
+
+
+@_OPEN
+def test_compact_does_not_scope_accumulator_inside_its_reduction_loop() -> None:
+    """F2: cache_write of a reduction + reverse_compute_at of the write-back under the reduce
+    loop: compaction allocated the accumulator inside the reduce loop, so its value did not
+    survive from one iteration to the next (NaN / wrong results after lowering)."""
+    w = W.reduce_min(3, 6)
+    sch = loopir.Schedule(w.func)
+    r = sch.get_block("R")
+    _, k = sch.get_loops(r)
+    c = sch.cache_write(r, 0, "shared")
+    sch.reverse_compute_at(c, k)
+    check_equivalent(w.func, sch.func)  # the schedule itself is right
+    for pad in (False, True):
+        check_equivalent(w.func, _lowered(sch.func, pad))
+
+
+@_OPEN
+def test_batch_matmul_local_accumulator_under_reduce_loop() -> None:
+    """F2 again, through a local cache of a batched matmul."""
+    w = W.batch_matmul(1, 4, 5, 1)
+    sch = loopir.Schedule(w.func)
+    c = sch.get_block("C")
+    cl = sch.cache_write(c, "C", "local")
+    loops = sch.get_loops(c)
+    sch.reverse_compute_at(cl, loops[-1])
+    for pad in (False, True):
+        out = check_equivalent(w.func, _lowered(sch.func, pad))
+        assert np.isfinite(out[-1]).all()
+    a, b, _ = random_inputs(w.func)
+    np.testing.assert_allclose(out[-1], np.matmul(a, b), rtol=1e-5)
