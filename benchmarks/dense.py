@@ -16,6 +16,12 @@ Cases (issue 5):
     configurations are tried and the fastest correct one is reported) at 960x770x2304 and
     4096^3.
 
+Prefetch rows (register double buffering, ``InjectSharedPrefetch``, docs/prefetch.md):
+
+(b+p) (b) with ``tir.prefetch_shared``: the next A/B tiles are loaded into registers while the
+      current one is computed (default register budget, and capped at 128 registers);
+(e+p) the best of ``E_PREFETCH_CONFIGS`` (``tiled_gemm(..., prefetch=True)``) per shape.
+
 Timing: CUDA events around each run, median of ``--repeat`` runs after ``--warmup`` runs,
 on device-resident torch tensors (no host copies in the timed region).
 """
@@ -52,6 +58,21 @@ E_CONFIGS: list[dict[str, Any]] = [
     {"tile": dict(bm=128, bn=64, bk=16, vm=2, vn=2, tm=16, tn=8), "min_blocks": 3},
     {"tile": dict(bm=64, bn=64, bk=16, vm=2, vn=2, tm=8, tn=8), "min_blocks": 4},
     {"tile": dict(bm=64, bn=64, bk=32, vm=2, vn=2, tm=4, tn=16), "min_blocks": 4},
+]
+
+
+# (e+p): configurations tried with prefetch; the prefetch registers (bm*bk + bk*bn) / threads
+# per thread come on top of the accumulators, so the 128x128 tiles run uncapped (min_blocks 1)
+# and a bk=8 variant halves the prefetch registers (nvcc -Xptxas -v showed spills otherwise).
+E_PREFETCH_CONFIGS: list[dict[str, Any]] = [
+    {"tile": dict(bm=64, bn=128, bk=16, vm=2, vn=2, tm=8, tn=16), "min_blocks": 3},
+    {"tile": dict(bm=64, bn=128, bk=16, vm=2, vn=2, tm=4, tn=32), "min_blocks": 3},
+    {"tile": dict(bm=128, bn=64, bk=16, vm=2, vn=2, tm=16, tn=8), "min_blocks": 3},
+    {"tile": dict(bm=64, bn=64, bk=16, vm=2, vn=2, tm=8, tn=8), "min_blocks": 4},
+    {"tile": dict(bm=64, bn=64, bk=32, vm=2, vn=2, tm=4, tn=16), "min_blocks": 4},
+    {"tile": dict(bm=128, bn=128, bk=16, vm=2, vn=2, tm=8, tn=32), "min_blocks": None},
+    {"tile": dict(bm=128, bn=128, bk=16, vm=2, vn=2, tm=16, tn=16), "min_blocks": None},
+    {"tile": dict(bm=128, bn=128, bk=8, vm=2, vn=2, tm=16, tn=16), "min_blocks": 2},
 ]
 
 
@@ -124,16 +145,17 @@ class Bench:
 
     # -- cases -----------------------------------------------------------------------------
     def loopir_case(self, case: str, func: Any, shape: tuple[int, int, int], local_pad: bool,
-                    min_blocks: int | None = None, note: str = "") -> dict[str, Any]:
+                    min_blocks: int | None = None, note: str = "", prefetch: bool = False,
+                    nvcc_flags: tuple[str, ...] = ()) -> dict[str, Any]:
         m, k, n = shape
         t0 = time.time()
-        with loopir.PassContext(config={"tir.enable_local_pad": local_pad}):
-            mod = build_cuda(func, cache_dir=self.cache_dir, min_blocks_per_sm=min_blocks)
+        mod = build(func, local_pad, prefetch, min_blocks, nvcc_flags, self.cache_dir)
         build_s = time.time() - t0
         err = self.check(mod, m, k, n)
         row: dict[str, Any] = {
             "case": case, "shape": f"{m}x{k}x{n}", "m": m, "k": k, "n": n,
             "local_pad": local_pad, "min_blocks_per_sm": min_blocks, "note": note,
+            "prefetch": prefetch, "nvcc_flags": list(nvcc_flags),
             "rel_err": err, "build_s": round(build_s, 2),
             "resources": {name: attrs.asdict(r) for name, r in mod.resource_usage.items()},
         }
@@ -141,6 +163,7 @@ class Bench:
             self.counter += 1
             tag = case.replace("?", "")
             fname = f"{self.counter:02d}_{tag}_{m}x{k}x{n}_{'pad' if local_pad else 'nopad'}.cu"
+            fname = fname.replace("+", "_")
             (self.save_sources / fname).write_text(mod.source)
             cubin = self.save_sources / fname.replace(".cu", ".cubin")
             cubin.write_bytes(Path(mod.cubin_path).read_bytes())
@@ -177,26 +200,82 @@ class Bench:
                 "ok": err < 1e-4, "ms": ms, "tflops": tflops(m, k, n, ms)}
 
 
+def build(func: Any, local_pad: bool, prefetch: bool, min_blocks: int | None,
+          nvcc_flags: tuple[str, ...], cache_dir: str | None) -> Any:
+    """build_cuda under the benchmark's PassContext (local padding, prefetch)."""
+    config = {"tir.enable_local_pad": local_pad, "tir.prefetch_shared": prefetch}
+    with loopir.PassContext(config=config):
+        return build_cuda(func, cache_dir=cache_dir, min_blocks_per_sm=min_blocks,
+                          nvcc_flags=nvcc_flags)
+
+
+# (b+p) variants: (nvcc flags, note)
+BP_VARIANTS: list[tuple[tuple[str, ...], str]] = [
+    ((), "DietCode, pad on, prefetch"),
+    (("-maxrregcount=128",), "DietCode, pad on, prefetch, <=128 regs (2 blocks/SM)"),
+]
+
+
 def compile_all(cache_dir: str | None, e_configs: int) -> int:
     """Build every module of the benchmark (no GPU needed): fills the nvcc cache."""
     from gemm_schedules import tiled_gemm
 
     dense = loopir.examples.dense
-    jobs: list[tuple[Any, bool, int | None]] = [
-        (dense(960, 770, 2304).func, False, None),
-        (dense(960, 770, 2304).func, True, None),
-        (dense(1024, 772, 2304).func, False, None),
+    s960 = (960, 770, 2304)
+    jobs: list[tuple[str, Any, bool, bool, int | None, tuple[str, ...]]] = [
+        ("a", dense(*s960).func, False, False, None, ()),
+        ("b", dense(*s960).func, True, False, None, ()),
+        ("c", dense(1024, 772, 2304).func, False, False, None, ()),
     ]
-    for shape, pad in (((960, 770, 2304), True), ((4096, 4096, 4096), False)):
+    for flags, _ in BP_VARIANTS:
+        jobs.append(("b+p", dense(*s960).func, True, True, None, flags))
+    for shape, pad in ((s960, True), ((4096, 4096, 4096), False)):
         for cfg in E_CONFIGS[:e_configs]:
-            jobs.append((tiled_gemm(*shape, **cfg["tile"]).func, pad, cfg["min_blocks"]))
-    for func, pad, min_blocks in jobs:
-        with loopir.PassContext(config={"tir.enable_local_pad": pad}):
-            mod = build_cuda(func, cache_dir=cache_dir, min_blocks_per_sm=min_blocks)
+            jobs.append(("e", tiled_gemm(*shape, **cfg["tile"]).func, pad, False, cfg["min_blocks"], ()))
+        for cfg in E_PREFETCH_CONFIGS[:e_configs]:
+            func = tiled_gemm(*shape, **cfg["tile"], prefetch=True).func
+            jobs.append(("e+p", func, pad, True, cfg["min_blocks"], ()))
+    for case, func, pad, prefetch, min_blocks, flags in jobs:
+        mod = build(func, pad, prefetch, min_blocks, flags, cache_dir)
         for name, r in mod.resource_usage.items():
-            print(f"{name} pad={pad} min_blocks={min_blocks}: {r.registers} regs, "
+            print(f"{case:4} {name} pad={pad} prefetch={prefetch} min_blocks={min_blocks} "
+                  f"flags={' '.join(flags) or '-'}: {r.registers} regs, "
                   f"{r.spill_store_bytes}/{r.spill_load_bytes} B spills, {r.shared_bytes} B smem")
     return 0
+
+
+def cpu_check(e_configs: int) -> int:
+    """Dry run without a GPU: every schedule family of the table, prefetch on and off, lowered
+    exactly as for CUDA and run by the CPU executor at small imperfect shapes, against float64."""
+    from gemm_schedules import tiled_gemm
+
+    rng = np.random.default_rng(0)
+    dense = loopir.examples.dense
+    jobs: list[tuple[str, Any, tuple[int, int, int], bool, bool]] = []
+    for pad in (False, True):
+        for prefetch in (False, True):
+            jobs.append(("dense", dense(130, 35, 260).func, (130, 35, 260), pad, prefetch))
+    for configs, prefetch in ((E_CONFIGS, False), (E_PREFETCH_CONFIGS, True)):
+        for cfg in configs[:e_configs]:
+            t = cfg["tile"]
+            shape = (t["bm"] + 3, 2 * t["bk"] + 5, t["bn"] - 7)
+            for pad in (False, True):
+                jobs.append((f"tiled_gemm{t}", tiled_gemm(*shape, **t, prefetch=prefetch).func,
+                             shape, pad, prefetch))
+    bad = 0
+    for name, func, (m, k, n), pad, prefetch in jobs:
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        c = np.full((m, n), np.nan, np.float32)
+        with loopir.PassContext(config={"tir.enable_local_pad": pad, "tir.prefetch_shared": prefetch}):
+            lowered = loopir.lower(func)
+        loopir.build(lowered, target="cpu")(a, b, c)
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+        err = float(np.linalg.norm(c - ref) / np.linalg.norm(ref)) if not np.isnan(c).any() else math.inf
+        ok = err < 1e-5 and (not prefetch or "_prefetch" in lowered.script())
+        bad += not ok
+        print(f"{'ok ' if ok else 'BAD'} {name} {m}x{k}x{n} pad={pad} prefetch={prefetch}: rel err {err:.2e}")
+    return 1 if bad else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -210,6 +289,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--save-sources", default=None, help="folder for the generated .cu files")
     p.add_argument("--compile-only", action="store_true",
                    help="only build every module (fills the nvcc cache; needs no GPU)")
+    p.add_argument("--cpu-check", action="store_true",
+                   help="dry run without a GPU: every schedule, prefetch on/off, on the CPU "
+                        "executor at small shapes against float64")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
@@ -217,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.compile_only:
         return compile_all(args.cache_dir, args.e_configs)
+    if args.cpu_check:
+        return cpu_check(args.e_configs)
     import torch
 
     if not torch.cuda.is_available():
@@ -234,33 +318,42 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(bench.loopir_case("a", dense(*s960).func, s960, False, note="DietCode, pad off"))
     rows.append(bench.loopir_case("b", dense(*s960).func, s960, True, note="DietCode, pad on"))
     rows.append(bench.loopir_case("c", dense(*s1024).func, s1024, False, note="DietCode, aligned"))
+    for flags, note in BP_VARIANTS:
+        rows.append(bench.loopir_case("b+p", dense(*s960).func, s960, True, note=note,
+                                      prefetch=True, nvcc_flags=flags))
     for shape in (s960, s1024, s4096):
         rows.append(bench.cublas_case(shape))
     for shape in (s960, s4096):
-        tried = []
-        for cfg in E_CONFIGS[: args.e_configs]:
-            t = cfg["tile"]
-            name = "tiled_gemm({})".format(", ".join(f"{k}={v}" for k, v in t.items()))
-            for pad in ((True,) if shape == s960 else (False,)):
-                try:
-                    row = bench.loopir_case("e?", tiled_gemm(*shape, **t).func, shape, pad,
-                                            cfg["min_blocks"], note=name)
-                except Exception as exc:  # a configuration the schedule cannot express
-                    log.warning("(e) %s %s failed: %s", shape, name, exc)
-                    continue
-                tried.append(row)
-        ok = [r for r in tried if r["ok"]]
-        for r in tried:
-            r["case"] = "e-tried"
-        if ok:
-            best = dict(min(ok, key=lambda r: r["ms"]))
-            best["case"] = "e"
-            rows.append(best)
-        rows.extend(tried)
+        for case, configs, prefetch in (("e", E_CONFIGS, False), ("e+p", E_PREFETCH_CONFIGS, True)):
+            tried = []
+            for cfg in configs[: args.e_configs]:
+                t = cfg["tile"]
+                name = "tiled_gemm({}{})".format(", ".join(f"{k}={v}" for k, v in t.items()),
+                                                 ", prefetch=True" if prefetch else "")
+                for pad in ((True,) if shape == s960 else (False,)):
+                    try:
+                        func = tiled_gemm(*shape, **t, prefetch=prefetch).func
+                        row = bench.loopir_case(f"{case}?", func, shape, pad, cfg["min_blocks"],
+                                                note=name, prefetch=prefetch)
+                    except Exception as exc:  # a configuration the schedule cannot express
+                        log.warning("(%s) %s %s failed: %s", case, shape, name, exc)
+                        continue
+                    tried.append(row)
+            ok = [r for r in tried if r["ok"]]
+            for r in tried:
+                r["case"] = f"{case}-tried"
+            if ok:
+                best = dict(min(ok, key=lambda r: r["ms"]))
+                best["case"] = case
+                rows.append(best)
+            rows.extend(tried)
 
     # the same versions timed a second time, last: their spread is the noise of this table
     rows.append(bench.loopir_case("b-again", dense(*s960).func, s960, True, note="DietCode, pad on"))
     rows.append(bench.loopir_case("c-again", dense(*s1024).func, s1024, False, note="DietCode, aligned"))
+    for flags, note in BP_VARIANTS:
+        rows.append(bench.loopir_case("b+p-again", dense(*s960).func, s960, True, note=note,
+                                      prefetch=True, nvcc_flags=flags))
     for shape in (s960, s4096):
         again = bench.cublas_case(shape)
         again["case"] = "d-again"
@@ -298,10 +391,16 @@ def main(argv: list[str] | None = None) -> int:
         summary["b_tflops"] = b["tflops"]
     if a and b and a.get("ms") and b.get("ms"):
         summary["a_over_b_time"] = a["ms"] / b["ms"]
+    bp = [r for r in rows if r["case"] == "b+p" and r.get("ms")]
+    if bp and b and b.get("ms"):
+        best_bp = min(bp, key=lambda r: r["ms"])
+        summary["bp_tflops"] = best_bp["tflops"]
+        summary["b_over_bp_time"] = b["ms"] / best_bp["ms"]
     for shape in ("960x770x2304", "4096x4096x4096"):
-        e = by.get(("e", shape))
-        if e:
-            summary[f"e_vs_cublas_{shape}"] = e.get("vs_cublas")
+        for case in ("e", "e+p"):
+            e = by.get((case, shape))
+            if e and e.get("vs_cublas") is not None:
+                summary[f"{case.replace('+', 'p')}_vs_cublas_{shape}"] = e["vs_cublas"]
     lines.append("summary: " + ", ".join(f"{k}={v:.3f}" for k, v in summary.items()))
     table = "\n".join(lines)
 

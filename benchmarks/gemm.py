@@ -11,7 +11,7 @@ float64 reference before timing:
 
 Usage (on the GPU machine)::
 
-    python benchmarks/gemm.py --candidates 4 --fused-candidates 2 --json gemm.json
+    python benchmarks/gemm.py --candidates 10 --fused-candidates 5 --json gemm.json --res-usage
 
 ``--compile-only`` builds every kernel the run needs into the cache and stops (no GPU needed),
 so the slow sm90 compiles can happen ahead of time.
@@ -83,7 +83,14 @@ def resource_usage(lib_path: Path) -> list[dict[str, int]]:
     import shutil
     import subprocess
 
-    exe = shutil.which("cuobjdump")
+    nvcc = shutil.which("nvcc")
+    exe = shutil.which("cuobjdump") or next(
+        (str(c) for c in (
+            Path(os.path.realpath(nvcc)).parent / "cuobjdump" if nvcc else None,
+            Path("/usr/local/cuda/bin/cuobjdump"),
+        ) if c is not None and c.exists()),
+        None,
+    )  # fmt: skip
     if exe is None:
         return []
     out = subprocess.run([exe, "-res-usage", str(lib_path)], capture_output=True, text=True).stdout

@@ -7,6 +7,7 @@ primitives: a ``bm x bn`` block tile, a ``bk`` k-tile staged in shared memory by
 virtual threads (``vthread.y/x``). Strided sub-tiles keep a warp's shared-memory reads spread
 over banks and contiguous per thread; codegen folds the virtual threads into each thread so a
 thread holds ``bm*bn/(tm*tn)`` accumulators in registers. The k-tile loop is unrolled.
+With ``prefetch=True`` the k0 loop is annotated for register prefetching of the next tile.
 """
 
 from __future__ import annotations
@@ -29,8 +30,14 @@ def tiled_gemm(
     tm: int = 16,
     tn: int = 16,
     vec: int = 4,
+    prefetch: bool = False,
 ) -> Schedule:
-    """A register-blocked GEMM schedule of ``C[M, N] = A[M, K] @ B[K, N]`` (fp32)."""
+    """A register-blocked GEMM schedule of ``C[M, N] = A[M, K] @ B[K, N]`` (fp32).
+
+    ``prefetch=True`` annotates the k-tile loop ``"loopir.prefetch_shared"``: lowering then
+    loads the next A/B tiles into registers while the current one is computed (register
+    double buffering, docs/prefetch.md).
+    """
     im, jn = bm // (vm * tm), bn // (vn * tn)
     if im * vm * tm != bm or jn * vn * tn != bn:
         raise ValueError(f"tile {bm}x{bn} is not divisible by vthreads {vm}x{vn} x threads {tm}x{tn}")
@@ -60,4 +67,6 @@ def tiled_gemm(
         sch.vectorize(v)
     sch.unroll(k1)
     sch.decompose_reduction(c, k0)
+    if prefetch:
+        sch.annotate(k0, "loopir.prefetch_shared", True)
     return sch

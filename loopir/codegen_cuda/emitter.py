@@ -599,7 +599,7 @@ class KernelEmitter:
         else:
             load = f"*({sconst}{carrier}*)({sname} + {self.expr(soff)})"
         live = [c for c in conds if c is not None]
-        if dreg and src.buffer.scope == "global" and carrier in ("float2", "float4", "int2", "int4"):
+        if dreg and sconst and carrier in ("float2", "float4", "int2", "int4"):
             text = self._predicated_register_load(
                 dname, doff, carrier, lanes, sname, soff, bool(sconst), live, sel, splat
             )

@@ -42,7 +42,7 @@ from loopir import arith
 from loopir.errors import PassError
 from loopir.ir import dtype as dt
 from loopir.ir.buffer import Buffer
-from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr, Ramp, Var
+from loopir.ir.expr import And, BufferLoad, Call, IntImm, PrimExpr, Ramp, Var
 from loopir.ir.functor import Mutator, post_order_visit, substitute
 from loopir.ir.stmt import (
     Allocate,
@@ -178,6 +178,18 @@ def _analyze_fetch(s: Stmt, readonly: frozenset[Buffer]) -> _Fetch:
     return _Fetch(s, tuple(loops), node)
 
 
+def _stores_shared(s: Stmt) -> bool:
+    found = False
+
+    def f(n: object) -> None:
+        nonlocal found
+        if isinstance(n, BufferStore) and n.buffer.scope == "shared":
+            found = True
+
+    post_order_visit(s, f)
+    return found
+
+
 class _Rename(Mutator):
     """Fresh Vars for the loops of a copied statement (each loop defines its own Var)."""
 
@@ -185,6 +197,37 @@ class _Rename(Mutator):
         new = Var(node.loop_var.name, node.loop_var.dtype)
         body = self.visit(substitute(node.body, {node.loop_var: new}))
         return attrs.evolve(node, loop_var=new, body=body)
+
+
+def _guard_first(chain: Stmt, cond: PrimExpr) -> Stmt:
+    """``chain`` with ``cond`` evaluated before any of its guards.
+
+    ``cond`` (the next iteration exists) becomes the first conjunct of the outermost guard, so
+    nothing of iteration ``L + 1`` is evaluated unless that iteration exists (the guards of an
+    iteration the original never runs could trap, e.g. divide by zero); with no guard in the
+    chain it guards the store. Keeping it next to the other guards, rather than around the whole
+    chain, lets the CUDA backend fold all of them into one predicate of a branch-free load in
+    the compute's basic block (an ``if`` around the group becomes a branch that nvcc places
+    after the FMAs).
+    """
+
+    class _G(Mutator):
+        def __init__(self) -> None:
+            self.done = False
+
+        def visit_IfThenElse(self, node: IfThenElse) -> Stmt:
+            if self.done:
+                return node
+            self.done = True
+            return attrs.evolve(node, condition=And(cond, node.condition))
+
+        def visit_BufferStore(self, node: BufferStore) -> Stmt:
+            if self.done:
+                return node
+            self.done = True
+            return IfThenElse(cond, node)
+
+    return _G().visit(chain)
 
 
 class _ReplaceLeaf(Mutator):
@@ -262,6 +305,8 @@ class InjectSharedPrefetch(Pass):
                     return node
                 if not (want or (want is None and everywhere)):
                     return node
+                if not want and not _stores_shared(node.body):
+                    return node  # under the config only loops that fill shared memory count
                 try:
                     new, nregs = outer._rewrite(node, readonly, taken)
                 except _Refuse as r:
@@ -300,9 +345,6 @@ class InjectSharedPrefetch(Pass):
         rest = stmts[i + 1 :]
         if not rest:
             raise _Refuse("nothing after the fetch's barrier to overlap the loads with")
-        # The loads for the next iteration overlap the compute only if the compute does not
-        # write what they read (already excluded: read-only globals) -- and the stores must be
-        # the only writers of their shared buffers before the barrier (checked by the chain).
         total = sum(math.prod(f.extent.value for f in x.loops) for x in fetches)
         if total > self.max_registers:
             raise _Refuse(f"it needs {total} registers per thread (limit {self.max_registers})")
@@ -335,22 +377,16 @@ class InjectSharedPrefetch(Pass):
             loads.append((x, BufferStore(reg, x.store.value, (idx,))))
 
         def loads_at(it: PrimExpr, cond: PrimExpr | None) -> Stmt:
-            """The loads with ``L -> it`` (in ``cond`` too), guarded by ``cond``."""
-            # ``cond`` (the next iteration exists) guards each load at the leaf, next to the
-            # fetch's own guards, rather than the whole group: one predicated vector load per
-            # instance in the compute's basic block, which nvcc schedules ahead of the FMAs (an
-            # outer ``if`` becomes a branch around a block that nvcc sinks below them).
+            """The loads with ``L -> it``, each chain also guarded by ``cond``."""
             out = []
             for x, leaf in loads:
-                new_leaf: Stmt = leaf if cond is None else IfThenElse(cond, leaf)
-                out.append(_ReplaceLeaf(x.store, new_leaf).visit(x.stmt))
-            return _simplify_conds(_Rename().visit(substitute(seq(*out), {L: it})))
+                chain = _simplify_conds(_Rename().visit(substitute(_ReplaceLeaf(x.store, leaf).visit(x.stmt), {L: it})))
+                out.append(chain if cond is None else _guard_first(chain, cond))
+            return seq(*out)
 
         end = loop.min + loop.extent
         nxt = arith.simplify(L + 1)
-        # ``L < end`` is written before the substitution ``L -> L + 1``: it becomes the
-        # "next iteration exists" test ``L + 1 < end``.
-        in_loop = loads_at(nxt, L < end)
+        in_loop = loads_at(nxt, arith.simplify(nxt < end))
         body = seq(*head, *stores, stmts[i], in_loop, *rest)
         new_loop = attrs.evolve(loop, body=body)
         prologue = loads_at(loop.min, None)

@@ -3,6 +3,11 @@
 Naming follows TVM: caching ``A`` in ``shared`` creates the buffer ``A_shared`` (``A_shared_1``
 ... when taken) and a copy block of the same name. The copy block has its own loop nest over
 the whole buffer; ``compute_at`` / ``reverse_compute_at`` later shrink it to a tile.
+
+When the producer and the consumers share a loop, the copy has to go inside that loop; there
+it covers only what one iteration produces (cache_write) or consumes (cache_read), as in
+TVM, with the region rules of compute_at. A whole-buffer copy there would, in each
+iteration, read elements that later iterations have not produced yet.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import logging
 from loopir.errors import ScheduleError
 from loopir.ir.buffer import Buffer, BufferRegion, Range
 from loopir.ir.expr import IntImm, PrimExpr, Var
-from loopir.ir.stmt import Block, BlockRealize, BufferStore, IterKind, IterVar, PrimFunc
+from loopir.ir.stmt import Block, BlockRealize, BufferStore, IterKind, IterVar, PrimFunc, Stmt
 from loopir.schedule import region as rg
 from loopir.schedule import tree
 
@@ -176,7 +181,7 @@ def cache_read(
         out = tree.replace(out, r.block, redirect.visit(r.block))
     # the container may have been rebuilt by the redirects: find it again by identity path
     container = _refind(out, func, container)
-    out = rg.insert_at(out, container, index, nest)
+    out = _place(out, container, index, nest, name, reverse=False)
     out = rg.with_root_alloc(out, [cache], prim)
     logger.debug("cache_read %s -> %s for %s", buf.name, name, consumers)
     return out, name
@@ -249,10 +254,40 @@ def cache_write(func: PrimFunc, block: str, buffer: str | int, scope: str) -> tu
     container, index = rg.insertion_point(func, writers, readers, prim, after_writers=True)
     out = tree.replace(func, blk, rg.BufferRedirect({buf: cache}).visit(blk))
     container = _refind(out, func, container)
-    out = rg.insert_at(out, container, index, nest)
+    out = _place(out, container, index, nest, name, reverse=True)
     out = rg.with_root_alloc(out, [cache], prim)
     logger.debug("cache_write %s -> %s", buf.name, name)
     return out, name
+
+
+def _place(func: PrimFunc, container: object, index: int, nest: Stmt, name: str,
+           reverse: bool) -> PrimFunc:  # fmt: skip
+    """Insert the copy ``nest`` (block ``name``) at child ``index`` of ``container``.
+
+    In the root block the copy covers the whole buffer. Inside a loop it is first put at the
+    root level, just before (cache_read) or after (cache_write) the top-level nest holding
+    the loop, then moved under the loop by compute_at / reverse_compute_at, which shrink it to
+    what one iteration needs. When that move is refused (e.g. a consumer outside the loop
+    reads the cache), the whole-buffer copy stays at the position found.
+    """
+    from loopir.ir.stmt import For
+    from loopir.schedule import compute_at as ca
+
+    if not isinstance(container, For):
+        return rg.insert_at(func, container, index, nest)
+    root = func.body.block  # type: ignore[attr-defined]  # te functions: BlockRealize "root"
+    kids = rg.body_children(root.body)
+    top = next(
+        (i for i, k in enumerate(kids) if tree.find_loop(k, container.loop_var) is not None),
+        None,
+    )
+    if top is not None:
+        staged = rg.insert_at(func, root, top + 1 if reverse else top, nest)
+        try:
+            return ca._move(staged, name, container.loop_var, False, reverse=reverse)
+        except ScheduleError as exc:
+            logger.debug("%s: keeping the whole-buffer copy in the loop (%s)", name, exc.message)
+    return rg.insert_at(func, container, index, nest)
 
 
 def _refind(new: PrimFunc, old: PrimFunc, container: object) -> object:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from loopir.errors import LoopIRError, ScheduleError
+from loopir.errors import LoopIRError, PassError, ScheduleError
 from loopir.ir.expr import IntImm
 from loopir.ir.stmt import Block, For
 from loopir.testing import EquivalenceError, assert_outputs_equal, random_inputs, run_cpu
@@ -143,6 +143,9 @@ class ScheduleFuzzer:
         available, bounds checks on).
     check_every_step
         Run the executor after every successful step (else only in :meth:`finish`).
+    gpu_lowering
+        In :meth:`finish`, also bind a copy's loop nests to the GPU (:func:`bind_for_gpu`)
+        and check that copy and its lowerings.
     """
 
     def __init__(
@@ -152,6 +155,7 @@ class ScheduleFuzzer:
         seed: int = 0,
         build_options: Mapping[str, Any] | None = None,
         check_every_step: bool = True,
+        gpu_lowering: bool = True,
     ) -> None:
         import loopir
 
@@ -160,6 +164,7 @@ class ScheduleFuzzer:
         self.sch = loopir.Schedule(self.base)
         self.build_options = dict(build_options or _fast_build_options())
         self.check_every_step = check_every_step
+        self.gpu_lowering = gpu_lowering
         self.inputs = random_inputs(self.base, workload.sizes, seed)
         self.expected = run_cpu(self.base, self.inputs, self.build_options)
         self.blocks: list[Any] = []
@@ -171,6 +176,8 @@ class ScheduleFuzzer:
         #: Per primitive: how many calls succeeded / raised ScheduleError.
         self.succeeded: dict[str, int] = {}
         self.refused: dict[str, int] = {}
+        #: gpu-bound copies whose lowering refused with a PassError (see :meth:`finish`).
+        self.gpu_refused = 0
         # Start as a user would: a handle to every block and its loops.
         for name in self._block_names():
             rv = self.sch.get_block(name)
@@ -193,7 +200,7 @@ class ScheduleFuzzer:
     def reproducer(self, failing: Call | None = None, extra: str = "") -> str:
         """Python that rebuilds the workload and replays the successful calls (then ``failing``)."""
         lines = [
-            "import loopir, loopir.testing.workloads",
+            "import loopir, loopir.testing.fuzz, loopir.testing.workloads",
             f"w = {self.workload.source}",
             "sch = loopir.Schedule(w.func)",
             *self._lines,
@@ -525,21 +532,57 @@ class ScheduleFuzzer:
                 "replay-json", f"{type(e).__name__}: {e}\ntrace:\n{trace.as_python()}",
                 self.reproducer(),
             ) from e  # fmt: skip
+        self._check_lowering(self.sch.func, "")
+        if self.gpu_lowering:
+            # The same schedule with its loop nests bound to blocks and threads: lowering then
+            # exercises thread-loop unification, barriers and virtual threads.
+            gpu = self.sch.copy()
+            if bind_for_gpu(gpu):
+                prefix = "loopir.testing.fuzz.bind_for_gpu(sch)\n"
+                try:
+                    loopir.verify(gpu.func)
+                except Exception as e:  # noqa: BLE001
+                    raise FuzzFinding(
+                        "verify", f"after bind_for_gpu: {type(e).__name__}: {e}",
+                        self.reproducer(extra=prefix.rstrip()),
+                    ) from e  # fmt: skip
+                self._check_outputs(gpu.func, "after bind_for_gpu", "wrong-output", prefix.rstrip())
+                self._check_lowering(gpu.func, prefix)
+
+    def _check_lowering(self, func: Any, prefix: str) -> None:
+        """Lower ``func`` with local padding off and on; both must compute the expected outputs."""
+        import loopir
+
+        where = "gpu-bound, " if prefix else ""
         for pad in (False, True):
-            extra = (
+            extra = prefix + (
                 f"with loopir.PassContext(config={{'tir.enable_local_pad': {pad}}}):\n"
                 "    lowered = loopir.lower(sch.func)"
             )
             try:
                 with loopir.PassContext(config={"tir.enable_local_pad": pad}):
-                    lowered = loopir.lower(self.sch.func)
+                    lowered = loopir.lower(func)
+            except PassError as e:
+                if not prefix:
+                    raise FuzzFinding(
+                        "lower", f"lower (local pad {pad}) raised PassError: {e}",
+                        self.reproducer(extra=extra),
+                    ) from e  # fmt: skip
+                # Bound to threads by bind_for_gpu, a schedule may be one that no GPU kernel
+                # implements (e.g. a race on shared memory): a PassError saying so is a refusal.
+                self.gpu_refused += 1
+                logger.debug("gpu-bound lowering refused: %s", e)
+                return
             except Exception as e:  # noqa: BLE001
                 raise FuzzFinding(
-                    "lower", f"lower (local pad {pad}) raised {type(e).__name__}: {e}\n{_short_tb(e)}",
+                    "lower",
+                    f"lower ({where}local pad {pad}) raised {type(e).__name__}: {e}\n{_short_tb(e)}",
                     self.reproducer(extra=extra),
                 ) from e  # fmt: skip
             self._check_allocations(lowered, pad, extra)
-            self._check_outputs(lowered, f"lowered (local pad {pad})", "local-pad" if pad else "lower", extra)
+            self._check_outputs(
+                lowered, f"lowered ({where}local pad {pad})", "local-pad" if pad else "lower", extra
+            )
 
     def _check_allocations(self, lowered: Any, pad: bool, extra: str) -> None:
         """Refuse to run a lowered function whose scratch buffers are absurdly large.

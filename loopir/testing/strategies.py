@@ -146,6 +146,7 @@ def _bump_counter(fz: ScheduleFuzzer) -> None:
         data = {}
     data["schedules"] = int(data.get("schedules", 0)) + 1
     data["steps"] = int(data.get("steps", 0)) + fz.steps
+    data["gpu_lowering_refused"] = int(data.get("gpu_lowering_refused", 0)) + fz.gpu_refused
     for field, counts in (("succeeded", fz.succeeded), ("refused", fz.refused)):
         agg = data.setdefault(field, {})
         for k, v in counts.items():

@@ -2,8 +2,9 @@
 
 A block is run when its language is ``python`` / ``py`` / ``pycon``-free Python, unless:
 
-- it is an *IR listing* (its first line is ``@T.prim_func``): printed output, checked to parse
-  as Python but not run (``T`` is the printer's namespace, not a module);
+- it is an *IR listing* (its first line is ``@T.prim_func``, or it uses the printer's ``T``
+  namespace without defining it): printed output, checked to parse as Python (dedented) but
+  not run, since ``T`` is not a module;
 - an HTML comment right above the fence says ``<!-- skip: needs GPU -->`` (run only when a
   CUDA GPU is visible) or ``<!-- needs: nvcc -->`` (run only when nvcc is found); or the fence
   has ``title="needs a GPU"``.
@@ -13,7 +14,9 @@ Any other ``<!-- skip: ... -->`` reason is an error: only GPU-bound examples may
 
 from __future__ import annotations
 
+import ast
 import re
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,8 +46,23 @@ class CodeBlock:
 
     @property
     def is_ir_listing(self) -> bool:
+        """Printer output rather than code: it starts with ``@T.prim_func``, or it uses the
+        TVMScript namespace ``T`` without defining it (an excerpt such as one loop)."""
         first = next((ln.strip() for ln in self.text.splitlines() if ln.strip()), "")
-        return first.startswith("@T.prim_func")
+        if first.startswith("@T.prim_func"):
+            return True
+        try:
+            tree = ast.parse(textwrap.dedent(self.text))
+        except SyntaxError:
+            return False
+        used = defined = False
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id == "T":
+                used |= isinstance(node.ctx, ast.Load)
+                defined |= isinstance(node.ctx, ast.Store)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                defined |= any((a.asname or a.name) == "T" for a in node.names)
+        return used and not defined
 
     def requirement(self) -> str | None:
         """``"gpu"``, ``"nvcc"`` or None; raises ValueError for a skip that is not GPU-bound."""

@@ -56,3 +56,9 @@ def test_longer_fences_and_tildes(tmp_path: Path) -> None:
     blocks = code_blocks(page)
     assert [b.lang for b in blocks] == ["python", "py"]
     assert blocks[0].text == "```\ninner\n```\n"
+
+
+def test_tvmscript_excerpts_are_listings(tmp_path: Path) -> None:
+    page = _write(tmp_path, "```python\n    for k_0 in T.serial(13):\n        T.tvm_storage_sync(\"shared\")\n```\n\n"
+                            "```python\nfrom loopir.ir import T\nx = T.serial\n```\n\n```python\nT = 3\nprint(T)\n```\n")  # fmt: skip
+    assert [b.is_ir_listing for b in code_blocks(page)] == [True, False, False]

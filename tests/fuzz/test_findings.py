@@ -84,3 +84,64 @@ def test_batch_matmul_local_accumulator_under_reduce_loop() -> None:
         assert np.isfinite(out[-1]).all()
     a, b, _ = random_inputs(w.func)
     np.testing.assert_allclose(out[-1], np.matmul(a, b), rtol=1e-5)
+
+
+def _copy_extents(func: PrimFunc, block: str) -> list[int]:
+    """Extents of the loops directly around block ``block`` (up to its enclosing loop)."""
+    sch = loopir.Schedule(func)
+    return [sch.get(lp).extent.value for lp in sch.get_loops(sch.get_block(block))]
+
+
+def test_cache_write_inside_a_shared_loop_copies_one_iteration() -> None:
+    """F3 (fixed in loopir/schedule/cache.py): when producer and consumer share a loop,
+    cache_write put a whole-buffer write-back inside that loop, which copied elements not
+    produced yet; lowering (rightly) scoped the local cache to one iteration and the result
+    was wrong. Now the write-back covers one iteration's region, as in TVM."""
+    w = W.elementwise_chain(4, 2, stages=3)
+    sch = loopir.Schedule(w.func)
+    t1 = sch.get_block("T1")
+    i, _ = sch.get_loops(t1)
+    sch.reverse_compute_at(sch.get_block("T2"), i)
+    wb = sch.cache_write(t1, 0, "local")
+    assert _copy_extents(sch.func, "T1_local") == [4, 2]  # i, then one row of 2
+    assert sch.get(wb).name == "T1_local"
+    check_equivalent(w.func, sch.func)
+    for pad in (False, True):
+        check_equivalent(w.func, _lowered(sch.func, pad))
+    # The original fuzzer reproducer (four stages, T2 inlined, T3 moved twice).
+    w = W.elementwise_chain(4, 2, stages=4)
+    sch = loopir.Schedule(w.func)
+    t1 = sch.get_block("T1")
+    sch.compute_inline(sch.get_block("T2"))
+    i, _ = sch.get_loops(t1)
+    sch.reverse_compute_at(sch.get_block("T3"), i)
+    wb = sch.cache_write(t1, 0, "local")
+    sch.reverse_compute_at(sch.get_block("T3"), sch.get_loops(wb)[-1])
+    for pad in (False, True):
+        check_equivalent(w.func, _lowered(sch.func, pad))
+
+
+def test_cache_read_inside_a_shared_loop_copies_one_iteration() -> None:
+    """F3, the cache_read side: the copy of T1 for T2 inside the shared loop i is one row."""
+    w = W.elementwise_chain(5, 3, stages=3)
+    sch = loopir.Schedule(w.func)
+    t1, t2 = sch.get_block("T1"), sch.get_block("T2")
+    i, _ = sch.get_loops(t1)
+    sch.reverse_compute_at(t2, i)
+    sch.cache_read(t2, "T1", "shared")
+    assert _copy_extents(sch.func, "T1_shared") == [5, 3]
+    check_equivalent(w.func, sch.func)
+    for pad in (False, True):
+        check_equivalent(w.func, _lowered(sch.func, pad))
+
+
+def test_cache_copy_falls_back_to_whole_buffer_when_a_reader_is_outside() -> None:
+    """When a consumer outside the shared loop also reads the cache, the copy cannot be
+    shrunk to one iteration; the whole-buffer copy is kept and still computes right."""
+    w = W.matmul_bias_relu(4, 3, 5)
+    sch = loopir.Schedule(w.func)
+    c = sch.get_block("C")
+    i, _, _ = sch.get_loops(c)
+    sch.reverse_compute_at(sch.get_block("BiasAdd"), i)
+    sch.cache_write(c, "C", "shared")
+    check_equivalent(w.func, sch.func)

@@ -21,6 +21,7 @@ from loopir.errors import ScheduleError
 from loopir.testing import assert_outputs_equal, random_inputs, run_cpu
 
 _LOWER_TAIL = "with loopir.PassContext"
+_GPU = "bind_for_gpu(sch)"
 
 
 def _key(category: str, message: str) -> str:
@@ -29,20 +30,25 @@ def _key(category: str, message: str) -> str:
     return category + " " + re.sub(r"-?\d+(\.\d+)?(e-?\d+)?", "#", head)[:160]
 
 
-def _split(reproducer: str) -> tuple[list[str], list[str], str | None]:
-    """(header lines, schedule lines, failing line or None)."""
+def _split(reproducer: str) -> tuple[list[str], list[str], str | None, bool]:
+    """(header lines, schedule lines, failing line or None, whether bound for the GPU)."""
     lines = reproducer.splitlines()
     header = lines[:3]
     body = lines[3:]
     failing = None
+    gpu = False
     if body and body[-1].endswith("# <- fails here"):
         failing = body.pop().replace("  # <- fails here", "")
-    while body and (body[-1].startswith(_LOWER_TAIL) or body[-1].startswith("    ")):
+    while body and (
+        body[-1].startswith(_LOWER_TAIL) or body[-1].startswith("    ") or _GPU in body[-1]
+    ):
+        gpu = gpu or _GPU in body[-1]
         body.pop()
-    return header, body, failing
+    return header, body, failing, gpu
 
 
-def _failure(header: list[str], body: list[str], failing: str | None, category: str) -> str | None:
+def _failure(header: list[str], body: list[str], failing: str | None, category: str,
+             gpu: bool = False) -> str | None:  # fmt: skip
     """A short description of how the program fails, or None when it does not."""
     ns: dict[str, Any] = {}
     try:
@@ -59,6 +65,10 @@ def _failure(header: list[str], body: list[str], failing: str | None, category: 
             return f"crash {type(e).__name__}"
         if category == "crash":
             return None
+    if gpu:
+        from loopir.testing.fuzz import bind_for_gpu
+
+        bind_for_gpu(sch)
     try:
         loopir.verify(sch.func)
     except Exception as e:  # noqa: BLE001
@@ -83,17 +93,19 @@ def _failure(header: list[str], body: list[str], failing: str | None, category: 
 
 def minimize(reproducer: str, category: str) -> str:
     """Drop reproducer lines one at a time while the same failure persists."""
-    header, body, failing = _split(reproducer)
-    want = _failure(header, body, failing, category)
+    header, body, failing, gpu = _split(reproducer)
+    want = _failure(header, body, failing, category, gpu)
     if want is None:
         return reproducer + "\n# (did not reproduce in isolation)"
     i = len(body) - 1
     while i >= 0:
         trial = body[:i] + body[i + 1 :]
-        if _failure(header, trial, failing, category) == want:
+        if _failure(header, trial, failing, category, gpu) == want:
             body = trial
         i -= 1
     tail = [failing + "  # <- fails here"] if failing else []
+    if gpu:
+        tail.append("loopir.testing.fuzz." + _GPU)
     return "\n".join(header + body + tail) + f"\n# fails with: {want}"
 
 

@@ -133,3 +133,39 @@ def test_draws_are_reproducible() -> None:
 
     assert texts(5) == texts(5)
     assert texts(5) != texts(6)
+
+
+def test_bind_for_gpu_binds_each_nest_and_keeps_semantics() -> None:
+    from loopir.ir.stmt import ForKind
+    from loopir.testing import check_equivalent
+    from loopir.testing.fuzz import bind_for_gpu
+    from loopir.testing.workloads import matmul_bias_relu
+
+    w = matmul_bias_relu(4, 3, 5)
+    sch = Schedule(w.func)
+    assert bind_for_gpu(sch) == 6  # three nests, blockIdx.x + threadIdx.x each
+    for name in ("C", "BiasAdd", "D"):
+        outer = [sch.get(lp) for lp in sch.get_loops(sch.get_block(name))][:2]
+        assert [lp.kind for lp in outer] == [ForKind.THREAD_BINDING] * 2
+        assert [lp.thread_tag for lp in outer] == ["blockIdx.x", "threadIdx.x"]
+    assert bind_for_gpu(sch) == 0  # idempotent
+    check_equivalent(w.func, sch.func)
+    check_equivalent(w.func, loopir.lower(sch.func))
+
+
+def test_finish_checks_the_gpu_bound_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    import loopir.testing.fuzz as fuzz_mod
+
+    seen: list[int] = []
+    real = fuzz_mod.bind_for_gpu
+
+    def spy(sch: Any) -> int:
+        n = real(sch)
+        seen.append(n)
+        return n
+
+    monkeypatch.setattr(fuzz_mod, "bind_for_gpu", spy)
+    fz = _fuzzer()
+    fz.finish()
+    assert seen == [2]  # matmul: i -> blockIdx.x, j -> threadIdx.x
+    assert len(fz.sch.trace) == 2  # the schedule itself was not touched (a copy was bound)

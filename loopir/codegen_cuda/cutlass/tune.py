@@ -1,8 +1,9 @@
 """Autotuning CUTLASS configurations: compile candidates in parallel, time them, cache the pick.
 
-:func:`tune` takes the first ``max_candidates`` candidates in the default heuristic's order
-(``enumerate.rank_candidates``), compiles each in its own translation unit (one nvcc process per
-candidate, ``workers`` at a time), times each on the real shape with CUDA events and keeps the
+:func:`tune` takes ``max_candidates`` candidates spread over kernel designs
+(``enumerate.tuning_candidates``: the heuristic's default first, never a configuration whose
+accumulators spill), compiles each in its own translation unit (one nvcc process per
+candidate, ``workers`` at a time, cached by content), times each on the real shape with CUDA events and keeps the
 fastest. The choice is stored in ``<cache>/tuning.json`` under a key made of the problem
 signature (dtypes, layouts, epilogue, shape), the arch and the CUTLASS version, and
 :func:`lookup` returns it to later builds.
@@ -229,7 +230,7 @@ def tune(
     force: bool = False,
     timeout_s: float | None = None,
 ) -> TuneResult:
-    """Pick the fastest of the first ``max_candidates`` candidates for ``problem`` on the GPU.
+    """Pick the fastest of ``max_candidates`` tuning candidates for ``problem`` on the GPU.
 
     Parameters
     ----------
@@ -280,16 +281,15 @@ def tune(
             timings.append((spec.candidate.short, None))
             continue
 
-        def run(lib: CutlassLibrary = lib, spec: KernelSpec = spec) -> None:
-            lib.call(
+        try:
+            # pre-bound call: one ctypes call per launch, so small shapes time the kernel
+            run = lib.bind(
                 spec.entry, int(ops["A"]), int(ops["B"]), int(ops["D"]),
                 problem.m, problem.n, problem.k, problem.batch,
                 source=int(ops["source"]) if epi.has_source else 0,
                 bias=int(ops["bias"]) if epi.has_bias else 0,
                 alpha=epi.alpha, beta=epi.beta,
             )  # fmt: skip
-
-        try:
             ms = time_ms(run, warmup=warmup, repeat=repeat)
         except LoopIRError as exc:
             logger.warning("cutlass tune: candidate %s failed to run: %s", spec.candidate.short, exc)
