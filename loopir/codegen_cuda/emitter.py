@@ -21,7 +21,9 @@ Mapping (kernel side):
 * ``tvm_storage_sync("shared")`` is ``__syncthreads()``;
 * a vectorized loop whose store and load are provably contiguous and aligned becomes one
   ``float4``/``float2``/``half2``... access; other vectorized loops, and unrolled ones, become
-  ``#pragma unroll`` loops.
+  ``#pragma unroll`` loops; with a register array on one side, the register side is its
+  scalar components, and loads from read-only global memory into registers are predicated PTX
+  loads (:mod:`loopir.codegen_cuda.registers`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from loopir.codegen_cuda.indexing import (
     mul,
     vector_splat,
 )
+from loopir.codegen_cuda.registers import REG_CARRIERS, predicated_register_load, register_offset
 from loopir.codegen_cuda.split import (
     BLOCK_TAGS,
     GRID_TAGS,
@@ -141,10 +144,6 @@ class NameTable:
         self.names[key] = name
         return name
 
-
-# Vector types whose scalar components (.x .y .z .w) can be moved to/from register arrays
-# with make_<type>(...): the prefetch registers of InjectSharedPrefetch.
-_REG_CARRIERS = frozenset({"float2", "float4", "int2", "int4"})
 
 # Serial loops that index a register array are unrolled up to this many innermost iterations:
 # a run-time index moves the array to (slow) local memory.
@@ -568,14 +567,16 @@ class KernelEmitter:
             # A register array on one side (the prefetch registers of InjectSharedPrefetch):
             # the memory side is one vector access, the register side its scalar components,
             # so the array stays in registers (no pointer cast of a register array).
-            if (dreg and sreg) or carrier not in _REG_CARRIERS or lanes > 4:
+            if (dreg and sreg) or carrier not in REG_CARRIERS or lanes > 4:
                 return None
-        doff = (self._register_access_ok if dreg else self._vector_access_ok)(
-            dst.buffer, dst.indices, v, lanes
-        )
-        soff = (self._register_access_ok if sreg else self._vector_access_ok)(
-            src.buffer, src.indices, v, lanes
-        )
+        doff = (
+            register_offset(self.flat_index, dst.buffer, dst.indices, v)
+            if dreg else self._vector_access_ok(dst.buffer, dst.indices, v, lanes)
+        )  # fmt: skip
+        soff = (
+            register_offset(self.flat_index, src.buffer, src.indices, v)
+            if sreg else self._vector_access_ok(src.buffer, src.indices, v, lanes)
+        )  # fmt: skip
         conds = [lane_invariant(c, v, lanes, self.env) for c in guards]
         sel = None if select_cond is None else lane_invariant(select_cond, v, lanes, self.env)
         if doff is None or soff is None or any(c is None for c in conds):
@@ -599,9 +600,9 @@ class KernelEmitter:
         else:
             load = f"*({sconst}{carrier}*)({sname} + {self.expr(soff)})"
         live = [c for c in conds if c is not None]
-        if dreg and sconst and carrier in ("float2", "float4", "int2", "int4"):
-            text = self._predicated_register_load(
-                dname, doff, carrier, lanes, sname, soff, bool(sconst), live, sel, splat
+        if dreg and sconst:  # registers from read-only global memory: a predicated load
+            text = predicated_register_load(
+                self.expr, dname, doff, carrier, lanes, sname, soff, live, sel, splat
             )
             return [], text
         if sel is not None:
@@ -617,70 +618,6 @@ class KernelEmitter:
         else:
             text = f"*({carrier}*)({dname} + {self.expr(doff)}) = {load};"
         return [c for c in conds if c is not None], text
-
-    def _predicated_register_load(
-        self,
-        dname: str,
-        doff: PrimExpr,
-        carrier: str,
-        lanes: int,
-        sname: str,
-        soff: PrimExpr,
-        readonly: bool,
-        guards: list[PrimExpr],
-        sel: PrimExpr | None,
-        splat: str | None,
-    ) -> str:
-        """``if (guards) regs = sel ? vector load : splat`` without a branch (as CUTLASS does).
-
-        A guarded load compiles to a branch around a small block, and ptxas places such blocks
-        after the independent FMAs that follow, which defeats the prefetch. Here the guards
-        become a PTX predicate on one ``ld.global`` and the "not taken" values (the old
-        registers, or the Select's fill) are the asm's in/out operands, so the load stays in
-        the compute's basic block and is issued ahead of it.
-        """
-        comps = "xyzw"[:lanes]
-        regs = [f"{dname}[{self.expr(fold_constants(add(doff, IntImm(c, 'int32'))))}]" for c in range(lanes)]
-        tmp = f"{dname}_v"
-        lines = [f"{carrier} {tmp} = make_{carrier}({', '.join(regs)});"]
-        guard = None
-        for c in guards:
-            guard = c if guard is None else And(guard, c)  # type: ignore[arg-type]
-        if sel is not None:
-            fill = splat if guard is None else f"({self.expr(guard)}) ? {splat} : {tmp}"
-            lines.append(f"{tmp} = {fill};")
-            guard = sel if guard is None else And(guard, sel)  # type: ignore[arg-type]
-        pred = "1" if guard is None else self.expr(guard)
-        kind = "f32" if carrier.startswith("float") else "b32"
-        cons = "f" if carrier.startswith("float") else "r"
-        outs = ", ".join(f"%{c}" for c in range(lanes))
-        nc = ".nc" if readonly else ""
-        asm = (
-            f'"{{ .reg .pred p; setp.ne.b32 p, %{lanes}, 0; '
-            f'@p ld.global{nc}.v{lanes}.{kind} {{{outs}}}, [%{lanes + 1}]; }}"'
-        )
-        operands = ", ".join(f'"+{cons}"({tmp}.{comps[c]})' for c in range(lanes))
-        const = "const " if readonly else ""
-        ptr = f"({const}{ctype(dt.element(self._dtype_of(carrier)))}*)({sname} + {self.expr(soff)})"
-        lines.append(f'asm volatile({asm} : {operands} : "r"((int)({pred})), "l"({ptr}));')
-        lines += [f"{regs[c]} = {tmp}.{comps[c]};" for c in range(lanes)]
-        return "{\n  " + "\n  ".join(lines) + "\n}"
-
-    @staticmethod
-    def _dtype_of(carrier: str) -> str:
-        return "float32" if carrier.startswith("float") else "int32"
-
-    def _register_access_ok(
-        self, buffer: Buffer, indices: tuple[PrimExpr, ...], v: Var, lanes: int
-    ) -> PrimExpr | None:
-        """The flat offset at ``v = 0`` of a register-array access contiguous in ``v``."""
-        if buffer.strides is not None:
-            return None
-        *outer, last = indices
-        if any(linear_coeff(i, v) != 0 for i in outer) or linear_coeff(last, v) != 1:
-            return None
-        flat = self.flat_index(buffer, indices)
-        return fold_constants(substitute(flat, {v: IntImm(0, v.dtype)}))
 
     def vector_store(self, s: BufferStore) -> None:
         """A store with Ramp indices: one vector access when aligned, else per-lane stores."""

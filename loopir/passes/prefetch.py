@@ -23,8 +23,12 @@ so reading them one iteration early gives the same values; each load runs under 
 original store would have at that iteration (with ``L + 1`` substituted), so no access becomes
 out of bounds; the store of iteration ``L`` runs under its unchanged guards, which are the very
 conditions under which the register was loaded. Registers are private to a thread, so no new
-barrier is needed. Anything the pass cannot prove safe is left unchanged and the reason logged
-(and kept in :attr:`InjectSharedPrefetch.report`).
+barrier is needed. The test ``L + 1 < L_min + L_extent`` is written as the first conjunct of
+each fetch's outermost guard, so nothing of iteration ``L + 1`` (not even a guard, which could
+divide by zero) is evaluated unless the original evaluates it too. The pass adds no barrier and
+moves none, so barrier uniformity is that of its input (ThreadSync's checks). Anything the pass
+cannot prove safe is left unchanged and the reason logged (and kept in
+:attr:`InjectSharedPrefetch.report`).
 
 Which loops: serial loops annotated ``"loopir.prefetch_shared": True`` (``sch.annotate``),
 or every eligible serial loop when the PassContext sets ``tir.prefetch_shared``. An explicit
@@ -380,7 +384,8 @@ class InjectSharedPrefetch(Pass):
             """The loads with ``L -> it``, each chain also guarded by ``cond``."""
             out = []
             for x, leaf in loads:
-                chain = _simplify_conds(_Rename().visit(substitute(_ReplaceLeaf(x.store, leaf).visit(x.stmt), {L: it})))
+                chain = _ReplaceLeaf(x.store, leaf).visit(x.stmt)
+                chain = _simplify_conds(_Rename().visit(substitute(chain, {L: it})))
                 out.append(chain if cond is None else _guard_first(chain, cond))
             return seq(*out)
 

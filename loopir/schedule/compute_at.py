@@ -17,8 +17,9 @@ import attrs
 
 from loopir.errors import ScheduleError
 from loopir.ir.buffer import Buffer, Range
-from loopir.ir.expr import IntImm, PrimExpr, Var
-from loopir.ir.stmt import Block, BlockRealize, PrimFunc, Stmt, seq
+from loopir.ir.expr import IntImm, Or, PrimExpr, Var
+from loopir.ir.functor import collect_vars
+from loopir.ir.stmt import Block, BlockRealize, For, IterKind, PrimFunc, Stmt, seq
 from loopir.schedule import region as rg
 from loopir.schedule import tree
 
@@ -281,6 +282,14 @@ def _move(
                 preds.append(value >= dom_lo)
             if not ana.can_prove(value <= dom_hi):
                 preds.append(value < ana.simplify(iv.dom.min + iv.dom.extent))
+    _check_binding_kinds(blk, values, [f.loop_var for f in outer] + [ax for ax, _ in loops],
+                         prim, func, loop)  # fmt: skip
+    if reverse:
+        from loopir.ir.equality import structural_equal
+
+        for g in _producer_guard(partners, outer, linked_used):
+            if not any(structural_equal(g, p) for p in preds):
+                preds.append(g)
     new_realize = BlockRealize(tuple(values), rg.conjunction(preds), blk)
     new_nest = rg.make_loop_nest(loops, new_realize)
 
@@ -304,6 +313,62 @@ def _move(
     out = tree.replace(out, loop_now, new_loop)
     rg.check_order(out, block, prim, node=loop, shown=func)
     return out
+
+
+def _check_binding_kinds(
+    blk: Block, values: list[PrimExpr], loop_vars: list[Var], prim: str, func: PrimFunc, loop: For
+) -> None:
+    """Refuse a position where one loop would feed both a spatial and a reduce iter var.
+
+    TensorIR forbids it (``loopir.verify`` rejects it): e.g. a reduction block moved under a
+    loop that fuses one of its spatial axes with its reduce axis, as the fused copy loop of a
+    cache_read is.
+    """
+    in_scope = set(loop_vars)
+    users: dict[IterKind, dict[Var, str]] = {IterKind.SPATIAL: {}, IterKind.REDUCE: {}}
+    for iv, value in zip(blk.iter_vars, values):
+        for v in collect_vars(value):
+            if v in in_scope:
+                users[iv.kind].setdefault(v, iv.var.name)
+    for v, spatial in users[IterKind.SPATIAL].items():
+        red = users[IterKind.REDUCE].get(v)
+        if red is not None:
+            raise ScheduleError(
+                f"under loop {loop.loop_var.name!r}, block {blk.name!r} would bind both its "
+                f"spatial iter var {spatial} and its reduce iter var {red} to loop {v.name}; a "
+                "loop cannot feed both (choose a loop that does not mix the two kinds of axes)",
+                primitive=prim,
+                func=func,
+                node=loop,
+            )
+
+
+def _producer_guard(
+    partners: list[tuple[BlockRealize, tuple[Stmt, ...]]], outer: list[For], linked: list[Buffer]
+) -> list[PrimExpr]:
+    """When the producers under the loop run at all, as a condition on the position's loops.
+
+    A producer whose predicate is false in this iteration of the loops at or above the
+    position writes nothing, so the consumer placed there must not run either: it would copy
+    values that no iteration produced. This happens when a binding no longer mentions a loop
+    (an extent-1 dimension simplified to a constant) and only the predicate still does, e.g.
+    threads beyond the problem size. Only conjuncts over loops that are not relaxed for the
+    linked buffers' scopes qualify (a relaxed loop's other iterations produce for us too).
+    """
+    fixed = {
+        lp.loop_var for lp in outer if not any(rg.relaxed_by_scope(lp, b.scope) for b in linked)
+    }
+    per_partner: list[PrimExpr] = []
+    for s, anc in partners:
+        loop_vars = {a.loop_var for a in anc if isinstance(a, For)}
+        terms = [c for c in rg.conjuncts(s.predicate) if set(collect_vars(c)) & loop_vars <= fixed]
+        if not terms:
+            return []  # some producer runs unconditionally
+        per_partner.append(rg.conjunction(terms))
+    out = per_partner[0]
+    for extra in per_partner[1:]:
+        out = Or(out, extra)
+    return [out]
 
 
 def _seq(items: list[Stmt]) -> Stmt:

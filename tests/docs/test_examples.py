@@ -27,9 +27,6 @@ FILES = [ROOT / "README.md", *PAGES]
 #: block, exception type): the test xfails with the reason only when exactly that block fails
 #: that way, so any other failure still fails. Remove an entry when the page is fixed.
 KNOWN_BROKEN: dict[tuple[str, str, str], str] = {
-    ("docs/prefetch.md", "sch = loopir.examples.dense(960, 770, 2304)", "NameError"):
-        "docs/prefetch.md: the first example uses loopir without importing it (and the next "
-        "one an undefined func)",
 }
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import loopir
+from loopir.errors import ScheduleError
 from loopir.ir.expr import IntImm
 from loopir.ir.functor import post_order_visit
 from loopir.ir.stmt import Allocate, PrimFunc
@@ -144,4 +145,29 @@ def test_cache_copy_falls_back_to_whole_buffer_when_a_reader_is_outside() -> Non
     i, _, _ = sch.get_loops(c)
     sch.reverse_compute_at(sch.get_block("BiasAdd"), i)
     sch.cache_write(c, "C", "shared")
+    check_equivalent(w.func, sch.func)
+
+
+def test_reverse_compute_at_refuses_a_loop_feeding_spatial_and_reduce_axes() -> None:
+    """F4 (fixed in loopir/schedule/compute_at.py): reverse_compute_at of a reduction block
+    under the fused copy loop of its cache_read bound its spatial iter var v_i and its reduce
+    iter var v_k to the same loop; the result failed ``loopir.verify``. It is now a
+    ScheduleError, and the schedule is unchanged."""
+    w = W.matmul_bias_relu(2, 7, 1)
+    sch = loopir.Schedule(w.func)
+    c = sch.get_block("C")
+    copy = sch.cache_read(c, "A", "global")
+    fused = sch.fuse(*sch.get_loops(copy))
+    before, n = sch.func, len(sch.trace)
+    with pytest.raises(ScheduleError, match=r"reverse_compute_at: .*spatial iter var v_i and its "
+                       r"reduce iter var v_k to loop ax0_ax1_fused"):  # fmt: skip
+        sch.reverse_compute_at(c, fused)
+    assert sch.func is before and len(sch.trace) == n
+    # Unfused, the same move is fine: the consumer goes under the copy's row loop.
+    sch = loopir.Schedule(w.func)
+    c = sch.get_block("C")
+    copy = sch.cache_read(c, "A", "global")
+    row, _ = sch.get_loops(copy)
+    sch.reverse_compute_at(c, row)
+    loopir.verify(sch.func)
     check_equivalent(w.func, sch.func)

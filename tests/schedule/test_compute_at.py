@@ -426,3 +426,33 @@ def test_reverse_compute_at_golden(golden) -> None:
     assert not is_true(realize_of(g, "C")[0].predicate)  # 3 x 4 > 10 rows
     golden_pair(golden, "reverse_compute_at_inexact", f, g)
     assert_equivalent(f, g)
+
+
+def test_reverse_compute_at_keeps_producer_predicate_for_idle_threads() -> None:
+    """Regression: with more threads than columns, the C binding simplifies to a constant and
+    only the predicate still names the thread loop; the write-back moved under that loop must
+    be guarded too, or idle threads copy an accumulator nobody computed."""
+    import loopir
+    from loopir.examples import dense_func
+    from loopir.testing import check_equivalent
+
+    func = dense_func(1, 1, 1)
+    sch = loopir.Schedule(func)
+    c = sch.get_block("C")
+    i, j, k = sch.get_loops(c)
+    i0, i1, i2 = sch.split(i, [None, 1, 1])
+    j0, j1, j2 = sch.split(j, [None, 2, 1])
+    k0, k1 = sch.split(k, [None, 1])
+    sch.reorder(i0, j0, i1, j1, k0, k1, i2, j2)
+    sch.bind(sch.fuse(i0, j0), "blockIdx.x")
+    sch.bind(i1, "threadIdx.y")
+    sch.bind(j1, "threadIdx.x")
+    wb = sch.cache_write(c, "C", "local")
+    sch.reverse_compute_at(wb, j1)
+    from loopir.schedule.tree import find_block_realize
+
+    realize, _ = find_block_realize(sch.func, "C_local")
+    assert str(realize.predicate) == "j_1 < 1"
+    check_equivalent(func, sch.func)
+    # Lowered, the local accumulator is per thread: the idle thread must not write C.
+    check_equivalent(func, loopir.lower(sch.func))
