@@ -54,7 +54,12 @@ def lower_for_cuda(func: PrimFunc) -> PrimFunc:
     if not isinstance(func, PrimFunc):
         raise CodegenError(f"build_cuda: expected a PrimFunc, got {type(func).__name__}")
     if not _needs_lowering(func):
-        return func
+        from loopir.passes import PassContext
+        from loopir.passes.prefetch import prefetch_requested
+
+        # Hand-written loop IR still gets the annotation-driven passes it asks for.
+        if not prefetch_requested(func, PassContext.current()):
+            return func
     try:
         from loopir.passes import lower
     except ImportError as exc:

@@ -393,7 +393,9 @@ class InjectSharedPrefetch(Pass):
         nxt = arith.simplify(L + 1)
         in_loop = loads_at(nxt, arith.simplify(nxt < end))
         body = seq(*head, *stores, stmts[i], in_loop, *rest)
-        new_loop = attrs.evolve(loop, body=body)
+        # Drop the request once served, so lowering an already lowered function again does
+        # not try to prefetch the prefetch registers.
+        new_loop = attrs.evolve(loop, body=body, annotations=loop.annotations.remove(ANNOTATION_KEY))
         prologue = loads_at(loop.min, None)
         if not arith.can_prove(loop.extent > 0):
             prologue = IfThenElse(arith.simplify(loop.extent > 0), prologue)

@@ -101,9 +101,9 @@ def decompose_reduction(func: PrimFunc, block: str, loop_var: Var) -> tuple[Prim
     spatial_uses = {v for _, e in spatial for v in collect_vars(e)}
     # A loop that feeds no iter var but appears in the predicate (its binding simplified away,
     # e.g. an extent-1 dimension) still selects which spatial points run: copy it as spatial.
-    pred_uses = set(collect_vars(realize.predicate)) - reduce_uses
-    spatial_uses |= pred_uses
     inner = loops[pos:]
+    inner_vars = {lp.loop_var for lp in inner}
+    spatial_uses |= (set(collect_vars(realize.predicate)) & inner_vars) - reduce_uses
     copied = [lp for lp in inner if lp.loop_var in spatial_uses]
     dropped = {lp.loop_var for lp in inner if lp.loop_var not in spatial_uses}
     vmap: dict[Var, PrimExpr] = {

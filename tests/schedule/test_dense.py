@@ -107,3 +107,12 @@ def test_dense_trace_round_trips() -> None:
 def test_dense_bad_vec() -> None:
     with pytest.raises(ScheduleError, match="vec must be a positive int, got 0"):
         dense(64, 64, 64, vec=0)
+
+
+def test_dense_symbolic_rows_and_depth() -> None:
+    """Regression: with a symbolic K the update predicate ``k_0*4 + k_2 < K`` names the size
+    var K, which decompose_reduction must not mistake for a spatial loop."""
+    M, K = loopir.Var("M"), loopir.Var("K")
+    sch = dense(M, K, 70)
+    loopir.verify(sch.func)
+    check_equivalent(dense_func(M, K, 70), sch.func, sizes={"M": 61, "K": 37})
