@@ -30,7 +30,7 @@ import attrs
 
 from loopir.ir import op
 from loopir.ir.buffer import Buffer
-from loopir.ir.expr import BufferLoad, IntImm, PrimExpr, Ramp
+from loopir.ir.expr import EQ, BufferLoad, IntImm, PrimExpr, Ramp, Var
 from loopir.ir.functor import Mutator, collect_vars, substitute
 from loopir.ir.stmt import Allocate, BufferStore, For, PrimFunc, Stmt
 from loopir.passes import _enum
@@ -47,6 +47,11 @@ from loopir.passes.context import PassContext
 __all__ = ["CompactBufferAllocation"]
 
 logger = logging.getLogger(__name__)
+
+
+#: Largest constant extent used for a compacted dimension of symbolic size; larger bounds of a
+#: symbolic extent are artifacts of the index dtype (no shared/local tile is this big).
+_MAX_SYMBOLIC_TILE = 1 << 16
 
 
 def _analyzer(loops: Sequence[For]):  # noqa: ANN202 - arith is imported lazily
@@ -117,6 +122,9 @@ def _plan(alloc: Allocate, accesses: list[Access]) -> _Plan | None:
         while n < len(prefix) and n < len(a.loops) and prefix[n] is a.loops[n]:
             n += 1
         del prefix[n:]
+    # The allocation must enclose every loop that carries the buffer's value from one
+    # iteration to the next, or the value would not survive the iteration.
+    del prefix[_first_carrying(prefix, mine, buf):]
     shared = buf.scope == "shared"
     ana = _analyzer(prefix)
     mins: list[PrimExpr | None] = []
@@ -149,6 +157,11 @@ def _plan(alloc: Allocate, accesses: list[Access]) -> _Plan | None:
 
             ext_c = None if bound >= POS_INF else int(bound)
         full_c = _const(full)
+        if full_c is None and ext_c is not None and ext_c > _MAX_SYMBOLIC_TILE:
+            # A symbolic dimension whose region's only constant bound is huge: the bound comes
+            # from the index dtype's range (e.g. ``n - 3 <= 2**31 - 4``), not from the loop
+            # structure, so the region is (nearly) the whole dimension, not a tile.
+            ext_c = None
         if ext_c is None or (full_c is not None and ext_c >= full_c) or ext_c <= 0:
             mins.append(None)
             shape.append(full)
@@ -166,6 +179,33 @@ def _plan(alloc: Allocate, accesses: list[Access]) -> _Plan | None:
                 break
     wrap_body = None if wrap_loop is not None else (prefix[-1] if prefix else None)
     return _Plan(alloc, new_buf, tuple(mins), wrap_body, wrap_loop)
+
+
+def _first_carrying(prefix: Sequence[For], mine: Sequence[Access], buf: Buffer) -> int:
+    """Index in ``prefix`` of the outermost loop that carries ``buf``'s value, or its length.
+
+    A reduction lowered from a block stores its init under ``if k == 0`` and accumulates
+    with a load of the buffer inside a store to it (``C[i] = C[i] + ...``): each iteration of
+    such a reduce loop ``k`` reads what the previous one stored, so the allocation must
+    enclose the loop (``reverse_compute_at`` of a write-back under the reduction loop puts
+    every access of the accumulator inside it).
+    """
+    accum = [
+        a for a in mine
+        if not a.is_store and isinstance(a.stmt, BufferStore) and a.stmt.buffer is buf
+    ]  # fmt: skip
+    if not accum:
+        return len(prefix)
+    init_vars: set[Var] = set()
+    for a in mine:
+        if a.is_store:
+            for c in a.conds:
+                if isinstance(c, EQ):
+                    init_vars |= set(collect_vars(c))
+    for pos, f in enumerate(prefix):
+        if f.loop_var in init_vars and any(f in a.loops for a in accum):
+            return pos
+    return len(prefix)
 
 
 def _union(intervals, ana) -> tuple[PrimExpr, PrimExpr]:  # noqa: ANN001

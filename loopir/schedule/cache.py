@@ -181,7 +181,7 @@ def cache_read(
         out = tree.replace(out, r.block, redirect.visit(r.block))
     # the container may have been rebuilt by the redirects: find it again by identity path
     container = _refind(out, func, container)
-    out = _place(out, container, index, nest, name, reverse=False)
+    out = _place(out, container, index, nest, name, reverse=False, source=buf)
     out = rg.with_root_alloc(out, [cache], prim)
     logger.debug("cache_read %s -> %s for %s", buf.name, name, consumers)
     return out, name
@@ -254,21 +254,22 @@ def cache_write(func: PrimFunc, block: str, buffer: str | int, scope: str) -> tu
     container, index = rg.insertion_point(func, writers, readers, prim, after_writers=True)
     out = tree.replace(func, blk, rg.BufferRedirect({buf: cache}).visit(blk))
     container = _refind(out, func, container)
-    out = _place(out, container, index, nest, name, reverse=True)
+    out = _place(out, container, index, nest, name, reverse=True, source=cache)
     out = rg.with_root_alloc(out, [cache], prim)
     logger.debug("cache_write %s -> %s", buf.name, name)
     return out, name
 
 
 def _place(func: PrimFunc, container: object, index: int, nest: Stmt, name: str,
-           reverse: bool) -> PrimFunc:  # fmt: skip
+           reverse: bool, source: Buffer) -> PrimFunc:  # fmt: skip
     """Insert the copy ``nest`` (block ``name``) at child ``index`` of ``container``.
 
     In the root block the copy covers the whole buffer. Inside a loop it is first put at the
     root level, just before (cache_read) or after (cache_write) the top-level nest holding
     the loop, then moved under the loop by compute_at / reverse_compute_at, which shrink it to
     what one iteration needs. When that move is refused (e.g. a consumer outside the loop
-    reads the cache), the whole-buffer copy stays at the position found.
+    reads the cache), the whole-buffer copy stays at the position found -- unless the loop
+    produces ``source``, the buffer copied from, which is a ScheduleError.
     """
     from loopir.ir.stmt import For
     from loopir.schedule import compute_at as ca
@@ -287,6 +288,18 @@ def _place(func: PrimFunc, container: object, index: int, nest: Stmt, name: str,
             return ca._move(staged, name, container.loop_var, False, reverse=reverse)
         except ScheduleError as exc:
             logger.debug("%s: keeping the whole-buffer copy in the loop (%s)", name, exc.message)
+    # A whole-buffer copy in the loop is only right when the loop does not produce what it
+    # copies: otherwise each iteration would copy elements no iteration has produced yet.
+    if any(rg.writes_buffer(r.block, source) for r in rg.leaf_blocks(container)):
+        raise ScheduleError(
+            f"the copy {name!r} must go inside loop {container.loop_var.name!r}, where "
+            f"{source.name!r} is produced, but it cannot be shrunk to what one iteration "
+            "produces (a consumer outside the loop also reads the cache); move the consumers "
+            "first or cache a buffer the loop does not produce",
+            primitive="cache_write" if reverse else "cache_read",
+            func=func,
+            node=container,
+        )
     return rg.insert_at(func, container, index, nest)
 
 

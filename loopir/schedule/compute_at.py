@@ -284,6 +284,7 @@ def _move(
                 preds.append(value < ana.simplify(iv.dom.min + iv.dom.extent))
     _check_binding_kinds(blk, values, [f.loop_var for f in outer] + [ax for ax, _ in loops],
                          prim, func, loop)  # fmt: skip
+    _check_not_repeated(blk, values, preds, outer, prim, func, loop)
     if reverse:
         from loopir.ir.equality import structural_equal
 
@@ -313,6 +314,38 @@ def _move(
     out = tree.replace(out, loop_now, new_loop)
     rg.check_order(out, block, prim, node=loop, shown=func)
     return out
+
+
+def _check_not_repeated(
+    blk: Block, values: list[PrimExpr], preds: list[PrimExpr], outer: list[For], prim: str,
+    func: PrimFunc, loop: For,
+) -> None:
+    """Refuse to repeat a block that accumulates without an init (a decomposed update).
+
+    A loop at or above the position that the new bindings do not use runs the moved block
+    again in each of its iterations (its region was relaxed over the loop). That is harmless
+    for a block that overwrites, or re-initializes through its init, but an update
+    ``C = C + ...`` would add its terms once per iteration.
+    """
+    if blk.init is not None:
+        return
+    written = {w.buffer for w in blk.writes}
+    if not any(r.buffer in written for r in blk.reads):
+        return
+    used: set[Var] = set()
+    for e in [*values, *preds]:
+        used |= set(collect_vars(e))
+    for f in outer:
+        if f.loop_var not in used and not (isinstance(f.extent, IntImm) and f.extent.value == 1):
+            raise ScheduleError(
+                f"block {blk.name!r} accumulates into a buffer it reads without an init; under "
+                f"loop {loop.loop_var.name!r} it would run again in each iteration of loop "
+                f"{f.loop_var.name!r} (which none of its iter vars uses) and add its terms "
+                "repeatedly",
+                primitive=prim,
+                func=func,
+                node=loop,
+            )
 
 
 def _check_binding_kinds(

@@ -7,7 +7,7 @@ import logging
 import attrs
 
 from loopir.errors import ScheduleError
-from loopir.ir.expr import PrimExpr, Var
+from loopir.ir.expr import IntImm, PrimExpr, Var
 from loopir.ir.functor import collect_vars, substitute
 from loopir.ir.stmt import Block, BlockRealize, For, IterKind, IterVar, PrimFunc, seq
 from loopir.schedule import region as rg
@@ -99,6 +99,22 @@ def decompose_reduction(func: PrimFunc, block: str, loop_var: Var) -> tuple[Prim
                 node=lp,
             )
     spatial_uses = {v for _, e in spatial for v in collect_vars(e)}
+    # A loop at or below the position that feeds no binding nor the predicate repeats the
+    # whole reduction (a producer recomputed per iteration, e.g. after compute_at under a
+    # blockIdx loop relaxes it): with the init hoisted above it, later repetitions would add
+    # onto the finished sums instead of starting again from the identity.
+    pred_uses = set(collect_vars(realize.predicate))
+    for lp in loops[pos:]:
+        used = lp.loop_var in spatial_uses or lp.loop_var in reduce_uses or lp.loop_var in pred_uses
+        if not used and not (isinstance(lp.extent, IntImm) and lp.extent.value == 1):
+            raise ScheduleError(
+                f"loop {lp.loop_var.name!r} at or below {loop_var.name!r} feeds no iter var of "
+                f"{block!r}, so the reduction is repeated in each of its iterations; its init "
+                "cannot be hoisted above it (decompose at a loop below it)",
+                primitive=prim,
+                func=func,
+                node=lp,
+            )
     # A loop that feeds no iter var but appears in the predicate (its binding simplified away,
     # e.g. an extent-1 dimension) still selects which spatial points run: copy it as spatial.
     inner = loops[pos:]

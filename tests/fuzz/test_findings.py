@@ -33,12 +33,8 @@ def _allocations(func: PrimFunc) -> dict[str, tuple[object, ...]]:
     return out
 
 
-_OPEN = pytest.mark.xfail(strict=True, reason="open finding in loopir/passes/compact.py")
-
-
-@_OPEN
 def test_compact_keeps_symbolic_extent_of_cache_buffer() -> None:
-    """F1: cache_read/cache_write into shared/local on a symbolic extent: compaction gave
+    """F1 (fixed in loopir/passes/compact.py): cache_read/cache_write into shared/local on a symbolic extent: compaction gave
     the cache buffer 2**31 - 1 rows (the int32 bound of ``n``), so running the lowered
     function tried to allocate tens of gigabytes."""
     w = W.symbolic_elementwise(6, 4)
@@ -55,9 +51,8 @@ def test_compact_keeps_symbolic_extent_of_cache_buffer() -> None:
         check_equivalent(w.func, low, sizes={"n": 11})
 
 
-@_OPEN
 def test_compact_does_not_scope_accumulator_inside_its_reduction_loop() -> None:
-    """F2: cache_write of a reduction + reverse_compute_at of the write-back under the reduce
+    """F2 (fixed in loopir/passes/compact.py): cache_write of a reduction + reverse_compute_at of the write-back under the reduce
     loop: compaction allocated the accumulator inside the reduce loop, so its value did not
     survive from one iteration to the next (NaN / wrong results after lowering)."""
     w = W.reduce_min(3, 6)
@@ -71,7 +66,6 @@ def test_compact_does_not_scope_accumulator_inside_its_reduction_loop() -> None:
         check_equivalent(w.func, _lowered(sch.func, pad))
 
 
-@_OPEN
 def test_batch_matmul_local_accumulator_under_reduce_loop() -> None:
     """F2 again, through a local cache of a batched matmul."""
     w = W.batch_matmul(1, 4, 5, 1)
@@ -136,16 +130,38 @@ def test_cache_read_inside_a_shared_loop_copies_one_iteration() -> None:
         check_equivalent(w.func, _lowered(sch.func, pad))
 
 
-def test_cache_copy_falls_back_to_whole_buffer_when_a_reader_is_outside() -> None:
-    """When a consumer outside the shared loop also reads the cache, the copy cannot be
-    shrunk to one iteration; the whole-buffer copy is kept and still computes right."""
+def test_cache_write_with_its_consumer_in_the_same_loop() -> None:
+    """The write-back of C goes between C and BiasAdd inside loop i, one row at a time."""
     w = W.matmul_bias_relu(4, 3, 5)
     sch = loopir.Schedule(w.func)
     c = sch.get_block("C")
     i, _, _ = sch.get_loops(c)
     sch.reverse_compute_at(sch.get_block("BiasAdd"), i)
     sch.cache_write(c, "C", "shared")
+    assert _copy_extents(sch.func, "C_shared") == [4, 5]
     check_equivalent(w.func, sch.func)
+    for pad in (False, True):
+        check_equivalent(w.func, _lowered(sch.func, pad))
+
+
+def test_cache_read_refuses_a_whole_buffer_copy_of_data_the_loop_produces() -> None:
+    """F5 (fixed in loopir/schedule/cache.py): the copy must go inside a loop that produces
+    its source, but a consumer outside the loop also reads it, so it cannot be shrunk to one
+    iteration; the whole-buffer copy it used to make read elements not produced yet (and
+    lowering returned NaN). It is now a ScheduleError and the schedule is unchanged."""
+    w = W.symbolic_elementwise(2, 8)
+    sch = loopir.Schedule(w.func)
+    b = sch.get_block("B")
+    sch.cache_read(b, "A", "shared")
+    _, inner = sch.get_loops(sch.get_block("A_shared"))
+    sch.reverse_compute_at(b, inner)
+    before, n = sch.func, len(sch.trace)
+    with pytest.raises(ScheduleError, match=r"cache_read: the copy 'A_shared_shared' must go "
+                       r"inside loop 'ax1', where 'A_shared' is produced"):  # fmt: skip
+        sch.cache_read(b, "A_shared", "shared")
+    assert sch.func is before and len(sch.trace) == n
+    for pad in (False, True):
+        check_equivalent(w.func, _lowered(sch.func, pad), sizes=w.sizes)
 
 
 def test_reverse_compute_at_refuses_a_loop_feeding_spatial_and_reduce_axes() -> None:
@@ -170,4 +186,45 @@ def test_reverse_compute_at_refuses_a_loop_feeding_spatial_and_reduce_axes() -> 
     row, _ = sch.get_loops(copy)
     sch.reverse_compute_at(c, row)
     loopir.verify(sch.func)
+    check_equivalent(w.func, sch.func)
+
+
+def test_decompose_reduction_refuses_to_hoist_init_above_a_repeating_loop() -> None:
+    """F6 (fixed in loopir/schedule/reduction.py): after compute_at of C under a blockIdx
+    loop j (global scope: C is recomputed whole in every iteration of j), decomposing at the
+    loop above j hoisted the init out of the repetition, so later repetitions added onto
+    finished sums. It is now a ScheduleError; decomposing below j stays valid."""
+    w = W.matmul_bias_relu(1, 1, 8)
+    sch = loopir.Schedule(w.func)
+    c, b = sch.get_block("C"), sch.get_block("BiasAdd")
+    i, j = sch.get_loops(b)
+    sch.bind(j, "blockIdx.x")
+    sch.compute_at(c, j)
+    before, n = sch.func, len(sch.trace)
+    with pytest.raises(ScheduleError, match=r"decompose_reduction: loop 'j' at or below 'i' "
+                       r"feeds no iter var of 'C'"):  # fmt: skip
+        sch.decompose_reduction(c, i)
+    assert sch.func is before and len(sch.trace) == n
+    inner = sch.get_loops(c)[-1]
+    sch.decompose_reduction(c, inner)
+    check_equivalent(w.func, sch.func)
+
+
+def test_reverse_compute_at_refuses_to_repeat_a_decomposed_update() -> None:
+    """F7 (fixed in loopir/schedule/compute_at.py): after decompose_reduction, moving the
+    update block (``C = C + ...``, no init) under the init's blockIdx loop relaxed its region
+    over that loop, so every iteration added all the terms again (C = 3 * A @ B). It is now a
+    ScheduleError and the schedule is unchanged."""
+    w = W.matmul(3, 1, 1)
+    sch = loopir.Schedule(w.func)
+    c = sch.get_block("C")
+    i, _, _ = sch.get_loops(c)
+    sch.bind(i, "blockIdx.x")
+    init = sch.decompose_reduction(c, i)
+    i_init, _ = sch.get_loops(init)
+    before, n = sch.func, len(sch.trace)
+    with pytest.raises(ScheduleError, match=r"reverse_compute_at: block 'C' accumulates into a "
+                       r"buffer it reads without an init"):  # fmt: skip
+        sch.reverse_compute_at(c, i_init, preserve_unit_loops=True)
+    assert sch.func is before and len(sch.trace) == n
     check_equivalent(w.func, sch.func)
