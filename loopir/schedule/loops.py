@@ -421,7 +421,34 @@ def bind(func: PrimFunc, loop_var: Var, thread_axis: str) -> PrimFunc:
                "puts both in one kernel)"),
             primitive=P, func=func, node=_same_loop_in(func, other),
         )  # fmt: skip
+    _check_nested_same_tag(func, new_func, kernel, P)
     return new_func
+
+
+def _check_nested_same_tag(func: PrimFunc, new_func: PrimFunc, kernel: For, prim: str) -> None:
+    """A loop nested in another loop of the same tag becomes the same hardware index.
+
+    That is only sound for work that does not depend on the outer loop (the cooperative fetch
+    of semantics.md: sequentially the copy repeats identically per outer iteration, on the GPU
+    each thread copies its share). A block under the inner loop whose bindings or predicate use
+    the outer loop would see only the diagonal of the two loops once lowered, so refuse it.
+    """
+    for node, anc in tree.walk(kernel):
+        if not isinstance(node, BlockRealize):
+            continue
+        bound = [a for a in anc if isinstance(a, For) and a.kind is ForKind.THREAD_BINDING]
+        used = {v for e in (*node.iter_values, node.predicate) for v in collect_vars(e)}
+        for k, outer in enumerate(bound):
+            inner = next((b for b in bound[k + 1:] if b.thread_tag == outer.thread_tag), None)
+            if inner is not None and outer.loop_var in used:
+                raise ScheduleError(
+                    f"loops {outer.loop_var.name} and {inner.loop_var.name} are nested and both "
+                    f"bound to {outer.thread_tag}, but block {node.block.name!r} under the inner "
+                    f"one depends on the outer one; on the GPU they are one index, so only the "
+                    "diagonal would be computed (nest the same tag only around work that does "
+                    "not depend on the outer loop, like a cooperative fetch)",
+                    primitive=prim, func=func, node=_same_loop_in(func, inner),
+                )  # fmt: skip
 
 
 def _annotate(func: PrimFunc, loop_var: Var, kind: ForKind, primitive: str) -> PrimFunc:

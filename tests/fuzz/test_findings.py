@@ -228,3 +228,19 @@ def test_reverse_compute_at_refuses_to_repeat_a_decomposed_update() -> None:
         sch.reverse_compute_at(c, i_init, preserve_unit_loops=True)
     assert sch.func is before and len(sch.trace) == n
     check_equivalent(w.func, sch.func)
+
+
+def test_bind_refuses_nested_same_tag_over_dependent_work() -> None:
+    """O2 (fixed in loopir/schedule/loops.py): two nested loops of one nest bound to the same
+    blockIdx.x became one index when lowered, so only the diagonal of C was computed."""
+    w = W.make_workload("matmul", M=4, K=7, N=4)
+    sch = loopir.Schedule(w.func)
+    i, j, _ = sch.get_loops(sch.get_block("C"))
+    sch.bind(j, "blockIdx.x")
+    before = sch.func
+    with pytest.raises(ScheduleError, match="only the\\s+diagonal"):
+        sch.bind(i, "blockIdx.x")
+    assert sch.func is before
+    # the cooperative fetch (same tag nested over work independent of the outer loop) stays legal
+    dense = loopir.examples.dense(60, 50, 70)
+    check_equivalent(loopir.examples.dense_func(60, 50, 70), loopir.lower(dense.func))
