@@ -34,7 +34,14 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["set_cache_dir", "get_cache_dir", "compile_shared", "CompileResult", "DEFAULT_FLAGS"]
 
-DEFAULT_FLAGS = ("-O2", "-shared", "-fPIC", "-fwrapv", "-fexcess-precision=standard", "-std=gnu11")
+# -fno-aggressive-loop-optimizations: gcc 12 at -O2 derived wrong loop bounds from the sizes of
+# stack-allocated intermediate buffers and produced zeros for a twice-padded batch matmul (fuzz
+# finding O1; correct at -O0/-O1, under ASan/UBSan and with this flag). The executor is the
+# reference: it must not depend on such inferences.
+DEFAULT_FLAGS = (
+    "-O2", "-shared", "-fPIC", "-fwrapv", "-fexcess-precision=standard", "-std=gnu11",
+    "-fno-aggressive-loop-optimizations",
+)  # fmt: skip
 
 _cache_dir: Path | None = None
 

@@ -289,6 +289,10 @@ def build_cpu(func: PrimFunc, **options: Any) -> CPUModule:
     )
     codegen_s = time.perf_counter() - t0
     opt = options.get("opt_level", "-O2")
+    if isinstance(opt, int) and not isinstance(opt, bool) and 0 <= opt <= 3:
+        opt = f"-O{opt}"
+    if not (isinstance(opt, str) and opt.startswith("-O")):
+        raise CodegenError(f"build(target='cpu'): opt_level must be 0-3 or '-O<n>', got {opt!r}")
     flags = tuple(opt if f == "-O2" else f for f in DEFAULT_FLAGS) + tuple(options.get("extra_flags", ()))
     res = compile_shared(
         program.source,

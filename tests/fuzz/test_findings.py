@@ -244,3 +244,14 @@ def test_bind_refuses_nested_same_tag_over_dependent_work() -> None:
     # the cooperative fetch (same tag nested over work independent of the outer loop) stays legal
     dense = loopir.examples.dense(60, 50, 70)
     check_equivalent(loopir.examples.dense_func(60, 50, 70), loopir.lower(dense.func))
+
+
+def test_pad_twice_matches_the_unpadded_function() -> None:
+    """O1 (fixed in loopir/runtime/cache.py): padding an already padded block computed zeros
+    on the CPU executor: gcc -O2's aggressive loop optimizations mis-derived loop bounds from
+    the stack-allocated intermediates of the C the executor generates."""
+    w = W.make_workload("batch_matmul", Bt=2, M=2, K=4, N=1)
+    sch = loopir.Schedule(w.func)
+    sch.pad(sch.get_block("C"), [2, 3, 4, 2])
+    sch.pad(sch.get_block("C"), [2, 3, 1, 3])
+    check_equivalent(w.func, sch.func)

@@ -43,3 +43,14 @@ def test_unknown_target_names_it() -> None:
     tensors, _ = te_matmul(2, 2, 2)
     with pytest.raises(CodegenError, match=r"unknown target 'llvm'; known targets: cpu, cuda"):
         loopir.build(te.create_prim_func(tensors), target="llvm")
+
+
+def test_cpu_opt_level_accepts_ints_and_rejects_nonsense() -> None:
+    tensors, ref = te_matmul(3, 4, 5)
+    f = te.create_prim_func(tensors)
+    a, b = np.ones((3, 4), np.float32), np.full((4, 5), 2.0, np.float32)
+    c = np.zeros((3, 5), np.float32)
+    loopir.build(f, target="cpu", opt_level=0)(a, b, c)
+    np.testing.assert_array_equal(c, ref(a, b))
+    with pytest.raises(CodegenError, match="opt_level"):
+        loopir.build(f, target="cpu", opt_level="fast")
