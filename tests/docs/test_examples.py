@@ -82,7 +82,9 @@ def test_pages_exist_and_have_examples() -> None:
 
 def test_readme_has_the_two_commands_and_a_python_example() -> None:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert "python3 -m pip install -e . && python3 -m loopir demo" in text
+    first = text.split("```bash\n", 1)[1].splitlines()[0]
+    assert first.startswith("python3 -m pip install -e . && "), first
+    assert "&& python3 -m loopir demo" in first, first
     assert 'python3 -m pip install -e ".[test]" && python3 -m pytest -q' in text
     assert any(b.is_python for b in code_blocks(ROOT / "README.md"))
 
