@@ -259,6 +259,9 @@ def _move(
             else:
                 iv_range[v] = want
 
+    if reverse:
+        _check_consumer_covered(func, blk, iv_range, outer, ana, prim)
+
     # Regenerate the loop nest: one loop per iter var whose range is not a single point.
     loops: list[tuple[Var, PrimExpr]] = []
     values: list[PrimExpr] = []
@@ -373,6 +376,40 @@ def _check_binding_kinds(
                 primitive=prim,
                 func=func,
                 node=loop,
+            )
+
+
+def _check_consumer_covered(
+    func: PrimFunc,
+    blk: Block,
+    iv_range: dict[Var, rg.Interval],
+    outer: list[For],
+    ana: object,
+    prim: str,
+) -> None:
+    """Refuse when the consumer's iterations under the loop, over all its iterations, miss part
+    of the consumer's domain.
+
+    The consumer's new loops only cover what the producers provide; iterations that read no
+    produced element (a padding copy writes its pad rows without reading) would never run and
+    their output would stay unwritten.
+    """
+    relax = {lp.loop_var: Range(lp.min, lp.extent) for lp in outer}
+    for iv in blk.iter_vars:
+        want = iv_range.get(iv.var)
+        if want is None:
+            continue
+        lo = ana.int_set(want.lo, relax).min  # type: ignore[attr-defined]
+        hi = ana.int_set(want.hi, relax).max  # type: ignore[attr-defined]
+        dom_hi = ana.simplify(iv.dom.min + iv.dom.extent - 1)  # type: ignore[attr-defined]
+        if not (ana.can_prove(lo <= iv.dom.min) and ana.can_prove(hi >= dom_hi)):  # type: ignore[attr-defined]
+            raise ScheduleError(
+                f"block {blk.name!r} iterates {iv.var.name} over [{iv.dom.min}, {dom_hi}] but "
+                f"the producers under the loop provide only [{lo}, {hi}] of it; the rest of its "
+                "output would never be written (e.g. the pad rows of a padding copy)",
+                primitive=prim,
+                func=func,
+                node=blk,
             )
 
 

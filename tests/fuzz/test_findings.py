@@ -255,3 +255,20 @@ def test_pad_twice_matches_the_unpadded_function() -> None:
     sch.pad(sch.get_block("C"), [2, 3, 4, 2])
     sch.pad(sch.get_block("C"), [2, 3, 1, 3])
     check_equivalent(w.func, sch.func)
+
+
+def test_reverse_compute_at_refuses_a_consumer_that_writes_beyond_what_it_reads() -> None:
+    """O3 (fixed in loopir/schedule/compute_at.py, found by the survey after O1/O2): a padding
+    copy moved under its producer's loop only covered the rows the producer provides, so its
+    pad rows were never written (NaN in C)."""
+    w = W.make_workload("batch_matmul", Bt=2, M=3, K=3, N=4)
+    sch = loopir.Schedule(w.func)
+    c = sch.get_block("C")
+    sch.pad(c, [4, 2, 2, 1])
+    sch.pad(c, [1, 3, 2, 4])
+    _, l17, _ = sch.get_loops(sch.get_block("B_pad"))
+    before = sch.func
+    with pytest.raises(ScheduleError, match="would never be written"):
+        sch.reverse_compute_at(sch.get_block("B_pad_pad"), l17, preserve_unit_loops=True)
+    assert sch.func is before
+    check_equivalent(w.func, sch.func)
