@@ -136,6 +136,70 @@ class KernelSpec:
     block: tuple[PrimExpr, PrimExpr, PrimExpr]
 
 
+class _LocalAccesses(Visitor):
+    """Which threadIdx loops (below its allocation) enclose each access of a local buffer."""
+
+    def __init__(self) -> None:
+        self.thread_loops: list[For] = []
+        self.alloc_depth: dict[Buffer, int] = {}
+        self.keys: dict[Buffer, dict[tuple[Var, ...], Stmt | PrimExpr]] = {}
+
+    def visit_For(self, node: For) -> None:
+        tag = node.thread_tag or ""
+        threaded = node.kind is ForKind.THREAD_BINDING and tag.startswith("threadIdx")
+        if threaded:
+            self.thread_loops.append(node)
+        self.generic_visit(node)
+        if threaded:
+            self.thread_loops.pop()
+
+    def visit_Allocate(self, node: Allocate) -> None:
+        if node.buffer.scope == "local":
+            self.alloc_depth[node.buffer] = len(self.thread_loops)
+        self.generic_visit(node)
+
+    def _access(self, buf: Buffer, node: Stmt | PrimExpr) -> None:
+        depth = self.alloc_depth.get(buf)
+        if depth is None:
+            return
+        key = tuple(lp.loop_var for lp in self.thread_loops[depth:])
+        self.keys.setdefault(buf, {}).setdefault(key, node)
+
+    def visit_BufferStore(self, node: BufferStore) -> None:
+        self._access(node.buffer, node)
+        self.generic_visit(node)
+
+    def visit_BufferLoad(self, node: BufferLoad) -> None:
+        self._access(node.buffer, node)
+        self.generic_visit(node)
+
+
+def _check_thread_private_locals(body: Stmt, kernel: str) -> None:
+    """Refuse a local buffer that different threads' code would share.
+
+    Local memory is private to a CUDA thread. A local buffer allocated above a threadIdx loop
+    and written inside it but read outside it (or inside another threadIdx loop) means, in the
+    sequential meaning of the IR, that one thread reads what other threads wrote: on the GPU it
+    would read its own uninitialized copy. Such schedules (e.g. a local cache_read whose copy
+    loop is bound to threads while its consumer is not) must use shared memory instead.
+    """
+    acc = _LocalAccesses()
+    acc.visit(body)
+    for buf, keys in acc.keys.items():
+        if len(keys) > 1:
+            where = sorted(
+                "outside any threadIdx loop" if not k else "under threadIdx loop "
+                + ", ".join(v.name for v in k)
+                for k in keys
+            )
+            raise CodegenError(
+                f"kernel {kernel}: local buffer {buf.name} is accessed {where[0]} and "
+                f"{where[1]}; local memory is private to each CUDA thread, so threads would "
+                "not see each other's values (use shared scope, or bind the consumer to the "
+                "same thread loop)"
+            )
+
+
 def _touched_buffers(stmt: Stmt) -> tuple[list[Buffer], set[Buffer]]:
     """Buffers loaded or stored in ``stmt`` (first-use order) and the stored ones."""
     order: dict[Buffer, None] = {}
@@ -341,6 +405,7 @@ class HostDeviceSplitter:
                 )
         buffers = tuple(sorted(globals_, key=lambda b: order[b]))
 
+        _check_thread_private_locals(body, name)
         ext = _ThreadExtents()
         ext.visit(body)
         one = IntImm(1, "int32")

@@ -272,3 +272,27 @@ def test_reverse_compute_at_refuses_a_consumer_that_writes_beyond_what_it_reads(
         sch.reverse_compute_at(sch.get_block("B_pad_pad"), l17, preserve_unit_loops=True)
     assert sch.func is before
     check_equivalent(w.func, sch.func)
+
+
+def test_cuda_refuses_a_local_buffer_shared_across_threads() -> None:
+    """G1 (fixed in loopir/codegen_cuda/split.py; found by the GPU fuzz subset on the H200):
+    a local cache_read whose copy loop is bound to threadIdx.x while its consumer runs outside
+    the thread loop compiled, and on the GPU each thread read its own uninitialized copy."""
+    w = W.make_workload("reduce_max", M=3, K=8)
+    sch = loopir.Schedule(w.func)
+    r, s = sch.get_block("R"), sch.get_block("S")
+    (l_s,) = sch.get_loops(s)
+    sch.compute_at(r, l_s, preserve_unit_loops=True)
+    a_local = sch.cache_read(r, 0, "local")
+    sch.reverse_compute_at(r, sch.get_loops(a_local)[0])
+    i0, i1 = sch.split(sch.get_loops(s)[0], [None, 2])
+    bx, tx = sch.get_loops(a_local)
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
+    sch.bind(i0, "blockIdx.x")
+    sch.bind(i1, "threadIdx.x")
+    check_equivalent(w.func, sch.func)  # sequentially the schedule is fine
+    from loopir.errors import CodegenError
+
+    with pytest.raises(CodegenError, match="private to each CUDA thread"):
+        loopir.build(sch.func, target="cuda")
