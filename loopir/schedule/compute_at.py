@@ -12,6 +12,7 @@ predicate clips it.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -22,6 +23,9 @@ from loopir.ir.functor import collect_vars
 from loopir.ir.stmt import Block, BlockRealize, For, IterKind, PrimFunc, Stmt, seq
 from loopir.schedule import region as rg
 from loopir.schedule import tree
+
+if TYPE_CHECKING:
+    from loopir.arith import Analyzer
 
 logger = logging.getLogger(__name__)
 
@@ -384,7 +388,7 @@ def _check_consumer_covered(
     blk: Block,
     iv_range: dict[Var, rg.Interval],
     outer: list[For],
-    ana: object,
+    ana: Analyzer,
     prim: str,
 ) -> None:
     """Refuse when the consumer's iterations under the loop, over all its iterations, miss part
@@ -399,10 +403,10 @@ def _check_consumer_covered(
         want = iv_range.get(iv.var)
         if want is None:
             continue
-        lo = ana.int_set(want.lo, relax).min  # type: ignore[attr-defined]
-        hi = ana.int_set(want.hi, relax).max  # type: ignore[attr-defined]
-        dom_hi = ana.simplify(iv.dom.min + iv.dom.extent - 1)  # type: ignore[attr-defined]
-        if not (ana.can_prove(lo <= iv.dom.min) and ana.can_prove(hi >= dom_hi)):  # type: ignore[attr-defined]
+        lo = ana.int_set(want.lo, relax).min
+        hi = ana.int_set(want.hi, relax).max
+        dom_hi = ana.simplify(iv.dom.min + iv.dom.extent - 1)
+        if not (ana.can_prove(lo <= iv.dom.min) and ana.can_prove(hi >= dom_hi)):
             raise ScheduleError(
                 f"block {blk.name!r} iterates {iv.var.name} over [{iv.dom.min}, {dom_hi}] but "
                 f"the producers under the loop provide only [{lo}, {hi}] of it; the rest of its "
