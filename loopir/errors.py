@@ -13,6 +13,10 @@ class LoopIRError(Exception):
     """Base class of every error raised by loopir."""
 
 
+class LoopIRWarning(UserWarning):
+    """Base class of the warnings loopir issues (a check that could not decide, say)."""
+
+
 class IRValidationError(LoopIRError):
     """An IR node or function is ill-formed (raised by constructors and ``loopir.verify``).
 

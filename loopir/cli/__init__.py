@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="also print the trace as JSON")
     s.add_argument("--no-trace", action="store_true", help="do not print the trace")
     s.add_argument("--lower", action="store_true", help="also print the lowered IR")
-    s.add_argument("--local-pad", action="store_true", help="lower with tir.enable_local_pad")
+    s.add_argument("--local-pad", action="store_true", help="lower with tir.enable_local_pad (shows the lowered IR, as --lower, unless --cuda)")
     s.add_argument("--cuda", action="store_true", help="also print the CUDA source")
 
     b = sub.add_parser("bench", help="a quick benchmark, or a benchmarks/ script",

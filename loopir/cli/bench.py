@@ -75,9 +75,32 @@ def run_script(con: Console, name: str, args: Sequence[str], folder: Path) -> in
         raise BenchError(
             f"bench: unknown benchmark {name!r} in {folder}; available: {', '.join(scripts) or 'none'}"
         )
-    cmd = [sys.executable, str(folder / f"{stem}.py"), *args]
-    con.write(f"$ {' '.join(cmd)}", "dim")
-    return subprocess.call(cmd)
+    script = str(folder / f"{stem}.py")
+    con.write(f"$ {' '.join([sys.executable, script, *args])}", "dim")
+    return subprocess.call([sys.executable, "-c", _RUNNER, script, *args])
+
+
+# Runs a benchmark script as ``python SCRIPT ARGS`` would, except that a missing optional
+# package (PyTorch for the GPU comparisons) ends in one clear line instead of a traceback.
+# Scripts import such packages lazily, on the paths that need them, so this cannot be checked
+# before running. Exit status 2, like a usage error.
+_RUNNER = """\
+import os, runpy, sys
+script = sys.argv[1]
+sys.argv = sys.argv[1:]
+sys.path[0] = os.path.dirname(os.path.abspath(script))
+try:
+    runpy.run_path(script, run_name="__main__")
+except ModuleNotFoundError as exc:
+    top = (exc.name or "").split(".")[0]
+    if not top or top == "loopir":
+        raise
+    hint = {"torch": "PyTorch (pip install torch)", "pycuda": "pycuda (pip install -e '.[cuda]')"}
+    name = os.path.splitext(os.path.basename(script))[0]
+    print(f"bench {name}: this benchmark needs the Python package {top!r}, which is not "
+          f"installed: install {hint.get(top, top)}", file=sys.stderr)
+    sys.exit(2)
+"""
 
 
 def quick_bench(con: Console, cpu_shape: tuple[int, int, int], gpu_shape: tuple[int, int, int],

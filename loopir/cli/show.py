@@ -4,7 +4,7 @@
 of (first match wins, or the one named with ``--name``):
 
 - ``schedule`` or ``sch``: a :class:`loopir.Schedule`, or a function of no arguments
-  returning one;
+  returning one (names defined in the file win over imported functions);
 - ``func``: a :class:`loopir.PrimFunc`, or a function of no arguments returning one; with
   ``apply_trace(sch)`` (what ``print(sch.trace)`` writes) next to it, the trace is applied to
   ``Schedule(func)``.
@@ -65,6 +65,16 @@ def _resolve(value: Any, name: str, path: Path) -> Any:
     )
 
 
+_RUN_NAME = "__loopir_show__"
+
+
+def _defined_in_file(value: Any) -> bool:
+    """Whether ``value`` was made by the file (objects) or defined in it (functions)."""
+    if callable(value) and hasattr(value, "__module__"):
+        return value.__module__ == _RUN_NAME
+    return True
+
+
 def load_workload(path: str | Path, name: str | None = None) -> Any:
     """Run ``path`` and return the Schedule or PrimFunc it defines (see the module doc).
 
@@ -79,7 +89,7 @@ def load_workload(path: str | Path, name: str | None = None) -> Any:
     if not path.is_file():
         raise ShowError(f"show: no such file: {path}")
     try:
-        ns = runpy.run_path(str(path), run_name="__loopir_show__")
+        ns = runpy.run_path(str(path), run_name=_RUN_NAME)
     except LoopIRError:
         raise
     except Exception as exc:
@@ -88,11 +98,14 @@ def load_workload(path: str | Path, name: str | None = None) -> Any:
         if name not in ns:
             raise ShowError(f"show: {path} defines no {name!r}")
         return _resolve(ns[name], name, path)
-    for n in _SCHEDULE_NAMES:
-        if n in ns:
+    # What the file defines itself wins over what it imported: `from loopir.examples.dense
+    # import schedule` next to the file's own `sch = ...` must show `sch`.
+    names = [n for n in _SCHEDULE_NAMES + _FUNC_NAMES if n in ns]
+    names.sort(key=lambda n: not _defined_in_file(ns[n]))
+    for n in names:
+        if n in _SCHEDULE_NAMES:
             return _resolve(ns[n], n, path)
-    for n in _FUNC_NAMES:
-        if n in ns:
+        if n in _FUNC_NAMES:
             value = _resolve(ns[n], n, path)
             apply = ns.get("apply_trace")
             if callable(apply) and not isinstance(value, Schedule):
@@ -125,10 +138,13 @@ def run_show(con: Console, path: str | Path, opts: ShowOptions) -> int:
         con.heading("trace as JSON")
         con.write(json.dumps(sch.trace.as_json(), indent=1))
     lowered = None
-    if opts.lower or opts.cuda:
+    # --local-pad is about the lowered IR: on its own it means "--lower with local padding"
+    # (it used to print nothing more than without it).
+    show_lowered = opts.lower or (opts.local_pad and not opts.cuda)
+    if show_lowered or opts.cuda:
         with loopir.PassContext(config={"tir.enable_local_pad": opts.local_pad}):
             lowered = loopir.lower(func)
-    if opts.lower and lowered is not None:
+    if show_lowered and lowered is not None:
         con.heading(f"lowered (tir.enable_local_pad={opts.local_pad})")
         con.write(lowered.script())
     if opts.cuda and lowered is not None:

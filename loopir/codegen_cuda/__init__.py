@@ -21,6 +21,7 @@ from loopir.codegen_cuda.runtime import CUDAModule, describe_resources
 from loopir.errors import CodegenError
 from loopir.ir.functor import post_order_visit
 from loopir.ir.stmt import Block, BlockRealize, PrimFunc
+from loopir.passes.race_check import check_races
 
 logger = logging.getLogger(__name__)
 
@@ -50,24 +51,24 @@ def _offload_gemms(func: PrimFunc) -> PrimFunc:
 
 
 def lower_for_cuda(func: PrimFunc) -> PrimFunc:
-    """``loopir.lower(func)`` under the current PassContext; lowered input passes through."""
+    """Lower ``func`` for the CUDA backend under the current PassContext.
+
+    Scheduled TensorIR goes through ``loopir.lower``. IR that is already in loop form (written
+    by hand, or lowered before) still gets the passes every kernel needs -- virtual-thread
+    injection, barrier planning, and the annotation-driven register prefetch when asked for:
+    each is idempotent on IR it has already run on, so the emitter only prints.
+    """
+    from loopir.passes import InjectVirtualThread, PassContext, Sequential, ThreadSync, lower
+    from loopir.passes.prefetch import InjectSharedPrefetch, prefetch_requested
+
     if not isinstance(func, PrimFunc):
         raise CodegenError(f"build_cuda: expected a PrimFunc, got {type(func).__name__}")
-    if not _needs_lowering(func):
-        from loopir.passes import PassContext
-        from loopir.passes.prefetch import prefetch_requested
-
-        # Hand-written loop IR still gets the annotation-driven passes it asks for.
-        if not prefetch_requested(func, PassContext.current()):
-            return func
-    try:
-        from loopir.passes import lower
-    except ImportError as exc:
-        raise CodegenError(
-            f"build_cuda: {func.name} still has blocks and loopir.passes.lower is unavailable "
-            f"({exc})"
-        ) from exc
-    return lower(func)
+    if _needs_lowering(func):
+        return lower(func)
+    tail = [InjectVirtualThread(), ThreadSync()]
+    if prefetch_requested(func, PassContext.current()):
+        tail.append(InjectSharedPrefetch())
+    return Sequential(tail, name="lower_for_cuda")(func)
 
 
 def build_cuda(
@@ -116,6 +117,8 @@ def build_cuda(
     offloaded = _offload_gemms(func)
     lowered = lower_for_cuda(offloaded)
     emitted = emit_cuda(lowered, min_blocks_per_sm=min_blocks_per_sm)
+    # after the emitter's structural checks, whose diagnoses are more specific
+    check_races(lowered)
     binary = compile_cuda(
         emitted.source, arch=arch, flags=tuple(nvcc_flags), cache_dir=cache_dir, use_cache=use_cache
     )

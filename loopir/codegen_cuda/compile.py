@@ -4,11 +4,15 @@ A compiled cubin is stored under ``<cache_dir>/<key>.cubin`` with ``<key>.json``
 (the ptxas resource report and the cubin's SHA-256), where ``key`` hashes the source, the
 flags, the target architecture and the nvcc version. Every file is written to a temporary
 name and moved into place with :func:`os.replace`, so concurrent builds never see half a
-file. A cache entry whose cubin does not match its recorded hash is rebuilt.
+file. A cache entry whose cubin does not match its recorded hash is rebuilt; a directory or
+entry someone else could have written is refused (see :mod:`loopir._cache_dir`, which
+resolves the default directory, ``<cache root>/cuda``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import json
@@ -18,11 +22,12 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import attrs
 
+from loopir import _cache_dir
 from loopir.errors import CodegenError
 
 logger = logging.getLogger(__name__)
@@ -74,13 +79,12 @@ class CompiledBinary:
 
 
 def default_cache_dir() -> Path:
-    """``$LOOPIR_CACHE_DIR``, else ``$XDG_CACHE_HOME/loopir/cuda``, else ``~/.cache/loopir/cuda``."""
-    env = os.environ.get("LOOPIR_CACHE_DIR")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".cache"
-    return base / "loopir" / "cuda"
+    """``<cache root>/cuda``: the root set by ``loopir.runtime.set_cache_dir``, else
+    ``$LOOPIR_CACHE_DIR``, else ``$XDG_CACHE_HOME/loopir`` (``~/.cache/loopir``).
+
+    The path only; :func:`compile_cuda` creates and checks it (see :mod:`loopir._cache_dir`).
+    """
+    return _cache_dir.cache_root()[0] / "cuda"
 
 
 def find_nvcc() -> str:
@@ -195,20 +199,6 @@ def parse_resources(log: str) -> dict[str, KernelResources]:
     return out
 
 
-def _ensure_dir(path: Path) -> Path:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-probe"
-        probe.touch()
-        probe.unlink()
-        return path
-    except OSError as exc:
-        fallback = Path(tempfile.gettempdir()) / f"loopir-cuda-{os.getuid()}"
-        logger.warning("cache dir %s is not writable (%s); using %s", path, exc, fallback)
-        fallback.mkdir(parents=True, exist_ok=True)
-        return fallback
-
-
 def compile_cuda(
     source: str,
     arch: str | None = None,
@@ -227,7 +217,8 @@ def compile_cuda(
     flags
         Extra nvcc flags, appended after the defaults (``-O3 -std=c++17 -Xptxas -v``).
     cache_dir
-        Cache directory (default :func:`default_cache_dir`).
+        Cache directory, used as is (default :func:`default_cache_dir`); created with mode
+        0700, refused when another user owns it or group/others can write it.
     use_cache
         If False, always run nvcc (the result still refreshes the cache).
 
@@ -240,14 +231,46 @@ def compile_cuda(
     nvcc = find_nvcc()
     all_flags = (*BASE_FLAGS, *flags)
     key = cache_key(source, all_flags, arch, nvcc_version(nvcc))
-    root = _ensure_dir(Path(cache_dir) if cache_dir is not None else default_cache_dir())
+    root = _cache_dir.kind_dir("cuda", cache_dir)
     cubin_path = root / f"{key}.cubin"
     meta_path = root / f"{key}.json"
     src_path = root / f"{key}.cu"
-    if use_cache and cubin_path.exists() and meta_path.exists():
-        hit = _load_entry(cubin_path, meta_path, src_path, arch)
+    if use_cache:
+        hit = _cached(cubin_path, meta_path, src_path, arch)
         if hit is not None:
             return hit
+    # One nvcc per key at a time: the processes that waited reuse the first one's cubin.
+    with _locked(root / f"{key}.lock"):
+        if use_cache:
+            hit = _cached(cubin_path, meta_path, src_path, arch)
+            if hit is not None:
+                return hit
+        return _build(source, nvcc, arch, all_flags, root, key)
+
+
+def _cached(cubin_path: Path, meta_path: Path, src_path: Path, arch: str) -> CompiledBinary | None:
+    # check_entry refuses (CodegenError) an entry someone else could have written.
+    if _cache_dir.check_entry(cubin_path) and _cache_dir.check_entry(meta_path):
+        return _load_entry(cubin_path, meta_path, src_path, arch)
+    return None
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive inter-process lock on ``path`` (created if needed, never deleted)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _build(source: str, nvcc: str, arch: str, all_flags: Sequence[str], root: Path,
+           key: str) -> CompiledBinary:  # fmt: skip
+    cubin_path = root / f"{key}.cubin"
+    meta_path = root / f"{key}.json"
+    src_path = root / f"{key}.cu"
     _atomic_write(src_path, source.encode())
     num = arch.removeprefix("sm_")
     cmd = [
@@ -275,6 +298,7 @@ def compile_cuda(
             f"CUDA compile: nvcc failed (exit {proc.returncode}) for {arch}; source saved at "
             f"{src_path}\ncommand: {' '.join(cmd)}\n{log}"
         )
+    os.chmod(tmp_out, 0o600)  # nvcc may recreate it with the umask's mode
     cubin = Path(tmp_out).read_bytes()
     os.replace(tmp_out, cubin_path)
     meta = {

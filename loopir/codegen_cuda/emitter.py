@@ -8,9 +8,9 @@ kernel. The source is meant to be read: names come from the IR, one statement pe
 Mapping (kernel side):
 
 * ``blockIdx.*``/``threadIdx.*`` loops declare ``const int <var> = (int)threadIdx.x;`` and are
-  guarded when their extent is smaller than the launched one; ``vthread.*`` loops are folded
-  into each thread first (:mod:`loopir.codegen_cuda.vthread`: pushed down to the statements
-  that depend on them, as ``#pragma unroll`` loops, with per-virtual-thread buffers expanded);
+  guarded when their extent is smaller than the launched one; ``vthread.*`` loops have been
+  folded into each thread by the InjectVirtualThread pass (``build_cuda`` runs it on any
+  IR); one left over (a symbolic extent) is an ordinary loop, which is its meaning;
 * serial loops that index a register array (``local`` buffer) and run at most
   ``AUTO_UNROLL_MAX_TRIPS`` innermost iterations get ``#pragma unroll``: a run-time index
   would move the array to local memory;
@@ -54,7 +54,6 @@ from loopir.codegen_cuda.split import (
     HostNode,
     KernelSpec,
 )
-from loopir.codegen_cuda.vthread import inject_virtual_threads
 from loopir.errors import CodegenError
 from loopir.ir import dtype as dt
 from loopir.ir.buffer import Buffer
@@ -73,6 +72,7 @@ from loopir.ir.expr import (
 from loopir.ir.functor import Visitor, collect_vars, post_order_visit, substitute
 from loopir.ir.stmt import (
     Allocate,
+    Block,
     BufferStore,
     Evaluate,
     For,
@@ -303,8 +303,7 @@ class KernelEmitter:
             name = self.var_name(v)
             params.append(name)
             decls.append(f"{ctype(v.dtype)} {name}")
-        # vthread loops have no CUDA index: fold them into each thread first
-        self.stmt(inject_virtual_threads(spec.body))
+        self.stmt(spec.body)
         threads = 1
         const_block = all(isinstance(e, IntImm) for e in spec.block)
         if const_block:
@@ -416,7 +415,7 @@ class KernelEmitter:
         if s.kind is ForKind.VECTORIZED and self.try_vector_loop(s):
             return
         if s.kind in (ForKind.UNROLLED, ForKind.VECTORIZED) or (
-            s.kind is ForKind.THREAD_BINDING  # vthread: folded into each thread
+            s.kind is ForKind.THREAD_BINDING  # a vthread loop left over: an ordinary loop
         ) or (s.kind is ForKind.SERIAL and _indexes_register_array(s)):
             self.line("#pragma unroll")
         elif s.kind is ForKind.PARALLEL:
@@ -708,6 +707,16 @@ def emit_cuda(func: PrimFunc, min_blocks_per_sm: int | None = None) -> EmitResul
     ):
         raise CodegenError(
             f"CUDA codegen: min_blocks_per_sm must be a positive int, got {min_blocks_per_sm!r}"
+        )
+    blocks: list[str] = []
+    post_order_visit(
+        func.body, lambda n: blocks.append(n.name) if isinstance(n, Block) else None
+    )
+    if blocks:
+        raise CodegenError(
+            f"CUDA codegen: {func.name} still has blocks ({', '.join(repr(b) for b in blocks[:3])}"
+            f"{', ...' if len(blocks) > 3 else ''}), which are not part of the lowered form: lower "
+            "it first (loopir.lower), or build it with loopir.build(func, target='cuda')"
         )
     splitter = HostDeviceSplitter(func)
     host = splitter.run()

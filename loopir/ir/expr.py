@@ -171,6 +171,13 @@ class IntImm(PrimExpr):
         if not (dt.is_int(value) or dt.is_bool(value)) or dt.lanes(value) != 1:
             raise TypeError(f"IntImm needs a scalar integer or bool dtype, got {value}")
 
+    def __int__(self) -> int:
+        # launch extents and shapes are IntImm: int(spec.grid[0]) should just work, as in TVM
+        return self.value
+
+    def __index__(self) -> int:
+        return self.value
+
 
 @attrs.frozen(eq=False, repr=False)
 class FloatImm(PrimExpr):

@@ -142,6 +142,10 @@ class _Printer:
     def __init__(self, mark: Any = None) -> None:
         self.namer = Namer()
         self.mark = mark
+        # several nodes can be marked at once (a race shows both accesses)
+        self.marks: tuple[Any, ...] = (
+            () if mark is None else tuple(mark) if isinstance(mark, (tuple, list)) else (mark,)
+        )
         self.lines: list[str] = []
         self.marked: set[int] = set()
         # marked lines where only a part (start, end) is underlined
@@ -156,7 +160,7 @@ class _Printer:
         return self._expr(e)[0]
 
     def _note(self, e: Any) -> None:
-        if self.mark is not None and e is self.mark:
+        if any(e is m for m in self.marks):
             # A marked Var or Buffer is shown only where it first appears (its definition when
             # printed in a function), not at every use.
             if isinstance(e, (Var, Buffer)):
@@ -287,7 +291,7 @@ class _Printer:
         self.lines.append(INDENT * depth + text)
 
     def is_marked(self, *nodes: Any) -> bool:
-        return self.mark is not None and any(n is self.mark for n in nodes)
+        return any(n is m for n in nodes for m in self.marks)
 
     def stmt(self, s: Stmt, depth: int) -> None:
         if isinstance(s, SeqStmt):
@@ -450,8 +454,8 @@ def script(node: Any, mark: Any = None) -> str:
         What to print.
     mark
         A node inside ``node`` to highlight (a loop, block, block realize, statement,
-        expression, iter var, buffer or loop var); its line is underlined with ``^``. A mark
-        that does not occur in ``node`` adds a note at the end.
+        expression, iter var, buffer or loop var), or a tuple of such nodes; its line is
+        underlined with ``^``. A mark that does not occur in ``node`` adds a note at the end.
 
     Returns
     -------

@@ -18,8 +18,8 @@ Each failed check raises :class:`loopir.errors.IRValidationError` whose ``check`
 ``store-dtype``
     A store's value dtype differs from the buffer's dtype (with the index lanes).
 ``block-binding``
-    A block's bindings do not fit its iter vars: count, dtype, a loop var used both by a
-    spatial and by a reduce iter var's binding, or a binding that leaves its iter var's domain
+    A block's bindings do not fit its iter vars: count, dtype, or a binding that leaves its
+    iter var's domain
     (checked exactly when the loop ranges are constant: see :mod:`verifier_eval`).
 ``region-cover``
     An access inside a block is not covered by the block's read/write regions (the buffer is
@@ -27,6 +27,10 @@ Each failed check raises :class:`loopir.errors.IRValidationError` whose ``check`
 ``thread-extent``
     Within one kernel (the subtree of an outermost thread-bound loop) a thread tag is bound
     with two different extents.
+``thread-limit``
+    A thread-bound loop exceeds a CUDA launch limit (:mod:`verifier_limits`): a constant
+    extent over its tag's limit (threadIdx.x/y 1024, threadIdx.z 64, blockIdx.x 2**31 - 1,
+    blockIdx.y/z 65535), or a kernel whose threadIdx extents multiply to more than 1024.
 
 Checks that cannot be decided cheaply (symbolic extents, huge spaces) are accepted rather
 than guessed: the verifier never rejects valid IR.
@@ -39,6 +43,7 @@ from typing import Any
 
 from loopir.errors import IRValidationError
 from loopir.ir import dtype as dt
+from loopir.ir import verifier_limits as limits
 from loopir.ir.buffer import Buffer, BufferRegion, Range
 from loopir.ir.expr import BufferLoad, IntImm, PrimExpr, Select, Var
 from loopir.ir.functor import Visitor, collect_vars
@@ -50,7 +55,6 @@ from loopir.ir.stmt import (
     For,
     ForKind,
     IfThenElse,
-    IterKind,
     PrimFunc,
     Stmt,
 )
@@ -265,6 +269,7 @@ class _Verifier(Visitor):
                     f"extent {prev.extent} by loop {prev.loop_var.name} in the same kernel",
                     s,
                 )
+            self.check_limits(s, tag)
         self.loops[id(s.loop_var)] = (s.loop_var, s.min, s.extent)
         try:
             self.visit(s.body)
@@ -273,6 +278,13 @@ class _Verifier(Visitor):
             del self.vars[id(s.loop_var)]
             if opened_kernel:
                 self.threads = None
+
+    def check_limits(self, s: For, tag: str) -> None:
+        problem = limits.extent_problem(tag, s.extent)
+        if problem is None and self.threads is not None:
+            problem = limits.block_threads_problem({t: f.extent for t, f in self.threads.items()})
+        if problem is not None:
+            raise _err("thread-limit", f"loop {s.loop_var.name} bound to {tag}: {problem}", s)
 
     def visit_BlockRealize(self, s: BlockRealize) -> None:
         blk = s.block
@@ -295,27 +307,12 @@ class _Verifier(Visitor):
                 f"{len(s.iter_values)} bindings",
                 s,
             )
-        spatial_users: dict[int, str] = {}
-        reduce_users: dict[int, str] = {}
         for iv, value in zip(blk.iter_vars, s.iter_values):
             if value.dtype != iv.var.dtype:
                 raise _err(
                     "block-binding",
                     f"block {blk.name!r}: iter var {iv.var.name} ({iv.var.dtype}) is bound to "
                     f"{value} of dtype {value.dtype}",
-                    s,
-                )
-            users = spatial_users if iv.kind is IterKind.SPATIAL else reduce_users
-            for v in collect_vars(value):
-                if id(v) in self.loops:
-                    users.setdefault(id(v), iv.var.name)
-        for vid, name in spatial_users.items():
-            if vid in reduce_users:
-                var = self.loops[vid][0]
-                raise _err(
-                    "block-binding",
-                    f"block {blk.name!r}: loop var {var.name} is used both by the binding of "
-                    f"spatial iter var {name} and of reduce iter var {reduce_users[vid]}",
                     s,
                 )
         ranges = const_ranges(self.loops)

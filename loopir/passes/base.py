@@ -105,6 +105,21 @@ class RecordIRInstrument(PassInstrument):
         raise PassError(f"RecordIRInstrument: no pass named {name!r} was recorded; got {self.names()}")
 
 
+# name -> required, of every pass class defined and every FunctionPass made so far: what
+# ``PassContext(disabled_passes=...)`` checks names against.
+_PASS_NAMES: dict[str, bool] = {}
+
+
+def known_passes() -> dict[str, bool]:
+    """``{name: required}`` of the passes known so far (built-in ones and those defined).
+
+    Required passes cannot be disabled: they are needed for correct lowering.
+    """
+    import loopir.passes  # noqa: F401  (the built-in passes are defined at import)
+
+    return dict(_PASS_NAMES)
+
+
 class Pass:
     """Base class of passes.
 
@@ -122,6 +137,11 @@ class Pass:
     name: str = "Pass"
     opt_level: int = 0
     required: bool = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:
+            _PASS_NAMES[cls.name] = bool(cls.required)
 
     def transform(self, func: PrimFunc, ctx: PassContext) -> PrimFunc:
         """Return the transformed ``func``; subclasses override this."""
@@ -201,6 +221,7 @@ class FunctionPass(Pass):
         self.name = name
         self.opt_level = opt_level
         self.required = required
+        _PASS_NAMES[name] = required
 
     def transform(self, func: PrimFunc, ctx: PassContext) -> PrimFunc:
         return self.fn(func, ctx)

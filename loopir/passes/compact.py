@@ -1,13 +1,15 @@
-"""CompactBufferAllocation: shrink shared/local buffers to the region used, and move them.
+"""CompactBufferAllocation: shrink allocated buffers to the region used, and move them.
 
-For every ``Allocate`` of a ``shared`` or ``local`` buffer (the cache buffers of a schedule,
-allocated at the root with the full tensor shape):
+For every ``Allocate`` of a ``shared``, ``local`` or ``global`` buffer (the cache buffers and
+intermediates of a schedule, allocated at the root with the full tensor shape; parameters are
+never touched), as TVM's CompactBufferAllocation does:
 
 1. The lowest common ancestor (LCA) loop of all its accesses is found.
 2. The accessed region is computed per dimension, relaxing (following docs/semantics "Regions
    under compute_at depend on the storage scope") the loops inside the LCA, and for ``shared``
    buffers also every ``threadIdx.*``/``vthread.*`` loop, since all threads of a block share the
-   buffer; a ``local`` buffer relaxes nothing else: it is per (virtual) thread. The region is
+   buffer; a ``global`` buffer every thread-bound loop (its LCA is cut above the kernel: the
+   whole grid shares it); a ``local`` buffer relaxes nothing else: it is per (virtual) thread. The region is
    derived exactly by enumeration when the relaxed loops are small and constant (enclosing
    guards that only involve those loops narrow it, so a cooperative fetch whose fused loop
    overshoots the tile does not inflate the buffer), else by the arith analyzer's ``int_set``
@@ -15,7 +17,9 @@ allocated at the root with the full tensor shape):
 3. The buffer gets the region's extents as its shape (a constant upper bound when the extent is
    symbolic), indices are rewritten relative to the region's minimum, and the ``Allocate`` moves
    to the LCA -- for ``shared`` buffers above the outermost enclosing thread loop, where CUDA
-   shared memory lives.
+   shared memory lives; a ``global`` buffer of a function with kernels stays at the root (the
+   host allocates device memory once). A tiled CPU matmul's ``C_global`` written back under
+   its tile loop thus becomes one ``[8, 16]`` tile instead of ``[64, 48]``, as in TVM.
 
 A dimension whose region is not smaller than the buffer keeps its original extent and indices.
 A buffer that is never accessed loses its allocation.
@@ -28,11 +32,13 @@ from collections.abc import Sequence
 
 import attrs
 
+from loopir.errors import PassError
+from loopir.ir import dtype as dt
 from loopir.ir import op
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import EQ, BufferLoad, IntImm, PrimExpr, Ramp, Var
 from loopir.ir.functor import Mutator, collect_vars, substitute
-from loopir.ir.stmt import Allocate, BufferStore, For, PrimFunc, Stmt
+from loopir.ir.stmt import Allocate, BufferStore, For, ForKind, PrimFunc, Stmt
 from loopir.passes import _enum
 from loopir.passes._walk import (
     Access,
@@ -42,12 +48,25 @@ from loopir.passes._walk import (
     loop_range,
 )
 from loopir.passes.base import Pass, require_lowered
-from loopir.passes.context import PassContext
+from loopir.passes.context import PassContext, register_config
 
 __all__ = ["CompactBufferAllocation"]
 
 logger = logging.getLogger(__name__)
 
+
+#: Static shared memory a CUDA block may use without opting in (every device since sm_20).
+DEFAULT_MAX_SHARED = 48 * 1024
+#: The most a block can opt in to on sm_90 (H100/H200): 227 KB.
+SM90_MAX_SHARED = 227 * 1024
+
+register_config(
+    "cuda.max_shared_memory_per_block",
+    int,
+    DEFAULT_MAX_SHARED,
+    "bytes of shared memory one kernel's block may allocate, checked by "
+    "CompactBufferAllocation after compaction (48 KB static; at most 227 KB opt-in on sm_90)",
+)
 
 #: Largest constant extent used for a compacted dimension of symbolic size; larger bounds of a
 #: symbolic extent are artifacts of the index dtype (no shared/local tile is this big).
@@ -110,7 +129,7 @@ class _Plan:
     used: bool = True
 
 
-def _plan(alloc: Allocate, accesses: list[Access]) -> _Plan | None:
+def _plan(alloc: Allocate, accesses: list[Access], keep_global_at_root: bool = False) -> _Plan | None:
     buf = alloc.buffer
     mine = [a for a in accesses if a.buffer is buf]
     if not mine:
@@ -125,6 +144,12 @@ def _plan(alloc: Allocate, accesses: list[Access]) -> _Plan | None:
     # The allocation must enclose every loop that carries the buffer's value from one
     # iteration to the next, or the value would not survive the iteration.
     del prefix[_first_carrying(prefix, mine, buf):]
+    glob = buf.scope == "global"
+    if glob:
+        # Global memory is shared by the whole grid: every thread-bound loop is relaxed, so
+        # the region is taken per iteration of the host loops above the kernel only.
+        cut = next((n for n, f in enumerate(prefix) if f.kind is ForKind.THREAD_BINDING), len(prefix))
+        del prefix[cut:]
     shared = buf.scope == "shared"
     ana = _analyzer(prefix)
     mins: list[PrimExpr | None] = []
@@ -178,6 +203,10 @@ def _plan(alloc: Allocate, accesses: list[Access]) -> _Plan | None:
                 wrap_loop = f
                 break
     wrap_body = None if wrap_loop is not None else (prefix[-1] if prefix else None)
+    if glob and keep_global_at_root:
+        # A device buffer is allocated once by the host, not inside a host loop around kernel
+        # launches; the smaller shape alone is still right, each host iteration reusing it.
+        wrap_body = None
     return _Plan(alloc, new_buf, tuple(mins), wrap_body, wrap_loop)
 
 
@@ -313,11 +342,14 @@ class CompactBufferAllocation(Pass):
     def transform(self, func: PrimFunc, ctx: PassContext) -> PrimFunc:
         require_lowered(func, self.name)
         accesses, allocs = collect_accesses(func.body)
+        has_kernel = any(f.kind is ForKind.THREAD_BINDING for a in accesses for f in a.loops)
         plans = []
         for alloc, _loops in allocs:
-            if alloc.buffer.scope not in ("shared", "local"):
+            if alloc.buffer.scope not in ("shared", "local", "global"):
                 continue
-            plan = _plan(alloc, accesses)
+            if alloc.buffer.scope == "global" and not any(a.buffer is alloc.buffer for a in accesses):
+                continue  # an unused device buffer keeps its allocation (as before; harmless)
+            plan = _plan(alloc, accesses, keep_global_at_root=has_kernel)
             if plan is not None:
                 plans.append(plan)
                 logger.debug(
@@ -327,7 +359,51 @@ class CompactBufferAllocation(Pass):
                 )
         if not plans:
             return func
+        _check_shared_memory(plans, accesses, ctx)
         rw = _Rewrite(plans)
         body = rw.visit(func.body)
         return func.with_body(rw.wrap_root(body))
 
+
+def _check_shared_memory(plans: Sequence[_Plan], accesses: Sequence[Access], ctx: PassContext) -> None:
+    """Refuse a kernel whose compacted shared buffers exceed the configured per-block limit.
+
+    A kernel is the subtree of an outermost thread-bound loop; a shared buffer counts for every
+    kernel that accesses it. Buffers with a symbolic compacted size are left out (the bound is
+    unknown here, nvcc sees the constant one). Checked here because only after compaction is the
+    real footprint known: the schedule allocates cache buffers with the full tensor shape.
+    """
+    key = "cuda.max_shared_memory_per_block"
+    limit = ctx.get(key)
+    if limit <= 0 or limit > SM90_MAX_SHARED:
+        raise PassError(
+            f"CompactBufferAllocation: {key} is {limit}; it must be between 1 and "
+            f"{SM90_MAX_SHARED} (227 KB, the sm_90 opt-in maximum)"
+        )
+    sizes: dict[Buffer, int] = {}
+    for p in plans:
+        b = p.new_buffer
+        if p.used and b.scope == "shared" and all(isinstance(e, IntImm) for e in b.shape):
+            elems = 1
+            for e in b.shape:
+                elems *= int(e.value)
+            sizes[p.old.buffer] = elems * dt.lanes(b.dtype) * dt.bits(b.dtype) // 8
+    per_kernel: dict[int, tuple[For, dict[str, int]]] = {}
+    for a in accesses:
+        if a.buffer not in sizes:
+            continue
+        kernel = next((f for f in a.loops if f.kind is ForKind.THREAD_BINDING), None)
+        if kernel is not None:
+            used = per_kernel.setdefault(id(kernel), (kernel, {}))[1]
+            used[a.buffer.name] = sizes[a.buffer]
+    for kernel, used in per_kernel.values():
+        total = sum(used.values())
+        if total > limit:
+            listing = ", ".join(f"{n} ({b} B)" for n, b in sorted(used.items()))
+            raise PassError(
+                f"CompactBufferAllocation: the kernel under loop {kernel.loop_var.name} "
+                f"({kernel.thread_tag}) needs {total} bytes of shared memory per block after "
+                f"compaction ({listing}), over the {limit}-byte limit {key}={limit} (CUDA: "
+                f"48 KB static, up to {SM90_MAX_SHARED} bytes opt-in on sm_90); use smaller "
+                "tiles or fewer shared caches"
+            )

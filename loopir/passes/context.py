@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import numpy as np
 
 from loopir.errors import PassError
 
@@ -53,14 +54,21 @@ _LOCK = threading.Lock()
 
 def _type_ok(value: Any, expected: type) -> bool:
     # bool is a subclass of int: refuse True for an int key and 1 for a bool key, because
-    # either is almost certainly a mistake in a config dict.
+    # either is almost certainly a mistake in a config dict. NumPy scalars of the right kind
+    # (np.True_, np.int64(3), np.float32(0.5)) are what they look like: accepted.
+    is_bool = isinstance(value, (bool, np.bool_))
     if expected is bool:
-        return isinstance(value, bool)
+        return is_bool
     if expected is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+        return isinstance(value, (int, np.integer)) and not is_bool
     if expected is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+        return isinstance(value, (int, float, np.integer, np.floating)) and not is_bool
     return isinstance(value, expected)
+
+
+def _type_name(value: Any) -> str:
+    t = type(value)
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
 
 
 def register_config(key: str, type_: type, default: Any, doc: str) -> ConfigEntry:
@@ -105,6 +113,38 @@ def register_config(key: str, type_: type, default: Any, doc: str) -> ConfigEntr
     return entry
 
 
+def _check_disabled(names: Iterable[str]) -> frozenset[str]:
+    """``names`` as a frozenset, once each is known to be an optional pass."""
+    from loopir.passes.base import known_passes
+
+    if isinstance(names, str):
+        raise PassError(
+            f"PassContext: disabled_passes must be a list of pass names, got the string {names!r}"
+        )
+    known = known_passes()
+    out = []
+    for name in names:
+        if not isinstance(name, str):
+            raise PassError(
+                f"PassContext: disabled_passes holds pass names, got {type(name).__name__} {name!r}"
+            )
+        if name not in known:
+            close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            optional = sorted(n for n, req in known.items() if not req)
+            raise PassError(
+                f"PassContext: disabled_passes names unknown pass {name!r}{hint} "
+                f"(passes that can be disabled: {', '.join(optional)})"
+            )
+        if known[name]:
+            raise PassError(
+                f"PassContext: pass {name!r} cannot be disabled: it is required for correct "
+                "lowering (only optional passes, such as Simplify, can be)"
+            )
+        out.append(name)
+    return frozenset(out)
+
+
 def _ensure_registered() -> None:
     """Import the pass modules so that every built-in key is registered."""
     import loopir.passes  # noqa: F401  (registration happens at import)
@@ -135,7 +175,10 @@ class PassContext:
     instruments
         :class:`~loopir.passes.base.PassInstrument` objects called around every pass.
     disabled_passes
-        Names of optional passes to skip.
+        Names of optional passes to skip. Unknown names and required passes (LowerBlocks,
+        ThreadSync, ... : needed for correct lowering) raise
+        :class:`~loopir.errors.PassError`; :func:`loopir.passes.base.known_passes` lists
+        which are which.
 
     Examples
     --------
@@ -173,9 +216,10 @@ class PassContext:
             if not _type_ok(value, entry.type):
                 raise PassError(
                     f"PassContext: config key {key!r} expects {entry.type.__name__}, "
-                    f"got {type(value).__name__} {value!r}"
+                    f"got {_type_name(value)} {value!r}"
                 )
-            checked[key] = float(value) if entry.type is float else value
+            # Stored as the Python type: passes compare with `is True` and format with %d.
+            checked[key] = entry.type(value) if entry.type in (bool, int, float) else value
         from loopir.passes.base import PassInstrument
 
         for inst in instruments:
@@ -187,7 +231,7 @@ class PassContext:
         self.config: dict[str, Any] = checked
         self.opt_level = opt_level
         self.instruments: tuple[PassInstrument, ...] = tuple(instruments)
-        self.disabled_passes: frozenset[str] = frozenset(disabled_passes)
+        self.disabled_passes: frozenset[str] = _check_disabled(disabled_passes)
 
     # --- configuration --------------------------------------------------------------------
     def get(self, key: str) -> Any:

@@ -137,6 +137,8 @@ class _Injector:
     def wrap(self, s: Stmt) -> Stmt:
         from loopir.ir.functor import substitute
 
+        if self.extent == 1:
+            return substitute(s, {self.v: IntImm(0, self.v.dtype)})
         v2 = Var(self.v.name, self.v.dtype)
         return For(v2, 0, self.extent, ForKind.UNROLLED, substitute(s, {self.v: v2}))
 

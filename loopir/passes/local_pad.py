@@ -16,7 +16,12 @@ MLSys 2022; apache/tvm PR 11793) makes the tile computable unguarded by padding:
   ``Select(inlined, value, pad)`` and the guard keeps only the non-inlineable ones. For a tile
   that outlives a round (reused by every ``k0`` iteration) every reader's own guard must also
   imply the inlined conjuncts at the element it reads, else an older value it used could be
-  replaced by a pad.
+  replaced by a pad; when that predicate depends on the round (``k0 * 4 + kk < K``) it speaks
+  of this round's write only, so the fetch must also have written the element in the reader's
+  round, before it. A tile read in an index or a guard is refused (a pad would move an access).
+- An init's guard goes only if every writer of another value (the reduction) runs after all of
+  its iterations, or provably never writes an element the padded init newly writes: otherwise
+  a re-init after the reduction would overwrite results.
 - ``pad`` is the identity of the reduction consuming the padded elements (0 for sum, -inf/lowest
   for max, +inf/highest for min); it must be unique, and for a fetch every consumer must let the
   padded value flow in as that identity (a factor of a product for sum, the whole term for
@@ -24,9 +29,12 @@ MLSys 2022; apache/tvm PR 11793) makes the tile computable unguarded by padding:
 - Compute: a conjunct is dropped only when the store stays in bounds without it and, whenever it
   is false, some operand provably reads a padded element of a fetch padded with the identity
   (the fetch's inlined conjunct, moved to the operand's element, implies the compute conjunct,
-  and the fetch covers every element the compute reads), so the update adds the identity.
-- Refused (unchanged): values with side effects, stores in an else-branch, no single identity,
-  consumers that are not a recognized reduction, non-constant or conflicting init values.
+  and the fetch wrote every element the compute reads earlier in the same round), and every
+  other operand is padded too or an in-bounds read of a parameter (an intermediate allocated
+  here may be unwritten there), so the update adds the identity.
+- Refused (unchanged, every conjunct kept with the reason): values with side effects, stores in
+  an else-branch, no single identity, consumers that are not a recognized reduction, tiles read
+  as an index, non-constant or conflicting init values, inits that could overwrite a result.
 
 :class:`LocalPadding` ``(explain=True)`` logs a report of every candidate at INFO (always at
 DEBUG); the last report is kept in ``.report``.
@@ -39,23 +47,11 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from loopir.ir import dtype as dt
 from loopir.ir import op
 from loopir.ir.buffer import Buffer
-from loopir.ir.expr import (
-    Add,
-    BufferLoad,
-    Call,
-    FloatImm,
-    IntImm,
-    Max,
-    Min,
-    PrimExpr,
-    Select,
-    make_const,
-)
-from loopir.ir.functor import Mutator, Visitor, collect_vars, post_order_visit
-from loopir.ir.stmt import BufferStore, For, IfThenElse, PrimFunc, SeqStmt, Stmt, seq
+from loopir.ir.expr import BufferLoad, PrimExpr, Select
+from loopir.ir.functor import Mutator, collect_vars
+from loopir.ir.stmt import BufferStore, For, IfThenElse, PrimFunc, Stmt
 from loopir.passes._walk import Access, collect_accesses, conjuncts, is_thread_loop
 from loopir.passes.base import Pass, require_lowered
 from loopir.passes.context import PassContext, register_config
@@ -64,13 +60,32 @@ from loopir.passes.local_pad_analysis import (
     always_true,
     analyzer,
     atomic_reason,
+    common_prefix,
     element_image,
     flows_into,
-    has_load_or_call,
+    index_use,
     loads_of,
     normalize_lt0,
     store_safe,
     strip_casts,
+    written_where,
+)
+from loopir.passes.local_pad_report import (
+    CandidateReport,
+    ConjunctDecision,
+    LocalPaddingReport,
+    node_text,
+)
+from loopir.passes.local_pad_sites import (
+    Distribute,
+    Reduction,
+    Site,
+    Sites,
+    const_value,
+    identity,
+    impure,
+    reduction,
+    same_indices,
 )
 
 __all__ = ["LocalPadding", "LocalPaddingReport", "CandidateReport", "ConjunctDecision"]
@@ -86,237 +101,13 @@ register_config(
 
 
 # --------------------------------------------------------------------------------------------
-# Report
-# --------------------------------------------------------------------------------------------
-
-
-@attrs.define
-class ConjunctDecision:
-    """One conjunct of a candidate's guard: whether it was inlined/dropped, and why."""
-
-    text: str
-    inlined: bool
-    reason: str
-
-
-@attrs.define
-class CandidateReport:
-    """What LocalPadding did with one guarded store."""
-
-    kind: str  # "fetch" | "init" | "compute"
-    buffer: str
-    store: str
-    conjuncts: list[ConjunctDecision] = attrs.field(factory=list)
-    outcome: str = "unchanged"  # "padded" | "guard reduced" | "unchanged" | "refused"
-    reason: str = ""
-    pad_value: str | None = None
-
-    def __str__(self) -> str:
-        head = f"[{self.kind}] {self.buffer}: {self.outcome}"
-        if self.pad_value is not None:
-            head += f" (pad {self.pad_value})"
-        if self.reason:
-            head += f" -- {self.reason}"
-        lines = [head, f"    store: {self.store}"]
-        for c in self.conjuncts:
-            verb = "dropped" if self.kind == "compute" else "inlined"
-            tag = verb if c.inlined else "kept"
-            lines.append(f"    {tag:8s} {c.text}" + (f"  ({c.reason})" if c.reason else ""))
-        return "\n".join(lines)
-
-
-@attrs.define
-class LocalPaddingReport:
-    """Every candidate LocalPadding considered: fetches and inits in program order, then the
-    computes (which depend on what the fetches padded)."""
-
-    candidates: list[CandidateReport] = attrs.field(factory=list)
-
-    def __str__(self) -> str:
-        if not self.candidates:
-            return "LocalPadding: no guarded shared/local store"
-        return "LocalPadding report\n" + "\n".join(str(c) for c in self.candidates)
-
-    def by_buffer(self, name: str) -> list[CandidateReport]:
-        return [c for c in self.candidates if c.buffer == name]
-
-
-def _text(node: object) -> str:
-    try:
-        return str(node).strip()
-    except Exception:  # pragma: no cover - reports must never fail
-        return repr(node)
-
-
-# --------------------------------------------------------------------------------------------
-# Structure: distribute pure guards over sequences, find candidate sites
-# --------------------------------------------------------------------------------------------
-
-
-def _pure_cond(c: PrimExpr) -> bool:
-    return not has_load_or_call(c)
-
-
-def _has_cache_store(s: Stmt) -> bool:
-    found = False
-
-    def f(n: object) -> None:
-        nonlocal found
-        if isinstance(n, BufferStore) and n.buffer.scope in ("shared", "local"):
-            found = True
-
-    post_order_visit(s, f)
-    return found
-
-
-def _merge_chain(s: Stmt) -> Stmt:
-    """``if a: if b: s`` (no else, pure conditions) -> ``if a && b: s``."""
-    if (
-        isinstance(s, IfThenElse)
-        and s.else_case is None
-        and isinstance(s.then_case, IfThenElse)
-        and s.then_case.else_case is None
-        and _pure_cond(s.condition)
-        and _pure_cond(s.then_case.condition)
-    ):
-        inner = _merge_chain(s.then_case)
-        assert isinstance(inner, IfThenElse)
-        return IfThenElse(op.all_(s.condition, inner.condition), inner.then_case)
-    return s
-
-
-class _Distribute(Mutator):
-    """``if c: {s1; s2}`` -> ``{if c: s1; if c: s2}`` for pure ``c`` (conditions only read loop
-    variables, which the statements cannot change), so each store gets its own guard."""
-
-    def visit_IfThenElse(self, node: IfThenElse) -> Stmt:
-        node = self.generic_visit(node)
-        if node.else_case is not None or not _pure_cond(node.condition):
-            return node
-        if isinstance(node.then_case, SeqStmt) and _has_cache_store(node.then_case):
-            return seq(*[_merge_chain(IfThenElse(node.condition, s)) for s in node.then_case.seq])
-        if isinstance(node.then_case, IfThenElse) and _has_cache_store(node.then_case):
-            return _merge_chain(node)
-        return node
-
-
-@attrs.define(eq=False)
-class _Site:
-    top: Stmt  # the statement replaced by the rewrite (the outermost guard, or the store)
-    store: BufferStore
-    conds: list[PrimExpr]
-    loops: tuple[For, ...]
-    in_else: bool
-    outer_conds: tuple[PrimExpr, ...] = ()  # conditions of ifs around the loops of the store
-
-
-class _Sites(Visitor):
-    def __init__(self) -> None:
-        self.loops: list[For] = []
-        self.else_depth = 0
-        self.sites: list[_Site] = []
-        self.outer: list[PrimExpr] = []
-
-    def visit_For(self, node: For) -> None:
-        self.loops.append(node)
-        self.visit(node.body)
-        self.loops.pop()
-
-    def visit_IfThenElse(self, node: IfThenElse) -> None:
-        if node.else_case is None:
-            chain = [node]
-            t = node.then_case
-            while isinstance(t, IfThenElse) and t.else_case is None:
-                chain.append(t)
-                t = t.then_case
-            if isinstance(t, BufferStore):
-                conds = [c for n in chain for c in conjuncts(n.condition)]
-                self.sites.append(_Site(node, t, conds, tuple(self.loops), self.else_depth > 0,
-                                        tuple(self.outer)))  # fmt: skip
-                return
-        self.outer.append(node.condition)
-        self.visit(node.then_case)
-        self.outer.pop()
-        if node.else_case is not None:
-            self.else_depth += 1
-            self.visit(node.else_case)
-            self.else_depth -= 1
-
-    def visit_BufferStore(self, node: BufferStore) -> None:
-        self.sites.append(
-            _Site(node, node, [], tuple(self.loops), self.else_depth > 0, tuple(self.outer))
-        )
-
-
-# --------------------------------------------------------------------------------------------
-# Reductions and identities
-# --------------------------------------------------------------------------------------------
-
-
-@attrs.frozen(eq=False)
-class _Reduction:
-    kind: str  # "sum" | "max" | "min"
-    acc: BufferLoad
-    term: PrimExpr
-
-
-def _same_indices(a: Sequence[PrimExpr], b: Sequence[PrimExpr]) -> bool:
-    from loopir.ir.equality import structural_equal
-
-    return len(a) == len(b) and all(x is y or structural_equal(x, y) for x, y in zip(a, b))
-
-
-def _reduction(store: BufferStore) -> _Reduction | None:
-    v = store.value
-    kinds = {Add: "sum", Max: "max", Min: "min"}
-    kind = kinds.get(type(v))
-    if kind is None:
-        return None
-    for acc, term in ((v.a, v.b), (v.b, v.a)):
-        if (
-            isinstance(acc, BufferLoad)
-            and acc.buffer is store.buffer
-            and _same_indices(acc.indices, store.indices)
-            and all(ld.buffer is not store.buffer for ld in loads_of(term))
-        ):
-            return _Reduction(kind, acc, term)
-    return None
-
-
-def _identity(kind: str, dtype: str) -> PrimExpr | None:
-    if dt.is_bool(dtype) or dt.lanes(dtype) != 1:
-        return None
-    if kind == "sum":
-        return make_const(0, dtype)
-    if kind == "max":
-        return make_const(dt.min_value(dtype), dtype)
-    return make_const(dt.max_value(dtype), dtype)
-
-
-def _const_value(e: PrimExpr) -> float | int | None:
-    return e.value if isinstance(e, (IntImm, FloatImm)) else None
-
-
-def _impure(e: PrimExpr) -> bool:
-    bad = False
-
-    def f(n: object) -> None:
-        nonlocal bad
-        if isinstance(n, Call) and not n.pure:
-            bad = True
-
-    post_order_visit(e, f)
-    return bad
-
-
-# --------------------------------------------------------------------------------------------
 # The pass
 # --------------------------------------------------------------------------------------------
 
 
 @attrs.define(eq=False)
 class _PadInfo:
-    site: _Site
+    site: Site
     pad: PrimExpr
     kind: str
     preds: list[ElementPred]
@@ -325,9 +116,12 @@ class _PadInfo:
 
 
 class _Analysis:
-    def __init__(self, body: Stmt) -> None:
+    def __init__(self, body: Stmt, params: Sequence[Buffer] = ()) -> None:
         self.body = body
-        v = _Sites()
+        # Parameters are caller-provided memory: defined at every in-bounds index. A buffer
+        # allocated inside the function is defined only where something wrote it.
+        self.params = set(params)
+        v = Sites()
         v.visit(body)
         self.sites = v.sites
         accesses, allocs = collect_accesses(body)
@@ -335,9 +129,9 @@ class _Analysis:
         self.accesses: dict[Buffer, list[Access]] = {}
         for a in accesses:
             self.accesses.setdefault(a.buffer, []).append(a)
-        self.reductions: dict[int, _Reduction] = {}
+        self.reductions: dict[int, Reduction] = {}
         for s in self.sites:
-            r = _reduction(s.store)
+            r = reduction(s.store)
             if r is not None:
                 self.reductions[id(s)] = r
         self.report = LocalPaddingReport()
@@ -380,29 +174,45 @@ class _Analysis:
             if s.store.buffer.scope in ("shared", "local") and s.conds and id(s) in self.reductions:
                 self.compute(s)
 
-    def _refuse(self, rep: CandidateReport, reason: str, s: _Site) -> None:
+    def _refuse(self, rep: CandidateReport, reason: str, s: Site) -> None:
+        """Record a refused candidate: every conjunct stays, each with why."""
         rep.outcome = "refused"
         rep.reason = reason
-        rep.conjuncts = [ConjunctDecision(_text(c), False, "") for c in s.conds]
+        rep.pad_value = None  # nothing is padded, so no pad value is written
+        if len(rep.conjuncts) == len(s.conds):
+            # Refused after the guard was analysed: keep the per-conjunct verdicts, but say
+            # that the ones the analysis alone would have removed stay because of the refusal.
+            verb = "dropped" if rep.kind == "compute" else "inlined"
+            rep.conjuncts = [
+                c if not c.inlined else ConjunctDecision(
+                    c.text, False, f"the candidate is refused; alone it would be {verb}: {c.reason}"
+                )
+                for c in rep.conjuncts
+            ]
+        else:
+            rep.conjuncts = [
+                ConjunctDecision(node_text(c), False, atomic_reason(c) or "the candidate is refused")
+                for c in s.conds
+            ]
         self.report.candidates.append(rep)
 
-    def fetch_or_init(self, s: _Site) -> None:
+    def fetch_or_init(self, s: Site) -> None:
         buf = s.store.buffer
         value = s.store.value
         is_init = not loads_of(value)
-        rep = CandidateReport("init" if is_init else "fetch", buf.name, _text(s.store))
+        rep = CandidateReport("init" if is_init else "fetch", buf.name, node_text(s.store))
         if s.in_else:
             return self._refuse(rep, "the store is in an else-branch", s)
-        if _impure(value):
+        if impure(value):
             return self._refuse(rep, "the stored value has side effects", s)
         consumers = [r for r in (self.reductions.get(id(x)) for x in self.sites) if r is not None]
         if is_init:
-            if _const_value(value) is None:
-                return self._refuse(rep, f"init value {_text(value)} is not a constant", s)
+            if const_value(value) is None:
+                return self._refuse(rep, f"init value {node_text(value)} is not a constant", s)
             writers = [
                 x for x in self.sites if x.store.buffer is buf and id(x) not in self.reductions
             ]
-            values = {(_const_value(x.store.value), x.store.value.dtype) for x in writers}
+            values = {(const_value(x.store.value), x.store.value.dtype) for x in writers}
             if len(values) != 1:
                 return self._refuse(
                     rep, f"{buf.name} is initialized with different values {sorted(map(str, values))}", s
@@ -414,25 +224,35 @@ class _Analysis:
             writers = [x for x in self.sites if x.store.buffer is buf]
             if len(writers) != 1:
                 return self._refuse(rep, f"{buf.name} has {len(writers)} writing statements", s)
+            for x in self.sites:
+                where = index_use(x.store, x.conds, buf)
+                if where:
+                    # A pad read as an index changes which element is accessed, not just a
+                    # term of the reduction: no identity makes that a no-op.
+                    return self._refuse(
+                        rep, f"{buf.name} is read in {where} of {node_text(x.store)}: a pad would "
+                        "change which element is accessed", s,
+                    )
             kinds = set()
             for a in self.accesses.get(buf, []):
                 if a.is_store:
                     continue
                 site, red = self._consumer(a)
-                if red is None or site is None:
+                load = None if red is None else next(
+                    (ld for ld in loads_of(red.term)
+                     if ld.buffer is buf and same_indices(ld.indices, a.indices)),
+                    None,
+                )  # fmt: skip
+                if red is None or site is None or load is None:
                     return self._refuse(
                         rep, f"a read of {buf.name} is not inside a recognized reduction "
-                        f"(in {_text(a.stmt)})", s,
+                        f"(in {node_text(a.stmt) if a.stmt is not None else 'a condition'})", s,
                     )
-                load = next(
-                    ld for ld in loads_of(red.term)
-                    if ld.buffer is buf and _same_indices(ld.indices, a.indices)
-                )
                 if not flows_into(red.term, load, red.kind):
                     how = "a factor of the product" if red.kind == "sum" else "the whole term"
                     return self._refuse(
                         rep, f"the padded value would not reach the {red.kind} reduction as its "
-                        f"identity (needs to be {how}): {_text(red.term)}", s,
+                        f"identity (needs to be {how}): {node_text(red.term)}", s,
                     )
                 kinds.add(red.kind)
             if not kinds:
@@ -440,10 +260,9 @@ class _Analysis:
         if len(kinds) != 1:
             return self._refuse(rep, f"no single identity: consumed by {sorted(kinds)} reductions", s)
         kind = next(iter(kinds))
-        pad = _identity(kind, value.dtype)
+        pad = identity(kind, value.dtype)
         if pad is None:
             return self._refuse(rep, f"no identity of {kind} for dtype {value.dtype}", s)
-        rep.pad_value = _text(pad)
         domain = self.domain(s.loops, buf)
         kept, inlined = self.split_guard(
             s, rep, domain, injective=True, inlined_reason="only protects the source read"
@@ -455,9 +274,12 @@ class _Analysis:
             return
         readers = [(x, ld) for x in self.sites for ld in loads_of(x.store.value) if ld.buffer is buf]
         why = self._readers_see_real_values(s, inlined, kept, domain, readers)
+        if not why and is_init:
+            why = self._init_overwrites(s, kept, inlined)
         if why:
             return self._refuse(rep, why, s)
-        if is_init and _const_value(value) == _const_value(pad):
+        rep.pad_value = node_text(pad)
+        if is_init and const_value(value) == const_value(pad):
             new_value = value
         else:
             new_value = Select(op.all_(*inlined), value, pad)
@@ -468,7 +290,49 @@ class _Analysis:
         if not is_init:
             self.padded[buf] = _PadInfo(s, pad, kind, self.element_preds(s, inlined, domain), domain, kept)
 
-    def _consumer(self, a: Access) -> tuple[_Site | None, _Reduction | None]:
+    def _init_overwrites(self, s: Site, kept: list[PrimExpr], inlined: list[PrimExpr]) -> str:
+        """Why the unguarded init could overwrite a value another statement wrote ('' when it
+        provably cannot).
+
+        Dropping the guard writes the init value where the original did not. That is sound
+        only while such an element holds nothing but garbage or the same init value. For every
+        writer of another value (the reduction, a plain store) either it runs after every
+        iteration of this init -- later in program order and in no loop, inside the buffer's
+        allocation, that also holds the init (a loop around both would interleave them) -- or
+        it provably never writes an element the padded init newly writes (by exhaustion over
+        both loop nests, per iteration of the loops around the allocation)."""
+        buf = s.store.buffer
+        depth = self.alloc_depth.get(buf, 0)
+        here = self.sites.index(s)
+        same = (const_value(s.store.value), s.store.value.dtype)
+        keys = [f.loop_var for f in s.loops[:depth]]  # one lifetime of the buffer
+        extra: set[tuple[int, ...]] | None = None
+        computed = False
+        for n, x in enumerate(self.sites):
+            if x is s or x.store.buffer is not buf:
+                continue
+            if not loads_of(x.store.value) and (const_value(x.store.value), x.store.value.dtype) == same:
+                continue  # another init with the same value: writing it twice changes nothing
+            shared = common_prefix(s.loops, x.loops)
+            if n > here and shared <= depth:
+                continue
+            if not computed:
+                # elements (per lifetime) the padded init writes and the original did not
+                extra = written_where(
+                    s.store.indices, keys, s.loops, [*kept, *s.outer_conds], unless=inlined
+                )
+                computed = True
+            theirs = written_where(x.store.indices, keys, x.loops, [*x.conds, *x.outer_conds])
+            if extra is not None and theirs is not None and extra.isdisjoint(theirs):
+                continue
+            where = "before" if n < here else f"in the same loop {s.loops[shared - 1].loop_var.name} as"
+            return (
+                f"{node_text(x.store)} writes {buf.name} {where} this init: the init value "
+                "written where the guard is false could overwrite its result"
+            )
+        return ""
+
+    def _consumer(self, a: Access) -> tuple[Site | None, Reduction | None]:
         for x in self.sites:
             if x.store is a.stmt:
                 r = self.reductions.get(id(x))
@@ -478,23 +342,28 @@ class _Analysis:
 
     def _readers_see_real_values(
         self,
-        s: _Site,
+        s: Site,
         inlined: list[PrimExpr],
         kept: list[PrimExpr],
         domain: list[For],
-        readers: list[tuple[_Site, BufferLoad]],
+        readers: list[tuple[Site, BufferLoad]],
     ) -> str:
         """Why padding could change what a reader sees ('' when it provably cannot).
 
         An element the fetch leaves unwritten in a round may still hold an older value, and a
         reader in that round may (in odd programs) use it; padding would replace it. So every
         reader's own guard must imply each inlined conjunct, moved to the element it reads
-        (conjuncts that always hold where the store happens are exempt)."""
+        (conjuncts that always hold where the store happens are exempt). When that predicate
+        depends on the round (``k0 * 4 + kk < K``), it says whether the *current* round's write
+        was real, so the element must also have been written in the reader's round, before it
+        (an element last written as a pad in an earlier round has the predicate of that round)."""
         # Only a buffer that outlives a round (a loop between its allocation and the fetch
         # that is not part of the round) can hold older values.
         depth = self.alloc_depth.get(s.store.buffer, 0)
-        if all(f in domain for f in s.loops[depth:]):
+        rounds = [f for f in s.loops[depth:] if f not in domain]
+        if not rounds:
             return ""
+        round_vars = {f.loop_var for f in rounds}
         preds = self.element_preds(s, inlined, domain)
         fetch_loop_vars = {f.loop_var for f in s.loops}
         for c_f in inlined:
@@ -503,7 +372,7 @@ class _Analysis:
             eps = [p for p in preds if p.source is c_f]
             if not eps:
                 return (
-                    f"{s.store.buffer.name} outlives a round and the conjunct {_text(c_f)} cannot "
+                    f"{s.store.buffer.name} outlives a round and the conjunct {node_text(c_f)} cannot "
                     "be related to its elements: a reader could see a pad where it read an "
                     "older value"
                 )
@@ -517,23 +386,68 @@ class _Analysis:
                     if not {v for v in used if v in fetch_loop_vars} <= reader_vars:
                         continue
                     d_e = ep.at(ld.indices)
-                    for g in guards:
-                        d_g = normalize_lt0(g)
-                        if d_g is not None and ana.can_prove(d_g - d_e >= 0):
-                            ok = True
-                            break
-                    if ok:
+                    implied = any(
+                        (d_g := normalize_lt0(g)) is not None and ana.can_prove(d_g - d_e >= 0)
+                        for g in guards
+                    )
+                    if implied and used & round_vars:
+                        implied = self._written_before(s, kept, domain, site, ld, guards)
+                    if implied:
+                        ok = True
                         break
                 if not ok:
                     return (
-                        f"a reader of {s.store.buffer.name} ({_text(site.store)}) is not guarded "
-                        f"by {_text(c_f)}: it could see a pad where it read an older value"
+                        f"a reader of {s.store.buffer.name} ({node_text(site.store)}) is not guarded "
+                        f"by {node_text(c_f)} at an element the fetch wrote in its round: it could "
+                        "see a pad where it read an older value"
                     )
         return ""
 
+    def _written_before(
+        self,
+        fetch: Site,
+        kept: Sequence[PrimExpr],
+        domain: list[For],
+        reader: Site,
+        ld: BufferLoad,
+        assumed: Sequence[PrimExpr],
+    ) -> bool:
+        """Every element ``ld`` may read (under ``assumed``) was written, real or pad, by
+        ``fetch`` in the reader's round before the read.
+
+        The round is one iteration of the loops around every access of the buffer, which
+        reader and fetch therefore share. The fetch must come first in program order and share
+        no further loop with the reader (except the threads of a shared buffer, which run the
+        fetch together): a shared inner loop would let an iteration read an element a later
+        iteration writes. The reads are enumerated over every enclosing thread and vthread loop
+        too: a superset of one round's reads is still covered or not."""
+        buf = ld.buffer
+        if self.sites.index(fetch) > self.sites.index(reader):
+            return False  # the reader runs before the fetch of its round: reads older data
+        n = self.lca_len(buf)
+        parallel = {f for f in domain if buf.scope == "shared" and is_thread_loop(f, ("threadIdx.",))}
+        shared = common_prefix(fetch.loops, reader.loops)
+        if any(f not in parallel for f in fetch.loops[n:shared]):
+            return False
+        # What the fetch surely writes may depend on loops outside its domain that it shares
+        # with the reader (``if row < M or ...`` on the block index): enumerate those too and
+        # compare (iteration, element) pairs, which is exact since both run in one iteration.
+        writes = (*kept, *fetch.outer_conds, *fetch.store.indices)
+        used = {v for e in writes for v in collect_vars(e)}
+        ctx = [f for f in fetch.loops[:shared] if f not in domain and f.loop_var in used]
+        keys = tuple(f.loop_var for f in ctx)
+        fetch_img = element_image(
+            (*keys, *fetch.store.indices), buf, [*kept, *fetch.outer_conds], [*ctx, *domain],
+            fetch.loops, exact=True,
+        )
+        rdomain = [f for i, f in enumerate(reader.loops) if i >= n or is_thread_loop(f)]
+        rdomain = [*ctx, *(f for f in rdomain if f not in ctx)]
+        read_img = element_image((*keys, *ld.indices), buf, assumed, rdomain, reader.loops)
+        return fetch_img is not None and read_img is not None and read_img <= fetch_img
+
     def split_guard(
         self,
-        s: _Site,
+        s: Site,
         rep: CandidateReport,
         domain: list[For],
         injective: bool,
@@ -546,7 +460,7 @@ class _Analysis:
         for c in s.conds:
             why = atomic_reason(c)
             if why is not None:
-                rep.conjuncts.append(ConjunctDecision(_text(c), False, why))
+                rep.conjuncts.append(ConjunctDecision(node_text(c), False, why))
                 continue
             trial = [k for k in kept if k is not c]
             ok, reason = store_safe(
@@ -556,13 +470,13 @@ class _Analysis:
                 ok, reason = extra(c, trial)
             if ok:
                 kept = trial
-                rep.conjuncts.append(ConjunctDecision(_text(c), True, inlined_reason))
+                rep.conjuncts.append(ConjunctDecision(node_text(c), True, inlined_reason))
             else:
-                rep.conjuncts.append(ConjunctDecision(_text(c), False, reason))
+                rep.conjuncts.append(ConjunctDecision(node_text(c), False, reason))
         dropped = [c for c in s.conds if not any(c is k for k in kept)]
         return kept, dropped
 
-    def element_preds(self, s: _Site, inlined: list[PrimExpr], domain: list[For]) -> list[ElementPred]:
+    def element_preds(self, s: Site, inlined: list[PrimExpr], domain: list[For]) -> list[ElementPred]:
         """For a plain copy ``P[S] = Src[L]``: inlined conjuncts as predicates on P's elements."""
         value = s.store.value
         src = strip_casts(value)
@@ -593,21 +507,21 @@ class _Analysis:
                     break
         return preds
 
-    def compute(self, s: _Site) -> None:
+    def compute(self, s: Site) -> None:
         red = self.reductions[id(s)]
         buf = s.store.buffer
-        rep = CandidateReport("compute", buf.name, _text(s.store))
+        rep = CandidateReport("compute", buf.name, node_text(s.store))
         if s.in_else:
             return self._refuse(rep, "the store is in an else-branch", s)
-        if _impure(s.store.value):
+        if impure(s.store.value):
             return self._refuse(rep, "the stored value has side effects", s)
-        identity = _identity(red.kind, s.store.value.dtype)
+        ident = identity(red.kind, s.store.value.dtype)
         padded_loads = []
         for ld in loads_of(red.term):
             info = self.padded.get(ld.buffer)
-            if info is None or info.kind != red.kind or identity is None:
+            if info is None or info.kind != red.kind or ident is None:
                 continue
-            if _const_value(info.pad) != _const_value(identity) or info.pad.dtype != identity.dtype:
+            if const_value(info.pad) != const_value(ident) or info.pad.dtype != ident.dtype:
                 continue
             if flows_into(red.term, ld, red.kind):
                 padded_loads.append((ld, info))
@@ -620,9 +534,9 @@ class _Analysis:
                 return False, "not an integer comparison"
             if not padded_loads:
                 return False, "no operand is read from a tile padded with the identity"
-            # Every other load must stay in bounds of a param/global buffer without the
-            # conjunct (its finite value times the padded 0 is 0); unwritten shared/local
-            # elements could hold anything, so those are refused.
+            # Every other load must be an in-bounds read of a parameter without the conjunct
+            # (its finite value times the padded 0 is 0); anything allocated here could be
+            # unwritten at that index (NaN, garbage), so it is refused.
             for other in loads_of(red.term):
                 info_o = next((i for ld, i in padded_loads if ld is other), None)
                 if info_o is not None:
@@ -632,10 +546,12 @@ class _Analysis:
                             "the compute reads"
                         )
                     continue
-                if other.buffer.scope != "global":
+                if other.buffer not in self.params:
+                    # A shared/local tile or an intermediate allocated in the function is
+                    # defined only where it was written; the original never read it here.
                     return False, (
-                        f"operand {other.buffer.name} is not padded and could be read "
-                        "where it was never written"
+                        f"operand {other.buffer.name} is not padded and not a parameter: it "
+                        "could be read where it was never written"
                     )
                 ok, why = store_safe(
                     other.indices, other.buffer, _trial, s.loops, s.loops, injective=False
@@ -669,26 +585,15 @@ class _Analysis:
             return
         self.replace[s.top] = IfThenElse(op.all_(*kept), s.store) if kept else s.store
         rep.outcome = "guard reduced"
-        rep.pad_value = _text(identity)
+        rep.pad_value = node_text(ident)
         self.report.candidates.append(rep)
 
     def _covered(
-        self, ld: BufferLoad, s: _Site, info: _PadInfo, assumed: Sequence[PrimExpr]
+        self, ld: BufferLoad, s: Site, info: _PadInfo, assumed: Sequence[PrimExpr]
     ) -> bool:
         """Every element the compute may read (under ``assumed``) was written, real or pad, by
-        the fetch in the same round. The reads are enumerated over every enclosing thread and
-        vthread loop too: a superset of one round's reads is still covered or not."""
-        buf = ld.buffer
-        if self.sites.index(info.site) > self.sites.index(s):
-            return False  # the compute runs before the fetch of its round: reads older data
-        fetch_img = element_image(
-            info.site.store.indices, buf, [*info.kept, *info.site.outer_conds], info.domain,
-            info.site.loops, exact=True,
-        )
-        n = self.lca_len(buf)
-        domain = [f for i, f in enumerate(s.loops) if i >= n or is_thread_loop(f)]
-        read_img = element_image(ld.indices, buf, assumed, domain, s.loops)
-        return fetch_img is not None and read_img is not None and read_img <= fetch_img
+        the fetch in the same round, before the compute reads it."""
+        return self._written_before(info.site, info.kept, info.domain, s, ld, assumed)
 
 
 class _Replace(Mutator):
@@ -727,8 +632,8 @@ class LocalPadding(Pass):
 
     def transform(self, func: PrimFunc, ctx: PassContext) -> PrimFunc:
         require_lowered(func, self.name)
-        body = _Distribute().visit(func.body)
-        ana = _Analysis(body)
+        body = Distribute().visit(func.body)
+        ana = _Analysis(body, func.params)
         ana.run()
         self.report = ana.report
         text = str(ana.report)

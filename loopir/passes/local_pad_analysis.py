@@ -32,17 +32,20 @@ from loopir.ir.expr import (
     Var,
 )
 from loopir.ir.functor import collect_vars, post_order_visit
-from loopir.ir.stmt import For
+from loopir.ir.stmt import BufferStore, For
 from loopir.passes import _enum
 from loopir.passes._walk import loop_range
 
 __all__ = [
     "ElementPred",
     "always_true",
+    "written_where",
     "analyzer",
     "atomic_reason",
+    "common_prefix",
     "element_image",
     "flows_into",
+    "index_use",
     "normalize_lt0",
     "store_safe",
     "strip_casts",
@@ -57,6 +60,27 @@ def analyzer(loops: Sequence[For]):  # noqa: ANN201 - arith is imported lazily
     for f in loops:
         ana.bind(f.loop_var, loop_range(f))
     return ana
+
+
+def common_prefix(a: Sequence[For], b: Sequence[For]) -> int:
+    """How many outermost loops (the same nodes) ``a`` and ``b`` share."""
+    n = 0
+    while n < len(a) and n < len(b) and a[n] is b[n]:
+        n += 1
+    return n
+
+
+def index_use(store: BufferStore, conds: Sequence[PrimExpr], buf: Buffer) -> str:
+    """Where ``buf`` is read other than as a value: in a store index, a load index or a guard
+    of ``store`` ('' when nowhere)."""
+    reads = lambda es: any(ld.buffer is buf for e in es for ld in loads_of(e))  # noqa: E731
+    if reads(store.indices):
+        return "a store index"
+    if any(reads(ld.indices) for ld in loads_of(store.value)):
+        return "a load index"
+    if reads(conds):
+        return "the guard"
+    return ""
 
 
 def has_load_or_call(e: PrimExpr) -> bool:
@@ -219,6 +243,37 @@ def element_image(
     except _enum.NotEnumerable:
         return None
     cols = [v[mask] for v in vals]
+    if not cols:
+        return {()} if mask.any() else set()
+    return set(zip(*(c.tolist() for c in cols)))
+
+
+def written_where(
+    indices: Sequence[PrimExpr],
+    keys: Sequence[Var],
+    loops: Sequence[For],
+    assumed: Sequence[PrimExpr],
+    unless: Sequence[PrimExpr] = (),
+) -> set[tuple[int, ...]] | None:
+    """The ``(keys, indices)`` values over every point of ``loops`` (all of them, outermost
+    included) where ``assumed`` holds and, given ``unless``, not all of ``unless`` hold.
+
+    Conditions of ``assumed`` on other variables are dropped (a superset); ``unless`` must be
+    evaluable exactly. None when the nest is too large or something cannot be evaluated."""
+    ranges = _const_ranges(loops)
+    if ranges is None:
+        return None
+    xs = {v for v, _, _ in ranges}
+    ana = analyzer(loops)
+    try:
+        env = _enum.domain(ranges)
+        size = next(iter(env.values())).size if env else 1
+        mask = _mask(assumed, xs, env, size)
+        if unless:
+            mask &= ~_mask(unless, xs, env, size, strict=True)
+        cols = [_enum.evaluate(ana.simplify(e), env, size)[mask] for e in (*keys, *indices)]
+    except _enum.NotEnumerable:
+        return None
     if not cols:
         return {()} if mask.any() else set()
     return set(zip(*(c.tolist() for c in cols)))

@@ -1,34 +1,38 @@
 """ThreadSync: insert ``storage_sync("shared")`` barriers (``__syncthreads()``) where needed.
 
-Inside a kernel (under its outermost ``threadIdx``/``vthread`` loop) statements are scanned in
-program order, tracking the shared buffers read and written since the last barrier. A barrier
-is inserted before a statement that
+A kernel is an outermost thread-bound loop (as the host/device split sees it). Every
+``threadIdx`` loop in it runs on the same hardware threads, so sibling thread loop nests under
+one block loop are *not* ordered by the loop structure: only barriers order them. The planner
+scans the whole kernel in program order, keeping the shared-memory accesses made since the last
+barrier, and inserts a barrier before a statement that has an access conflicting with one of
+them: same buffer, at least one a store (read-after-write, write-after-read, write-after-write),
+and not proven to be touched by one thread only (the race checker's prover,
+:func:`~loopir.passes.race_check.threads_may_share`: a thread re-reading its own element needs
+no barrier).
 
-- reads a shared buffer written since the last barrier (another thread may have written the
-  element: read-after-write), or
-- writes a shared buffer read since the last barrier (another thread may still need the old
-  value: write-after-read).
-
-Serial loops are scanned twice so that accesses at the end of one iteration meet those at the
-start of the next: the cooperative fetch of the next ``k0`` iteration waits until every thread
-has finished reading the current tile. Barriers are placed only where every thread of the block
-reaches them: never inside a condition or loop bound that depends on ``threadIdx`` (or on a
-loaded value). If such a region itself needs an internal barrier, :class:`PassError` is raised
-rather than emitting a kernel with a race.
+The barrier goes at the coarsest level: before the whole compound statement that conflicts, not
+inside it. Serial loops are scanned twice so that accesses at the end of one iteration meet
+those at the start of the next: the cooperative fetch of the next ``k0`` iteration waits until
+every thread has finished reading the current tile. Barriers are placed only where every thread
+of the block reaches them: never inside a condition or loop bound that depends on ``threadIdx``
+(or on a loaded value), nor inside a ``threadIdx`` loop narrower than the block (it runs under
+``if (threadIdx.x < extent)``). If such a region itself needs an internal barrier,
+:class:`PassError` is raised rather than emitting a kernel with a race or a deadlock. The pass
+is idempotent: existing barriers reset the scan.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import attrs
 
 from loopir.errors import PassError
 from loopir.ir import op
-from loopir.ir.buffer import Buffer
-from loopir.ir.expr import BufferLoad, Call, PrimExpr, Var
+from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr, Var
 from loopir.ir.functor import collect_vars, post_order_visit
 from loopir.ir.stmt import (
     Allocate,
-    BufferStore,
     Evaluate,
     For,
     ForKind,
@@ -41,6 +45,7 @@ from loopir.ir.stmt import (
 from loopir.passes._walk import is_thread_loop
 from loopir.passes.base import Pass, require_lowered
 from loopir.passes.context import PassContext
+from loopir.passes.race_check import collect_accesses, threads_may_share
 
 __all__ = ["ThreadSync", "is_sync"]
 
@@ -60,34 +65,61 @@ def _sync() -> Stmt:
 
 @attrs.frozen
 class _State:
-    reads: frozenset[Buffer] = frozenset()
-    writes: frozenset[Buffer] = frozenset()
+    """The shared-memory accesses since the last barrier."""
+
+    accesses: tuple[Any, ...] = ()
 
     def union(self, o: _State) -> _State:
-        return _State(self.reads | o.reads, self.writes | o.writes)
+        if not o.accesses:
+            return self
+        seen = {id(a) for a in self.accesses}
+        return _State(self.accesses + tuple(a for a in o.accesses if id(a) not in seen))
 
 
 _EMPTY = _State()
 
 
-def _summary(s: Stmt) -> _State:
-    reads: set[Buffer] = set()
-    writes: set[Buffer] = set()
-
-    def f(n: object) -> None:
-        if isinstance(n, BufferLoad) and n.buffer.scope == "shared":
-            reads.add(n.buffer)
-        elif isinstance(n, BufferStore) and n.buffer.scope == "shared":
-            writes.add(n.buffer)
-
-    post_order_visit(s, f)
-    return _State(frozenset(reads), frozenset(writes))
-
-
 class _Planner:
-    def __init__(self, thread_vars: set[Var]) -> None:
+    def __init__(self, thread_vars: set[Var], launch: dict[str, int | None]) -> None:
         self.thread_vars = thread_vars
+        self.launch = launch
         self.inserted = 0
+        self.loops: list[For] = []
+        # keyed by id(); the values keep the keyed objects alive, so ids are not reused
+        self._summaries: dict[tuple[int, int], tuple[Stmt, _State]] = {}
+        self._pairs: dict[tuple[int, int], tuple[Any, Any, bool]] = {}
+
+    def _summary(self, s: Stmt) -> _State:
+        key = (id(s), len(self.loops))
+        hit = self._summaries.get(key)
+        if hit is None or hit[0] is not s:
+            # a barrier also orders the block's global-memory accesses (an intermediate
+            # written by one thread loop nest and read by a sibling nest)
+            accs = collect_accesses(s, self.loops)
+            hit = (s, _State(tuple(accs)))
+            self._summaries[key] = hit
+        return hit[1]
+
+    def _pair_conflicts(self, a: Any, b: Any) -> bool:
+        """Whether two threads may touch one element, one through ``a``, one through ``b``."""
+        if a.buffer is not b.buffer or not (a.is_store or b.is_store):
+            return False
+        key = (id(a), id(b))
+        hit = self._pairs.get(key)
+        if hit is None:
+            hit = (a, b, threads_may_share(self.launch, a, b))
+            self._pairs[key] = hit
+        return hit[2]
+
+    def _conflict(self, summ: _State, state: _State) -> bool:
+        return any(self._pair_conflicts(a, b) for b in summ.accesses for a in state.accesses)
+
+    def _partial_thread_loop(self, s: For) -> bool:
+        """A threadIdx loop that not every launched thread enters (``if tid < extent``)."""
+        launched = self.launch.get(s.thread_tag or "")
+        if launched is None:  # symbolic: the split requires one extent for every loop of a tag
+            return False
+        return not (isinstance(s.extent, IntImm) and s.extent.value == launched)
 
     def _divergent(self, e: PrimExpr) -> bool:
         if any(v in self.thread_vars for v in collect_vars(e)):
@@ -102,12 +134,8 @@ class _Planner:
         post_order_visit(e, f)
         return found
 
-    @staticmethod
-    def _conflict(summ: _State, state: _State) -> bool:
-        return bool(summ.reads & state.writes or summ.writes & state.reads)
-
     def atomic(self, s: Stmt, state: _State) -> tuple[Stmt, _State]:
-        summ = _summary(s)
+        summ = self._summary(s)
         if self._conflict(summ, state):
             self.inserted += 1
             return seq(_sync(), s), summ
@@ -119,7 +147,7 @@ class _Planner:
         if isinstance(s, SeqStmt):
             out = []
             for c in s.seq:
-                if not is_sync(c) and self._conflict(_summary(c), state):
+                if not is_sync(c) and self._conflict(self._summary(c), state):
                     # Barrier at the coarsest level: before the whole compound statement,
                     # not deep inside it (a barrier in an inner loop would run per iteration).
                     self.inserted += 1
@@ -141,24 +169,35 @@ class _Planner:
             other, se = self.plan(s.else_case, state)
             return attrs.evolve(s, then_case=then, else_case=other), st.union(se)
         if isinstance(s, For):
-            if s.kind is ForKind.THREAD_BINDING:
+            if s.kind is ForKind.THREAD_BINDING and not is_thread_loop(s, ("vthread.",)):
                 if is_thread_loop(s, ("threadIdx.",)):
                     self.thread_vars.add(s.loop_var)
-                body, state = self.plan(s.body, state)
+                    if self._partial_thread_loop(s):
+                        self._check_no_internal_sync(s)
+                        return self.atomic(s, state)
+                body, state = self._in_loop(s, s.body, state)
                 return attrs.evolve(s, body=body), state
             if s.kind is ForKind.VECTORIZED or self._divergent(s.min) or self._divergent(s.extent):
                 self._check_no_internal_sync(s)
                 return self.atomic(s, state)
             # Two passes: the second starts from what the first iteration leaves behind.
             saved = self.inserted
-            _, after_one = self.plan(s.body, state)
+            _, after_one = self._in_loop(s, s.body, state)
             self.inserted = saved
-            body, after = self.plan(s.body, state.union(after_one))
+            body, after = self._in_loop(s, s.body, state.union(after_one))
             return attrs.evolve(s, body=body), after.union(state)
         return self.atomic(s, state)
 
+    def _in_loop(self, loop: For, body: Stmt, state: _State) -> tuple[Stmt, _State]:
+        self.loops.append(loop)
+        try:
+            return self.plan(body, state)
+        finally:
+            self.loops.pop()
+
     def _check_no_internal_sync(self, s: Stmt) -> None:
-        inner = _Planner(set(self.thread_vars))
+        inner = _Planner(set(self.thread_vars), self.launch)
+        inner.loops = [*self.loops, *([s] if isinstance(s, For) else [])]
         body = s.then_case if isinstance(s, IfThenElse) else s.body  # type: ignore[union-attr]
         inner.plan(body, _EMPTY)
         if isinstance(s, IfThenElse) and s.else_case is not None:
@@ -171,12 +210,31 @@ class _Planner:
             )
 
 
+def _launch_extents(root: Stmt) -> dict[str, int | None]:
+    """Per ``threadIdx`` tag, the extent the kernel under ``root`` is launched with: the
+    largest constant extent of the tag's loops (None when one of them is symbolic)."""
+    out: dict[str, int | None] = {}
+
+    def f(n: object) -> None:
+        if isinstance(n, For) and is_thread_loop(n, ("threadIdx.",)):
+            tag = n.thread_tag or ""
+            if not isinstance(n.extent, IntImm):
+                out[tag] = None
+            elif tag not in out or (out[tag] is not None and n.extent.value > out[tag]):  # type: ignore[operator]
+                out[tag] = n.extent.value
+
+    post_order_visit(root, f)
+    return out
+
+
 class _Kernel:
-    """Finds the outermost thread loops and plans barriers below each."""
+    """Finds the kernels (outermost thread-bound loops, as the host/device split does) and
+    plans barriers over each kernel's whole body: every ``threadIdx`` loop in it runs on the
+    same hardware threads, so sibling thread loop nests are ordered only by barriers."""
 
     def visit(self, s: Stmt) -> Stmt:
-        if isinstance(s, For) and is_thread_loop(s):
-            planner = _Planner(set())
+        if isinstance(s, For) and s.kind is ForKind.THREAD_BINDING:
+            planner = _Planner(set(), _launch_extents(s))
             out, _ = planner.plan(s, _EMPTY)
             return out
         if isinstance(s, SeqStmt):

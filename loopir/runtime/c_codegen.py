@@ -15,7 +15,9 @@ iter var is at its domain minimum; ``alloc_buffers`` and ``Allocate`` live for t
 they belong to. The one exception is lowered IR with barriers: a ``threadIdx`` loop whose body
 contains a ``storage_sync`` runs with GPU thread-block semantics (one fiber per thread, the
 barrier synchronizes them; see :mod:`loopir.runtime.c_fibers`). Elsewhere ``storage_sync``
-is a no-op.
+is a no-op. With ``thread_order="random"``, lowered IR (no blocks) runs every kernel's
+threads as fibers instead, in a seeded random order between barriers (GPU semantics, so a
+missing barrier shows; see :mod:`loopir.runtime.c_fibers`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from loopir.errors import CodegenError
 from loopir.ir import dtype as dt
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import Call, IntImm, PrimExpr, Var
+from loopir.ir.functor import post_order_visit
 from loopir.ir.stmt import (
     Allocate,
     Block,
@@ -43,7 +46,13 @@ from loopir.ir.stmt import (
     Stmt,
 )
 from loopir.runtime.c_expr import BufferInfo, ExprEmitter, c_ident
-from loopir.runtime.c_fibers import FIBER_PRELUDE, THREAD_COORDS, contains_sync, thread_extents
+from loopir.runtime.c_fibers import (
+    THREAD_COORDS,
+    contains_sync,
+    contains_tag,
+    fiber_prelude,
+    thread_extents,
+)
 from loopir.runtime.c_types import PRELUDE, expr_ctype, storage_bytes, storage_ctype
 
 __all__ = ["CProgram", "generate_c", "ENTRY"]
@@ -77,6 +86,8 @@ class CProgram:
     buffers: tuple[tuple[str, str], ...]
     blocks: tuple[tuple[str, tuple[str, ...]], ...]
     written: frozenset[int]
+    thread_order: str = "sequential"
+    seeded: bool = False
 
 
 def _const_int(e: PrimExpr) -> int | None:
@@ -84,9 +95,14 @@ def _const_int(e: PrimExpr) -> int | None:
 
 
 class _StmtEmitter(ExprEmitter):
-    def __init__(self, check_bounds: bool, thread_regions: bool = True) -> None:
+    def __init__(self, check_bounds: bool, thread_regions: bool = True, gpu_regions: bool = False) -> None:
         super().__init__(check_bounds)
         self.thread_regions = thread_regions
+        # thread_order="random" on lowered IR: every kernel's threads are a region
+        self.gpu_regions = gpu_regions
+        self.in_kernel = False
+        self.hoisted: set[Buffer] = set()  # non-local buffers allocated before their region
+        self.region_tags: list[str] = []  # threadIdx tags of the enclosing loops in a region
         self.lines: list[str] = []
         self.indent = 1
         self.counter = 0
@@ -186,6 +202,9 @@ class _StmtEmitter(ExprEmitter):
 
     # --- statements -------------------------------------------------------------------------
     def stmt(self, s: Stmt) -> None:
+        if self.gpu_regions and not self.in_region and self._is_kernel_region(s):
+            self._thread_region(s)
+            return
         method = getattr(self, "_s_" + type(s).__name__, None)
         if method is None:
             raise CodegenError(f"cpu codegen: cannot translate statement {type(s).__name__}")
@@ -241,7 +260,23 @@ class _StmtEmitter(ExprEmitter):
         self.indent -= 1
         self.emit("}")
 
+    def _is_kernel_region(self, s: Stmt) -> bool:
+        """Whether ``s`` is a whole thread block's work: inside a kernel (or a kernel's
+        outermost thread-bound loop), free of ``blockIdx`` loops, with ``threadIdx`` loops."""
+        starts_kernel = isinstance(s, For) and s.kind is ForKind.THREAD_BINDING
+        if not (self.in_kernel or starts_kernel):
+            return False
+        return not contains_tag(s, "blockIdx.") and bool(thread_extents(s))
+
     def _s_For(self, s: For) -> None:
+        if self.gpu_regions and s.kind is ForKind.THREAD_BINDING and not (self.in_kernel or self.in_region):
+            # a kernel's outer (blockIdx) loops run serially; the regions lie below them
+            self.in_kernel = True
+            try:
+                self._serial_for(s)
+            finally:
+                self.in_kernel = False
+            return
         if s.kind is ForKind.THREAD_BINDING and s.thread_tag in THREAD_COORDS:
             if self.in_region:
                 self._thread_loop(s)
@@ -249,6 +284,9 @@ class _StmtEmitter(ExprEmitter):
             if self.thread_regions and contains_sync(s.body):
                 self._thread_region(s)
                 return
+        self._serial_for(s)
+
+    def _serial_for(self, s: For) -> None:
         ext, mn = self.fresh("ext"), self.fresh("lo")
         cnt = self.fresh("it")
         self.emit("{")
@@ -274,6 +312,13 @@ class _StmtEmitter(ExprEmitter):
     def _thread_loop(self, s: For) -> None:
         """A threadIdx loop inside a region: the fiber's coordinate, guarded by the extent."""
         coord = THREAD_COORDS[s.thread_tag]
+        if self.gpu_regions and s.thread_tag in self.region_tags:
+            raise CodegenError(
+                f"cpu codegen (thread_order='random'): loop {s.loop_var.name} is bound to "
+                f"{s.thread_tag} inside another {s.thread_tag} loop; a GPU has one index per "
+                "tag, so nested loops of one tag must be unified first (loopir.lower does)"
+            )
+        self.region_tags.append(s.thread_tag)
         name, old = self.define_var(s.loop_var)
         t = expr_ctype(s.loop_var.dtype)
         self.emit(f"if ({coord} < {self.index64(s.extent)}) {{ /* {s.thread_tag} */")
@@ -283,10 +328,35 @@ class _StmtEmitter(ExprEmitter):
         self.indent -= 1
         self.emit("}")
         self.undefine_var(s.loop_var, old)
+        self.region_tags.pop()
 
-    def _thread_region(self, s: For) -> None:
-        """Run ``s`` (a threadIdx loop containing barriers) as one fiber per thread."""
+    def _hoist_allocations(self, s: Stmt) -> list[tuple[Buffer, BufferInfo, BufferInfo | None, bool]]:
+        """Allocate the non-local buffers of region ``s`` once, before its fibers start:
+        shared memory belongs to the thread block, not to one thread."""
+        found: list[Buffer] = []
+
+        def visit(n: Any) -> None:
+            if isinstance(n, Allocate) and n.buffer.scope != "local" and n.buffer not in found:
+                found.append(n.buffer)
+
+        post_order_visit(s, visit)
+        opened = []
+        for b in found:
+            try:
+                opened.append((b, *self.open_buffer(b)))
+            except CodegenError as exc:
+                raise CodegenError(
+                    f"cpu codegen (thread_order='random'): the size of {b.scope} buffer {b.name} "
+                    f"must be known when its thread block starts ({exc})"
+                ) from None
+            self.hoisted.add(b)
+        return opened
+
+    def _thread_region(self, s: Stmt) -> None:
+        """Run ``s`` (a threadIdx loop containing barriers, or with ``gpu_regions`` a thread
+        block's whole work) as one fiber per thread."""
         rid = self.fresh("lir_region")
+        hoisted = self._hoist_allocations(s) if self.gpu_regions else []
         dims = []
         for tag in THREAD_COORDS:
             exts = thread_extents(s).get(tag, [])
@@ -321,14 +391,18 @@ class _StmtEmitter(ExprEmitter):
             for n, t in fields:
                 self.emit(f"{t} const {n} = env->{n};")
             self.emit("(void)lir_tx; (void)lir_ty; (void)lir_tz;")
-            self._thread_loop(s)
+            if isinstance(s, For) and s.kind is ForKind.THREAD_BINDING and s.thread_tag in THREAD_COORDS:
+                self._thread_loop(s)
+            else:
+                self.stmt(s)
             body = self.lines
         finally:
             self.lines, self.indent = saved_lines, saved_indent
             self.in_region = False
         self.functions.append("\n".join(decl + [f"static void {rid}(void) {{", *body, "}", ""]))
         env = self.fresh("env")
-        self.emit(f"{{ /* thread region: {s.thread_tag} loop with barriers, run as fibers */")
+        what = "thread block" if self.gpu_regions else f"{getattr(s, 'thread_tag', '')} loop with barriers"
+        self.emit(f"{{ /* thread region: {what}, run as fibers */")
         self.indent += 1
         self.emit(f"{env_t} {env};")
         self.emit(f"{env}.err = err;")
@@ -338,9 +412,15 @@ class _StmtEmitter(ExprEmitter):
         self.emit(f"lir_run_fibers(err, &{env}, {env}_dims, {rid});")
         self.indent -= 1
         self.emit("}")
+        for b, info, old, heap in reversed(hoisted):
+            self.close_buffer(b, info, old, heap)
+            self.hoisted.discard(b)
         self.uses_fibers = True
 
     def _s_Allocate(self, s: Allocate) -> None:
+        if s.buffer in self.hoisted:  # allocated before the region's fibers started
+            self.stmt(s.body)
+            return
         self.emit("{")
         self.indent += 1
         info, old, heap = self.open_buffer(s.buffer)
@@ -408,7 +488,24 @@ def _sym_vars(func: PrimFunc) -> list[Var]:
     return list(out)
 
 
-def generate_c(func: PrimFunc, check_bounds: bool = True, thread_regions: bool = True) -> CProgram:
+def _has_blocks(func: PrimFunc) -> bool:
+    found = False
+
+    def visit(n: Any) -> None:
+        nonlocal found
+        if isinstance(n, (Block, BlockRealize)):
+            found = True
+
+    post_order_visit(func.body, visit)
+    return found
+
+
+def generate_c(
+    func: PrimFunc,
+    check_bounds: bool = True,
+    thread_regions: bool = True,
+    thread_order: str = "sequential",
+) -> CProgram:
     """Translate ``func`` to a C translation unit (see the module docstring).
 
     Parameters
@@ -421,6 +518,12 @@ def generate_c(func: PrimFunc, check_bounds: bool = True, thread_regions: bool =
         Run ``threadIdx`` loops that contain barriers as fiber regions (GPU block semantics,
         see :mod:`loopir.runtime.c_fibers`); when False they run serially and barriers are
         no-ops.
+    thread_order
+        ``"sequential"``: as above. ``"random"``: for lowered IR (no blocks), every kernel's
+        thread block is a region (the statement under its innermost ``blockIdx`` loops) whose
+        fibers run in a random order between barriers, seeded at run time through
+        :data:`~loopir.runtime.c_fibers.SEED_ENTRY`. IR with blocks keeps its sequential
+        meaning (the regions of ``"sequential"``, resumed in random order).
 
     Raises
     ------
@@ -431,7 +534,8 @@ def generate_c(func: PrimFunc, check_bounds: bool = True, thread_regions: bool =
     """
     if not isinstance(func, PrimFunc):
         raise CodegenError(f"build(target='cpu'): expected a PrimFunc, got {type(func).__name__}")
-    em = _StmtEmitter(check_bounds, thread_regions)
+    random_order = thread_order == "random"
+    em = _StmtEmitter(check_bounds, thread_regions, gpu_regions=random_order and not _has_blocks(func))
     syms = _sym_vars(func)
     header = [PRELUDE, f"int32_t {ENTRY}(void** args, const int64_t* syms, int64_t* err) {{"]
     for k, v in enumerate(syms):
@@ -454,7 +558,7 @@ def generate_c(func: PrimFunc, check_bounds: bool = True, thread_regions: bool =
     em.stmt(func.body)
     em.emit("return (int32_t)err[0];")
     if em.uses_fibers:
-        header[1:1] = [FIBER_PRELUDE, *em.functions]
+        header[1:1] = [fiber_prelude(random_order), *em.functions]
     body = "\n".join(header + em.lines + ["}", ""])
     written = frozenset(k for k, b in enumerate(func.params) if b in em.written)
     return CProgram(
@@ -463,4 +567,6 @@ def generate_c(func: PrimFunc, check_bounds: bool = True, thread_regions: bool =
         buffers=tuple(em.buffer_table),
         blocks=tuple(em.block_table),
         written=written,
+        thread_order=thread_order,
+        seeded=random_order and em.uses_fibers,
     )

@@ -1,10 +1,11 @@
 """Compiling generated C to shared libraries, cached on disk by content hash.
 
-The cache directory is, in order of precedence: the ``cache_dir`` build option, the value set
+The cache root is, in order of precedence: the ``cache_dir`` build option, the value set
 with :func:`set_cache_dir`, the ``LOOPIR_CACHE_DIR`` environment variable, then
-``$XDG_CACHE_HOME/loopir`` (``~/.cache/loopir``). CPU libraries live in its ``cpu/``
-subfolder, named by the SHA-256 of (source, compiler flags, compiler version). Files are
-written under a temporary name and renamed into place, so concurrent builds of the same
+``$XDG_CACHE_HOME/loopir`` (``~/.cache/loopir``); :mod:`loopir._cache_dir` resolves it and
+refuses directories and entries someone else could have written. CPU libraries live in its
+``cpu/`` subfolder, named by the SHA-256 of (source, compiler flags, compiler version). Files
+are written under a temporary name and renamed into place, so concurrent builds of the same
 function never see a half-written library.
 
 Each library has a ``.sha256`` file beside it holding the library's own SHA-256; an entry
@@ -28,6 +29,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from loopir import _cache_dir
 from loopir.errors import CodegenError
 
 logger = logging.getLogger(__name__)
@@ -43,27 +45,20 @@ DEFAULT_FLAGS = (
     "-fno-aggressive-loop-optimizations",
 )  # fmt: skip
 
-_cache_dir: Path | None = None
-
-
 def set_cache_dir(path: str | os.PathLike[str] | None) -> None:
-    """Set the cache directory for this process (None: back to the default lookup)."""
-    global _cache_dir
-    _cache_dir = None if path is None else Path(path)
+    """Set the cache root of every loopir cache for this process (None: the default lookup).
+
+    The same as :func:`loopir._cache_dir.set_cache_root`: CPU libraries go to its ``cpu/``
+    subfolder, cubins to ``cuda/``, CUTLASS libraries to ``cutlass/``.
+    """
+    _cache_dir.set_cache_root(path)
 
 
 def get_cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
-    """The cache directory in effect (see the module docstring for the precedence)."""
+    """The cache root in effect (see the module docstring for the precedence)."""
     if override is not None:
         return Path(override)
-    if _cache_dir is not None:
-        return _cache_dir
-    env = os.environ.get("LOOPIR_CACHE_DIR")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".cache"
-    return base / "loopir"
+    return _cache_dir.cache_root()[0]
 
 
 @functools.lru_cache(maxsize=8)
@@ -87,19 +82,6 @@ class CompileResult:
         self.source_path = source_path
 
 
-def _writable_dir(path: Path) -> Path:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(dir=path, delete=True)
-        probe.close()
-        return path
-    except OSError as exc:
-        fallback = Path(tempfile.gettempdir()) / f"loopir-cache-{os.getuid()}" / "cpu"
-        logger.warning("cache dir %s is not writable (%s); using %s", path, exc, fallback)
-        fallback.mkdir(parents=True, exist_ok=True)
-        return fallback
-
-
 def compile_shared(
     source: str,
     *,
@@ -120,7 +102,7 @@ def compile_shared(
         raise CodegenError("build(target='cpu'): no C compiler found (install gcc or set CC)")
     version = _compiler_version(cc)
     key = hashlib.sha256("\0".join([source, " ".join(flags), cc, version]).encode()).hexdigest()
-    directory = _writable_dir(get_cache_dir(cache_dir) / "cpu")
+    directory = _cache_dir.kind_dir("cpu", root=cache_dir)
     lib = directory / f"lib_{key[:32]}.so"
     src = directory / f"lib_{key[:32]}.c"
     digest = directory / f"lib_{key[:32]}.sha256"
@@ -149,9 +131,13 @@ def _entry_ok(lib: Path, digest: Path) -> bool:
     A missing checksum (an entry of an older loopir, or a build that died between the two
     renames), a truncated or altered library, or an unreadable file all mean "rebuild".
     """
-    if not lib.exists():
+    # Refuse (CodegenError) an entry someone else could have planted, checksum and all.
+    if not _cache_dir.check_entry(lib):
         return False
     try:
+        if not _cache_dir.check_entry(digest):
+            logger.debug("cpu cache entry %s has no checksum file; rebuilding", lib)
+            return False
         want = digest.read_text().strip()
         ok = want == _sha256_file(lib)
     except FileNotFoundError:
@@ -213,6 +199,9 @@ def _compile(source: str, cc: str, flags: tuple[str, ...], directory: Path, lib:
         )
     # The checksum describes the new library; write it first so that a reader never pairs
     # the new library with an old checksum for long (a mismatch only costs a rebuild).
+    # The linker creates its output with the umask's mode; under umask 002 that is group-
+    # writable, which the next load would refuse: the cache's files are the owner's only.
+    os.chmod(tmp_lib, 0o700)
     checksum = _sha256_file(Path(tmp_lib))
     _atomic_write_text(digest, checksum + "\n")
     os.replace(tmp_lib, lib)

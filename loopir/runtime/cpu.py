@@ -37,18 +37,24 @@ from loopir.ir.expr import (
 )
 from loopir.ir.stmt import PrimFunc
 from loopir.runtime.c_codegen import ENTRY, CProgram, generate_c
-from loopir.runtime.c_fibers import ERR_DIVERGENCE
+from loopir.runtime.c_fibers import ERR_DIVERGENCE, SEED_ENTRY
 from loopir.runtime.c_types import ERR_ALLOC, ERR_DIV_ZERO, ERR_FIELDS, ERR_ITER_DOMAIN, ERR_OOB
 from loopir.runtime.cache import DEFAULT_FLAGS, compile_shared
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CPUModule", "build_cpu"]
+__all__ = ["CPUModule", "build_cpu", "THREAD_ORDERS"]
 
 _LIB_LOCKS: dict[str, threading.Lock] = {}
 _LOCKS_GUARD = threading.Lock()
 
-_OPTIONS = ("check_bounds", "thread_regions", "cache_dir", "compiler", "opt_level", "extra_flags")
+_OPTIONS = (
+    "check_bounds", "thread_regions", "thread_order", "seed", "cache_dir", "compiler", "opt_level",
+    "extra_flags",
+)  # fmt: skip
+
+#: Values of the ``thread_order`` build option.
+THREAD_ORDERS = ("sequential", "random")
 
 
 def _eval_int(e: PrimExpr, env: dict[Var, int], what: str) -> int:
@@ -93,6 +99,12 @@ class CPUModule:
         Whether the library was found in the cache.
     check_bounds
         Whether every buffer access is bounds-checked.
+    thread_order
+        ``"sequential"`` or ``"random"`` (see :func:`build_cpu`).
+    seed
+        Seed of the random thread order; settable between calls (``mod.seed = 3``), which
+        reruns the same library with another order. Every call with one seed runs the same
+        order.
     """
 
     def __init__(self, func: PrimFunc, program: CProgram, lib_path: str, *, check_bounds: bool,
@@ -105,6 +117,9 @@ class CPUModule:
         self.compile_seconds = compile_seconds
         self.codegen_seconds = codegen_seconds
         self.cache_hit = cache_hit
+        self.thread_order = program.thread_order
+        self._seed = 0
+        self._seed_fn: Any = None
         try:
             self._lib = ctypes.CDLL(lib_path)
             self._fn = getattr(self._lib, ENTRY)
@@ -115,6 +130,10 @@ class CPUModule:
             ) from None
         self._fn.restype = ctypes.c_int32
         self._fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        if program.seeded:
+            self._seed_fn = getattr(self._lib, SEED_ENTRY)
+            self._seed_fn.restype = None
+            self._seed_fn.argtypes = [ctypes.c_uint64]
         # The generated code keeps thread-region (fiber) state in static variables, shared
         # by every module loaded from the same library file: serialize calls per library.
         with _LOCKS_GUARD:
@@ -122,7 +141,16 @@ class CPUModule:
 
     def __repr__(self) -> str:
         params = ", ".join(f"{b.name}: {b.dtype}{list(map(str, b.shape))}" for b in self.func.params)
-        return f"<CPUModule {self.func.name}({params})>"
+        order = f", thread_order='random', seed={self._seed}" if self.thread_order == "random" else ""
+        return f"<CPUModule {self.func.name}({params}){order}>"
+
+    @property
+    def seed(self) -> int:
+        return self._seed
+
+    @seed.setter
+    def seed(self, value: Any) -> None:
+        self._seed = _check_seed(value, "CPUModule.seed")
 
     # --- argument handling ------------------------------------------------------------------
     def _check_args(self, args: tuple[Any, ...]) -> tuple[list[np.ndarray], dict[Var, int]]:
@@ -198,6 +226,9 @@ class CPUModule:
         )
         err = (ctypes.c_int64 * len(ERR_FIELDS))()
         with self._lock:
+            if self._seed_fn is not None:
+                # reseed at every call: the order depends on the seed only, not on history
+                self._seed_fn(self._seed)
             code = self._fn(ptrs, syms, err)
         if code:
             raise self._error(list(err))
@@ -247,6 +278,32 @@ class CPUModule:
         return LaunchError(f"{name}: the compiled function failed with error record {rec}")
 
 
+def _check_seed(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < 2**64:
+        raise CodegenError(f"{what}: seed must be an integer in [0, 2**64), got {value!r}")
+    return int(value)
+
+
+def _check_thread_order(options: dict[str, Any]) -> tuple[str, bool, int]:
+    """Validated (thread_order, thread_regions, seed) build options."""
+    order = options.get("thread_order", "sequential")
+    if not isinstance(order, str) or order not in THREAD_ORDERS:
+        raise CodegenError(
+            f"build(target='cpu'): thread_order must be one of {', '.join(map(repr, THREAD_ORDERS))}, "
+            f"got {order!r}"
+        )
+    regions = options.get("thread_regions", True)
+    if not isinstance(regions, bool):
+        raise CodegenError(f"build(target='cpu'): thread_regions must be True or False, got {regions!r}")
+    if order == "random" and not regions:
+        raise CodegenError(
+            "build(target='cpu'): thread_order='random' runs threads as fibers and needs "
+            "thread_regions=True, got thread_regions=False"
+        )
+    seed = _check_seed(options.get("seed", 0), "build(target='cpu')")
+    return order, regions, seed
+
+
 def build_cpu(func: PrimFunc, **options: Any) -> CPUModule:
     """Compile ``func`` for the CPU reference executor.
 
@@ -261,6 +318,19 @@ def build_cpu(func: PrimFunc, **options: Any) -> CPUModule:
         Run ``threadIdx`` loops whose body contains a ``storage_sync`` with GPU block
         semantics (one fiber per thread, barriers synchronize them), which lowered IR with
         cooperative fetches needs. False runs every loop serially, barriers as no-ops.
+    thread_order : {"sequential", "random"}, default "sequential"
+        How the threads of lowered IR run. ``"sequential"``: as above, the sequential meaning
+        of the IR everywhere but in threadIdx loops with barriers, whose fibers run in thread
+        order. ``"random"``: as a GPU may run them, so that a missing barrier changes the
+        result: for lowered IR (no blocks) the whole work of every thread block (the statement
+        under a kernel's innermost ``blockIdx`` loops) is a region, sibling threadIdx nests
+        share the thread index, and between two barriers the fibers run to their next barrier
+        in a random permutation drawn from ``seed``. IR with blocks keeps its sequential
+        meaning. See :mod:`loopir.runtime.c_fibers`.
+    seed : int, default 0
+        Seed of the random thread order (any integer in [0, 2**64); ignored by
+        ``"sequential"``). Calls with one seed are reproducible; ``CPUModule.seed`` can be
+        changed between calls without rebuilding.
     cache_dir : path, optional
         Directory for compiled libraries (see :mod:`loopir.runtime.cache`).
     compiler : str, optional
@@ -283,10 +353,9 @@ def build_cpu(func: PrimFunc, **options: Any) -> CPUModule:
     if not isinstance(func, PrimFunc):
         raise CodegenError(f"build(target='cpu'): expected a PrimFunc, got {type(func).__name__}")
     check = bool(options.get("check_bounds", True))
+    order, regions, seed = _check_thread_order(options)
     t0 = time.perf_counter()
-    program = generate_c(
-        func, check_bounds=check, thread_regions=bool(options.get("thread_regions", True))
-    )
+    program = generate_c(func, check_bounds=check, thread_regions=regions, thread_order=order)
     codegen_s = time.perf_counter() - t0
     opt = options.get("opt_level", "-O2")
     if isinstance(opt, int) and not isinstance(opt, bool) and 0 <= opt <= 3:
@@ -304,6 +373,8 @@ def build_cpu(func: PrimFunc, **options: Any) -> CPUModule:
         "built %s for cpu: codegen %.3f s, compile %.3f s (cache %s)",
         func.name, codegen_s, res.seconds, "hit" if res.cache_hit else "miss",
     )  # fmt: skip
-    return CPUModule(func, program, os.fspath(res.path), check_bounds=check,
-                     compile_seconds=res.seconds, codegen_seconds=codegen_s,
-                     cache_hit=res.cache_hit)  # fmt: skip
+    mod = CPUModule(func, program, os.fspath(res.path), check_bounds=check,
+                    compile_seconds=res.seconds, codegen_seconds=codegen_s,
+                    cache_hit=res.cache_hit)  # fmt: skip
+    mod.seed = seed
+    return mod

@@ -2,11 +2,14 @@
 
 The moved block gets a fresh loop nest covering exactly the region the other side needs (or
 provides) under the loop: the accesses of the consumers (producers) in the loop's subtree are
-relaxed over the loops inside the position, plus the loops outside it that the storage scope
-shares (semantics.md): ``global`` relaxes every loop outside, ``shared`` the ``threadIdx`` and
-``vthread`` loops, ``local`` none. The new loops start at 0 and the block's iter vars are bound
-to ``min + ax``; when the region may leave the block's iteration domain (inexact tiles) a
-predicate clips it.
+relaxed over the loops inside the position. ``compute_at`` also relaxes the loops outside it
+that the storage scope shares (semantics.md): ``global`` every thread-bound loop, ``shared``
+the ``threadIdx`` and ``vthread`` loops, ``local`` none. ``reverse_compute_at`` relaxes no
+loop outside the position (as TVM): the consumer covers what the producers wrote in the
+current iteration, so a consumer under a thread loop handles its thread's tile only. The
+new loops start at 0 and the block's iter vars are bound to ``min + ax``; a region past the
+iteration domain is cut back to it where provable, and where it may still leave the domain
+(inexact tiles) a predicate clips it.
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ import attrs
 
 from loopir.errors import ScheduleError
 from loopir.ir.buffer import Buffer, Range
+from loopir.ir.equality import structural_equal
 from loopir.ir.expr import IntImm, Or, PrimExpr, Var
-from loopir.ir.functor import collect_vars
+from loopir.ir.functor import collect_vars, substitute
 from loopir.ir.stmt import Block, BlockRealize, For, IterKind, PrimFunc, Stmt, seq
 from loopir.schedule import region as rg
 from loopir.schedule import tree
+from loopir.schedule import written as wr
 
 if TYPE_CHECKING:
     from loopir.arith import Analyzer
@@ -94,7 +99,11 @@ def reverse_compute_at(
         Name of the consumer block; it must sit alone in its own loop nest. Every producer of
         the buffers it reads must be inside the loop.
     loop_var
-        Loop variable of the target loop.
+        Loop variable of the target loop. No loop at or above it is relaxed (whatever its
+        thread binding): the block covers what the producers under the loop write in the
+        current iteration, and its predicate keeps exactly the elements they wrote there
+        (their predicates included), so a write-back under a thread loop copies only what
+        its thread computed.
     preserve_unit_loops
         Keep loops of extent 1 in the regenerated nest.
 
@@ -106,7 +115,9 @@ def reverse_compute_at(
     Raises
     ------
     ScheduleError
-        On a violated precondition.
+        On a violated precondition, or when under a thread-bound loop the elements a
+        producer writes in one iteration cannot be described exactly (e.g. a fused-then-split
+        tile: the block would copy elements another thread computes).
 
     Examples
     --------
@@ -225,7 +236,8 @@ def _move(
     for s, anc in partners:
         try:
             regions = rg.block_regions_under(
-                s, anc, loop, outer, "writes" if reverse else "reads", linked_used, ana
+                s, anc, loop, outer, "writes" if reverse else "reads", linked_used, ana,
+                relax_scope=not reverse,
             )
         except ValueError as exc:
             raise ScheduleError(
@@ -273,7 +285,9 @@ def _move(
     for iv in blk.iter_vars:
         dom_lo = iv.dom.min
         dom_hi = ana.simplify(iv.dom.min + iv.dom.extent - 1)
-        want = iv_range.get(iv.var, rg.Interval(dom_lo, dom_hi))
+        # a region past the domain (the buffer's shape for a cache copy) is cut back to it
+        want = rg.clip_interval(iv_range[iv.var], dom_lo, dom_hi, ana) \
+            if iv.var in iv_range else rg.Interval(dom_lo, dom_hi)
         extent = ana.simplify(want.hi - want.lo + 1)
         if _is_one(extent) and not preserve_unit_loops:
             value = want.lo
@@ -293,11 +307,9 @@ def _move(
                          prim, func, loop)  # fmt: skip
     _check_not_repeated(blk, values, preds, outer, prim, func, loop)
     if reverse:
-        from loopir.ir.equality import structural_equal
-
-        for g in _producer_guard(partners, outer, linked_used):
-            if not any(structural_equal(g, p) for p in preds):
-                preds.append(g)
+        preds += _written_guard(
+            func, blk, values, preds, partners, loop, outer, linked_used, ana, prim
+        )
     new_realize = BlockRealize(tuple(values), rg.conjunction(preds), blk)
     new_nest = rg.make_loop_nest(loops, new_realize)
 
@@ -417,32 +429,94 @@ def _check_consumer_covered(
             )
 
 
-def _producer_guard(
-    partners: list[tuple[BlockRealize, tuple[Stmt, ...]]], outer: list[For], linked: list[Buffer]
+def _written_guard(
+    func: PrimFunc,
+    blk: Block,
+    values: list[PrimExpr],
+    preds: list[PrimExpr],
+    partners: list[tuple[BlockRealize, tuple[Stmt, ...]]],
+    loop: For,
+    outer: list[For],
+    linked: list[Buffer],
+    ana: Analyzer,
+    prim: str,
 ) -> list[PrimExpr]:
-    """When the producers under the loop run at all, as a condition on the position's loops.
+    """Conditions for the consumer's element to have been written in the current iteration.
 
-    A producer whose predicate is false in this iteration of the loops at or above the
-    position writes nothing, so the consumer placed there must not run either: it would copy
-    values that no iteration produced. This happens when a binding no longer mentions a loop
-    (an extent-1 dimension simplified to a constant) and only the predicate still does, e.g.
-    threads beyond the problem size. Only conjuncts over loops that are not relaxed for the
-    linked buffers' scopes qualify (a relaxed loop's other iterations produce for us too).
+    The consumer's loops cover the hull of the producers' writes under the loop; this
+    restricts it to what they wrote in this iteration, with their predicates (see
+    :mod:`loopir.schedule.written`): for each linked buffer, one producer's write must cover
+    the element read. Without it, a write-back under a thread loop copies elements its thread
+    never computed (threads past the problem size, or elements of another thread's tile).
+    When the written set cannot be described exactly, a position under thread-bound loops is
+    refused (the consumer might copy what another thread owns); under serial loops alone
+    every iteration's copy is overwritten by the one that produced the element, so the
+    conditions over the position's loops (as far as they go) suffice.
     """
-    fixed = {
-        lp.loop_var for lp in outer if not any(rg.relaxed_by_scope(lp, b.scope) for b in linked)
-    }
-    per_partner: list[PrimExpr] = []
-    for s, anc in partners:
-        loop_vars = {a.loop_var for a in anc if isinstance(a, For)}
-        terms = [c for c in rg.conjuncts(s.predicate) if set(collect_vars(c)) & loop_vars <= fixed]
-        if not terms:
-            return []  # some producer runs unconditionally
-        per_partner.append(rg.conjunction(terms))
-    out = per_partner[0]
-    for extra in per_partner[1:]:
-        out = Or(out, extra)
-    return [out]
+    val_of = {iv.var: v for iv, v in zip(blk.iter_vars, values)}
+    out: list[PrimExpr] = []
+    for buf in linked:
+        reads = [r for r in blk.reads if r.buffer is buf]
+        element = [ana.simplify(substitute(r.min, val_of)) for r in reads[0].region]
+        alts: list[PrimExpr] = []
+        for s, anc in partners:
+            for w in s.block.writes:
+                if w.buffer is not buf:
+                    continue
+                try:
+                    if len(reads) > 1 or not all(_is_one(r.extent) for r in reads[0].region):
+                        raise wr.Inexact(f"{blk.name!r} reads {buf.name!r} at several points")
+                    alts.append(wr.written_condition(s, anc, loop, w, element, ana))
+                except wr.Inexact as exc:
+                    threads = [lp for lp in outer if rg.thread_kind(lp) is not None]
+                    if threads:
+                        raise ScheduleError(
+                            f"cannot tell which elements of {buf.name!r} block "
+                            f"{s.block.name!r} writes in one iteration of loop "
+                            f"{loop.loop_var.name!r} ({exc}); under the thread-bound loop "
+                            f"{threads[0].loop_var.name!r} the consumer {blk.name!r} could "
+                            "copy elements another thread computes (a race, and garbage from "
+                            "a per-thread buffer)",
+                            primitive=prim,
+                            func=func,
+                            node=s.block,
+                        ) from None
+                    alts.append(_fixed_terms(s, anc, outer))
+        # what the clip predicates (or an earlier buffer's guard) already say is left out
+        terms = [[t for t in rg.conjuncts(a) if not _implied(t, preds + out, ana)] for a in alts]
+        if any(not t for t in terms):
+            continue  # some producer writes every element the consumer's loops cover
+        unique: list[PrimExpr] = []
+        for t in terms:
+            a = rg.conjunction(t)
+            if not any(structural_equal(a, u, map_free_vars=False) for u in unique):
+                unique.append(a)
+        cond = unique[0]
+        for extra in unique[1:]:
+            cond = Or(cond, extra)
+        out.extend(rg.conjuncts(cond))
+    return out
+
+
+def _fixed_terms(s: BlockRealize, anc: tuple[Stmt, ...], outer: list[For]) -> PrimExpr:
+    """The producer predicate's terms over the position's loops only (a weaker guard)."""
+    fixed = {lp.loop_var for lp in outer}
+    loop_vars = {a.loop_var for a in anc if isinstance(a, For)}
+    terms = [c for c in rg.conjuncts(s.predicate) if set(collect_vars(c)) & loop_vars <= fixed]
+    return rg.conjunction(terms)
+
+
+def _implied(g: PrimExpr, preds: list[PrimExpr], ana: Analyzer) -> bool:
+    """Whether ``g`` holds wherever the loop ranges and ``preds`` hold (cheap checks)."""
+    if ana.can_prove(g):
+        return True
+    sg = ana.simplify(g)
+    # map_free_vars=False: `j_1 < 1` and `ax0 < 1` are different conditions
+    return any(structural_equal(sg, ana.simplify(p), map_free_vars=False) for p in preds)
+
+
+def _is_true(e: PrimExpr) -> bool:
+    return isinstance(e, IntImm) and e.value == 1
 
 
 def _seq(items: list[Stmt]) -> Stmt:

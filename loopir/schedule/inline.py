@@ -8,13 +8,35 @@ import attrs
 
 from loopir.errors import ScheduleError
 from loopir.ir.buffer import Buffer, BufferRegion, Range
-from loopir.ir.expr import BufferLoad, IntImm, PrimExpr, Var
+from loopir.ir.equality import structural_equal
+from loopir.ir.expr import BufferLoad, IntImm, PrimExpr, Select, Var
 from loopir.ir.functor import Mutator, collect_vars, post_order_visit, substitute
-from loopir.ir.stmt import Block, BufferStore, IterKind, PrimFunc, Stmt
+from loopir.ir.stmt import Block, BufferStore, IfThenElse, IterKind, PrimFunc, Stmt
 from loopir.schedule import region as rg
 from loopir.schedule import tree
 
 logger = logging.getLogger(__name__)
+
+
+def _as_select_store(stmt: Stmt) -> Stmt:
+    """``if c: X[idx] = a else: X[idx] = b`` as the one store ``X[idx] = Select(c, a, b)``.
+
+    This is the body of a pad block (``pad``'s input copies, a te pad written with a guarded
+    store); TVM inlines it as ``if_then_else``. Select is lazy in the executors (C ``?:``), so
+    the out-of-bounds load in the unselected branch is never performed. Nested ifs are
+    folded; anything else (an ``if`` without ``else``, two buffers or two index lists) is
+    returned unchanged and refused by the caller.
+    """
+    if not isinstance(stmt, IfThenElse) or stmt.else_case is None:
+        return stmt
+    a, b = _as_select_store(stmt.then_case), _as_select_store(stmt.else_case)
+    if not (isinstance(a, BufferStore) and isinstance(b, BufferStore)) or a.buffer is not b.buffer:
+        return stmt
+    if len(a.indices) != len(b.indices) or not all(
+        structural_equal(x, y, map_free_vars=False) for x, y in zip(a.indices, b.indices)
+    ):
+        return stmt
+    return BufferStore(a.buffer, Select(stmt.condition, a.value, b.value), a.indices)
 
 
 def _check_simple(func: PrimFunc, blk: Block, prim: str, what: str) -> BufferStore:
@@ -94,7 +116,8 @@ def compute_inline(func: PrimFunc, block: str) -> PrimFunc:
     """Inline elementwise producer ``block`` into every block that reads its output.
 
     Preconditions (as in TVM): the block is spatial without init, its body is one store
-    ``X[v0, v1, ...] = f(...)`` whose indices are distinct iter vars, its value uses no other
+    ``X[v0, v1, ...] = f(...)`` (or a pad's ``if c: X[v] = a else: X[v] = b``, inlined as
+    ``Select(c, a, b)``) whose indices are distinct iter vars, its value uses no other
     iter var, it is the only writer of ``X``, and ``X`` is not a function parameter.
 
     Parameters
@@ -134,6 +157,9 @@ def compute_inline(func: PrimFunc, block: str) -> PrimFunc:
     blk = realize.block
     if not anc:
         raise ScheduleError("cannot inline the root block", primitive=prim, func=func, node=blk)
+    folded = _as_select_store(blk.body)
+    if folded is not blk.body:
+        blk = attrs.evolve(blk, body=folded)
     store = _check_simple(func, blk, prim, "producer")
     buf = store.buffer
     if rg.is_param(func, buf):

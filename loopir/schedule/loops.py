@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 
 from loopir.errors import ScheduleError
+from loopir.ir import verifier_limits as limits
 from loopir.ir.buffer import Range
 from loopir.ir.expr import IntImm, PrimExpr, Var
 from loopir.ir.functor import collect_vars, substitute
@@ -34,12 +35,18 @@ def _loop(func: PrimFunc, loop_var: Any, primitive: str) -> tuple[For, tuple[Stm
     return hit
 
 
-def _require_serial(func: PrimFunc, loop: For, primitive: str) -> None:
-    if loop.kind is not ForKind.SERIAL:
-        what = f"bound to {loop.thread_tag}" if loop.thread_tag else loop.kind.value
+def _require_unbound(func: PrimFunc, loop: For, primitive: str) -> None:
+    """Refuse a thread-bound loop for split/fuse (TVM's HasAnnotationOrThreadBindingError too).
+
+    A vectorized, unrolled or parallel loop is accepted and its new loops are serial, as in
+    TVM: the kind is a hint that does not change the sequential meaning. A binding is kept
+    refused because it fixes the kernel's launch shape, which the new loops would not have.
+    """
+    if loop.kind is ForKind.THREAD_BINDING:
         raise ScheduleError(
-            f"loop {loop.loop_var.name} is {what}; {primitive} needs a serial loop (apply "
-            f"{primitive} before binding or annotating the loop)",
+            f"loop {loop.loop_var.name} is bound to {loop.thread_tag}; {primitive} needs an "
+            f"unbound loop (as in TVM: the binding fixes the launch shape; apply {primitive} "
+            "before binding the loop)",
             primitive=primitive,
             func=func,
             node=loop,
@@ -64,7 +71,8 @@ def _const(e: PrimExpr) -> int | None:
 def split(func: PrimFunc, loop_var: Var, factors: Sequence[int | None]) -> tuple[PrimFunc, list[Var]]:
     """Split a loop into nested loops of the given extents (outermost first).
 
-    At most one factor may be None; it is inferred as ``ceildiv(extent, product of others)``.
+    The loop must not be thread-bound (as in TVM); a vectorized, unrolled or parallel loop is
+    split into serial loops. At most one factor may be None; it is inferred as ``ceildiv(extent, product of others)``.
     The product of the factors must be at least the extent. When it is larger (an inexact
     split) the outermost blocks below get the predicate ``fused < extent`` (conjoined with
     their existing one), so every original iteration runs exactly once. Block bindings are
@@ -102,7 +110,7 @@ def split(func: PrimFunc, loop_var: Var, factors: Sequence[int | None]) -> tuple
                 f"factors must be positive ints or None, got {f!r} in {list(factors)!r}",
                 primitive=P, func=func, node=loop,
             )  # fmt: skip
-    _require_serial(func, loop, P)
+    _require_unbound(func, loop, P)
     dtype = loop_var.dtype
     extent = loop.extent
     ranges = tree.loop_ranges(anc)
@@ -158,9 +166,15 @@ def split(func: PrimFunc, loop_var: Var, factors: Sequence[int | None]) -> tuple
 def fuse(func: PrimFunc, loop_vars: Sequence[Var]) -> tuple[PrimFunc, Var]:
     """Fuse a chain of perfectly nested loops (outermost first) into one loop.
 
-    Each loop's body must be exactly the next loop. The fused loop ``f`` (named
-    ``i_j_fused``) has the product extent; the old loop vars become ``f // n`` and ``f % n``
-    (mixed radix for more loops) in the block bindings, simplified.
+    Each loop's body must be exactly the next loop, and none may be thread-bound (vectorized,
+    unrolled or parallel loops are fused into a serial loop, as in TVM). The fused loop ``f``
+    (named ``i_j_fused``) has the product extent; the old loop vars become ``f // n`` and
+    ``f % n`` (mixed radix for more loops) in the block bindings, simplified.
+
+    As in TVM, a loop feeding a block's spatial iter var may be fused with one feeding its
+    reduce iter var: the fused loop runs the same iterations in the same order, so each
+    reduction still starts at its init. Such a loop is a reduction loop for ``bind``,
+    ``vectorize`` and ``parallel`` (refused there).
 
     Before / after ``fuse(i, j)``::
 
@@ -188,7 +202,7 @@ def fuse(func: PrimFunc, loop_vars: Sequence[Var]) -> tuple[PrimFunc, Var]:
             )
         seen.add(lp.loop_var)
     for lp in loops:
-        _require_serial(func, lp, P)
+        _require_unbound(func, lp, P)
     for outer, inner in zip(loops, loops[1:]):
         if outer.body is not inner:
             raise ScheduleError(
@@ -204,7 +218,6 @@ def fuse(func: PrimFunc, loop_vars: Sequence[Var]) -> tuple[PrimFunc, Var]:
                 f"the range of loop {lp.loop_var.name} depends on another fused loop",
                 primitive=P, func=func, node=lp,
             )  # fmt: skip
-    _check_no_mixed_fuse(func, loops)
     top, anc = found[0]
     ranges = tree.loop_ranges(anc)
     dtype = top.loop_var.dtype
@@ -227,28 +240,6 @@ def fuse(func: PrimFunc, loop_vars: Sequence[Var]) -> tuple[PrimFunc, Var]:
     nest: Stmt = For(fvar, IntImm(0, dtype), extent, ForKind.SERIAL, body)
     nest = tree.simplify_bindings(nest, ranges)
     return tree.replace(func, top, nest), fvar
-
-
-def _check_no_mixed_fuse(func: PrimFunc, loops: list[For]) -> None:
-    """Refuse to fuse a loop feeding a block's spatial iter vars with one feeding its reduce
-    iter vars: the fused var would bind both kinds, which makes the block ill-formed (TensorIR
-    needs each loop to be either data-parallel or a reduction for a block)."""
-    vars_ = {lp.loop_var for lp in loops}
-    for node, _ in tree.walk(loops[-1].body):
-        if not isinstance(node, BlockRealize):
-            continue
-        users: dict[IterKind, tuple[str, str]] = {}
-        for iv, value in zip(node.block.iter_vars, node.iter_values):
-            for v in collect_vars(value):
-                if v in vars_:
-                    users.setdefault(iv.kind, (v.name, iv.var.name))
-        if IterKind.SPATIAL in users and IterKind.REDUCE in users:
-            (sl, sv), (rl, rv) = users[IterKind.SPATIAL], users[IterKind.REDUCE]
-            raise ScheduleError(
-                f"cannot fuse loop {sl} (bound to spatial iter var {sv} of block "
-                f"{node.block.name!r}) with loop {rl} (bound to its reduce iter var {rv})",
-                primitive="fuse", func=func, node=loops[0],
-            )  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------
@@ -311,6 +302,7 @@ def reorder(func: PrimFunc, loop_vars: Sequence[Var]) -> PrimFunc:
                 "reorder needs a single-branch chain of loops",
                 primitive=P, func=func, node=outer,
             )  # fmt: skip
+    _check_no_mixed_reorder(func, path, bottom)
     listed = {lp.loop_var for lp, _ in found}
     order = iter([lp for lp, _ in found])
     new_headers = [next(order) if lp.loop_var in listed else lp for lp in path]
@@ -331,6 +323,39 @@ def reorder(func: PrimFunc, loop_vars: Sequence[Var]) -> PrimFunc:
     for lp in reversed(new_headers):
         nest = attrs.evolve(lp, body=nest)
     return tree.replace(func, top, nest)
+
+
+def _check_no_mixed_reorder(func: PrimFunc, path: list[For], bottom: For) -> None:
+    """Refuse to reorder a chain holding a loop that feeds both a spatial and a reduce iter var
+    of a block that still has its ``init`` (a loop made by fusing a spatial with a reduce loop).
+
+    The init of a reduction runs where its reduce iter vars are at their minimum, which is only
+    the first iteration of each output point when the point's iterations run in reduce order.
+    ``fuse`` keeps that order; a reorder of the chain may not (split the fused loop, reorder the
+    parts: a later iteration re-initializes the point and drops the earlier ones; found by
+    running it). TVM's reorder does not check this. After ``decompose_reduction`` the order no
+    longer matters.
+    """
+    chain = {lp.loop_var for lp in path}
+    for node, _ in tree.walk(bottom.body):
+        if not isinstance(node, BlockRealize) or node.block.init is None:
+            continue
+        users: dict[IterKind, dict[Var, str]] = {IterKind.SPATIAL: {}, IterKind.REDUCE: {}}
+        for iv, value in zip(node.block.iter_vars, node.iter_values):
+            for v in collect_vars(value):
+                if v in chain:
+                    users.setdefault(iv.kind, {}).setdefault(v, iv.var.name)
+        for v, sv in users[IterKind.SPATIAL].items():
+            rv = users[IterKind.REDUCE].get(v)
+            if rv is None:
+                continue
+            raise ScheduleError(
+                f"loop {v.name} feeds both spatial iter var {sv} and reduce iter var {rv} of "
+                f"block {node.block.name!r}; reordering its chain could run a reduction step of "
+                "a point before that point's init, which would then discard it (TVM's reorder "
+                "does not check this); reorder before fusing, or decompose_reduction first",
+                primitive="reorder", func=func, node=next(lp for lp in path if lp.loop_var is v),
+            )  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------
@@ -360,12 +385,16 @@ def _check_data_parallel(func: PrimFunc, loop: For, primitive: str, what: str) -
 
 
 def bind(func: PrimFunc, loop_var: Var, thread_axis: str) -> PrimFunc:
-    """Bind a serial loop to a thread axis (``blockIdx``/``threadIdx``/``vthread`` ``.x/.y/.z``).
+    """Bind a loop to a thread axis (``blockIdx``/``threadIdx``/``vthread`` ``.x/.y/.z``).
 
-    Preconditions: a valid tag; a serial loop; a constant extent for ``threadIdx``/``vthread``
-    (``blockIdx`` may be symbolic: it is the grid size); no reduction iter var bound to the
-    loop; and within one kernel (the subtree of the outermost thread-bound loop) every loop
-    with this tag has the same extent.
+    As in TVM the loop may already be vectorized, unrolled, parallel or bound: the binding
+    replaces that kind (binding to the tag it already has changes nothing). Preconditions: a
+    valid tag; a constant extent for ``threadIdx``/``vthread`` (``blockIdx`` may be symbolic:
+    it is the grid size); no reduction iter var bound to the loop; within one kernel (the
+    subtree of the outermost thread-bound loop) every loop with this tag has the same extent;
+    and the CUDA launch limits (:mod:`loopir.ir.verifier_limits`): a constant extent at most
+    the tag's limit (threadIdx.x/y 1024, threadIdx.z 64, blockIdx.x 2**31 - 1, blockIdx.y/z
+    65535) and at most 1024 threads per block over the kernel's threadIdx loops.
 
     Before / after ``bind(i, "threadIdx.x")``::
 
@@ -378,12 +407,8 @@ def bind(func: PrimFunc, loop_var: Var, thread_axis: str) -> PrimFunc:
             primitive=P,
         )
     loop, anc = _loop(func, loop_var, P)
-    if loop.kind is ForKind.THREAD_BINDING:
-        raise ScheduleError(
-            f"loop {loop_var.name} is already bound to {loop.thread_tag}",
-            primitive=P, func=func, node=loop,
-        )  # fmt: skip
-    _require_serial(func, loop, P)
+    if loop.kind is ForKind.THREAD_BINDING and loop.thread_tag == thread_axis:
+        return func  # already so: a no-op, as in TVM
     if not thread_axis.startswith("blockIdx") and _const(loop.extent) is None:
         raise ScheduleError(
             f"cannot bind loop {loop_var.name} with non-constant extent {loop.extent} to "
@@ -391,6 +416,7 @@ def bind(func: PrimFunc, loop_var: Var, thread_axis: str) -> PrimFunc:
             primitive=P, func=func, node=loop,
         )  # fmt: skip
     _check_data_parallel(func, loop, P, f"bind to {thread_axis}")
+    _check_tag_limit(func, loop, thread_axis, P)
     new_loop = attrs.evolve(loop, kind=ForKind.THREAD_BINDING, thread_tag=thread_axis)
     new_func = tree.replace(func, loop, new_loop)
     # Same tag, same extent within one kernel: a kernel launches one block/grid shape.
@@ -422,7 +448,25 @@ def bind(func: PrimFunc, loop_var: Var, thread_axis: str) -> PrimFunc:
             primitive=P, func=func, node=_same_loop_in(func, other),
         )  # fmt: skip
     _check_nested_same_tag(func, new_func, kernel, P)
+    problem = limits.block_threads_problem({t: lp.extent for t, lp in first.items()})
+    if problem is not None:
+        raise ScheduleError(
+            f"cannot bind loop {loop_var.name} to {thread_axis}: {problem}",
+            primitive=P, func=func, node=loop,
+        )  # fmt: skip
     return new_func
+
+
+def _check_tag_limit(func: PrimFunc, loop: For, tag: str, prim: str) -> None:
+    """Refuse a constant extent over the CUDA limit of ``tag`` (a symbolic grid extent is the
+    launch's to check: its value is only known then)."""
+    problem = limits.extent_problem(tag, loop.extent)
+    if problem is not None:
+        raise ScheduleError(
+            f"cannot bind loop {loop.loop_var.name} to {tag}: {problem} (split the loop and "
+            "bind a part of it)",
+            primitive=prim, func=func, node=loop,
+        )  # fmt: skip
 
 
 def _check_nested_same_tag(func: PrimFunc, new_func: PrimFunc, kernel: For, prim: str) -> None:
@@ -453,7 +497,8 @@ def _check_nested_same_tag(func: PrimFunc, new_func: PrimFunc, kernel: For, prim
 
 def _annotate(func: PrimFunc, loop_var: Var, kind: ForKind, primitive: str) -> PrimFunc:
     loop, _ = _loop(func, loop_var, primitive)
-    _require_serial(func, loop, primitive)
+    if loop.kind is kind:
+        return func
     if kind is ForKind.VECTORIZED:
         ext = _const(loop.extent)
         if ext is None:
@@ -463,11 +508,16 @@ def _annotate(func: PrimFunc, loop_var: Var, kind: ForKind, primitive: str) -> P
             )  # fmt: skip
     if kind in (ForKind.VECTORIZED, ForKind.PARALLEL):
         _check_data_parallel(func, loop, primitive, primitive)
-    return tree.replace(func, loop, attrs.evolve(loop, kind=kind))
+    # As in TVM, the new kind replaces the old one (a binding included): every kind runs the
+    # same sequential iterations, so only the checks of the new kind matter.
+    return tree.replace(func, loop, attrs.evolve(loop, kind=kind, thread_tag=None))
 
 
 def vectorize(func: PrimFunc, loop_var: Var) -> PrimFunc:
-    """Mark a serial loop with a constant extent as vectorized (spatial iterations only).
+    """Mark a loop with a constant extent as vectorized (spatial iterations only).
+
+    As in TVM the new kind replaces the loop's current one (serial, unrolled, parallel or a
+    thread binding); the same holds for :func:`unroll` and :func:`parallel`.
 
     Before / after: ``for v in T.serial(4)`` becomes ``for v in T.vectorized(4)``.
     """
@@ -475,10 +525,10 @@ def vectorize(func: PrimFunc, loop_var: Var) -> PrimFunc:
 
 
 def unroll(func: PrimFunc, loop_var: Var) -> PrimFunc:
-    """Mark a serial loop as unrolled: ``for k in T.serial(4)`` becomes ``T.unroll(4)``."""
+    """Mark a loop as unrolled: ``for k in T.serial(4)`` becomes ``T.unroll(4)``."""
     return _annotate(func, loop_var, ForKind.UNROLLED, "unroll")
 
 
 def parallel(func: PrimFunc, loop_var: Var) -> PrimFunc:
-    """Mark a serial loop parallel (spatial iterations only): ``T.serial`` becomes ``T.parallel``."""
+    """Mark a loop parallel (spatial iterations only): ``T.serial`` becomes ``T.parallel``."""
     return _annotate(func, loop_var, ForKind.PARALLEL, "parallel")

@@ -20,7 +20,10 @@ from loopir.ir.expr import (
     Add,
     BufferLoad,
     Cast,
+    Div,
     FloatImm,
+    FloorDiv,
+    FloorMod,
     IntImm,
     Max,
     Min,
@@ -29,6 +32,7 @@ from loopir.ir.expr import (
     Var,
     make_const,
 )
+from loopir.ir.functor import post_order_visit
 from loopir.ir.stmt import (
     Block,
     BlockRealize,
@@ -84,9 +88,10 @@ def _product_leaves(e: PrimExpr) -> list[PrimExpr] | None:
 
 
 def pad(func: PrimFunc, block: str, factors: Sequence[int]) -> PrimFunc:
-    """Pad reduction ``block``'s iteration domain to multiples of ``factors``.
+    """Pad ``block``'s iteration domain to multiples of ``factors``.
 
-    The block must be a single-reduction einsum: ``C[s] = C[s] + prod(loads)`` (sum) or
+    The block is a spatial einsum ``Y[v] = f(X[v'], ...)`` (a cache copy, an elementwise op;
+    as in TVM) or a single-reduction einsum: ``C[s] = C[s] + prod(loads)`` (sum) or
     ``C[s] = max/min(C[s], load)``, every access index a block iter var, every accessed
     dimension spanning its iter var's whole extent, and the block alone in a loop nest whose
     loops bind its iter vars one to one. Padding is correct because padded input elements
@@ -139,58 +144,18 @@ def pad(func: PrimFunc, block: str, factors: Sequence[int]) -> PrimFunc:
     blk = realize.block
     facs = _factors_of(func, blk, factors)
     rg.root_block(func, PRIM)
-    if blk.init is None or not isinstance(blk.init, BufferStore):
-        raise _fail(f"block {block!r} is not a reduction block with a single init store", func, blk)
     body = blk.body
     if not isinstance(body, BufferStore):
         raise _fail(f"block {block!r} must have a single BufferStore body", func, blk)
     out_buf = body.buffer
-    if len(blk.writes) != 1 or blk.init.buffer is not out_buf:
+    if len(blk.writes) != 1 or (blk.init is not None and getattr(blk.init, "buffer", None) is not out_buf):
         raise _fail(f"block {block!r} must write exactly one buffer", func, blk)
-    # --- the reduction pattern ------------------------------------------------------------
-    val = body.value
-    if isinstance(val, (Add, Max, Min)):
-        lhs, rhs = val.a, val.b
-        if not (isinstance(lhs, BufferLoad) and lhs.buffer is out_buf):
-            lhs, rhs = rhs, lhs
+    if blk.init is None:
+        leaves, identity = _spatial_leaves(func, blk, body), make_const(0, out_buf.dtype)
     else:
-        lhs = rhs = None
-    if not (
-        isinstance(lhs, BufferLoad)
-        and lhs.buffer is out_buf
-        and all(a is b for a, b in zip(lhs.indices, body.indices))
-    ):
-        raise _fail(
-            f"block {block!r} is not an einsum reduction: expected {out_buf.name}[...] = "
-            f"{out_buf.name}[...] + f(...) (or max/min), got {val}",
-            func,
-            blk,
-        )
-    assert rhs is not None
-    leaves = _product_leaves(rhs)
-    if isinstance(val, Add):
-        identity = make_const(0, out_buf.dtype)
-        if leaves is None:
-            raise _fail(
-                f"block {block!r}: the summand {rhs} is not a product of loads; padding with "
-                "zeros would change the result",
-                func,
-                blk,
-            )
-    else:
-        ident = dt.min_value(out_buf.dtype) if isinstance(val, Max) else dt.max_value(out_buf.dtype)
-        identity = make_const(ident, out_buf.dtype)
-        inner = rhs
-        while isinstance(inner, Cast):
-            inner = inner.value
-        if not isinstance(inner, BufferLoad):
-            raise _fail(
-                f"block {block!r}: a max/min reduction can only be padded over a single load, "
-                f"got {rhs}",
-                func,
-                blk,
-            )
-        leaves = [inner]
+        if not isinstance(blk.init, BufferStore):
+            raise _fail(f"block {block!r} is not a reduction block with a single init store", func, blk)
+        leaves, identity = _reduction_leaves(func, blk, body)
     loads = [x for x in leaves if isinstance(x, BufferLoad)]
     # --- indices are iter vars spanning whole buffer dimensions ---------------------------
     ivs = {iv.var: iv for iv in blk.iter_vars}
@@ -226,13 +191,21 @@ def pad(func: PrimFunc, block: str, factors: Sequence[int]) -> PrimFunc:
         ):
             raise _fail(
                 f"block {block!r}: iter var {iv.var.name} must be bound to its own loop over "
-                f"its whole domain (got binding {v}); pad before splitting loops",
+                f"its whole domain (got binding {v}); pad before splitting or fusing loops "
+                "(padding grows each iter var's own loop; a split or fused binding would need "
+                "its loops and predicate rebuilt, which TVM's pad_einsum gets wrong in some "
+                "of the cases it accepts)",
                 func,
                 blk,
             )
         loop_of[iv.var] = lp
     if not _is_true(realize.predicate):
-        raise _fail(f"block {block!r} has a predicate; pad before splitting loops", func, blk)
+        raise _fail(
+            f"block {block!r} has a predicate; pad before splitting loops (an inexact split's "
+            "predicate would hide the padded points)",
+            func,
+            blk,
+        )
     if len(own_loops) != len(blk.iter_vars):
         raise _fail(f"block {block!r}'s loop nest has loops not bound to its iter vars", func, blk)
     # every padded reduction var must index at least one (identity-padded) factor
@@ -276,7 +249,10 @@ def pad(func: PrimFunc, block: str, factors: Sequence[int]) -> PrimFunc:
             post.append(_copy(name, pbuf, buf, buf.shape, None, identity))
         else:
             grown = [e in padded for e in acc.indices]
-            pre.append(_copy(name, buf, pbuf, pbuf.shape, (buf.shape, grown), identity))
+            # A spatial block's padded points are never written back: any fill works, 0 of the
+            # input's own dtype keeps the copy well-typed.
+            fill = identity if blk.init is not None else make_const(0, buf.dtype)
+            pre.append(_copy(name, buf, pbuf, pbuf.shape, (buf.shape, grown), fill))
     redirect = rg.BufferRedirect(mapping)
     new_ivars = tuple(
         attrs.evolve(iv, dom=Range(iv.dom.min, padded[iv.var])) if iv.var in padded else iv
@@ -290,6 +266,91 @@ def pad(func: PrimFunc, block: str, factors: Sequence[int]) -> PrimFunc:
         rg.check_order(out, b.name, PRIM, node=blk, shown=func)
     logger.debug("pad %s by %s: padded %s", block, facs, [b.name for b in new_bufs])
     return out
+
+
+def _spatial_leaves(func: PrimFunc, blk: Block, body: BufferStore) -> list[PrimExpr]:
+    """The loads of a spatial einsum ``Y[v] = f(X[v'], ...)`` (a cache copy, an elementwise op).
+
+    Any ``f`` is fine (TVM's pad_einsum takes spatial blocks too): a real output point reads
+    only real input points, and the padded points, computed from the zero-filled copies, are
+    never written back. Refused: reading the output (no einsum), and an integer division or
+    modulo by a loaded value, which the zero fill would turn into a division by zero.
+    """
+    loads: list[PrimExpr] = []
+    post_order_visit(body.value, lambda n: loads.append(n) if isinstance(n, BufferLoad) else None)
+    for ld in loads:
+        if ld.buffer is body.buffer:  # type: ignore[attr-defined]
+            raise _fail(
+                f"block {blk.name!r} reads the buffer {body.buffer.name} it writes; it is not an "
+                "einsum",
+                func,
+                blk,
+            )
+    divs: list[PrimExpr] = []
+    post_order_visit(
+        body.value,
+        lambda n: divs.append(n) if isinstance(n, (Div, FloorDiv, FloorMod)) and not dt.is_float(n.dtype) else None,
+    )
+    for d in divs:
+        held: list[PrimExpr] = []
+        post_order_visit(d.b, lambda n, acc=held: acc.append(n) if isinstance(n, BufferLoad) else None)  # type: ignore[attr-defined, misc]
+        if held:
+            raise _fail(
+                f"block {blk.name!r} divides by the loaded value {d.b}; padding fills inputs "  # type: ignore[attr-defined]
+                "with zeros, so a padded point would divide by zero",
+                func,
+                blk,
+            )
+    return loads
+
+
+def _reduction_leaves(func: PrimFunc, blk: Block, body: BufferStore) -> tuple[list[PrimExpr], PrimExpr]:
+    """The factors of an einsum reduction's update and the identity its padding holds."""
+    block, out_buf = blk.name, body.buffer
+    val = body.value
+    if isinstance(val, (Add, Max, Min)):
+        lhs, rhs = val.a, val.b
+        if not (isinstance(lhs, BufferLoad) and lhs.buffer is out_buf):
+            lhs, rhs = rhs, lhs
+    else:
+        lhs = rhs = None
+    if not (
+        isinstance(lhs, BufferLoad)
+        and lhs.buffer is out_buf
+        and all(a is b for a, b in zip(lhs.indices, body.indices))
+    ):
+        raise _fail(
+            f"block {block!r} is not an einsum reduction: expected {out_buf.name}[...] = "
+            f"{out_buf.name}[...] + f(...) (or max/min), got {val}",
+            func,
+            blk,
+        )
+    assert rhs is not None
+    leaves = _product_leaves(rhs)
+    if isinstance(val, Add):
+        identity = make_const(0, out_buf.dtype)
+        if leaves is None:
+            raise _fail(
+                f"block {block!r}: the summand {rhs} is not a product of loads; padding with "
+                "zeros would change the result",
+                func,
+                blk,
+            )
+    else:
+        ident = dt.min_value(out_buf.dtype) if isinstance(val, Max) else dt.max_value(out_buf.dtype)
+        identity = make_const(ident, out_buf.dtype)
+        inner = rhs
+        while isinstance(inner, Cast):
+            inner = inner.value
+        if not isinstance(inner, BufferLoad):
+            raise _fail(
+                f"block {block!r}: a max/min reduction can only be padded over a single load, "
+                f"got {rhs}",
+                func,
+                blk,
+            )
+        leaves = [inner]
+    return leaves, identity
 
 
 def _own_loops(top: object, realize: BlockRealize) -> list[For]:

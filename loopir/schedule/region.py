@@ -407,6 +407,28 @@ def union_intervals(a: list[Interval], b: list[Interval], ana: Analyzer) -> list
     return out
 
 
+def clip_interval(iv: Interval, lo: PrimExpr, hi: PrimExpr, ana: Analyzer) -> Interval:
+    """``iv`` with each side that provably lies beyond ``[lo, hi]`` moved onto the bound.
+
+    A region relaxed over thread loops (a shared copy over its vthreads, a halo) can reach
+    past the buffer: the elements there do not exist, and iterating them only to mask them
+    with a predicate is wasted work (issue 20 item 2; TVM intersects the region with the
+    block's domain). A side is moved only when it is provably out, so the result is exactly
+    the intersection on that side; when moving one side would turn a constant extent into a
+    symbolic one, the interval is kept (a predicate still clips it, and constant extents keep
+    loops unrollable and buffers compactable).
+    """
+    new_lo = lo if ana.can_prove(iv.lo <= lo) else iv.lo
+    new_hi = hi if ana.can_prove(iv.hi >= hi) else iv.hi
+    if new_lo is iv.lo and new_hi is iv.hi:
+        return iv
+    old_ext = ana.simplify(iv.hi - iv.lo + 1)
+    new_ext = ana.simplify(new_hi - new_lo + 1)
+    if isinstance(old_ext, IntImm) and not isinstance(new_ext, IntImm):
+        return iv
+    return Interval(ana.simplify(new_lo), ana.simplify(new_hi))
+
+
 def _min(a: PrimExpr, b: PrimExpr, ana: Analyzer) -> PrimExpr:
     if ana.can_prove(a <= b):
         return a
@@ -503,14 +525,17 @@ def block_regions_under(
     which: str,
     buffers: Iterable[Buffer],
     ana: Analyzer,
+    relax_scope: bool = True,
 ) -> dict[Buffer, list[Interval]]:
     """The region of each of ``buffers`` that ``realize`` reads or writes under ``loop``.
 
     ``which`` is ``"reads"`` or ``"writes"``. The loops between ``loop`` and the block are
-    relaxed over their whole range; of the loops ``outer`` (``loop`` and the loops above it,
-    up to the block scope) those that share the buffer's storage scope are relaxed too
-    (:func:`relaxed_by_scope`); the others stay symbolic. Raises ValueError when a nested
-    block lies between ``loop`` and the block.
+    relaxed over their whole range; with ``relax_scope`` (compute_at), of the loops ``outer``
+    (``loop`` and the loops above it, up to the block scope) those that share the buffer's
+    storage scope are relaxed too (:func:`relaxed_by_scope`); the others stay symbolic.
+    ``reverse_compute_at`` passes ``relax_scope=False``: a consumer placed under the loop
+    covers what the producers wrote in the current iteration only (semantics.md). Raises
+    ValueError when a nested block lies between ``loop`` and the block.
     """
     wanted = set(buffers)
     inner = loops_between(ancestors, loop)
@@ -520,7 +545,7 @@ def block_regions_under(
         if reg.buffer not in wanted:
             continue
         relax = {lp.loop_var: Range(lp.min, lp.extent) for lp in inner}
-        for lp in outer:
+        for lp in outer if relax_scope else ():
             if relaxed_by_scope(lp, reg.buffer.scope):
                 relax[lp.loop_var] = Range(lp.min, lp.extent)
         ivs = relax_region(reg, bindings, relax, ana)
@@ -535,8 +560,9 @@ def region_under_loop(
     """The regions block ``block`` reads (or writes) during one iteration of ``loop_var``.
 
     Relaxation follows the compute_at rules (see :func:`block_regions_under`). Block
-    predicates are ignored and the region is not clipped to the buffer's shape (compute_at
-    clips with a predicate instead). Extents are simplified; for the DietCode dense schedule, ``C``'s read of ``A_shared`` under ``k0`` is
+    predicates are ignored; the region is clipped to the buffer's shape where it provably
+    reaches past it (:func:`clip_interval`). Extents are simplified; for the DietCode dense
+    schedule, ``C``'s read of ``A_shared`` under ``k0`` is
     ``[bx // 18 * 128 : +128, k0 * 4 : +4]``.
     """
     if which not in ("reads", "writes"):
@@ -559,4 +585,11 @@ def region_under_loop(
         regions = block_regions_under(realize, anc, loop, outer, which, bufs, ana)
     except ValueError as exc:
         raise ScheduleError(str(exc), primitive=primitive, func=func, node=loop) from None
-    return [intervals_to_region(b, regions[b], ana) for b in dict.fromkeys(bufs)]
+    out = []
+    for b in dict.fromkeys(bufs):
+        ivs = [
+            clip_interval(iv, IntImm(0, ext.dtype), ana.simplify(ext - 1), ana)
+            for iv, ext in zip(regions[b], b.shape)
+        ]
+        out.append(intervals_to_region(b, ivs, ana))
+    return out

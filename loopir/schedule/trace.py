@@ -282,7 +282,8 @@ class Trace:
         if not isinstance(data, dict):
             raise TraceError(f"Trace.from_json: expected a dict, got {type(data).__name__}")
         version = data.get("version")
-        if version != TRACE_VERSION:
+        # ``True == 1 == 1.0`` in Python: only the JSON integer 1 is version 1.
+        if type(version) is not int or version != TRACE_VERSION:
             raise TraceError(
                 f"Trace.from_json: unsupported trace version {version!r}; this loopir reads "
                 f"version {TRACE_VERSION}"

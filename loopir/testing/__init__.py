@@ -1,7 +1,9 @@
 """Testing helpers for users' own workloads: random inputs and numerical equivalence.
 
 ``check_equivalent(f1, f2)`` runs both functions on the CPU reference executor with the same
-random (never zero) data and reports the first differing element.
+random (never zero) data and reports the first differing element. Lowered functions run with
+``thread_order="random"`` for a few seeds (the threads of a block in a random order between
+barriers, as a GPU may run them), so a missing barrier is a difference too.
 
 Submodules:
 
@@ -16,16 +18,17 @@ Submodules:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import attrs
 import numpy as np
 
 from loopir.errors import LoopIRError
 from loopir.ir import dtype as dt
 from loopir.ir.expr import IntImm, PrimExpr
-from loopir.ir.functor import collect_vars
-from loopir.ir.stmt import PrimFunc
+from loopir.ir.functor import collect_vars, post_order_visit
+from loopir.ir.stmt import Block, BlockRealize, PrimFunc
 
 #: (rtol, atol) used when comparing outputs of each dtype.
 TOLERANCES: dict[str, tuple[float, float]] = {
@@ -36,8 +39,63 @@ TOLERANCES: dict[str, tuple[float, float]] = {
 }
 
 
+#: Seeds of the random thread order that :func:`check_equivalent` runs lowered functions with.
+ORDER_SEEDS: tuple[int, ...] = (0, 1, 2)
+
+
 class EquivalenceError(LoopIRError, AssertionError):
     """Two functions computed different results on the same inputs."""
+
+
+@attrs.frozen(eq=False, repr=False)
+class EquivalenceResult:
+    """What :func:`check_equivalent` checked (its repr is one line, not the arrays).
+
+    Indexing and iterating it go to :attr:`outputs`, for code written when
+    ``check_equivalent`` returned that list.
+
+    Attributes
+    ----------
+    outputs
+        The arrays after running ``f1`` (one per parameter).
+    thread_order
+        How the CPU ran ``f2``: ``"sequential"`` or ``"random"``.
+    seeds
+        The thread-order seeds ``f2`` ran with (empty unless ``thread_order`` is
+        ``"random"`` and ``f2`` has thread regions).
+    """
+
+    outputs: tuple[np.ndarray, ...]
+    thread_order: str = "sequential"
+    seeds: tuple[int, ...] = ()
+
+    def __repr__(self) -> str:
+        order = f"thread_order={self.thread_order!r}"
+        if self.seeds:
+            order += f", seeds {self.seeds}"
+        return f"<EquivalenceResult: {len(self.outputs)} parameters equal; {order}>"
+
+    def __len__(self) -> int:
+        return len(self.outputs)
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return iter(self.outputs)
+
+    def __getitem__(self, k: Any) -> Any:
+        return self.outputs[k]
+
+
+def is_lowered(func: PrimFunc) -> bool:
+    """Whether ``func`` is in lowered form (no blocks): its threads run as a GPU's would
+    under ``thread_order="random"``."""
+    found = False
+
+    def visit(n: Any) -> None:
+        nonlocal found
+        found = found or isinstance(n, (Block, BlockRealize))
+
+    post_order_visit(func.body, visit)
+    return not found
 
 
 def _shape(func: PrimFunc, shapes: Sequence[PrimExpr], sizes: Mapping[str, int]) -> tuple[int, ...]:
@@ -102,7 +160,9 @@ def check_equivalent(
     inputs: Sequence[np.ndarray] | None = None,
     target2: str = "cpu",
     build_options: Mapping[str, Any] | None = None,
-) -> list[np.ndarray]:
+    thread_order: str | None = None,
+    order_seeds: Sequence[int] = ORDER_SEEDS,
+) -> EquivalenceResult:
     """Run ``f1`` and ``f2`` on the same random inputs and compare every parameter afterwards.
 
     Parameters
@@ -112,20 +172,33 @@ def check_equivalent(
         schedule). ``f1`` runs on the CPU executor; ``f2`` on ``target2`` ("cpu" or "cuda").
     sizes
         Values of symbolic sizes, by Var name.
+    seed
+        Seed of the random inputs.
     rtol, atol
         Tolerances; default by dtype from :data:`TOLERANCES`, exact for integers.
     inputs
         Explicit inputs instead of random ones.
+    build_options
+        Options of the builds (CPU options for both when ``target2`` is "cpu").
+    thread_order : {None, "sequential", "random"}
+        How the CPU executor runs the threads (see :func:`loopir.runtime.build_cpu`). None
+        (default): ``"random"`` for lowered functions (no blocks), ``"sequential"`` for the
+        others, which are sequential programs. ``"random"`` runs ``f2`` once per seed of
+        ``order_seeds`` (and ``f1``, when lowered, with the first), so that a missing
+        barrier shows as a difference.
+    order_seeds
+        Seeds of the random thread order.
 
     Returns
     -------
-    list of numpy.ndarray
-        The arrays after running ``f1``.
+    EquivalenceResult
+        ``f1``'s outputs and the orders checked (a one-line repr).
 
     Raises
     ------
     EquivalenceError
-        Naming the parameter, the first differing index and both values.
+        Naming the parameter, the first differing index and both values (and the
+        thread-order seed, when ``f2`` ran in random order).
     """
     import loopir
 
@@ -133,14 +206,79 @@ def check_equivalent(
         raise EquivalenceError(
             f"check_equivalent: {len(f1.params)} vs {len(f2.params)} parameters"
         )
+    options = dict(build_options or {})
+    order = _thread_order(thread_order, options)
+    seeds = tuple(order_seeds)
+    if not seeds or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in seeds):
+        raise LoopIRError(f"check_equivalent: order_seeds must be a non-empty sequence of ints, got {order_seeds!r}")
+    options.pop("thread_order", None)
+    options.pop("seed", None)
+
+    def cpu_options(f: PrimFunc) -> dict[str, Any]:
+        mode = order if order is not None else ("random" if is_lowered(f) else "sequential")
+        # build_options are the CUDA build's when target2 is "cuda"
+        return {**(options if target2 == "cpu" else {}), "thread_order": mode, "seed": int(seeds[0])}
+
     base = list(inputs) if inputs is not None else random_inputs(f1, sizes, seed)
     a1 = [np.array(x, copy=True) for x in base]
-    a2 = [np.array(x, copy=True) for x in base]
-    cpu_options = dict(build_options or {}) if target2 == "cpu" else {}
-    loopir.build(f1, target="cpu", **cpu_options)(*a1)
-    loopir.build(f2, target=target2, **dict(build_options or {}))(*a2)
-    assert_outputs_equal(f1, a1, a2, rtol=rtol, atol=atol)
-    return a1
+    loopir.build(f1, target="cpu", **cpu_options(f1))(*a1)
+    if target2 != "cpu":
+        a2 = [np.array(x, copy=True) for x in base]
+        loopir.build(f2, target=target2, **options)(*a2)
+        assert_outputs_equal(f1, a1, a2, rtol=rtol, atol=atol)
+        return EquivalenceResult(tuple(a1))
+    opts2 = cpu_options(f2)
+    ran: list[int] = []
+    for s, a2 in run_cpu_orders(f2, base, opts2, seeds):
+        try:
+            assert_outputs_equal(f1, a1, a2, rtol=rtol, atol=atol)
+        except EquivalenceError as e:
+            if s is None:
+                raise
+            raise EquivalenceError(
+                f"{e} (second function run with thread_order='random', seed={s}: its threads "
+                "race, is a barrier missing?)"
+            ) from None
+        if s is not None:
+            ran.append(s)
+    return EquivalenceResult(tuple(a1), opts2["thread_order"], tuple(ran))
+
+
+def _thread_order(thread_order: str | None, options: Mapping[str, Any]) -> str | None:
+    given = options.get("thread_order")
+    if thread_order is not None and given is not None and given != thread_order:
+        raise LoopIRError(
+            f"check_equivalent: thread_order={thread_order!r} contradicts "
+            f"build_options['thread_order']={given!r}"
+        )
+    order = thread_order if thread_order is not None else given
+    if order is not None and order not in ("sequential", "random"):
+        raise LoopIRError(
+            f"check_equivalent: thread_order must be None, 'sequential' or 'random', got {order!r}"
+        )
+    return order
+
+
+def run_cpu_orders(
+    func: PrimFunc,
+    inputs: Sequence[np.ndarray],
+    build_options: Mapping[str, Any] | None,
+    seeds: Sequence[int],
+) -> Iterator[tuple[int | None, list[np.ndarray]]]:
+    """Run ``func`` on copies of ``inputs``, built once with ``build_options``: once per seed
+    when it runs threads in random order, else once. Yields (seed or None, the copies)."""
+    import loopir
+
+    mod = loopir.build(func, target="cpu", **dict(build_options or {}))
+    try:
+        for s in seeds if mod.program.seeded else [None]:
+            if s is not None:
+                mod.seed = s
+            arrays = [np.array(x, copy=True) for x in inputs]
+            mod(*arrays)
+            yield s, arrays
+    finally:
+        _unload(mod)
 
 
 def run_cpu(
@@ -221,6 +359,7 @@ def _compare(name: str, dtype: str, x: np.ndarray, y: np.ndarray, rtol: float | 
 
 
 __all__ = [
-    "check_equivalent", "random_inputs", "random_array", "run_cpu", "assert_outputs_equal",
-    "EquivalenceError", "TOLERANCES",
+    "check_equivalent", "random_inputs", "random_array", "run_cpu", "run_cpu_orders",
+    "assert_outputs_equal", "is_lowered", "EquivalenceError", "EquivalenceResult", "TOLERANCES",
+    "ORDER_SEEDS",
 ]  # fmt: skip

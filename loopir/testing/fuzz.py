@@ -30,7 +30,14 @@ from typing import Any, Protocol, TypeVar
 from loopir.errors import LoopIRError, PassError, ScheduleError
 from loopir.ir.expr import IntImm
 from loopir.ir.stmt import Block, For
-from loopir.testing import EquivalenceError, assert_outputs_equal, random_inputs, run_cpu
+from loopir.testing import (
+    EquivalenceError,
+    assert_outputs_equal,
+    is_lowered,
+    random_inputs,
+    run_cpu,
+    run_cpu_orders,
+)
 from loopir.testing.workloads import Workload
 
 logger = logging.getLogger(__name__)
@@ -146,6 +153,10 @@ class ScheduleFuzzer:
     gpu_lowering
         In :meth:`finish`, also bind a copy's loop nests to the GPU (:func:`bind_for_gpu`)
         and check that copy and its lowerings.
+    order_seeds
+        Seeds of the random thread order that lowered functions run with (the executor's
+        ``thread_order="random"``, so that a missing barrier is a wrong output); default
+        ``(seed, seed + 1)``.
     """
 
     def __init__(
@@ -156,6 +167,7 @@ class ScheduleFuzzer:
         build_options: Mapping[str, Any] | None = None,
         check_every_step: bool = True,
         gpu_lowering: bool = True,
+        order_seeds: Sequence[int] | None = None,
     ) -> None:
         import loopir
 
@@ -165,6 +177,7 @@ class ScheduleFuzzer:
         self.build_options = dict(build_options or _fast_build_options())
         self.check_every_step = check_every_step
         self.gpu_lowering = gpu_lowering
+        self.order_seeds = tuple(order_seeds) if order_seeds is not None else (seed, seed + 1)
         self.inputs = random_inputs(self.base, workload.sizes, seed)
         self.expected = run_cpu(self.base, self.inputs, self.build_options)
         self.blocks: list[Any] = []
@@ -478,11 +491,24 @@ class ScheduleFuzzer:
             )
 
     def _check_outputs(self, func: Any, what: str, category: str, extra: str = "") -> None:
+        # Lowered functions run their thread blocks in random orders: a race is a wrong output.
+        options = dict(self.build_options)
+        if is_lowered(func):
+            options["thread_order"] = "random"
+        order_seed: int | None = None
         try:
-            got = run_cpu(func, self.inputs, self.build_options)
-            assert_outputs_equal(self.base, self.expected, got)
+            for run_seed, got in run_cpu_orders(func, self.inputs, options, self.order_seeds):
+                order_seed = run_seed  # named in the finding
+                assert_outputs_equal(self.base, self.expected, got)
         except EquivalenceError as e:
-            raise FuzzFinding(category, f"{what}: {e}", self.reproducer(extra=extra)) from e
+            order = ""
+            if order_seed is not None:
+                order = f" (thread_order='random', seed={order_seed})"
+                extra += (
+                    f"\nloopir.build(lowered, target='cpu', thread_order='random', "
+                    f"seed={order_seed})(...)  # differs"
+                )
+            raise FuzzFinding(category, f"{what}{order}: {e}", self.reproducer(extra=extra)) from e
         except Exception as e:  # noqa: BLE001 - the executor must run every verified function
             raise FuzzFinding(
                 category, f"{what}: executor raised {type(e).__name__}: {e}",
@@ -580,9 +606,20 @@ class ScheduleFuzzer:
                     self.reproducer(extra=extra),
                 ) from e  # fmt: skip
             self._check_allocations(lowered, pad, extra)
+            if prefix and self._proven_race(lowered):
+                # the CUDA build refuses it (the race checker found two threads that race):
+                # a refusal; what the checker lets through must be right in every thread order
+                self.gpu_refused += 1
+                return
             self._check_outputs(
                 lowered, f"lowered ({where}local pad {pad})", "local-pad" if pad else "lower", extra
             )
+
+    @staticmethod
+    def _proven_race(lowered: Any) -> bool:
+        from loopir.passes.race_check import find_races
+
+        return bool(find_races(lowered).races)
 
     def _check_allocations(self, lowered: Any, pad: bool, extra: str) -> None:
         """Refuse to run a lowered function whose scratch buffers are absurdly large.

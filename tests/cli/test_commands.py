@@ -109,6 +109,25 @@ def test_bench_lists_and_runs_scripts(tmp_path, capsys) -> None:
         find_benchmarks_dir(tmp_path / "missing")
 
 
+def test_bench_script_missing_a_package_says_so_without_a_traceback(tmp_path) -> None:
+    # `bench dense` without torch used to end in a raw ModuleNotFoundError traceback.
+    _file(tmp_path, '''
+        """Needs a package that is not installed."""
+        import sys
+        from helper import VALUE  # the script's own folder is importable, as with `python x.py`
+
+        if __name__ == "__main__":
+            assert VALUE == 1 and sys.argv[1:] == ["--fast"]
+            import loopir_no_such_package_xyz  # noqa: F401
+    ''', "needy.py")
+    _file(tmp_path, "VALUE = 1\n", "helper.py")
+    proc = subprocess.run([sys.executable, "-m", "loopir", "bench", "--dir", str(tmp_path), "needy",
+                           "--fast"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "bench needy: this benchmark needs the Python package 'loopir_no_such_package_xyz'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_quick_bench_on_the_cpu(capsys) -> None:
     assert main(["--color", "never", "bench", "--shape", "16x16x16", "--cpu"]) == 0
     out = capsys.readouterr().out
@@ -146,3 +165,24 @@ def test_a_closed_pipe_ends_the_demo_quietly() -> None:
     assert proc.wait(timeout=120) == 141
     assert first.startswith("loopir demo")
     assert "Traceback" not in err
+
+
+def test_show_prefers_the_files_own_sch_over_an_imported_schedule(tmp_path) -> None:
+    path = _file(tmp_path, """
+        import loopir
+        from loopir.examples.dense import dense as schedule  # imported, not the file's
+
+        sch = loopir.Schedule(loopir.examples.dense_func(8, 8, 8))
+    """)
+    work = load_workload(path)
+    assert isinstance(work, loopir.Schedule) and len(work.trace) == 0, "took the imported function"
+
+
+def test_show_local_pad_alone_shows_the_padded_lowered_ir(tmp_path, capsys) -> None:
+    path = _file(tmp_path, FUNC_AND_TRACE)
+    assert main(["--color", "never", "show", str(path), "--no-trace"]) == 0
+    plain = capsys.readouterr().out
+    assert "lowered" not in plain
+    assert main(["--color", "never", "show", str(path), "--no-trace", "--local-pad"]) == 0
+    out = capsys.readouterr().out
+    assert "lowered (tir.enable_local_pad=True)" in out and "T.Select(" in out

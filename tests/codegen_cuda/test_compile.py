@@ -120,10 +120,13 @@ def test_build_cuda_rejects_non_functions():
 
 
 def test_default_cache_dir_env_override(tmp_path, monkeypatch):
+    import loopir._cache_dir
     from loopir.codegen_cuda.compile import default_cache_dir
 
+    # the session's temporary cache root (conftest) would win over the environment
+    monkeypatch.setattr(loopir._cache_dir, "_root_override", None)
     monkeypatch.setenv("LOOPIR_CACHE_DIR", str(tmp_path / "c"))
-    assert default_cache_dir() == tmp_path / "c"
+    assert default_cache_dir() == tmp_path / "c" / "cuda"
     monkeypatch.delenv("LOOPIR_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
     assert default_cache_dir() == tmp_path / "x" / "loopir" / "cuda"

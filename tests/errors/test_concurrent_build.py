@@ -1,8 +1,11 @@
-"""Four processes building the same kernel at once share one cache safely.
+"""Eight processes building the same CUDA and CPU modules at once share one cache safely.
 
-CPU: builds of one key are serialized by a lock file, so exactly one process compiles and
-the other three load its library. CUDA: every process gets byte-identical cubins and the
-cache entry left behind is complete (its hash matches). No temporary file is left behind.
+The workers use the *default* cache location (``$XDG_CACHE_HOME/loopir``, no override), the
+one with a fallback, and must never take the fallback: an earlier ``.write-probe`` shared by
+all processes made one process's ``unlink`` fail in another and send it to a shared ``/tmp``
+directory (issue 18). Builds of one key are serialized by a lock file, so exactly one
+process compiles each module and the other seven load its result. A second round starts
+from a cache whose entries were corrupted: none of the eight may load them.
 """
 
 from __future__ import annotations
@@ -10,81 +13,135 @@ from __future__ import annotations
 import hashlib
 import json
 import multiprocessing as mp
+import queue
+import shutil
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-N_PROCS = 4
+pytestmark = pytest.mark.nvcc  # the CUDA half compiles with nvcc (no GPU needed)
+
+N_PROCS = 8
 
 
-def _cpu_worker(cache_dir: str, barrier: Any, out: Any) -> None:
+def _worker(xdg: str, tmpdir: str, barrier: Any, out: Any) -> None:
+    import logging
+    import os
+
+    # The default location: no override from the test session, a private temp dir.
+    os.environ.pop("LOOPIR_CACHE_DIR", None)
+    os.environ["XDG_CACHE_HOME"] = xdg
+    os.environ["TMPDIR"] = tmpdir
+
+    records: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record.getMessage())
+
+    logging.getLogger("loopir").addHandler(Keep(logging.WARNING))
+
     import loopir
+    from loopir.codegen_cuda import compile_cuda, emit_cuda, lower_for_cuda
     from loopir.testing import random_inputs
-    from loopir.testing.workloads import conv2d_nhwc
-
-    func = conv2d_nhwc(1, 5, 4, 2, 3, 3, 3, 1, 1).func
-    barrier.wait()  # start the four builds together
-    mod = loopir.build(func, target="cpu", cache_dir=cache_dir)
-    args = random_inputs(func, seed=3)
-    mod(*args)
-    out.put((mod.cache_hit, mod.library_path, args[-1].tobytes()))
-
-
-def _cuda_worker(cache_dir: str, barrier: Any, out: Any) -> None:
-    import loopir
-    from loopir.testing.workloads import matmul
+    from loopir.testing.workloads import conv2d_nhwc, matmul
 
     sch = loopir.Schedule(matmul(16, 8, 12).func)
-    b = sch.get_block("C")
-    i, j, _ = sch.get_loops(b)
+    i, j, _ = sch.get_loops(sch.get_block("C"))
     sch.bind(i, "blockIdx.x")
     sch.bind(j, "threadIdx.x")
-    func = sch.func
-    barrier.wait()
-    mod = loopir.build(func, target="cuda", cache_dir=cache_dir)
-    out.put((str(mod.cubin_path), hashlib.sha256(mod.cubin_path.read_bytes()).hexdigest()))
+    gpu_func = sch.func
+    cpu_func = conv2d_nhwc(1, 5, 4, 2, 3, 3, 3, 1, 1).func
+    barrier.wait()  # start the eight builds together
+    # The build path up to the cubin (nothing is loaded: no GPU is needed).
+    cuda = compile_cuda(emit_cuda(lower_for_cuda(gpu_func)).source, arch="sm_90a")
+    cpu = loopir.build(cpu_func, target="cpu")
+    args = random_inputs(cpu_func, seed=3)
+    cpu(*args)
+    out.put({
+        "cuda_hit": cuda.cache_hit, "cubin_path": str(cuda.cubin_path),
+        "cubin_sha": hashlib.sha256(cuda.cubin).hexdigest(),
+        "cpu_hit": cpu.cache_hit, "lib": str(cpu.library_path), "out": args[-1].tobytes(),
+        "warnings": records,
+    })  # fmt: skip
 
 
-def _run(worker: Any, cache_dir: Path) -> list[Any]:
+def _round(xdg: Path, tmpdir: Path) -> list[dict[str, Any]]:
     ctx = mp.get_context("spawn")  # no state inherited from the test process
     barrier, out = ctx.Barrier(N_PROCS), ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(str(cache_dir), barrier, out)) for _ in range(N_PROCS)]
+    procs = [
+        ctx.Process(target=_worker, args=(str(xdg), str(tmpdir), barrier, out))
+        for _ in range(N_PROCS)
+    ]
     for p in procs:
         p.start()
-    results = [out.get(timeout=300) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    results: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 300
+    try:
+        while len(results) < N_PROCS:
+            try:
+                results.append(out.get(timeout=1))
+            except queue.Empty:
+                # A worker that died would leave the others at the barrier: fail now.
+                dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+                assert not dead, f"a worker failed (exit codes {dead}); see its traceback above"
+                assert time.monotonic() < deadline, "the workers did not finish in 300 s"
+    finally:
+        for p in procs:
+            if p.exitcode is None and len(results) < N_PROCS:
+                p.kill()
+            p.join(timeout=60)
+    assert all(p.exitcode == 0 for p in procs)
     return results
 
 
-def test_four_processes_build_one_cpu_library(tmp_path: Path) -> None:
-    results = _run(_cpu_worker, tmp_path)
-    hits = [r[0] for r in results]
-    assert hits.count(False) == 1, f"expected exactly one compile, got cache hits {hits}"
-    assert len({r[1] for r in results}) == 1
-    assert len({r[2] for r in results}) == 1  # identical outputs
-    cpu = tmp_path / "cpu"
-    libs = list(cpu.glob("*.so"))
-    assert len(libs) == 1
-    stem = libs[0].stem
-    digest = (cpu / f"{stem}.sha256").read_text().strip()
-    assert digest == hashlib.sha256(libs[0].read_bytes()).hexdigest()
-    leftovers = [p.name for p in cpu.iterdir() if p.suffix not in (".so", ".c", ".sha256", ".lock")]
-    assert not leftovers, leftovers
-    out = np.frombuffer(results[0][2], dtype=np.float32)
-    assert np.isfinite(out).all()
-
-
-@pytest.mark.nvcc
-def test_four_processes_build_one_cubin(tmp_path: Path) -> None:
-    results = _run(_cuda_worker, tmp_path)
-    assert len({r[0] for r in results}) == 1
-    assert len({r[1] for r in results}) == 1, "processes got different cubins"
-    cubins = list(tmp_path.glob("*.cubin"))
+def _check_round(results: list[dict[str, Any]], root: Path, tmpdir: Path) -> None:
+    assert [r["cuda_hit"] for r in results].count(False) == 1, "expected exactly one nvcc run"
+    assert [r["cpu_hit"] for r in results].count(False) == 1, "expected exactly one C compile"
+    for r in results:
+        assert Path(r["cubin_path"]).parent == root / "cuda", r["cubin_path"]
+        assert Path(r["lib"]).parent == root / "cpu", r["lib"]
+        assert not [w for w in r["warnings"] if "fallback" in w], r["warnings"]
+    assert len({r["cubin_sha"] for r in results}) == 1, "processes got different cubins"
+    assert len({r["out"] for r in results}) == 1, "processes computed different outputs"
+    assert not tmpdir.exists() or not list(tmpdir.iterdir()), "a fallback directory was made"
+    cubins = list((root / "cuda").glob("*.cubin"))
     assert len(cubins) == 1
-    meta = json.loads((tmp_path / (cubins[0].stem + ".json")).read_text())
-    assert meta["sha256"] == hashlib.sha256(cubins[0].read_bytes()).hexdigest() == results[0][1]
-    assert not list(tmp_path.glob("*.tmp"))
+    meta = json.loads(cubins[0].with_suffix(".json").read_text())
+    assert meta["sha256"] == hashlib.sha256(cubins[0].read_bytes()).hexdigest()
+    assert meta["sha256"] == results[0]["cubin_sha"]
+    libs = list((root / "cpu").glob("*.so"))
+    assert len(libs) == 1
+    digest = libs[0].with_suffix(".sha256").read_text().strip()
+    assert digest == hashlib.sha256(libs[0].read_bytes()).hexdigest()
+    for kind in ("cpu", "cuda"):
+        leftovers = [p.name for p in (root / kind).iterdir() if p.name.endswith(".tmp")]
+        assert not leftovers, leftovers
+
+
+def test_eight_processes_build_one_cubin_and_one_library(tmp_path: Path) -> None:
+    xdg, tmpdir = tmp_path / "xdg", tmp_path / "tmp"
+    tmpdir.mkdir(mode=0o700)
+    root = xdg / "loopir"
+    first = _round(xdg, tmpdir)
+    _check_round(first, root, tmpdir)
+    assert not any(r["warnings"] for r in first), [r["warnings"] for r in first]
+    assert (root.stat().st_mode & 0o777) == 0o700
+
+    # Corrupt both entries (this process never loaded them): all eight must see it.
+    cubin = next((root / "cuda").glob("*.cubin"))
+    data = bytearray(cubin.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    cubin.write_bytes(bytes(data))
+    lib = next((root / "cpu").glob("*.so"))
+    lib.write_bytes(lib.read_bytes()[:100])
+    second = _round(xdg, tmpdir)
+    _check_round(second, root, tmpdir)
+    assert second[0]["cubin_sha"] == first[0]["cubin_sha"]
+    assert second[0]["out"] == first[0]["out"]
+    out = np.frombuffer(first[0]["out"], dtype=np.float32)
+    assert np.isfinite(out).all()
+    shutil.rmtree(xdg)

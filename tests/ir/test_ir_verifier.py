@@ -281,25 +281,22 @@ def test_rejects_binding_dtype_mismatch():
     rejects(copy_func(binding=lambda i: Cast("int64", i)), "block-binding", "of dtype int64")
 
 
-def test_rejects_loop_var_in_spatial_and_reduce_bindings():
-    A, C = Buffer("A", (16, 16)), Buffer("C", (32,))
-    i, k = Var("i"), Var("k")
-    vi, vk = Var("v_i"), Var("v_k")
+def test_accepts_loop_var_in_spatial_and_reduce_bindings():
+    """A fused spatial+reduce loop (TVM's fuse makes one) is well-formed: issue 20 item 4.
+    The schedule keeps it correct (reorder of such a chain is refused, see test_loops)."""
+    A, C = Buffer("A", (4, 5)), Buffer("C", (4,))
+    f_, vi, vk = Var("f"), Var("v_i"), Var("v_k")
     f = one_block(
-        [(i, 16), (k, 16)],
-        [spatial(vi, 32), reduce(vk, 16)],
-        [i + k, k],
-        [point(A, vi % 16, vk)],
+        [(f_, 20)],
+        [spatial(vi, 4), reduce(vk, 5)],
+        [f_ // 5, f_ % 5],
+        [point(A, vi, vk)],
         [point(C, vi)],
-        BufferStore(C, C[vi] + A[vi % 16, vk], (vi,)),
+        BufferStore(C, C[vi] + A[vi, vk], (vi,)),
         (A, C),
         init=BufferStore(C, FloatImm(0.0), (vi,)),
     )
-    rejects(
-        f,
-        "block-binding",
-        "loop var k is used both by the binding of spatial iter var v_i and of reduce iter var v_k",
-    )
+    verify(f)
 
 
 # --- regions ----------------------------------------------------------------------------------
@@ -390,6 +387,36 @@ def test_thread_extents():
     t1, t2 = Var("t1"), Var("t2")
     k1 = loop(t1, 64, BufferStore(A, FloatImm(0.0), (t1,)), TB, "threadIdx.x")
     k2 = loop(t2, 32, BufferStore(A, FloatImm(1.0), (t2,)), TB, "threadIdx.x")
+    verify(PrimFunc((A,), seq(k1, k2)))
+
+
+def _grid(tags: list[tuple[str, int]]):
+    """Nested loops bound to ``tags`` (outermost first) around one store."""
+    A = Buffer("A", (1,))
+    body = BufferStore(A, FloatImm(0.0), (IntImm(0),))
+    for k, (tag, extent) in reversed(list(enumerate(tags))):
+        body = loop(Var(f"t{k}"), extent, body, TB, tag)
+    return PrimFunc((A,), body)
+
+
+def test_thread_limits():
+    """Issue 11 item 4: CUDA launch limits are a named check (nvcc accepts these kernels)."""
+    verify(_grid([("blockIdx.x", 2**31 - 1), ("threadIdx.x", 1024)]))
+    verify(_grid([("blockIdx.y", 65535), ("threadIdx.z", 64), ("threadIdx.y", 16)]))
+    verify(_grid([("vthread.x", 4096), ("threadIdx.x", 1024)]))  # virtual: no limit
+    rejects(_grid([("threadIdx.x", 2048)]), "thread-limit",
+            "loop t0 bound to threadIdx.x: extent 2048 exceeds the CUDA thread block dimension "
+            "limit of 1024")  # fmt: skip
+    rejects(_grid([("threadIdx.z", 65)]), "thread-limit", "limit of 64 for threadIdx.z")
+    rejects(_grid([("blockIdx.y", 65536)]), "thread-limit", "grid dimension limit of 65535")
+    rejects(_grid([("blockIdx.x", 2**31)]), "thread-limit", "limit of 2147483647")
+    rejects(_grid([("threadIdx.y", 64), ("threadIdx.x", 32)]), "thread-limit",
+            "loop t1 bound to threadIdx.x: the kernel would have 2048 threads per block "
+            "(threadIdx.x=32 x threadIdx.y=64), more than the CUDA limit of 1024")  # fmt: skip
+    # Two kernels of 1024 threads each are fine: the product is per kernel.
+    A = Buffer("A", (1,))
+    k1 = loop(Var("a"), 1024, BufferStore(A, FloatImm(0.0), (IntImm(0),)), TB, "threadIdx.x")
+    k2 = loop(Var("b"), 1024, BufferStore(A, FloatImm(1.0), (IntImm(0),)), TB, "threadIdx.y")
     verify(PrimFunc((A,), seq(k1, k2)))
 
 

@@ -57,7 +57,15 @@ structurally identical to a pipeline without it.
   left unwritten. When the tile outlives a round (the shared tiles are reused by every `k0`
   iteration), an element left unwritten could still hold the previous round's value, so every
   reader's own guard must also imply each inlined conjunct at the element it reads; otherwise
-  the fetch is refused.
+  the fetch is refused. When that predicate depends on the round (`k0 * 4 + kk < 770`), it
+  describes this round's write only, so the fetch must also have written the element in the
+  reader's round, before the reader. A tile read in an index or a guard is refused: a pad
+  there would move an access, not add an identity.
+- **Init.** Its guard goes only if every writer of another value (the reduction) runs after
+  all of the init's iterations (later in program order, in no shared loop inside the
+  allocation), or provably never writes an element the padded init newly writes; otherwise a
+  re-init after the reduction (`acc[i] = 0; acc[i] += x; if i < 1: acc[i] = 0`) would
+  overwrite its result.
 - **Pad value** = identity of the consuming reduction: 0 for sum, -inf (floats) / lowest (ints)
   for max, +inf / highest for min. It must be unique, and for a fetch every consumer must let
   the padded value flow in as that identity: a factor of the summed product, or the whole term
@@ -66,11 +74,14 @@ structurally identical to a pipeline without it.
   bounds without it, (2) whenever it is false some operand reads a padded element: the fetch's
   inlined conjunct, moved from the source index to the operand's tile element, implies it
   (proved with the analyzer), (3) the fetch writes every element the compute may read, before
-  it in the same round, and (4) every other operand is padded too or an in-bounds global read.
-  The update then adds the identity, so it is a no-op.
-- **Refused** (left unchanged, with the reason in the report): values with side effects, stores
-  in an else-branch, no single identity, consumers that are not a recognized reduction,
-  non-constant or conflicting init values.
+  it in the same round (and in no loop the two share inside the round), and (4) every other
+  operand is padded too or an in-bounds read of a function parameter (an intermediate
+  allocated in the function may be unwritten at that index). The update then adds the
+  identity, so it is a no-op.
+- **Refused** (left unchanged, every conjunct listed as kept with its reason): values with
+  side effects, stores in an else-branch, no single identity, consumers that are not a
+  recognized reduction, tiles read as an index, non-constant or conflicting init values, inits
+  that could overwrite a result. Only padded candidates show a pad value.
 
 Soundness notes: both backends evaluate `Select` lazily (C/CUDA `?:`), so the guarded
 out-of-range source load is never performed. Dropping a compute guard relies on `0 * x == 0`

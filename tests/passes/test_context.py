@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import pytest
 
 import loopir
@@ -203,3 +204,53 @@ def test_lower_pipeline_gated_by_key() -> None:
 def test_lower_rejects_non_func() -> None:
     with pytest.raises(PassError, match="lower: expected a PrimFunc"):
         loopir.lower("f")  # type: ignore[arg-type]
+
+
+def test_disabled_passes_unknown_name_is_an_error() -> None:
+    with pytest.raises(PassError, match=r"unknown pass 'Simplfy'; did you mean 'Simplify'\?"):
+        PassContext(disabled_passes=["Simplfy"])
+    with pytest.raises(PassError, match="can be disabled: GemmOffload, Simplify"):
+        PassContext(disabled_passes=["NoSuchPass"])
+    with pytest.raises(PassError, match="must be a list of pass names, got the string"):
+        PassContext(disabled_passes="Simplify")
+    with pytest.raises(PassError, match="holds pass names, got int 3"):
+        PassContext(disabled_passes=[3])
+
+
+@pytest.mark.parametrize("name", ["LowerBlocks", "ThreadSync", "UnifyThreadLoops",
+                                  "CompactBufferAllocation", "InjectVirtualThread"])
+def test_disabled_passes_refuses_required_passes(name: str) -> None:
+    # Disabling them used to be accepted and silently ignored.
+    with pytest.raises(PassError, match=rf"pass '{name}' cannot be disabled: it is required"):
+        PassContext(disabled_passes=[name])
+
+
+def test_disabled_passes_knows_function_passes() -> None:
+    from loopir.passes.base import FunctionPass, known_passes
+
+    p = FunctionPass(lambda f, ctx: f, "MyOptionalPass", required=False)
+    assert known_passes()["MyOptionalPass"] is False
+    f = _func()
+    with PassContext(disabled_passes=["MyOptionalPass"]):
+        assert p(f) is f
+
+
+def test_config_accepts_numpy_scalars_of_the_right_kind() -> None:
+    ctx = PassContext(config={"tir.enable_local_pad": np.True_,
+                              "cuda.max_shared_memory_per_block": np.int64(4096)})
+    assert ctx.get("tir.enable_local_pad") is True
+    v = ctx.get("cuda.max_shared_memory_per_block")
+    assert v == 4096 and type(v) is int
+
+
+@pytest.mark.parametrize("key, value, shown", [
+    ("cuda.max_shared_memory_per_block", True, "bool True"),
+    ("cuda.max_shared_memory_per_block", np.False_, "numpy.bool np.False_"),
+    ("tir.enable_local_pad", 1, "int 1"),
+    ("tir.enable_local_pad", np.int64(1), "numpy.int64"),
+    ("tir.enable_local_pad", "yes", "str 'yes'"),
+])  # fmt: skip
+def test_config_bool_and_int_keys_are_not_interchangeable(key: str, value: object, shown: str) -> None:
+    expected = PassContext.list_configs()[key].type.__name__
+    with pytest.raises(PassError, match=rf"config key '{key}' expects {expected}, got {shown}"):
+        PassContext(config={key: value})

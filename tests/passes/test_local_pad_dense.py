@@ -20,6 +20,7 @@ from _passes_util import (
 
 import loopir
 from loopir.ir import BufferLoad, Select, Var
+from loopir.ir.functor import collect_vars
 from loopir.passes import (
     CompactBufferAllocation,
     InjectVirtualThread,
@@ -30,6 +31,7 @@ from loopir.passes import (
     Simplify,
     ThreadSync,
     UnifyThreadLoops,
+    _enum,
 )
 from loopir.passes._walk import conjuncts
 
@@ -96,7 +98,16 @@ def test_dense_100_tile_larger_than_extent() -> None:
     A store and the compute keeps it; the k guard still goes."""
     f = lower_with(loopir.examples.dense(100, 770, 2304).func, pad=True)
     (a,) = store_to(f, "A_shared")
-    assert _conj(guard_of(f, a)[0]) == ["i_2_j_2_fused < 100"]
+    # one conjunct stays, and it is the row guard: true exactly for the 100 rows of the tile
+    # (``tx < 100``, or ``tx * 4 + lane < 400`` when the copy's coverage guard is clipped)
+    (guard,) = guard_of(f, a)
+    (kept,) = conjuncts(guard)
+    by_name = {v.name: v for v in collect_vars(kept)}
+    assert set(by_name) <= {"i_2_j_2_fused", "ax0_ax1_fused_2"}, text(kept)
+    env = _enum.domain([(by_name.get("i_2_j_2_fused", Var("tx")), 0, 256),
+                        (by_name.get("ax0_ax1_fused_2", Var("lane")), 0, 4)])  # fmt: skip
+    rows = next(iter(env.values()))
+    np.testing.assert_array_equal(_enum.evaluate(kept, env, rows.size) != 0, rows < 100)
     assert "k_0 * 4 + ax0_ax1_fused_2 < 770" in _conj(a.value.condition)
     (comp,) = _compute(f)
     assert [_conj(c) for c in guard_of(f, comp)] == [["i_2_j_2_fused // 32 * 16 + i_3 * 2 + i_4 < 100"]]

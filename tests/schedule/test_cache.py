@@ -6,6 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import loopir
+from loopir import te
 from loopir.errors import ScheduleError
 from loopir.ir.stmt import BufferStore
 from loopir.schedule import cache
@@ -185,7 +187,9 @@ def test_cache_errors() -> None:
         cache.cache_write(f, "C", "A", "local")
     with pytest.raises(ScheduleError, match=r"no block named 'X'"):
         cache.cache_read(f, "X", "A", "shared")
-    with pytest.raises(ScheduleError, match=r"buffer must be a name or an index"):
+    with pytest.raises(
+        ScheduleError, match=r"must be a name, an index into the block's reads or a Buffer, got float 1.5"
+    ):
         cache.cache_read(f, "C", 1.5, "shared")  # type: ignore[arg-type]
     h = chain(8, 4)
     with pytest.raises(ScheduleError, match=r"consumer block 'D' does not read buffer 'B'"):
@@ -201,3 +205,80 @@ def test_cache_error_str_marks_ir() -> None:
     text = str(info.value)
     assert text.startswith("cache_read: ")
     assert "T.block(\"C\")" in text  # the IR is shown
+
+
+# --- the buffer given as a Buffer object (TVM accepts a buffer or its index) ----------------
+
+
+def test_cache_read_and_write_accept_the_buffer_object() -> None:
+    f = matmul(8, 4, 6)
+    a, b, c = f.params
+    for scope in ("shared", "local"):
+        by_obj, name = cache.cache_read(f, "C", b, scope)
+        by_name, name2 = cache.cache_read(f, "C", "B", scope)
+        assert name == name2 == f"B_{scope}"
+        loopir.assert_structural_equal(by_obj, by_name)
+    by_obj, name = cache.cache_write(f, "C", c, "local")
+    loopir.assert_structural_equal(by_obj, cache.cache_write(f, "C", "C", "local")[0])
+    assert name == "C_local"
+    assert_equivalent(f, by_obj)
+
+
+def test_cache_read_accepts_a_te_tensor() -> None:
+    A = te.placeholder((8, 4), "float32", name="A")
+    B = te.placeholder((4, 6), "float32", name="B")
+    r = te.reduce_axis(4, name="k")
+    C = te.compute((8, 6), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    f = te.create_prim_func([A, B, C])
+    g, name = cache.cache_read(f, "C", A, "shared")
+    assert name == "A_shared"
+    loopir.assert_structural_equal(g, cache.cache_read(f, "C", "A", "shared")[0])
+    assert cache.cache_write(f, "C", C, "local")[1] == "C_local"
+
+
+def test_cache_refuses_a_buffer_the_block_does_not_access() -> None:
+    f = matmul(8, 4, 6)
+    a, _, c = f.params
+    with pytest.raises(ScheduleError, match=r"^cache_read: block 'C' does not have buffer 'C' "
+                       r"in its reads \(A, B\)"):  # fmt: skip
+        cache.cache_read(f, "C", c, "shared")
+    with pytest.raises(ScheduleError, match=r"^cache_write: block 'C' does not have buffer 'A' "
+                       r"in its writes \(C\)"):  # fmt: skip
+        cache.cache_write(f, "C", a, "local")
+    # Buffers compare by identity: another workload's "A" is not this function's A
+    other = matmul(8, 4, 6).params[0]
+    with pytest.raises(ScheduleError, match=r"a different Buffer of the same name"):
+        cache.cache_read(f, "C", other, "shared")
+
+
+def test_buffer_index_for_the_trace() -> None:
+    f = matmul(8, 4, 6)
+    a, b, c = f.params
+    assert cache.buffer_index(f, "C", b, "cache_read") == 1
+    assert cache.buffer_index(f, "C", a, "cache_read") == 0
+    assert cache.buffer_index(f, "C", c, "cache_write") == 0
+    assert cache.buffer_index(f, "C", "B", "cache_read") == "B"  # names and indices are kept
+    assert cache.buffer_index(f, "C", 1, "cache_read") == 1
+    with pytest.raises(ScheduleError, match=r"cache_write: block 'C' does not have buffer 'B'"):
+        cache.buffer_index(f, "C", b, "cache_write")
+
+
+@pytest.mark.xfail(
+    strict=True, raises=ScheduleError,
+    reason="Schedule's instruction decorator refuses non-literal attributes before cache.py sees "
+    "them; needs schedule.py to map a Buffer to cache.buffer_index() first (reported to the lead)",
+)  # fmt: skip
+def test_schedule_cache_read_with_a_buffer_records_its_index() -> None:
+    f = matmul(8, 4, 6)
+    sch = loopir.Schedule(f)
+    blk = sch.get_block("C")
+    sch.cache_read(blk, f.params[0], "shared")
+    sch.cache_write(blk, f.params[2], "local")
+    ref = loopir.Schedule(f)
+    rblk = ref.get_block("C")
+    ref.cache_read(rblk, 0, "shared")
+    ref.cache_write(rblk, 0, "local")
+    loopir.assert_structural_equal(sch.func, ref.func)
+    assert sch.trace.as_json() == ref.trace.as_json()  # the trace holds the index, a literal
+    with pytest.raises(ScheduleError, match=r"does not have buffer 'B' in its writes"):
+        sch.cache_write(blk, f.params[1], "local")

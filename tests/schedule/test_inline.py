@@ -206,3 +206,68 @@ def test_matmul_inline_refused_message_shows_ir() -> None:
     with pytest.raises(ScheduleError) as info:
         inline.compute_inline(f, "C")
     assert "T.block(\"C\")" in str(info.value)
+
+
+# --- pad producers with an if-then-else store (issue 20 item 4) -----------------------------------
+
+
+def _padded_matmul():
+    import loopir
+
+    func = matmul(13, 6, 8)
+    sch = loopir.Schedule(func)
+    sch.pad(sch.get_block("C"), [8, 8, 4])  # 13 -> 16 rows, 6 -> 8 reduce: A_pad is a guarded copy
+    return func, sch
+
+
+def test_compute_inline_pad_producer_as_select_golden(golden) -> None:
+    """The pad copy ``if v0 < 13 and v1 < 6: A_pad = A else: A_pad = 0`` was refused ("must
+    have a single BufferStore"); TVM inlines it, here as a Select (lazy: the out-of-bounds load
+    of the other branch is never performed)."""
+    import numpy as np
+
+    import loopir
+    from loopir.ir.expr import Select
+    from loopir.ir.stmt import IfThenElse
+
+    func, sch = _padded_matmul()
+    assert isinstance(block_of(sch.func, "A_pad").body, IfThenElse)
+    before = sch.func
+    sch.compute_inline(sch.get_block("A_pad"))
+    assert "A_pad" not in block_order(sch.func)
+    value = block_of(sch.func, "C").body.value
+    assert any(isinstance(n, Select) for n in _walk_exprs(value))
+    loopir.verify(sch.func)
+    assert_equivalent(func, sch.func)
+    rng = np.random.default_rng(3)
+    a = rng.uniform(0.5, 1.5, (13, 6)).astype("float32")
+    b = rng.uniform(0.5, 1.5, (6, 8)).astype("float32")
+    c = np.zeros((13, 8), "float32")
+    loopir.build(sch.func, target="cpu")(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5)
+    golden_pair(golden, "compute_inline_pad_select", before, sch.func)
+
+
+def test_compute_inline_if_without_else_refused() -> None:
+    """An ``if`` without ``else`` leaves elements unwritten: there is no value to inline."""
+    from loopir.ir.stmt import IfThenElse
+
+    func, sch = _padded_matmul()
+    blk = block_of(sch.func, "A_pad")
+    body = blk.body
+    assert isinstance(body, IfThenElse)
+    import attrs
+
+    from loopir.schedule import tree
+
+    f2 = tree.replace(sch.func, blk, attrs.evolve(blk, body=IfThenElse(body.condition, body.then_case)))
+    with pytest.raises(ScheduleError, match="must have a single BufferStore as its body, got IfThenElse"):
+        inline.compute_inline(f2, "A_pad")
+
+
+def _walk_exprs(e):
+    from loopir.ir.functor import post_order_visit
+
+    out = []
+    post_order_visit(e, out.append)
+    return out

@@ -98,8 +98,7 @@ def test_pad_equivalence(m, k, n, fm, fk, fn) -> None:
 
 
 def test_pad_refuses_non_einsum() -> None:
-    with pytest.raises(ScheduleError, match=r"pad: block 'B' is not a reduction block"):
-        P.pad(chain(4, 3), "B", [2, 2])
+    assert_equivalent(chain(4, 3), P.pad(chain(4, 3), "B", [2, 2]))  # spatial: padded since issue 20
     f = matmul(10, 6, 8)
     with pytest.raises(ScheduleError, match=r"block 'C' has 3 iter vars \(v_i, v_j, v_k\) but 2 "
                        r"factors were given"):
@@ -137,3 +136,67 @@ def test_pad_refuses_tiled_block() -> None:
     i, j, k = loop_vars(f, "C")
     with pytest.raises(ScheduleError, match=r"no block named 'Q'"):
         P.pad(f, "Q", [4, 4, 4])
+
+
+# --- spatial blocks (issue 20 item 4) ---------------------------------------------------------
+
+
+def _cache_copy(m: int = 10, n: int = 6):
+    import loopir
+
+    func = matmul(m, 4, n)
+    sch = loopir.Schedule(func)
+    sch.cache_read(sch.get_block("C"), "A", "shared")
+    return func, sch
+
+
+def test_pad_spatial_cache_copy_golden(golden) -> None:
+    """TVM pads a spatial block (a cache copy) too; it was refused as "not a reduction block".
+    Real output points read only real input points; the padded ones are never written back."""
+    import numpy as np
+
+    import loopir
+
+    func, sch = _cache_copy()
+    before = sch.func
+    sch.pad(sch.get_block("A_shared"), [4, 8])  # 10 x 4 -> 12 x 8
+    shapes = _shapes(sch.func)
+    assert shapes["A_shared_pad"] == [12, 8] and shapes["A_pad"] == [12, 8]
+    assert_equivalent(func, sch.func)
+    rng = np.random.default_rng(5)
+    a = rng.uniform(-1.5, 1.5, (10, 4)).astype("float32")
+    b = rng.uniform(-1.5, 1.5, (4, 6)).astype("float32")
+    c = np.zeros((10, 6), "float32")
+    loopir.build(sch.func, target="cpu")(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+    golden_pair(golden, "pad_spatial_cache_copy", before, sch.func)
+
+
+def test_pad_spatial_elementwise_any_expression_and_dtypes() -> None:
+    A = te.placeholder((5, 3), "float32", name="A")
+    N = te.placeholder((5, 3), "int32", name="N")
+    B = te.compute((5, 3), lambda i, j: te.exp(A[i, j]) + N[i, j].astype("float32"), name="B")
+    f = te.create_prim_func([A, N, B])
+    g = P.pad(f, "B", [4, 2])
+    assert _shapes(g)["N_pad"] == [8, 4]  # its zero fill is int32
+    assert_equivalent(f, g)
+
+
+def test_pad_spatial_refuses_integer_division_by_a_load() -> None:
+    X = te.placeholder((5,), "int32", name="X")
+    Y = te.placeholder((5,), "int32", name="Y")
+    Z = te.compute((5,), lambda i: X[i] // Y[i], name="Z")
+    with pytest.raises(ScheduleError, match=r"divides by the loaded value Y\[v_i\]; padding fills "
+                       r"inputs with zeros, so a padded point would divide by zero"):
+        P.pad(te.create_prim_func([X, Y, Z]), "Z", [4])
+
+
+def test_pad_after_split_refused_with_reason() -> None:
+    import loopir
+
+    sch = loopir.Schedule(matmul(10, 4, 6))
+    i = sch.get_loops(sch.get_block("C"))[0]
+    sch.split(i, [None, 4])
+    with pytest.raises(ScheduleError, match=r"pad before splitting or fusing loops \(padding grows "
+                       r"each iter var's own loop"):
+        sch.pad(sch.get_block("C"), [8, 8, 8])

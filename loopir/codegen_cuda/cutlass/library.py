@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from loopir import _cache_dir
 from loopir.codegen_cuda.cutlass.emit import STATUS_MESSAGES, KernelSpec, emit_module
 from loopir.codegen_cuda.cutlass.problem import cutlass_version
 from loopir.errors import CodegenError, LaunchError
@@ -114,17 +115,14 @@ def compile_flags(arch: int, extra: Sequence[str] = ()) -> list[str]:
 
 
 def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
-    """Where built libraries are cached: ``override``, else ``$LOOPIR_CACHE_DIR/cutlass``, else
-    ``~/.cache/loopir/cutlass``."""
-    if override is not None:
-        path = Path(override)
-    else:
-        base = os.environ.get("LOOPIR_CACHE_DIR") or os.path.join(
-            os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "loopir"
-        )
-        path = Path(base) / "cutlass"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """Where built libraries are cached: ``override`` (used as is), else ``<cache root>/cutlass``.
+
+    The cache root is resolved by :mod:`loopir._cache_dir` (``loopir.runtime.set_cache_dir``,
+    ``$LOOPIR_CACHE_DIR``, ``$XDG_CACHE_HOME/loopir``, ``~/.cache/loopir``). The folder is
+    created with mode 0700; one owned by another user or writable by group/others is refused
+    with a CodegenError, since its libraries are loaded into this process.
+    """
+    return _cache_dir.kind_dir("cutlass", override)
 
 
 def _cache_key(source: str, flags: Sequence[str]) -> str:
@@ -176,7 +174,8 @@ def build_library(
     key = _cache_key(source, flags)
     folder = cache_dir(cache)
     lib_path = folder / f"lib_{key}.so"
-    if lib_path.exists():
+    digest_path = folder / f"lib_{key}.sha256"
+    if _entry_ok(lib_path, digest_path):
         return lib_path, True, time.perf_counter() - t0
     src_path = folder / f"src_{key}.cu"
     _atomic_write(src_path, source.encode())
@@ -201,8 +200,40 @@ def build_library(
             f"cutlass: nvcc failed (exit {proc.returncode}) on {src_path}\n"
             f"command: {' '.join(cmd)}\n{log}"
         )
+    # The linker creates its output with the umask's mode; the cache's files are the owner's.
+    os.chmod(tmp_out, 0o700)
+    # The checksum first: a reader pairing it with an older library only rebuilds.
+    _atomic_write(digest_path, (_sha256_file(Path(tmp_out)) + "\n").encode())
     os.replace(tmp_out, lib_path)
     return lib_path, False, time.perf_counter() - t0
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _entry_ok(lib: Path, digest: Path) -> bool:
+    """Whether cached ``lib`` may be loaded: ours (else CodegenError) and matching its checksum.
+
+    A library without a checksum (built by an older loopir), truncated or altered is rebuilt.
+    """
+    if not _cache_dir.check_entry(lib):
+        return False
+    try:
+        if not _cache_dir.check_entry(digest):
+            logger.debug("cutlass: cached %s has no checksum file; rebuilding", lib)
+            return False
+        ok = digest.read_text().strip() == _sha256_file(lib)
+    except OSError as exc:
+        logger.warning("cutlass: cached %s is unreadable (%s); rebuilding", lib, exc)
+        return False
+    if not ok:
+        logger.warning("cutlass: cached %s does not match its checksum; rebuilding", lib)
+    return ok
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from loopir import _cache_dir
 from loopir.codegen_cuda.cutlass.emit import KernelSpec
 from loopir.codegen_cuda.cutlass.enumerate import (
     GemmCandidate,
@@ -81,7 +82,8 @@ def _db_path(cache: Any) -> Path:
 
 def _load_db(cache: Any) -> dict[str, Any]:
     path = _db_path(cache)
-    if not path.exists():
+    # The choice picks the library that is loaded: refuse a file someone else could write.
+    if not _cache_dir.check_entry(path):
         return {}
     try:
         return json.loads(path.read_text())

@@ -1,0 +1,883 @@
+"""Race checker for lowered GPU kernels: prove that no two threads race, or refuse.
+
+The IR's meaning is sequential; a CUDA kernel computes it only if the iterations of its
+thread-bound loops are independent except through shared memory ordered by barriers. This
+module checks that property on lowered IR, the form the CUDA emitter prints. For every kernel
+(an outermost thread-bound loop, as the host/device split sees it) and every pair of accesses
+to one ``shared`` or ``global`` buffer, at least one of them a store, it asks whether two
+*different* threads can touch the same element while nothing orders them:
+
+* two threads of one block are ordered only by a barrier between the two accesses: the
+  accesses are concurrent when both run after the same number of barriers (the barrier count
+  of an access is an exact expression of its enclosing loops, since every thread of a block
+  passes the same barriers);
+* threads of different blocks are never ordered within a kernel, which matters for global
+  buffers (shared memory belongs to one block).
+
+Each pair is decided by the first of these that answers:
+
+1. exact enumeration of both accesses' iteration domains (loop ranges, guards, ``Select``
+   branches, barrier counts) when they are small: a proof, or a real witness;
+2. a relaxed enumeration over the variables of the indices alone (guards and barrier counts
+   dropped, so it over-approximates what is accessed): when even that shows that an element
+   determines its thread, the pair is proven race-free;
+3. an exact enumeration of a sample of the domain (the first and last iterations of large
+   loops): a witness found there is a real race.
+
+A proven race raises :class:`~loopir.errors.CodegenError` showing the function with both
+accesses marked. A pair that is neither proven nor refuted gives a :class:`RaceCheckWarning`
+with the reason. ``cuda.race_check`` (default True) turns the check off.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator, Sequence
+
+import attrs
+import numpy as np
+
+from loopir import arith
+from loopir.errors import CodegenError, LoopIRWarning
+from loopir.ir.buffer import Buffer
+from loopir.ir.expr import (
+    Add,
+    BufferLoad,
+    Call,
+    FloorDiv,
+    IntImm,
+    Mul,
+    Not,
+    PrimExpr,
+    Select,
+    Sub,
+    Var,
+)
+from loopir.ir.functor import Visitor, collect_vars, substitute
+from loopir.ir.printer import script
+from loopir.ir.stmt import (
+    Allocate,
+    BufferStore,
+    Evaluate,
+    For,
+    ForKind,
+    IfThenElse,
+    PrimFunc,
+    SeqStmt,
+    Stmt,
+)
+from loopir.passes._enum import NotEnumerable
+from loopir.passes._enum import evaluate as _eval
+from loopir.passes.context import PassContext, register_config
+
+__all__ = [
+    "RaceCheckWarning", "RaceReport", "check_races", "collect_accesses", "find_races",
+    "threads_may_share",
+]  # fmt: skip
+
+register_config(
+    "cuda.race_check",
+    bool,
+    True,
+    "prove that no two threads of a lowered kernel race on a shared or global element "
+    "(CodegenError on a proven race, RaceCheckWarning where neither proven nor refuted)",
+)
+
+GRID_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+BLOCK_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+
+#: Largest number of points one access is enumerated over.
+MAX_POINTS = 1 << 22
+#: Values kept per large loop in the sampled search for a witness.
+_SAMPLE = 2
+
+
+class RaceCheckWarning(LoopIRWarning):
+    """The race checker could neither prove nor refute that two accesses are race-free."""
+
+
+def _is_sync(s: Stmt) -> bool:
+    return isinstance(s, Evaluate) and isinstance(s.value, Call) and s.value.op == "tvm_storage_sync"
+
+
+def _is_hw_loop(s: For) -> bool:
+    return s.kind is ForKind.THREAD_BINDING and s.thread_tag in (*GRID_TAGS, *BLOCK_TAGS)
+
+
+def _barriers(s: Stmt) -> PrimExpr | None:
+    """How many barriers one execution of ``s`` passes (None: none)."""
+    if _is_sync(s):
+        return IntImm(1, "int32")
+    if isinstance(s, SeqStmt):
+        parts = [b for b in (_barriers(c) for c in s.seq) if b is not None]
+        if not parts:
+            return None
+        total = parts[0]
+        for p in parts[1:]:
+            total = Add(total, p)
+        return total
+    if isinstance(s, For):
+        inner = _barriers(s.body)
+        if inner is None or _is_hw_loop(s):
+            return inner  # every thread runs its own iteration of a thread-bound loop
+        return Mul(s.extent, inner)
+    if isinstance(s, Allocate):
+        return _barriers(s.body)
+    if isinstance(s, IfThenElse):
+        a = _barriers(s.then_case)
+        b = _barriers(s.else_case) if s.else_case is not None else None
+        if a is None and b is None:
+            return None
+        zero = IntImm(0, "int32")
+        return Select(s.condition, a if a is not None else zero, b if b is not None else zero)
+    return None
+
+
+@attrs.frozen(eq=False)
+class _Access:
+    buffer: Buffer
+    indices: tuple[PrimExpr, ...]
+    is_store: bool
+    loops: tuple[For, ...]
+    conds: tuple[PrimExpr, ...]
+    count: PrimExpr
+    label: int
+    stmt: Stmt
+
+
+class _Labels:
+    """Union-find over barrier intervals: two accesses in different classes can never run
+    after the same number of barriers."""
+
+    def __init__(self) -> None:
+        self.parent: list[int] = []
+
+    def new(self) -> int:
+        self.parent.append(len(self.parent))
+        return len(self.parent) - 1
+
+    def find(self, a: int) -> int:
+        while self.parent[a] != a:
+            self.parent[a] = self.parent[self.parent[a]]
+            a = self.parent[a]
+        return a
+
+    def union(self, a: int, b: int) -> int:
+        ra, rb = self.find(a), self.find(b)
+        self.parent[max(ra, rb)] = min(ra, rb)
+        return min(ra, rb)
+
+
+class _Collector(Visitor):
+    """Every shared/global access of a kernel with its loops, guards and barrier count."""
+
+    def __init__(self) -> None:
+        self.loops: list[For] = []
+        self.conds: list[PrimExpr] = []
+        self.count: PrimExpr = IntImm(0, "int32")
+        self.labels = _Labels()
+        self.label = self.labels.new()
+        self.stmt: Stmt | None = None
+        self.accesses: list[_Access] = []
+
+    def _add(self, buf: Buffer, idx: tuple[PrimExpr, ...], store: bool) -> None:
+        if buf.scope not in ("shared", "global"):
+            return
+        assert self.stmt is not None
+        self.accesses.append(
+            _Access(buf, idx, store, tuple(self.loops), tuple(self.conds), self.count,
+                    self.label, self.stmt)  # fmt: skip
+        )
+
+    def visit_Evaluate(self, node: Evaluate) -> None:
+        if _is_sync(node):
+            self.count = Add(self.count, IntImm(1, "int32"))
+            self.label = self.labels.new()
+            return
+        prev, self.stmt = self.stmt, node
+        self.generic_visit(node)
+        self.stmt = prev
+
+    def visit_BufferStore(self, node: BufferStore) -> None:
+        prev, self.stmt = self.stmt, node
+        self.visit(node.value)
+        for i in node.indices:
+            self.visit(i)
+        self._add(node.buffer, node.indices, True)
+        self.stmt = prev
+
+    def visit_BufferLoad(self, node: BufferLoad) -> None:
+        for i in node.indices:
+            self.visit(i)
+        self._add(node.buffer, node.indices, False)
+
+    def visit_Select(self, node: Select) -> None:
+        # the emitter prints a Select as ``c ? a : b``: only the taken branch is loaded
+        self.visit(node.condition)
+        self._under(node.condition, node.true_value)
+        self._under(Not(node.condition), node.false_value)
+
+    def _under(self, cond: PrimExpr, node: object) -> None:
+        self.conds.append(cond)
+        self.visit(node)
+        self.conds.pop()
+
+    def _header(self, node: For | IfThenElse, *exprs: PrimExpr) -> None:
+        prev, self.stmt = self.stmt, node
+        for e in exprs:
+            self.visit(e)
+        self.stmt = prev
+
+    def visit_IfThenElse(self, node: IfThenElse) -> None:
+        self._header(node, node.condition)
+        if _barriers(node) is None:
+            self._under(node.condition, node.then_case)
+            if node.else_case is not None:
+                self._under(Not(node.condition), node.else_case)
+            return
+        label, count = self.label, self.count
+        self._under(node.condition, node.then_case)
+        then_label = self.label
+        self.label, self.count = label, count
+        if node.else_case is not None:
+            self._under(Not(node.condition), node.else_case)
+        self.label = self.labels.union(then_label, self.label)
+        self.count = Add(count, _barriers(node))  # type: ignore[arg-type]
+
+    def visit_For(self, node: For) -> None:
+        self._header(node, node.min, node.extent)
+        per_iter = _barriers(node.body)
+        if per_iter is None or _is_hw_loop(node):
+            self.loops.append(node)
+            self.visit(node.body)
+            self.loops.pop()
+            return
+        start, base = self.label, self.count
+        self.count = Add(base, Mul(Sub(node.loop_var, node.min), per_iter))
+        self.loops.append(node)
+        self.visit(node.body)
+        self.loops.pop()
+        # the interval after the last barrier of one iteration runs on into the next one
+        self.label = self.labels.union(start, self.label)
+        self.count = Add(base, Mul(node.extent, per_iter))
+
+
+# --------------------------------------------------------------------------------------------
+# Enumeration
+# --------------------------------------------------------------------------------------------
+
+
+@attrs.frozen(eq=False)
+class _Points:
+    """The instances of one access: element tuple, block, thread and barrier count."""
+
+    elem: tuple[np.ndarray, ...]
+    block: np.ndarray
+    thread: np.ndarray
+    count: np.ndarray
+    env: dict[Var, np.ndarray]
+    approx: bool  # guards that could not be evaluated were taken as true
+    value: np.ndarray | None = None  # instances with equal codes store equal values
+
+
+def _const(e: PrimExpr) -> int | None:
+    s = arith.simplify(e)
+    return s.value if isinstance(s, IntImm) else None
+
+
+def _linear(coords: Sequence[np.ndarray], extents: Sequence[int], size: int) -> np.ndarray:
+    out = np.zeros(size, dtype=np.int64)
+    for c, e in zip(coords, extents):
+        out = out * e + c
+    return out
+
+
+class _Kernel:
+    def __init__(self, root: For | None, func: PrimFunc | None) -> None:
+        self.func = func
+        c = _Collector()
+        if root is not None:
+            c.visit(root)
+        self.accesses = c.accesses
+        self.labels = c.labels
+        self.launch: dict[str, int | None] = {}
+        self._pure_value: dict[int, tuple[_Access, bool]] = {}
+        for acc in self.accesses:
+            for f in acc.loops:
+                if f.kind is ForKind.THREAD_BINDING and f.thread_tag in (*GRID_TAGS, *BLOCK_TAGS):
+                    ext = _const(f.extent)
+                    old = self.launch.get(f.thread_tag, 0)
+                    self.launch[f.thread_tag] = (
+                        None if ext is None or old is None else max(ext, old)
+                    )
+
+    def extent(self, tag: str) -> int | None:
+        return self.launch.get(tag, 1)
+
+    def points(self, acc: _Access, relaxed: bool, sample: bool) -> _Points:
+        """Enumerate ``acc``'s instances (``relaxed``: only the variables of its indices,
+        guards and counts dropped; ``sample``: large loops cut to their first and last
+        iterations)."""
+        wanted: set[Var] | None = None
+        if relaxed:
+            wanted = {v for i in acc.indices for v in collect_vars(i)}
+        ranges: list[tuple[Var, int, int]] = []
+        env_loops: dict[str, Var] = {}
+        for f in acc.loops:
+            if f.kind is ForKind.THREAD_BINDING and f.thread_tag in (*GRID_TAGS, *BLOCK_TAGS):
+                env_loops[f.thread_tag] = f.loop_var
+            if wanted is not None and f.loop_var not in wanted and not (
+                f.kind is ForKind.THREAD_BINDING and f.thread_tag in (*GRID_TAGS, *BLOCK_TAGS)
+            ):
+                continue
+            lo, ext = _const(f.min), _const(f.extent)
+            if lo is None or ext is None:
+                raise NotEnumerable(f"loop {f.loop_var.name} has a symbolic range")
+            ranges.append((f.loop_var, lo, ext))
+        free: dict[str, Var] = {}
+        for tag in (*GRID_TAGS, *BLOCK_TAGS):
+            if tag not in env_loops:
+                ext = self.extent(tag)
+                if ext is None:
+                    raise NotEnumerable(f"{tag} has a symbolic extent")
+                v = Var(f"<any {tag}>", "int32")
+                free[tag] = v
+                ranges.append((v, 0, ext))
+        keep = set(free.values()) | {
+            f.loop_var for f in acc.loops if f.thread_tag in BLOCK_TAGS
+        }
+        env, size = _grid(ranges, sample, keep)
+        mask = np.ones(size, dtype=bool)
+        approx = False
+        if not relaxed:
+            for cond in acc.conds:
+                try:
+                    mask &= _eval(cond, env, size) != 0
+                except NotEnumerable:
+                    approx = True  # a data-dependent guard: taken as true
+        env = {v: a[mask] for v, a in env.items()}
+        n = int(mask.sum())
+        coord = {}
+        for tag in (*GRID_TAGS, *BLOCK_TAGS):
+            if tag in free:
+                coord[tag] = env[free[tag]]
+            else:
+                f = next(x for x in acc.loops if x.thread_tag == tag)
+                coord[tag] = env[f.loop_var] - (_const(f.min) or 0)
+        ext = [self.extent(t) or 1 for t in (*GRID_TAGS, *BLOCK_TAGS)]
+        block = _linear([coord[t] for t in GRID_TAGS], ext[:3], n)
+        thread = _linear([coord[t] for t in BLOCK_TAGS], ext[3:], n)
+        if relaxed:
+            count = np.zeros(n, dtype=np.int64)
+        else:
+            count = _eval(arith.simplify(acc.count), env, n) if n else np.zeros(0, np.int64)
+        elem = tuple(_eval(i, env, n) if n else np.zeros(0, np.int64) for i in acc.indices)
+        return _Points(elem, block, thread, count, env, approx, self._value_codes(acc, env, n))
+
+    def _value_codes(self, acc: _Access, env: dict[Var, np.ndarray], n: int) -> np.ndarray | None:
+        """For a store whose value is a function of its loop variables alone (it loads only
+        buffers this kernel never writes, no per-thread registers): a code per instance, equal
+        where the variables the value uses are equal."""
+        if not acc.is_store or not isinstance(acc.stmt, BufferStore):
+            return None
+        if self._pure_value.get(id(acc)) is None:
+            self._pure_value[id(acc)] = (acc, self._is_pure(acc.stmt.value))
+        if not self._pure_value[id(acc)][1]:
+            return None
+        used = list(dict.fromkeys(collect_vars(acc.stmt.value)))
+        if any(v not in env for v in used):
+            return None
+        if not used or not n:
+            return np.zeros(n, dtype=np.int64)
+        cols = np.stack([env[v] for v in used], axis=1)
+        return np.unique(cols, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
+
+    def _is_pure(self, value: PrimExpr) -> bool:
+        written = {a.buffer for a in self.accesses if a.is_store}
+        ok = True
+
+        class V(Visitor):
+            def visit_BufferLoad(self, node: BufferLoad) -> None:
+                nonlocal ok
+                if node.buffer.scope not in ("global", "shared") or node.buffer in written:
+                    ok = False
+                self.generic_visit(node)
+
+            def visit_Call(self, node: Call) -> None:
+                nonlocal ok
+                if not node.pure:
+                    ok = False
+                self.generic_visit(node)
+
+        V().visit(value)
+        return ok
+
+
+def _grid(
+    ranges: list[tuple[Var, int, int]], sample: bool, keep: set[Var]
+) -> tuple[dict[Var, np.ndarray], int]:
+    """All points of the box ``ranges``; ``sample`` keeps only the first and last iterations
+    of the large ranges whose variables are not in ``keep`` (the thread coordinates)."""
+    axes = []
+    for v, lo, ext in ranges:
+        if sample and ext > 2 * _SAMPLE and v not in keep:
+            vals = [*range(lo, lo + _SAMPLE), *range(lo + ext - _SAMPLE, lo + ext)]
+            axes.append(np.array(vals, dtype=np.int64))
+        else:
+            axes.append(np.arange(lo, lo + max(ext, 0), dtype=np.int64))
+    total = 1
+    for a in axes:
+        total *= len(a)
+    if total > MAX_POINTS:
+        raise NotEnumerable(f"{total} instances are too many to enumerate")
+    if not axes:
+        return {}, 1
+    grids = np.meshgrid(*axes, indexing="ij")
+    return {v: g.reshape(-1) for (v, _, _), g in zip(ranges, grids)}, total
+
+
+@attrs.frozen
+class _Witness:
+    index: tuple[int, ...]
+    first: dict[str, int]
+    second: dict[str, int]
+
+
+def _conflict(a: _Points, b: _Points, shared: bool) -> _Witness | None:
+    """A pair of instances of ``a`` and ``b`` from different threads touching one element
+    with nothing ordering them, or None."""
+    na, nb = len(a.block), len(b.block)
+    if not na or not nb:
+        return None
+    elem = [np.concatenate([x, y]) for x, y in zip(a.elem, b.elem)]
+    side = np.concatenate([np.zeros(na, np.int8), np.ones(nb, np.int8)])
+    block = np.concatenate([a.block, b.block])
+    thread = np.concatenate([a.thread, b.thread])
+    count = np.concatenate([a.count, b.count])
+    value = None
+    if a.value is not None and b.value is not None and a.value is b.value:
+        value = np.concatenate([a.value, b.value])  # one store with itself: equal values agree
+    rows = _conflicting_rows(elem, side, block, thread, count, shared, value)
+    if rows is None:
+        return None
+    i, j = rows
+    return _Witness(
+        tuple(int(x[i]) for x in elem),
+        _describe(a, i),
+        _describe(b, j - na),
+    )
+
+
+def _conflicting_rows(
+    elem: list[np.ndarray], side: np.ndarray, block: np.ndarray, thread: np.ndarray,
+    count: np.ndarray, shared: bool, value: np.ndarray | None = None,
+) -> tuple[int, int] | None:
+    # Same-block pairs need the same barrier count; for global memory two blocks always race.
+    keys: list[list[np.ndarray]] = [[*elem, block, count]]
+    if not shared:
+        keys.insert(0, [*elem])
+    for key in keys:
+        who = block if (not shared and key is keys[0]) else thread
+        found = _group_pair(key, side, who, value)
+        if found is not None:
+            return found
+    return None
+
+
+def _group_pair(
+    key: list[np.ndarray], side: np.ndarray, who: np.ndarray, value: np.ndarray | None = None
+) -> tuple[int, int] | None:
+    """Rows i (side 0) and j (side 1) with equal ``key`` and different ``who`` (and, with
+    ``value``, different values: threads storing one value to one element do not race)."""
+    if value is not None:
+        return _group_pair_values(key, side, who, value)
+    order = np.lexsort([who, *reversed(key)])
+    ks = [k[order] for k in key]
+    start = np.ones(len(order), dtype=bool)
+    for k in ks:
+        start[1:] &= k[1:] == k[:-1]
+    start = ~start
+    start[0] = True
+    gid = np.cumsum(start) - 1
+    ngroups = int(gid[-1]) + 1
+    s, w = side[order], who[order]
+    big = np.iinfo(np.int64).max
+    lo = [np.full(ngroups, big), np.full(ngroups, big)]
+    hi = [np.full(ngroups, -big), np.full(ngroups, -big)]
+    for sd in (0, 1):
+        m = s == sd
+        np.minimum.at(lo[sd], gid[m], w[m])
+        np.maximum.at(hi[sd], gid[m], w[m])
+    both = (lo[0] != big) & (lo[1] != big)
+    differ = both & ~((lo[0] == hi[0]) & (lo[1] == hi[1]) & (lo[0] == lo[1]))
+    if not differ.any():
+        return None
+    g = int(np.argmax(differ))
+    rows = order[gid == g]
+    ws, ss = who[rows], side[rows]
+    for i in rows[ss == 0]:
+        other = rows[(ss == 1) & (ws != who[i])]
+        if len(other):
+            return int(i), int(other[0])
+    return None  # pragma: no cover - differ guarantees a pair
+
+
+def _group_pair_values(
+    key: list[np.ndarray], side: np.ndarray, who: np.ndarray, value: np.ndarray
+) -> tuple[int, int] | None:
+    # Both sides are one store: a group races iff it holds two threads and two values (then
+    # some pair differs in both).
+    one = side == 0
+    ks, w, v = [k[one] for k in key], who[one], value[one]
+    order = np.lexsort([w, *reversed(ks)])
+    same = np.ones(len(order), dtype=bool)
+    for k in ks:
+        kk = k[order]
+        same[1:] &= kk[1:] == kk[:-1]
+    same[0] = False
+    gid = np.cumsum(~same) - 1
+    ngroups = int(gid[-1]) + 1 if len(gid) else 0
+    big = np.iinfo(np.int64).max
+    stats = []
+    for arr in (w[order], v[order]):
+        lo, hi = np.full(ngroups, big), np.full(ngroups, -big)
+        np.minimum.at(lo, gid, arr)
+        np.maximum.at(hi, gid, arr)
+        stats.append(lo != hi)
+    bad = stats[0] & stats[1]
+    if not bad.any():
+        return None
+    rows = order[gid == int(np.argmax(bad))]
+    base = np.flatnonzero(one)
+    for i in rows:
+        other = rows[(w[rows] != w[i]) & (v[rows] != v[i])]
+        if len(other):
+            return int(base[i]), int(base[other[0]]) + len(side) // 2
+    return None  # pragma: no cover - bad guarantees a pair
+
+
+def _describe(p: _Points, row: int) -> dict[str, int]:
+    return {v.name: int(a[row]) for v, a in p.env.items()}
+
+
+# --------------------------------------------------------------------------------------------
+# Symbolic proof: the element determines the thread
+# --------------------------------------------------------------------------------------------
+
+
+def _divisors(e: PrimExpr) -> set[int]:
+    out: set[int] = set()
+
+    class V(Visitor):
+        def visit_FloorDiv(self, n: FloorDiv) -> None:
+            self.generic_visit(n)
+            if isinstance(n.b, IntImm) and n.b.value > 1:
+                out.add(n.b.value)
+
+        visit_FloorMod = visit_FloorDiv  # type: ignore[assignment]
+
+    V().visit(e)
+    return out
+
+
+def _mixed_radix(terms: list[tuple[int, int]]) -> int | None:
+    """For ``sum(c_i * v_i)`` with ``0 <= v_i < e_i`` (``terms`` of ``(|c_i|, e_i)``): the
+    least difference between two distinct points when the coefficients form a mixed radix
+    (0 for no term), else None."""
+    sep, span = 0, 0
+    for c, ext in sorted(terms):
+        if c <= span:
+            return None
+        sep = c - span if not sep else min(sep, c - span)
+        span += c * (ext - 1)
+    return sep
+
+
+def _prove_linear(k: _Kernel, w: _Access, x: _Access) -> bool:
+    """Whether the elements of ``w`` and ``x`` provably determine the thread (and, for global
+    memory, the block): then two different threads never touch one element.
+
+    Thread coordinates become canonical variables; a coordinate used under ``//`` or ``%`` by
+    a constant that divides its extent is split into two digits. The flattened index must be
+    linear in the coordinates with the same coefficients for both accesses, the coefficients
+    must form a mixed radix (so distinct coordinates differ by at least ``sep``), and the rest
+    of the two indices must differ by less than ``sep``.
+    """
+    shared = w.buffer.scope == "shared"
+    tags = BLOCK_TAGS if shared else (*GRID_TAGS, *BLOCK_TAGS)
+    coords: dict[str, Var] = {t: Var(f"c_{t}", "int32") for t in (*GRID_TAGS, *BLOCK_TAGS)}
+    ranges: dict[Var, tuple[int, int]] = {}
+    forms = []
+    for n, acc in enumerate((w, x)):
+        vmap: dict[Var, PrimExpr] = {}
+        for f in acc.loops:
+            lo, ext = _const(f.min), _const(f.extent)
+            if lo is None or ext is None:
+                return False
+            if f.kind is ForKind.THREAD_BINDING and f.thread_tag in coords:
+                c = coords[f.thread_tag]
+                vmap[f.loop_var] = Add(c, IntImm(lo, "int32")) if lo else c
+                old = ranges.get(c, (0, 0))[1]
+                ranges[c] = (0, max(old, ext))
+            else:
+                v = Var(f.loop_var.name, f.loop_var.dtype) if n else f.loop_var
+                vmap[f.loop_var] = v
+                ranges[v] = (lo, ext)
+        for t in tags:
+            if (k.extent(t) or 2) > 1 and not any(f.thread_tag == t for f in acc.loops):
+                return False  # run by every thread of the tag: the element cannot tell them apart
+        forms.append([substitute(i, vmap) for i in acc.indices])
+    # digits for coordinates used under // and %
+    digits: dict[Var, PrimExpr] = {}
+    divs = set().union(*(_divisors(i) for f in forms for i in f))
+    for c in coords.values():
+        ext = ranges.get(c, (0, 1))[1]
+        d = max((d for d in divs if ext % d == 0 and d < ext), default=None)
+        if d is not None:
+            q, r = Var(f"{c.name}_q", "int32"), Var(f"{c.name}_r", "int32")
+            digits[c] = Add(Mul(q, IntImm(d, "int32")), r)
+            ranges[q], ranges[r] = (0, ext // d), (0, d)
+    ana = arith.Analyzer({v: (lo, lo + ext) for v, (lo, ext) in ranges.items()})
+    flat = []
+    for f in forms:
+        flat.append([ana.simplify(substitute(i, digits)) if digits else i for i in f])
+    widths = []
+    for d in range(len(w.indices)):
+        b = [ana.const_int_bound(f[d]) for f in flat]
+        lo, hi = min(x.min_value for x in b), max(x.max_value for x in b)
+        if lo == arith.NEG_INF or hi == arith.POS_INF:
+            return False
+        widths.append(hi - lo + 1)
+    cvars = [v for c in coords.values() for v in (
+        [digits[c].a.a, digits[c].b] if c in digits else [c]  # type: ignore[attr-defined]
+    ) if v in ranges]
+    others = [[v for v in ranges if v not in coords.values() and v not in cvars
+               and any(v is u for i in f for u in collect_vars(i))] for f in flat]
+    lin = []
+    for f, oth in zip(flat, others):
+        e: PrimExpr = IntImm(0, "int64" if any(i.dtype == "int64" for i in f) else "int32")
+        for i, wd in zip(f, widths):
+            e = Add(Mul(e, IntImm(wd, e.dtype)), i if i.dtype == e.dtype else i.astype(e.dtype))
+        got = ana.detect_linear(e, cvars)
+        if got is None:
+            return False
+        coef = [_const(c) for c in got[:-1]]
+        if any(c is None for c in coef):
+            return False
+        full = ana.detect_linear(e, [*cvars, *oth])
+        shape = None
+        if full is not None and all(_const(c) is not None for c in full):
+            shape = sorted((abs(_const(c)), *ranges[v]) for c, v in zip(full[len(cvars):-1], oth)  # type: ignore[type-var]
+                           if _const(c) and ranges[v][1] > 1)
+            shape = (shape, _const(full[-1]))
+        lin.append((coef, got[-1], shape))
+    (cw, bw, sw), (cx, bx, sx) = lin
+    if cw != cx:
+        return False
+    terms = []
+    for v, c in zip(cvars, cw):
+        ext = ranges[v][1]
+        is_thread = any(v is coords[t] or (coords[t] in digits and v in (
+            digits[coords[t]].a.a, digits[coords[t]].b)) for t in tags)  # type: ignore[attr-defined]
+        if not is_thread:
+            continue  # a block coordinate of a shared access: equal for both, cancels
+        if ext > 1 and not c:
+            return False
+        if ext > 1:
+            terms.append((abs(c), ext))  # type: ignore[arg-type]
+    if sw is not None and sw == sx and _mixed_radix(terms + [(c, e) for c, _, e in sw[0]]):
+        # one injective map for both accesses: equal elements mean equal coordinates
+        return True
+    sep = _mixed_radix(terms)
+    if sep is None:
+        return False
+    if sep == 0:
+        return True  # one thread (per block) in all
+    diff = ana.const_int_bound(ana.simplify(Sub(bx, bw)))
+    return -sep < diff.min_value and diff.max_value < sep
+
+
+def collect_accesses(s: Stmt, loops: Sequence[For] = ()) -> list[_Access]:
+    """The shared and global accesses of ``s``, under the enclosing ``loops``."""
+    c = _Collector()
+    c.loops = list(loops)
+    c.stmt = s if isinstance(s, (BufferStore, Evaluate)) else None
+    c.visit(s)
+    return c.accesses
+
+
+def threads_may_share(launch: dict[str, int | None], a: _Access, b: _Access) -> bool:
+    """Whether two different threads of a block launched with ``launch`` (extent per
+    ``threadIdx`` tag) may touch one element, one through ``a`` and the other through ``b``,
+    whatever the barriers between them (False only when proven)."""
+    k = _Kernel(None, None)
+    k.launch = dict(launch)
+    if _prove_linear(k, a, b):
+        return False
+    try:
+        return _conflict(k.points(a, True, False), k.points(b, True, False), True) is not None
+    except NotEnumerable:
+        return True
+
+
+# --------------------------------------------------------------------------------------------
+# Driver
+# --------------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class RaceReport:
+    """What :func:`find_races` found: proven races and unproven pairs (with reasons)."""
+
+    races: tuple[str, ...]
+    unproven: tuple[str, ...]
+    pairs_checked: int
+
+
+def _kernels(s: Stmt) -> Iterator[For]:
+    if isinstance(s, For) and s.kind is ForKind.THREAD_BINDING:
+        yield s
+        return
+    if isinstance(s, SeqStmt):
+        for c in s.seq:
+            yield from _kernels(c)
+    elif isinstance(s, (For, Allocate)):
+        yield from _kernels(s.body)
+    elif isinstance(s, IfThenElse):
+        yield from _kernels(s.then_case)
+        if s.else_case is not None:
+            yield from _kernels(s.else_case)
+
+
+def _pairs(k: _Kernel) -> Iterator[tuple[_Access, _Access]]:
+    by_buf: dict[Buffer, list[_Access]] = {}
+    for a in k.accesses:
+        by_buf.setdefault(a.buffer, []).append(a)
+    for buf, accs in by_buf.items():
+        shared = buf.scope == "shared"
+        for i, w in enumerate(accs):
+            if not w.is_store:
+                continue
+            for j, x in enumerate(accs):
+                if x.is_store and j < i:
+                    continue  # that pair of stores was checked the other way round
+                if shared and k.labels.find(w.label) != k.labels.find(x.label):
+                    continue
+                yield w, x
+
+
+def _what(acc: _Access) -> str:
+    return "writes" if acc.is_store else "reads"
+
+
+def _check_pair(k: _Kernel, w: _Access, x: _Access) -> tuple[str, str | None]:
+    """("race", message) / ("ok", None) / ("unknown", reason)."""
+    shared = w.buffer.scope == "shared"
+    reason = ""
+    if _prove_linear(k, w, x):
+        return "ok", None
+    try:
+        pw = k.points(w, False, False)
+        px = pw if x is w else k.points(x, False, False)
+        found = _conflict(pw, px, shared)
+        if found is None:
+            return "ok", None
+        if not (pw.approx or px.approx):
+            return "race", _race_message(k, w, x, found, shared)
+        reason = "a guard that depends on loaded data was taken as always true"
+    except NotEnumerable as exc:
+        reason = str(exc)
+    try:
+        rw = k.points(w, True, False)
+        relaxed = _conflict(rw, rw if x is w else k.points(x, True, False), shared)
+        if relaxed is None:
+            return "ok", None
+    except NotEnumerable as exc:
+        reason = reason or str(exc)
+    try:
+        pw = k.points(w, False, True)
+        px = pw if x is w else k.points(x, False, True)
+        found = _conflict(pw, px, shared)
+        if found is not None and not (pw.approx or px.approx):
+            return "race", _race_message(k, w, x, found, shared)
+    except NotEnumerable as exc:
+        reason = reason or str(exc)
+    return "unknown", (
+        f"{w.buffer.name}: cannot prove that the store\n    {_line(w.stmt)}\n  and the "
+        f"{'store' if x.is_store else 'load'} in\n    {_line(x.stmt)}\n  never touch one "
+        f"element from two threads without a barrier between them ({reason or 'the element does not determine the thread'})"
+    )
+
+
+def _line(s: Stmt) -> str:
+    return script(s).splitlines()[0]
+
+
+def _race_message(k: _Kernel, w: _Access, x: _Access, found: _Witness, shared: bool) -> str:
+    elem = ", ".join(str(i) for i in found.index)
+    def who(d: dict[str, int]) -> str:
+        return ", ".join(f"{n}={v}" for n, v in d.items() if not n.startswith("<any"))
+    where = "shared" if shared else "global"
+    order = "with no barrier between them" if shared else (
+        "with nothing ordering them (different blocks are never ordered; threads of one "
+        "block only by a barrier)"
+    )
+    return (
+        f"data race on {where} buffer {w.buffer.name}[{elem}]: one thread {_what(w)} it at "
+        f"({who(found.first)}) and another thread {_what(x)} it at ({who(found.second)}) "
+        f"{order}\n{script(k.func, mark=(w.stmt, x.stmt))}"
+    )
+
+
+def find_races(func: PrimFunc) -> RaceReport:
+    """Check every kernel of the lowered ``func`` (see the module doc).
+
+    Parameters
+    ----------
+    func
+        A lowered PrimFunc (no blocks), as ``loopir.lower`` returns it.
+
+    Returns
+    -------
+    RaceReport
+        The proven races (each message shows the function with both accesses marked), the
+        pairs it could neither prove nor refute, and how many pairs it looked at.
+    """
+    races: list[str] = []
+    unproven: list[str] = []
+    n = 0
+    for root in _kernels(func.body):
+        k = _Kernel(root, func)
+        for w, x in _pairs(k):
+            n += 1
+            verdict, msg = _check_pair(k, w, x)
+            if verdict == "race":
+                races.append(msg)  # type: ignore[arg-type]
+            elif verdict == "unknown":
+                unproven.append(msg)  # type: ignore[arg-type]
+    return RaceReport(tuple(races), tuple(unproven), n)
+
+
+def check_races(func: PrimFunc, ctx: PassContext | None = None) -> None:
+    """Refuse a lowered function with a proven data race (``cuda.race_check``).
+
+    Raises
+    ------
+    CodegenError
+        For the first proven race; the message names the buffer, the element and both
+        threads, and shows the function with both accesses marked.
+
+    Warns
+    -----
+    RaceCheckWarning
+        For each pair of accesses that could be neither proven race-free nor refuted.
+    """
+    ctx = ctx or PassContext.current()
+    if not ctx.get("cuda.race_check"):
+        return
+    report = find_races(func)
+    if report.races:
+        raise CodegenError(f"race check ({func.name}): {report.races[0]}")
+    for msg in report.unproven:
+        warnings.warn(f"race check ({func.name}): {msg}", RaceCheckWarning, stacklevel=2)
+

@@ -1,0 +1,159 @@
+"""The race checker: proven races refused, race-free kernels proven, the rest warned."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from test_thread_sync import transpose_schedule, two_stage_row_sum
+
+import loopir
+from loopir.codegen_cuda import lower_for_cuda
+from loopir.errors import CodegenError
+from loopir.examples.dense import dense
+from loopir.ir import op
+from loopir.ir.buffer import Buffer
+from loopir.ir.expr import Var
+from loopir.ir.functor import Mutator
+from loopir.ir.stmt import (
+    Allocate,
+    BufferStore,
+    Evaluate,
+    For,
+    ForKind,
+    PrimFunc,
+    SeqStmt,
+    Stmt,
+    seq,
+)
+from loopir.passes.race_check import RaceCheckWarning, check_races, find_races
+
+
+def _bind(v: Var, n: int, tag: str, body: Stmt) -> For:
+    return For(v, 0, n, ForKind.THREAD_BINDING, body, thread_tag=tag)
+
+
+class _StripSyncs(Mutator):
+    def visit_SeqStmt(self, s: SeqStmt) -> Stmt:
+        s = self.generic_visit(s)
+        items = [c for c in s.seq if not (isinstance(c, Evaluate)
+                                          and getattr(c.value, "op", "") == "tvm_storage_sync")]
+        return items[0] if len(items) == 1 else SeqStmt(tuple(items))
+
+
+def test_deliberately_missing_barrier_is_refused_with_both_accesses_marked() -> None:
+    lowered = loopir.lower(transpose_schedule().func)
+    racy = lowered.with_body(_StripSyncs().visit(lowered.body))
+    with pytest.raises(CodegenError, match=r"race check \(main\): data race on shared buffer "
+                       r"A_shared\[.*\]: one thread writes it at .* and another thread reads it"):
+        check_races(racy)
+    msg = find_races(racy).races[0]
+    marked = [line for line in msg.splitlines() if set(line.strip()) == {"^"}]
+    assert len(marked) == 2  # the store and the load
+    with loopir.PassContext(config={"cuda.race_check": False}):
+        check_races(racy)  # the key turns the check off
+
+
+def test_global_read_modify_write_by_all_threads_is_a_race() -> None:
+    # a global-scope reduction computed at a thread loop: every thread adds into R[b]
+    A = Buffer("A", (4, 32), "float32")
+    R = Buffer("R", (4,), "float32")
+    b, t = Var("b"), Var("t")
+    f = PrimFunc((A, R), _bind(b, 4, "blockIdx.x", _bind(t, 32, "threadIdx.x",
+                 BufferStore(R, R[b] + A[b, t], (b,)))), name="rmw")  # fmt: skip
+    with pytest.raises(CodegenError, match=r"data race on global buffer R\[0\]"):
+        check_races(f)
+    # it also reaches the user through build, before nvcc runs
+    with pytest.raises(CodegenError, match="data race on global buffer R"):
+        loopir.build(f, target="cuda")
+
+
+def test_different_blocks_writing_one_element_race() -> None:
+    A = Buffer("A", (128,), "float32")
+    C = Buffer("C", (32,), "float32")
+    b, t = Var("b"), Var("t")
+    f = PrimFunc((A, C), _bind(b, 4, "blockIdx.x", _bind(t, 32, "threadIdx.x",
+                 BufferStore(C, A[b * 32 + t], (t,)))), name="waw")  # fmt: skip
+    races = find_races(f).races
+    assert races and "different blocks are never ordered" in races[0]
+
+
+def test_race_free_kernels_are_proven_without_warnings() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RaceCheckWarning)
+        for pad in (False, True):
+            with loopir.PassContext(config={"tir.enable_local_pad": pad}):
+                check_races(loopir.lower(dense(960, 770, 2304).func))
+        check_races(loopir.lower(transpose_schedule().func))
+        check_races(lower_for_cuda(two_stage_row_sum()))
+
+
+def test_an_undecidable_pair_warns_with_the_reason() -> None:
+    # the element written depends on loaded data: neither proven nor refuted
+    A = Buffer("A", (32,), "float32")
+    T = Buffer("T", (32,), "int32")
+    b, t = Var("b"), Var("t")
+    f = PrimFunc((A, T), _bind(b, 1, "blockIdx.x", _bind(t, 32, "threadIdx.x",
+                 BufferStore(A, op.const(1.0, "float32"), (T[t],)))), name="scatter")  # fmt: skip
+    with pytest.warns(RaceCheckWarning, match=r"A: cannot prove that the store"):
+        check_races(f)
+
+
+def test_shared_tile_filled_and_read_by_one_thread_needs_no_barrier() -> None:
+    A = Buffer("A", (64,), "float32")
+    S = Buffer("S", (64,), "float32", scope="shared")
+    b, t = Var("b"), Var("t")
+    body = _bind(b, 1, "blockIdx.x", Allocate(S, _bind(t, 64, "threadIdx.x", seq(
+        BufferStore(S, A[t] * 2.0, (t,)),
+        BufferStore(A, S[t] + 1.0, (t,)),
+    ))))
+    f = lower_for_cuda(PrimFunc((A,), body, name="own"))
+    assert "tvm_storage_sync" not in str(f)
+    report = find_races(f)
+    assert not report.races and not report.unproven
+    a = np.arange(64, dtype=np.float32)
+    from loopir.testing import run_cpu
+
+    out = run_cpu(f, [a], {"thread_order": "random", "seed": 0})
+    np.testing.assert_array_equal(out[0], a * 2 + 1)
+
+
+def test_barrier_inside_the_thread_loops_orders_the_fill_and_the_read() -> None:
+    # GPU fuzz finding: a barrier directly under a threadIdx loop was counted once per thread
+    # index (as if the thread loop were serial), so the checker refused this correct kernel
+    A = Buffer("A", (2, 32), "float32")
+    S = Buffer("S", (32,), "float32", scope="shared")
+    b, t = Var("b"), Var("t")
+    body = _bind(b, 2, "blockIdx.x", Allocate(S, _bind(t, 32, "threadIdx.x", seq(
+        BufferStore(S, A[b, t], (t,)),
+        Evaluate(op.storage_sync("shared")),
+        BufferStore(A, S[31 - t], (b, t)),
+    ))))
+    f = PrimFunc((A,), body, name="flip")
+    report = find_races(f)
+    assert not report.races and not report.unproven
+    assert find_races(f.with_body(_StripSyncs().visit(f.body))).races
+
+
+def test_every_thread_storing_the_same_value_is_not_a_race() -> None:
+    # a fetch left serial under the thread loop (TVM emits these too): every thread copies the
+    # whole tile, storing equal values to each element -- slow but right
+    A = Buffer("A", (32,), "float32")
+    B = Buffer("B", (32,), "float32")
+    S = Buffer("S", (32,), "float32", scope="shared")
+    b, t, i = Var("b"), Var("t"), Var("i")
+    body = _bind(b, 1, "blockIdx.x", Allocate(S, _bind(t, 32, "threadIdx.x", seq(
+        For(i, 0, 32, ForKind.SERIAL, BufferStore(S, A[i], (i,))),
+        Evaluate(op.storage_sync("shared")),
+        BufferStore(B, S[31 - t], (t,)),
+    ))))
+    report = find_races(PrimFunc((A, B), body, name="serial_fetch"))
+    assert not report.races and not report.unproven
+    # but different values (here: the thread index) make it a race
+    racy = _bind(b, 1, "blockIdx.x", Allocate(S, _bind(t, 32, "threadIdx.x", seq(
+        For(i, 0, 32, ForKind.SERIAL, BufferStore(S, A[i] + op.cast(t, "float32"), (i,))),
+        Evaluate(op.storage_sync("shared")),
+        BufferStore(B, S[31 - t], (t,)),
+    ))))
+    assert find_races(PrimFunc((A, B), racy, name="racy_fetch")).races

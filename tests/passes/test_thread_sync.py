@@ -1,0 +1,198 @@
+"""ThreadSync: barriers planned over a whole kernel (issue 11 item 1 and its class)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import loopir
+from loopir import te
+from loopir.errors import PassError
+from loopir.examples.dense import dense
+from loopir.ir import op
+from loopir.ir.buffer import Buffer
+from loopir.ir.expr import Var
+from loopir.ir.functor import post_order_visit
+from loopir.ir.stmt import (
+    Allocate,
+    BufferStore,
+    Evaluate,
+    For,
+    ForKind,
+    IfThenElse,
+    PrimFunc,
+    Stmt,
+    seq,
+)
+from loopir.passes import Sequential, ThreadSync
+from loopir.passes.race_check import find_races
+from loopir.testing import run_cpu
+
+
+def _bind(v: Var, n: int, tag: str, body: Stmt) -> For:
+    return For(v, 0, n, ForKind.THREAD_BINDING, body, thread_tag=tag)
+
+
+def _loop(v: Var, n: int, body: Stmt) -> For:
+    return For(v, 0, n, ForKind.SERIAL, body)
+
+
+def _syncs(s: object) -> int:
+    n = 0
+
+    def f(x: object) -> None:
+        nonlocal n
+        if isinstance(x, Evaluate) and getattr(x.value, "op", "") == "tvm_storage_sync":
+            n += 1
+
+    post_order_visit(s, f)
+    return n
+
+
+def transpose_schedule() -> loopir.Schedule:
+    """The issue's reproducer: a transpose through a 32x32 shared tile whose fill and read are
+    sibling threadIdx nests under one block loop."""
+    A = te.placeholder((100, 70), "float32", name="A")
+    B = te.compute((70, 100), lambda j, i: A[i, j], name="B")
+    sch = loopir.Schedule(te.create_prim_func([A, B]))
+    b = sch.get_block("B")
+    j, i = sch.get_loops(b)
+    j0, j1 = sch.split(j, [None, 32])
+    i0, i1 = sch.split(i, [None, 32])
+    j10, j11 = sch.split(j1, [None, 8])
+    sch.reorder(j0, i0, j11, i1, j10)
+    sch.bind(j0, "blockIdx.y")
+    sch.bind(i0, "blockIdx.x")
+    sch.bind(j11, "threadIdx.y")
+    sch.bind(i1, "threadIdx.x")
+    ash = sch.cache_read(b, "A", "shared")
+    sch.compute_at(ash, i0)
+    ax0, ax1 = sch.get_loops(ash)[2:]
+    a0, a1 = sch.split(ax0, [None, 8])
+    sch.reorder(a1, ax1, a0)
+    sch.bind(a1, "threadIdx.y")
+    sch.bind(ax1, "threadIdx.x")
+    return sch
+
+
+def test_barrier_between_sibling_thread_nests(golden) -> None:
+    lowered = loopir.lower(transpose_schedule().func)
+    golden("passes/thread_sync_transpose", str(lowered))
+    assert _syncs(lowered) == 1
+    report = find_races(lowered)
+    assert not report.races and not report.unproven
+    a = np.random.default_rng(1).standard_normal((100, 70)).astype(np.float32)
+    for seed in range(5):
+        out = run_cpu(lowered, [a, np.zeros((70, 100), np.float32)],
+                      {"thread_order": "random", "seed": seed})
+        np.testing.assert_array_equal(out[1], a.T)
+
+
+def test_dense_keeps_two_barriers_per_k_iteration() -> None:
+    for pad in (False, True):
+        with loopir.PassContext(config={"tir.enable_local_pad": pad}):
+            f = loopir.lower(dense(960, 770, 2304).func)
+        k0: list[For] = []
+
+        def find(n: object, found: list[For] = k0) -> None:
+            if isinstance(n, For) and n.loop_var.name == "k_0":
+                found.append(n)
+
+        post_order_visit(f.body, find)
+        assert len(k0) == 1 and _syncs(k0[0].body) == 2 and _syncs(f.body) == 2
+        assert not find_races(f).races and not find_races(f).unproven
+
+
+def two_stage_row_sum(n_rows: int = 3, width: int = 32, per: int = 4) -> PrimFunc:
+    """A hand-written rfactor: 32 threads write partial sums to shared, thread 0 adds them."""
+    A = Buffer("A", (n_rows, width * per), "float32")
+    R = Buffer("R", (n_rows,), "float32")
+    S = Buffer("S", (width,), "float32", scope="shared")
+    b, t, j, t2, k = Var("b"), Var("t"), Var("j"), Var("t2"), Var("k")
+    stage1 = _bind(t, width, "threadIdx.x", seq(
+        BufferStore(S, op.const(0.0, "float32"), (t,)),
+        _loop(j, per, BufferStore(S, S[t] + A[b, t * per + j], (t,))),
+    ))
+    stage2 = _bind(t2, 1, "threadIdx.x", seq(
+        BufferStore(R, op.const(0.0, "float32"), (b,)),
+        _loop(k, width, BufferStore(R, R[b] + S[k], (b,))),
+    ))
+    return PrimFunc((A, R), _bind(b, n_rows, "blockIdx.x", Allocate(S, seq(stage1, stage2))),
+                    name="row_sum")
+
+
+def test_two_stage_reduction_gets_a_barrier_before_the_combine() -> None:
+    f = two_stage_row_sum()
+    assert _syncs(f) == 0
+    g = Sequential([ThreadSync()])(f)
+    assert _syncs(g) == 1
+    assert not find_races(g).races
+    assert find_races(f).races  # without the barrier thread 0 reads unfinished partials
+    a = np.random.default_rng(2).random((3, 128), dtype=np.float32)
+    for seed in range(5):
+        out = run_cpu(g, [a, np.zeros(3, np.float32)], {"thread_order": "random", "seed": seed})
+        np.testing.assert_allclose(out[1], a.sum(axis=1), rtol=1e-5)
+
+
+def test_refill_in_a_loop_waits_for_the_readers() -> None:
+    # each round fills S then reads a neighbour's element: a barrier after the fill (RAW) and
+    # one before the next round's fill (WAR)
+    A = Buffer("A", (4, 32), "float32")
+    B = Buffer("B", (4, 32), "float32")
+    S = Buffer("S", (32,), "float32", scope="shared")
+    t, r = Var("t"), Var("r")
+    body = _bind(Var("b"), 1, "blockIdx.x", Allocate(S, _bind(t, 32, "threadIdx.x", _loop(r, 4, seq(
+        BufferStore(S, A[r, t], (t,)),
+        BufferStore(B, S[31 - t], (r, t)),
+    )))))
+    g = Sequential([ThreadSync()])(PrimFunc((A, B), body, name="refill"))
+    assert _syncs(g) == 2
+    assert not find_races(g).races and not find_races(g).unproven
+    a = np.random.default_rng(3).random((4, 32), dtype=np.float32)
+    for seed in range(5):
+        out = run_cpu(g, [a, np.zeros((4, 32), np.float32)], {"thread_order": "random", "seed": seed})
+        np.testing.assert_array_equal(out[1], a[:, ::-1])
+
+
+def test_barrier_under_a_thread_dependent_condition_is_refused() -> None:
+    A = Buffer("A", (32,), "float32")
+    S = Buffer("S", (32,), "float32", scope="shared")
+    t = Var("t")
+    inner = IfThenElse(t < 16, seq(BufferStore(S, A[t], (t,)), BufferStore(A, S[15 - t], (t,))))
+    f = PrimFunc((A,), _bind(Var("b"), 1, "blockIdx.x", Allocate(S, _bind(t, 32, "threadIdx.x", inner))))
+    with pytest.raises(PassError, match="ThreadSync: a shared-memory barrier is needed inside a "
+                       "region that not every thread reaches"):
+        Sequential([ThreadSync()])(f)
+
+
+def test_barrier_inside_a_partial_thread_loop_is_refused() -> None:
+    # a threadIdx loop narrower than the block runs under `if (threadIdx.x < 16)`
+    A = Buffer("A", (64,), "float32")
+    S = Buffer("S", (16,), "float32", scope="shared")
+    t1, t2 = Var("t1"), Var("t2")
+    body = Allocate(S, seq(
+        _bind(t1, 64, "threadIdx.x", BufferStore(A, A[t1] * 2.0, (t1,))),
+        _bind(t2, 16, "threadIdx.x", seq(BufferStore(S, A[t2], (t2,)),
+                                         BufferStore(A, S[15 - t2], (t2,)))),
+    ))
+    f = PrimFunc((A,), _bind(Var("b"), 1, "blockIdx.x", body))
+    with pytest.raises(PassError, match="not every thread reaches"):
+        Sequential([ThreadSync()])(f)
+
+
+def test_thread_sync_is_idempotent() -> None:
+    lowered = loopir.lower(transpose_schedule().func)
+    again = Sequential([ThreadSync()])(lowered)
+    assert _syncs(again) == _syncs(lowered)
+    loopir.assert_structural_equal(again, lowered)
+
+
+@pytest.mark.gpu
+def test_transpose_on_the_gpu_is_right_20_times(tmp_path) -> None:
+    mod = loopir.build(transpose_schedule().func, target="cuda", cache_dir=tmp_path)
+    assert mod.source.count("__syncthreads();") == 1
+    a = np.random.default_rng(4).standard_normal((100, 70)).astype(np.float32)
+    for _ in range(20):
+        b = np.zeros((70, 100), np.float32)
+        mod(a, b)
+        np.testing.assert_array_equal(b, a.T)
