@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from loopir.errors import CodegenError
+from loopir.ir import dtype as dt
 from loopir.ir.expr import (
     EQ,
     GE,
@@ -53,6 +54,10 @@ def structural_key(e: PrimExpr) -> str:
             f"(Select {structural_key(e.condition)} {structural_key(e.true_value)} "
             f"{structural_key(e.false_value)})"
         )
+    if isinstance(e, (And, Or)):
+        return f"({type(e).__name__} {structural_key(e.a)} {structural_key(e.b)})"
+    if isinstance(e, Not):
+        return f"(Not {structural_key(e.a)})"
     return f"<{type(e).__name__}#{id(e)}>"
 
 
@@ -111,5 +116,26 @@ def eval_int(e: PrimExpr, env: Mapping[Var, int]) -> int:
     if isinstance(e, Select):
         return eval_int(e.true_value if eval_int(e.condition, env) else e.false_value, env)
     if isinstance(e, Cast):
-        return int(eval_int(e.value, env))
+        return _cast_int(eval_int(e.value, env), e)
     raise CodegenError(f"host evaluation: cannot evaluate {type(e).__name__} {e} on the host")
+
+
+def _cast_int(value: int, e: Cast) -> int:
+    """``value`` converted as the device converts it to ``e.dtype``.
+
+    A narrowing cast wraps (two's complement, as CUDA's integer conversions do) and a cast to
+    bool tests for nonzero; keeping the Python value would give the host a different launch
+    extent or condition than the kernel computes.
+    """
+    if dt.is_bool(e.dtype):
+        return int(value != 0)
+    if dt.is_int(e.dtype):
+        width = dt.bits(e.dtype)
+        value &= (1 << width) - 1
+        if not dt.is_uint(e.dtype) and value >= 1 << (width - 1):
+            value -= 1 << width
+        return value
+    raise CodegenError(
+        f"host evaluation: cannot evaluate Cast {e} on the host: it evaluates integer "
+        f"expressions, and {e.dtype} is not an integer type"
+    )

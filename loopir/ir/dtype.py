@@ -36,6 +36,9 @@ def canonical(dtype: Any) -> str:
     ValueError
         If ``dtype`` names no supported type.
     """
+    if dtype is None:
+        # numpy reads None as float64: a missing dtype would silently become float64
+        raise ValueError("unsupported dtype None; expected a dtype such as 'float32'")
     if isinstance(dtype, str):
         name = _ALIASES.get(dtype, dtype)
     else:
@@ -43,8 +46,8 @@ def canonical(dtype: Any) -> str:
             name = np.dtype(dtype).name
         except TypeError as exc:
             raise ValueError(f"unsupported dtype {dtype!r}") from exc
-    elem, _, lanes = name.partition("x")
-    if elem not in SCALAR_BITS or (lanes and (not lanes.isdigit() or int(lanes) < 1)):
+    elem, sep, lanes = name.partition("x")
+    if elem not in SCALAR_BITS or (sep and (not lanes.isdigit() or int(lanes) < 1)):
         raise ValueError(
             f"unsupported dtype {dtype!r}; expected one of {sorted(SCALAR_BITS)} "
             "optionally with lanes, e.g. 'float32x4'"
@@ -123,7 +126,18 @@ def min_value(dtype: str) -> float | int | bool:
 
 
 def promote(a: str, b: str) -> str:
-    """The common type of a binary operation on ``a`` and ``b`` (TVM-like promotion)."""
+    """The common type of a binary operation on ``a`` and ``b`` (TVM's BinaryOpMatchTypes).
+
+    A float beats an int or bool (``int64`` with ``float16`` is ``float16``, as in TVM, not
+    numpy's ``float64``); otherwise the wider type wins; a signed and an unsigned int of one
+    width give the unsigned one, as in C. ``float16`` and ``bfloat16`` have no common 16-bit
+    type: both are exact in ``float32``. The result does not depend on the operand order.
+
+    Raises
+    ------
+    TypeError
+        If ``a`` and ``b`` have different numbers of lanes.
+    """
     if a == b:
         return a
     if lanes(a) != lanes(b):
@@ -133,6 +147,10 @@ def promote(a: str, b: str) -> str:
         res = ea if is_float(ea) else eb
     elif is_bool(ea) or is_bool(eb):
         res = eb if is_bool(ea) else ea
+    elif bits(ea) != bits(eb):
+        res = ea if bits(ea) > bits(eb) else eb
+    elif is_float(ea):
+        res = "float32"  # float16 with bfloat16 (the only two distinct floats of one width)
     else:
-        res = ea if bits(ea) >= bits(eb) else eb
+        res = ea if is_uint(ea) else eb  # int with uint of one width (else ea == eb)
     return with_lanes(res, lanes(a))

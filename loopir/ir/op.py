@@ -92,7 +92,8 @@ def call(op: str, *args: ExprLike, dtype: str | None = None) -> PrimExpr:
 
     cargs = [convert(a) for a in args]
     if len(cargs) > 1 and all(isinstance(a, PrimExpr) for a in cargs):
-        # math intrinsics take operands of one type; promote like binary operators
+        # math intrinsics take operands of one type: the first operand's (call('pow', f16, f32)
+        # is float16; write the cast yourself for another type)
         first = cargs[0]
         cargs = [first] + [a.astype(first.dtype) if a.dtype != first.dtype else a for a in cargs[1:]]
     spec = INTRINSICS.get(op)

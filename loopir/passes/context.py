@@ -264,8 +264,13 @@ class PassContext:
 
     def __enter__(self) -> PassContext:
         _stack().append(self)
-        for inst in self.instruments:
-            inst.enter_pass_ctx(self)
+        try:
+            for inst in self.instruments:
+                inst.enter_pass_ctx(self)
+        except BaseException:
+            # __exit__ does not run when __enter__ raises: leave no context on the stack
+            _stack().pop()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:

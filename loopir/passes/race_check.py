@@ -44,7 +44,6 @@ from loopir.ir.expr import (
     Add,
     BufferLoad,
     Call,
-    FloorDiv,
     IntImm,
     Mul,
     Not,
@@ -53,7 +52,7 @@ from loopir.ir.expr import (
     Sub,
     Var,
 )
-from loopir.ir.functor import Visitor, collect_vars, substitute
+from loopir.ir.functor import Visitor, collect_vars
 from loopir.ir.printer import script
 from loopir.ir.stmt import (
     Allocate,
@@ -69,6 +68,8 @@ from loopir.ir.stmt import (
 from loopir.passes._enum import NotEnumerable
 from loopir.passes._enum import evaluate as _eval
 from loopir.passes.context import PassContext, register_config
+from loopir.passes.race_prove import BLOCK_TAGS, GRID_TAGS, prove_linear
+from loopir.passes.race_prove import const_int as _const
 
 __all__ = [
     "RaceCheckWarning", "RaceReport", "check_races", "collect_accesses", "find_races",
@@ -83,8 +84,6 @@ register_config(
     "(CodegenError on a proven race, RaceCheckWarning where neither proven nor refuted)",
 )
 
-GRID_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
-BLOCK_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 
 #: Largest number of points one access is enumerated over.
 MAX_POINTS = 1 << 22
@@ -280,11 +279,6 @@ class _Points:
     value: np.ndarray | None = None  # instances with equal codes store equal values
 
 
-def _const(e: PrimExpr) -> int | None:
-    s = arith.simplify(e)
-    return s.value if isinstance(s, IntImm) else None
-
-
 def _linear(coords: Sequence[np.ndarray], extents: Sequence[int], size: int) -> np.ndarray:
     out = np.zeros(size, dtype=np.int64)
     for c, e in zip(coords, extents):
@@ -314,7 +308,9 @@ class _Kernel:
     def extent(self, tag: str) -> int | None:
         return self.launch.get(tag, 1)
 
-    def points(self, acc: _Access, relaxed: bool, sample: bool) -> _Points:
+    def points(
+        self, acc: _Access, relaxed: bool, sample: bool, counts: bool = True
+    ) -> _Points:
         """Enumerate ``acc``'s instances (``relaxed``: only the variables of its indices,
         guards and counts dropped; ``sample``: large loops cut to their first and last
         iterations)."""
@@ -367,7 +363,7 @@ class _Kernel:
         ext = [self.extent(t) or 1 for t in (*GRID_TAGS, *BLOCK_TAGS)]
         block = _linear([coord[t] for t in GRID_TAGS], ext[:3], n)
         thread = _linear([coord[t] for t in BLOCK_TAGS], ext[3:], n)
-        if relaxed:
+        if relaxed or not counts:
             count = np.zeros(n, dtype=np.int64)
         else:
             count = _eval(arith.simplify(acc.count), env, n) if n else np.zeros(0, np.int64)
@@ -560,147 +556,13 @@ def _describe(p: _Points, row: int) -> dict[str, int]:
     return {v.name: int(a[row]) for v, a in p.env.items()}
 
 
-# --------------------------------------------------------------------------------------------
-# Symbolic proof: the element determines the thread
-# --------------------------------------------------------------------------------------------
-
-
-def _divisors(e: PrimExpr) -> set[int]:
-    out: set[int] = set()
-
-    class V(Visitor):
-        def visit_FloorDiv(self, n: FloorDiv) -> None:
-            self.generic_visit(n)
-            if isinstance(n.b, IntImm) and n.b.value > 1:
-                out.add(n.b.value)
-
-        visit_FloorMod = visit_FloorDiv  # type: ignore[assignment]
-
-    V().visit(e)
-    return out
-
-
-def _mixed_radix(terms: list[tuple[int, int]]) -> int | None:
-    """For ``sum(c_i * v_i)`` with ``0 <= v_i < e_i`` (``terms`` of ``(|c_i|, e_i)``): the
-    least difference between two distinct points when the coefficients form a mixed radix
-    (0 for no term), else None."""
-    sep, span = 0, 0
-    for c, ext in sorted(terms):
-        if c <= span:
-            return None
-        sep = c - span if not sep else min(sep, c - span)
-        span += c * (ext - 1)
-    return sep
-
-
-def _prove_linear(k: _Kernel, w: _Access, x: _Access) -> bool:
-    """Whether the elements of ``w`` and ``x`` provably determine the thread (and, for global
-    memory, the block): then two different threads never touch one element.
-
-    Thread coordinates become canonical variables; a coordinate used under ``//`` or ``%`` by
-    a constant that divides its extent is split into two digits. The flattened index must be
-    linear in the coordinates with the same coefficients for both accesses, the coefficients
-    must form a mixed radix (so distinct coordinates differ by at least ``sep``), and the rest
-    of the two indices must differ by less than ``sep``.
-    """
-    shared = w.buffer.scope == "shared"
-    tags = BLOCK_TAGS if shared else (*GRID_TAGS, *BLOCK_TAGS)
-    coords: dict[str, Var] = {t: Var(f"c_{t}", "int32") for t in (*GRID_TAGS, *BLOCK_TAGS)}
-    ranges: dict[Var, tuple[int, int]] = {}
-    forms = []
-    for n, acc in enumerate((w, x)):
-        vmap: dict[Var, PrimExpr] = {}
-        for f in acc.loops:
-            lo, ext = _const(f.min), _const(f.extent)
-            if lo is None or ext is None:
-                return False
-            if f.kind is ForKind.THREAD_BINDING and f.thread_tag in coords:
-                c = coords[f.thread_tag]
-                vmap[f.loop_var] = Add(c, IntImm(lo, "int32")) if lo else c
-                old = ranges.get(c, (0, 0))[1]
-                ranges[c] = (0, max(old, ext))
-            else:
-                v = Var(f.loop_var.name, f.loop_var.dtype) if n else f.loop_var
-                vmap[f.loop_var] = v
-                ranges[v] = (lo, ext)
-        for t in tags:
-            if (k.extent(t) or 2) > 1 and not any(f.thread_tag == t for f in acc.loops):
-                return False  # run by every thread of the tag: the element cannot tell them apart
-        forms.append([substitute(i, vmap) for i in acc.indices])
-    # digits for coordinates used under // and %
-    digits: dict[Var, PrimExpr] = {}
-    divs = set().union(*(_divisors(i) for f in forms for i in f))
-    for c in coords.values():
-        ext = ranges.get(c, (0, 1))[1]
-        d = max((d for d in divs if ext % d == 0 and d < ext), default=None)
-        if d is not None:
-            q, r = Var(f"{c.name}_q", "int32"), Var(f"{c.name}_r", "int32")
-            digits[c] = Add(Mul(q, IntImm(d, "int32")), r)
-            ranges[q], ranges[r] = (0, ext // d), (0, d)
-    ana = arith.Analyzer({v: (lo, lo + ext) for v, (lo, ext) in ranges.items()})
-    flat = []
-    for f in forms:
-        flat.append([ana.simplify(substitute(i, digits)) if digits else i for i in f])
-    widths = []
-    for d in range(len(w.indices)):
-        b = [ana.const_int_bound(f[d]) for f in flat]
-        lo, hi = min(x.min_value for x in b), max(x.max_value for x in b)
-        if lo == arith.NEG_INF or hi == arith.POS_INF:
-            return False
-        widths.append(hi - lo + 1)
-    cvars = [v for c in coords.values() for v in (
-        [digits[c].a.a, digits[c].b] if c in digits else [c]  # type: ignore[attr-defined]
-    ) if v in ranges]
-    others = [[v for v in ranges if v not in coords.values() and v not in cvars
-               and any(v is u for i in f for u in collect_vars(i))] for f in flat]
-    lin = []
-    for f, oth in zip(flat, others):
-        e: PrimExpr = IntImm(0, "int64" if any(i.dtype == "int64" for i in f) else "int32")
-        for i, wd in zip(f, widths):
-            e = Add(Mul(e, IntImm(wd, e.dtype)), i if i.dtype == e.dtype else i.astype(e.dtype))
-        got = ana.detect_linear(e, cvars)
-        if got is None:
-            return False
-        coef = [_const(c) for c in got[:-1]]
-        if any(c is None for c in coef):
-            return False
-        full = ana.detect_linear(e, [*cvars, *oth])
-        shape = None
-        if full is not None and all(_const(c) is not None for c in full):
-            shape = sorted((abs(_const(c)), *ranges[v]) for c, v in zip(full[len(cvars):-1], oth)  # type: ignore[type-var]
-                           if _const(c) and ranges[v][1] > 1)
-            shape = (shape, _const(full[-1]))
-        lin.append((coef, got[-1], shape))
-    (cw, bw, sw), (cx, bx, sx) = lin
-    if cw != cx:
-        return False
-    terms = []
-    for v, c in zip(cvars, cw):
-        ext = ranges[v][1]
-        is_thread = any(v is coords[t] or (coords[t] in digits and v in (
-            digits[coords[t]].a.a, digits[coords[t]].b)) for t in tags)  # type: ignore[attr-defined]
-        if not is_thread:
-            continue  # a block coordinate of a shared access: equal for both, cancels
-        if ext > 1 and not c:
-            return False
-        if ext > 1:
-            terms.append((abs(c), ext))  # type: ignore[arg-type]
-    if sw is not None and sw == sx and _mixed_radix(terms + [(c, e) for c, _, e in sw[0]]):
-        # one injective map for both accesses: equal elements mean equal coordinates
-        return True
-    sep = _mixed_radix(terms)
-    if sep is None:
-        return False
-    if sep == 0:
-        return True  # one thread (per block) in all
-    diff = ana.const_int_bound(ana.simplify(Sub(bx, bw)))
-    return -sep < diff.min_value and diff.max_value < sep
-
-
-def collect_accesses(s: Stmt, loops: Sequence[For] = ()) -> list[_Access]:
-    """The shared and global accesses of ``s``, under the enclosing ``loops``."""
+def collect_accesses(
+    s: Stmt, loops: Sequence[For] = (), conds: Sequence[PrimExpr] = ()
+) -> list[_Access]:
+    """The shared and global accesses of ``s``, under the enclosing ``loops`` and guards."""
     c = _Collector()
     c.loops = list(loops)
+    c.conds = list(conds)
     c.stmt = s if isinstance(s, (BufferStore, Evaluate)) else None
     c.visit(s)
     return c.accesses
@@ -712,8 +574,15 @@ def threads_may_share(launch: dict[str, int | None], a: _Access, b: _Access) -> 
     whatever the barriers between them (False only when proven)."""
     k = _Kernel(None, None)
     k.launch = dict(launch)
-    if _prove_linear(k, a, b):
+    if prove_linear(k.extent, a, b):
         return False
+    try:  # exactly, guards included, barrier counts left out
+        pa = k.points(a, False, False, counts=False)
+        pb = pa if b is a else k.points(b, False, False, counts=False)
+        if not (pa.approx or pb.approx):
+            return _conflict(pa, pb, True) is not None
+    except NotEnumerable:
+        pass
     try:
         return _conflict(k.points(a, True, False), k.points(b, True, False), True) is not None
     except NotEnumerable:
@@ -774,7 +643,7 @@ def _check_pair(k: _Kernel, w: _Access, x: _Access) -> tuple[str, str | None]:
     """("race", message) / ("ok", None) / ("unknown", reason)."""
     shared = w.buffer.scope == "shared"
     reason = ""
-    if _prove_linear(k, w, x):
+    if prove_linear(k.extent, w, x):
         return "ok", None
     try:
         pw = k.points(w, False, False)

@@ -29,7 +29,7 @@ import attrs
 
 from loopir.errors import PassError
 from loopir.ir import op
-from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr, Var
+from loopir.ir.expr import BufferLoad, Call, IntImm, Not, PrimExpr, Var
 from loopir.ir.functor import collect_vars, post_order_visit
 from loopir.ir.stmt import (
     Allocate,
@@ -85,17 +85,18 @@ class _Planner:
         self.launch = launch
         self.inserted = 0
         self.loops: list[For] = []
+        self.conds: list[PrimExpr] = []
         # keyed by id(); the values keep the keyed objects alive, so ids are not reused
         self._summaries: dict[tuple[int, int], tuple[Stmt, _State]] = {}
         self._pairs: dict[tuple[int, int], tuple[Any, Any, bool]] = {}
 
     def _summary(self, s: Stmt) -> _State:
-        key = (id(s), len(self.loops))
+        key = (id(s), len(self.loops), len(self.conds))
         hit = self._summaries.get(key)
         if hit is None or hit[0] is not s:
             # a barrier also orders the block's global-memory accesses (an intermediate
             # written by one thread loop nest and read by a sibling nest)
-            accs = collect_accesses(s, self.loops)
+            accs = collect_accesses(s, self.loops, self.conds)
             hit = (s, _State(tuple(accs)))
             self._summaries[key] = hit
         return hit[1]
@@ -163,10 +164,10 @@ class _Planner:
             if self._divergent(s.condition):
                 self._check_no_internal_sync(s)
                 return self.atomic(s, state)
-            then, st = self.plan(s.then_case, state)
+            then, st = self._guarded(s.condition, s.then_case, state)
             if s.else_case is None:
                 return attrs.evolve(s, then_case=then), st.union(state)
-            other, se = self.plan(s.else_case, state)
+            other, se = self._guarded(Not(s.condition), s.else_case, state)
             return attrs.evolve(s, then_case=then, else_case=other), st.union(se)
         if isinstance(s, For):
             if s.kind is ForKind.THREAD_BINDING and not is_thread_loop(s, ("vthread.",)):
@@ -188,6 +189,13 @@ class _Planner:
             return attrs.evolve(s, body=body), after.union(state)
         return self.atomic(s, state)
 
+    def _guarded(self, cond: PrimExpr, body: Stmt, state: _State) -> tuple[Stmt, _State]:
+        self.conds.append(cond)
+        try:
+            return self.plan(body, state)
+        finally:
+            self.conds.pop()
+
     def _in_loop(self, loop: For, body: Stmt, state: _State) -> tuple[Stmt, _State]:
         self.loops.append(loop)
         try:
@@ -198,10 +206,13 @@ class _Planner:
     def _check_no_internal_sync(self, s: Stmt) -> None:
         inner = _Planner(set(self.thread_vars), self.launch)
         inner.loops = [*self.loops, *([s] if isinstance(s, For) else [])]
-        body = s.then_case if isinstance(s, IfThenElse) else s.body  # type: ignore[union-attr]
-        inner.plan(body, _EMPTY)
-        if isinstance(s, IfThenElse) and s.else_case is not None:
-            inner.plan(s.else_case, _EMPTY)
+        inner.conds = list(self.conds)
+        if isinstance(s, IfThenElse):
+            inner._guarded(s.condition, s.then_case, _EMPTY)
+            if s.else_case is not None:
+                inner._guarded(Not(s.condition), s.else_case, _EMPTY)
+        else:
+            inner.plan(s.body, _EMPTY)  # type: ignore[union-attr]
         if inner.inserted:
             raise PassError(
                 "pass ThreadSync: a shared-memory barrier is needed inside a region that not "

@@ -24,25 +24,57 @@ from loopir.schedule import tree
 logger = logging.getLogger(__name__)
 
 
+BufferArg = str | int | Buffer  # a name, an index into the block's reads/writes, or a Buffer
+
+
+def _as_buffer(buffer: object) -> Buffer | None:
+    """``buffer`` as a Buffer when it is one, or a te Tensor (through its buffer)."""
+    from loopir.te.tensor import Tensor  # lazily: the schedule does not need te otherwise
+
+    if isinstance(buffer, Buffer):
+        return buffer
+    return buffer.buffer if isinstance(buffer, Tensor) else None
+
+
 def _pick_buffer(
-    func: PrimFunc, blk: Block, buffer: str | int, regions: tuple[BufferRegion, ...],
+    func: PrimFunc, blk: Block, buffer: BufferArg, regions: tuple[BufferRegion, ...],
     what: str, primitive: str,
 ) -> Buffer:
-    """The buffer named ``buffer`` (or at index ``buffer``) among ``regions``."""
+    """The buffer named ``buffer``, at index ``buffer``, or the Buffer ``buffer``, among
+    ``regions`` (TVM's cache_read/cache_write accept a buffer or its index)."""
+    names = [r.buffer.name for r in regions]
+    listed = ", ".join(names) or "none"
+    given = _as_buffer(buffer)
+    if given is not None:
+        for r in regions:
+            if r.buffer is given:
+                return r.buffer
+        # Buffers compare by identity: one of the same name is another function's buffer
+        # (e.g. one from before a rewrite that replaced it, or from a different workload).
+        same_name = " (a different Buffer of the same name: from another function?)" if (
+            given.name in names
+        ) else ""
+        raise ScheduleError(
+            f"block {blk.name!r} does not have buffer {given.name!r}{same_name} in its {what} "
+            f"({listed}); pass a buffer the block {'reads' if what == 'reads' else 'writes'}, "
+            "its name or its index",
+            primitive=primitive,
+            func=func,
+            node=blk,
+        )
     if isinstance(buffer, bool) or not isinstance(buffer, (str, int)):
         raise ScheduleError(
-            f"buffer must be a name or an index into the block's {what}, got "
+            f"buffer must be a name, an index into the block's {what} or a Buffer, got "
             f"{type(buffer).__name__} {buffer!r}",
             primitive=primitive,
             func=func,
             node=blk,
         )
-    names = [r.buffer.name for r in regions]
     if isinstance(buffer, int):
         if not 0 <= buffer < len(regions):
             raise ScheduleError(
                 f"buffer index {buffer} is out of range: block {blk.name!r} has "
-                f"{len(regions)} {what} ({', '.join(names) or 'none'})",
+                f"{len(regions)} {what} ({listed})",
                 primitive=primitive,
                 func=func,
                 node=blk,
@@ -52,12 +84,30 @@ def _pick_buffer(
         if r.buffer.name == buffer:
             return r.buffer
     raise ScheduleError(
-        f"block {blk.name!r} has no buffer named {buffer!r} in its {what} "
-        f"({', '.join(names) or 'none'})",
+        f"block {blk.name!r} has no buffer named {buffer!r} in its {what} ({listed})",
         primitive=primitive,
         func=func,
         node=blk,
     )
+
+
+def buffer_index(func: PrimFunc, block: str, buffer: BufferArg, primitive: str) -> str | int:
+    """``buffer`` as a trace can record it: a Buffer becomes its index in ``block``'s reads
+    (``primitive="cache_read"``) or writes (``"cache_write"``); names and indices are kept.
+
+    Raises
+    ------
+    ScheduleError
+        If ``buffer`` is a Buffer the block does not read (write), or ``block`` is unknown.
+    """
+    if _as_buffer(buffer) is None:
+        return buffer  # type: ignore[return-value]  # checked by the primitive itself
+    realize, _ = rg.get_block(func, block, primitive)
+    blk = realize.block
+    regions = blk.reads if primitive == "cache_read" else blk.writes
+    what = "reads" if primitive == "cache_read" else "writes"
+    buf = _pick_buffer(func, blk, buffer, regions, what, primitive)
+    return next(i for i, r in enumerate(regions) if r.buffer is buf)
 
 
 def _copy_block(
@@ -81,7 +131,7 @@ def _copy_block(
 def cache_read(
     func: PrimFunc,
     block: str,
-    buffer: str | int,
+    buffer: BufferArg,
     scope: str,
     consumer_blocks: list[str] | None = None,
 ) -> tuple[PrimFunc, str]:
@@ -94,7 +144,8 @@ def cache_read(
     block
         Name of a block that reads the buffer.
     buffer
-        The buffer's name, or an index into ``block``'s reads.
+        The buffer's name, an index into ``block``'s reads, or the Buffer (or te Tensor)
+        itself.
     scope
         Storage scope of the cache: ``"global"``, ``"shared"`` or ``"local"``.
     consumer_blocks
@@ -187,7 +238,7 @@ def cache_read(
     return out, name
 
 
-def cache_write(func: PrimFunc, block: str, buffer: str | int, scope: str) -> tuple[PrimFunc, str]:
+def cache_write(func: PrimFunc, block: str, buffer: BufferArg, scope: str) -> tuple[PrimFunc, str]:
     """Write ``buffer`` through a cache in ``scope``, copied back after the block.
 
     Parameters
@@ -197,7 +248,8 @@ def cache_write(func: PrimFunc, block: str, buffer: str | int, scope: str) -> tu
     block
         Name of the block writing the buffer; it must be the buffer's only writer.
     buffer
-        The buffer's name, or an index into ``block``'s writes.
+        The buffer's name, an index into ``block``'s writes, or the Buffer (or te Tensor)
+        itself.
     scope
         Storage scope of the cache: ``"global"``, ``"shared"`` or ``"local"``.
 

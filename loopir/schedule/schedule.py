@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from loopir.errors import ScheduleError
+from loopir.ir.buffer import Buffer
 from loopir.ir.expr import Var
 from loopir.ir.stmt import Block, BlockRealize, For, PrimFunc, Stmt
 from loopir.schedule import tree
@@ -68,7 +69,10 @@ def _normalize_literal(value: Any) -> Any:
     return value
 
 
-def instruction(returns: str | None = None) -> Callable[[F], F]:
+def instruction(
+    returns: str | None = None,
+    resolve: Callable[[Schedule, dict[str, Any]], None] | None = None,
+) -> Callable[[F], F]:
     """The recording decorator: turns a method ``(self, ...) -> (func, targets)`` into a primitive.
 
     The decorated method reads ``self.func``, calls a pure function and returns the new
@@ -98,6 +102,8 @@ def instruction(returns: str | None = None) -> Callable[[F], F]:
             except TypeError as e:
                 raise ScheduleError(f"bad arguments: {e}", primitive=kind) from None
             bound.apply_defaults()
+            if resolve is not None:  # e.g. a Buffer argument becomes the literal a trace records
+                resolve(self, bound.arguments)
             inputs: dict[str, Any] = {}
             attrs: dict[str, Any] = {}
             for p in params:
@@ -150,6 +156,21 @@ def instruction(returns: str | None = None) -> Callable[[F], F]:
         return wrapper  # type: ignore[return-value]
 
     return deco
+
+
+def _cache_buffer_arg(param: str, primitive: str) -> Callable[[Schedule, dict[str, Any]], None]:
+    """Resolve a Buffer (or te Tensor) given for ``param`` to its index in the block's
+    reads/writes: traces hold literals, and TVM's cache_read/cache_write accept a buffer."""
+
+    def resolve(sch: Schedule, args: dict[str, Any]) -> None:
+        from loopir.schedule import cache
+
+        block = args["block"]
+        if isinstance(block, BlockRV):
+            name = sch._block_name(block, primitive)
+            args[param] = cache.buffer_index(sch.func, name, args[param], primitive)
+
+    return resolve
 
 
 def _check_unique_names(func: PrimFunc) -> None:
@@ -475,11 +496,11 @@ class Schedule:
         return _result(L.parallel(self._func, self._loop_var(loop, "parallel")))
 
     # --- data movement (pure functions by the data-movement modules) --------------------------
-    @instruction(returns="block")
+    @instruction(returns="block", resolve=_cache_buffer_arg("read_buffer_index", "cache_read"))
     def cache_read(
         self,
         block: BlockRV,
-        read_buffer_index: str | int,
+        read_buffer_index: str | int | Buffer,
         storage_scope: str,
         consumer_blocks: list[BlockRV] | None = None,
     ) -> BlockRV:
@@ -510,8 +531,10 @@ class Schedule:
         )  # fmt: skip
         return _result(*cache.cache_read(self._func, name, read_buffer_index, storage_scope, consumers))
 
-    @instruction(returns="block")
-    def cache_write(self, block: BlockRV, write_buffer_index: str | int, storage_scope: str) -> BlockRV:
+    @instruction(returns="block", resolve=_cache_buffer_arg("write_buffer_index", "cache_write"))
+    def cache_write(
+        self, block: BlockRV, write_buffer_index: str | int | Buffer, storage_scope: str
+    ) -> BlockRV:
         """Write ``block``'s output through a copy in ``storage_scope``.
 
         Parameters

@@ -209,7 +209,8 @@ def test_lower_rejects_non_func() -> None:
 def test_disabled_passes_unknown_name_is_an_error() -> None:
     with pytest.raises(PassError, match=r"unknown pass 'Simplfy'; did you mean 'Simplify'\?"):
         PassContext(disabled_passes=["Simplfy"])
-    with pytest.raises(PassError, match="can be disabled: GemmOffload, Simplify"):
+    # other tests may register optional passes of their own: match the built-in ones only
+    with pytest.raises(PassError, match=r"can be disabled: (.*, )?GemmOffload, (.*, )?Simplify"):
         PassContext(disabled_passes=["NoSuchPass"])
     with pytest.raises(PassError, match="must be a list of pass names, got the string"):
         PassContext(disabled_passes="Simplify")

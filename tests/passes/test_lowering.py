@@ -179,9 +179,14 @@ def test_thread_sync_refuses_barrier_under_thread_condition() -> None:
     s = Buffer("S", (32,), "float32", scope="shared")
     t = Var("t")
     inner = seq(BufferStore(s, a[t], (t,)), BufferStore(a, s[31 - t], (t,)))
-    body = Allocate(s, _tx(t, 32, IfThenElse(t < 16, inner)))
+    # threads 0..15 read what threads 0..15 wrote: a barrier is needed under the condition
+    guarded = seq(BufferStore(s, a[t], (t,)), BufferStore(a, s[15 - t], (t,)))
+    body = Allocate(s, _tx(t, 32, IfThenElse(t < 16, guarded)))
     with pytest.raises(PassError, match="ThreadSync.*not every thread reaches"):
         ThreadSync()(PrimFunc((a,), body))
+    # under `t < 16` the threads that write s[0:16] read s[16:32]: no exchange, no barrier
+    disjoint = ThreadSync()(PrimFunc((a,), Allocate(s, _tx(t, 32, IfThenElse(t < 16, inner)))))
+    assert not any(is_sync(x) for x in nodes(disjoint.body, Evaluate))
     # with a uniform structure the barrier goes between the write and the read
     ok = ThreadSync()(PrimFunc((a,), Allocate(s, _tx(t, 32, inner))))
     stmts = nodes(ok.body, For)[0].body.seq

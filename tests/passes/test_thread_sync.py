@@ -196,3 +196,19 @@ def test_transpose_on_the_gpu_is_right_20_times(tmp_path) -> None:
         b = np.zeros((70, 100), np.float32)
         mod(a, b)
         np.testing.assert_array_equal(b, a.T)
+
+
+def test_accumulation_guarded_to_one_thread_needs_no_barrier() -> None:
+    # GPU fuzz finding: the guard `t < 1` was left out of the conflict check, so the one
+    # thread's read-modify-write of R looked shared and ThreadSync refused the kernel
+    A = Buffer("A", (2, 4), "float32")
+    R = Buffer("R", (2,), "float32")
+    b, t, k = Var("b"), Var("t"), Var("k")
+    body = _bind(b, 2, "blockIdx.x", _bind(t, 8, "threadIdx.x", _loop(k, 4, IfThenElse(
+        t < 1, BufferStore(R, R[b] + A[b, k], (b,))))))
+    g = Sequential([ThreadSync()])(PrimFunc((A, R), body, name="guarded_sum"))
+    assert _syncs(g) == 0
+    assert not find_races(g).races and not find_races(g).unproven
+    a = np.random.default_rng(5).random((2, 4), dtype=np.float32)
+    out = run_cpu(g, [a, np.zeros(2, np.float32)], {"thread_order": "random", "seed": 0})
+    np.testing.assert_allclose(out[1], a.sum(axis=1), rtol=1e-6)

@@ -263,11 +263,6 @@ def test_buffer_index_for_the_trace() -> None:
         cache.buffer_index(f, "C", b, "cache_write")
 
 
-@pytest.mark.xfail(
-    strict=True, raises=ScheduleError,
-    reason="Schedule's instruction decorator refuses non-literal attributes before cache.py sees "
-    "them; needs schedule.py to map a Buffer to cache.buffer_index() first (reported to the lead)",
-)  # fmt: skip
 def test_schedule_cache_read_with_a_buffer_records_its_index() -> None:
     f = matmul(8, 4, 6)
     sch = loopir.Schedule(f)

@@ -1,0 +1,158 @@
+"""The race checker's symbolic proof: the element an access touches determines its thread.
+
+Used by :mod:`loopir.passes.race_check` for iteration domains too large to enumerate (and by
+ThreadSync, through it, to skip barriers between accesses of one thread to its own elements).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from loopir import arith
+from loopir.ir.expr import Add, FloorDiv, IntImm, Mul, PrimExpr, Sub, Var
+from loopir.ir.functor import Visitor, collect_vars, substitute
+from loopir.ir.stmt import ForKind
+
+__all__ = ["BLOCK_TAGS", "GRID_TAGS", "const_int", "prove_linear"]
+
+GRID_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+BLOCK_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+
+
+def const_int(e: PrimExpr) -> int | None:
+    """The value of ``e`` when it simplifies to a constant, else None."""
+    s = arith.simplify(e)
+    return s.value if isinstance(s, IntImm) else None
+
+
+def _divisors(e: PrimExpr) -> set[int]:
+    out: set[int] = set()
+
+    class V(Visitor):
+        def visit_FloorDiv(self, n: FloorDiv) -> None:
+            self.generic_visit(n)
+            if isinstance(n.b, IntImm) and n.b.value > 1:
+                out.add(n.b.value)
+
+        visit_FloorMod = visit_FloorDiv  # type: ignore[assignment]
+
+    V().visit(e)
+    return out
+
+
+def _mixed_radix(terms: list[tuple[int, int]]) -> int | None:
+    """For ``sum(c_i * v_i)`` with ``0 <= v_i < e_i`` (``terms`` of ``(|c_i|, e_i)``): the
+    least difference between two distinct points when the coefficients form a mixed radix
+    (0 for no term), else None."""
+    sep, span = 0, 0
+    for c, ext in sorted(terms):
+        if c <= span:
+            return None
+        sep = c - span if not sep else min(sep, c - span)
+        span += c * (ext - 1)
+    return sep
+
+
+def prove_linear(extent: Callable[[str], int | None], w: Any, x: Any) -> bool:
+    """Whether the elements of ``w`` and ``x`` provably determine the thread (and, for global
+    memory, the block): then two different threads never touch one element.
+
+    Thread coordinates become canonical variables; a coordinate used under ``//`` or ``%`` by
+    a constant that divides its extent is split into two digits. The flattened index must be
+    linear in the coordinates with the same coefficients for both accesses, the coefficients
+    must form a mixed radix (so distinct coordinates differ by at least ``sep``), and the rest
+    of the two indices must differ by less than ``sep``.
+    """
+    shared = w.buffer.scope == "shared"
+    tags = BLOCK_TAGS if shared else (*GRID_TAGS, *BLOCK_TAGS)
+    coords: dict[str, Var] = {t: Var(f"c_{t}", "int32") for t in (*GRID_TAGS, *BLOCK_TAGS)}
+    ranges: dict[Var, tuple[int, int]] = {}
+    forms = []
+    for n, acc in enumerate((w, x)):
+        vmap: dict[Var, PrimExpr] = {}
+        for f in acc.loops:
+            lo, ext = const_int(f.min), const_int(f.extent)
+            if lo is None or ext is None:
+                return False
+            if f.kind is ForKind.THREAD_BINDING and f.thread_tag in coords:
+                c = coords[f.thread_tag]
+                vmap[f.loop_var] = Add(c, IntImm(lo, "int32")) if lo else c
+                old = ranges.get(c, (0, 0))[1]
+                ranges[c] = (0, max(old, ext))
+            else:
+                v = Var(f.loop_var.name, f.loop_var.dtype) if n else f.loop_var
+                vmap[f.loop_var] = v
+                ranges[v] = (lo, ext)
+        for t in tags:
+            if (extent(t) or 2) > 1 and not any(f.thread_tag == t for f in acc.loops):
+                return False  # run by every thread of the tag: the element cannot tell them apart
+        forms.append([substitute(i, vmap) for i in acc.indices])
+    # digits for coordinates used under // and %
+    digits: dict[Var, PrimExpr] = {}
+    divs = set().union(*(_divisors(i) for f in forms for i in f))
+    for c in coords.values():
+        ext = ranges.get(c, (0, 1))[1]
+        d = max((d for d in divs if ext % d == 0 and d < ext), default=None)
+        if d is not None:
+            q, r = Var(f"{c.name}_q", "int32"), Var(f"{c.name}_r", "int32")
+            digits[c] = Add(Mul(q, IntImm(d, "int32")), r)
+            ranges[q], ranges[r] = (0, ext // d), (0, d)
+    ana = arith.Analyzer({v: (lo, lo + ext) for v, (lo, ext) in ranges.items()})
+    flat = []
+    for f in forms:
+        flat.append([ana.simplify(substitute(i, digits)) if digits else i for i in f])
+    widths = []
+    for d in range(len(w.indices)):
+        b = [ana.const_int_bound(f[d]) for f in flat]
+        lo, hi = min(x.min_value for x in b), max(x.max_value for x in b)
+        if lo == arith.NEG_INF or hi == arith.POS_INF:
+            return False
+        widths.append(hi - lo + 1)
+    cvars = [v for c in coords.values() for v in (
+        [digits[c].a.a, digits[c].b] if c in digits else [c]  # type: ignore[attr-defined]
+    ) if v in ranges]
+    others = [[v for v in ranges if v not in coords.values() and v not in cvars
+               and any(v is u for i in f for u in collect_vars(i))] for f in flat]
+    lin = []
+    for f, oth in zip(flat, others):
+        e: PrimExpr = IntImm(0, "int64" if any(i.dtype == "int64" for i in f) else "int32")
+        for i, wd in zip(f, widths):
+            e = Add(Mul(e, IntImm(wd, e.dtype)), i if i.dtype == e.dtype else i.astype(e.dtype))
+        got = ana.detect_linear(e, cvars)
+        if got is None:
+            return False
+        coef = [const_int(c) for c in got[:-1]]
+        if any(c is None for c in coef):
+            return False
+        full = ana.detect_linear(e, [*cvars, *oth])
+        shape = None
+        if full is not None and all(const_int(c) is not None for c in full):
+            shape = sorted((abs(const_int(c)), *ranges[v]) for c, v in zip(full[len(cvars):-1], oth)  # type: ignore[type-var]
+                           if const_int(c) and ranges[v][1] > 1)
+            shape = (shape, const_int(full[-1]))
+        lin.append((coef, got[-1], shape))
+    (cw, bw, sw), (cx, bx, sx) = lin
+    if cw != cx:
+        return False
+    terms = []
+    for v, c in zip(cvars, cw):
+        ext = ranges[v][1]
+        is_thread = any(v is coords[t] or (coords[t] in digits and v in (
+            digits[coords[t]].a.a, digits[coords[t]].b)) for t in tags)  # type: ignore[attr-defined]
+        if not is_thread:
+            continue  # a block coordinate of a shared access: equal for both, cancels
+        if ext > 1 and not c:
+            return False
+        if ext > 1:
+            terms.append((abs(c), ext))  # type: ignore[arg-type]
+    if sw is not None and sw == sx and _mixed_radix(terms + [(c, e) for c, _, e in sw[0]]):
+        # one injective map for both accesses: equal elements mean equal coordinates
+        return True
+    sep = _mixed_radix(terms)
+    if sep is None:
+        return False
+    if sep == 0:
+        return True  # one thread (per block) in all
+    diff = ana.const_int_bound(ana.simplify(Sub(bx, bw)))
+    return -sep < diff.min_value and diff.max_value < sep
