@@ -29,6 +29,7 @@ resolve the same directory at once.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import stat
@@ -235,3 +236,12 @@ def check_entry(path: str | os.PathLike[str]) -> bool:
             f"could have written (delete it, or choose another cache directory)"
         )
     return True
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """The SHA-256 of a file's bytes (hex), read in chunks: a cache entry's checksum."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

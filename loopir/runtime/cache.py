@@ -117,14 +117,6 @@ def compile_shared(
         return _compile(source, cc, flags, directory, lib, src, digest)
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _entry_ok(lib: Path, digest: Path) -> bool:
     """Whether ``lib`` exists and matches the checksum recorded when it was compiled.
 
@@ -139,7 +131,7 @@ def _entry_ok(lib: Path, digest: Path) -> bool:
             logger.debug("cpu cache entry %s has no checksum file; rebuilding", lib)
             return False
         want = digest.read_text().strip()
-        ok = want == _sha256_file(lib)
+        ok = want == _cache_dir.sha256_file(lib)
     except FileNotFoundError:
         # An entry written by a loopir without checksums (or a build that died between the
         # two renames): rebuild quietly, it is not a sign of corruption.
@@ -202,7 +194,7 @@ def _compile(source: str, cc: str, flags: tuple[str, ...], directory: Path, lib:
     # The linker creates its output with the umask's mode; under umask 002 that is group-
     # writable, which the next load would refuse: the cache's files are the owner's only.
     os.chmod(tmp_lib, 0o700)
-    checksum = _sha256_file(Path(tmp_lib))
+    checksum = _cache_dir.sha256_file(Path(tmp_lib))
     _atomic_write_text(digest, checksum + "\n")
     os.replace(tmp_lib, lib)
     logger.debug("compiled %s in %.3f s", lib, seconds)

@@ -19,7 +19,7 @@ from loopir.ir.stmt import PrimFunc
 __all__ = [
     "Workload", "WORKLOADS", "make_workload", "matmul", "batch_matmul", "matmul_bias_relu",
     "conv2d_nhwc", "elementwise_chain", "reduce_max", "reduce_min", "symbolic_matmul",
-    "symbolic_elementwise",
+    "symbolic_elementwise", "shared_transpose",
 ]  # fmt: skip
 
 
@@ -179,6 +179,40 @@ def symbolic_elementwise(n: int = 9, N: int = 4, dtype: str = "float32") -> Work
     C = te.compute((m, N), lambda i, j: B[i, j] - A[i, j], name="C")
     args = dict(n=n, N=N, dtype=dtype)
     return Workload("symbolic_elementwise", te.create_prim_func([A, C]), {"n": n}, args)
+
+
+def shared_transpose(M: int = 100, N: int = 70, shared_tile: bool = True) -> Any:
+    """A scheduled transpose ``B[j, i] = A[i, j]`` through a 32x32 shared tile (issue 11 item 1).
+
+    Blocks of 32x32 (``blockIdx.y/x``), 8x32 threads (``threadIdx.y/x``), each thread four
+    rows. With ``shared_tile`` A goes through ``A_shared``, filled by a threadIdx loop nest
+    that is a *sibling* of the one reading it transposed: only a barrier orders the two.
+    Returns the :class:`loopir.Schedule`.
+    """
+    import loopir
+
+    A = te.placeholder((M, N), "float32", name="A")
+    B = te.compute((N, M), lambda j, i: A[i, j], name="B")
+    sch = loopir.Schedule(te.create_prim_func([A, B]))
+    b = sch.get_block("B")
+    j, i = sch.get_loops(b)
+    j0, j1 = sch.split(j, [None, 32])
+    i0, i1 = sch.split(i, [None, 32])
+    j10, j11 = sch.split(j1, [None, 8])
+    sch.reorder(j0, i0, j11, i1, j10)
+    sch.bind(j0, "blockIdx.y")
+    sch.bind(i0, "blockIdx.x")
+    sch.bind(j11, "threadIdx.y")
+    sch.bind(i1, "threadIdx.x")
+    if shared_tile:
+        ash = sch.cache_read(b, "A", "shared")
+        sch.compute_at(ash, i0)
+        ax0, ax1 = sch.get_loops(ash)[2:]
+        a0, a1 = sch.split(ax0, [None, 8])
+        sch.reorder(a1, ax1, a0)
+        sch.bind(a1, "threadIdx.y")
+        sch.bind(ax1, "threadIdx.x")
+    return sch
 
 
 #: Every builder, by name.

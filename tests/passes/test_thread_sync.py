@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 import loopir
-from loopir import te
 from loopir.errors import PassError
 from loopir.examples.dense import dense
 from loopir.ir import op
@@ -27,6 +26,7 @@ from loopir.ir.stmt import (
 from loopir.passes import Sequential, ThreadSync
 from loopir.passes.race_check import find_races
 from loopir.testing import run_cpu
+from loopir.testing.workloads import shared_transpose
 
 
 def _bind(v: Var, n: int, tag: str, body: Stmt) -> For:
@@ -52,27 +52,7 @@ def _syncs(s: object) -> int:
 def transpose_schedule() -> loopir.Schedule:
     """The issue's reproducer: a transpose through a 32x32 shared tile whose fill and read are
     sibling threadIdx nests under one block loop."""
-    A = te.placeholder((100, 70), "float32", name="A")
-    B = te.compute((70, 100), lambda j, i: A[i, j], name="B")
-    sch = loopir.Schedule(te.create_prim_func([A, B]))
-    b = sch.get_block("B")
-    j, i = sch.get_loops(b)
-    j0, j1 = sch.split(j, [None, 32])
-    i0, i1 = sch.split(i, [None, 32])
-    j10, j11 = sch.split(j1, [None, 8])
-    sch.reorder(j0, i0, j11, i1, j10)
-    sch.bind(j0, "blockIdx.y")
-    sch.bind(i0, "blockIdx.x")
-    sch.bind(j11, "threadIdx.y")
-    sch.bind(i1, "threadIdx.x")
-    ash = sch.cache_read(b, "A", "shared")
-    sch.compute_at(ash, i0)
-    ax0, ax1 = sch.get_loops(ash)[2:]
-    a0, a1 = sch.split(ax0, [None, 8])
-    sch.reorder(a1, ax1, a0)
-    sch.bind(a1, "threadIdx.y")
-    sch.bind(ax1, "threadIdx.x")
-    return sch
+    return shared_transpose(100, 70)
 
 
 def test_barrier_between_sibling_thread_nests(golden) -> None:

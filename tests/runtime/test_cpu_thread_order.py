@@ -9,7 +9,6 @@ import pytest
 from strategies import empty_like_param, random_nonzero
 
 import loopir
-from loopir import te
 from loopir.errors import CodegenError, LaunchError
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import BufferLoad, Call, Var
@@ -26,6 +25,7 @@ from loopir.ir.stmt import (
     SeqStmt,
     seq,
 )
+from loopir.testing.workloads import shared_transpose
 
 SEEDS = (0, 1, 2, 3, 4)
 
@@ -71,27 +71,7 @@ def count_barriers(func: PrimFunc) -> int:
 def transpose_through_shared_tile():  # noqa: ANN201
     """Issue 11 item 1: a 32x32 shared tile filled by one threadIdx nest and read transposed
     by a sibling nest under the same block loops (100x70)."""
-    A = te.placeholder((100, 70), "float32", name="A")
-    B = te.compute((70, 100), lambda j, i: A[i, j], name="B")
-    sch = loopir.Schedule(te.create_prim_func([A, B]))
-    b = sch.get_block("B")
-    j, i = sch.get_loops(b)
-    j0, j1 = sch.split(j, [None, 32])
-    i0, i1 = sch.split(i, [None, 32])
-    j10, j11 = sch.split(j1, [None, 8])
-    sch.reorder(j0, i0, j11, i1, j10)
-    sch.bind(j0, "blockIdx.y")
-    sch.bind(i0, "blockIdx.x")
-    sch.bind(j11, "threadIdx.y")
-    sch.bind(i1, "threadIdx.x")
-    ash = sch.cache_read(b, "A", "shared")
-    sch.compute_at(ash, i0)
-    ax0, ax1 = sch.get_loops(ash)[2:]
-    a0, a1 = sch.split(ax0, [None, 8])
-    sch.reorder(a1, ax1, a0)
-    sch.bind(a1, "threadIdx.y")
-    sch.bind(ax1, "threadIdx.x")
-    return sch
+    return shared_transpose(100, 70)
 
 
 def run(func: PrimFunc, *arrays: np.ndarray, **options) -> list[np.ndarray]:

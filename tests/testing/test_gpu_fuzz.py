@@ -20,6 +20,7 @@ from loopir.testing.gpu_fuzz import (
     random_gpu_schedule,
     run_case,
 )
+from loopir.testing.workloads import shared_transpose
 
 FEATURE_SEEDS = range(40)
 REQUIRED = {"sibling-shared", "2d-block-extent1", "two-level-reduction", "transpose-shared",
@@ -73,27 +74,8 @@ def test_every_family_can_be_forced():
 def test_features_of_the_issue_transpose():
     """The issue's reproducer: a transpose through a shared tile filled by a sibling
     threadIdx nest. ``features`` must see both."""
-    A = te.placeholder((100, 70), "float32", name="A")
-    B = te.compute((70, 100), lambda j, i: A[i, j], name="B")
-    sch = loopir.Schedule(te.create_prim_func([A, B]))
-    b = sch.get_block("B")
-    j, i = sch.get_loops(b)
-    j0, j1 = sch.split(j, [None, 32])
-    i0, i1 = sch.split(i, [None, 32])
-    j10, j11 = sch.split(j1, [None, 8])
-    sch.reorder(j0, i0, j11, i1, j10)
-    sch.bind(j0, "blockIdx.y")
-    sch.bind(i0, "blockIdx.x")
-    sch.bind(j11, "threadIdx.y")
-    sch.bind(i1, "threadIdx.x")
-    before = features(sch.func)
-    ash = sch.cache_read(b, "A", "shared")
-    sch.compute_at(ash, i0)
-    ax0, ax1 = sch.get_loops(ash)[2:]
-    a0, a1 = sch.split(ax0, [None, 8])
-    sch.reorder(a1, ax1, a0)
-    sch.bind(a1, "threadIdx.y")
-    sch.bind(ax1, "threadIdx.x")
+    before = features(shared_transpose(100, 70, shared_tile=False).func)
+    sch = shared_transpose(100, 70)
     after = features(sch.func)
     assert "sibling-shared" not in before and "transpose-shared" not in before
     assert {"sibling-shared", "transpose-shared", "predicate"} <= after

@@ -203,17 +203,9 @@ def build_library(
     # The linker creates its output with the umask's mode; the cache's files are the owner's.
     os.chmod(tmp_out, 0o700)
     # The checksum first: a reader pairing it with an older library only rebuilds.
-    _atomic_write(digest_path, (_sha256_file(Path(tmp_out)) + "\n").encode())
+    _atomic_write(digest_path, (_cache_dir.sha256_file(Path(tmp_out)) + "\n").encode())
     os.replace(tmp_out, lib_path)
     return lib_path, False, time.perf_counter() - t0
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _entry_ok(lib: Path, digest: Path) -> bool:
@@ -227,7 +219,7 @@ def _entry_ok(lib: Path, digest: Path) -> bool:
         if not _cache_dir.check_entry(digest):
             logger.debug("cutlass: cached %s has no checksum file; rebuilding", lib)
             return False
-        ok = digest.read_text().strip() == _sha256_file(lib)
+        ok = digest.read_text().strip() == _cache_dir.sha256_file(lib)
     except OSError as exc:
         logger.warning("cutlass: cached %s is unreadable (%s); rebuilding", lib, exc)
         return False
