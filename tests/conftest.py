@@ -62,6 +62,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     # Also under -q, where the header is not shown: a failure must be replayable.
     seed = config.stash.get(_SEED_KEY, None)
     terminalreporter.write_line(f"hypothesis seed: {seed} (replay with --hypothesis-seed={seed})")
+    order = getattr(config.option, "randomly_seed", None)
+    if order is not None:  # pytest-randomly's test order
+        terminalreporter.write_line(f"test order: replay with --randomly-seed={order}")
 
 
 @pytest.fixture(scope="session", autouse=True)

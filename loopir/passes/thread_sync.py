@@ -3,10 +3,11 @@
 A kernel is an outermost thread-bound loop (as the host/device split sees it). Every
 ``threadIdx`` loop in it runs on the same hardware threads, so sibling thread loop nests under
 one block loop are *not* ordered by the loop structure: only barriers order them. The planner
-scans the whole kernel in program order, keeping the shared-memory accesses made since the last
-barrier, and inserts a barrier before a statement that has an access conflicting with one of
-them: same buffer, at least one a store (read-after-write, write-after-read, write-after-write),
-and not proven to be touched by one thread only (the race checker's prover,
+scans the whole kernel in program order, keeping the shared- and global-memory accesses made
+since the last barrier (a barrier orders a block's global accesses too), and inserts a barrier
+before a statement with an access that conflicts with one of them: same buffer, at least one a
+store (read-after-write, write-after-read, write-after-write), and not proven to be touched by
+one thread only under the enclosing guards (the race checker's prover,
 :func:`~loopir.passes.race_check.threads_may_share`: a thread re-reading its own element needs
 no barrier).
 
@@ -65,7 +66,7 @@ def _sync() -> Stmt:
 
 @attrs.frozen
 class _State:
-    """The shared-memory accesses since the last barrier."""
+    """The shared- and global-memory accesses made since the last barrier."""
 
     accesses: tuple[Any, ...] = ()
 
@@ -87,7 +88,7 @@ class _Planner:
         self.loops: list[For] = []
         self.conds: list[PrimExpr] = []
         # keyed by id(); the values keep the keyed objects alive, so ids are not reused
-        self._summaries: dict[tuple[int, int], tuple[Stmt, _State]] = {}
+        self._summaries: dict[tuple[int, int, int], tuple[Stmt, _State]] = {}
         self._pairs: dict[tuple[int, int], tuple[Any, Any, bool]] = {}
 
     def _summary(self, s: Stmt) -> _State:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
-from _passes_simt import build_simt
 
 import loopir
 from loopir.ir import dtype as dt
@@ -58,10 +57,23 @@ def run_cpu(func: PrimFunc, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
     return args
 
 
-def run_simt(func: PrimFunc, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-    args = [a.copy() for a in arrays]
-    build_simt(func)(*args)
-    return args
+def run_simt(func: PrimFunc, arrays: Sequence[np.ndarray], seeds: int = 3) -> list[np.ndarray]:
+    """Run lowered ``func`` as a GPU may: the CPU executor with the threads of each block in
+    a seeded random order between barriers (shared memory starts as junk), for ``seeds``
+    orders that must agree bit for bit; returns the first order's outputs."""
+    mod = loopir.build(func, target="cpu", thread_order="random", seed=0)
+    first: list[np.ndarray] | None = None
+    for seed in range(seeds):
+        args = [a.copy() for a in arrays]
+        mod.seed = seed
+        mod(*args)
+        if first is None:
+            first = args
+        else:
+            for x, y in zip(first, args):
+                np.testing.assert_array_equal(x, y, err_msg=f"thread order {seed} differs")
+    assert first is not None
+    return first
 
 
 def assert_close(got: np.ndarray, want: np.ndarray) -> None:

@@ -181,7 +181,8 @@ def test_local_padding_preserves_results(case, seed: int) -> None:  # noqa: ANN0
 )
 def test_dense_schedule_on_simt_random_shapes(M: int, K: int, N: int, vec: int, pad: bool) -> None:
     """The full pipeline (unified cooperative fetch, barriers, injected vthreads, padding) run
-    as parallel threads on the SIMT reference executor, for random imperfect shapes."""
+    as parallel threads in random orders (the CPU executor's race-revealing mode), for random
+    imperfect shapes."""
     from _passes_util import assert_close, run_simt
     from hypothesis import assume
 

@@ -1,9 +1,9 @@
 """LowerBlocks, UnifyThreadLoops, CompactBufferAllocation, Simplify, ThreadSync.
 
 Each pass preserves the meaning of the function: checked on the CPU executor for the passes
-that keep the sequential meaning, and on the SIMT reference executor (tests/passes/
-_passes_simt.py, which runs threads adversarially between barriers) for the full pipeline,
-whose unified cooperative fetches only mean something for parallel threads.
+that keep the sequential meaning, and with the CPU executor's ``thread_order='random'`` mode
+(threads in random orders between barriers) for the full pipeline, whose unified cooperative
+fetches only mean something for parallel threads.
 """
 
 from __future__ import annotations
@@ -141,15 +141,22 @@ def test_full_lowering_matches_numpy_on_simt(shape: tuple[int, int, int]) -> Non
 
 
 def test_simt_detects_a_missing_barrier() -> None:
-    """The SIMT executor is a real check: without ThreadSync the result is wrong."""
+    """The random-order executor is a real check: without ThreadSync the result is wrong."""
     sch = loopir.examples.dense(20, 9, 30)
     x = inputs(sch.func)
     from loopir.passes import Sequential
 
     f = Sequential([LowerBlocks(), UnifyThreadLoops(), CompactBufferAllocation(), Simplify()])(sch.func)
-    got = run_simt(f, x)[2]
     want = x[0].astype(np.float64) @ x[1].astype(np.float64)
-    assert np.isnan(got).any() or not np.allclose(got, want, rtol=1e-4)
+    for seed in range(3):
+        got = run_cpu_random(f, x, seed)[2]
+        assert np.isnan(got).any() or not np.allclose(got, want, rtol=1e-4)
+
+
+def run_cpu_random(f: PrimFunc, arrays: list[np.ndarray], seed: int) -> list[np.ndarray]:
+    args = [a.copy() for a in arrays]
+    loopir.build(f, target="cpu", thread_order="random", seed=seed)(*args)
+    return args
 
 
 def _tx(var: Var, extent: int, body: object) -> For:

@@ -107,7 +107,8 @@ def test_dense_cpu_executor_equivalence(shape: tuple[int, int, int], pad: bool) 
 @pytest.mark.parametrize("vec", [1, 2, 4])
 @pytest.mark.parametrize("pad", [False, True], ids=["pad_off", "pad_on"])
 def test_dense_simt_equivalence(vec: int, pad: bool) -> None:
-    """Adversarial thread interleaving (tests/passes/_passes_simt.py), several store instances."""
+    """Threads in random orders between barriers (the CPU executor's race-revealing mode),
+    several store instances."""
     # at least one whole 128x128 tile: a shape smaller than one tile gets its tiles clipped
     sch = loopir.examples.dense(200, 50, 300, vec=vec)
     on = _lower(sch.func, pad, True)
