@@ -8,6 +8,9 @@ The entry point is :class:`Analyzer`; the module-level functions build a fresh o
     ana.can_prove(i0 * 32 + i1 < 128)         # -> True
     ana.int_set(i0 * 32 + i1, {i1: Range(0, 32)})  # -> [i0*32, i0*32 + 31]
 
+Evaluation has one rule set, the C semantics the executors implement: :func:`evaluate` at one
+point, :mod:`loopir.arith.vectorized` at every point of a small domain at once.
+
 Everything is sound: a simplification never changes a value (floor semantics for ``//`` and
 ``%``, also for negative values), ``can_prove`` answers True only for conditions that hold,
 bounds and intervals always contain every value. Integer overflow is assumed not to happen.
@@ -26,8 +29,11 @@ from loopir.arith.bound import NEG_INF, POS_INF, ConstIntBound
 from loopir.arith.evaluate import evaluate
 from loopir.arith.interval import IntervalSet
 from loopir.arith.linear import ceildiv
+from loopir.arith.modular import ModularSet, modular_set
+from loopir.arith.vectorized import NotEnumerable
 
 __all__ = [
     "Analyzer", "ConstIntBound", "IntervalSet", "POS_INF", "NEG_INF", "simplify", "can_prove",
     "can_prove_equal", "const_int_bound", "int_set", "detect_linear", "ceildiv", "evaluate",
+    "ModularSet", "modular_set", "NotEnumerable",
 ]  # fmt: skip

@@ -13,6 +13,7 @@ import attrs
 from loopir.arith.bound import ConstIntBound
 from loopir.arith.interval import IntervalSet, interval_of
 from loopir.arith.linear import detect_linear_sum
+from loopir.arith.modular import ModularSet, modular_set
 from loopir.arith.simplify import Simplifier, is_index
 from loopir.errors import ArithError
 from loopir.ir import dtype as dt
@@ -267,6 +268,15 @@ class Analyzer:
         """
         rel = {_check_var(v, "int_set"): to_range(v, r, "int_set") for v, r in (relax or {}).items()}
         return interval_of(self._simp, _expr(e, "int_set"), rel)
+
+    def modular_set(self, e: PrimExpr | int) -> ModularSet:
+        """The modular set of integer ``e`` (:mod:`loopir.arith.modular`); a variable whose
+        range has one value counts as that constant."""
+        fixed = {}
+        for v, r in self._ranges.items():
+            if type(r.min) is IntImm and type(r.extent) is IntImm and r.extent.value == 1:
+                fixed[v] = ModularSet(0, r.min.value)
+        return modular_set(_expr(e, "modular_set"), fixed)
 
     @_deep_safe
     def detect_linear(self, e: PrimExpr, vars: Sequence[Var]) -> list[PrimExpr] | None:

@@ -305,15 +305,20 @@ class BoundEvaluator:
     atom_hook
         Optional function consulted first for every node; returning a bound short-circuits
         (the simplifier uses it to share bounds of canonical atoms).
+    var_bounds
+        Optional constant bounds of variables, used where ``ranges`` has no entry (a bound
+        may be open on one side, which a :class:`Range` cannot say: a size ``n >= 0``).
     """
 
     def __init__(
         self,
         ranges: Mapping[Var, Range],
         atom_hook: Callable[[PrimExpr], ConstIntBound | None] | None = None,
+        var_bounds: Mapping[Var, ConstIntBound] | None = None,
     ) -> None:
         self.ranges = ranges
         self.atom_hook = atom_hook
+        self.var_bounds = var_bounds or {}
         self._memo: dict[PrimExpr, ConstIntBound] = {}
         self._active: set[int] = set()
         # ids of the variables whose range was consulted (pinned so ids stay unique)
@@ -335,6 +340,8 @@ class BoundEvaluator:
     def var_bound(self, v: Var) -> ConstIntBound:
         self.seen_vars[id(v)] = v
         rng = self.ranges.get(v)
+        if rng is None and v in self.var_bounds:
+            return bound_intersect(self.var_bounds[v], dtype_bound(v.dtype))
         if rng is None or id(v) in self._active:
             # unbound, or a range that mentions its own variable: only the dtype is known
             return dtype_bound(v.dtype)

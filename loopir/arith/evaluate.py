@@ -43,7 +43,8 @@ from loopir.ir.expr import (
 Value = int | float | bool
 
 
-def _wrap(v: int, dtype: str) -> int:
+def wrap_int(v: int, dtype: str) -> int:
+    """``v`` converted to the integer ``dtype`` as C converts it: wrapped to its width."""
     bits = dt.bits(dtype)
     if dt.is_uint(dtype):
         return v & ((1 << bits) - 1)
@@ -60,12 +61,13 @@ def _cast(v: Value, dtype: str) -> Value:
         if math.isnan(v) or math.isinf(v):
             raise ArithError(f"evaluate: cannot cast {v} to {dtype}")
         v = math.trunc(v)  # C conversion rounds toward zero
-    return _wrap(int(v), dtype)
+    return wrap_int(int(v), dtype)
 
 
 def _div_check(e: PrimExpr, b: Value) -> None:
     if b == 0:
-        raise ArithError(f"evaluate: division by zero in {type(e).__name__} (divisor evaluates to 0)")
+        what = "modulo" if type(e) is FloorMod else "division"
+        raise ArithError(f"evaluate: division by zero ({what} by zero) in {e}: the divisor is 0")
 
 
 _BIN: dict[type, Callable[[Any, Any], Value]] = {
@@ -177,7 +179,8 @@ def _eval_node(e: PrimExpr, args: list[Value], env: Mapping[Var, Value]) -> Valu
         try:
             v = env[e]
         except KeyError:
-            raise ArithError(f"evaluate: variable {e.name!r} has no value in env") from None
+            known = ", ".join(sorted(v.name for v in env)) or "none"
+            raise ArithError(f"evaluate: variable {e.name} has no value (known: {known})") from None
         return bool(v) if dt.is_bool(e.dtype) else v
     fn = _BIN.get(t)
     if fn is not None:
@@ -203,4 +206,4 @@ def _eval_node(e: PrimExpr, args: list[Value], env: Mapping[Var, Value]) -> Valu
     raise ArithError(f"evaluate: cannot evaluate a {t.__name__} node ({e})")
 
 
-__all__ = ["evaluate"]
+__all__ = ["evaluate", "wrap_int"]

@@ -1,7 +1,10 @@
 """Range checks of the verifier: block bindings within domains, accesses within regions.
 
 Both checks report a problem only when it is certain (see :mod:`verifier_eval`): they return
-None ("fine or undecidable") or a message describing a concrete counterexample.
+None ("fine or undecidable") or a message describing a concrete counterexample. Bounds come
+from :mod:`loopir.arith.bound` and :class:`loopir.arith.Analyzer`, exhaustive evaluation from
+:mod:`loopir.arith.vectorized` (the C semantics of the executors: wrapping casts, lazy
+``Select``, short-circuit ``and``/``or``).
 """
 
 from __future__ import annotations
@@ -12,19 +15,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from loopir.arith.analyzer import Analyzer
+from loopir.arith.bound import NEG_INF, POS_INF, BoundEvaluator
+from loopir.arith.vectorized import NotEnumerable, domain, evaluate
+from loopir.errors import ArithError
 from loopir.ir.buffer import BufferRegion, Range
-from loopir.ir.expr import PrimExpr, Var
+from loopir.ir.expr import IntImm, PrimExpr, Var
 from loopir.ir.functor import collect_vars
 from loopir.ir.printer import expr_to_str, script
 from loopir.ir.stmt import Block, IterVar
 from loopir.ir.verifier_eval import (
     Interval,
-    Unsupported,
     conditions_to_enumerate,
-    const_int,
-    enumerate_space,
-    evaluate,
-    interval,
     linear_distinct,
     split_and,
 )
@@ -35,47 +37,74 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 LoopMap = Mapping[int, tuple[Var, PrimExpr, PrimExpr]]
+Ranges = Mapping[Var, Interval]
+
+
+def _finite(lo: int, hi: int) -> Interval | None:
+    return None if lo == NEG_INF or hi == POS_INF else (lo, hi)
+
+
+def const_int(e: PrimExpr) -> int | None:
+    """The value of an integer constant expression, or None."""
+    if isinstance(e, IntImm):
+        return e.value
+    b = BoundEvaluator({})(e)
+    return b.min_value if b.is_const else None
+
+
+def _bound(e: PrimExpr, ranges: Ranges) -> Interval | None:
+    """Constant bounds of ``e`` when every variable of ``e`` has a constant range (a sound
+    over-approximation, exact for :func:`linear_distinct` expressions), else None."""
+    vs = collect_vars(e)
+    if any(v not in ranges for v in vs):
+        return None
+    b = BoundEvaluator({v: Range(ranges[v][0], ranges[v][1] - ranges[v][0] + 1) for v in vs})(e)
+    return _finite(b.min_value, b.max_value)
 
 
 def _arith_bound(e: PrimExpr, loops: LoopMap) -> Interval | None:
-    """Bounds from ``loopir.arith`` when that package is available (tighter than ours)."""
+    """Bounds from the simplifying :class:`loopir.arith.Analyzer` (tighter, and symbolic loop
+    ranges count), or None where it cannot say."""
     try:
-        from loopir.arith import const_int_bound  # type: ignore[attr-defined]
-    except Exception as exc:  # absent or broken: fall back to our own intervals
-        logger.debug("loopir.arith unavailable: %s", exc)
+        b = Analyzer({v: Range(lo, ext) for v, lo, ext in loops.values()}).const_int_bound(e)
+    except ArithError as exc:  # too deep to analyze: the check is only undecided
+        logger.debug("arith.const_int_bound gave up on %s: %s", e, exc)
         return None
-    try:
-        ranges = {v: Range(lo, ext) for v, lo, ext in loops.values()}
-        b = const_int_bound(e, ranges)
-        lo, hi = int(b.min_value), int(b.max_value)
-    except Exception as exc:  # the analyzer is another module: never let it break verify
-        logger.debug("arith.const_int_bound failed on %s: %s", e, exc)
-        return None
-    return lo, hi
+    return _finite(b.min_value, b.max_value)
 
 
-def const_ranges(loops: LoopMap) -> dict[int, Interval]:
+def const_ranges(loops: LoopMap) -> dict[Var, Interval]:
     """Inclusive constant ranges of the loop vars whose min and extent are constant."""
-    out: dict[int, Interval] = {}
-    for vid, (_v, lo, ext) in loops.items():
+    out: dict[Var, Interval] = {}
+    for _vid, (v, lo, ext) in loops.items():
         lo_c, ext_c = const_int(lo), const_int(ext)
         if lo_c is not None and ext_c is not None and ext_c > 0:
-            out[vid] = (lo_c, lo_c + ext_c - 1)
+            out[v] = (lo_c, lo_c + ext_c - 1)
     return out
 
 
-def _mask(conds: Sequence[PrimExpr], env: Mapping[int, Any], n: int) -> np.ndarray:
+def enumerate_space(variables: list[Var], ranges: Ranges) -> dict[Var, np.ndarray] | None:
+    """Every combination of the variables' values as flat arrays (None if too many/unknown)."""
+    if any(v not in ranges for v in variables):
+        return None
+    try:
+        return domain([(v, ranges[v][0], ranges[v][1] - ranges[v][0] + 1) for v in variables])
+    except NotEnumerable:
+        return None
+
+
+def _mask(conds: Sequence[PrimExpr], env: Mapping[Var, np.ndarray], n: int) -> np.ndarray:
     mask = np.ones(n, dtype=bool)
     for c in conds:
-        mask &= np.broadcast_to(np.asarray(evaluate(c, env), dtype=bool), (n,))
+        mask &= evaluate(c, env, n) != 0
     return mask
 
 
-def _point(variables: Sequence[Var], env: Mapping[int, np.ndarray], k: int) -> str:
-    return ", ".join(f"{v.name}={int(env[id(v)][k])}" for v in variables) or "(no variables)"
+def _point(variables: Sequence[Var], env: Mapping[Var, np.ndarray], k: int) -> str:
+    return ", ".join(f"{v.name}={int(env[v][k])}" for v in variables) or "(no variables)"
 
 
-def _size(env: Mapping[int, np.ndarray]) -> int:
+def _size(env: Mapping[Var, np.ndarray]) -> int:
     return len(next(iter(env.values()))) if env else 1
 
 
@@ -83,7 +112,7 @@ def check_binding_range(
     iv: IterVar,
     value: PrimExpr,
     predicate: PrimExpr,
-    ranges: Mapping[int, Interval],
+    ranges: Ranges,
     loops: LoopMap,
 ) -> str | None:
     """A message if ``value`` certainly leaves ``iv``'s domain for some loop point, else None."""
@@ -92,10 +121,7 @@ def check_binding_range(
         return None  # symbolic domain: not decided here
     lo, hi = lo_c, lo_c + ext_c - 1
     name = iv.var.name
-    try:
-        bound = interval(value, ranges)
-    except Unsupported:
-        bound = None
+    bound = _bound(value, ranges)
     if bound is not None and lo <= bound[0] and bound[1] <= hi:
         return None  # sound over-approximation inside the domain: fine
     conds, all_vars = conditions_to_enumerate(collect_vars(value), split_and(predicate), ranges)
@@ -104,9 +130,9 @@ def check_binding_range(
         # small loop space: decide exactly (this also honours the predicate)
         try:
             n = _size(env)
-            vals = np.broadcast_to(np.asarray(evaluate(value, env), dtype=np.int64), (n,))
+            vals = evaluate(value, env, n)
             mask = _mask(conds, env, n)
-        except (Unsupported, FloatingPointError):
+        except NotEnumerable:
             return None
         bad = np.nonzero(mask & ((vals < lo) | (vals > hi)))[0]
         if bad.size == 0:
@@ -153,17 +179,17 @@ def _coverage_problem(acc: _Access, regions: list[BufferRegion]) -> str | None:
         n = _size(env)
         mask = _mask(conds, env, n)
         idx = [
-            np.broadcast_to(np.asarray(evaluate(e, env), dtype=np.int64), (n,)) for e in acc.indices
+            evaluate(e, env, n) for e in acc.indices
         ]
         covered = np.zeros(n, dtype=bool)
         for r in regions:
             inside = np.ones(n, dtype=bool)
             for i, rg in zip(idx, r.region):
-                lo = np.broadcast_to(np.asarray(evaluate(rg.min, env), dtype=np.int64), (n,))
-                ext = np.broadcast_to(np.asarray(evaluate(rg.extent, env), dtype=np.int64), (n,))
+                lo = evaluate(rg.min, env, n)
+                ext = evaluate(rg.extent, env, n)
                 inside &= (lo <= i) & (i < lo + ext)
             covered |= inside
-    except Unsupported:
+    except NotEnumerable:
         return None
     bad = np.nonzero(mask & ~covered)[0]
     if bad.size == 0:
@@ -182,7 +208,7 @@ def _what(acc: _Access) -> str:
 
 
 def _per_dim_problem(
-    acc: _Access, region: BufferRegion, ranges: Mapping[int, Interval], all_conds: list[PrimExpr]
+    acc: _Access, region: BufferRegion, ranges: Ranges, all_conds: list[PrimExpr]
 ) -> str | None:
     for d, (e, rg) in enumerate(zip(acc.indices, region.region)):
         seed = collect_vars(e) + collect_vars(rg.min) + collect_vars(rg.extent)
@@ -193,10 +219,10 @@ def _per_dim_problem(
         try:
             n = _size(env)
             mask = _mask(conds, env, n)
-            i = np.broadcast_to(np.asarray(evaluate(e, env), dtype=np.int64), (n,))
-            lo = np.broadcast_to(np.asarray(evaluate(rg.min, env), dtype=np.int64), (n,))
-            ext = np.broadcast_to(np.asarray(evaluate(rg.extent, env), dtype=np.int64), (n,))
-        except Unsupported:
+            i = evaluate(e, env, n)
+            lo = evaluate(rg.min, env, n)
+            ext = evaluate(rg.extent, env, n)
+        except NotEnumerable:
             continue
         bad = np.nonzero(mask & ~((lo <= i) & (i < lo + ext)))[0]
         if bad.size:

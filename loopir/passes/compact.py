@@ -32,6 +32,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from loopir.arith import vectorized as _enum
 from loopir.errors import PassError
 from loopir.ir import dtype as dt
 from loopir.ir import op
@@ -39,7 +40,6 @@ from loopir.ir.buffer import Buffer
 from loopir.ir.expr import EQ, BufferLoad, IntImm, PrimExpr, Ramp, Var
 from loopir.ir.functor import Mutator, collect_vars, substitute
 from loopir.ir.stmt import Allocate, BufferStore, For, ForKind, PrimFunc, Stmt
-from loopir.passes import _enum
 from loopir.passes._walk import (
     Access,
     collect_accesses,

@@ -1,6 +1,6 @@
 """Proof helpers of the LocalPadding pass: iteration domains, store safety, element predicates.
 
-Each question is answered by exhaustion over the iteration domain (see :mod:`._enum`) when it is
+Each question is answered by exhaustion over the iteration domain (see :mod:`loopir.arith.vectorized`) when it is
 small and constant, and otherwise by the arith analyzer; an unproven fact is treated as false,
 so every doubt keeps a guard.
 """
@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import attrs
 import numpy as np
 
+from loopir.arith import vectorized as _enum
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import (
     EQ,
@@ -33,7 +34,6 @@ from loopir.ir.expr import (
 )
 from loopir.ir.functor import collect_vars, post_order_visit
 from loopir.ir.stmt import BufferStore, For
-from loopir.passes import _enum
 from loopir.passes._walk import loop_range
 
 __all__ = [

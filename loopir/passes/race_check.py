@@ -38,6 +38,8 @@ import attrs
 import numpy as np
 
 from loopir import arith
+from loopir.arith.vectorized import NotEnumerable
+from loopir.arith.vectorized import evaluate as _eval
 from loopir.errors import CodegenError, LoopIRWarning
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import (
@@ -65,8 +67,6 @@ from loopir.ir.stmt import (
     SeqStmt,
     Stmt,
 )
-from loopir.passes._enum import NotEnumerable
-from loopir.passes._enum import evaluate as _eval
 from loopir.passes.context import PassContext, register_config
 from loopir.passes.race_prove import BLOCK_TAGS, GRID_TAGS, prove_linear
 from loopir.passes.race_prove import const_int as _const

@@ -238,7 +238,13 @@ def cache_read(
     return out, name
 
 
-def cache_write(func: PrimFunc, block: str, buffer: BufferArg, scope: str) -> tuple[PrimFunc, str]:
+def cache_write(
+    func: PrimFunc,
+    block: str,
+    buffer: BufferArg,
+    scope: str,
+    consumer_blocks: list[str] | None = None,
+) -> tuple[PrimFunc, str]:
     """Write ``buffer`` through a cache in ``scope``, copied back after the block.
 
     Parameters
@@ -252,6 +258,10 @@ def cache_write(func: PrimFunc, block: str, buffer: BufferArg, scope: str) -> tu
         itself.
     scope
         Storage scope of the cache: ``"global"``, ``"shared"`` or ``"local"``.
+    consumer_blocks
+        Names of consumers that should read the cache directly instead of the written-back
+        buffer (TVM's ``consumer_blocks``); default: none, every consumer reads ``buffer``.
+        The write-back is placed before the first of the other consumers only.
 
     Returns
     -------
@@ -262,7 +272,8 @@ def cache_write(func: PrimFunc, block: str, buffer: BufferArg, scope: str) -> tu
     Raises
     ------
     ScheduleError
-        Unknown block or buffer, invalid scope, several writers of the buffer.
+        Unknown block or buffer, invalid scope, several writers of the buffer, a consumer
+        block that does not read the buffer (or is the writer itself).
 
     Examples
     --------
@@ -278,6 +289,9 @@ def cache_write(func: PrimFunc, block: str, buffer: BufferArg, scope: str) -> tu
             with block("C"): C_local[vi, vj] += A[vi, vk] * B[vk, vj]
         for ax0, ax1 in grid(64, 64):
             with block("C_local"): C[v0, v1] = C_local[v0, v1]
+
+    With ``consumer_blocks=["D"]`` for a consumer ``D`` of an intermediate ``C``, ``D``
+    reads ``C_local`` and the write-back of ``C`` follows the writer directly.
     """
     prim = "cache_write"
     realize, _ = rg.get_block(func, block, prim)
@@ -299,17 +313,63 @@ def cache_write(func: PrimFunc, block: str, buffer: BufferArg, scope: str) -> tu
         r.block.name for r in rg.leaf_blocks(func)
         if rg.reads_buffer(r.block, buf) and r.block.name != block
     }
+    direct = _direct_consumers(func, block, buf, consumer_blocks, prim)
     name = tree.fresh_name(func, f"{buf.name}_{scope}")
     cache = Buffer(name, buf.shape, buf.dtype, scope)
     copy, loops = _copy_block(name, cache, buf)
     nest = rg.make_loop_nest(loops, copy)
-    container, index = rg.insertion_point(func, writers, readers, prim, after_writers=True)
-    out = tree.replace(func, blk, rg.BufferRedirect({buf: cache}).visit(blk))
+    container, index = rg.insertion_point(
+        func, writers, readers - set(direct), prim, after_writers=True
+    )
+    redirect = rg.BufferRedirect({buf: cache})
+    out = tree.replace(func, blk, redirect.visit(blk))
+    for c in direct:
+        r, _ = rg.get_block(out, c, prim)
+        out = tree.replace(out, r.block, redirect.visit(r.block))
     container = _refind(out, func, container)
     out = _place(out, container, index, nest, name, reverse=True, source=cache)
     out = rg.with_root_alloc(out, [cache], prim)
-    logger.debug("cache_write %s -> %s", buf.name, name)
+    logger.debug("cache_write %s -> %s (read directly by %s)", buf.name, name, direct)
     return out, name
+
+
+def _direct_consumers(
+    func: PrimFunc, block: str, buf: Buffer, consumer_blocks: object, prim: str
+) -> list[str]:
+    """The checked ``consumer_blocks`` of cache_write (names, without repetitions)."""
+    if consumer_blocks is None:
+        return []
+    if isinstance(consumer_blocks, str) or not isinstance(consumer_blocks, (list, tuple)) or not all(
+        isinstance(c, str) for c in consumer_blocks
+    ):
+        raise ScheduleError(
+            f"consumer_blocks must be a list of block names, got {consumer_blocks!r}",
+            primitive=prim,
+            func=func,
+        )
+    out = list(dict.fromkeys(consumer_blocks))
+    order = [r.block.name for r in rg.leaf_blocks(func)]
+    for c in out:
+        r, _ = rg.get_block(func, c, prim)
+        if c != block and rg.reads_buffer(r.block, buf) and order.index(c) < order.index(block):
+            # it reads the value from before the writer ran; the cache holds nothing yet
+            raise ScheduleError(
+                f"consumer block {c!r} reads {buf.name!r} before {block!r} writes it; only "
+                "blocks running after the writer can read the cache",
+                primitive=prim,
+                func=func,
+                node=r.block,
+            )
+        if c == block or not rg.reads_buffer(r.block, buf):
+            what = "is the block writing it" if c == block else "does not read it"
+            raise ScheduleError(
+                f"consumer block {c!r} of buffer {buf.name!r} {what}; consumer_blocks lists "
+                "blocks that read the buffer, to redirect them to the cache",
+                primitive=prim,
+                func=func,
+                node=r.block,
+            )
+    return out
 
 
 def _place(func: PrimFunc, container: object, index: int, nest: Stmt, name: str,

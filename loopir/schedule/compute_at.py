@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 
 
 def compute_at(
-    func: PrimFunc, block: str, loop_var: Var, preserve_unit_loops: bool = False
+    func: PrimFunc, block: str, loop_var: Var, preserve_unit_loops: bool = False, index: int = -1
 ) -> PrimFunc:
     """Move producer ``block`` under ``loop_var``, computing what the consumers there need.
 
@@ -52,6 +52,12 @@ def compute_at(
         this loop, and the block's inputs must be produced before the new position.
     preserve_unit_loops
         Keep loops of extent 1 in the regenerated nest (otherwise the binding is the constant).
+    index
+        Where among the statements of the loop body the block goes (TVM's ``index``): ``-1``
+        the last valid position (just before the first statement holding a consumer), ``-2``
+        the first one (just after the last statement holding a producer of the block's
+        inputs), or a position ``p >= 0`` in that range (the block goes before statement
+        ``p``).
 
     Returns
     -------
@@ -83,11 +89,11 @@ def compute_at(
             for j in range(128):
                 with block("C"): C[vi, vj] = B[vi, vj] + 1
     """
-    return _move(func, block, loop_var, preserve_unit_loops, reverse=False)
+    return _move(func, block, loop_var, preserve_unit_loops, reverse=False, index=index)
 
 
 def reverse_compute_at(
-    func: PrimFunc, block: str, loop_var: Var, preserve_unit_loops: bool = False
+    func: PrimFunc, block: str, loop_var: Var, preserve_unit_loops: bool = False, index: int = -1
 ) -> PrimFunc:
     """Move consumer ``block`` under ``loop_var``, consuming what the producers there wrote.
 
@@ -106,6 +112,11 @@ def reverse_compute_at(
         its thread computed.
     preserve_unit_loops
         Keep loops of extent 1 in the regenerated nest.
+    index
+        As for :func:`compute_at`: ``-1`` the last valid position in the loop body (before
+        the first statement consuming the block's output, else the end), ``-2`` the first
+        (just after the last statement holding one of its producers), or ``p >= 0`` in that
+        range.
 
     Returns
     -------
@@ -138,13 +149,21 @@ def reverse_compute_at(
             for ax0 in range(128):
                 with block("C_local"): v0 = i; v1 = ax0; C[v0, v1] = C_local[v0, v1]
     """
-    return _move(func, block, loop_var, preserve_unit_loops, reverse=True)
+    return _move(func, block, loop_var, preserve_unit_loops, reverse=True, index=index)
 
 
 def _move(
-    func: PrimFunc, block: str, loop_var: Var, preserve_unit_loops: bool, reverse: bool
+    func: PrimFunc, block: str, loop_var: Var, preserve_unit_loops: bool, reverse: bool,
+    index: int = -1,
 ) -> PrimFunc:
     prim = "reverse_compute_at" if reverse else "compute_at"
+    if isinstance(index, bool) or not isinstance(index, int) or index < -2:
+        raise ScheduleError(
+            f"index must be -1 (last valid position), -2 (first valid position) or a "
+            f"position >= 0 in the loop body, got {index!r}",
+            primitive=prim,
+            func=func,
+        )
     realize, anc_b = rg.get_block(func, block, prim)
     loop, anc_l = rg.get_loop(func, loop_var, prim)
     blk = realize.block
@@ -324,15 +343,48 @@ def _move(
             rg.reads_buffer(r.block, w.buffer) for w in blk.writes)}
         if reverse else partner_names
     )
-    index = len(kids)
-    for i, k in enumerate(kids):
-        if rg.contains_block(k, consumer_names):
-            index = i
-            break
-    new_loop = attrs.evolve(loop_now, body=_seq(kids[:index] + [new_nest] + kids[index:]))
+    producer_names = {
+        r.block.name for r in rg.leaf_blocks(loop_now)
+        if any(rg.writes_buffer(r.block, rd.buffer) for rd in blk.reads)
+    }  # fmt: skip
+    position = _insertion_index(kids, producer_names, consumer_names, index, prim, func, loop)
+    new_loop = attrs.evolve(
+        loop_now, body=_seq(kids[:position] + [new_nest] + kids[position:])
+    )
     out = tree.replace(out, loop_now, new_loop)
     rg.check_order(out, block, prim, node=loop, shown=func)
     return out
+
+
+def _insertion_index(
+    kids: list[Stmt], producers: set[str], consumers: set[str], index: int, prim: str,
+    func: PrimFunc, loop: For,
+) -> int:
+    """The child position of the loop body for the moved block (TVM's FindInsertionPoint).
+
+    The valid positions are ``[last producer + 1, first consumer]``: after every statement
+    holding a block that writes what the moved block reads, before every one holding a block
+    that reads what it writes. An empty range (a dependence cycle through the loop body) is
+    left to the order check, which names the blocks.
+    """
+    last_p = max((i for i, k in enumerate(kids) if rg.contains_block(k, producers)), default=-1)
+    first_c = next(
+        (i for i, k in enumerate(kids) if rg.contains_block(k, consumers)), len(kids)
+    )
+    if index == -1:
+        return first_c
+    if index == -2:
+        return min(last_p + 1, first_c)
+    if not last_p + 1 <= index <= first_c:
+        raise ScheduleError(
+            f"index {index} is not a valid position in the body of loop {loop.loop_var.name!r}: "
+            f"valid are -1, -2 or {last_p + 1}..{first_c} (after the producers, before the "
+            f"consumers of the block; the body has {len(kids)} statements)",
+            primitive=prim,
+            func=func,
+            node=loop,
+        )
+    return index
 
 
 def _check_not_repeated(

@@ -68,7 +68,9 @@ def _const(e: PrimExpr) -> int | None:
 # --------------------------------------------------------------------------------------------
 
 
-def split(func: PrimFunc, loop_var: Var, factors: Sequence[int | None]) -> tuple[PrimFunc, list[Var]]:
+def split(
+    func: PrimFunc, loop_var: Var, factors: Sequence[int | None], disable_predication: bool = False
+) -> tuple[PrimFunc, list[Var]]:
     """Split a loop into nested loops of the given extents (outermost first).
 
     The loop must not be thread-bound (as in TVM); a vectorized, unrolled or parallel loop is
@@ -86,12 +88,24 @@ def split(func: PrimFunc, loop_var: Var, factors: Sequence[int | None]) -> tuple
                 ...                                      v_i = T.axis.spatial(100, i_0 * 32 + i_1)
                                                          T.where(i_0 * 32 + i_1 < 100)
 
+    With ``disable_predication`` (TVM's flag) no predicate is added: the caller asserts that
+    the factors' product divides a symbolic extent the analyzer cannot prove it divides (e.g.
+    ``n`` known to be a multiple of 32). A split that is provably inexact (constant extent
+    and factors) is then refused: the extra iterations would read and write past the
+    iteration domain. With a symbolic extent that is not in fact a multiple, the result is
+    wrong, as in TVM.
+
     Returns
     -------
     (PrimFunc, list of Var)
         The new function and the new loop vars, outermost first (named ``i_0``, ``i_1``...).
     """
     P = "split"
+    if not isinstance(disable_predication, bool):
+        raise ScheduleError(
+            f"disable_predication must be a bool, got {disable_predication!r}",
+            primitive=P, func=func,
+        )  # fmt: skip
     loop, anc = _loop(func, loop_var, P)
     if isinstance(factors, (str, bytes)) or not isinstance(factors, Sequence) or len(factors) == 0:
         raise ScheduleError(
@@ -148,7 +162,17 @@ def split(func: PrimFunc, loop_var: Var, factors: Sequence[int | None]) -> tuple
         exact = math.prod(consts) == const_ext  # type: ignore[arg-type]
     else:
         exact = tree.can_prove(guard, inner_ranges)
-    if not exact:
+    if not exact and disable_predication:
+        if const_ext is not None and all(c is not None for c in consts):
+            product = math.prod(c for c in consts if c is not None)
+            raise ScheduleError(
+                f"disable_predication=True, but the factors {consts!r} (product {product}) do "
+                f"not split the extent {const_ext} of loop {loop_var.name} exactly; without the predicate the extra iterations would "
+                "run past the iteration domain (leave predication on, or choose factors "
+                "whose product is the extent)",
+                primitive=P, func=func, node=loop,
+            )  # fmt: skip
+    elif not exact:
         # Inexact split: keep every original iteration exactly once.
         body = tree.append_predicate(body, guard)
     nest: Stmt = body

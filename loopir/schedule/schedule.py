@@ -224,7 +224,7 @@ class Schedule:
     def apply_trace(sch):
         b0 = sch.get_block("C")
         l1, l2, l3 = sch.get_loops(b0)
-        l4, l5 = sch.split(l1, [None, 32])
+        l4, l5 = sch.split(l1, [None, 32], disable_predication=False)
     """
 
     def __init__(self, func: PrimFunc) -> None:
@@ -397,9 +397,42 @@ class Schedule:
         names = [r.block.name for r in tree.child_blocks(root)]
         return _result(self._func, names)
 
+    @instruction(returns="blocks")
+    def get_producers(self, block: BlockRV) -> list[BlockRV]:
+        """Handles to the blocks of ``block``'s scope that produce what it reads (or writes).
+
+        As TVM's ``get_producers``: earlier blocks under the same enclosing block that write
+        a buffer ``block`` reads (read-after-write) or writes (write-after-write), in
+        execution order. See :func:`loopir.schedule.deps.get_producers`.
+
+        Examples
+        --------
+        For ``B = A * 2; C = B + 1; D = C * C``: ``sch.get_producers(sch.get_block("C"))``
+        is ``[BlockRV(B)]``.
+        """
+        from loopir.schedule import deps
+
+        name = self._block_name(block, "get_producers")
+        return _result(self._func, deps.get_producers(self._func, name))
+
+    @instruction(returns="blocks")
+    def get_consumers(self, block: BlockRV) -> list[BlockRV]:
+        """Handles to the blocks of ``block``'s scope that consume (or overwrite) its output.
+
+        As TVM's ``get_consumers``: later blocks under the same enclosing block that read
+        (read-after-write) or write (write-after-write) a buffer ``block`` writes, in
+        execution order. See :func:`loopir.schedule.deps.get_consumers`.
+        """
+        from loopir.schedule import deps
+
+        name = self._block_name(block, "get_consumers")
+        return _result(self._func, deps.get_consumers(self._func, name))
+
     # --- loop primitives ---------------------------------------------------------------------
     @instruction(returns="loops")
-    def split(self, loop: LoopRV, factors: list[int | None]) -> list[LoopRV]:
+    def split(
+        self, loop: LoopRV, factors: list[int | None], disable_predication: bool = False
+    ) -> list[LoopRV]:
         """Split ``loop`` into ``len(factors)`` nested loops, outermost first.
 
         Parameters
@@ -410,6 +443,9 @@ class Schedule:
             Extents of the new loops; at most one None, inferred as ``ceildiv(extent,
             product of the others)``. The product must be at least the extent; when it is
             larger, the blocks below get the predicate ``fused < extent``.
+        disable_predication
+            Add no predicate (TVM's flag): the caller asserts that the product divides a
+            symbolic extent; a provably inexact split is then refused.
 
         Returns
         -------
@@ -424,7 +460,8 @@ class Schedule:
         """
         from loopir.schedule import loops
 
-        return _result(*loops.split(self._func, self._loop_var(loop, "split"), factors))
+        var = self._loop_var(loop, "split")
+        return _result(*loops.split(self._func, var, factors, disable_predication))
 
     @instruction(returns="loop")
     def fuse(self, *loops: LoopRV) -> LoopRV:
@@ -533,7 +570,11 @@ class Schedule:
 
     @instruction(returns="block", resolve=_cache_buffer_arg("write_buffer_index", "cache_write"))
     def cache_write(
-        self, block: BlockRV, write_buffer_index: str | int | Buffer, storage_scope: str
+        self,
+        block: BlockRV,
+        write_buffer_index: str | int | Buffer,
+        storage_scope: str,
+        consumer_blocks: list[BlockRV] | None = None,
     ) -> BlockRV:
         """Write ``block``'s output through a copy in ``storage_scope``.
 
@@ -545,6 +586,9 @@ class Schedule:
             The buffer, by name or by index into the block's writes.
         storage_scope
             ``"global"``, ``"shared"`` or ``"local"``.
+        consumer_blocks
+            Consumers that should read the cache directly (default: none, every consumer
+            reads the written-back buffer), as in TVM.
 
         Returns
         -------
@@ -554,27 +598,72 @@ class Schedule:
         from loopir.schedule import cache
 
         name = self._block_name(block, "cache_write")
-        return _result(*cache.cache_write(self._func, name, write_buffer_index, storage_scope))
+        consumers = (
+            None if consumer_blocks is None
+            else [self._block_name(b, "cache_write") for b in consumer_blocks]
+        )  # fmt: skip
+        return _result(
+            *cache.cache_write(self._func, name, write_buffer_index, storage_scope, consumers)
+        )
+
+    @instruction(resolve=_cache_buffer_arg("buffer_index", "set_scope"))
+    def set_scope(
+        self, block: BlockRV, buffer_index: str | int | Buffer, storage_scope: str
+    ) -> None:
+        """Move a buffer ``block`` writes to ``storage_scope`` in place (TVM's ``set_scope``).
+
+        Parameters
+        ----------
+        block
+            A block writing the buffer.
+        buffer_index
+            The buffer, by name or by index into the block's writes; it must be allocated in
+            the function (not a parameter).
+        storage_scope
+            ``"global"``, ``"shared"`` or ``"local"``.
+
+        Notes
+        -----
+        No copy is made (unlike cache_write). Set the scope before ``compute_at`` of the
+        producer: the region computed there follows the scope in force at that time. See
+        :func:`loopir.schedule.scope.set_scope`.
+        """
+        from loopir.schedule import scope
+
+        name = self._block_name(block, "set_scope")
+        return _result(scope.set_scope(self._func, name, buffer_index, storage_scope))
 
     @instruction()
-    def compute_at(self, block: BlockRV, loop: LoopRV, preserve_unit_loops: bool = False) -> None:
-        """Move producer ``block`` under ``loop``, computing just the region its consumers need."""
+    def compute_at(
+        self, block: BlockRV, loop: LoopRV, preserve_unit_loops: bool = False, index: int = -1
+    ) -> None:
+        """Move producer ``block`` under ``loop``, computing just the region its consumers need.
+
+        ``index`` picks the position in the loop body as in TVM: ``-1`` the last valid one
+        (before the first consumer), ``-2`` the first (after the last producer of the block's
+        inputs), or a statement position in between. See
+        :func:`loopir.schedule.compute_at.compute_at`.
+        """
         from loopir.schedule import compute_at as C
 
         name = self._block_name(block, "compute_at")
         var = self._loop_var(loop, "compute_at")
-        return _result(C.compute_at(self._func, name, var, preserve_unit_loops))
+        return _result(C.compute_at(self._func, name, var, preserve_unit_loops, index))
 
     @instruction()
     def reverse_compute_at(
-        self, block: BlockRV, loop: LoopRV, preserve_unit_loops: bool = False
+        self, block: BlockRV, loop: LoopRV, preserve_unit_loops: bool = False, index: int = -1
     ) -> None:
-        """Move consumer ``block`` under ``loop``, consuming just the region produced there."""
+        """Move consumer ``block`` under ``loop``, consuming just the region produced there.
+
+        ``index`` as for :meth:`compute_at`. See
+        :func:`loopir.schedule.compute_at.reverse_compute_at`.
+        """
         from loopir.schedule import compute_at as C
 
         name = self._block_name(block, "reverse_compute_at")
         var = self._loop_var(loop, "reverse_compute_at")
-        return _result(C.reverse_compute_at(self._func, name, var, preserve_unit_loops))
+        return _result(C.reverse_compute_at(self._func, name, var, preserve_unit_loops, index))
 
     @instruction()
     def compute_inline(self, block: BlockRV) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from loopir.arith import simplify
+from loopir.errors import ArithError
 from loopir.ir.buffer import Buffer, BufferRegion, Range
 from loopir.ir.expr import (
     Add,
@@ -88,14 +90,11 @@ def _const_difference(a: PrimExpr, b: PrimExpr) -> int | None:
     fa, fb = _affine(a), _affine(b)
     if fa is not None and fb is not None and fa[0] == fb[0]:
         return fa[1] - fb[1]
-    try:  # the arithmetic analyzer may know more (floordiv/floormod identities, ...)
-        from loopir.arith import simplify  # type: ignore[attr-defined]
-    except ImportError:
-        return None
+    # the arithmetic analyzer may know more (floordiv/floormod identities, ...)
     try:
         d = simplify(a - b)
-    except Exception as exc:  # pragma: no cover - the analyzer is an optional refinement
-        logger.debug("arith.simplify failed on %s - %s: %s", a, b, exc)
+    except ArithError as exc:  # too deep to analyze: fall back to the whole dimension
+        logger.debug("arith.simplify gave up on %s - %s: %s", a, b, exc)
         return None
     return d.value if isinstance(d, IntImm) else None
 

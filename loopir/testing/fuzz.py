@@ -63,7 +63,7 @@ PRIMITIVES: dict[str, int] = {
     "split": 5, "get_block": 2, "get_loops": 3, "fuse": 3, "reorder": 3, "bind": 2,
     "vectorize": 1, "unroll": 1, "parallel": 1, "cache_read": 3, "cache_write": 3,
     "compute_at": 4, "reverse_compute_at": 3, "compute_inline": 3, "reverse_compute_inline": 2,
-    "decompose_reduction": 2, "pad": 2,
+    "decompose_reduction": 2, "pad": 2, "get_producers": 1, "get_consumers": 1, "set_scope": 2,
 }  # fmt: skip
 
 
@@ -335,11 +335,12 @@ class ScheduleFuzzer:
             names = self._block_names()
             name = ch.choice(names) if names and not _rare(ch, 8) else ch.choice(["nope", "root", 7])
             args = (name,)
-        elif kind == "get_loops":
-            args = (self._pick_block(ch),)
         elif kind == "split":
             loop = self._pick_loop(ch)
-            args = (loop, self._factors(ch, self._extent(loop)))
+            extent = self._extent(loop)
+            args = (loop, self._factors(ch, extent))
+            if extent is not None and _rare(ch, 6):  # symbolic: an unchecked promise
+                kwargs["disable_predication"] = True
         elif kind in ("fuse", "reorder"):
             chain = self._loops_of(ch)
             if len(chain) >= 2 and not _rare(ch, 6):
@@ -361,7 +362,7 @@ class ScheduleFuzzer:
             args = (self._pick_loop(ch), ch.choice(tags))
         elif kind in ("vectorize", "unroll", "parallel"):
             args = (self._pick_loop(ch),)
-        elif kind in ("cache_read", "cache_write"):
+        elif kind in ("cache_read", "cache_write", "set_scope"):
             block = self._pick_block(ch)
             node = self._block_node(block)
             regions = () if node is None else (node.reads if kind == "cache_read" else node.writes)
@@ -374,7 +375,7 @@ class ScheduleFuzzer:
                 index = ch.choice(["nope", -1, 5, None])
             scope = ch.choice(SCOPES) if not _rare(ch, 10) else ch.choice(BAD_SCOPES)
             args = (block, index, scope)
-            if kind == "cache_read" and _rare(ch, 6):
+            if kind != "set_scope" and _rare(ch, 6):
                 kwargs["consumer_blocks"] = [self._pick_block(ch)]
         elif kind in ("compute_at", "reverse_compute_at"):
             pair = self._dataflow_pair(ch, reverse=kind == "reverse_compute_at")
@@ -388,7 +389,10 @@ class ScheduleFuzzer:
                 loops = self._loops_of(ch, avoid=node.name) if node is not None else []
                 args = (block, ch.choice(loops) if loops else self._pick_loop(ch))
             kwargs["preserve_unit_loops"] = bool(ch.integer(0, 1))
-        elif kind in ("compute_inline", "reverse_compute_inline"):
+            if _rare(ch, 3):
+                kwargs["index"] = ch.choice([-2, -1, 0, 1, 2, -3])
+        elif kind in ("get_loops", "compute_inline", "reverse_compute_inline", "get_producers",
+                      "get_consumers"):  # fmt: skip
             args = (self._pick_block(ch),)
         elif kind == "decompose_reduction":
             args = (self._pick_block(ch), self._pick_loop(ch))

@@ -19,6 +19,7 @@ from _passes_util import (
 )
 
 import loopir
+from loopir.arith import vectorized as _enum
 from loopir.ir import BufferLoad, Select, Var
 from loopir.ir.functor import collect_vars
 from loopir.passes import (
@@ -31,7 +32,6 @@ from loopir.passes import (
     Simplify,
     ThreadSync,
     UnifyThreadLoops,
-    _enum,
 )
 from loopir.passes._walk import conjuncts
 

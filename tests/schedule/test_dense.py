@@ -89,7 +89,7 @@ def test_dense_trace_round_trips() -> None:
     sch = dense(60, 50, 70)
     text = str(sch.trace)
     assert text.startswith("def apply_trace(sch):\n    b0 = sch.get_block(\"C\")")
-    assert 'sch.split(l1, [None, 1, 8, 8, 2])' in text
+    assert 'sch.split(l1, [None, 1, 8, 8, 2], disable_predication=False)' in text
     ns: dict = {}
     exec(text, ns)  # noqa: S102 - our own generated code
     fresh = loopir.Schedule(dense_func(60, 50, 70))

@@ -32,8 +32,8 @@ EXPECTED = """\
 def apply_trace(sch):
     b0 = sch.get_block("C")
     l1, l2, l3 = sch.get_loops(b0)
-    l4, l5 = sch.split(l1, [None, 32])
-    l6, l7 = sch.split(l2, [8, None])
+    l4, l5 = sch.split(l1, [None, 32], disable_predication=False)
+    l6, l7 = sch.split(l2, [8, None], disable_predication=False)
     sch.reorder(l4, l6, l5, l7)
     l8 = sch.fuse(l4, l6)
     sch.bind(l8, "blockIdx.x")
@@ -77,7 +77,7 @@ def test_instruction_contents() -> None:
     inst = sch.trace[2]
     assert inst.kind == "split"
     assert set(inst.inputs) == {"loop"} and isinstance(inst.inputs["loop"], LoopRV)
-    assert dict(inst.attrs) == {"factors": [None, 32]}
+    assert dict(inst.attrs) == {"factors": [None, 32], "disable_predication": False}
     assert len(inst.outputs) == 2 and all(isinstance(o, LoopRV) for o in inst.outputs)
     assert isinstance(sch.trace[0].outputs[0], BlockRV)
 

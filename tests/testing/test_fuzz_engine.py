@@ -40,9 +40,9 @@ def test_valid_steps_pass_and_are_in_the_reproducer() -> None:
 def test_wrong_output_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     real = loops_mod.split
 
-    def wrong_split(func: Any, var: Any, factors: Any) -> Any:
+    def wrong_split(func: Any, var: Any, factors: Any, *rest: Any) -> Any:
         # Drop the last iteration of the loop: a plausible off-by-one.
-        new, outs = real(func, var, factors)
+        new, outs = real(func, var, factors, *rest)
         from loopir.ir.functor import Mutator
 
         class Shrink(Mutator):

@@ -1,0 +1,228 @@
+"""The numpy-vectorized backend of :func:`loopir.arith.evaluate`: an expression at many points.
+
+Some facts the lowering and the verifier need are hard for an interval analysis but trivial to
+decide by looking at every point of a small iteration domain: "is this store index injective
+over the iterations where this guard holds?", "does this binding leave its domain?". For
+domains of at most :data:`MAX_POINTS` points this module evaluates integer and bool
+expressions on all points at once, with exactly the semantics of the scalar evaluator
+(:mod:`loopir.arith.evaluate`), which are the C semantics the executors implement:
+
+* ``//`` and ``%`` are floor division and floor modulo;
+* a :class:`Cast` to an integer type wraps to the target width, a cast to bool tests nonzero;
+* ``Select`` evaluates each branch only at the points that take it, and ``and``/``or``
+  short-circuit, so a guarded division by zero is not an error;
+* arithmetic is exact: values that could leave the exact range of int64 raise
+  :class:`NotEnumerable` instead of wrapping silently.
+
+The result is a proof by exhaustion; anything it cannot evaluate (loads, calls, floats,
+vectors, a division by zero at a point that evaluates it) raises :class:`NotEnumerable`, and
+callers fall back to the symbolic analyzer or to the conservative answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+
+from loopir.errors import ArithError
+from loopir.ir import dtype as dt
+from loopir.ir.expr import (
+    EQ,
+    GE,
+    GT,
+    LE,
+    LT,
+    NE,
+    Add,
+    And,
+    Cast,
+    FloorDiv,
+    FloorMod,
+    IntImm,
+    Max,
+    Min,
+    Mul,
+    Not,
+    Or,
+    PrimExpr,
+    Select,
+    Sub,
+    Var,
+)
+
+__all__ = ["MAX_POINTS", "NotEnumerable", "domain", "evaluate"]
+
+#: Largest iteration domain :func:`domain` enumerates (keeps every proof well under a second).
+MAX_POINTS = 1 << 18
+
+# Every computed value stays below this magnitude (checked before each operation, from its
+# operands' magnitudes), so that it is exact and callers can still combine results in int64.
+_SAFE = 1 << 40
+
+
+class NotEnumerable(ArithError):
+    """The expression or domain cannot be evaluated exhaustively."""
+
+
+def domain(ranges: Sequence[tuple[Var, int, int]]) -> dict[Var, np.ndarray]:
+    """All points of the box ``{v: [lo, lo + extent)}`` as flat int64 arrays (one per var).
+
+    Raises
+    ------
+    NotEnumerable
+        If the domain has more than :data:`MAX_POINTS` points.
+    """
+    total = 1
+    for _, _, ext in ranges:
+        total *= max(int(ext), 0)
+    if total > MAX_POINTS:
+        raise NotEnumerable(f"domain: {total} points exceed MAX_POINTS={MAX_POINTS}")
+    if not ranges:
+        return {}
+    axes = [np.arange(lo, lo + max(int(ext), 0), dtype=np.int64) for _, lo, ext in ranges]
+    grids = np.meshgrid(*axes, indexing="ij")
+    return {v: g.reshape(-1) for (v, _, _), g in zip(ranges, grids)}
+
+
+def evaluate(e: PrimExpr, env: Mapping[Var, np.ndarray], size: int) -> np.ndarray:
+    """Evaluate integer/bool expression ``e`` at ``size`` points.
+
+    Parameters
+    ----------
+    e
+        A scalar integer or bool expression.
+    env
+        Each variable's values at the points: an array of length ``size`` (or anything that
+        broadcasts to it).
+    size
+        The number of points.
+
+    Returns
+    -------
+    numpy.ndarray
+        Length ``size``: int64 for integer expressions, bool for bool ones.
+
+    Raises
+    ------
+    NotEnumerable
+        For a variable not in ``env``, a buffer load, a call, a float or vector expression, a
+        value beyond exact int64 range, or a division by zero at a point that evaluates it.
+    """
+    return _Eval(env, size).run(e, None)
+
+
+_CMP: dict[type, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    LT: np.less, LE: np.less_equal, GT: np.greater, GE: np.greater_equal,
+    EQ: np.equal, NE: np.not_equal,
+}  # fmt: skip
+
+
+def _mag(a: np.ndarray) -> int:
+    if not a.size:
+        return 0
+    lo, hi = int(a.min()), int(a.max())
+    return max(abs(lo), abs(hi))
+
+
+class _Eval:
+    """One evaluation; ``idx`` (None: every point) selects the points a subtree is asked at."""
+
+    def __init__(self, env: Mapping[Var, np.ndarray], size: int) -> None:
+        self.env = env
+        self.size = size
+
+    def n(self, idx: np.ndarray | None) -> int:
+        return self.size if idx is None else int(idx.size)
+
+    def run(self, e: PrimExpr, idx: np.ndarray | None) -> np.ndarray:
+        if dt.lanes(e.dtype) != 1 or not (dt.is_int(e.dtype) or dt.is_bool(e.dtype)):
+            raise NotEnumerable(
+                f"vectorized evaluate: {type(e).__name__} of dtype {e.dtype} is not a scalar "
+                "integer or bool expression"
+            )
+        out = self._node(e, idx)
+        return out.astype(bool) if dt.is_bool(e.dtype) else out
+
+    def _node(self, e: PrimExpr, idx: np.ndarray | None) -> np.ndarray:
+        t = type(e)
+        if t is IntImm:
+            return np.full(self.n(idx), e.value, dtype=np.int64)
+        if t is Var:
+            try:
+                v = self.env[e]
+            except KeyError:
+                raise NotEnumerable(f"vectorized evaluate: variable {e.name!r} has no values") from None
+            a = np.broadcast_to(np.asarray(v, dtype=np.int64), (self.size,))
+            return a if idx is None else a[idx]
+        if t in (Add, Sub, Mul):
+            a, b = self.run(e.a, idx).astype(np.int64), self.run(e.b, idx).astype(np.int64)
+            ma, mb = _mag(a), _mag(b)
+            if (ma * mb if t is Mul else ma + mb) >= _SAFE:
+                raise NotEnumerable(
+                    f"vectorized evaluate: {type(e).__name__} {e} may leave the exact int64 range"
+                )
+            return a * b if t is Mul else (a + b if t is Add else a - b)
+        if t is Min or t is Max:
+            a, b = self.run(e.a, idx), self.run(e.b, idx)
+            return np.minimum(a, b) if t is Min else np.maximum(a, b)
+        if t is FloorDiv or t is FloorMod:
+            a, b = self.run(e.a, idx), self.run(e.b, idx)
+            if np.any(b == 0):
+                what = "modulo" if t is FloorMod else "division"
+                raise NotEnumerable(f"vectorized evaluate: division by zero ({what}) in {e}")
+            # numpy's // and % on integers are floor division and floor modulo, as in the IR
+            return np.floor_divide(a, b) if t is FloorDiv else np.mod(a, b)
+        if t in _CMP:
+            return _CMP[t](self.run(e.a, idx), self.run(e.b, idx))
+        if t is Not:
+            return self.run(e.a, idx) == 0
+        if t is And or t is Or:
+            return self._logic(e, idx)
+        if t is Select:
+            return self._select(e, idx)
+        if t is Cast:
+            return self._cast(e, idx)
+        raise NotEnumerable(f"vectorized evaluate: cannot evaluate a {t.__name__} node ({e})")
+
+    def _sub(self, idx: np.ndarray | None, keep: np.ndarray) -> np.ndarray:
+        """The points of ``idx`` where ``keep`` holds."""
+        where = np.nonzero(keep)[0]
+        return where if idx is None else idx[where]
+
+    def _logic(self, e: PrimExpr, idx: np.ndarray | None) -> np.ndarray:
+        a = self.run(e.a, idx) != 0
+        # as in C, the right operand is evaluated only where the left one does not decide
+        need = a if type(e) is And else ~a
+        out = a.copy()
+        if need.any():
+            out[need] = self.run(e.b, self._sub(idx, need)) != 0
+        return out
+
+    def _select(self, e: Select, idx: np.ndarray | None) -> np.ndarray:
+        c = self.run(e.condition, idx) != 0
+        out = np.zeros(c.size, dtype=np.int64)
+        if c.any():
+            out[c] = self.run(e.true_value, self._sub(idx, c))
+        if (~c).any():
+            out[~c] = self.run(e.false_value, self._sub(idx, ~c))
+        return out
+
+    def _cast(self, e: Cast, idx: np.ndarray | None) -> np.ndarray:
+        v = self.run(e.value, idx)
+        if dt.is_bool(e.dtype):
+            return v != 0
+        bits = dt.bits(e.dtype)
+        if bits >= 64 and not dt.is_uint(e.dtype):
+            return v.astype(np.int64)
+        lo, hi = (int(v.min()), int(v.max())) if v.size else (0, 0)
+        if dt.min_value(e.dtype) <= lo and hi <= dt.max_value(e.dtype):
+            return v.astype(np.int64)  # every value fits: the cast changes nothing
+        if bits >= 64:
+            raise NotEnumerable(f"vectorized evaluate: {e} wraps beyond the int64 range")
+        # wrap to the target width exactly as the scalar evaluator (and C) does
+        mask = np.int64((1 << bits) - 1)
+        w = v.astype(np.int64) & mask
+        if not dt.is_uint(e.dtype):
+            w = np.where(w >= (1 << (bits - 1)), w - (1 << bits), w)
+        return w
