@@ -192,3 +192,25 @@ def test_accumulation_guarded_to_one_thread_needs_no_barrier() -> None:
     a = np.random.default_rng(5).random((2, 4), dtype=np.float32)
     out = run_cpu(g, [a, np.zeros(2, np.float32)], {"thread_order": "random", "seed": 0})
     np.testing.assert_allclose(out[1], a.sum(axis=1), rtol=1e-6)
+
+
+@pytest.mark.gpu
+def test_hand_lowered_kernels_on_the_gpu_20_runs(tmp_path) -> None:
+    """The two-stage row sum and the vthread read-modify-write (issue 11 items 1 and 2) built
+    by build_cuda, which plans their barriers and folds the virtual threads itself."""
+    rng = np.random.default_rng(6)
+    a = rng.random((3, 128), dtype=np.float32)
+    mod = loopir.build(two_stage_row_sum(), target="cuda", cache_dir=tmp_path)
+    for _ in range(20):
+        r = np.zeros(3, np.float32)
+        mod(a, r)
+        np.testing.assert_allclose(r, a.astype(np.float64).sum(axis=1), rtol=1e-5)
+    B = Buffer("B", (1,), "float32")
+    vx, t = Var("vx"), Var("t")
+    inc = PrimFunc((B,), _bind(Var("b"), 1, "blockIdx.x", _bind(vx, 2, "vthread.x", _bind(
+        t, 1, "threadIdx.x", BufferStore(B, B[0] + 1.0, (0,))))), name="inc")
+    mod = loopir.build(inc, target="cuda", cache_dir=tmp_path)
+    for _ in range(20):
+        b = np.zeros(1, np.float32)
+        mod(b)
+        assert b[0] == 2.0

@@ -8,6 +8,9 @@ Issue 20 item 2: a region relaxed past the buffer is cut back to the buffer's sh
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
 import pytest
 
 import loopir
@@ -282,3 +285,25 @@ def test_clip_interval_moves_only_provable_sides() -> None:
     # nothing out: unchanged
     iv1 = rg.Interval(x, x + 2)
     assert rg.clip_interval(iv1, zero, seven, ana) is iv1
+
+
+def _gpu_20_runs(f: loopir.PrimFunc, sch_func: loopir.PrimFunc, tmp_path: Path) -> None:
+    """Build for CUDA and compare 20 runs with a float64 reference on random data."""
+    mod = loopir.build(sch_func, target="cuda", cache_dir=tmp_path)
+    rng = np.random.default_rng(11)
+    a, b = (rng.uniform(0.5, 1.5, tuple(int(d) for d in p.shape)).astype(np.float32)
+            for p in f.params[:2])  # fmt: skip
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    for _ in range(20):
+        c = np.full(want.shape, np.nan, np.float32)
+        mod(a, b, c)
+        np.testing.assert_allclose(c, want, rtol=1e-5)
+
+
+@pytest.mark.gpu
+def test_write_back_on_the_gpu_20_runs(tmp_path: Path) -> None:
+    """Issue 11 item 3 on the device: idle threads write nothing back (was NaN)."""
+    for tiles in (dict(ti=1, tj=2, ii=1, jj=2, bk=1, vec=1),
+                  dict(ti=1, tj=2, ii=2, jj=1, bk=1, vec=1)):  # fmt: skip
+        _gpu_20_runs(dense_func(1, 1, 1), _tiled_gemm(1, 1, 1, **tiles).func, tmp_path)
+    _gpu_20_runs(dense_func(33, 9, 17), _tiled_gemm(33, 9, 17, 4, 4, 2, 2, 4, 1).func, tmp_path)
