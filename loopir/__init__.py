@@ -28,7 +28,7 @@ _LAZY = {
     "te": ("loopir.te", None),
     "ir": ("loopir.ir", None),
     "arith": ("loopir.arith", None),
-    "verify": ("loopir.ir.verifier", "verify"),
+    "verify": ("loopir.analysis.verifier", "verify"),
     "structural_equal": ("loopir.ir.equality", "structural_equal"),
     "assert_structural_equal": ("loopir.ir.equality", "assert_structural_equal"),
     "script": ("loopir.ir.printer", "script"),

@@ -10,6 +10,7 @@ from ir_samples import TB, loop, point, reduce, root, spatial
 from ir_strategies import bool_exprs_from, int_exprs, interpret
 
 import loopir
+from loopir.analysis.verifier import verify
 from loopir.errors import IRValidationError
 from loopir.ir import (
     Allocate,
@@ -32,7 +33,6 @@ from loopir.ir import (
     seq,
 )
 from loopir.ir.expr import Select
-from loopir.ir.verifier import verify
 
 
 def rejects(func: PrimFunc, check: str, *fragments: str) -> IRValidationError:

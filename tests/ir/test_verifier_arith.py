@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from loopir.analysis.verifier import verify
 from loopir.errors import IRValidationError
 from loopir.ir import op
 from loopir.ir.expr import Cast, IntImm, Select
-from loopir.ir.verifier import verify
 from tests.ir.test_ir_verifier import copy_func
 
 

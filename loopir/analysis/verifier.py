@@ -41,6 +41,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from loopir.analysis.verifier_regions import check_binding_range, check_coverage, const_ranges
 from loopir.errors import IRValidationError
 from loopir.ir import dtype as dt
 from loopir.ir import verifier_limits as limits
@@ -58,7 +59,6 @@ from loopir.ir.stmt import (
     PrimFunc,
     Stmt,
 )
-from loopir.ir.verifier_regions import check_binding_range, check_coverage, const_ranges
 
 __all__ = ["verify"]
 

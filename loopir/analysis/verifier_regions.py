@@ -15,6 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from loopir.analysis.verifier_eval import (
+    Interval,
+    conditions_to_enumerate,
+    linear_distinct,
+    split_and,
+)
 from loopir.arith.analyzer import Analyzer
 from loopir.arith.bound import NEG_INF, POS_INF, BoundEvaluator
 from loopir.arith.vectorized import NotEnumerable, domain, evaluate
@@ -24,15 +30,9 @@ from loopir.ir.expr import IntImm, PrimExpr, Var
 from loopir.ir.functor import collect_vars
 from loopir.ir.printer import expr_to_str, script
 from loopir.ir.stmt import Block, IterVar
-from loopir.ir.verifier_eval import (
-    Interval,
-    conditions_to_enumerate,
-    linear_distinct,
-    split_and,
-)
 
 if TYPE_CHECKING:
-    from loopir.ir.verifier import _Access
+    from loopir.analysis.verifier import _Access
 
 logger = logging.getLogger(__name__)
 
