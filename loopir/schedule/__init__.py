@@ -10,6 +10,7 @@ from loopir.schedule.trace import (
     INSTRUCTION_KINDS,
     TRACE_VERSION,
     BlockRV,
+    ExprRV,
     Instruction,
     InstructionKind,
     LoopRV,
@@ -17,6 +18,6 @@ from loopir.schedule.trace import (
 )
 
 __all__ = [
-    "INSTRUCTION_KINDS", "TRACE_VERSION", "BlockRV", "Instruction", "InstructionKind", "LoopRV",
+    "INSTRUCTION_KINDS", "TRACE_VERSION", "BlockRV", "ExprRV", "Instruction", "InstructionKind", "LoopRV",
     "Schedule", "Trace", "instruction",
 ]  # fmt: skip

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import random
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -20,7 +21,7 @@ from loopir.errors import ScheduleError
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import Var
 from loopir.ir.stmt import Block, BlockRealize, For, PrimFunc, Stmt
-from loopir.schedule import tree
+from loopir.schedule import sampling, tree
 from loopir.schedule.trace import (
     _RV,
     ATTR,
@@ -29,18 +30,21 @@ from loopir.schedule.trace import (
     INSTRUCTION_KINDS,
     VARHANDLES,
     BlockRV,
+    ExprRV,
     Instruction,
     InstructionKind,
     LoopRV,
     Param,
     Trace,
     _is_literal,
+    map_refs,
 )
 
 logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
-Target = str | Var  # what a handle resolves through: a block name or a loop Var
+# What a handle resolves through: a block name, a loop Var, or a root/inline mark.
+Target = str | Var | sampling.Mark
 
 
 def _param_spec(p: inspect.Parameter) -> Param:
@@ -85,7 +89,9 @@ def instruction(
     Parameters
     ----------
     returns
-        None, ``"block"``, ``"loop"``, ``"blocks"`` or ``"loops"``.
+        None, ``"block"``, ``"loop"``, ``"blocks"``, ``"loops"``, ``"expr"`` or ``"exprs"``
+        (sampled ints). A sampling method returns ``(func, targets, decision)``; the decision
+        is recorded as its ``decision`` attribute.
     """
 
     def deco(method: F) -> F:
@@ -109,15 +115,19 @@ def instruction(
             for p in params:
                 value = bound.arguments[p.name]
                 if p.role == ATTR:
-                    value = _normalize_literal(value)
+                    # A sampled value of this schedule is recorded as a reference to it; one
+                    # from elsewhere is just its int.
+                    value = map_refs(_normalize_literal(value),
+                                     lambda r: r if id(r) in self._exprs else int(r))
                     if not _is_literal(value):
                         raise ScheduleError(
                             f"argument {p.name}={value!r} must be None, a bool, int, float, str "
                             "or a list of those",
                             primitive=kind,
                         )
-                    bound.arguments[p.name] = value
                     attrs[p.name] = value
+                    # The primitive sees plain ints: IR nodes never hold an ExprRV.
+                    bound.arguments[p.name] = map_refs(value, int)
                     continue
                 if p.role == HANDLE:
                     if value is not None or not (p.has_default and p.default is None):
@@ -136,11 +146,13 @@ def instruction(
                     self._check_handle(v, p, kind)
                 inputs[p.name] = tuple(value)
             try:
-                new_func, targets = method(*bound.args, **bound.kwargs)
+                new_func, targets, *decision = method(*bound.args, **bound.kwargs)
             except ScheduleError as e:
                 if e.primitive is None:
                     e.primitive = kind
                 raise
+            if decision:
+                attrs["decision"] = _normalize_literal(decision[0])
             # Commit: nothing above touched self.
             outputs = self._make_outputs(spec, targets)
             index = len(self._instructions)
@@ -214,6 +226,9 @@ class Schedule:
     ----------
     func
         The function to schedule.
+    seed
+        Seed of the random state that sampling instructions draw from (``random.Random``);
+        None means 0, so that an unseeded schedule is deterministic too.
 
     Examples
     --------
@@ -227,12 +242,17 @@ class Schedule:
         l4, l5 = sch.split(l1, [None, 32], disable_predication=False)
     """
 
-    def __init__(self, func: PrimFunc) -> None:
+    def __init__(self, func: PrimFunc, seed: int | None = None) -> None:
         if not isinstance(func, PrimFunc):
             raise ScheduleError(
                 f"Schedule needs a loopir.PrimFunc, got {type(func).__name__}", primitive="Schedule"
             )
+        if seed is not None and (isinstance(seed, bool) or not hasattr(seed, "__index__")):
+            raise ScheduleError(f"seed must be an int or None, got {seed!r}", primitive="Schedule")
         _check_unique_names(func)
+        self._rng = random.Random(0 if seed is None else seed.__index__())  # numpy ints too
+        # Sampled values of this schedule, by identity (ExprRVs compare by value).
+        self._exprs: dict[int, ExprRV] = {}
         self._func = func
         self._instructions: list[Instruction] = []
         self._symbols: dict[_RV, Target] = {}
@@ -251,8 +271,12 @@ class Schedule:
         return Trace(self._instructions)
 
     def copy(self) -> Schedule:
-        """A fork with the same function, trace and handles; later changes are independent."""
+        """A fork with the same function, trace, handles and random state (the copy draws
+        what the original would); later changes are independent."""
         other = Schedule.__new__(Schedule)
+        other._rng = random.Random()
+        other._rng.setstate(self._rng.getstate())
+        other._exprs = dict(self._exprs)
         other._func = self._func
         other._instructions = list(self._instructions)
         other._symbols = dict(self._symbols)
@@ -306,6 +330,11 @@ class Schedule:
 
     def _loop(self, rv: LoopRV, primitive: str) -> tuple[For, tuple[Stmt, ...]]:
         var = self._target(rv, primitive)
+        if isinstance(var, sampling.Mark):
+            raise ScheduleError(
+                f"handle {rv!r} is the {var.name} mark of sample_compute_location, not a loop; "
+                "only compute_at and reverse_compute_at take it", primitive=primitive,
+            )  # fmt: skip
         hit = tree.find_loop(self._func, var)  # type: ignore[arg-type]  # LoopRVs map to Vars
         if hit is None:  # pragma: no cover - _mark_stale catches removals
             raise ScheduleError(f"loop {var} is not in the function", primitive=primitive,
@@ -325,8 +354,12 @@ class Schedule:
         cls = spec.output_type
         out: list[_RV] = []
         for t in items:
-            rv = cls(t if isinstance(t, str) else t.name)  # type: ignore[misc]
-            self._symbols[rv] = t
+            if cls is ExprRV:
+                rv = ExprRV(t)
+                self._exprs[id(rv)] = rv
+            else:
+                rv = cls(t if isinstance(t, str) else t.name)  # type: ignore[misc]
+                self._symbols[rv] = t
             out.append(rv)
         return out
 
@@ -339,17 +372,22 @@ class Schedule:
             elif isinstance(s, For):
                 loops.add(s.loop_var)
         for rv, target in self._symbols.items():
-            if rv in self._stale:
+            if rv in self._stale or isinstance(target, sampling.Mark):
                 continue
             alive = target in names if isinstance(target, str) else target in loops
             if not alive:
                 self._stale[rv] = (index, kind)
 
-    def get(self, rv: BlockRV | LoopRV) -> Block | For:
-        """The IR node behind a handle: the Block of a BlockRV, the For of a LoopRV."""
+    def get(self, rv: BlockRV | LoopRV | ExprRV) -> Block | For | int | None:
+        """The IR node behind a handle: the Block of a BlockRV, the For of a LoopRV (None
+        for a root/inline mark of ``sample_compute_location``), the int of an ExprRV."""
+        if isinstance(rv, ExprRV):
+            return int(rv)
         if isinstance(rv, BlockRV):
             return self._block(rv, "get")[0].block
         if isinstance(rv, LoopRV):
+            if isinstance(self._target(rv, "get"), sampling.Mark):
+                return None
             return self._loop(rv, "get")[0]
         raise ScheduleError(f"expected a BlockRV or LoopRV, got {type(rv).__name__}: {rv!r}",
                             primitive="get")
@@ -641,12 +679,20 @@ class Schedule:
 
         ``index`` picks the position in the loop body as in TVM: ``-1`` the last valid one
         (before the first consumer), ``-2`` the first (after the last producer of the block's
-        inputs), or a statement position in between. See
+        inputs), or a statement position in between. ``loop`` may be a mark from
+        :meth:`sample_compute_location`: root does nothing, inline inlines (as TVM). See
         :func:`loopir.schedule.compute_at.compute_at`.
         """
         from loopir.schedule import compute_at as C
 
         name = self._block_name(block, "compute_at")
+        mark = self._target(loop, "compute_at")
+        if mark is sampling.ROOT_MARK:  # TVM: compute_at to the root mark does nothing
+            return _result(self._func)
+        if mark is sampling.INLINE_MARK:
+            from loopir.schedule import inline
+
+            return _result(inline.compute_inline(self._func, name))
         var = self._loop_var(loop, "compute_at")
         return _result(C.compute_at(self._func, name, var, preserve_unit_loops, index))
 
@@ -656,12 +702,19 @@ class Schedule:
     ) -> None:
         """Move consumer ``block`` under ``loop``, consuming just the region produced there.
 
-        ``index`` as for :meth:`compute_at`. See
+        ``index`` and marks as for :meth:`compute_at` (inline: reverse_compute_inline). See
         :func:`loopir.schedule.compute_at.reverse_compute_at`.
         """
         from loopir.schedule import compute_at as C
 
         name = self._block_name(block, "reverse_compute_at")
+        mark = self._target(loop, "reverse_compute_at")
+        if mark is sampling.ROOT_MARK:
+            return _result(self._func)
+        if mark is sampling.INLINE_MARK:
+            from loopir.schedule import inline
+
+            return _result(inline.reverse_compute_inline(self._func, name))
         var = self._loop_var(loop, "reverse_compute_at")
         return _result(C.reverse_compute_at(self._func, name, var, preserve_unit_loops, index))
 
@@ -724,3 +777,8 @@ class Schedule:
 
         target = self._annotation_target(block_or_loop, "unannotate")
         return _result(A.unannotate(self._func, target, ann_key))
+
+    # --- sampling (bodies and docs in sampling.py; decisions are recorded) ------------------
+    sample_perfect_tile = instruction(returns="exprs")(sampling.sample_perfect_tile)
+    sample_categorical = instruction(returns="expr")(sampling.sample_categorical)
+    sample_compute_location = instruction(returns="loop")(sampling.sample_compute_location)

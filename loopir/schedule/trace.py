@@ -23,8 +23,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Version of the JSON format written by :meth:`Trace.as_json`.
-TRACE_VERSION = 1
+#: Version of the JSON format written by :meth:`Trace.as_json` for traces whose attributes
+#: refer to sampled values (:class:`ExprRV`, written ``{"rv": "v3"}``); a trace without such
+#: references is written as version 1, which every loopir reads. Both versions load.
+TRACE_VERSION = 2
+_READ_VERSIONS = (1, 2)
 
 
 class _RV:
@@ -53,6 +56,21 @@ class LoopRV(_RV):
 
     __slots__ = ()
     prefix = "l"
+
+
+class ExprRV(int):
+    """A sampled integer (TVM's ExprRV): an ``int`` that remembers which instruction made it.
+
+    It behaves as its value everywhere (``sch.split(l, sch.sample_perfect_tile(l, 2))``,
+    ``math.prod(factors)``), and an instruction given one records a *reference* to it
+    (``factors=[v2, v3]`` in the printed trace), so that replaying a trace with a changed
+    decision feeds the new value to the instructions that use it. Arithmetic on it gives a
+    plain ``int``: the result is recorded as a literal. Identity, not value, tells handles
+    apart (two draws of ``4`` are two handles).
+    """
+
+    __slots__ = ()
+    prefix = "v"
 
 
 RV = BlockRV | LoopRV
@@ -90,13 +108,20 @@ class InstructionKind:
 
     @property
     def returns_list(self) -> bool:
-        return self.returns in ("blocks", "loops")
+        return self.returns in ("blocks", "loops", "exprs")
 
     @property
-    def output_type(self) -> type[_RV] | None:
+    def output_type(self) -> type[_RV] | type[ExprRV] | None:
         if self.returns is None:
             return None
+        if self.returns.startswith("expr"):
+            return ExprRV
         return BlockRV if self.returns.startswith("block") else LoopRV
+
+    @property
+    def has_decision(self) -> bool:
+        """Whether this is a sampling instruction (it has a ``decision`` attribute)."""
+        return any(p.name == "decision" and p.role == ATTR for p in self.params)
 
 
 #: Every recorded primitive, by name (filled by the recording decorator).
@@ -132,30 +157,60 @@ class Instruction:
         object.__setattr__(self, "outputs", tuple(self.outputs))
 
 
-def _py_literal(value: Any) -> str:
+def _py_literal(value: Any, use: Any = None) -> str:
+    """Python text of an attribute; ``use(rv)`` names the ExprRVs it refers to."""
+    if isinstance(value, ExprRV) and use is not None:
+        return str(use(value))
     if value is None or isinstance(value, (bool, int, float)):
-        return repr(value)
+        return repr(value) if type(value) in (bool, float) or value is None else repr(int(value))
     if isinstance(value, str):
         return json.dumps(value)  # a valid Python string literal, double-quoted
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_py_literal(v) for v in value) + "]"
+        return "[" + ", ".join(_py_literal(v, use) for v in value) + "]"
     raise TypeError(f"not a trace literal: {value!r}")
+
+
+def _attr_json(value: Any, use: Any) -> Any:
+    """JSON form of an attribute: ExprRV references become ``{"rv": name}``."""
+    if isinstance(value, ExprRV):
+        return {"rv": use(value)}
+    if isinstance(value, (list, tuple)):
+        return [_attr_json(v, use) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, (float, str)):
+        return value
+    return int(value)
+
+
+def _has_ref(value: Any) -> bool:
+    if isinstance(value, ExprRV):
+        return True
+    return isinstance(value, (list, tuple)) and any(_has_ref(v) for v in value)
+
+
+def map_refs(value: Any, fn: Any) -> Any:
+    """``value`` with every ExprRV ``r`` in it replaced by ``fn(r)`` (lists rebuilt)."""
+    if isinstance(value, ExprRV):
+        return fn(value)
+    if isinstance(value, (list, tuple)):
+        return [map_refs(v, fn) for v in value]
+    return value
 
 
 class _Namer:
     """Names handles in order of definition: b0, l1, l2, ... (one counter, TVM style)."""
 
     def __init__(self) -> None:
-        self.names: dict[_RV, str] = {}
+        # By identity: ExprRVs compare by value. The trace keeps every handle alive.
+        self.names: dict[int, str] = {}
 
-    def define(self, rv: _RV) -> str:
+    def define(self, rv: Any) -> str:
         name = f"{rv.prefix}{len(self.names)}"
-        self.names[rv] = name
+        self.names[id(rv)] = name
         return name
 
-    def use(self, rv: _RV, index: int) -> str:
+    def use(self, rv: Any, index: int) -> str:
         try:
-            return self.names[rv]
+            return self.names[id(rv)]
         except KeyError:
             raise TraceError(
                 f"instruction {index} uses handle {rv!r} that no earlier instruction defines"
@@ -194,7 +249,7 @@ class Trace:
             for p in spec.params:
                 if p.role == ATTR:
                     value = inst.attrs.get(p.name, p.default)
-                    text = _py_literal(value)
+                    text = _py_literal(value, lambda rv, _i=index: namer.use(rv, _i))
                 else:
                     value = inst.inputs.get(p.name)
                     if value is None:
@@ -236,13 +291,16 @@ class Trace:
 
     # --- JSON --------------------------------------------------------------------------------
     def as_json(self) -> dict[str, Any]:
-        """A JSON-ready dict ``{"version": 1, "instructions": [...]}``.
+        """A JSON-ready dict ``{"version": 1 or 2, "instructions": [...]}``.
 
         Each instruction is ``{"kind", "inputs", "attrs", "outputs"}``; handles are written as
-        the names of the Python form (``"b0"``, ``"l1"``...).
+        the names of the Python form (``"b0"``, ``"l1"``, ``"v2"``...). Sampling decisions
+        are the ``decision`` attribute. An attribute that refers to a sampled value is
+        written ``{"rv": "v2"}``; only such traces need (and get) version 2.
         """
         namer = _Namer()
         insts = []
+        refs = False
         for index, inst in enumerate(self.instructions):
             _kind(inst.kind, index)
             inputs: dict[str, Any] = {}
@@ -253,15 +311,20 @@ class Trace:
                     inputs[name] = [namer.use(v, index) for v in value]
                 else:
                     inputs[name] = namer.use(value, index)
+            refs = refs or any(_has_ref(v) for v in inst.attrs.values())
+            attrs = {
+                k: _attr_json(v, lambda rv, _i=index: namer.use(rv, _i))
+                for k, v in inst.attrs.items()
+            }
             insts.append(
                 {
                     "kind": inst.kind,
                     "inputs": inputs,
-                    "attrs": json.loads(json.dumps(dict(inst.attrs))),
+                    "attrs": json.loads(json.dumps(attrs)),
                     "outputs": [namer.define(o) for o in inst.outputs],
                 }
             )
-        return {"version": TRACE_VERSION, "instructions": insts}
+        return {"version": TRACE_VERSION if refs else 1, "instructions": insts}
 
     @classmethod
     def from_json(cls, data: Any) -> Trace:
@@ -283,10 +346,10 @@ class Trace:
             raise TraceError(f"Trace.from_json: expected a dict, got {type(data).__name__}")
         version = data.get("version")
         # ``True == 1 == 1.0`` in Python: only the JSON integer 1 is version 1.
-        if type(version) is not int or version != TRACE_VERSION:
+        if type(version) is not int or version not in _READ_VERSIONS:
             raise TraceError(
                 f"Trace.from_json: unsupported trace version {version!r}; this loopir reads "
-                f"version {TRACE_VERSION}"
+                "version 1 or 2"
             )
         extra = set(data) - {"version", "instructions"}
         if extra:
@@ -297,8 +360,60 @@ class Trace:
         handles: dict[str, _RV] = {}
         out: list[Instruction] = []
         for index, item in enumerate(raw):
-            out.append(_instruction_from_json(item, index, handles))
+            out.append(_instruction_from_json(item, index, handles, version))
         return cls(out)
+
+    # --- decisions (what a tuner mutates) ----------------------------------------------------
+    @property
+    def decisions(self) -> dict[int, Any]:
+        """The recorded decisions by instruction index (sampling instructions only)."""
+        return {
+            i: inst.attrs["decision"]
+            for i, inst in enumerate(self.instructions)
+            if _kind(inst.kind, i).has_decision and inst.attrs.get("decision") is not None
+        }
+
+    def with_decision(self, index: int, decision: Any) -> Trace:
+        """A copy with instruction ``index``'s decision replaced (None removes it).
+
+        The new decision is checked when the trace is replayed: an invalid one makes
+        :meth:`apply_to` raise a TraceError naming the instruction and the decision.
+
+        Raises
+        ------
+        TraceError
+            When ``index`` is out of range or not a sampling instruction, or ``decision`` is
+            not a JSON literal.
+        """
+        if type(index) is not int or not -len(self) <= index < len(self):
+            raise TraceError(f"Trace.with_decision: no instruction {index!r} in a trace of {len(self)}")
+        index %= len(self)
+        inst = self.instructions[index]
+        if not _kind(inst.kind, index).has_decision:
+            raise TraceError(
+                f"Trace.with_decision: instruction {index} ({inst.kind}) is not a sampling "
+                "instruction and has no decision", primitive=inst.kind,
+            )  # fmt: skip
+        if isinstance(decision, tuple):
+            decision = list(decision)
+        if not _is_literal(decision) or _has_ref(decision):
+            raise TraceError(f"Trace.with_decision: decision={decision!r} is not a JSON literal")
+        attrs = dict(inst.attrs)
+        attrs["decision"] = decision
+        new = list(self.instructions)
+        new[index] = Instruction(inst.kind, inst.inputs, attrs, inst.outputs)
+        return Trace(new)
+
+    def without_decisions(self) -> Trace:
+        """A copy with every decision removed: replay resamples from the schedule's seed."""
+        new = []
+        for i, inst in enumerate(self.instructions):
+            if _kind(inst.kind, i).has_decision and inst.attrs.get("decision") is not None:
+                attrs = dict(inst.attrs)
+                attrs["decision"] = None
+                inst = Instruction(inst.kind, inst.inputs, attrs, inst.outputs)
+            new.append(inst)
+        return Trace(new)
 
     # --- replay ------------------------------------------------------------------------------
     def apply_to(self, sch: Schedule) -> None:
@@ -315,13 +430,13 @@ class Trace:
 
         if not isinstance(sch, Schedule):
             raise TraceError(f"Trace.apply_to needs a loopir.Schedule, got {type(sch).__name__}")
-        rv_map: dict[_RV, _RV] = {}
+        rv_map: dict[int, Any] = {}  # by identity: ExprRVs compare by value
         for index, inst in enumerate(self.instructions):
             spec = _kind(inst.kind, index)
 
-            def mapped(rv: _RV, _index: int = index, _kind_name: str = inst.kind) -> _RV:
+            def mapped(rv: Any, _index: int = index, _kind_name: str = inst.kind) -> Any:
                 try:
-                    return rv_map[rv]
+                    return rv_map[id(rv)]
                 except KeyError:
                     raise TraceError(
                         f"replay: instruction {_index} ({_kind_name}) uses handle {rv!r} that no "
@@ -333,7 +448,7 @@ class Trace:
             for p in spec.params:
                 if p.role == ATTR:
                     if p.name in inst.attrs:
-                        kwargs[p.name] = inst.attrs[p.name]
+                        kwargs[p.name] = map_refs(inst.attrs[p.name], mapped)
                     continue
                 value = inst.inputs.get(p.name)
                 if p.role == VARHANDLES:
@@ -366,7 +481,7 @@ class Trace:
                     func=sch.func,
                 )
             for old, new_rv in zip(inst.outputs, produced):
-                rv_map[old] = new_rv
+                rv_map[id(old)] = new_rv
         logger.debug("replayed %d instructions", len(self.instructions))
 
 
@@ -394,7 +509,9 @@ def _is_literal(value: Any) -> bool:
     return False
 
 
-def _instruction_from_json(item: Any, index: int, handles: dict[str, _RV]) -> Instruction:
+def _instruction_from_json(
+    item: Any, index: int, handles: dict[str, Any], version: int = TRACE_VERSION
+) -> Instruction:
     def fail(msg: str) -> TraceError:
         return TraceError(f"Trace.from_json: instruction {index}: {msg}")
 
@@ -428,7 +545,9 @@ def _instruction_from_json(item: Any, index: int, handles: dict[str, _RV]) -> In
         rv = handles.get(name)
         if rv is None:
             raise fail(f"{kind}: input {p.name!r} uses handle {name!r} defined by no earlier instruction")
-        want = {"block": BlockRV, "loop": LoopRV}.get(p.handle_type)
+        want = {"block": BlockRV, "loop": LoopRV}.get(p.handle_type, _RV)
+        if not isinstance(rv, _RV):
+            raise fail(f"{kind}: input {p.name!r} must be a block or loop handle, got {name!r}")
         if want is not None and not isinstance(rv, want):
             raise fail(f"{kind}: input {p.name!r} must be a {p.handle_type} handle, got {name!r}")
         return rv
@@ -457,6 +576,8 @@ def _instruction_from_json(item: Any, index: int, handles: dict[str, _RV]) -> In
                 continue
             raise fail(f"{kind}: missing attribute {name!r}")
         value = raw_attrs[name]
+        if version >= 2:
+            value = _attr_refs(value, handles, lambda msg, _n=name: fail(f"{kind}: attribute {_n!r}: {msg}"))
         if not _is_literal(value):
             raise fail(f"{kind}: attribute {name!r} is not a JSON literal: {value!r}")
         attrs[name] = value
@@ -471,7 +592,22 @@ def _instruction_from_json(item: Any, index: int, handles: dict[str, _RV]) -> In
             raise fail(f"{kind}: output names must be non-empty strings, got {name!r}")
         if name in handles:
             raise fail(f"{kind}: output handle {name!r} is already defined")
-        rv = out_type(name)  # type: ignore[misc]  # not None: outputs imply a return type
+        # A loaded ExprRV's value is unknown until replay; only its identity matters.
+        rv = out_type(0) if out_type is ExprRV else out_type(name)  # type: ignore[misc]
         handles[name] = rv
         outputs.append(rv)
     return Instruction(kind, inputs, attrs, tuple(outputs))
+
+
+def _attr_refs(value: Any, handles: dict[str, Any], fail: Any) -> Any:
+    """Resolve ``{"rv": name}`` references (version 2) to the ExprRVs defined so far."""
+    if isinstance(value, dict):
+        if set(value) != {"rv"} or not isinstance(value["rv"], str):
+            raise fail(f"a reference must be {{'rv': name}}, got {value!r}")
+        rv = handles.get(value["rv"])
+        if not isinstance(rv, ExprRV):
+            raise fail(f"{value['rv']!r} is not a sampled value defined by an earlier instruction")
+        return rv
+    if isinstance(value, list):
+        return [_attr_refs(v, handles, fail) for v in value]
+    return value

@@ -45,7 +45,7 @@ def test_unparseable_json(text: str, match: str) -> None:
         loopir.Trace.from_json(text)
 
 
-@pytest.mark.parametrize("version", [0, 2, "1", 1.5, None, [1], True, 1.0])
+@pytest.mark.parametrize("version", [0, 3, "1", 1.5, None, [1], True, 1.0, 2.0])
 def test_wrong_version(version: Any) -> None:
     d = _trace_json()
     d["version"] = version

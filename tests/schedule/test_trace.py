@@ -127,7 +127,7 @@ def _broken(index: int, **changes) -> dict:
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"version": 2, "instructions": []}, "unsupported trace version 2"),
+        ({"version": 3, "instructions": []}, "unsupported trace version 3"),
         ({"instructions": []}, "unsupported trace version None"),
         ({"version": 1}, "'instructions' must be a list"),
         ({"version": 1, "instructions": [], "extra": 1}, "unknown top-level fields"),
