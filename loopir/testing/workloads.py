@@ -19,7 +19,7 @@ from loopir.ir.stmt import PrimFunc
 __all__ = [
     "Workload", "WORKLOADS", "make_workload", "matmul", "batch_matmul", "matmul_bias_relu",
     "conv2d_nhwc", "elementwise_chain", "reduce_max", "reduce_min", "symbolic_matmul",
-    "symbolic_elementwise", "shared_transpose",
+    "symbolic_elementwise", "shared_transpose", "tiled_gemm",
 ]  # fmt: skip
 
 
@@ -212,6 +212,40 @@ def shared_transpose(M: int = 100, N: int = 70, shared_tile: bool = True) -> Any
         sch.reorder(a1, ax1, a0)
         sch.bind(a1, "threadIdx.y")
         sch.bind(ax1, "threadIdx.x")
+    return sch
+
+
+def tiled_gemm(M: int, K: int, N: int, ti: int, tj: int, ii: int, jj: int, bk: int, vec: int,
+               unroll: bool = False) -> Any:
+    """A scheduled tiled GEMM ``C = A @ B``: ``ti x tj`` threads (``threadIdx.y/x``) of
+    ``ii x jj`` local accumulators per block, k tiles of ``bk``, cooperative shared fetches of
+    A and B vectorized by ``vec``, the reduction decomposed at the k-tile loop (``unroll``: the
+    k-tile's inner loop unrolled). Returns the :class:`loopir.Schedule`."""
+    import loopir
+    from loopir.examples.dense import dense_func
+
+    sch = loopir.Schedule(dense_func(M, K, N))
+    c = sch.get_block("C")
+    i, j, k = sch.get_loops(c)
+    i0, i1, i2 = sch.split(i, [None, ti, ii])
+    j0, j1, j2 = sch.split(j, [None, tj, jj])
+    k0, k1 = sch.split(k, [None, bk])
+    sch.reorder(i0, j0, i1, j1, k0, k1, i2, j2)
+    sch.bind(sch.fuse(i0, j0), "blockIdx.x")
+    sch.bind(i1, "threadIdx.y")
+    sch.bind(j1, "threadIdx.x")
+    sch.reverse_compute_at(sch.cache_write(c, "C", "local"), j1)
+    for name in ("A", "B"):
+        shared = sch.cache_read(c, name, "shared")
+        sch.compute_at(shared, k0, preserve_unit_loops=True)
+        fused = sch.fuse(*sch.get_loops(shared)[4:])
+        _, ty, tx, v = sch.split(fused, [None, ti, tj, vec])
+        sch.bind(ty, "threadIdx.y")
+        sch.bind(tx, "threadIdx.x")
+        sch.vectorize(v)
+    if unroll:
+        sch.unroll(k1)
+    sch.decompose_reduction(c, k0)
     return sch
 
 

@@ -10,9 +10,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 import loopir
-from loopir.examples.dense import dense_func
 from loopir.passes import PassContext
 from loopir.passes.race_check import find_races
+from loopir.testing.workloads import tiled_gemm
 
 
 @st.composite
@@ -36,28 +36,8 @@ def _case(draw):  # noqa: ANN001, ANN202
 def _schedule(M: int, K: int, N: int, ti: int, tj: int, ii: int, jj: int, bk: int, vec: int,
               unroll: bool) -> loopir.Schedule:
     """A tiled GEMM like benchmarks/gemm_schedules.tiled_gemm (without virtual threads)."""
-    sch = loopir.Schedule(dense_func(M, K, N))
-    c = sch.get_block("C")
-    i, j, k = sch.get_loops(c)
-    i0, i1, i2 = sch.split(i, [None, ti, ii])
-    j0, j1, j2 = sch.split(j, [None, tj, jj])
-    k0, k1 = sch.split(k, [None, bk])
-    sch.reorder(i0, j0, i1, j1, k0, k1, i2, j2)
-    sch.bind(sch.fuse(i0, j0), "blockIdx.x")
-    sch.bind(i1, "threadIdx.y")
-    sch.bind(j1, "threadIdx.x")
-    sch.reverse_compute_at(sch.cache_write(c, "C", "local"), j1)
-    for name in ("A", "B"):
-        shared = sch.cache_read(c, name, "shared")
-        sch.compute_at(shared, k0, preserve_unit_loops=True)
-        fused = sch.fuse(*sch.get_loops(shared)[4:])
-        _, ty, tx, v = sch.split(fused, [None, ti, tj, vec])
-        sch.bind(ty, "threadIdx.y")
-        sch.bind(tx, "threadIdx.x")
-        sch.vectorize(v)
-    if unroll:
-        sch.unroll(k1)
-    sch.decompose_reduction(c, k0)
+    sch = tiled_gemm(M, K, N, ti, tj, ii, jj, bk, vec, unroll)
+    k0 = sch.get_loops(sch.get_block("C"))[3]  # under blockIdx, threadIdx.y/x
     sch.annotate(k0, "loopir.prefetch_shared", True)
     return sch
 

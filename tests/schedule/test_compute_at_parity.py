@@ -19,6 +19,7 @@ from loopir.examples.dense import dense_func
 from loopir.ir.expr import IntImm, Var
 from loopir.schedule import region as rg
 from loopir.testing import check_equivalent
+from loopir.testing.workloads import tiled_gemm
 from tests.schedule.dm_util import (
     assert_equivalent,
     conv2d_nhwc,
@@ -121,27 +122,7 @@ def test_reverse_compute_at_update_under_init_block_loop() -> None:
 def _tiled_gemm(M: int, K: int, N: int, ti: int, tj: int, ii: int, jj: int, bk: int,
                 vec: int) -> loopir.Schedule:  # fmt: skip
     """tests/passes/test_prefetch_property.py's schedule (without the prefetch request)."""
-    sch = loopir.Schedule(dense_func(M, K, N))
-    c = sch.get_block("C")
-    i, j, k = sch.get_loops(c)
-    i0, i1, i2 = sch.split(i, [None, ti, ii])
-    j0, j1, j2 = sch.split(j, [None, tj, jj])
-    k0, k1 = sch.split(k, [None, bk])
-    sch.reorder(i0, j0, i1, j1, k0, k1, i2, j2)
-    sch.bind(sch.fuse(i0, j0), "blockIdx.x")
-    sch.bind(i1, "threadIdx.y")
-    sch.bind(j1, "threadIdx.x")
-    sch.reverse_compute_at(sch.cache_write(c, "C", "local"), j1)
-    for name in ("A", "B"):
-        shared = sch.cache_read(c, name, "shared")
-        sch.compute_at(shared, k0, preserve_unit_loops=True)
-        fused = sch.fuse(*sch.get_loops(shared)[4:])
-        _, ty, tx, v = sch.split(fused, [None, ti, tj, vec])
-        sch.bind(ty, "threadIdx.y")
-        sch.bind(tx, "threadIdx.x")
-        sch.vectorize(v)
-    sch.decompose_reduction(c, k0)
-    return sch
+    return tiled_gemm(M, K, N, ti, tj, ii, jj, bk, vec)
 
 
 @pytest.mark.parametrize(
