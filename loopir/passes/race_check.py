@@ -480,6 +480,30 @@ def _conflicting_rows(
     return None
 
 
+_BIG = np.iinfo(np.int64).max
+
+
+def _groups(key: list[np.ndarray], tiebreak: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Rows sorted by ``key`` (then ``tiebreak``): the order, each sorted row's group id
+    (rows with equal ``key``) and the number of groups."""
+    order = np.lexsort([tiebreak, *reversed(key)])
+    same = np.ones(len(order), dtype=bool)
+    for k in key:
+        kk = k[order]
+        same[1:] &= kk[1:] == kk[:-1]
+    same[:1] = False
+    gid = np.cumsum(~same) - 1
+    return order, gid, int(gid[-1]) + 1 if len(gid) else 0
+
+
+def _minmax(gid: np.ndarray, n: int, arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per group, the least and greatest of ``arr`` (``_BIG`` / ``-_BIG`` for an empty one)."""
+    lo, hi = np.full(n, _BIG), np.full(n, -_BIG)
+    np.minimum.at(lo, gid, arr)
+    np.maximum.at(hi, gid, arr)
+    return lo, hi
+
+
 def _group_pair(
     key: list[np.ndarray], side: np.ndarray, who: np.ndarray, value: np.ndarray | None = None
 ) -> tuple[int, int] | None:
@@ -487,29 +511,14 @@ def _group_pair(
     ``value``, different values: threads storing one value to one element do not race)."""
     if value is not None:
         return _group_pair_values(key, side, who, value)
-    order = np.lexsort([who, *reversed(key)])
-    ks = [k[order] for k in key]
-    start = np.ones(len(order), dtype=bool)
-    for k in ks:
-        start[1:] &= k[1:] == k[:-1]
-    start = ~start
-    start[0] = True
-    gid = np.cumsum(start) - 1
-    ngroups = int(gid[-1]) + 1
+    order, gid, n = _groups(key, who)
     s, w = side[order], who[order]
-    big = np.iinfo(np.int64).max
-    lo = [np.full(ngroups, big), np.full(ngroups, big)]
-    hi = [np.full(ngroups, -big), np.full(ngroups, -big)]
-    for sd in (0, 1):
-        m = s == sd
-        np.minimum.at(lo[sd], gid[m], w[m])
-        np.maximum.at(hi[sd], gid[m], w[m])
-    both = (lo[0] != big) & (lo[1] != big)
-    differ = both & ~((lo[0] == hi[0]) & (lo[1] == hi[1]) & (lo[0] == lo[1]))
+    (lo0, hi0), (lo1, hi1) = (_minmax(gid[s == sd], n, w[s == sd]) for sd in (0, 1))
+    both = (lo0 != _BIG) & (lo1 != _BIG)
+    differ = both & ~((lo0 == hi0) & (lo1 == hi1) & (lo0 == lo1))
     if not differ.any():
         return None
-    g = int(np.argmax(differ))
-    rows = order[gid == g]
+    rows = order[gid == int(np.argmax(differ))]
     ws, ss = who[rows], side[rows]
     for i in rows[ss == 0]:
         other = rows[(ss == 1) & (ws != who[i])]
@@ -525,21 +534,8 @@ def _group_pair_values(
     # some pair differs in both).
     one = side == 0
     ks, w, v = [k[one] for k in key], who[one], value[one]
-    order = np.lexsort([w, *reversed(ks)])
-    same = np.ones(len(order), dtype=bool)
-    for k in ks:
-        kk = k[order]
-        same[1:] &= kk[1:] == kk[:-1]
-    same[0] = False
-    gid = np.cumsum(~same) - 1
-    ngroups = int(gid[-1]) + 1 if len(gid) else 0
-    big = np.iinfo(np.int64).max
-    stats = []
-    for arr in (w[order], v[order]):
-        lo, hi = np.full(ngroups, big), np.full(ngroups, -big)
-        np.minimum.at(lo, gid, arr)
-        np.maximum.at(hi, gid, arr)
-        stats.append(lo != hi)
+    order, gid, n = _groups(ks, w)
+    stats = [lo != hi for lo, hi in (_minmax(gid, n, w[order]), _minmax(gid, n, v[order]))]
     bad = stats[0] & stats[1]
     if not bad.any():
         return None
