@@ -1,4 +1,4 @@
-"""CUDA backend: lowered loopir -> CUDA C++ -> nvcc cubin -> pycuda launches.
+"""CUDA backend: lowered loopir -> CUDA C++ kernels + C++ host code -> one shared library.
 
 Entry point: :func:`build_cuda` (``loopir.build(func, target="cuda")`` calls it).
 """
@@ -18,6 +18,7 @@ from loopir.codegen_cuda.compile import (
 )
 from loopir.codegen_cuda.cutlass.hook import offload
 from loopir.codegen_cuda.emitter import EmitResult, KernelSource, emit_cuda
+from loopir.codegen_cuda.host import emit_host, module_source
 from loopir.codegen_cuda.runtime import CUDAModule, describe_resources
 from loopir.errors import CodegenError
 from loopir.ir.functor import post_order_visit
@@ -46,6 +47,18 @@ def _offload_gemms(func: PrimFunc) -> PrimFunc:
     # cutlass.hook is loopir's own code: only the nvidia-cutlass package it drives is optional,
     # and its loader (cutlass.library) handles that one's absence.
     return offload(func)
+
+
+def _python_entry_flags() -> tuple[str, ...]:
+    """Build the CPython entry (see ``host.py``) when this interpreter's headers are there."""
+    import sysconfig
+    from pathlib import Path
+
+    include = sysconfig.get_paths().get("include")
+    if include and Path(include, "Python.h").exists():
+        return ("-DLOOPIR_PYTHON_ENTRY", f"-I{include}")
+    logger.info("Python.h not found: CUDA modules are called through ctypes")
+    return ()
 
 
 def lower_for_cuda(func: PrimFunc) -> PrimFunc:
@@ -89,7 +102,7 @@ def build_cuda(
     nvcc_flags
         Extra flags for nvcc (e.g. ``("--use_fast_math",)``).
     cache_dir
-        Where compiled cubins are cached (default ``~/.cache/loopir/cuda`` or
+        Where compiled libraries are cached (default ``~/.cache/loopir/cuda`` or
         ``$LOOPIR_CACHE_DIR``).
     use_cache
         False forces a fresh nvcc run.
@@ -112,20 +125,33 @@ def build_cuda(
             f"build_cuda: unknown option(s) {', '.join(sorted(options))}; known: arch, "
             "nvcc_flags, cache_dir, use_cache, min_blocks_per_sm"
         )
+    from loopir.codegen_cuda.cutlass.hook import ExternGemms
+    from loopir.passes.context import PassContext
+
     offloaded = _offload_gemms(func)
     lowered = lower_for_cuda(offloaded)
     emitted = emit_cuda(lowered, min_blocks_per_sm=min_blocks_per_sm)
     # after the emitter's structural checks, whose diagnoses are more specific
     check_races(lowered)
-    binary = compile_cuda(
-        emitted.source, arch=arch, flags=tuple(nvcc_flags), cache_dir=cache_dir, use_cache=use_cache
-    )
-    runner = None
-    if emitted.extern_calls:
-        from loopir.codegen_cuda.cutlass.hook import ExternGemmRunner
+    gemms = ExternGemms(offloaded) if emitted.extern_calls else None
+    sync = bool(PassContext.current().get("cuda.sync_after_launch"))
+    host = emit_host(lowered, emitted, gemms.calls if gemms else (), sync_after_launch=sync)
+    source = module_source(emitted.source, host, gemms.calls if gemms else ())
+    link = []
+    if gemms is not None:
+        from loopir.codegen_cuda.cutlass.library import unit_flags
 
-        runner = ExternGemmRunner(offloaded)
-    mod = CUDAModule(lowered, emitted, binary, extern_runner=runner)
+        link.append(
+            compile_cuda(gemms.source, arch=arch or f"sm_{gemms.arch}{'a' if gemms.arch == 90 else ''}",
+                         flags=tuple(unit_flags()), cache_dir=cache_dir,
+                         use_cache=use_cache, output="object")
+        )  # fmt: skip
+        arch = link[0].arch
+    binary = compile_cuda(
+        source, arch=arch, flags=(*_python_entry_flags(), *nvcc_flags), cache_dir=cache_dir,
+        use_cache=use_cache, output="shared", link=link,
+    )
+    mod = CUDAModule(lowered, emitted, host, binary, source, cutlass=gemms)
     for name, r in mod.resource_usage.items():
         if r.spill_store_bytes or r.spill_load_bytes:
             logger.warning(

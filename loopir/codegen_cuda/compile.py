@@ -1,10 +1,13 @@
 """nvcc invocation with a content-addressed disk cache.
 
-A compiled cubin is stored under ``<cache_dir>/<key>.cubin`` with ``<key>.json`` beside it
-(the ptxas resource report and the cubin's SHA-256), where ``key`` hashes the source, the
-flags, the target architecture and the nvcc version. Every file is written to a temporary
+nvcc produces one of three outputs: a cubin (kernels only, for inspection and SASS), an object
+file (a translation unit to link), or a shared library (kernels plus their host code, what a
+built module loads). An output is stored under ``<cache_dir>/<key>.<cubin|o|so>`` with
+``<key>.json`` beside it (the ptxas resource report and the output's SHA-256), where ``key``
+hashes the source, the flags, the output kind, the target architecture, the nvcc version and
+the hashes of the objects linked in. Every file is written to a temporary
 name and moved into place with :func:`os.replace`, so concurrent builds never see half a
-file. A cache entry whose cubin does not match its recorded hash is rebuilt; a directory or
+file. A cache entry whose output does not match its recorded hash is rebuilt; a directory or
 entry someone else could have written is refused (see :mod:`loopir._cache_dir`, which
 resolves the default directory, ``<cache root>/cuda``).
 """
@@ -34,7 +37,8 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_ARCH = "sm_90a"
 BASE_FLAGS = ("-O3", "-std=c++17", "-Xptxas", "-v")
-CACHE_VERSION = "1"
+CACHE_VERSION = "2"
+OUTPUTS = {"cubin": "cubin", "object": "o", "shared": "so"}
 
 
 @attrs.frozen
@@ -51,14 +55,16 @@ class KernelResources:
 
 @attrs.frozen
 class CompiledBinary:
-    """A compiled cubin and what nvcc said about it.
+    """A compiled cubin, object or shared library and what nvcc said about it.
 
     Attributes
     ----------
-    cubin
-        The cubin's bytes.
-    cubin_path, source_path
-        Where the cache holds them.
+    data
+        The output's bytes.
+    path, source_path
+        Where the cache holds the output and the source.
+    output
+        ``"cubin"``, ``"object"`` or ``"shared"``.
     arch
         ``sm_XX`` target.
     log
@@ -66,16 +72,17 @@ class CompiledBinary:
     resources
         Per-kernel register/shared/spill figures parsed from the log.
     cache_hit
-        Whether the cubin came from the cache.
+        Whether the output came from the cache.
     """
 
-    cubin: bytes
-    cubin_path: Path
+    data: bytes
+    path: Path
     source_path: Path
     arch: str
     log: str
     resources: dict[str, KernelResources]
     cache_hit: bool
+    output: str = "cubin"
 
 
 def default_cache_dir() -> Path:
@@ -140,9 +147,10 @@ def detect_arch() -> str:
     return DEFAULT_ARCH
 
 
-def cache_key(source: str, flags: Sequence[str], arch: str, version: str) -> str:
+def cache_key(source: str, flags: Sequence[str], arch: str, version: str,
+              output: str = "cubin", link: Sequence[str] = ()) -> str:  # fmt: skip
     h = hashlib.sha256()
-    for part in (CACHE_VERSION, arch, "\0".join(flags), version, source):
+    for part in (CACHE_VERSION, arch, "\0".join(flags), version, output, *link, source):
         h.update(part.encode())
         h.update(b"\0\1")
     return h.hexdigest()[:40]
@@ -205,8 +213,10 @@ def compile_cuda(
     flags: Sequence[str] = (),
     cache_dir: str | os.PathLike[str] | None = None,
     use_cache: bool = True,
+    output: str = "cubin",
+    link: Sequence[CompiledBinary] = (),
 ) -> CompiledBinary:
-    """Compile CUDA C++ ``source`` to a cubin with nvcc, through the disk cache.
+    """Compile CUDA C++ ``source`` with nvcc, through the disk cache.
 
     Parameters
     ----------
@@ -221,6 +231,11 @@ def compile_cuda(
         0700, refused when another user owns it or group/others can write it.
     use_cache
         If False, always run nvcc (the result still refreshes the cache).
+    output
+        ``"cubin"`` (device code only), ``"object"`` (a unit to link) or ``"shared"`` (a
+        shared library with the host code, linked with the static CUDA runtime).
+    link
+        Object files (``output="object"`` results) linked into a shared library.
 
     Raises
     ------
@@ -228,30 +243,36 @@ def compile_cuda(
         If nvcc is missing or fails; the message holds nvcc's log and the saved source's path.
     """
     arch = normalize_arch(arch)
+    if output not in OUTPUTS:
+        raise CodegenError(f"CUDA compile: output must be one of {sorted(OUTPUTS)}, got {output!r}")
+    if link and output != "shared":
+        raise CodegenError("CUDA compile: objects can only be linked into a shared library")
     nvcc = find_nvcc()
     all_flags = (*BASE_FLAGS, *flags)
-    key = cache_key(source, all_flags, arch, nvcc_version(nvcc))
+    digests = [hashlib.sha256(o.data).hexdigest() for o in link]
+    key = cache_key(source, all_flags, arch, nvcc_version(nvcc), output, digests)
     root = _cache_dir.kind_dir("cuda", cache_dir)
-    cubin_path = root / f"{key}.cubin"
+    out_path = root / f"{key}.{OUTPUTS[output]}"
     meta_path = root / f"{key}.json"
     src_path = root / f"{key}.cu"
     if use_cache:
-        hit = _cached(cubin_path, meta_path, src_path, arch)
+        hit = _cached(out_path, meta_path, src_path, arch, output)
         if hit is not None:
             return hit
-    # One nvcc per key at a time: the processes that waited reuse the first one's cubin.
+    # One nvcc per key at a time: the processes that waited reuse the first one's output.
     with _locked(root / f"{key}.lock"):
         if use_cache:
-            hit = _cached(cubin_path, meta_path, src_path, arch)
+            hit = _cached(out_path, meta_path, src_path, arch, output)
             if hit is not None:
                 return hit
-        return _build(source, nvcc, arch, all_flags, root, key)
+        return _build(source, nvcc, arch, all_flags, root, key, output, link)
 
 
-def _cached(cubin_path: Path, meta_path: Path, src_path: Path, arch: str) -> CompiledBinary | None:
+def _cached(out_path: Path, meta_path: Path, src_path: Path, arch: str,
+            output: str) -> CompiledBinary | None:  # fmt: skip
     # check_entry refuses (CodegenError) an entry someone else could have written.
-    if _cache_dir.check_entry(cubin_path) and _cache_dir.check_entry(meta_path):
-        return _load_entry(cubin_path, meta_path, src_path, arch)
+    if _cache_dir.check_entry(out_path) and _cache_dir.check_entry(meta_path):
+        return _load_entry(out_path, meta_path, src_path, arch, output)
     return None
 
 
@@ -266,23 +287,32 @@ def _locked(path: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
+_KIND_FLAGS = {
+    "cubin": ("-cubin",),
+    "object": ("-c", "-Xcompiler", "-fPIC"),
+    "shared": ("-shared", "-Xcompiler", "-fPIC"),
+}
+
+
 def _build(source: str, nvcc: str, arch: str, all_flags: Sequence[str], root: Path,
-           key: str) -> CompiledBinary:  # fmt: skip
-    cubin_path = root / f"{key}.cubin"
+           key: str, output: str, link: Sequence[CompiledBinary]) -> CompiledBinary:  # fmt: skip
+    suffix = OUTPUTS[output]
+    out_path = root / f"{key}.{suffix}"
     meta_path = root / f"{key}.json"
     src_path = root / f"{key}.cu"
     _atomic_write(src_path, source.encode())
     num = arch.removeprefix("sm_")
     cmd = [
         nvcc,
-        "-cubin",
+        *_KIND_FLAGS[output],
         f"-gencode=arch=compute_{num},code=sm_{num}",
         *all_flags,
         "-o",
         "",  # filled below: a temporary name, moved into place on success
         str(src_path),
+        *(str(o.path) for o in link),
     ]
-    fd, tmp_out = tempfile.mkstemp(dir=root, prefix=f"{key}.", suffix=".cubin.tmp")
+    fd, tmp_out = tempfile.mkstemp(dir=root, prefix=f"{key}.", suffix=f".{suffix}.tmp")
     os.close(fd)
     cmd[cmd.index("")] = tmp_out
     logger.info("nvcc: %s", " ".join(cmd))
@@ -299,50 +329,54 @@ def _build(source: str, nvcc: str, arch: str, all_flags: Sequence[str], root: Pa
             f"{src_path}\ncommand: {' '.join(cmd)}\n{log}"
         )
     os.chmod(tmp_out, 0o600)  # nvcc may recreate it with the umask's mode
-    cubin = Path(tmp_out).read_bytes()
-    os.replace(tmp_out, cubin_path)
+    data = Path(tmp_out).read_bytes()
+    os.replace(tmp_out, out_path)
     meta = {
         "version": CACHE_VERSION,
         "arch": arch,
-        "sha256": hashlib.sha256(cubin).hexdigest(),
+        "output": output,
+        "sha256": hashlib.sha256(data).hexdigest(),
         "log": log,
         "command": cmd,
     }
     _atomic_write(meta_path, json.dumps(meta, indent=1).encode())
     return CompiledBinary(
-        cubin=cubin,
-        cubin_path=cubin_path,
+        data=data,
+        path=out_path,
         source_path=src_path,
         arch=arch,
         log=log,
         resources=parse_resources(log),
         cache_hit=False,
+        output=output,
     )
 
 
-def _load_entry(cubin_path: Path, meta_path: Path, src_path: Path, arch: str) -> CompiledBinary | None:
-    """A cached binary, or None (with a warning) when the entry is unreadable or corrupted."""
+def _load_entry(out_path: Path, meta_path: Path, src_path: Path, arch: str,
+                output: str) -> CompiledBinary | None:  # fmt: skip
+    """A cached output, or None (with a warning) when the entry is unreadable or corrupted."""
     try:
         meta = json.loads(meta_path.read_text())
-        cubin = cubin_path.read_bytes()
+        data = out_path.read_bytes()
         ok = (
             meta.get("version") == CACHE_VERSION
-            and meta.get("sha256") == hashlib.sha256(cubin).hexdigest()
-            and cubin[:4] == b"\x7fELF"
+            and meta.get("sha256") == hashlib.sha256(data).hexdigest()
+            and data[:4] == b"\x7fELF"
         )
     except (OSError, ValueError) as exc:
-        logger.warning("CUDA cache entry %s is unreadable (%s); rebuilding", cubin_path, exc)
+        logger.warning("CUDA cache entry %s is unreadable (%s); rebuilding", out_path, exc)
         return None
     if not ok:
-        logger.warning("CUDA cache entry %s is corrupted (hash mismatch); rebuilding", cubin_path)
+        logger.warning("CUDA cache entry %s is corrupted (hash mismatch); rebuilding", out_path)
         return None
     log = str(meta.get("log", ""))
     return CompiledBinary(
-        cubin=cubin,
-        cubin_path=cubin_path,
+        data=data,
+        path=out_path,
         source_path=src_path,
         arch=arch,
         log=log,
         resources=parse_resources(log),
         cache_hit=True,
+        output=output,
     )

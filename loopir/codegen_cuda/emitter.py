@@ -663,17 +663,17 @@ class KernelEmitter:
             self.line(f"{self.buffer_name(s.buffer)}[{flat}] = {self.expr(lane_of(value, i))};")
 
 
-_HELPERS = """\
+FLOOR_HELPERS = """\
 // Floor division and modulo (round toward -inf), as loopir's floordiv/floormod; C's / and %
 // truncate toward zero. Used only where an operand may be negative.
 template <typename T>
-__device__ __forceinline__ T loopir_floordiv(T a, T b) {
+__host__ __device__ __forceinline__ T loopir_floordiv(T a, T b) {
   T q = a / b;
   T r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q;
 }
 template <typename T>
-__device__ __forceinline__ T loopir_floormod(T a, T b) {
+__host__ __device__ __forceinline__ T loopir_floormod(T a, T b) {
   T r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
@@ -750,7 +750,7 @@ def emit_cuda(func: PrimFunc, min_blocks_per_sm: int | None = None) -> EmitResul
         head.append("#include <cuda_bf16.h>")
     parts = ["\n".join(head)]
     if helpers:
-        parts.append(_HELPERS.rstrip("\n"))
+        parts.append(FLOOR_HELPERS.rstrip("\n"))
     parts.extend(texts)
     source = "\n\n".join(parts) + "\n"
     return EmitResult(

@@ -1,119 +1,125 @@
-"""The callable CUDA module: argument checking, host program, pycuda launches, benchmark.
+"""The callable CUDA module: a shared library of kernels and compiled host code.
 
-pycuda is imported only when a module is called; without it (or without a GPU) calling raises
-:class:`~loopir.errors.LaunchError` saying why, after the arguments have been checked (so
-argument errors are reported the same everywhere).
+``mod(*arrays)`` checks the arguments (dtype, shape, contiguity, device: a cached signature
+check, so a repeated call with the same shapes costs a few attribute reads per argument) and
+calls the library's entry point, which launches the kernels on the caller's stream:
 
-Arguments are NumPy arrays (copied to the device and, when the kernels write them, back) or
-objects exposing ``__cuda_array_interface__`` (torch, cupy), used in place. Kernels run on the
-legacy default stream of the device's primary context, the one torch and cupy use by default.
+* CUDA arrays (torch tensors, anything with ``__cuda_array_interface__`` or ``__dlpack__``)
+  are used in place and the call is **asynchronous**: it returns once the kernels are
+  queued, on torch's current stream for torch tensors, cupy's for cupy arrays, the legacy
+  default stream otherwise, or ``stream=`` when given. Nothing is allocated, copied or
+  synchronized, so calls can be captured in a CUDA graph (after one call with the same
+  shapes, which allocates the workspace when the function has device temporaries).
+* NumPy arrays are copied to the device and, when the function writes them, back; such a
+  call is synchronous.
+
+:meth:`CUDAModule.synchronize` waits for the device; launch errors raise
+:class:`~loopir.errors.LaunchError` naming the kernel (a fault inside a kernel surfaces at the
+next synchronization, or at its own launch when built with ``cuda.sync_after_launch``).
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import statistics
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from loopir.codegen_cuda.args import (
+    ArgInfo,
+    caller_stream,
+    describe,
+    dtype_matches,
+    explicit_stream,
+)
 from loopir.codegen_cuda.compile import CompiledBinary, KernelResources
 from loopir.codegen_cuda.emitter import EmitResult, KernelSource
 from loopir.codegen_cuda.exprs import eval_int
-from loopir.codegen_cuda.split import (
-    HostAlloc,
-    HostExtern,
-    HostFor,
-    HostIf,
-    HostLaunch,
-    HostNode,
-    HostSeq,
-)
-from loopir.errors import CodegenError, LaunchError
+from loopir.codegen_cuda.host import HostCode
+from loopir.errors import LaunchError
 from loopir.ir import dtype as dt
 from loopir.ir.buffer import Buffer
-from loopir.ir.expr import IntImm, PrimExpr, Var
+from loopir.ir.expr import IntImm, Var
 from loopir.ir.stmt import PrimFunc
 
 logger = logging.getLogger(__name__)
 
-_MAX_GRID = (2**31 - 1, 65535, 65535)
-_MAX_BLOCK = (1024, 1024, 64)
+_vp, _i64 = ctypes.c_void_p, ctypes.c_int64
+_HELPERS: dict[str, tuple[list[Any], Any]] = {
+    "loopir_rt_malloc": ([ctypes.POINTER(_vp), _i64, ctypes.c_int], ctypes.c_int),
+    "loopir_rt_free": ([_vp], ctypes.c_int),
+    "loopir_rt_copy": ([_vp, _vp, _i64, ctypes.c_int, _vp], ctypes.c_int),
+    "loopir_rt_stream_sync": ([_vp], ctypes.c_int),
+    "loopir_rt_device_sync": ([ctypes.c_int], ctypes.c_int),
+    "loopir_rt_event_create": ([ctypes.POINTER(_vp)], ctypes.c_int),
+    "loopir_rt_event_destroy": ([_vp], ctypes.c_int),
+    "loopir_rt_event_record": ([_vp, _vp], ctypes.c_int),
+    "loopir_rt_event_elapsed": ([_vp, _vp, ctypes.POINTER(ctypes.c_float)], ctypes.c_int),
+    "loopir_rt_last_error": ([], ctypes.c_char_p),
+}
 
 
-class _Arg:
-    """One checked argument: where its data lives and how big it is."""
+class _Library:
+    """The loaded shared library: the entry point and the runtime helpers."""
 
-    def __init__(self, buffer: Buffer, value: Any, shape: tuple[int, ...], nbytes: int,
-                 device_ptr: int | None, host: np.ndarray | None, device_id: int | None) -> None:
-        self.buffer = buffer
-        self.value = value
-        self.shape = shape
-        self.nbytes = nbytes
-        self.device_ptr = device_ptr  # set for CUDA arrays
-        self.host = host  # set for numpy arrays
-        self.device_id = device_id
-
-
-def _cai_typestr(dtype: str) -> tuple[str, ...]:
-    """Accepted ``__cuda_array_interface__`` typestrs for a loopir dtype."""
-    e = dt.element(dtype)
-    if e == "bfloat16":
-        return ("<V2", "<u2", "|V2")  # torch exports bf16 as raw 2-byte records
-    if e == "bool":
-        return ("|b1",)
-    np_dt = np.dtype(e)
-    return (np_dt.str, np_dt.newbyteorder("=").str)
-
-
-def _c_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
-    out, acc = [], itemsize
-    for s in reversed(shape):
-        out.append(acc)
-        acc *= max(int(s), 1)
-    return tuple(reversed(out))
-
-
-class _Driver:
-    """pycuda state: initialised once per process, on first call."""
-
-    _instance: _Driver | None = None
-    _error: str | None = None
-
-    def __init__(self) -> None:
-        import pycuda.driver as drv
-
-        drv.init()
-        if drv.Device.count() == 0:
-            raise RuntimeError("the CUDA driver sees no GPU")
-        self.drv = drv
-        self.device = drv.Device(0)
-        self.context = self.device.retain_primary_context()
-        self.modules: dict[bytes, Any] = {}
-
-    @classmethod
-    def get(cls) -> _Driver:
-        if cls._instance is not None:
-            return cls._instance
-        if cls._error is not None:
-            raise LaunchError(cls._error)
+    def __init__(self, path: Path, host: HostCode, nparams: int) -> None:
         try:
-            cls._instance = cls()
-        except ImportError as exc:
-            cls._error = f"cannot run CUDA kernels: pycuda is not installed ({exc})"
-        except Exception as exc:
-            cls._error = f"cannot run CUDA kernels: no usable CUDA device ({exc})"
-        if cls._instance is None:
-            raise LaunchError(cls._error)
-        return cls._instance
+            self.dll = ctypes.CDLL(str(path))
+        except OSError as exc:
+            raise LaunchError(f"cannot load the module library {path}: {exc}") from exc
+        for name, (argtypes, restype) in _HELPERS.items():
+            fn = getattr(self.dll, name)
+            fn.argtypes, fn.restype = argtypes, restype
+        self.entry = getattr(self.dll, host.entry)
+        self.entry.argtypes = [_vp] * nparams + [_i64] * len(host.size_vars) + [_vp, _vp, ctypes.c_int]
+        self.entry.restype = ctypes.c_int
+        self.workspace = getattr(self.dll, host.workspace_entry)
+        self.workspace.argtypes = [_i64] * len(host.size_vars)
+        self.workspace.restype = _i64
+        # the CPython builtin of the entry, when the library was built with Python's headers
+        self.py_entry: Any = None
+        getter = getattr(ctypes.PyDLL(str(path)), f"loopir_py_{host.entry}", None)
+        if getter is not None:
+            getter.restype = ctypes.py_object
+            self.py_entry = getter()
+        self.call = self.py_entry or self.entry
+        self.traced = hasattr(self.dll, "loopir_rt_trace")
+        if self.traced:
+            self.dll.loopir_rt_trace.restype = ctypes.c_char_p
 
-    def load(self, cubin: bytes) -> Any:
-        mod = self.modules.get(cubin)
-        if mod is None:
-            mod = self.drv.module_from_buffer(cubin)
-            self.modules[cubin] = mod
-        return mod
+    def error(self) -> str:
+        return (self.dll.loopir_rt_last_error() or b"").decode(errors="replace")
+
+    def check(self, rc: int, prefix: str) -> None:
+        if rc:
+            msg = self.error()
+            raise LaunchError(msg if msg.startswith(prefix) else f"{prefix}: {msg}")
+
+    def malloc(self, nbytes: int, device: int, prefix: str) -> int:
+        out = _vp()
+        self.check(self.dll.loopir_rt_malloc(ctypes.byref(out), nbytes, device), prefix)
+        return int(out.value or 0)
+
+    def trace(self) -> str:
+        """What a ``-DLOOPIR_HOST_TRACE`` build recorded instead of launching (tests)."""
+        return (self.dll.loopir_rt_trace() or b"").decode()
+
+
+class _DeviceArray:
+    """A device copy of a NumPy array, as a CUDA array (what :meth:`CUDAModule.benchmark` uses)."""
+
+    def __init__(self, ptr: int, host: np.ndarray, device: int) -> None:
+        self.ptr, self.host, self.device_index = ptr, host, device
+        typestr = "<u2" if host.dtype.name == "bfloat16" else host.dtype.str
+        self.__cuda_array_interface__ = {
+            "shape": host.shape, "typestr": typestr, "data": (ptr, False), "version": 3,
+            "strides": None,
+        }  # fmt: skip
 
 
 class CUDAModule:
@@ -124,283 +130,344 @@ class CUDAModule:
     func
         The lowered function.
     source
-        The generated CUDA C++.
+        The generated translation unit: kernels, then the host code.
+    cutlass_source
+        The CUTLASS unit linked into the library ("" without extern GEMMs).
     kernels
         Per-kernel launch information.
     arch
-        The ``sm_XX`` target the cubin was built for.
+        The ``sm_XX`` target.
     resource_usage
         ``{kernel name: KernelResources}`` from ptxas ``-v`` (registers, spills, shared).
     compile_log
         nvcc's full output.
-    cubin_path, source_path
-        Where the disk cache holds the binary and the source.
+    library_path, source_path
+        Where the disk cache holds the shared library and the source.
+    cache_hit
+        Whether the library came from the cache.
+    library_calls
+        The CUTLASS calls (see :mod:`loopir.codegen_cuda.cutlass.hook`).
     """
 
-    def __init__(
-        self,
-        func: PrimFunc,
-        emitted: EmitResult,
-        binary: CompiledBinary,
-        extern_runner: Any = None,
-    ) -> None:
+    def __init__(self, func: PrimFunc, emitted: EmitResult, host: HostCode, binary: CompiledBinary,
+                 source: str, cutlass: Any = None) -> None:  # fmt: skip
         self.func = func
-        self.source = emitted.source
+        self.source = source
         self.kernels: tuple[KernelSource, ...] = emitted.kernels
-        self._host = emitted.host
-        self._temps = emitted.host_temps
-        self._binary = binary
+        self.host_code = host
         self.arch = binary.arch
         self.compile_log = binary.log
-        self.cubin_path = binary.cubin_path
+        self.library_path = binary.path
+        self.cache_hit = binary.cache_hit
         self.source_path = binary.source_path
         self.resource_usage: dict[str, KernelResources] = dict(binary.resources)
-        # CUTLASS calls of the GemmOffload pass (loopir.codegen_cuda.cutlass.hook)
-        self._extern = extern_runner
-        self.library_calls: list[Any] = list(getattr(extern_runner, "library_calls", []))
-        self._written = frozenset(b for k in self.kernels for b in k.spec.written)
+        self.library_calls: list[Any] = list(getattr(cutlass, "library_calls", []))
+        self.cutlass_source: str = getattr(cutlass, "source", "")
+        written = {b for k in self.kernels for b in k.spec.written}
         if emitted.extern_calls:
-            # library calls write their outputs by name; copy every numpy argument back
-            self._written = frozenset(func.params)
+            written = set(func.params)  # library calls write their outputs by name
+        self._written = [b in written for b in func.params]
+        self._params = func.params
+        self._n = len(func.params)
+        self._dtypes = [dt.element(b.dtype) for b in func.params]
+        self._signatures: dict[tuple[Any, ...], tuple[int, ...]] = {}
+        self._workspaces: dict[tuple[int, int], tuple[int, int]] = {}  # (device, stream) -> (ptr, bytes)
+        self._lib: _Library | None = None
+        self._fast: Any = None  # see _torch_fast_path
+        self._device = 0
 
     def __repr__(self) -> str:
         names = ", ".join(k.name for k in self.kernels)
         return f"<CUDAModule {self.func.name} [{names}] {self.arch}>"
 
-    # -- argument checking --------------------------------------------------------------------
-    def _check_args(self, arrays: Sequence[Any]) -> tuple[list[_Arg], dict[Var, int]]:
-        params = self.func.params
-        if len(arrays) != len(params):
-            raise LaunchError(
-                f"{self.func.name}: expected {len(params)} arrays "
-                f"({', '.join(b.name for b in params)}), got {len(arrays)}"
-            )
+    # -- the library -------------------------------------------------------------------------
+    def _library(self) -> _Library:
+        if self._lib is None:
+            self._lib = _Library(self.library_path, self.host_code, self._n)
+        return self._lib
+
+    # -- argument checking (once per signature) ------------------------------------------------
+    def _where(self, buf: Buffer) -> str:
+        return f"{self.func.name}: parameter {buf.name!r}"
+
+    def _bind(self, shapes: Sequence[Sequence[int]]) -> tuple[int, ...]:
+        """The size variables' values for these argument shapes (checked, then cached)."""
+        key = tuple(shapes)
+        hit = self._signatures.get(key)
+        if hit is not None:
+            return hit
         env: dict[Var, int] = {}
-        out: list[_Arg] = []
-        for buf, a in zip(params, arrays):
-            out.append(self._check_one(buf, a, env))
-        for buf, arg in zip(params, out):  # shapes that are expressions of other sizes
-            for i, (e, s) in enumerate(zip(buf.shape, arg.shape)):
-                if not isinstance(e, (IntImm, Var)):
-                    want = eval_int(e, env)
-                    if want != s:
-                        raise LaunchError(
-                            f"{self.func.name}: parameter {buf.name!r} dimension {i} must be "
-                            f"{e} = {want}, got {s}"
-                        )
-        return out, env
-
-    def _check_one(self, buf: Buffer, a: Any, env: dict[Var, int]) -> _Arg:
-        where = f"{self.func.name}: parameter {buf.name!r}"
-        cai = getattr(a, "__cuda_array_interface__", None)
-        if cai is not None:
-            shape = tuple(int(s) for s in cai["shape"])
-            typestr = cai["typestr"]
-            if typestr not in _cai_typestr(buf.dtype):
-                raise LaunchError(f"{where}: dtype must be {buf.dtype}, got CUDA array of {typestr}")
-            itemsize = int(typestr[2:])
-            strides = cai.get("strides")
-            if strides is not None and tuple(strides) != _c_strides(shape, itemsize):
+        for buf, shape in zip(self._params, shapes):
+            where = self._where(buf)
+            if len(shape) != len(buf.shape):
                 raise LaunchError(
-                    f"{where}: CUDA array is not C-contiguous (strides {tuple(strides)}); "
-                    "pass a contiguous copy"
+                    f"{where}: expected {len(buf.shape)} dimensions "
+                    f"{tuple(str(s) for s in buf.shape)}, got shape {tuple(shape)}"
                 )
-            ptr = int(cai["data"][0])
-            dev = _device_id(a)
-            host = None
-        elif isinstance(a, np.ndarray):
-            want = dt.to_numpy(buf.dtype)
-            if a.dtype != want:
-                raise LaunchError(f"{where}: dtype must be {buf.dtype} ({want}), got {a.dtype}")
-            if not a.flags.c_contiguous:
-                raise LaunchError(f"{where}: array is not C-contiguous; pass np.ascontiguousarray(...)")
-            shape, itemsize, ptr, dev, host = a.shape, a.itemsize, None, None, a
-        else:
-            raise LaunchError(
-                f"{where}: expected a numpy array or an object with __cuda_array_interface__ "
-                f"(torch, cupy), got {type(a).__name__}"
-            )
-        if len(shape) != len(buf.shape):
-            raise LaunchError(
-                f"{where}: expected {len(buf.shape)} dimensions "
-                f"{tuple(str(s) for s in buf.shape)}, got shape {shape}"
-            )
-        for i, (e, s) in enumerate(zip(buf.shape, shape)):
-            if isinstance(e, IntImm) and e.value != s:
-                raise LaunchError(f"{where}: dimension {i} must be {e.value}, got {s} (shape {shape})")
-            if isinstance(e, Var):
-                if e in env and env[e] != s:
-                    raise LaunchError(
-                        f"{where}: dimension {i} is size {e.name}, bound to {env[e]} by an "
-                        f"earlier argument, but got {s}"
-                    )
-                env[e] = int(s)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * itemsize
-        return _Arg(buf, a, tuple(int(s) for s in shape), nbytes, ptr, host, dev)
-
-    # -- running ---------------------------------------------------------------------------
-    def _prepare(self, arrays: Sequence[Any]) -> tuple[_Driver, list[_Arg], dict[Var, int], list[Any]]:
-        args, env = self._check_args(arrays)
-        drv = _Driver.get()
-        drv.context.push()
-        keep: list[Any] = []
-        try:
-            for arg in args:
-                if arg.device_ptr is not None:
-                    if arg.device_id is not None and arg.device_id != 0:
+            for i, (e, s) in enumerate(zip(buf.shape, shape)):
+                if isinstance(e, IntImm) and e.value != s:
+                    raise LaunchError(f"{where}: dimension {i} must be {e.value}, got {s} (shape {tuple(shape)})")
+                if isinstance(e, Var):
+                    if e in env and env[e] != s:
                         raise LaunchError(
-                            f"{self.func.name}: parameter {arg.buffer.name!r} lives on CUDA "
-                            f"device {arg.device_id}; this module runs on device 0"
+                            f"{where}: dimension {i} is size {e.name}, bound to {env[e]} by an "
+                            f"earlier argument, but got {s}"
                         )
-                    continue
-                alloc = drv.drv.mem_alloc(max(arg.nbytes, 1))
-                keep.append(alloc)
-                if arg.nbytes:
-                    drv.drv.memcpy_htod(alloc, arg.host)
-                arg.device_ptr = int(alloc)
-            for k in self.kernels:
-                for buf, align in k.alignment.items():
-                    for arg in args:
-                        if arg.buffer is buf and arg.device_ptr % align:
-                            raise LaunchError(
-                                f"{self.func.name}: parameter {buf.name!r} must be {align}-byte "
-                                f"aligned for the vector accesses of {k.name}, got address "
-                                f"{arg.device_ptr:#x}"
-                            )
-        except BaseException:
-            drv.context.pop()
-            raise
-        return drv, args, env, keep
-
-    def _finish(self, drv: _Driver, args: list[_Arg]) -> None:
-        try:
-            for arg in args:
-                if arg.host is not None and arg.buffer in self._written and arg.nbytes:
-                    drv.drv.memcpy_dtoh(arg.host, arg.device_ptr)
-        finally:
-            drv.context.pop()
-
-    def _launcher(self, drv: _Driver, args: list[_Arg], env: dict[Var, int],
-                  keep: list[Any]) -> Callable[[], None]:
-        """A function running the host program once (no synchronisation)."""
-        mod = drv.load(self._binary.cubin)
-        funcs = [mod.get_function(k.name) for k in self.kernels]
-        ptrs: dict[Buffer, int] = {a.buffer: int(a.device_ptr) for a in args}  # type: ignore[arg-type]
-
-        def launch(k: KernelSource, fn: Any, local_env: dict[Var, int]) -> None:
-            spec = k.spec
-            grid = tuple(eval_int(e, local_env) for e in spec.grid)
-            block = tuple(eval_int(e, local_env) for e in spec.block)
-            if 0 in grid or 0 in block:
-                return  # empty iteration space
-            for axis, (g, lim) in enumerate(zip(grid, _MAX_GRID)):
-                if g < 0 or g > lim:
-                    raise LaunchError(f"{k.name}: grid dimension {'xyz'[axis]} = {g} is out of range")
-            if any(b > lim for b, lim in zip(block, _MAX_BLOCK)) or np.prod(block) > 1024:
-                raise LaunchError(f"{k.name}: block {block} exceeds the 1024-thread limit")
-            kargs: list[Any] = [np.uintp(ptrs[b]) for b in spec.buffers]
-            for v in spec.scalars:
-                kargs.append(np.int64(local_env[v]) if v.dtype == "int64" else np.int32(local_env[v]))
-            fn(*kargs, grid=grid, block=block)
-
-        def run(node: HostNode, local_env: dict[Var, int]) -> None:
-            if isinstance(node, HostLaunch):
-                launch(self.kernels[node.kernel], funcs[node.kernel], local_env)
-            elif isinstance(node, HostSeq):
-                for n in node.items:
-                    run(n, local_env)
-            elif isinstance(node, HostFor):
-                lo = eval_int(node.min, local_env)
-                for i in range(lo, lo + eval_int(node.extent, local_env)):
-                    run(node.body, {**local_env, node.var: i})
-            elif isinstance(node, HostIf):
-                if eval_int(node.condition, local_env):
-                    run(node.then_case, local_env)
-                elif node.else_case is not None:
-                    run(node.else_case, local_env)
-            elif isinstance(node, HostExtern):
-                if self._extern is None:
+                    env[e] = int(s)
+        for buf, shape in zip(self._params, shapes):  # shapes that are expressions of sizes
+            for i, (e, s) in enumerate(zip(buf.shape, shape)):
+                if not isinstance(e, (IntImm, Var)) and eval_int(e, env) != s:
                     raise LaunchError(
-                        f"{self.func.name}: extern call {node.call_id!r} has no library runner"
+                        f"{self._where(buf)}: dimension {i} must be {e} = {eval_int(e, env)}, got {s}"
                     )
-                by_name = {b.name: p for b, p in ptrs.items()}
-                self._extern.run(node.call_id, by_name)
-            elif isinstance(node, HostAlloc):
-                shape = [eval_int(e, local_env) for e in node.buffer.shape]
-                nbytes = int(np.prod(shape, dtype=np.int64)) * max(1, dt.bits(node.buffer.dtype) // 8)
-                if node.buffer not in ptrs:
-                    alloc = drv.drv.mem_alloc(max(nbytes, 1))
-                    keep.append(alloc)
-                    ptrs[node.buffer] = int(alloc)
-                run(node.body, local_env)
-            else:  # pragma: no cover - the splitter builds only the node types above
-                raise CodegenError(f"unknown host node {type(node).__name__}")
+        sizes = []
+        for v in self.host_code.size_vars:
+            if v not in env:
+                raise LaunchError(
+                    f"{self.func.name}: size {v.name} is not the size of any parameter dimension, "
+                    "so a call cannot determine it"
+                )
+            if v.dtype == "int32" and not -(2**31) <= env[v] < 2**31:
+                raise LaunchError(f"{self.func.name}: size {v.name} = {env[v]} does not fit int32")
+            sizes.append(env[v])
+        out = tuple(sizes)
+        if len(self._signatures) < 4096:
+            self._signatures[key] = out
+        return out
 
-        return lambda: run(self._host, dict(env))
+    def _check_info(self, buf: Buffer, info: ArgInfo, dtype: str) -> None:
+        where = self._where(buf)
+        if not dtype_matches(info.dtype, dtype):
+            raise LaunchError(f"{where}: dtype must be {buf.dtype}, got {info.dtype}")
+        if not info.contiguous:
+            raise LaunchError(
+                f"{where}: array is not C-contiguous; pass a contiguous copy "
+                "(np.ascontiguousarray / .contiguous())"
+            )
 
-    def _sync(self, drv: _Driver, what: str) -> None:
-        try:
-            drv.context.synchronize()
-        except drv.drv.Error as exc:
-            raise LaunchError(f"{self.func.name}: {what} failed on the GPU: {exc}") from exc
+    # -- calling -----------------------------------------------------------------------------
+    def __call__(self, *arrays: Any, stream: Any = None) -> None:
+        """Run the function on ``arrays`` (outputs are written in place).
 
-    def __call__(self, *arrays: Any) -> None:
-        """Run the function on ``arrays`` (outputs are written in place)."""
-        drv, args, env, keep = self._prepare(arrays)
-        try:
-            try:
-                self._launcher(drv, args, env, keep)()
-            except drv.drv.Error as exc:
-                raise LaunchError(f"{self.func.name}: kernel launch failed: {exc}") from exc
-            self._sync(drv, "kernel execution")
-        except BaseException:
-            drv.context.pop()
-            raise
-        self._finish(drv, args)
+        Parameters
+        ----------
+        arrays
+            One array per parameter: CUDA arrays (used in place, asynchronous) or NumPy
+            arrays (copied; the call is synchronous).
+        stream
+            A CUDA stream (torch/cupy stream object, ``__cuda_stream__`` object or raw
+            handle); default: the current stream of the arrays' library.
 
-    def benchmark(self, *arrays: Any, warmup: int = 10, repeat: int = 50) -> float:
-        """Median time in milliseconds of one run, measured with CUDA events.
-
-        NumPy inputs are copied to the device once, before timing; the result is copied back
-        after the last run.
+        Raises
+        ------
+        LaunchError
+            Wrong arguments (naming the parameter) or a failed launch (naming the kernel).
         """
-        if warmup < 0 or repeat < 1:
-            raise LaunchError(f"benchmark: need warmup >= 0 and repeat >= 1, got {warmup}, {repeat}")
-        drv, args, env, keep = self._prepare(arrays)
+        fast = self._fast
+        if stream is None and len(arrays) == self._n:
+            if fast is None and "torch" in sys.modules:
+                fast = self._fast = _torch_fast_path(self, sys.modules["torch"])
+            if fast is not None and fast(*arrays):
+                return
+        self._call_general(arrays, stream)
+
+    def _launch(self, ptrs: Sequence[int], sizes: tuple[int, ...], stream: int, device: int) -> None:
+        lib = self._lib or self._library()
+        ws = self._workspace(lib, sizes, stream, device) if self.host_code.temps else None
+        self._device = device
+        rc = lib.call(*ptrs, *sizes, ws, stream or None, device)
+        if rc:
+            lib.check(rc, self.func.name)
+
+    def _workspace(self, lib: _Library, sizes: tuple[int, ...], stream: int, device: int) -> int:
+        """Device temporaries: one workspace per (device, stream), grown when sizes grow."""
+        need = int(lib.workspace(*sizes))
+        ptr, have = self._workspaces.get((device, stream), (0, 0))
+        if need > have:
+            if ptr:
+                lib.check(lib.dll.loopir_rt_device_sync(device), self.func.name)
+                lib.check(lib.dll.loopir_rt_free(ptr), self.func.name)
+            ptr = lib.malloc(need, device, self.func.name)
+            self._workspaces[(device, stream)] = (ptr, need)
+        return ptr
+
+    def _describe_all(self, arrays: Sequence[Any]) -> list[ArgInfo]:
+        if len(arrays) != self._n:
+            raise LaunchError(
+                f"{self.func.name}: expected {self._n} arrays "
+                f"({', '.join(b.name for b in self._params)}), got {len(arrays)}"
+            )
+        infos = []
+        for buf, a, d in zip(self._params, arrays, self._dtypes):
+            info = describe(a, self._where(buf))
+            self._check_info(buf, info, d)
+            infos.append(info)
+        return infos
+
+    def _call_general(self, arrays: Sequence[Any], stream: Any) -> None:
+        infos = self._describe_all(arrays)
+        sizes = self._bind([i.shape for i in infos])
+        devices = {i.device for i in infos if i.device is not None}
+        if len(devices) > 1:
+            raise LaunchError(f"{self.func.name}: arrays live on different CUDA devices {sorted(devices)}")
+        device = devices.pop() if devices else 0
+        source = next((i.stream_source for i in infos if i.stream_source), None)
+        s = explicit_stream(stream) if stream is not None else caller_stream(source, device)
+        if not any(i.host is not None for i in infos):
+            self._launch([i.ptr for i in infos], sizes, s, device)
+            return
+        self._call_with_copies(infos, sizes, s, device)
+
+    def _call_with_copies(self, infos: list[ArgInfo], sizes: tuple[int, ...], s: int,
+                          device: int) -> None:  # fmt: skip
+        """NumPy arguments: copy in, run, copy the written ones back, synchronize."""
+        lib = self._library()
+        name = self.func.name
+        allocated: list[int] = []
         try:
-            run = self._launcher(drv, args, env, keep)
-            try:
-                for _ in range(warmup):
-                    run()
-                self._sync(drv, "warm-up")
-                times = []
-                start, stop = drv.drv.Event(), drv.drv.Event()
-                for _ in range(repeat):
-                    start.record()
-                    run()
-                    stop.record()
-                    stop.synchronize()
-                    times.append(stop.time_since(start))
-            except drv.drv.Error as exc:
-                raise LaunchError(f"{self.func.name}: benchmark run failed: {exc}") from exc
-            self._sync(drv, "benchmark")
-        except BaseException:
-            drv.context.pop()
-            raise
-        self._finish(drv, args)
+            ptrs = []
+            for info in infos:
+                if info.host is None:
+                    ptrs.append(info.ptr)
+                    continue
+                p = lib.malloc(info.host.nbytes, device, name)
+                allocated.append(p)
+                lib.check(lib.dll.loopir_rt_copy(p, info.host.ctypes.data, info.host.nbytes, 1, s or None), name)
+                ptrs.append(p)
+            self._launch(ptrs, sizes, s, device)
+            for info, p, w in zip(infos, ptrs, self._written):
+                if info.host is not None and w:
+                    if not info.host.flags.writeable:
+                        raise LaunchError(f"{name}: an output array is read-only")
+                    lib.check(lib.dll.loopir_rt_copy(info.host.ctypes.data, p, info.host.nbytes, 0, s or None), name)
+            lib.check(lib.dll.loopir_rt_stream_sync(s or None), name)
+        finally:
+            if allocated:
+                lib.dll.loopir_rt_stream_sync(s or None)  # the copies may still be in flight
+                for p in allocated:
+                    lib.dll.loopir_rt_free(p)
+
+    def synchronize(self) -> None:
+        """Wait for every kernel on the device; a kernel's fault is raised as LaunchError."""
+        lib = self._library()
+        lib.check(lib.dll.loopir_rt_device_sync(self._device), f"{self.func.name}: synchronize")
+
+    # -- timing ------------------------------------------------------------------------------
+    def benchmark(self, *arrays: Any, warmup: int = 10, repeat: int = 50, inner: int = 1,
+                  stream: Any = None) -> float:  # fmt: skip
+        """Median milliseconds per call of ``mod(*arrays)``, timed with CUDA events.
+
+        Each sample records an event, makes ``inner`` calls through the same entry users call
+        (argument checks and all), and records another; ``inner=1`` is one call as a program
+        makes it, larger values measure back-to-back throughput. NumPy inputs are copied to
+        the device once, before timing (and the written ones back after).
+        """
+        if warmup < 0 or repeat < 1 or inner < 1:
+            raise LaunchError(
+                f"benchmark: need warmup >= 0, repeat >= 1 and inner >= 1, got {warmup}, "
+                f"{repeat}, {inner}"
+            )
+        infos = self._describe_all(arrays)
+        self._bind([i.shape for i in infos])
+        lib = self._library()
+        name = self.func.name
+        devices = {i.device for i in infos if i.device is not None}
+        device = min(devices) if devices else 0
+        source = next((i.stream_source for i in infos if i.stream_source), None)
+        s = explicit_stream(stream) if stream is not None else caller_stream(source, device)
+        args: list[Any] = list(arrays)
+        uploaded: list[_DeviceArray] = []
+        events = [_vp(), _vp()]
+        try:
+            for j, info in enumerate(infos):
+                if info.host is not None:
+                    p = lib.malloc(info.host.nbytes, device, name)
+                    uploaded.append(_DeviceArray(p, info.host, device))
+                    lib.check(lib.dll.loopir_rt_copy(p, info.host.ctypes.data, info.host.nbytes, 1, s or None), name)
+                    args[j] = uploaded[-1]
+            for ev in events:
+                lib.check(lib.dll.loopir_rt_event_create(ctypes.byref(ev)), name)
+            call = self if stream is None else (lambda *a: self(*a, stream=stream))
+            for _ in range(warmup):
+                call(*args)
+            times = []
+            ms = ctypes.c_float()
+            for _ in range(repeat):
+                lib.check(lib.dll.loopir_rt_event_record(events[0], s or None), name)
+                for _ in range(inner):
+                    call(*args)
+                lib.check(lib.dll.loopir_rt_event_record(events[1], s or None), name)
+                lib.check(lib.dll.loopir_rt_event_elapsed(events[0], events[1], ctypes.byref(ms)), name)
+                times.append(ms.value / inner)
+            for up, w in zip(uploaded, [self._written[j] for j, i in enumerate(infos) if i.host is not None]):
+                if w:
+                    lib.check(lib.dll.loopir_rt_copy(up.host.ctypes.data, up.ptr, up.host.nbytes, 0, s or None), name)
+            lib.check(lib.dll.loopir_rt_stream_sync(s or None), name)
+        finally:
+            for ev in events:
+                if ev.value:
+                    lib.dll.loopir_rt_event_destroy(ev)
+            if uploaded:
+                lib.dll.loopir_rt_stream_sync(s or None)
+                for up in uploaded:
+                    lib.dll.loopir_rt_free(up.ptr)
         return float(statistics.median(times))
 
 
-def _device_id(a: Any) -> int | None:
-    """The CUDA device index of a torch tensor / cupy array, when it says."""
-    dev = getattr(a, "device", None)
-    if dev is None:
-        return None
-    for attr in ("index", "id"):
-        v = getattr(dev, attr, None)
-        if isinstance(v, int):
-            return v
-    return None
+def _torch_fast_path(mod: CUDAModule, torch: Any) -> Any:
+    """A function of the module's arguments that launches when all are contiguous CUDA torch
+    tensors of the right dtypes on one device with a known signature, and returns False
+    otherwise (the general path then checks and explains).
+
+    It is generated for the parameter count, so a call costs a few attribute reads per tensor,
+    one dict lookup and one call of the CPython entry: no loop, no argument lists.
+    """
+    n = mod._n
+    names = [f"a{i}" for i in range(n)]
+    env: dict[str, Any] = {
+        "T": torch.Tensor, "sigs": mod._signatures, "bind": mod._bind, "mod": mod,
+        "raw": getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        or (lambda d: torch.cuda.current_stream(d).cuda_stream),
+    }  # fmt: skip
+    for i, d in enumerate(mod._dtypes):
+        env[f"w{i}"] = getattr(torch, d, None)
+    # the tensor methods as plain functions: no bound-method object per read
+    env.update(contig=torch.Tensor.is_contiguous, dev=torch.Tensor.get_device,
+               ptr=torch.Tensor.data_ptr)  # fmt: skip
+    checks = " and ".join(
+        f"{a}.__class__ is T and {a}.dtype is w{i} and contig({a})"
+        for i, a in enumerate(names)
+    ) or "True"
+    same = " and ".join(f"dev({a}) == d" for a in names[1:]) or "True"
+    ptrs = "".join(f"ptr({a}), " for a in names)
+    shapes = "".join(f"{a}.shape, " for a in names)
+    if mod.host_code.temps:
+        launch = f"    mod._launch(({ptrs}), sizes, raw(d), d)\n"
+    else:  # the common case, inlined
+        launch = (
+            "    mod._device = d\n"
+            f"    rc = call({ptrs}*sizes, None, raw(d) or None, d)\n"
+            "    if rc:\n"
+            "        lib.check(rc, mod.func.name)\n"
+        )
+    src = (
+        f"def fast({', '.join(names)}):\n"
+        f"    if not ({checks}):\n"
+        "        return False\n"
+        f"    d = {f'dev({names[0]})' if n else '0'}\n"
+        f"    if d < 0 or not ({same}):\n"
+        "        return False\n"
+        f"    key = ({shapes})\n"
+        "    sizes = sigs.get(key)\n"
+        "    if sizes is None:\n"
+        "        sizes = bind(key)\n"
+        f"{launch}"
+        "    return True\n"
+    )
+    lib = mod._library()
+    env["lib"], env["call"] = lib, lib.call
+    exec(compile(src, f"<loopir fast path of {mod.func.name}>", "exec"), env)  # noqa: S102
+    return env["fast"]
 
 
 def describe_resources(mod: CUDAModule) -> str:
@@ -415,4 +482,4 @@ def describe_resources(mod: CUDAModule) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["CUDAModule", "describe_resources", "PrimExpr"]
+__all__ = ["CUDAModule", "describe_resources"]

@@ -555,26 +555,50 @@ def _offloaded_func(layout="NN"):
     return GemmOffload()(te.create_prim_func([A, B, bias, D]))
 
 
-def test_runner_builds_one_library_and_maps_pointers(monkeypatch, tmp_path):
+def test_extern_gemms_plan_the_calls_the_host_code_makes(tmp_path):
     from loopir.codegen_cuda.cutlass import hook, tune
 
-    monkeypatch.setattr(hook, "CutlassLibrary", _FakeLibrary)
     func = _offloaded_func("TN")
-    runner = hook.ExternGemmRunner(func, cache=tmp_path, tune_candidates=0)
-    (call,) = runner.library_calls
+    plan = hook.ExternGemms(func, cache=tmp_path, tune_candidates=0)
+    (call,) = plan.library_calls
     assert call["call_id"] == "gemm_C" and call["fused"] == ("D",) and not call["tuned"]
     p = hook.problem_from_signature(call["problem"])
     assert call["config"] == default_candidate(p).config()
-    runner.run("gemm_C", {"A": 0x1000, "B": 0x2000, "bias": 0x3000, "D": 0x4000})
-    (name, a, b, d, m, n, k, batch, kw) = runner.library.calls[0]
-    assert (a, b, d, m, n, k, batch) == (0x1000, 0x2000, 0x4000, 512, 256, 128, 1)
-    assert kw["bias"] == 0x3000 and kw["source"] == 0 and kw["alpha"] == 2.0 and kw["beta"] == 0.0
-    with pytest.raises(LaunchError, match="needs the pointer of parameter 'bias'"):
-        runner.run("gemm_C", {"A": 1, "B": 2, "D": 3})
-    with pytest.raises(LaunchError, match="unknown extern GEMM call"):
-        runner.run("gemm_X", {})
+    (c,) = plan.calls
+    assert c.entry == call["kernel"] and f'int {c.entry}(' in plan.source
+    assert c.operands == {"a": "A", "b": "B", "d": "D", "source": "", "bias": "bias"}
+    assert (c.m, c.n, c.k, c.batch, c.alpha, c.beta) == (512, 256, 128, 1, 2.0, 0.0)
     # a tuned choice in the cache wins over the heuristic
     other = enumerate_candidates(p, 90)[2]
     tune.record_choice(p, 90, other, 0.1, [], tmp_path)
-    tuned = hook.ExternGemmRunner(func, cache=tmp_path, tune_candidates=0)
+    tuned = hook.ExternGemms(func, cache=tmp_path, tune_candidates=0)
     assert tuned.library_calls[0]["tuned"] and tuned.library_calls[0]["config"] == other.config()
+
+
+@pytest.mark.nvcc
+def test_built_module_calls_cutlass_from_its_host_code(tmp_path):
+    """The whole path without a GPU: the CUTLASS unit compiled to an object, linked into the
+    function's library, and called by the generated host code (a trace build records it)."""
+    import loopir
+    from loopir import te
+
+    A = te.placeholder((256, 128), "float16", name="A")
+    B = te.placeholder((128, 256), "float16", name="B")
+    r = te.reduce_axis(128, name="k")
+    C = te.compute((256, 256), lambda i, j: te.sum(A[i, r].astype("float32") * B[r, j].astype("float32"), axis=r), name="C")
+    D = te.compute((256, 256), lambda i, j: C[i, j].astype("float16"), name="D")
+    mod = loopir.build(te.create_prim_func([A, B, D]), target="cuda", cache_dir=tmp_path,
+                       nvcc_flags=("-DLOOPIR_HOST_TRACE",))  # fmt: skip
+    (call,) = mod.library_calls
+    assert f'int {call["kernel"]}(' in mod.cutlass_source and call["kernel"] in mod.source
+
+    class Fake:
+        def __init__(self, shape, ptr):
+            self.__cuda_array_interface__ = {"shape": shape, "typestr": "<f2", "data": (ptr, False),
+                                             "version": 3, "strides": None}  # fmt: skip
+
+    mod(Fake((256, 128), 0x1000), Fake((128, 256), 0x20000), Fake((256, 256), 0x40000))
+    assert mod._library().trace().splitlines() == [
+        f"call {call['kernel']} args= 0x1000 0x20000 (nil) (nil) 0x40000 256 256 128 1 1 0 (nil)"]
+    with pytest.raises(LaunchError, match="parameter 'B': dimension 1 must be 256, got 255"):
+        mod(Fake((256, 128), 0x1000), Fake((128, 255), 0x20000), Fake((256, 256), 0x40000))

@@ -213,7 +213,7 @@ def _build_cases() -> _Cases:
 
 
 def _host_program(c: _Cases) -> str:
-    helpers = cuda_emitter._HELPERS.replace("__device__ __forceinline__", "__host__ __device__ inline")
+    helpers = cuda_emitter.FLOOR_HELPERS
     printer = ExprPrinter(_HostEmitter(c.i))  # type: ignore[arg-type]
     lines = [_HOST_SHIMS, helpers]
     bufs = [b for b, _ in c.inputs.values()] + [b for _, b, _ in c.outputs]

@@ -1,14 +1,16 @@
-"""CUDAModule: argument checking (no GPU needed), the no-GPU error, and GPU runs."""
+"""CUDAModule: argument checking and the compiled host program (no GPU needed), GPU runs.
+
+Without a GPU the host program is checked through a trace build (``-DLOOPIR_HOST_TRACE``): the
+same generated host code, compiled by nvcc, records its launches, library calls and copies
+instead of running them.
+"""
 
 from __future__ import annotations
-
-import sys
 
 import numpy as np
 import pytest
 
 from loopir.codegen_cuda import build_cuda
-from loopir.codegen_cuda.runtime import _Driver
 from loopir.errors import LaunchError
 from loopir.ir import op
 from loopir.ir.buffer import Buffer
@@ -26,13 +28,15 @@ def vadd(tmp_path_factory):
     return build_cuda(vector_add(Var("n"), 128), cache_dir=tmp_path_factory.mktemp("c"))
 
 
-@pytest.fixture
-def no_gpu(monkeypatch):
-    """Pretend pycuda is missing (and forget any driver state of this process)."""
-    monkeypatch.setattr(_Driver, "_instance", None)
-    monkeypatch.setattr(_Driver, "_error", None)
-    monkeypatch.setitem(sys.modules, "pycuda", None)
-    monkeypatch.setitem(sys.modules, "pycuda.driver", None)
+TRACE = ("-DLOOPIR_HOST_TRACE",)
+
+
+def _has_gpu() -> bool:
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    return bool(smi) and subprocess.run([smi, "-L"], capture_output=True).returncode == 0
 
 
 def _f32(*shape):
@@ -65,7 +69,7 @@ def test_fixed_shape_mismatch(tmp_path):
 def test_non_contiguous_and_foreign_objects(vadd):
     with pytest.raises(LaunchError, match="parameter 'A': array is not C-contiguous"):
         vadd(_f32(20)[::2], _f32(10), _f32(10))
-    with pytest.raises(LaunchError, match="parameter 'A': expected a numpy array.*got list"):
+    with pytest.raises(LaunchError, match="parameter 'A': expected a CUDA array.*or a numpy array, got list"):
         vadd([1.0] * 10, _f32(10), _f32(10))
 
 
@@ -81,22 +85,35 @@ class _FakeCudaArray:
 
 def test_cuda_array_interface_checks(vadd):
     ok = _FakeCudaArray((10,))
-    with pytest.raises(LaunchError, match="parameter 'A': dtype must be float32, got CUDA array of <f8"):
+    with pytest.raises(LaunchError, match="parameter 'A': dtype must be float32, got float64"):
         vadd(_FakeCudaArray((10,), "<f8"), ok, ok)
-    with pytest.raises(LaunchError, match="parameter 'B': CUDA array is not C-contiguous"):
+    with pytest.raises(LaunchError, match="parameter 'B': array is not C-contiguous"):
         vadd(ok, _FakeCudaArray((10,), strides=(8,)), ok)
 
 
-def test_call_without_pycuda_raises_launch_error(vadd, no_gpu):
-    with pytest.raises(LaunchError, match="pycuda is not installed"):
+@pytest.mark.skipif(_has_gpu(), reason="checks the error a machine without a GPU gives")
+def test_call_without_a_gpu_raises_launch_error(vadd):
+    # the library loads and its entry runs; the CUDA runtime finds no device
+    ok = _FakeCudaArray((10,))
+    with pytest.raises(LaunchError, match="vector_add: no usable CUDA device"):
+        vadd(ok, ok, ok)
+    with pytest.raises(LaunchError, match="vector_add: no usable CUDA device"):
         vadd(_f32(10), _f32(10), _f32(10))
-    with pytest.raises(LaunchError, match="pycuda is not installed"):
+    with pytest.raises(LaunchError, match="vector_add: no usable CUDA device"):
         vadd.benchmark(_f32(10), _f32(10), _f32(10))
 
 
 def test_benchmark_argument_checks(vadd):
     with pytest.raises(LaunchError, match="repeat >= 1"):
         vadd.benchmark(_f32(10), _f32(10), _f32(10), repeat=0)
+    with pytest.raises(LaunchError, match="expected 3 arrays"):
+        vadd.benchmark(_f32(10), _f32(10))
+
+
+def test_explicit_stream_argument_is_checked(vadd):
+    ok = _FakeCudaArray((10,))
+    with pytest.raises(LaunchError, match="stream: expected a CUDA stream or handle, got str"):
+        vadd(ok, ok, ok, stream="s0")
 
 
 # ---- on the GPU ---------------------------------------------------------------------------------
@@ -163,7 +180,7 @@ def test_gpu_torch_arrays_in_place_and_alignment(cuda_cache):
     big = torch.zeros(1025, dtype=torch.float32, device="cuda")
     with pytest.raises(LaunchError, match="parameter 'A' must be 16-byte aligned"):
         mod(big[1:], b)
-    with pytest.raises(LaunchError, match="parameter 'B': CUDA array is not C-contiguous"):
+    with pytest.raises(LaunchError, match="parameter 'B': array is not C-contiguous"):
         mod(a, torch.zeros(2064, device="cuda")[::2])
     with pytest.raises(LaunchError, match="parameter 'A': dtype must be float32"):
         mod(a.half(), b)
@@ -246,94 +263,31 @@ def test_gpu_shared_roundtrip_with_barrier(cuda_cache):
     np.testing.assert_array_equal(a[96:], a0[96:])
 
 
-# ---- the launch path against a recording fake driver (no GPU needed) --------------------------
+# ---- the compiled host program, through a trace build (no GPU needed) -------------------------
 
 
-class _FakeDrv:
-    """Records what the runtime asks pycuda to do."""
-
-    class Error(Exception):
-        pass
-
-    def __init__(self) -> None:
-        self.launches: list[tuple[str, tuple, tuple, tuple]] = []
-        self.copies: list[str] = []
-        self.next_ptr = 0x7000_0000
-
-    def mem_alloc(self, nbytes):
-        self.next_ptr += (nbytes + 255) // 256 * 256
-        return self.next_ptr
-
-    def memcpy_htod(self, dst, src):
-        self.copies.append(f"htod {src.shape}")
-
-    def memcpy_dtoh(self, dst, src):
-        self.copies.append(f"dtoh {dst.shape}")
-
-    def module_from_buffer(self, cubin):
-        drv = self
-
-        class Mod:
-            def get_function(self, name):
-                def f(*args, grid, block):
-                    drv.launches.append((name, args, grid, block))
-
-                return f
-
-        return Mod()
-
-    class Event:
-        def record(self):
-            pass
-
-        def synchronize(self):
-            pass
-
-        def time_since(self, other):
-            return 1.5
+def _trace(mod) -> list[str]:
+    return mod._library().trace().splitlines()
 
 
-class _FakeContext:
-    def __init__(self) -> None:
-        self.depth = 0
-
-    def push(self):
-        self.depth += 1
-
-    def pop(self):
-        self.depth -= 1
-
-    def synchronize(self):
-        pass
-
-
-@pytest.fixture
-def fake_driver(monkeypatch):
-    d = _Driver.__new__(_Driver)
-    d.drv = _FakeDrv()
-    d.context = _FakeContext()
-    d.modules = {}
-    monkeypatch.setattr(_Driver, "_instance", d)
-    return d
-
-
-def test_launch_marshalling_with_fake_driver(fake_driver, tmp_path):
-    mod = build_cuda(vector_add(Var("n"), 128), cache_dir=tmp_path)
+def test_launch_marshalling_in_a_trace_build(tmp_path):
+    mod = build_cuda(vector_add(Var("n"), 128), cache_dir=tmp_path, nvcc_flags=TRACE)
     a, b, c = _f32(1000), _f32(1000), _f32(1000)
     mod(a, b, c)
-    (name, args, grid, block), = fake_driver.drv.launches
-    assert name == "vector_add_kernel0"
-    assert grid == (8, 1, 1) and block == (128, 1, 1)
-    assert [type(x) for x in args] == [np.uintp, np.uintp, np.uintp, np.int32]
-    assert int(args[3]) == 1000
-    # inputs copied in, only the written output copied back; the context is released
-    assert fake_driver.drv.copies == ["htod (1000,)"] * 3 + ["dtoh (1000,)"]
-    assert fake_driver.context.depth == 0
+    # inputs copied in, one launch with the size as its int parameter, the output copied back
+    lines = _trace(mod)
+    assert lines[:3] == ["htod 4000"] * 3 and lines[4:] == ["dtoh 4000"]
+    assert lines[3].startswith("launch vector_add_kernel0 grid=(8,1,1) block=(128,1,1) args=")
+    assert lines[3].endswith(" 1000")
     assert mod.benchmark(a, b, c, warmup=1, repeat=3) == 1.5
-    assert fake_driver.context.depth == 0
+    # device arrays: no copies, the pointers passed through as given
+    before = len(_trace(mod))
+    mod(_FakeCudaArray((7,), ptr=0x100), _FakeCudaArray((7,), ptr=0x200), _FakeCudaArray((7,), ptr=0x300))
+    assert _trace(mod)[before:] == [
+        "launch vector_add_kernel0 grid=(1,1,1) block=(128,1,1) args= 0x100 0x200 0x300 7"]
 
 
-def test_host_program_with_fake_driver(fake_driver, tmp_path):
+def test_host_loop_and_workspace_in_a_trace_build(tmp_path):
     A = Buffer("A", (4, 64), "float32")
     T = Buffer("T", (4, 64), "float32")
     t, tx, tx2 = Var("t"), Var("tx"), Var("tx2")
@@ -341,25 +295,26 @@ def test_host_program_with_fake_driver(fake_driver, tmp_path):
         loop(t, 4, bind(tx, 64, "threadIdx.x", BufferStore(T, A[t, tx], (t, tx)))),
         bind(tx2, 64, "threadIdx.x", BufferStore(A, T[0, tx2], (0, tx2))),
     ))
-    mod = build_cuda(PrimFunc((A,), body, name="h"), cache_dir=tmp_path)
-    mod(_f32(4, 64))
-    launches = fake_driver.drv.launches
-    assert [x[0] for x in launches] == ["h_kernel0"] * 4 + ["h_kernel1"]
-    assert [int(x[1][2]) for x in launches[:4]] == [0, 1, 2, 3]  # the host loop variable
-    temp_ptr = int(launches[0][1][1])
-    assert int(launches[4][1][1]) == temp_ptr  # the temporary is shared by both kernels
+    mod = build_cuda(PrimFunc((A,), body, name="h"), cache_dir=tmp_path, nvcc_flags=TRACE)
+    mod(_FakeCudaArray((4, 64), ptr=0x1000))
+    launches = [x.split() for x in _trace(mod) if x.startswith("launch")]
+    assert [x[1] for x in launches] == ["h_kernel0"] * 4 + ["h_kernel1"]
+    assert [x[-1] for x in launches[:4]] == ["0", "1", "2", "3"]  # the host loop variable
+    temp = launches[0][-2]
+    assert launches[4][-1] == temp and temp != "0x1000"  # one temporary, from the workspace
+    assert mod._library().workspace() == 1024
 
 
-def test_misaligned_cuda_pointer_is_refused_before_launch(fake_driver, tmp_path):
-    mod = build_cuda(_copy_func(0), cache_dir=tmp_path)
+def test_misaligned_cuda_pointer_is_refused_by_the_host_code(tmp_path):
+    mod = build_cuda(_copy_func(0), cache_dir=tmp_path, nvcc_flags=TRACE)
     a = _FakeCudaArray((1024,), ptr=0x10004)
     b = _FakeCudaArray((1032,), ptr=0x20000)
-    with pytest.raises(LaunchError, match="parameter 'A' must be 16-byte aligned"):
+    with pytest.raises(LaunchError, match="parameter 'A' must be 16-byte aligned for vector accesses, got address 0x10004"):
         mod(a, b)
-    assert fake_driver.drv.launches == [] and fake_driver.context.depth == 0
+    assert _trace(mod) == []
 
 
-def test_host_if_on_sizes_with_fake_driver(fake_driver, tmp_path):
+def test_host_if_on_sizes_in_a_trace_build(tmp_path):
     from loopir.ir.stmt import IfThenElse
 
     n = Var("n")
@@ -368,8 +323,29 @@ def test_host_if_on_sizes_with_fake_driver(fake_driver, tmp_path):
     big = bind(tx, 64, "threadIdx.x", BufferStore(A, 1.0, (tx,)))
     small = bind(ty, 8, "threadIdx.x", BufferStore(A, 2.0, (ty,)))
     mod = build_cuda(PrimFunc((A,), IfThenElse(n >= 64, big, small), name="pick"),
-                     cache_dir=tmp_path)
-    mod(_f32(100))
-    mod(_f32(10))
-    assert [(x[0], x[3]) for x in fake_driver.drv.launches] == [
-        ("pick_kernel0", (64, 1, 1)), ("pick_kernel1", (8, 1, 1))]
+                     cache_dir=tmp_path, nvcc_flags=TRACE)
+    mod(_FakeCudaArray((100,)))
+    mod(_FakeCudaArray((10,)))
+    assert [x.split()[1:4] for x in _trace(mod)] == [
+        ["pick_kernel0", "grid=(1,1,1)", "block=(64,1,1)"], ["pick_kernel1", "grid=(1,1,1)", "block=(8,1,1)"]]
+
+
+def test_launch_limits_are_checked_by_the_host_code(tmp_path):
+    A = Buffer("A", (2048,), "float32")
+    tx = Var("tx")
+    mod = build_cuda(PrimFunc((A,), bind(tx, 2048, "threadIdx.x", BufferStore(A, 1.0, (tx,)))),
+                     cache_dir=tmp_path, nvcc_flags=TRACE)
+    with pytest.raises(LaunchError, match=r"kernel main_kernel0: block \(2048, 1, 1\) exceeds the 1024-thread limit"):
+        mod(_FakeCudaArray((2048,)))
+
+
+def test_symbolic_signature_is_checked_once_and_cached(tmp_path):
+    mod = build_cuda(vector_add(Var("n"), 128), cache_dir=tmp_path, nvcc_flags=TRACE)
+    ok = _FakeCudaArray((10,))
+    mod(ok, ok, ok)
+    assert mod._signatures == {((10,), (10,), (10,)): (10,)}
+    mod(ok, ok, ok)
+    assert len(mod._signatures) == 1
+    with pytest.raises(LaunchError, match="dimension 0 is size n, bound to 10"):
+        mod(ok, ok, _FakeCudaArray((11,)))
+    assert len(mod._signatures) == 1  # a refused signature is not cached

@@ -1,8 +1,8 @@
 """Corrupted or truncated kernel cache entries are detected and rebuilt, never loaded.
 
 Both caches are covered: the CPU executor's shared libraries (loopir/runtime/cache.py, a
-``.sha256`` file per library) and the CUDA cubins (loopir/codegen_cuda/compile.py, a
-``.json`` file with the cubin's hash). Corruption is planted in a fresh cache directory
+``.sha256`` file per library) and the CUDA libraries and cubins (loopir/codegen_cuda/compile.py, a
+``.json`` file with the output's hash). Corruption is planted in a fresh cache directory
 with a name no library loaded by this process has: rewriting a loaded ``.so`` in place would
 crash the process, which is not what is under test.
 """
@@ -90,18 +90,20 @@ needs_nvcc = pytest.mark.nvcc  # skipped without nvcc (tests/conftest.py)
 
 @needs_nvcc
 @pytest.mark.parametrize("how", list(CORRUPTIONS))
-def test_cuda_cubin_corrupted(gpu_matmul: PrimFunc, cuda_cache_dir: Path, tmp_path: Path,
+def test_cuda_library_corrupted(gpu_matmul: PrimFunc, cuda_cache_dir: Path, tmp_path: Path,
                               how: str) -> None:  # fmt: skip
     mod = loopir.build(gpu_matmul, target="cuda", cache_dir=cuda_cache_dir)
-    good = mod.cubin_path.read_bytes()
+    good = mod.library_path.read_bytes()
     shutil.copytree(cuda_cache_dir, tmp_path / "c")
-    CORRUPTIONS[how](tmp_path / "c" / mod.cubin_path.name)
-    from loopir.codegen_cuda import compile_cuda
-
-    res = compile_cuda(mod.source, arch=mod.arch, cache_dir=tmp_path / "c")
-    assert not res.cache_hit, "a corrupted cubin was taken from the cache"
-    assert res.cubin == good and (tmp_path / "c" / mod.cubin_path.name).read_bytes() == good
-    assert compile_cuda(mod.source, arch=mod.arch, cache_dir=tmp_path / "c").cache_hit
+    CORRUPTIONS[how](tmp_path / "c" / mod.library_path.name)
+    corrupted = (tmp_path / "c" / mod.library_path.name).read_bytes()
+    again = loopir.build(gpu_matmul, target="cuda", cache_dir=tmp_path / "c")
+    assert again.library_path.name == mod.library_path.name  # the same cache entry
+    assert not again.cache_hit, "a corrupted library was taken from the cache"
+    # rebuilt (a host-compiled library is not bit-reproducible), recorded, and loadable
+    rebuilt = again.library_path.read_bytes()
+    assert rebuilt != corrupted and rebuilt[:4] == good[:4] == b"\x7fELF"
+    assert loopir.build(gpu_matmul, target="cuda", cache_dir=tmp_path / "c").cache_hit
 
 
 @needs_nvcc
@@ -110,7 +112,7 @@ def test_cuda_metadata_corrupted(gpu_matmul: PrimFunc, cuda_cache_dir: Path, tmp
                                  meta: str) -> None:  # fmt: skip
     mod = loopir.build(gpu_matmul, target="cuda", cache_dir=cuda_cache_dir)
     shutil.copytree(cuda_cache_dir, tmp_path / "c")
-    meta_path = tmp_path / "c" / (mod.cubin_path.stem + ".json")
+    meta_path = tmp_path / "c" / (mod.library_path.stem + ".json")
     if meta == "truncated":
         _truncate(meta_path)
     elif meta == "not-json":
@@ -119,8 +121,5 @@ def test_cuda_metadata_corrupted(gpu_matmul: PrimFunc, cuda_cache_dir: Path, tmp
         meta_path.write_text(meta_path.read_text().replace('"sha256": "', '"sha256": "00'))
     else:
         meta_path.unlink()
-    from loopir.codegen_cuda import compile_cuda
-
-    res = compile_cuda(mod.source, arch=mod.arch, cache_dir=tmp_path / "c")
-    assert not res.cache_hit
-    assert compile_cuda(mod.source, arch=mod.arch, cache_dir=tmp_path / "c").cache_hit
+    assert not loopir.build(gpu_matmul, target="cuda", cache_dir=tmp_path / "c").cache_hit
+    assert loopir.build(gpu_matmul, target="cuda", cache_dir=tmp_path / "c").cache_hit

@@ -191,11 +191,11 @@ def test_cuda_entry_refused(tmp_path: Path) -> None:
     src = '__global__ void k(float* a) { a[threadIdx.x] = 1.0f; }\n'
     first = compile_cuda(src, arch="sm_90a", cache_dir=tmp_path)
     assert compile_cuda(src, arch="sm_90a", cache_dir=tmp_path).cache_hit
-    first.cubin_path.chmod(0o622)
+    first.path.chmod(0o622)
     with pytest.raises(CodegenError, match=r"\.cubin is refused: its mode is 0622"):
         compile_cuda(src, arch="sm_90a", cache_dir=tmp_path)
-    first.cubin_path.chmod(0o600)
-    meta = first.cubin_path.with_suffix(".json")
+    first.path.chmod(0o600)
+    meta = first.path.with_suffix(".json")
     meta.chmod(0o666)
     with pytest.raises(CodegenError, match=r"\.json is refused"):
         compile_cuda(src, arch="sm_90a", cache_dir=tmp_path)

@@ -62,8 +62,8 @@ def _worker(xdg: str, tmpdir: str, barrier: Any, out: Any) -> None:
     args = random_inputs(cpu_func, seed=3)
     cpu(*args)
     out.put({
-        "cuda_hit": cuda.cache_hit, "cubin_path": str(cuda.cubin_path),
-        "cubin_sha": hashlib.sha256(cuda.cubin).hexdigest(),
+        "cuda_hit": cuda.cache_hit, "cubin_path": str(cuda.path),
+        "cubin_sha": hashlib.sha256(cuda.data).hexdigest(),
         "cpu_hit": cpu.cache_hit, "lib": str(cpu.library_path), "out": args[-1].tobytes(),
         "warnings": records,
     })  # fmt: skip

@@ -61,7 +61,7 @@ def _check_compiled(mod: object, fz: ScheduleFuzzer) -> None:
     for name in names:
         assert f"{name}(" in mod.source, f"kernel {name} missing from the source"  # type: ignore[attr-defined]
         assert name in mod.resource_usage, f"ptxas reported nothing for {name}\n{fz.reproducer()}"  # type: ignore[attr-defined]
-    assert mod.cubin_path.read_bytes()[:4] == b"\x7fELF"  # type: ignore[attr-defined]
+    assert mod.library_path.read_bytes()[:4] == b"\x7fELF"  # type: ignore[attr-defined]
 
 
 @pytest.mark.nvcc

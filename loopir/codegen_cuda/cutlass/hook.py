@@ -8,11 +8,13 @@ in ``func.attrs["loopir.library_calls"]``. The codegen:
    ``"generated"``),
 2. treats each extern statement as a host step between kernel launches
    (:func:`extern_call_id` tells them apart from device code),
-3. builds one :class:`ExternGemmRunner` per module (one nvcc invocation for all CUTLASS
-   kernels, content-hash cached) and, at call time, calls ``runner.run(call_id, pointers)``
-   with the device pointers of the function's parameters by name.
+3. plans one :class:`ExternGemms` per function: the CUTLASS configuration of each call (a
+   cached tuning choice, a fresh tuning run, or the default heuristic), the translation unit
+   holding their entry points (compiled to an object and linked into the function's shared
+   library), and the calls the generated host code makes
+   (:class:`~loopir.codegen_cuda.host.ExternCall`).
 
-``runner.library_calls`` is what ``mod.library_calls`` shows.
+``ExternGemms.library_calls`` is what ``mod.library_calls`` shows.
 """
 
 from __future__ import annotations
@@ -21,16 +23,15 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from loopir.codegen_cuda.cutlass.emit import KernelSpec
+from loopir.codegen_cuda.cutlass.emit import KernelSpec, emit_module
 from loopir.codegen_cuda.cutlass.enumerate import GemmCandidate, default_candidate
-from loopir.codegen_cuda.cutlass.library import CutlassLibrary
 from loopir.codegen_cuda.cutlass.problem import EpilogueSpec, GemmProblem
-from loopir.errors import LaunchError
+from loopir.codegen_cuda.host import ExternCall
 from loopir.ir.expr import Call, StringImm
 from loopir.ir.stmt import Evaluate, PrimFunc, Stmt
 
 __all__ = [
-    "ExternGemmRunner",
+    "ExternGemms",
     "extern_call_id",
     "offload",
     "problem_from_signature",
@@ -70,8 +71,8 @@ def problem_from_signature(sig: Mapping[str, Any]) -> GemmProblem:
     )  # fmt: skip
 
 
-class ExternGemmRunner:
-    """The CUTLASS library of one function's extern GEMM calls.
+class ExternGemms:
+    """The CUTLASS side of one function's extern GEMM calls.
 
     Parameters
     ----------
@@ -88,8 +89,12 @@ class ExternGemmRunner:
 
     Attributes
     ----------
-    library
-        The :class:`CutlassLibrary` (None when the function has no extern call).
+    source
+        The CUTLASS translation unit ("" when the function has no extern call).
+    calls
+        The host code's calls, one per extern statement.
+    arch
+        The newest architecture among the chosen kernels (90 or 80).
     library_calls
         ``[{call_id, block, fused, kernel, cutlass_kernel, config, problem, tuned}]``.
     """
@@ -109,12 +114,12 @@ class ExternGemmRunner:
             from loopir.passes.context import PassContext
 
             tune_candidates = int(PassContext.current().get("cuda.cutlass_tune_candidates"))
-        self.calls = library_calls_of(func)
-        self._entries: dict[str, tuple[KernelSpec, GemmProblem, dict[str, Any]]] = {}
+        descs = library_calls_of(func)
+        self.calls: list[ExternCall] = []
         self.library_calls: list[dict[str, Any]] = []
         specs: list[KernelSpec] = []
-        for call_id in sorted(self.calls):
-            desc = self.calls[call_id]
+        for call_id in sorted(descs):
+            desc = descs[call_id]
             problem = problem_from_signature(desc["problem"])
             arch = int(desc["arch"])
             cand: GemmCandidate | None = lookup(problem, arch, cache)
@@ -126,7 +131,15 @@ class ExternGemmRunner:
                 cand = default_candidate(problem, arch)
             spec = KernelSpec.make(problem.dtype_ab, problem.dtype_d, problem.epilogue, cand)
             specs.append(spec)
-            self._entries[call_id] = (spec, problem, desc)
+            epi = problem.epilogue
+            self.calls.append(
+                ExternCall(
+                    call_id=call_id, entry=spec.entry,
+                    operands={r: str(desc[r] or "") for r in ("a", "b", "d", "source", "bias")},
+                    m=problem.m, n=problem.n, k=problem.k, batch=problem.batch,
+                    alpha=float(epi.alpha), beta=float(epi.beta),
+                )
+            )  # fmt: skip
             self.library_calls.append(
                 {
                     "call_id": call_id, "block": desc["block"], "fused": tuple(desc["fused"]),
@@ -134,34 +147,6 @@ class ExternGemmRunner:
                     "problem": problem.signature(), "tuned": tuned,
                 }
             )  # fmt: skip
-        self.library = CutlassLibrary(specs, cache=cache) if specs else None
-
-    @property
-    def source(self) -> str:
-        return self.library.source if self.library is not None else ""
-
-    def run(self, call_id: str, pointers: Mapping[str, int], stream: int = 0) -> None:
-        """Run extern call ``call_id`` with ``pointers`` = {parameter name: device pointer}.
-
-        Raises
-        ------
-        LaunchError
-            Unknown call id, a missing pointer, or a CUTLASS error status.
-        """
-        if call_id not in self._entries or self.library is None:
-            raise LaunchError(f"cutlass: unknown extern GEMM call {call_id!r}; known: {sorted(self._entries)}")
-        spec, problem, desc = self._entries[call_id]
-
-        def ptr(role: str) -> int:
-            name = desc[role]
-            if not name:
-                return 0
-            if name not in pointers:
-                raise LaunchError(f"cutlass: extern GEMM {call_id} needs the pointer of parameter {name!r}")
-            return int(pointers[name])
-
-        epi = problem.epilogue
-        self.library.call(
-            spec.entry, ptr("a"), ptr("b"), ptr("d"), problem.m, problem.n, problem.k, problem.batch,
-            source=ptr("source"), bias=ptr("bias"), alpha=epi.alpha, beta=epi.beta, stream=stream,
-        )  # fmt: skip
+        self.specs = specs
+        self.source = emit_module(specs) if specs else ""
+        self.arch = max((s.candidate.arch for s in specs), default=90)

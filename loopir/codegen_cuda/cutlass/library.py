@@ -114,6 +114,16 @@ def compile_flags(arch: int, extra: Sequence[str] = ()) -> list[str]:
     return flags
 
 
+def unit_flags() -> list[str]:
+    """nvcc flags for the CUTLASS translation unit of a built module (an object file).
+
+    The target architecture and ``-c``/``-fPIC`` come from the module's compile
+    (:func:`loopir.codegen_cuda.compile.compile_cuda`); these are what CUTLASS's headers need.
+    """
+    return ["-DNDEBUG", "--expt-relaxed-constexpr", "-lineinfo",
+            *(f"-I{inc}" for inc in cutlass_include_dirs())]  # fmt: skip
+
+
 def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
     """Where built libraries are cached: ``override`` (used as is), else ``<cache root>/cutlass``.
 

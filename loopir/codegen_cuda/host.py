@@ -1,0 +1,623 @@
+"""Host code: the C++ that unpacks a call's arguments and launches a function's kernels.
+
+The host/device split (:mod:`loopir.codegen_cuda.split`) leaves a host program -- launches,
+serial host loops, conditions on sizes, device temporaries and CUTLASS calls. This module
+prints it as C++ compiled into the same shared library as the kernels, so a call costs one
+C function call (no Python walk over the program, no per-launch expression evaluation):
+
+.. code-block:: c++
+
+    extern "C" int loopir_call_<func>(void* A, void* B, ...,   // device pointers, in order
+                                      int64_t n, ...,           // size variables
+                                      void* workspace,          // device temporaries
+                                      void* stream, int device);
+
+It returns 0, or an error code with a message in ``loopir_rt_last_error()`` naming the
+function, the kernel or the parameter. It checks the alignment the kernels' vector accesses
+need and the launch limits, launches on ``stream`` and checks each launch with
+``cudaGetLastError``; with ``cuda.sync_after_launch`` it also synchronizes after every launch,
+so an asynchronous fault is reported at the kernel that caused it. It never allocates,
+copies, or synchronizes otherwise, so a call can be captured in a CUDA graph.
+``loopir_workspace_<func>(sizes...)`` gives the bytes of device temporaries for given sizes.
+
+The ``loopir_rt_*`` helpers (allocation, copies, events, synchronization) serve the Python
+runtime's NumPy path and timing, through the same CUDA runtime as the kernels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import attrs
+
+from loopir.codegen_cuda import analysis as an
+from loopir.codegen_cuda.ctypes import ctype, float_literal
+from loopir.codegen_cuda.emitter import FLOOR_HELPERS, EmitResult, NameTable
+from loopir.codegen_cuda.exprs_cuda import ExprPrinter
+from loopir.codegen_cuda.split import (
+    HostAlloc,
+    HostExtern,
+    HostFor,
+    HostIf,
+    HostLaunch,
+    HostNode,
+    HostSeq,
+)
+from loopir.errors import CodegenError
+from loopir.ir import dtype as dt
+from loopir.ir.buffer import Buffer
+from loopir.ir.expr import PrimExpr, Var
+from loopir.ir.functor import post_order_visit
+from loopir.ir.stmt import PrimFunc
+
+WORKSPACE_ALIGN = 256
+
+
+@attrs.frozen(eq=False)
+class ExternCall:
+    """One CUTLASS entry point call of the host program (see ``cutlass.hook``)."""
+
+    call_id: str
+    entry: str
+    operands: dict[str, str]  # role (a, b, d, source, bias) -> buffer name ("" when absent)
+    m: int
+    n: int
+    k: int
+    batch: int
+    alpha: float
+    beta: float
+
+
+@attrs.frozen(eq=False)
+class HostCode:
+    """The printed host code of one function.
+
+    Attributes
+    ----------
+    source
+        The C++ text (appended to the kernels' translation unit).
+    entry, workspace_entry
+        Exported symbol names.
+    size_vars
+        The size variables passed after the pointers, in order.
+    temps
+        Device temporaries carved out of the workspace.
+    """
+
+    source: str
+    entry: str
+    workspace_entry: str
+    size_vars: tuple[Var, ...]
+    temps: tuple[Buffer, ...]
+    uses_floor_helpers: bool = False
+
+
+def size_vars_of(func: PrimFunc) -> tuple[Var, ...]:
+    """Variables in the parameters' shapes and strides, in first-appearance order."""
+    seen: dict[Var, None] = {}
+    for b in func.params:
+        for e in (*b.shape, *(b.strides or ())):
+            post_order_visit(e, lambda n: seen.setdefault(n, None) if isinstance(n, Var) else None)
+    return tuple(seen)
+
+
+class _HostEmitter:
+    """Prints one function's host program; quacks like a kernel emitter for ExprPrinter."""
+
+    def __init__(self, func: PrimFunc, emitted: EmitResult, externs: Sequence[ExternCall],
+                 sync_after_launch: bool) -> None:  # fmt: skip
+        self.func = func
+        self.emitted = emitted
+        self.externs = {c.call_id: c for c in externs}
+        self.sync = sync_after_launch
+        self.names = NameTable()
+        # the entry's own locals and the symbols around it
+        n = len(func.params) + len(size_vars_of(func))
+        self.names.used |= {"g", "t", "grid", "block", "rc", "rc2", "stream", "stream_handle",
+                            "workspace", "device", "offsets", "total", f"{func.name}_layout"}
+        self.names.used |= {f"p_{i}" for i in range(n)} | {f"s_{i}" for i in range(n)}
+        self.names.used |= {k.name for k in emitted.kernels}
+        self.env: dict[Var, an.Bound] = {}
+        self.printer = ExprPrinter(self)
+        self.lines: list[str] = []
+        self.indent = 1
+        self.size_vars = size_vars_of(func)
+        for v in self.size_vars:
+            self.env[v] = (0, None)
+        self.buffer_ptr: dict[Buffer, str] = {}
+
+    # -- the interface ExprPrinter uses -------------------------------------------------------
+    def var_name(self, v: Var) -> str:
+        return self.names.get(v, v.name)
+
+    def buffer_name(self, b: Buffer) -> str:
+        return self.buffer_ptr.get(b) or self.names.get(b, b.name)
+
+    def flat_index(self, buffer: Buffer, indices: tuple[PrimExpr, ...]) -> PrimExpr:
+        raise CodegenError(f"host code: buffer {buffer.name} is read on the host")
+
+    def note_dtype(self, dtype: str) -> None:
+        if dt.is_float(dtype):
+            raise CodegenError(f"host code: {dtype} arithmetic on the host is not supported")
+
+    # -- output -------------------------------------------------------------------------------
+    def line(self, text: str) -> None:
+        self.lines.append("  " * self.indent + text)
+
+    @contextmanager
+    def block(self, head: str) -> Iterator[None]:
+        self.line(f"{head} {{".lstrip())
+        self.indent += 1
+        try:
+            yield
+        finally:
+            self.indent -= 1
+            self.line("}")
+
+    def expr(self, e: PrimExpr) -> str:
+        return self.printer.print(e)
+
+    def i64(self, e: PrimExpr) -> str:
+        return f"static_cast<int64_t>({self.expr(e)})"
+
+    # -- the entry ----------------------------------------------------------------------------
+    def emit(self) -> HostCode:
+        fname = self.func.name
+        entry, ws_entry = f"loopir_call_{fname}", f"loopir_workspace_{fname}"
+        temps = self.emitted.host_temps
+        for b in temps:
+            free = self._vars_in(b.shape)
+            if any(v not in self.size_vars for v in free):
+                raise CodegenError(
+                    f"host code: device temporary {b.name} has shape {tuple(map(str, b.shape))}, "
+                    "which must depend on parameter sizes only"
+                )
+        decls = [f"void* p_{i}" for i in range(len(self.func.params))]
+        size_decls = [f"int64_t s_{i}" for i in range(len(self.size_vars))]
+        out: list[str] = []
+        out.extend(self._layout(temps, size_decls))
+        sig = ", ".join([*size_decls]) or "void"
+        out.append(f'extern "C" int64_t {ws_entry}({sig}) {{')
+        args = ", ".join(f"s_{i}" for i in range(len(self.size_vars)))
+        out.append(f"  return {fname}_layout({args}{', ' if args else ''}nullptr);")
+        out.append("}")
+        out.append("")
+        all_decls = ", ".join([*decls, *size_decls, "void* workspace", "void* stream_handle",
+                               "int device"])  # fmt: skip
+        out.append(f'extern "C" int {entry}({all_decls}) {{')
+        self.line("cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);")
+        self.line("if (int rc = loopir_rt::use_device(device)) return rc;")
+        for i, v in enumerate(self.size_vars):
+            self.line(f"const {ctype(v.dtype)} {self.var_name(v)} = static_cast<{ctype(v.dtype)}>(s_{i});")
+        self._unpack_params()
+        if temps:
+            self.line(f"int64_t offsets[{len(temps)}];")
+            self.line(f"{fname}_layout({args}{', ' if args else ''}offsets);")
+            for j, b in enumerate(temps):
+                name = self.names.get(b, b.name)
+                self.buffer_ptr[b] = name
+                t = ctype(b.dtype)
+                self.line(f"{t}* {name} = reinterpret_cast<{t}*>(static_cast<char*>(workspace) + offsets[{j}]);")
+        self.node(self.emitted.host)
+        self.line("return 0;")
+        out.extend(self.lines)
+        out.append("}")
+        out.extend(self._python_entry(entry))
+        return HostCode(
+            source="\n".join(out) + "\n",
+            entry=entry,
+            workspace_entry=ws_entry,
+            size_vars=self.size_vars,
+            temps=tuple(temps),
+            uses_floor_helpers=self.printer.uses_floor_helpers,
+        )
+
+    def _python_entry(self, entry: str) -> list[str]:
+        """The entry as a CPython builtin (METH_FASTCALL): a call costs no ctypes marshalling.
+
+        Built when the Python headers are found (``-DLOOPIR_PYTHON_ENTRY``); the runtime falls
+        back to calling ``entry`` through ctypes otherwise.
+        """
+        npar, nsize = len(self.func.params), len(self.size_vars)
+        total = npar + nsize + 3
+        conv = [f"  void* a{i} = loopir_py::ptr(args[{i}]);" for i in range(npar)]
+        conv += [f"  int64_t a{npar + i} = PyLong_AsLongLong(args[{npar + i}]);" for i in range(nsize)]
+        conv += [f"  void* a{npar + nsize} = loopir_py::ptr(args[{npar + nsize}]);",
+                 f"  void* a{npar + nsize + 1} = loopir_py::ptr(args[{npar + nsize + 1}]);",
+                 f"  int a{total - 1} = static_cast<int>(PyLong_AsLong(args[{total - 1}]));"]  # fmt: skip
+        call = ", ".join(f"a{i}" for i in range(total))
+        return [
+            "#ifdef LOOPIR_PYTHON_ENTRY",
+            f"static PyObject* py_{entry}(PyObject*, PyObject* const* args, Py_ssize_t nargs) {{",
+            f"  if (nargs != {total}) {{",
+            f'    PyErr_SetString(PyExc_TypeError, "{entry}: expected {total} arguments");',
+            "    return nullptr;",
+            "  }",
+            *conv,
+            "  if (PyErr_Occurred()) return nullptr;",
+            f"  return PyLong_FromLong({entry}({call}));",
+            "}",
+            f'static PyMethodDef py_def_{entry} = {{"{entry}", '
+            f"reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(py_{entry})), "
+            "METH_FASTCALL, nullptr};",
+            f'extern "C" PyObject* loopir_py_{entry}(void) {{ return PyCFunction_New(&py_def_{entry}, nullptr); }}',
+            "#endif",
+        ]
+
+    def _vars_in(self, exprs: Sequence[PrimExpr]) -> list[Var]:
+        found: list[Var] = []
+        for e in exprs:
+            post_order_visit(e, lambda n: found.append(n) if isinstance(n, Var) else None)
+        return found
+
+    def _layout(self, temps: Sequence[Buffer], size_decls: list[str]) -> list[str]:
+        """``<func>_layout(sizes..., offsets)``: the workspace's total bytes and each offset."""
+        fname = self.func.name
+        params = ", ".join([*size_decls, "int64_t* offsets"])
+        lines = [f"static int64_t {fname}_layout({params}) {{", "  int64_t total = 0;"]
+        saved, self.lines, self.indent = self.lines, [], 1
+        for i, v in enumerate(self.size_vars):
+            self.line(f"const {ctype(v.dtype)} {self.var_name(v)} = static_cast<{ctype(v.dtype)}>(s_{i});")
+            self.line(f"(void){self.var_name(v)};")
+        for j, b in enumerate(temps):
+            nbytes = " * ".join([*(self.i64(e) for e in b.shape), str(max(1, dt.bits(b.dtype) // 8))])
+            self.line(f"if (offsets) offsets[{j}] = total;")
+            self.line(f"total += ({nbytes} + {WORKSPACE_ALIGN - 1}) / {WORKSPACE_ALIGN} * {WORKSPACE_ALIGN};")
+        body, self.lines = self.lines, saved
+        return [*lines, *body, "  return total;", "}", ""]
+
+    def _unpack_params(self) -> None:
+        align: dict[Buffer, int] = {}
+        for k in self.emitted.kernels:
+            for b, a in k.alignment.items():
+                align[b] = max(align.get(b, 1), a)
+        for i, b in enumerate(self.func.params):
+            name = self.names.get(b, b.name)
+            self.buffer_ptr[b] = name
+            t = ctype(b.dtype)
+            self.line(f"{t}* {name} = static_cast<{t}*>(p_{i});")
+            a = align.get(b, 1)
+            if a > 1:
+                with self.block(f"if (reinterpret_cast<uintptr_t>({name}) % {a} != 0)"):
+                    self.line(
+                        f'return loopir_rt::fail(1, "{self.func.name}: parameter \'{b.name}\' must be '
+                        f'{a}-byte aligned for vector accesses, got address %p", p_{i});'
+                    )
+
+    # -- the host program ---------------------------------------------------------------------
+    def node(self, n: HostNode) -> None:
+        if isinstance(n, HostSeq):
+            for item in n.items:
+                self.node(item)
+        elif isinstance(n, HostLaunch):
+            self.launch(n.kernel)
+        elif isinstance(n, HostFor):
+            t = ctype(n.var.dtype)
+            v = self.var_name(n.var)
+            lo = self.expr(n.min)
+            with self.block(""):
+                self.line(f"const {t} {v}_end = {lo} + {self.expr(n.extent)};")
+                blo = an.const_int_bound(n.min, self.env)
+                saved = self.env.get(n.var)
+                self.env[n.var] = (blo[0], None)
+                with self.block(f"for ({t} {v} = {lo}; {v} < {v}_end; ++{v})"):
+                    self.node(n.body)
+                if saved is None:
+                    del self.env[n.var]
+        elif isinstance(n, HostIf):
+            with self.block(f"if ({self.expr(n.condition)})"):
+                self.node(n.then_case)
+            if n.else_case is not None:
+                with self.block("else"):
+                    self.node(n.else_case)
+        elif isinstance(n, HostAlloc):
+            self.node(n.body)  # carved from the workspace at entry
+        elif isinstance(n, HostExtern):
+            self.extern(n.call_id)
+        else:  # pragma: no cover - the splitter builds only the node types above
+            raise CodegenError(f"host code: unknown host node {type(n).__name__}")
+
+    def launch(self, index: int) -> None:
+        k = self.emitted.kernels[index]
+        spec = k.spec
+        dims = [self.i64(e) for e in (*spec.grid, *spec.block)]
+        fn = self.func.name
+        with self.block(""):
+            self.line(f"const int64_t g[3] = {{{dims[0]}, {dims[1]}, {dims[2]}}};")
+            self.line(f"const int64_t t[3] = {{{dims[3]}, {dims[4]}, {dims[5]}}};")
+            # an empty iteration space launches nothing
+            with self.block("if (g[0] > 0 && g[1] > 0 && g[2] > 0 && t[0] > 0 && t[1] > 0 && t[2] > 0)"):
+                self.line(
+                    f'if (int rc = loopir_rt::check_dims("{fn}", "{k.name}", g, t)) return rc;'
+                )
+                args = [self.buffer_name(b) for b in spec.buffers]
+                args += [self.var_name(v) for v in spec.scalars]
+                self.line("const dim3 grid(g[0], g[1], g[2]), block(t[0], t[1], t[2]);")
+                self.line(f"LOOPIR_LAUNCH({k.name}, grid, block, stream{''.join(', ' + a for a in args)});")
+                sync = "true" if self.sync else "false"
+                self.line(
+                    f'if (int rc = loopir_rt::check_launch("{fn}", "{k.name}", stream, {sync})) '
+                    "return rc;"
+                )
+
+    def extern(self, call_id: str) -> None:
+        c = self.externs.get(call_id)
+        if c is None:
+            raise CodegenError(f"host code: extern GEMM call {call_id!r} has no CUTLASS entry")
+        by_name = {b.name: self.buffer_name(b) for b in self.buffer_ptr}
+
+        def operand(role: str) -> str:
+            name = c.operands.get(role, "")
+            if not name:
+                return "nullptr"
+            if name not in by_name:
+                raise CodegenError(f"host code: extern GEMM {call_id} uses unknown buffer {name!r}")
+            return by_name[name]
+
+        ops = [operand(r) for r in ("a", "b", "source", "bias", "d")]
+        alpha, beta = float_literal(c.alpha, "float32"), float_literal(c.beta, "float32")
+        fn = self.func.name
+        with self.block(""):
+            self.line(
+                f"int rc = LOOPIR_EXTERN({c.entry}, {', '.join(ops)}, {c.m}, {c.n}, {c.k}, "
+                f"{c.batch}, {alpha}, {beta}, stream_handle);"
+            )
+            self.line(
+                f'if (rc != 0) return loopir_rt::fail(rc, "{fn}: CUTLASS GEMM {call_id} '
+                f'({c.entry}) returned %d: %s", rc, loopir_cutlass_last_error());'
+            )
+            sync = "true" if self.sync else "false"
+            self.line(
+                f'if (int rc2 = loopir_rt::check_launch("{fn}", "{c.entry}", stream, {sync})) '
+                "return rc2;"
+            )
+
+
+def extern_declarations(externs: Sequence[ExternCall]) -> str:
+    """``extern "C"`` declarations of the CUTLASS entry points the host code calls."""
+    if not externs:
+        return ""
+    lines = ['extern "C" const char* loopir_cutlass_last_error(void);']
+    for entry in sorted({c.entry for c in externs}):
+        lines.append(
+            f'extern "C" int {entry}(const void* A, const void* B, const void* S, '
+            "const void* bias, void* D, int M, int N, int K, int L, float alpha, float beta, "
+            "void* stream);"
+        )
+    return "\n".join(lines) + "\n"
+
+
+RUNTIME_CPP = r"""
+// ---- loopir host runtime: errors, launch checks and the NumPy path's helpers ----
+#ifdef LOOPIR_PYTHON_ENTRY
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+namespace loopir_py {
+static void* ptr(PyObject* o) { return o == Py_None ? nullptr : PyLong_AsVoidPtr(o); }
+}  // namespace loopir_py
+#endif
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cuda_runtime.h>
+
+#ifdef LOOPIR_HOST_TRACE
+#include <string>
+#include <type_traits>
+#endif
+
+namespace loopir_rt {
+static thread_local char last_error[2048] = "";
+
+#ifdef LOOPIR_HOST_TRACE
+// A test build (nvcc -DLOOPIR_HOST_TRACE): launches, library calls and copies are recorded in
+// a text trace instead of run, and fake device pointers are handed out, so the host program
+// runs without a GPU.
+static std::string trace;
+static uintptr_t next_fake = 0x70000000;
+template <class T>
+static void trace_arg(T v) {
+  char b[40];
+  if constexpr (std::is_pointer_v<T> || std::is_null_pointer_v<T>)
+    std::snprintf(b, sizeof b, " %p", static_cast<const void*>(v));
+  else if constexpr (std::is_floating_point_v<T>)
+    std::snprintf(b, sizeof b, " %g", static_cast<double>(v));
+  else
+    std::snprintf(b, sizeof b, " %lld", static_cast<long long>(v));
+  trace += b;
+}
+template <class... A>
+static void record(const char* kernel, dim3 g, dim3 t, A... args) {
+  char b[256];
+  std::snprintf(b, sizeof b, "launch %s grid=(%u,%u,%u) block=(%u,%u,%u) args=", kernel, g.x, g.y,
+                g.z, t.x, t.y, t.z);
+  trace += b;
+  (trace_arg(args), ...);
+  trace += "\n";
+}
+template <class... A>
+static int record_call(const char* entry, A... args) {
+  trace += std::string("call ") + entry + " args=";
+  (trace_arg(args), ...);
+  trace += "\n";
+  return 0;
+}
+#define LOOPIR_LAUNCH(K, G, T, S, ...) loopir_rt::record(#K, G, T, ##__VA_ARGS__)
+#define LOOPIR_EXTERN(E, ...) loopir_rt::record_call(#E, __VA_ARGS__)
+#else
+#define LOOPIR_LAUNCH(K, G, T, S, ...) K<<<G, T, 0, S>>>(__VA_ARGS__)
+#define LOOPIR_EXTERN(E, ...) E(__VA_ARGS__)
+#endif
+
+static int fail(int code, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(last_error, sizeof(last_error), fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+static int cuda_fail(int code, const char* what, cudaError_t err) {
+  return fail(code, "%s: %s (%s)", what, cudaGetErrorString(err), cudaGetErrorName(err));
+}
+
+static int use_device(int device) {
+#ifdef LOOPIR_HOST_TRACE
+  (void)device;
+  return 0;
+#endif
+  int current = -1;
+  cudaError_t err = cudaGetDevice(&current);
+  if (err != cudaSuccess) return cuda_fail(2, "no usable CUDA device", err);
+  if (current != device) {
+    err = cudaSetDevice(device);
+    if (err != cudaSuccess) return cuda_fail(2, "cannot select the CUDA device", err);
+  }
+  return 0;
+}
+
+static int check_dims(const char* fn, const char* kernel, const int64_t* g, const int64_t* t) {
+  if (g[0] > 2147483647LL || g[1] > 65535 || g[2] > 65535)
+    return fail(3, "%s: kernel %s: grid (%lld, %lld, %lld) is out of range (at most "
+                "2147483647 x 65535 x 65535)", fn, kernel, (long long)g[0], (long long)g[1],
+                (long long)g[2]);
+  if (t[0] > 1024 || t[1] > 1024 || t[2] > 64 || t[0] * t[1] * t[2] > 1024)
+    return fail(3, "%s: kernel %s: block (%lld, %lld, %lld) exceeds the 1024-thread limit", fn,
+                kernel, (long long)t[0], (long long)t[1], (long long)t[2]);
+  return 0;
+}
+
+static int check_launch(const char* fn, const char* kernel, cudaStream_t stream, bool sync) {
+#ifdef LOOPIR_HOST_TRACE
+  (void)fn; (void)kernel; (void)stream; (void)sync;
+  return 0;
+#endif
+  cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess && sync) err = cudaStreamSynchronize(stream);
+  if (err == cudaSuccess) return 0;
+  bool config = err == cudaErrorInvalidConfiguration || err == cudaErrorInvalidValue ||
+                err == cudaErrorLaunchOutOfResources;
+  return fail(4, "%s: kernel %s failed: %s (%s)%s", fn, kernel, cudaGetErrorString(err),
+              cudaGetErrorName(err),
+              config || sync ? "" : " -- an earlier asynchronous kernel may have caused it; "
+              "build with PassContext(config={'cuda.sync_after_launch': True}) to find it");
+}
+}  // namespace loopir_rt
+
+extern "C" const char* loopir_rt_last_error(void) { return loopir_rt::last_error; }
+
+#ifdef LOOPIR_HOST_TRACE
+extern "C" const char* loopir_rt_trace(void) { return loopir_rt::trace.c_str(); }
+extern "C" int loopir_rt_malloc(void** out, int64_t bytes, int) {
+  *out = reinterpret_cast<void*>(loopir_rt::next_fake);
+  loopir_rt::next_fake += (bytes + 255) / 256 * 256 + 256;
+  return 0;
+}
+extern "C" int loopir_rt_free(void*) { return 0; }
+extern "C" int loopir_rt_copy(void*, const void*, int64_t bytes, int to_device, void*) {
+  loopir_rt::trace += (to_device ? "htod " : "dtoh ") + std::to_string(bytes) + "\n";
+  return 0;
+}
+extern "C" int loopir_rt_stream_sync(void*) { return 0; }
+extern "C" int loopir_rt_device_sync(int) { return 0; }
+extern "C" int loopir_rt_event_create(void** out) { *out = &loopir_rt::next_fake; return 0; }
+extern "C" int loopir_rt_event_destroy(void*) { return 0; }
+extern "C" int loopir_rt_event_record(void*, void*) { return 0; }
+extern "C" int loopir_rt_event_elapsed(void*, void*, float* ms) { *ms = 1.5f; return 0; }
+#else
+
+extern "C" int loopir_rt_malloc(void** out, int64_t bytes, int device) {
+  if (int rc = loopir_rt::use_device(device)) return rc;
+  cudaError_t err = cudaMalloc(out, bytes > 0 ? bytes : 1);
+  return err == cudaSuccess ? 0 : loopir_rt::cuda_fail(5, "cudaMalloc", err);
+}
+
+extern "C" int loopir_rt_free(void* p) {
+  cudaError_t err = cudaFree(p);
+  return err == cudaSuccess ? 0 : loopir_rt::cuda_fail(5, "cudaFree", err);
+}
+
+extern "C" int loopir_rt_copy(void* dst, const void* src, int64_t bytes, int to_device,
+                              void* stream) {
+  if (bytes <= 0) return 0;
+  cudaError_t err = cudaMemcpyAsync(dst, src, bytes,
+                                    to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+                                    static_cast<cudaStream_t>(stream));
+  return err == cudaSuccess ? 0 : loopir_rt::cuda_fail(5, "cudaMemcpyAsync", err);
+}
+
+extern "C" int loopir_rt_stream_sync(void* stream) {
+  cudaError_t err = cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
+  return err == cudaSuccess ? 0 : loopir_rt::cuda_fail(6, "a kernel failed on the GPU", err);
+}
+
+extern "C" int loopir_rt_device_sync(int device) {
+  if (int rc = loopir_rt::use_device(device)) return rc;
+  cudaError_t err = cudaDeviceSynchronize();
+  return err == cudaSuccess ? 0 : loopir_rt::cuda_fail(6, "a kernel failed on the GPU", err);
+}
+
+extern "C" int loopir_rt_event_create(void** out) {
+  cudaEvent_t ev;
+  cudaError_t err = cudaEventCreate(&ev);
+  *out = ev;
+  return err == cudaSuccess ? 0 : loopir_rt::cuda_fail(7, "cudaEventCreate", err);
+}
+
+extern "C" int loopir_rt_event_destroy(void* ev) {
+  cudaEventDestroy(static_cast<cudaEvent_t>(ev));
+  return 0;
+}
+
+extern "C" int loopir_rt_event_record(void* ev, void* stream) {
+  cudaError_t err = cudaEventRecord(static_cast<cudaEvent_t>(ev),
+                                    static_cast<cudaStream_t>(stream));
+  return err == cudaSuccess ? 0 : loopir_rt::cuda_fail(7, "cudaEventRecord", err);
+}
+
+extern "C" int loopir_rt_event_elapsed(void* start, void* stop, float* ms) {
+  cudaError_t err = cudaEventSynchronize(static_cast<cudaEvent_t>(stop));
+  if (err == cudaSuccess)
+    err = cudaEventElapsedTime(ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(stop));
+  return err == cudaSuccess ? 0 : loopir_rt::cuda_fail(6, "a kernel failed on the GPU", err);
+}
+#endif  // LOOPIR_HOST_TRACE
+"""
+
+
+def emit_host(func: PrimFunc, emitted: EmitResult, externs: Sequence[ExternCall] = (),
+              sync_after_launch: bool = False) -> HostCode:  # fmt: skip
+    """Print the host code of ``func`` (lowered and split into ``emitted``).
+
+    Parameters
+    ----------
+    func
+        The lowered function ``emitted`` came from.
+    emitted
+        :func:`~loopir.codegen_cuda.emitter.emit_cuda`'s result.
+    externs
+        The CUTLASS calls of its extern GEMM statements.
+    sync_after_launch
+        Synchronize the stream after every launch (``cuda.sync_after_launch``), so an
+        asynchronous fault is reported at its kernel.
+
+    Raises
+    ------
+    CodegenError
+        If the host program uses something the host cannot compute.
+    """
+    return _HostEmitter(func, emitted, externs, sync_after_launch).emit()
+
+
+def module_source(kernels: str, host: HostCode, externs: Sequence[ExternCall] = ()) -> str:
+    """The translation unit: the kernels, the runtime helpers, then the host entry."""
+    parts = [kernels.rstrip("\n")]
+    for header, ctype_name in (("cuda_fp16.h", "half*"), ("cuda_bf16.h", "nv_bfloat16*")):
+        if ctype_name in host.source and f"#include <{header}>" not in kernels:
+            parts.append(f"#include <{header}>")  # no kernel uses the type; the host code does
+    parts.append(RUNTIME_CPP)
+    if host.uses_floor_helpers and "T loopir_floordiv(" not in kernels:
+        parts.append(FLOOR_HELPERS)
+    parts += [extern_declarations(externs), host.source]
+    return "\n".join(parts)
