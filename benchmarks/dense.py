@@ -165,8 +165,8 @@ class Bench:
             fname = f"{self.counter:02d}_{tag}_{m}x{k}x{n}_{'pad' if local_pad else 'nopad'}.cu"
             fname = fname.replace("+", "_")
             (self.save_sources / fname).write_text(mod.source)
-            cubin = self.save_sources / fname.replace(".cu", ".cubin")
-            cubin.write_bytes(Path(mod.cubin_path).read_bytes())
+            lib = self.save_sources / fname.replace(".cu", ".so")
+            lib.write_bytes(Path(mod.library_path).read_bytes())  # cuobjdump -sass reads it
             row["source_file"] = fname
         if not err < 1e-4:
             row.update(ok=False, ms=None, tflops=None)

@@ -32,6 +32,7 @@ _LAZY = {
     "structural_equal": ("loopir.ir.equality", "structural_equal"),
     "assert_structural_equal": ("loopir.ir.equality", "assert_structural_equal"),
     "script": ("loopir.ir.printer", "script"),
+    "IRModule": ("loopir.ir.module", "IRModule"),
     "Schedule": ("loopir.schedule", "Schedule"),
     "BlockRV": ("loopir.schedule", "BlockRV"),
     "LoopRV": ("loopir.schedule", "LoopRV"),

@@ -16,16 +16,20 @@ __all__ = ["build", "TARGETS"]
 TARGETS = ("cpu", "cuda")
 
 
-def build(func: PrimFunc, target: str = "cpu", **options: Any) -> Any:
-    """Compile ``func`` for ``target``.
+def build(func: Any, target: str = "cpu", **options: Any) -> Any:
+    """Compile ``func`` (a PrimFunc, or an IRModule of them) for ``target``.
 
     Parameters
     ----------
     func
-        The function (TensorIR with blocks, or lowered).
+        The function (TensorIR with blocks, or lowered), or a :class:`loopir.IRModule`: then a
+        :class:`loopir.runtime.module.RuntimeModule` whose functions are called by name
+        (``rt["qkv"](x, w, y)``); for CUDA all of them are in one shared library (options
+        ``strategy="single" | "units"`` and ``workers``, see ``loopir.codegen_cuda.units``).
     target
         ``"cpu"``: the reference executor (:class:`loopir.runtime.CPUModule`); ``"cuda"``:
-        CUDA C++ compiled with nvcc and run through pycuda (``CUDAModule``).
+        CUDA kernels and their host code compiled with nvcc into a shared library
+        (``CUDAModule``).
     **options
         Target options, e.g. ``check_bounds=False`` or ``cache_dir=...`` for the CPU (see
         :func:`loopir.runtime.build_cpu`) and the CUDA options of
@@ -36,8 +40,14 @@ def build(func: PrimFunc, target: str = "cpu", **options: Any) -> Any:
     CodegenError
         For an unknown target, options the target does not know, or a failed compilation.
     """
+    from loopir.ir.module import IRModule
+
+    if isinstance(func, IRModule):
+        return _build_module(func, target, **options)
     if not isinstance(func, PrimFunc):
-        raise CodegenError(f"build: expected a PrimFunc, got {type(func).__name__}: {func!r}")
+        raise CodegenError(
+            f"build: expected a PrimFunc or an IRModule, got {type(func).__name__}: {func!r}"
+        )
     if target == "cpu":
         from loopir.runtime.cpu import build_cpu
 
@@ -46,4 +56,17 @@ def build(func: PrimFunc, target: str = "cpu", **options: Any) -> Any:
         from loopir.codegen_cuda import build_cuda  # type: ignore[attr-defined]
 
         return build_cuda(func, **options)
+    raise CodegenError(f"build: unknown target {target!r}; known targets: {', '.join(TARGETS)}")
+
+
+def _build_module(mod: Any, target: str, **options: Any) -> Any:
+    if target == "cpu":
+        from loopir.runtime.cpu import build_cpu
+        from loopir.runtime.module import RuntimeModule
+
+        return RuntimeModule({n: build_cpu(mod[n], **options) for n in mod.names}, "cpu")
+    if target == "cuda":
+        from loopir.codegen_cuda.module import build_cuda_module
+
+        return build_cuda_module(mod, **options)
     raise CodegenError(f"build: unknown target {target!r}; known targets: {', '.join(TARGETS)}")

@@ -18,8 +18,9 @@ from loopir.codegen_cuda.compile import (
 )
 from loopir.codegen_cuda.cutlass.hook import offload
 from loopir.codegen_cuda.emitter import EmitResult, KernelSource, emit_cuda
-from loopir.codegen_cuda.host import emit_host, module_source
+from loopir.codegen_cuda.host import emit_host
 from loopir.codegen_cuda.runtime import CUDAModule, describe_resources
+from loopir.codegen_cuda.units import FunctionCode, build_library
 from loopir.errors import CodegenError
 from loopir.ir.functor import post_order_visit
 from loopir.ir.stmt import Block, BlockRealize, PrimFunc
@@ -47,18 +48,6 @@ def _offload_gemms(func: PrimFunc) -> PrimFunc:
     # cutlass.hook is loopir's own code: only the nvidia-cutlass package it drives is optional,
     # and its loader (cutlass.library) handles that one's absence.
     return offload(func)
-
-
-def _python_entry_flags() -> tuple[str, ...]:
-    """Build the CPython entry (see ``host.py``) when this interpreter's headers are there."""
-    import sysconfig
-    from pathlib import Path
-
-    include = sysconfig.get_paths().get("include")
-    if include and Path(include, "Python.h").exists():
-        return ("-DLOOPIR_PYTHON_ENTRY", f"-I{include}")
-    logger.info("Python.h not found: CUDA modules are called through ctypes")
-    return ()
 
 
 def lower_for_cuda(func: PrimFunc) -> PrimFunc:
@@ -125,6 +114,16 @@ def build_cuda(
             f"build_cuda: unknown option(s) {', '.join(sorted(options))}; known: arch, "
             "nvcc_flags, cache_dir, use_cache, min_blocks_per_sm"
         )
+    code = prepare_function(func, min_blocks_per_sm)
+    built = build_library([code], arch=arch, nvcc_flags=nvcc_flags, cache_dir=cache_dir,
+                          use_cache=use_cache)  # fmt: skip
+    mod = CUDAModule(code.func, code.emitted, code.host, built.binary, built.source, cutlass=code.gemms)
+    _warn_spills(mod)
+    return mod
+
+
+def prepare_function(func: PrimFunc, min_blocks_per_sm: int | None = None) -> FunctionCode:
+    """Everything before nvcc: GEMM offload, lowering, emission, race check, host code."""
     from loopir.codegen_cuda.cutlass.hook import ExternGemms
     from loopir.passes.context import PassContext
 
@@ -136,22 +135,10 @@ def build_cuda(
     gemms = ExternGemms(offloaded) if emitted.extern_calls else None
     sync = bool(PassContext.current().get("cuda.sync_after_launch"))
     host = emit_host(lowered, emitted, gemms.calls if gemms else (), sync_after_launch=sync)
-    source = module_source(emitted.source, host, gemms.calls if gemms else ())
-    link = []
-    if gemms is not None:
-        from loopir.codegen_cuda.cutlass.library import unit_flags
+    return FunctionCode(lowered, emitted, host, gemms)
 
-        link.append(
-            compile_cuda(gemms.source, arch=arch or f"sm_{gemms.arch}{'a' if gemms.arch == 90 else ''}",
-                         flags=tuple(unit_flags()), cache_dir=cache_dir,
-                         use_cache=use_cache, output="object")
-        )  # fmt: skip
-        arch = link[0].arch
-    binary = compile_cuda(
-        source, arch=arch, flags=(*_python_entry_flags(), *nvcc_flags), cache_dir=cache_dir,
-        use_cache=use_cache, output="shared", link=link,
-    )
-    mod = CUDAModule(lowered, emitted, host, binary, source, cutlass=gemms)
+
+def _warn_spills(mod: CUDAModule) -> None:
     for name, r in mod.resource_usage.items():
         if r.spill_store_bytes or r.spill_load_bytes:
             logger.warning(
@@ -160,7 +147,6 @@ def build_cuda(
                 r.spill_store_bytes,
                 r.spill_load_bytes,
             )
-    return mod
 
 
 __all__ = [
@@ -171,6 +157,7 @@ __all__ = [
     "KernelResources",
     "KernelSource",
     "build_cuda",
+    "prepare_function",
     "compile_cuda",
     "default_cache_dir",
     "describe_resources",

@@ -20,8 +20,10 @@ so an asynchronous fault is reported at the kernel that caused it. It never allo
 copies, or synchronizes otherwise, so a call can be captured in a CUDA graph.
 ``loopir_workspace_<func>(sizes...)`` gives the bytes of device temporaries for given sizes.
 
-The ``loopir_rt_*`` helpers (allocation, copies, events, synchronization) serve the Python
-runtime's NumPy path and timing, through the same CUDA runtime as the kernels.
+The runtime helpers every entry uses (errors, launch checks) and the ``loopir_rt_*`` exports
+(allocation, copies, events, synchronization: the Python runtime's NumPy path and timing) are
+in :mod:`loopir.codegen_cuda.host_runtime`; :mod:`loopir.codegen_cuda.units` assembles the
+translation units.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import attrs
 
 from loopir.codegen_cuda import analysis as an
 from loopir.codegen_cuda.ctypes import ctype, float_literal
-from loopir.codegen_cuda.emitter import FLOOR_HELPERS, EmitResult, NameTable
+from loopir.codegen_cuda.emitter import EmitResult, NameTable
 from loopir.codegen_cuda.exprs_cuda import ExprPrinter
 from loopir.codegen_cuda.split import (
     HostAlloc,
@@ -388,204 +390,6 @@ def extern_declarations(externs: Sequence[ExternCall]) -> str:
     return "\n".join(lines) + "\n"
 
 
-RUNTIME_CPP = r"""
-// ---- loopir host runtime: errors, launch checks and the NumPy path's helpers ----
-#ifdef LOOPIR_PYTHON_ENTRY
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-namespace loopir_py {
-static void* ptr(PyObject* o) { return o == Py_None ? nullptr : PyLong_AsVoidPtr(o); }
-}  // namespace loopir_py
-#endif
-#include <cstdarg>
-#include <cstdint>
-#include <cstdio>
-#include <cuda_runtime.h>
-
-#ifdef LOOPIR_HOST_TRACE
-#include <string>
-#include <type_traits>
-#endif
-
-namespace loopir_rt {
-static thread_local char last_error[2048] = "";
-
-#ifdef LOOPIR_HOST_TRACE
-// A test build (nvcc -DLOOPIR_HOST_TRACE): launches, library calls and copies are recorded in
-// a text trace instead of run, and fake device pointers are handed out, so the host program
-// runs without a GPU.
-static std::string trace;
-static uintptr_t next_fake = 0x70000000;
-template <class T>
-static void trace_arg(T v) {
-  char b[40];
-  if constexpr (std::is_pointer_v<T> || std::is_null_pointer_v<T>)
-    std::snprintf(b, sizeof b, " %p", static_cast<const void*>(v));
-  else if constexpr (std::is_floating_point_v<T>)
-    std::snprintf(b, sizeof b, " %g", static_cast<double>(v));
-  else
-    std::snprintf(b, sizeof b, " %lld", static_cast<long long>(v));
-  trace += b;
-}
-template <class... A>
-static void record(const char* kernel, dim3 g, dim3 t, A... args) {
-  char b[256];
-  std::snprintf(b, sizeof b, "launch %s grid=(%u,%u,%u) block=(%u,%u,%u) args=", kernel, g.x, g.y,
-                g.z, t.x, t.y, t.z);
-  trace += b;
-  (trace_arg(args), ...);
-  trace += "\n";
-}
-template <class... A>
-static int record_call(const char* entry, A... args) {
-  trace += std::string("call ") + entry + " args=";
-  (trace_arg(args), ...);
-  trace += "\n";
-  return 0;
-}
-#define LOOPIR_LAUNCH(K, G, T, S, ...) loopir_rt::record(#K, G, T, ##__VA_ARGS__)
-#define LOOPIR_EXTERN(E, ...) loopir_rt::record_call(#E, __VA_ARGS__)
-#else
-#define LOOPIR_LAUNCH(K, G, T, S, ...) K<<<G, T, 0, S>>>(__VA_ARGS__)
-#define LOOPIR_EXTERN(E, ...) E(__VA_ARGS__)
-#endif
-
-static int fail(int code, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  std::vsnprintf(last_error, sizeof(last_error), fmt, ap);
-  va_end(ap);
-  return code;
-}
-
-static int cuda_fail(int code, const char* what, cudaError_t err) {
-  return fail(code, "%s: %s (%s)", what, cudaGetErrorString(err), cudaGetErrorName(err));
-}
-
-static int use_device(int device) {
-#ifdef LOOPIR_HOST_TRACE
-  (void)device;
-  return 0;
-#endif
-  int current = -1;
-  cudaError_t err = cudaGetDevice(&current);
-  if (err != cudaSuccess) return cuda_fail(2, "no usable CUDA device", err);
-  if (current != device) {
-    err = cudaSetDevice(device);
-    if (err != cudaSuccess) return cuda_fail(2, "cannot select the CUDA device", err);
-  }
-  return 0;
-}
-
-static int check_dims(const char* fn, const char* kernel, const int64_t* g, const int64_t* t) {
-  if (g[0] > 2147483647LL || g[1] > 65535 || g[2] > 65535)
-    return fail(3, "%s: kernel %s: grid (%lld, %lld, %lld) is out of range (at most "
-                "2147483647 x 65535 x 65535)", fn, kernel, (long long)g[0], (long long)g[1],
-                (long long)g[2]);
-  if (t[0] > 1024 || t[1] > 1024 || t[2] > 64 || t[0] * t[1] * t[2] > 1024)
-    return fail(3, "%s: kernel %s: block (%lld, %lld, %lld) exceeds the 1024-thread limit", fn,
-                kernel, (long long)t[0], (long long)t[1], (long long)t[2]);
-  return 0;
-}
-
-static int check_launch(const char* fn, const char* kernel, cudaStream_t stream, bool sync) {
-#ifdef LOOPIR_HOST_TRACE
-  (void)fn; (void)kernel; (void)stream; (void)sync;
-  return 0;
-#endif
-  cudaError_t err = cudaGetLastError();
-  if (err == cudaSuccess && sync) err = cudaStreamSynchronize(stream);
-  if (err == cudaSuccess) return 0;
-  bool config = err == cudaErrorInvalidConfiguration || err == cudaErrorInvalidValue ||
-                err == cudaErrorLaunchOutOfResources;
-  return fail(4, "%s: kernel %s failed: %s (%s)%s", fn, kernel, cudaGetErrorString(err),
-              cudaGetErrorName(err),
-              config || sync ? "" : " -- an earlier asynchronous kernel may have caused it; "
-              "build with PassContext(config={'cuda.sync_after_launch': True}) to find it");
-}
-}  // namespace loopir_rt
-
-extern "C" const char* loopir_rt_last_error(void) { return loopir_rt::last_error; }
-
-#ifdef LOOPIR_HOST_TRACE
-extern "C" const char* loopir_rt_trace(void) { return loopir_rt::trace.c_str(); }
-extern "C" int loopir_rt_malloc(void** out, int64_t bytes, int) {
-  *out = reinterpret_cast<void*>(loopir_rt::next_fake);
-  loopir_rt::next_fake += (bytes + 255) / 256 * 256 + 256;
-  return 0;
-}
-extern "C" int loopir_rt_free(void*) { return 0; }
-extern "C" int loopir_rt_copy(void*, const void*, int64_t bytes, int to_device, void*) {
-  loopir_rt::trace += (to_device ? "htod " : "dtoh ") + std::to_string(bytes) + "\n";
-  return 0;
-}
-extern "C" int loopir_rt_stream_sync(void*) { return 0; }
-extern "C" int loopir_rt_device_sync(int) { return 0; }
-extern "C" int loopir_rt_event_create(void** out) { *out = &loopir_rt::next_fake; return 0; }
-extern "C" int loopir_rt_event_destroy(void*) { return 0; }
-extern "C" int loopir_rt_event_record(void*, void*) { return 0; }
-extern "C" int loopir_rt_event_elapsed(void*, void*, float* ms) { *ms = 1.5f; return 0; }
-#else
-
-extern "C" int loopir_rt_malloc(void** out, int64_t bytes, int device) {
-  if (int rc = loopir_rt::use_device(device)) return rc;
-  cudaError_t err = cudaMalloc(out, bytes > 0 ? bytes : 1);
-  return err == cudaSuccess ? 0 : loopir_rt::cuda_fail(5, "cudaMalloc", err);
-}
-
-extern "C" int loopir_rt_free(void* p) {
-  cudaError_t err = cudaFree(p);
-  return err == cudaSuccess ? 0 : loopir_rt::cuda_fail(5, "cudaFree", err);
-}
-
-extern "C" int loopir_rt_copy(void* dst, const void* src, int64_t bytes, int to_device,
-                              void* stream) {
-  if (bytes <= 0) return 0;
-  cudaError_t err = cudaMemcpyAsync(dst, src, bytes,
-                                    to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
-                                    static_cast<cudaStream_t>(stream));
-  return err == cudaSuccess ? 0 : loopir_rt::cuda_fail(5, "cudaMemcpyAsync", err);
-}
-
-extern "C" int loopir_rt_stream_sync(void* stream) {
-  cudaError_t err = cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
-  return err == cudaSuccess ? 0 : loopir_rt::cuda_fail(6, "a kernel failed on the GPU", err);
-}
-
-extern "C" int loopir_rt_device_sync(int device) {
-  if (int rc = loopir_rt::use_device(device)) return rc;
-  cudaError_t err = cudaDeviceSynchronize();
-  return err == cudaSuccess ? 0 : loopir_rt::cuda_fail(6, "a kernel failed on the GPU", err);
-}
-
-extern "C" int loopir_rt_event_create(void** out) {
-  cudaEvent_t ev;
-  cudaError_t err = cudaEventCreate(&ev);
-  *out = ev;
-  return err == cudaSuccess ? 0 : loopir_rt::cuda_fail(7, "cudaEventCreate", err);
-}
-
-extern "C" int loopir_rt_event_destroy(void* ev) {
-  cudaEventDestroy(static_cast<cudaEvent_t>(ev));
-  return 0;
-}
-
-extern "C" int loopir_rt_event_record(void* ev, void* stream) {
-  cudaError_t err = cudaEventRecord(static_cast<cudaEvent_t>(ev),
-                                    static_cast<cudaStream_t>(stream));
-  return err == cudaSuccess ? 0 : loopir_rt::cuda_fail(7, "cudaEventRecord", err);
-}
-
-extern "C" int loopir_rt_event_elapsed(void* start, void* stop, float* ms) {
-  cudaError_t err = cudaEventSynchronize(static_cast<cudaEvent_t>(stop));
-  if (err == cudaSuccess)
-    err = cudaEventElapsedTime(ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(stop));
-  return err == cudaSuccess ? 0 : loopir_rt::cuda_fail(6, "a kernel failed on the GPU", err);
-}
-#endif  // LOOPIR_HOST_TRACE
-"""
-
-
 def emit_host(func: PrimFunc, emitted: EmitResult, externs: Sequence[ExternCall] = (),
               sync_after_launch: bool = False) -> HostCode:  # fmt: skip
     """Print the host code of ``func`` (lowered and split into ``emitted``).
@@ -608,16 +412,3 @@ def emit_host(func: PrimFunc, emitted: EmitResult, externs: Sequence[ExternCall]
         If the host program uses something the host cannot compute.
     """
     return _HostEmitter(func, emitted, externs, sync_after_launch).emit()
-
-
-def module_source(kernels: str, host: HostCode, externs: Sequence[ExternCall] = ()) -> str:
-    """The translation unit: the kernels, the runtime helpers, then the host entry."""
-    parts = [kernels.rstrip("\n")]
-    for header, ctype_name in (("cuda_fp16.h", "half*"), ("cuda_bf16.h", "nv_bfloat16*")):
-        if ctype_name in host.source and f"#include <{header}>" not in kernels:
-            parts.append(f"#include <{header}>")  # no kernel uses the type; the host code does
-    parts.append(RUNTIME_CPP)
-    if host.uses_floor_helpers and "T loopir_floordiv(" not in kernels:
-        parts.append(FLOOR_HELPERS)
-    parts += [extern_declarations(externs), host.source]
-    return "\n".join(parts)

@@ -274,6 +274,16 @@ def _label(x: Any) -> str:
 
 
 def _compare(a: Any, b: Any, map_free_vars: bool) -> _Mismatch | None:
+    from loopir.ir.module import IRModule
+
+    if isinstance(a, IRModule) and isinstance(b, IRModule):
+        if a.names != b.names:
+            return _Mismatch("IRModule", "the modules have different functions", a.names, b.names)
+        for name in a.names:
+            m = _compare(a[name], b[name], map_free_vars)
+            if m is not None:
+                return m
+        return None
     c = _Comparer(map_free_vars)
     try:
         if isinstance(a, Buffer) and isinstance(b, Buffer):

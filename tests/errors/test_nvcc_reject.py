@@ -43,12 +43,12 @@ def test_build_with_rejected_kernel(gpu_matmul: PrimFunc, tmp_path: Path,
 
     def broken_emit(*args: object, **kwargs: object) -> cg.EmitResult:
         res = real(*args, **kwargs)  # type: ignore[arg-type]
-        return attrs.evolve(res, source=res.source + "\nstatic int oops = undeclared_in_emit;\n")
+        return attrs.evolve(res, kernel_texts=(*res.kernel_texts, "static int oops = undeclared_in_emit;"))
 
     monkeypatch.setattr(cg, "emit_cuda", broken_emit)
     with pytest.raises(CodegenError, match=r"(?s)nvcc failed.*undeclared_in_emit"):
         loopir.build(gpu_matmul, target="cuda", cache_dir=tmp_path)
-    assert not list(tmp_path.glob("*.cubin"))
+    assert not list(tmp_path.glob("*.so")) and not list(tmp_path.glob("*.cubin"))
 
 
 def test_bad_flag_and_arch(tmp_path: Path) -> None:
