@@ -254,7 +254,7 @@ class _Demo:
             self.skip("the CUTLASS GEMM: --no-cutlass was given")
             return
         from loopir.cli.gpu import cutlass_gemm, fp16_gemm_func
-        from loopir.passes import GemmOffload
+        from loopir.codegen_cuda.cutlass.offload import GemmOffload
 
         M, K, N = self.opts.shape
         K8 = -(-K // 8) * 8  # CUTLASS needs 16-byte aligned rows: K a multiple of 8 halves
@@ -279,7 +279,7 @@ class _Demo:
         if not has_gpu:
             from loopir.codegen_cuda.cutlass.enumerate import default_candidate
             from loopir.codegen_cuda.cutlass.hook import problem_from_signature
-            from loopir.passes.gemm_offload import library_calls_of
+            from loopir.codegen_cuda.cutlass.offload import library_calls_of
 
             for call_id, desc in sorted(library_calls_of(offloaded).items()):
                 with self.con.progress("choosing the kernel (cutlass_library's generator)"):

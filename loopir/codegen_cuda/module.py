@@ -1,7 +1,8 @@
 """Building an IRModule for CUDA: every function in one shared library.
 
->>> # rt = loopir.build(loopir.IRModule({"qkv": f1, "up": f2}), target="cuda")
->>> # rt["qkv"](x, w, y); rt.source; rt.units
+``loopir.build(loopir.IRModule({"qkv": f1, "up": f2}), target="cuda")`` returns a
+:class:`CUDARuntimeModule`; ``rt["qkv"]`` is called like ``f1``, and ``rt.source`` and
+``rt.units`` show what was compiled.
 
 Functions are prepared one by one (offload, lowering, emission, race check, host code), then
 :func:`~loopir.codegen_cuda.units.build_library` compiles them together: one CUTLASS unit with

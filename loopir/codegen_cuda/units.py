@@ -29,6 +29,7 @@ from typing import Any
 
 import attrs
 
+from loopir._progress import progress
 from loopir.codegen_cuda.compile import CompiledBinary, compile_cuda
 from loopir.codegen_cuda.emitter import FLOOR_HELPERS, EmitResult
 from loopir.codegen_cuda.host import ExternCall, HostCode, extern_declarations
@@ -167,9 +168,15 @@ def build_library(
         units.append(info)
         return BuiltLibrary(binary, unit_source(functions, True), cutlass_source, units)
     jobs: list[tuple[str, Any]] = [(f.func.name, [f]) for f in functions] + [("runtime", [])]
+    step = progress(len(jobs), "nvcc units")
+
+    def run_job(job: tuple[str, Any]) -> tuple[CompiledBinary, dict[str, Any]]:
+        out = _timed(job[0], lambda: compile_unit(job[1], not job[1], "object"))
+        step(job[0])
+        return out
+
     with ThreadPoolExecutor(max_workers=workers or min(len(jobs), os.cpu_count() or 1)) as pool:
-        done = list(pool.map(
-            lambda job: _timed(job[0], lambda: compile_unit(job[1], not job[1], "object")), jobs))  # fmt: skip
+        done = list(pool.map(run_job, jobs))
     objects = [b for b, _ in done]
     units.extend(info for _, info in done)
     names = ", ".join(f.func.name for f in functions)

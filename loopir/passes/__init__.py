@@ -4,6 +4,7 @@ Importing this package registers every built-in configuration key (see
 ``PassContext.list_configs()``).
 """
 
+from loopir.passes import cuda_config  # noqa: F401  (registers the CUDA target's keys)
 from loopir.passes.base import (
     FunctionPass,
     Pass,
@@ -14,7 +15,6 @@ from loopir.passes.base import (
 )
 from loopir.passes.compact import CompactBufferAllocation
 from loopir.passes.context import ConfigEntry, PassContext, register_config
-from loopir.passes.gemm_offload import GemmOffload
 from loopir.passes.inject_vthread import InjectVirtualThread
 from loopir.passes.local_pad import LocalPadding, LocalPaddingReport
 from loopir.passes.lower_blocks import LowerBlocks
@@ -25,7 +25,7 @@ from loopir.passes.thread_sync import ThreadSync
 from loopir.passes.unify_threads import UnifyThreadLoops
 
 __all__ = [
-    "CompactBufferAllocation", "ConfigEntry", "FunctionPass", "GemmOffload", "InjectSharedPrefetch", "InjectVirtualThread", "LocalPadding",
+    "CompactBufferAllocation", "ConfigEntry", "FunctionPass", "InjectSharedPrefetch", "InjectVirtualThread", "LocalPadding",
     "LocalPaddingReport", "LowerBlocks", "Pass", "PassContext", "PassInstrument",
     "PrintIRInstrument", "RecordIRInstrument", "Sequential", "Simplify", "ThreadSync",
     "UnifyThreadLoops", "default_pipeline", "lower", "register_config",

@@ -120,6 +120,12 @@ def known_passes() -> dict[str, bool]:
     return dict(_PASS_NAMES)
 
 
+def declare_pass(name: str, required: bool) -> None:
+    """Make a pass defined by a backend known before the backend is imported (for
+    ``disabled_passes``, which refuses unknown names)."""
+    _PASS_NAMES.setdefault(name, required)
+
+
 class Pass:
     """Base class of passes.
 

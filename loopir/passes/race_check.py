@@ -83,14 +83,6 @@ register_config(
     "prove that no two threads of a lowered kernel race on a shared or global element "
     "(CodegenError on a proven race, RaceCheckWarning where neither proven nor refuted)",
 )
-# The dynamic counterpart of the race check, read by the CUDA backend's host code.
-register_config(
-    "cuda.sync_after_launch",
-    bool,
-    False,
-    "synchronize after every kernel launch of a built CUDA module, so that a fault is raised "
-    "at the kernel that caused it (debugging; such calls cannot be captured in CUDA graphs)",
-)
 
 
 #: Largest number of points one access is enumerated over.

@@ -396,9 +396,9 @@ def test_tuning_choice_round_trip(tmp_path):
 
 def test_runner_helpers():
     from loopir.codegen_cuda.cutlass.hook import extern_call_id, problem_from_signature
+    from loopir.codegen_cuda.cutlass.offload import EXTERN_GEMM
     from loopir.ir.expr import Call, FloatImm, IntImm, StringImm
     from loopir.ir.stmt import Evaluate
-    from loopir.passes.gemm_offload import EXTERN_GEMM
 
     p = prob("TN", epi=EpilogueSpec("silu", alpha=0.5, has_bias=True), batch=4)
     assert problem_from_signature(p.signature()) == p
@@ -540,7 +540,7 @@ def test_tune_needs_a_gpu_and_compiles_nothing_without_one(monkeypatch, tmp_path
 
 def _offloaded_func(layout="NN"):
     from loopir import te
-    from loopir.passes.gemm_offload import GemmOffload
+    from loopir.codegen_cuda.cutlass.offload import GemmOffload
 
     A = te.placeholder((512, 128) if layout[0] == "N" else (128, 512), "float16", name="A")
     B = te.placeholder((128, 256), "float16", name="B")

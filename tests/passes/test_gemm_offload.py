@@ -16,7 +16,7 @@ from loopir.passes.context import PassContext
 
 pytest.importorskip("cutlass_library")
 
-from loopir.passes.gemm_offload import (  # noqa: E402
+from loopir.codegen_cuda.cutlass.offload import (  # noqa: E402
     EXTERN_GEMM,
     LIBRARY_CALLS_ATTR,
     GemmOffload,
@@ -182,7 +182,7 @@ def test_batched_gemm():
 def test_unsupported_gemms_stay_generated_with_a_reason(kwargs, needle, caplog):
     A, B, C = gemm(**kwargs)
     func = te.create_prim_func([A, B, C])
-    with caplog.at_level(logging.INFO, logger="loopir.passes.gemm_offload"):
+    with caplog.at_level(logging.INFO, logger="loopir.codegen_cuda.cutlass.offload"):
         out, report = run(func)
     assert out is func
     assert not report[0].offloaded and needle in report[0].reason, report[0].reason

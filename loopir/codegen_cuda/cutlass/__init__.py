@@ -6,7 +6,8 @@
 - :mod:`.library` -- one-nvcc-call shared libraries with a content-hash cache, via ctypes.
 - :mod:`.tune` -- :func:`.tune.tune`: parallel compile + CUDA-event timing, choice cached on disk.
 - :mod:`.runtime` -- :class:`CutlassGemm`, a callable on numpy/torch/CUDA arrays.
-- :mod:`.match` / :mod:`.hook` -- IR matching and the CUDA codegen's extern-call runner.
+- :mod:`.offload` -- the GemmOffload pass (its IR matching is :mod:`loopir.passes.gemm_match`).
+- :mod:`.hook` -- the CUDA build's side: the CUTLASS calls of a function's host code.
 
 Only lightweight names are imported here; ``cutlass_library`` loads on first use.
 """

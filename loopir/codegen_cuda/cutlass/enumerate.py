@@ -204,6 +204,11 @@ def _names(lib: Any, op: Any) -> dict[str, Any]:
     }
 
 
+# What the generator offers depends on dtypes, layouts, the epilogue's kind and the arch only,
+# not on the shape; scanning its ~30k operations takes ~0.1 s, so each answer is kept.
+_CANDIDATES: dict[tuple[Any, ...], tuple[GemmCandidate, ...]] = {}
+
+
 def enumerate_candidates(problem: GemmProblem, arch: int = 90) -> list[GemmCandidate]:
     """Every generator kernel that can compute ``problem`` on ``arch``, sorted deterministically.
 
@@ -215,6 +220,15 @@ def enumerate_candidates(problem: GemmProblem, arch: int = 90) -> list[GemmCandi
     reason = unsupported_reason(problem, arch)
     if reason is not None:
         raise CodegenError(f"cutlass: cannot offload {problem.signature()}: {reason}")
+    key = (problem.dtype_ab, problem.dtype_d, problem.layout_a, problem.layout_b,
+           problem.epilogue.is_plain, arch)  # fmt: skip
+    hit = _CANDIDATES.get(key)
+    if hit is None:
+        hit = _CANDIDATES[key] = tuple(_scan_generator(problem, arch))
+    return list(hit)
+
+
+def _scan_generator(problem: GemmProblem, arch: int) -> list[GemmCandidate]:
     from cutlass_library import library as lib
 
     ops_map = cutlass_operands(problem)

@@ -1,6 +1,6 @@
 """The CUDA codegen's side of the GEMM offload: build and run a function's extern GEMM calls.
 
-``GemmOffload`` (``loopir.passes.gemm_offload``) leaves ``Evaluate(Call("loopir.extern_gemm",
+``GemmOffload`` (``loopir.codegen_cuda.cutlass.offload``) leaves ``Evaluate(Call("loopir.extern_gemm",
 call_id, ...))`` statements at the top level of the function body and the calls' descriptions
 in ``func.attrs["loopir.library_calls"]``. The codegen:
 
@@ -42,14 +42,14 @@ logger = logging.getLogger(__name__)
 
 def offload(func: PrimFunc) -> PrimFunc:
     """Run the GemmOffload pass under the current PassContext."""
-    from loopir.passes.gemm_offload import GemmOffload
+    from loopir.codegen_cuda.cutlass.offload import GemmOffload
 
     return GemmOffload()(func)
 
 
 def extern_call_id(stmt: Stmt) -> str | None:
     """The call id when ``stmt`` is an extern GEMM statement, else None."""
-    from loopir.passes.gemm_offload import EXTERN_GEMM
+    from loopir.codegen_cuda.cutlass.offload import EXTERN_GEMM
 
     if isinstance(stmt, Evaluate) and isinstance(stmt.value, Call) and stmt.value.op == EXTERN_GEMM:
         first = stmt.value.args[0]
@@ -107,8 +107,8 @@ class ExternGemms:
         cache: Any = None,
         workers: int | None = None,
     ) -> None:
+        from loopir.codegen_cuda.cutlass.offload import library_calls_of
         from loopir.codegen_cuda.cutlass.tune import lookup, tune
-        from loopir.passes.gemm_offload import library_calls_of
 
         if tune_candidates is None:
             from loopir.passes.context import PassContext

@@ -26,6 +26,7 @@ import attrs
 import numpy as np
 
 from loopir import _cache_dir
+from loopir._progress import progress
 from loopir.codegen_cuda.cutlass.emit import KernelSpec
 from loopir.codegen_cuda.cutlass.enumerate import (
     GemmCandidate,
@@ -137,27 +138,7 @@ def lookup(problem: GemmProblem, arch: int = 90, cache: Any = None) -> GemmCandi
 
 
 def _progress(total: int, enabled: bool) -> Callable[[str], None]:
-    """A progress callback: a tqdm bar on stderr when available and enabled, else log lines."""
-    bar = None
-    if enabled:
-        try:
-            from tqdm import tqdm
-
-            bar = tqdm(total=total, desc="cutlass compile", unit="kernel", leave=False)
-        except ImportError:
-            bar = None
-    done = [0]
-
-    def step(label: str) -> None:
-        done[0] += 1
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix_str(label[-40:])
-            if done[0] == total:
-                bar.close()
-        logger.info("cutlass compile [%d/%d] %s", done[0], total, label)
-
-    return step
+    return progress(total, "cutlass compile", enabled)
 
 
 def compile_candidates(

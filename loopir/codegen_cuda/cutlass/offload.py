@@ -15,7 +15,7 @@ extents and scalars). The full description of every call lives in the function a
 the CUDA codegen builds the CUTLASS module from it (``loopir.codegen_cuda.cutlass.hook``).
 
 Stages that do not match, or that CUTLASS cannot take (dtype, alignment, shape), stay generated
-code; the reason is logged (logger ``loopir.passes.gemm_offload``) and kept in
+code; the reason is logged (logger ``loopir.codegen_cuda.cutlass.offload``) and kept in
 :attr:`GemmOffload.report`.
 
 Configuration keys:
@@ -38,20 +38,20 @@ from typing import Any
 
 import attrs
 
-from loopir.codegen_cuda.cutlass.match import (
-    EpilogueMatch,
-    GemmCore,
-    NoMatch,
-    match_epilogue,
-    match_gemm,
-)
 from loopir.errors import CodegenError, PassError
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import BufferLoad, Call, FloatImm, IntImm, StringImm, register_intrinsic
 from loopir.ir.functor import post_order_visit
 from loopir.ir.stmt import Block, BlockRealize, Evaluate, FrozenDict, PrimFunc, Stmt, seq
 from loopir.passes.base import Pass
-from loopir.passes.context import PassContext, register_config
+from loopir.passes.context import PassContext
+from loopir.passes.gemm_match import (
+    EpilogueMatch,
+    GemmCore,
+    NoMatch,
+    match_epilogue,
+    match_gemm,
+)
 
 __all__ = [
     "EXTERN_GEMM",
@@ -69,26 +69,8 @@ LIBRARY_CALLS_ATTR = "loopir.library_calls"
 # Impure: it writes its output buffer; dead-code elimination must keep it.
 register_intrinsic(EXTERN_GEMM, 12, pure=False, result="int32")
 
-register_config(
-    "cuda.gemm_backend",
-    str,
-    "auto",
-    "GEMM blocks: 'auto' (CUTLASS when supported), 'cutlass' (require the package), "
-    "'generated' (never offload)",
-)
-register_config(
-    "cuda.gemm_allow_tf32", bool, False, "offload fp32 GEMMs to TF32 tensor-core CUTLASS kernels"
-)
-register_config(
-    "cuda.cutlass_arch", int, 90, "CUTLASS kernel family: 90 (3.x, sm_90a) or 80 (2.x)"
-)
-register_config(
-    "cuda.cutlass_tune_candidates",
-    int,
-    0,
-    "at build time, tune GEMMs without a cached choice over this many CUTLASS candidates "
-    "(0: cached choice or the default heuristic)",
-)
+# The cuda.gemm_* / cuda.cutlass_* keys are registered by loopir.passes.cuda_config, so that a
+# PassContext can name them before the backend is imported.
 
 _BACKENDS = ("auto", "cutlass", "generated")
 
