@@ -6,6 +6,7 @@ catches all of them; the subclasses say which layer refused the input.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 
@@ -43,6 +44,17 @@ class IRValidationError(LoopIRError):
         super().__init__(text)
 
 
+# How a ScheduleError shows the IR: the printer (loopir.ir.printer, a layer above this one)
+# registers itself here when it is imported, so that errors never imports the IR.
+_show_ir: Callable[[Any, Any], str] | None = None
+
+
+def register_ir_printer(show: Callable[[Any, Any], str]) -> None:
+    """Called by ``loopir.ir.printer``: ``show(func, marked_node)`` prints IR for errors."""
+    global _show_ir
+    _show_ir = show
+
+
 class ScheduleError(LoopIRError):
     """A schedule primitive's precondition failed; the schedule is left unchanged.
 
@@ -68,10 +80,10 @@ class ScheduleError(LoopIRError):
         head = f"{self.primitive}: {self.message}" if self.primitive else self.message
         if self.func is None:
             return head
+        if _show_ir is None:  # pragma: no cover - loopir.ir registers the printer at import
+            return head
         try:
-            from loopir.ir.printer import script
-
-            shown = script(self.func, mark=self.node)
+            shown = _show_ir(self.func, self.node)
         except Exception:  # pragma: no cover - printing must never hide the real error
             return head
         return f"{head}\n{shown}"

@@ -1,6 +1,6 @@
 """The loopir IR: expressions, statements, blocks, buffers and functions."""
 
-from loopir.ir import dtype, op
+from loopir.ir import dtype, op, printer  # noqa: F401  (registers the printer for errors)
 from loopir.ir.buffer import SCOPES, Buffer, BufferRegion, Range
 from loopir.ir.expr import (
     EQ,

@@ -23,6 +23,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from loopir.errors import register_ir_printer
 from loopir.ir.buffer import Buffer, BufferRegion, Range
 from loopir.ir.expr import (
     EQ,
@@ -496,3 +497,10 @@ def expr_to_str(e: PrimExpr) -> str:
 def stmt_to_str(s: Stmt) -> str:
     """Multi-line text of a statement (no indentation at the top level)."""
     return script(s)
+
+
+def _show_for_errors(func: Any, node: Any) -> str:
+    return script(func, mark=node)
+
+
+register_ir_printer(_show_for_errors)
