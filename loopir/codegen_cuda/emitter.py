@@ -82,6 +82,7 @@ from loopir.ir.stmt import (
     SeqStmt,
     Stmt,
 )
+from loopir.passes.storage_align import allocation_size
 
 logger = logging.getLogger(__name__)
 
@@ -394,15 +395,15 @@ class KernelEmitter:
     def stmt_Allocate(self, s: Allocate) -> None:
         b = s.buffer
         self.note_dtype(b.dtype)
-        size = 1
-        for e in b.shape:
+        for e in (*b.shape, *(b.strides or ())):
             if not isinstance(e, IntImm):
                 raise CodegenError(
                     f"CUDA codegen: kernel {self.spec.name}: {b.scope} buffer {b.name} has "
                     f"non-constant shape {tuple(str(x) for x in b.shape)}; shared and local "
                     "buffers need constant extents"
                 )
-            size *= e.value
+        strides = None if b.strides is None else [int(st) for st in b.strides]
+        size = allocation_size([int(e) for e in b.shape], strides)  # padded strides included
         name = self.buffer_name(b)
         if b.scope == "shared":
             self.shared_bytes += size * max(1, dt.bits(b.dtype) // 8)

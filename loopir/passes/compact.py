@@ -40,6 +40,7 @@ from loopir.ir.buffer import Buffer
 from loopir.ir.expr import EQ, BufferLoad, IntImm, PrimExpr, Ramp, Var
 from loopir.ir.functor import Mutator, collect_vars, substitute
 from loopir.ir.stmt import Allocate, BufferStore, For, ForKind, PrimFunc, Stmt
+from loopir.passes import storage_align
 from loopir.passes._walk import (
     Access,
     collect_accesses,
@@ -210,6 +211,17 @@ def _plan(alloc: Allocate, accesses: list[Access], keep_global_at_root: bool = F
     return _Plan(alloc, new_buf, tuple(mins), wrap_body, wrap_loop)
 
 
+def _aligned(plan: _Plan, aligns: storage_align.Aligns) -> _Plan:
+    """The plan with the buffer's strides padded as its storage_align requirement says."""
+    strides = storage_align.aligned_strides(plan.new_buffer.shape, aligns)
+    if strides is None:
+        raise PassError(
+            f"pass CompactBufferAllocation: buffer {plan.new_buffer.name} has a storage_align "
+            f"requirement but a non-constant shape {tuple(map(str, plan.new_buffer.shape))}"
+        )
+    return attrs.evolve(plan, new_buffer=attrs.evolve(plan.new_buffer, strides=strides))
+
+
 def _first_carrying(prefix: Sequence[For], mine: Sequence[Access], buf: Buffer) -> int:
     """Index in ``prefix`` of the outermost loop that carries ``buf``'s value, or its length.
 
@@ -344,12 +356,15 @@ class CompactBufferAllocation(Pass):
         accesses, allocs = collect_accesses(func.body)
         has_kernel = any(f.kind is ForKind.THREAD_BINDING for a in accesses for f in a.loops)
         plans = []
+        aligns = storage_align.aligns_of(func)
         for alloc, _loops in allocs:
             if alloc.buffer.scope not in ("shared", "local", "global"):
                 continue
             if alloc.buffer.scope == "global" and not any(a.buffer is alloc.buffer for a in accesses):
                 continue  # an unused device buffer keeps its allocation (as before; harmless)
             plan = _plan(alloc, accesses, keep_global_at_root=has_kernel)
+            if plan is not None and alloc.buffer.name in aligns:
+                plan = _aligned(plan, aligns[alloc.buffer.name])
             if plan is not None:
                 plans.append(plan)
                 logger.debug(
@@ -384,9 +399,8 @@ def _check_shared_memory(plans: Sequence[_Plan], accesses: Sequence[Access], ctx
     for p in plans:
         b = p.new_buffer
         if p.used and b.scope == "shared" and all(isinstance(e, IntImm) for e in b.shape):
-            elems = 1
-            for e in b.shape:
-                elems *= int(e.value)
+            strides = None if b.strides is None else [int(st) for st in b.strides]
+            elems = storage_align.allocation_size([int(e.value) for e in b.shape], strides)
             sizes[p.old.buffer] = elems * dt.lanes(b.dtype) * dt.bits(b.dtype) // 8
     per_kernel: dict[int, tuple[For, dict[str, int]]] = {}
     for a in accesses:

@@ -41,6 +41,7 @@ from loopir.ir.stmt import (
     Stmt,
     seq,
 )
+from loopir.passes import storage_align
 from loopir.passes._walk import is_thread_loop
 from loopir.passes.base import Pass, require_lowered
 from loopir.passes.context import PassContext
@@ -162,14 +163,21 @@ class _Injector:
         return self.wrap(s)
 
 
+def _expanded(b: Buffer, extent: int) -> Buffer:
+    """``b`` with a leading dimension of ``extent``; padded (storage_align) strides are kept,
+    the new dimension striding over one whole copy."""
+    shape = (IntImm(extent, "int32"), *b.shape)
+    if b.strides is None:
+        return attrs.evolve(b, shape=shape)
+    span = storage_align.allocation_size([int(e) for e in b.shape], [int(s) for s in b.strides])
+    return attrs.evolve(b, shape=shape, strides=(IntImm(span, "int32"), *b.strides))
+
+
 class _Expand(Mutator):
     """Give expanded buffers a leading vthread dimension indexed by the vthread var."""
 
     def __init__(self, bufs: set[Buffer], v: Var, extent: int) -> None:
-        self.new = {
-            b: attrs.evolve(b, shape=(IntImm(extent, "int32"), *b.shape), strides=None)
-            for b in bufs
-        }
+        self.new = {b: _expanded(b, extent) for b in bufs}
         self.v = v
 
     def visit_Allocate(self, node: Allocate) -> Stmt:

@@ -25,6 +25,7 @@ from loopir.ir import op
 from loopir.ir.expr import IntImm, PrimExpr, Var
 from loopir.ir.functor import Mutator, substitute
 from loopir.ir.stmt import Allocate, BlockRealize, IfThenElse, IterKind, PrimFunc, Stmt, seq
+from loopir.passes import storage_align
 from loopir.passes.base import Pass
 from loopir.passes.context import PassContext
 
@@ -37,8 +38,13 @@ def is_const_true(e: PrimExpr) -> bool:
 
 
 class _Lower(Mutator):
+    def __init__(self) -> None:
+        super().__init__()
+        self.aligns: dict[str, storage_align.Aligns] = {}
+
     def visit_BlockRealize(self, node: BlockRealize) -> Stmt:
         block = node.block
+        storage_align.collect(block, self.aligns)
         body = self.visit(block.body)
         init = self.visit(block.init) if block.init is not None else None
         vmap: dict[Var, PrimExpr] = {
@@ -72,4 +78,7 @@ class LowerBlocks(Pass):
     name = "LowerBlocks"
 
     def transform(self, func: PrimFunc, ctx: PassContext) -> PrimFunc:
-        return func.with_body(_Lower().visit(func.body))
+        low = _Lower()
+        out = func.with_body(low.visit(func.body))
+        # storage_align requirements outlive the blocks: CompactBufferAllocation applies them
+        return storage_align.with_aligns(out, low.aligns)

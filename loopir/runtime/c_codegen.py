@@ -164,12 +164,24 @@ class _StmtEmitter(ExprEmitter):
         return code if const == 1 else f"{code} * {const}"
 
     # --- allocation -------------------------------------------------------------------------
+    @staticmethod
+    def _fold_span(b: Buffer, nelem: str, terms: list[str]) -> str:
+        from loopir.ir.expr import IntImm
+        from loopir.passes.storage_align import allocation_size
+
+        if all(isinstance(e, IntImm) for e in (*b.shape, *b.strides)):  # type: ignore[misc]
+            return str(allocation_size([int(e) for e in b.shape], [int(x) for x in b.strides]))  # type: ignore[union-attr]
+        return f"(({nelem}) == 0 ? 0 : 1 + {' + '.join(terms)})"
+
     def open_buffer(self, b: Buffer) -> tuple[BufferInfo, BufferInfo | None, bool]:
         """Declare a local allocation of ``b``; returns (info, shadowed info, on heap)."""
         cname = self.fresh(b.name)
         info = self.register_buffer(b, cname)
         st = storage_ctype(b.dtype)
         nelem = self.product(b.shape)
+        if b.strides is not None:  # padded (storage_align) strides: the span of the last element
+            terms = [f"({self.index64(e)} - 1) * {self.index64(st_)}" for e, st_ in zip(b.shape, b.strides)]
+            nelem = self._fold_span(b, nelem, terms)
         const_n = int(nelem) if nelem.lstrip("-").isdigit() else None
         nbytes = None if const_n is None else const_n * storage_bytes(b.dtype)
         # fibers have fixed 256 KiB stacks: keep their stack arrays small

@@ -671,6 +671,20 @@ class Schedule:
         name = self._block_name(block, "set_scope")
         return _result(scope.set_scope(self._func, name, buffer_index, storage_scope))
 
+    @instruction(resolve=_cache_buffer_arg("buffer_index", "storage_align"))
+    def storage_align(
+        self, block: BlockRV, buffer_index: str | int | Buffer, axis: int, factor: int, offset: int
+    ) -> None:
+        """Pad the stride of ``axis`` of a buffer ``block`` writes to ``k * factor + offset``
+        (TVM's ``storage_align``; e.g. ``factor=32, offset=1`` on a shared tile's rows avoids
+        bank conflicts on column reads). Applied when lowering compacts the allocation. See
+        :func:`loopir.schedule.scope.storage_align`.
+        """
+        from loopir.schedule import scope
+
+        name = self._block_name(block, "storage_align")
+        return _result(scope.storage_align(self._func, name, buffer_index, axis, factor, offset))
+
     @instruction()
     def compute_at(
         self, block: BlockRV, loop: LoopRV, preserve_unit_loops: bool = False, index: int = -1

@@ -1,0 +1,77 @@
+"""Padded strides for buffers with a ``storage_align`` requirement (TVM's ``buffer_dim_align``).
+
+``Schedule.storage_align(block, buffer, axis, factor, offset)`` annotates the block writing the
+buffer with ``"buffer_dim_align"``: ``((buffer name, axis, factor, offset), ...)``.
+``LowerBlocks`` gathers those annotations into the function's ``"loopir.buffer_dim_align"``
+attribute (``{buffer name: ((axis, factor, offset), ...)}``), and ``CompactBufferAllocation``
+gives every allocation of such a buffer the strides :func:`aligned_strides` computes for its
+final (compacted) shape: the stride of ``axis`` is the smallest value at least the compact one
+with ``stride % factor == offset`` -- e.g. a 32 x 32 shared tile aligned with factor 32 and
+offset 1 on axis 0 gets row stride 33, so a column walked by 32 threads touches 32 banks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from loopir.ir.expr import IntImm, PrimExpr
+from loopir.ir.stmt import Block, FrozenDict, PrimFunc
+
+ANNOTATION = "buffer_dim_align"
+FUNC_ATTR = "loopir.buffer_dim_align"
+
+Aligns = tuple[tuple[int, int, int], ...]
+
+
+def aligned_strides(shape: Sequence[PrimExpr], aligns: Aligns) -> tuple[PrimExpr, ...] | None:
+    """Row-major strides of ``shape`` with each ``(axis, factor, offset)`` applied, innermost
+    first; None when a dimension is not constant (shared and local tiles always are)."""
+    want = {axis: (factor, offset) for axis, factor, offset in aligns}
+    out: list[int] = []
+    stride = 1
+    for d in range(len(shape) - 1, -1, -1):
+        extent = shape[d]
+        if not isinstance(extent, IntImm):
+            return None
+        if d in want:
+            factor, offset = want[d]
+            stride += (factor + offset - stride % factor) % factor
+        out.append(stride)
+        stride *= extent.value
+    return tuple(IntImm(s, "int32") for s in reversed(out))
+
+
+def allocation_size(shape: Sequence[int], strides: Sequence[int] | None) -> int:
+    """Elements an allocation of ``shape`` with ``strides`` spans (row-major when None)."""
+    if strides is None:
+        n = 1
+        for s in shape:
+            n *= s
+        return n
+    if any(s == 0 for s in shape):
+        return 0
+    return 1 + sum((e - 1) * st for e, st in zip(shape, strides))
+
+
+def collect(block: Block, into: dict[str, Aligns]) -> None:
+    """Add ``block``'s ``buffer_dim_align`` annotation to ``into`` (by buffer name)."""
+    for name, axis, factor, offset in block.annotations.get(ANNOTATION, ()):
+        have = tuple(a for a in into.get(name, ()) if a[0] != axis)
+        into[name] = (*have, (int(axis), int(factor), int(offset)))
+
+
+def with_aligns(func: PrimFunc, aligns: Mapping[str, Aligns]) -> PrimFunc:
+    if not aligns:
+        return func
+    import attrs
+
+    merged = {**dict(func.attrs.get(FUNC_ATTR, {})), **aligns}
+    return attrs.evolve(func, attrs=FrozenDict({**func.attrs, FUNC_ATTR: FrozenDict(merged)}))
+
+
+def aligns_of(func: PrimFunc) -> Mapping[str, Aligns]:
+    return func.attrs.get(FUNC_ATTR, {})
+
+
+__all__ = ["ANNOTATION", "FUNC_ATTR", "aligned_strides", "aligns_of", "allocation_size", "collect",
+           "with_aligns"]  # fmt: skip
