@@ -45,7 +45,6 @@ def _worker(xdg: str, tmpdir: str, barrier: Any, out: Any) -> None:
     logging.getLogger("loopir").addHandler(Keep(logging.WARNING))
 
     import loopir
-    from loopir.codegen_cuda import compile_cuda, emit_cuda, lower_for_cuda
     from loopir.testing import random_inputs
     from loopir.testing.workloads import conv2d_nhwc, matmul
 
@@ -55,15 +54,23 @@ def _worker(xdg: str, tmpdir: str, barrier: Any, out: Any) -> None:
     sch.bind(j, "threadIdx.x")
     gpu_func = sch.func
     cpu_func = conv2d_nhwc(1, 5, 4, 2, 3, 3, 3, 1, 1).func
+    class Fake:  # a CUDA array nobody dereferences: the trace build records, never launches
+        def __init__(self, shape: tuple[int, ...], ptr: int) -> None:
+            self.__cuda_array_interface__ = {"shape": shape, "typestr": "<f4", "data": (ptr, False),
+                                             "version": 3, "strides": None}  # fmt: skip
+
     barrier.wait()  # start the eight builds together
-    # The build path up to the cubin (nothing is loaded: no GPU is needed).
-    cuda = compile_cuda(emit_cuda(lower_for_cuda(gpu_func)).source, arch="sm_90a")
+    # The whole CUDA module (kernels and host code in one library), loaded and called: a
+    # trace build, so that no GPU is needed.
+    cuda = loopir.build(gpu_func, target="cuda", nvcc_flags=("-DLOOPIR_HOST_TRACE",))
+    cuda(Fake((16, 8), 0x1000), Fake((8, 12), 0x2000), Fake((16, 12), 0x3000))
     cpu = loopir.build(cpu_func, target="cpu")
     args = random_inputs(cpu_func, seed=3)
     cpu(*args)
     out.put({
-        "cuda_hit": cuda.cache_hit, "cubin_path": str(cuda.path),
-        "cubin_sha": hashlib.sha256(cuda.data).hexdigest(),
+        "cuda_hit": cuda.cache_hit, "cuda_path": str(cuda.library_path),
+        "cuda_sha": hashlib.sha256(cuda.library_path.read_bytes()).hexdigest(),
+        "trace": cuda._library().trace(),
         "cpu_hit": cpu.cache_hit, "lib": str(cpu.library_path), "out": args[-1].tobytes(),
         "warnings": records,
     })  # fmt: skip
@@ -102,17 +109,18 @@ def _check_round(results: list[dict[str, Any]], root: Path, tmpdir: Path) -> Non
     assert [r["cuda_hit"] for r in results].count(False) == 1, "expected exactly one nvcc run"
     assert [r["cpu_hit"] for r in results].count(False) == 1, "expected exactly one C compile"
     for r in results:
-        assert Path(r["cubin_path"]).parent == root / "cuda", r["cubin_path"]
+        assert Path(r["cuda_path"]).parent == root / "cuda", r["cuda_path"]
         assert Path(r["lib"]).parent == root / "cpu", r["lib"]
         assert not [w for w in r["warnings"] if "fallback" in w], r["warnings"]
-    assert len({r["cubin_sha"] for r in results}) == 1, "processes got different cubins"
+        assert r["trace"].startswith("launch main_kernel0 grid=(16,1,1) block=(12,1,1) args= 0x1000 0x2000 0x3000")
+    assert len({r["cuda_sha"] for r in results}) == 1, "processes got different CUDA libraries"
     assert len({r["out"] for r in results}) == 1, "processes computed different outputs"
     assert not tmpdir.exists() or not list(tmpdir.iterdir()), "a fallback directory was made"
-    cubins = list((root / "cuda").glob("*.cubin"))
-    assert len(cubins) == 1
-    meta = json.loads(cubins[0].with_suffix(".json").read_text())
-    assert meta["sha256"] == hashlib.sha256(cubins[0].read_bytes()).hexdigest()
-    assert meta["sha256"] == results[0]["cubin_sha"]
+    libs_cuda = list((root / "cuda").glob("*.so"))
+    assert len(libs_cuda) == 1
+    meta = json.loads(libs_cuda[0].with_suffix(".json").read_text())
+    assert meta["sha256"] == hashlib.sha256(libs_cuda[0].read_bytes()).hexdigest()
+    assert meta["sha256"] == results[0]["cuda_sha"]
     libs = list((root / "cpu").glob("*.so"))
     assert len(libs) == 1
     digest = libs[0].with_suffix(".sha256").read_text().strip()
@@ -122,7 +130,7 @@ def _check_round(results: list[dict[str, Any]], root: Path, tmpdir: Path) -> Non
         assert not leftovers, leftovers
 
 
-def test_eight_processes_build_one_cubin_and_one_library(tmp_path: Path) -> None:
+def test_eight_processes_build_one_cuda_and_one_cpu_library(tmp_path: Path) -> None:
     xdg, tmpdir = tmp_path / "xdg", tmp_path / "tmp"
     tmpdir.mkdir(mode=0o700)
     root = xdg / "loopir"
@@ -132,15 +140,16 @@ def test_eight_processes_build_one_cubin_and_one_library(tmp_path: Path) -> None
     assert (root.stat().st_mode & 0o777) == 0o700
 
     # Corrupt both entries (this process never loaded them): all eight must see it.
-    cubin = next((root / "cuda").glob("*.cubin"))
-    data = bytearray(cubin.read_bytes())
+    cuda_lib = next((root / "cuda").glob("*.so"))
+    data = bytearray(cuda_lib.read_bytes())
     data[len(data) // 2] ^= 0xFF
-    cubin.write_bytes(bytes(data))
+    cuda_lib.write_bytes(bytes(data))
+    corrupted = hashlib.sha256(bytes(data)).hexdigest()
     lib = next((root / "cpu").glob("*.so"))
     lib.write_bytes(lib.read_bytes()[:100])
     second = _round(xdg, tmpdir)
     _check_round(second, root, tmpdir)
-    assert second[0]["cubin_sha"] == first[0]["cubin_sha"]
+    assert second[0]["cuda_sha"] != corrupted  # rebuilt once, then loaded by all eight
     assert second[0]["out"] == first[0]["out"]
     out = np.frombuffer(first[0]["out"], dtype=np.float32)
     assert np.isfinite(out).all()
