@@ -214,11 +214,6 @@ def _plan(alloc: Allocate, accesses: list[Access], keep_global_at_root: bool = F
 def _aligned(plan: _Plan, aligns: storage_align.Aligns) -> _Plan:
     """The plan with the buffer's strides padded as its storage_align requirement says."""
     strides = storage_align.aligned_strides(plan.new_buffer.shape, aligns)
-    if strides is None:
-        raise PassError(
-            f"pass CompactBufferAllocation: buffer {plan.new_buffer.name} has a storage_align "
-            f"requirement but a non-constant shape {tuple(map(str, plan.new_buffer.shape))}"
-        )
     return attrs.evolve(plan, new_buffer=attrs.evolve(plan.new_buffer, strides=strides))
 
 

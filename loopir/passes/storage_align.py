@@ -23,22 +23,31 @@ FUNC_ATTR = "loopir.buffer_dim_align"
 Aligns = tuple[tuple[int, int, int], ...]
 
 
-def aligned_strides(shape: Sequence[PrimExpr], aligns: Aligns) -> tuple[PrimExpr, ...] | None:
+def aligned_strides(shape: Sequence[PrimExpr], aligns: Aligns) -> tuple[PrimExpr, ...]:
     """Row-major strides of ``shape`` with each ``(axis, factor, offset)`` applied, innermost
-    first; None when a dimension is not constant (shared and local tiles always are)."""
+    first (constants folded; symbolic extents give stride expressions)."""
+    from loopir.ir import op
+
     want = {axis: (factor, offset) for axis, factor, offset in aligns}
-    out: list[int] = []
-    stride = 1
+    out: list[PrimExpr] = []
+    stride: PrimExpr = IntImm(1, "int32")
     for d in range(len(shape) - 1, -1, -1):
-        extent = shape[d]
-        if not isinstance(extent, IntImm):
-            return None
         if d in want:
             factor, offset = want[d]
-            stride += (factor + offset - stride % factor) % factor
+            if isinstance(stride, IntImm):
+                v = stride.value
+                stride = IntImm(v + (factor + offset - v % factor) % factor, "int32")
+            else:
+                stride = stride + op.floormod(factor + offset - op.floormod(stride, factor), factor)
         out.append(stride)
-        stride *= extent.value
-    return tuple(IntImm(s, "int32") for s in reversed(out))
+        extent = shape[d]
+        if isinstance(stride, IntImm) and isinstance(extent, IntImm):
+            stride = IntImm(stride.value * extent.value, "int32")
+        elif isinstance(stride, IntImm) and stride.value == 1:
+            stride = extent
+        else:
+            stride = stride * extent
+    return tuple(reversed(out))
 
 
 def allocation_size(shape: Sequence[int], strides: Sequence[int] | None) -> int:

@@ -14,7 +14,7 @@ import functools
 import inspect
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from loopir.errors import ScheduleError
@@ -47,20 +47,32 @@ F = TypeVar("F", bound=Callable[..., Any])
 Target = str | Var | sampling.Mark
 
 
-def _param_spec(p: inspect.Parameter) -> Param:
+_ROLE_KINDS = {
+    "block": (HANDLE, "block"), "loop": (HANDLE, "loop"), "any": (HANDLE, "any"),
+    "blocks": (HANDLES, "block"), "loops": (HANDLES, "loop"),
+    "*blocks": (VARHANDLES, "block"), "*loops": (VARHANDLES, "loop"),
+}  # fmt: skip
+
+
+def _param_spec(p: inspect.Parameter, declared: str | None, kind: str) -> Param:
+    """The role of parameter ``p``: the handle kind ``declared`` in ``inputs=``, else a literal.
+
+    The declaration is checked against the signature, so that roles and annotations cannot
+    drift apart: a ``*args`` parameter must be declared ``"*blocks"``/``"*loops"``, and a
+    parameter annotated with a handle type must be declared.
+    """
     ann = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
     has_default = p.default is not inspect.Parameter.empty
     default = p.default if has_default else None
-    if "RV" not in ann:
+    if declared is None:
+        if "RV" in ann or p.kind is inspect.Parameter.VAR_POSITIONAL:
+            raise TypeError(f"instruction {kind}: parameter {p.name!r} ({ann}) takes handles; declare it in inputs=")
         return Param(p.name, ATTR, has_default=has_default, default=default)
-    block, loop = "BlockRV" in ann, "LoopRV" in ann
-    htype = "any" if block == loop else "block" if block else "loop"
-    if p.kind is inspect.Parameter.VAR_POSITIONAL:
-        role = VARHANDLES
-    elif ann.startswith(("list[", "Sequence[", "tuple[")):
-        role = HANDLES
-    else:
-        role = HANDLE
+    if declared not in _ROLE_KINDS:
+        raise TypeError(f"instruction {kind}: unknown input kind {declared!r} for {p.name!r}")
+    role, htype = _ROLE_KINDS[declared]
+    if (role == VARHANDLES) != (p.kind is inspect.Parameter.VAR_POSITIONAL):
+        raise TypeError(f"instruction {kind}: {p.name!r} is declared {declared!r} but is {p.kind.description}")
     return Param(p.name, role, htype, has_default, default)
 
 
@@ -74,6 +86,7 @@ def _normalize_literal(value: Any) -> Any:
 
 
 def instruction(
+    inputs: Mapping[str, str] | None = None,
     returns: str | None = None,
     resolve: Callable[[Schedule, dict[str, Any]], None] | None = None,
 ) -> Callable[[F], F]:
@@ -81,13 +94,16 @@ def instruction(
 
     The decorated method reads ``self.func``, calls a pure function and returns the new
     PrimFunc and the targets (block names / loop Vars) of its output handles (None, one, or a
-    list, per ``returns``). The decorator registers the kind (parameter roles are read from the
-    annotations: parameters annotated with BlockRV/LoopRV are handle inputs, the others
-    attributes), checks attribute literals, makes output handles, records the instruction and
-    commits. Nothing is committed when the method raises.
+    list, per ``returns``). The decorator registers the kind with the parameter roles declared
+    in ``inputs`` (the other parameters are literal attributes), checks attribute literals,
+    makes output handles, records the instruction and commits. Nothing is committed when the
+    method raises.
 
     Parameters
     ----------
+    inputs
+        ``{parameter: kind}`` for the handle inputs: ``"block"``, ``"loop"``, ``"any"`` (one
+        handle), ``"blocks"``, ``"loops"`` (a list) or ``"*blocks"``, ``"*loops"`` (``*args``).
     returns
         None, ``"block"``, ``"loop"``, ``"blocks"``, ``"loops"``, ``"expr"`` or ``"exprs"``
         (sampled ints). A sampling method returns ``(func, targets, decision)``; the decision
@@ -97,7 +113,12 @@ def instruction(
     def deco(method: F) -> F:
         kind = method.__name__
         sig = inspect.signature(method)
-        params = tuple(_param_spec(p) for p in list(sig.parameters.values())[1:])
+        declared = dict(inputs or {})
+        rest = list(sig.parameters.values())[1:]
+        unknown = set(declared) - {p.name for p in rest}
+        if unknown:
+            raise TypeError(f"instruction {kind}: inputs= names unknown parameters {sorted(unknown)}")
+        params = tuple(_param_spec(p, declared.get(p.name), kind) for p in rest)
         spec = InstructionKind(kind, params, returns)
         INSTRUCTION_KINDS[kind] = spec
 
@@ -412,7 +433,7 @@ class Schedule:
             )
         return _result(self._func, name)
 
-    @instruction(returns="loops")
+    @instruction(inputs={"block": "block"}, returns="loops")
     def get_loops(self, block: BlockRV) -> list[LoopRV]:
         """Handles to the loops above ``block``, outermost first, up to the enclosing block.
 
@@ -425,7 +446,7 @@ class Schedule:
         _, anc = self._block(block, "get_loops")
         return _result(self._func, [f.loop_var for f in tree.enclosing_loops(anc)])
 
-    @instruction(returns="blocks")
+    @instruction(inputs={"block_or_loop": "any"}, returns="blocks")
     def get_child_blocks(self, block_or_loop: BlockRV | LoopRV) -> list[BlockRV]:
         """Handles to the blocks directly below a block or loop (not nested in another block)."""
         if isinstance(block_or_loop, BlockRV):
@@ -435,7 +456,7 @@ class Schedule:
         names = [r.block.name for r in tree.child_blocks(root)]
         return _result(self._func, names)
 
-    @instruction(returns="blocks")
+    @instruction(inputs={"block": "block"}, returns="blocks")
     def get_producers(self, block: BlockRV) -> list[BlockRV]:
         """Handles to the blocks of ``block``'s scope that produce what it reads (or writes).
 
@@ -453,7 +474,7 @@ class Schedule:
         name = self._block_name(block, "get_producers")
         return _result(self._func, deps.get_producers(self._func, name))
 
-    @instruction(returns="blocks")
+    @instruction(inputs={"block": "block"}, returns="blocks")
     def get_consumers(self, block: BlockRV) -> list[BlockRV]:
         """Handles to the blocks of ``block``'s scope that consume (or overwrite) its output.
 
@@ -467,7 +488,7 @@ class Schedule:
         return _result(self._func, deps.get_consumers(self._func, name))
 
     # --- loop primitives ---------------------------------------------------------------------
-    @instruction(returns="loops")
+    @instruction(inputs={"loop": "loop"}, returns="loops")
     def split(
         self, loop: LoopRV, factors: list[int | None], disable_predication: bool = False
     ) -> list[LoopRV]:
@@ -501,7 +522,7 @@ class Schedule:
         var = self._loop_var(loop, "split")
         return _result(*loops.split(self._func, var, factors, disable_predication))
 
-    @instruction(returns="loop")
+    @instruction(inputs={"loops": "*loops"}, returns="loop")
     def fuse(self, *loops: LoopRV) -> LoopRV:
         """Fuse perfectly nested adjacent loops (outermost first) into one loop.
 
@@ -515,7 +536,7 @@ class Schedule:
 
         return _result(*L.fuse(self._func, [self._loop_var(lp, "fuse") for lp in loops]))
 
-    @instruction()
+    @instruction(inputs={"ordered_loops": "*loops"})
     def reorder(self, *ordered_loops: LoopRV) -> None:
         """Reorder loops of one chain into the given order.
 
@@ -528,7 +549,7 @@ class Schedule:
         vars_ = [self._loop_var(lp, "reorder") for lp in ordered_loops]
         return _result(L.reorder(self._func, vars_))
 
-    @instruction()
+    @instruction(inputs={"loop": "loop"})
     def bind(self, loop: LoopRV, thread_axis: str) -> None:
         """Bind ``loop`` to a thread axis.
 
@@ -545,7 +566,7 @@ class Schedule:
 
         return _result(L.bind(self._func, self._loop_var(loop, "bind"), thread_axis))
 
-    @instruction()
+    @instruction(inputs={"loop": "loop"})
     def vectorize(self, loop: LoopRV) -> None:
         """Mark a serial, constant-extent, data-parallel ``loop`` vectorized.
 
@@ -556,14 +577,14 @@ class Schedule:
 
         return _result(L.vectorize(self._func, self._loop_var(loop, "vectorize")))
 
-    @instruction()
+    @instruction(inputs={"loop": "loop"})
     def unroll(self, loop: LoopRV) -> None:
         """Mark a serial ``loop`` unrolled: ``T.serial(4)`` becomes ``T.unroll(4)``."""
         from loopir.schedule import loops as L
 
         return _result(L.unroll(self._func, self._loop_var(loop, "unroll")))
 
-    @instruction()
+    @instruction(inputs={"loop": "loop"})
     def parallel(self, loop: LoopRV) -> None:
         """Mark a serial, data-parallel ``loop`` parallel: ``T.serial`` becomes ``T.parallel``."""
         from loopir.schedule import loops as L
@@ -571,7 +592,7 @@ class Schedule:
         return _result(L.parallel(self._func, self._loop_var(loop, "parallel")))
 
     # --- data movement (pure functions by the data-movement modules) --------------------------
-    @instruction(returns="block", resolve=_cache_buffer_arg("read_buffer_index", "cache_read"))
+    @instruction(inputs={"block": "block", "consumer_blocks": "blocks"}, returns="block", resolve=_cache_buffer_arg("read_buffer_index", "cache_read"))
     def cache_read(
         self,
         block: BlockRV,
@@ -606,7 +627,7 @@ class Schedule:
         )  # fmt: skip
         return _result(*cache.cache_read(self._func, name, read_buffer_index, storage_scope, consumers))
 
-    @instruction(returns="block", resolve=_cache_buffer_arg("write_buffer_index", "cache_write"))
+    @instruction(inputs={"block": "block", "consumer_blocks": "blocks"}, returns="block", resolve=_cache_buffer_arg("write_buffer_index", "cache_write"))
     def cache_write(
         self,
         block: BlockRV,
@@ -644,7 +665,7 @@ class Schedule:
             *cache.cache_write(self._func, name, write_buffer_index, storage_scope, consumers)
         )
 
-    @instruction(resolve=_cache_buffer_arg("buffer_index", "set_scope"))
+    @instruction(inputs={"block": "block"}, resolve=_cache_buffer_arg("buffer_index", "set_scope"))
     def set_scope(
         self, block: BlockRV, buffer_index: str | int | Buffer, storage_scope: str
     ) -> None:
@@ -671,7 +692,7 @@ class Schedule:
         name = self._block_name(block, "set_scope")
         return _result(scope.set_scope(self._func, name, buffer_index, storage_scope))
 
-    @instruction(resolve=_cache_buffer_arg("buffer_index", "storage_align"))
+    @instruction(inputs={"block": "block"}, resolve=_cache_buffer_arg("buffer_index", "storage_align"))
     def storage_align(
         self, block: BlockRV, buffer_index: str | int | Buffer, axis: int, factor: int, offset: int
     ) -> None:
@@ -685,7 +706,7 @@ class Schedule:
         name = self._block_name(block, "storage_align")
         return _result(scope.storage_align(self._func, name, buffer_index, axis, factor, offset))
 
-    @instruction()
+    @instruction(inputs={"block": "block", "loop": "loop"})
     def compute_at(
         self, block: BlockRV, loop: LoopRV, preserve_unit_loops: bool = False, index: int = -1
     ) -> None:
@@ -710,7 +731,7 @@ class Schedule:
         var = self._loop_var(loop, "compute_at")
         return _result(C.compute_at(self._func, name, var, preserve_unit_loops, index))
 
-    @instruction()
+    @instruction(inputs={"block": "block", "loop": "loop"})
     def reverse_compute_at(
         self, block: BlockRV, loop: LoopRV, preserve_unit_loops: bool = False, index: int = -1
     ) -> None:
@@ -732,14 +753,14 @@ class Schedule:
         var = self._loop_var(loop, "reverse_compute_at")
         return _result(C.reverse_compute_at(self._func, name, var, preserve_unit_loops, index))
 
-    @instruction()
+    @instruction(inputs={"block": "block"})
     def compute_inline(self, block: BlockRV) -> None:
         """Inline the producer ``block`` into its consumers."""
         from loopir.schedule import inline
 
         return _result(inline.compute_inline(self._func, self._block_name(block, "compute_inline")))
 
-    @instruction()
+    @instruction(inputs={"block": "block"})
     def reverse_compute_inline(self, block: BlockRV) -> None:
         """Inline the consumer ``block`` into its producer."""
         from loopir.schedule import inline
@@ -747,7 +768,7 @@ class Schedule:
         name = self._block_name(block, "reverse_compute_inline")
         return _result(inline.reverse_compute_inline(self._func, name))
 
-    @instruction(returns="block")
+    @instruction(inputs={"block": "block", "loop": "loop"}, returns="block")
     def decompose_reduction(self, block: BlockRV, loop: LoopRV) -> BlockRV:
         """Hoist ``block``'s init into a separate block placed before ``loop``; returns it."""
         from loopir.schedule import reduction
@@ -756,7 +777,7 @@ class Schedule:
         var = self._loop_var(loop, "decompose_reduction")
         return _result(*reduction.decompose_reduction(self._func, name, var))
 
-    @instruction()
+    @instruction(inputs={"block": "block"})
     def pad(self, block: BlockRV, factors: list[int]) -> None:
         """pad_einsum: round each block iter's extent up to a multiple of its factor."""
         from loopir.schedule import pad as P
@@ -769,7 +790,7 @@ class Schedule:
             return self._block_name(rv, primitive)
         return self._loop_var(rv, primitive)
 
-    @instruction()
+    @instruction(inputs={"block_or_loop": "any"})
     def annotate(
         self, block_or_loop: BlockRV | LoopRV, ann_key: str, ann_val: bool | int | float | str | list
     ) -> None:
@@ -784,7 +805,7 @@ class Schedule:
         target = self._annotation_target(block_or_loop, "annotate")
         return _result(A.annotate(self._func, target, ann_key, ann_val))
 
-    @instruction()
+    @instruction(inputs={"block_or_loop": "any"})
     def unannotate(self, block_or_loop: BlockRV | LoopRV, ann_key: str) -> None:
         """Remove annotation ``ann_key`` from a block or loop (TVM's ``unannotate``)."""
         from loopir.schedule import annotate as A
@@ -793,6 +814,6 @@ class Schedule:
         return _result(A.unannotate(self._func, target, ann_key))
 
     # --- sampling (bodies and docs in sampling.py; decisions are recorded) ------------------
-    sample_perfect_tile = instruction(returns="exprs")(sampling.sample_perfect_tile)
+    sample_perfect_tile = instruction(inputs={"loop": "loop"}, returns="exprs")(sampling.sample_perfect_tile)
     sample_categorical = instruction(returns="expr")(sampling.sample_categorical)
-    sample_compute_location = instruction(returns="loop")(sampling.sample_compute_location)
+    sample_compute_location = instruction(inputs={"block": "block"}, returns="loop")(sampling.sample_compute_location)

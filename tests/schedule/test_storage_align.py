@@ -57,6 +57,12 @@ def test_aligned_strides_rule() -> None:
     assert [int(s) for s in aligned_strides(shape, ((1, 32, 1), (0, 16, 3)))] == [275, 33, 1]
     assert [int(s) for s in aligned_strides(shape, ())] == [240, 30, 1]
     assert allocation_size([4, 8, 30], [275, 33, 1]) == 3 * 275 + 7 * 33 + 29 + 1
+    from loopir.arith.evaluate import evaluate
+    from loopir.ir.expr import Var
+
+    n = Var("n")
+    row, col = aligned_strides([IntImm(4, "int32"), n], ((0, 32, 1),))  # a symbolic row
+    assert int(col) == 1 and [evaluate(row, {n: v}) for v in (70, 64, 1)] == [97, 65, 1]
     assert allocation_size([0, 8], [9, 1]) == 0 and allocation_size([3, 4], None) == 12
 
 

@@ -169,3 +169,27 @@ def test_finish_checks_the_gpu_bound_copy(monkeypatch: pytest.MonkeyPatch) -> No
     fz.finish()
     assert seen == [2]  # matmul: i -> blockIdx.x, j -> threadIdx.x
     assert len(fz.sch.trace) == 2  # the schedule itself was not touched (a copy was bound)
+
+
+def test_the_fuzzer_covers_the_primitive_registry() -> None:
+    """Every registered primitive is fuzzed or excluded with a reason (no hand-synced list can
+    silently miss a new one), and every fuzzed name is a registered primitive."""
+    from loopir.schedule.schedule import INSTRUCTION_KINDS
+    from loopir.testing.fuzz import EXCLUDED, PRIMITIVES
+
+    assert set(PRIMITIVES).isdisjoint(EXCLUDED)
+    assert set(PRIMITIVES) | set(EXCLUDED) == set(INSTRUCTION_KINDS)
+    assert all(reason for reason in EXCLUDED.values())
+
+
+def test_the_fuzzer_draws_every_primitive_it_lists() -> None:
+    from loopir.testing.fuzz import PRIMITIVES, RandomChooser, ScheduleFuzzer
+    from loopir.testing.workloads import matmul
+
+    seen: set[str] = set()
+    for seed in range(60):
+        fz = ScheduleFuzzer(matmul(16, 8, 12))
+        ch = RandomChooser(seed)
+        for _ in range(12):
+            seen.add(fz.draw(ch).kind)
+    assert seen == set(PRIMITIVES)
