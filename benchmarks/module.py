@@ -105,7 +105,7 @@ def cmd_build(args: argparse.Namespace) -> dict[str, Any]:
     mod = layer_module()
     flags = ("-DLOOPIR_HOST_TRACE",) if args.trace else ()
     out: dict[str, Any] = {}
-    for strategy in ("single", "units", "per-function"):
+    for strategy in args.strategies.split(","):
         cache = tempfile.mkdtemp(prefix=f"loopir-{strategy}-")
         t0 = time.perf_counter()
         if strategy == "per-function":
@@ -183,6 +183,7 @@ def main() -> int:
     ap.add_argument("mode", choices=["build", "run"])
     ap.add_argument("--json", type=Path)
     ap.add_argument("--trace", action="store_true", help="build: trace builds (same compile work)")
+    ap.add_argument("--strategies", default="single,units,per-function", help="build: which, comma-separated")
     ap.add_argument("--shapes", type=int, default=len(SHAPES), help="run: how many of the GEMM shapes")
     args = ap.parse_args()
     out: dict[str, Any] = {

@@ -367,7 +367,7 @@ class _HostEmitter:
             )
             self.line(
                 f'if (rc != 0) return loopir_rt::fail(rc, "{fn}: CUTLASS GEMM {call_id} '
-                f'({c.entry}) returned %d: %s", rc, loopir_cutlass_last_error());'
+                f'({c.entry}) returned %d: %s", rc, {c.entry}_error());'
             )
             sync = "true" if self.sync else "false"
             self.line(
@@ -380,8 +380,9 @@ def extern_declarations(externs: Sequence[ExternCall]) -> str:
     """``extern "C"`` declarations of the CUTLASS entry points the host code calls."""
     if not externs:
         return ""
-    lines = ['extern "C" const char* loopir_cutlass_last_error(void);']
+    lines = []
     for entry in sorted({c.entry for c in externs}):
+        lines.append(f'extern "C" const char* {entry}_error(void);')
         lines.append(
             f'extern "C" int {entry}(const void* A, const void* B, const void* S, '
             "const void* bias, void* D, int M, int N, int K, int L, float alpha, float beta, "

@@ -13,8 +13,10 @@ Two strategies build it (``strategy=``):
     processes) and linked. Each object is cached by its content hash, so changing one
     function recompiles that function's unit and the link only.
 
-The CUTLASS unit is always an object of its own (its compile takes tens of seconds; caching it
-separately keeps a change of a generated kernel from recompiling it).
+CUTLASS is always compiled to objects of its own (a configuration takes tens of seconds;
+caching it separately keeps a change of a generated kernel from recompiling it): one unit
+with every configuration for ``"single"``, one unit per configuration, compiled concurrently
+with the rest, for ``"units"``.
 """
 
 from __future__ import annotations
@@ -107,20 +109,28 @@ def unit_source(functions: Sequence[FunctionCode], runtime: bool) -> str:
     return "\n\n".join(p.strip("\n") for p in parts if p.strip()) + "\n"
 
 
-def _cutlass_unit(functions: Sequence[FunctionCode], arch: str | None, cache_dir: Any,
-                  use_cache: bool) -> tuple[CompiledBinary | None, str]:  # fmt: skip
-    specs = {s.entry: s for f in functions if f.gemms is not None for s in f.gemms.specs}
+def _cutlass_specs(functions: Sequence[FunctionCode]) -> dict[str, Any]:
+    """Every distinct CUTLASS configuration the functions call, by entry point."""
+    return {s.entry: s for f in functions if f.gemms is not None for s in f.gemms.specs}
+
+
+def _cutlass_units(specs: dict[str, Any], arch: str, cache_dir: Any, use_cache: bool,
+                   per_config: bool) -> tuple[list[Any], str]:  # fmt: skip
+    """Compile jobs for the CUTLASS unit(s) -- one unit, or one per configuration -- and the
+    CUTLASS source (every configuration once)."""
     if not specs:
-        return None, ""
+        return [], ""
     from loopir.codegen_cuda.cutlass.emit import emit_module
     from loopir.codegen_cuda.cutlass.library import unit_flags
 
-    source = emit_module(list(specs.values()))
-    family = max(s.candidate.arch for s in specs.values())
-    obj = compile_cuda(source, arch=arch or ("sm_90a" if family == 90 else f"sm_{family}"),
-                       flags=tuple(unit_flags()), cache_dir=cache_dir, use_cache=use_cache,
-                       output="object")  # fmt: skip
-    return obj, source
+    groups = [[specs[e]] for e in sorted(specs)] if per_config else [list(specs.values())]
+
+    def job(group: list[Any]) -> Any:
+        return lambda: compile_cuda(emit_module(group), arch=arch, flags=tuple(unit_flags()),
+                                    cache_dir=cache_dir, use_cache=use_cache, output="object")  # fmt: skip
+
+    label = (lambda g: f"cutlass:{g[0].entry}") if per_config else (lambda g: "cutlass")
+    return [(label(g), job(g)) for g in groups], emit_module(list(specs.values()))
 
 
 def _timed(label: str, fn: Any) -> tuple[CompiledBinary, dict[str, Any]]:
@@ -150,13 +160,18 @@ def build_library(
         raise CodegenError(f"build: strategy must be one of {STRATEGIES}, got {strategy!r}")
     flags = (*python_entry_flags(), *nvcc_flags)
     units: list[dict[str, Any]] = []
-    t0 = time.perf_counter()
-    cutlass, cutlass_source = _cutlass_unit(functions, arch, cache_dir, use_cache)
-    if cutlass is not None:
-        units.append({"unit": "cutlass", "cache_hit": cutlass.cache_hit,
-                      "seconds": time.perf_counter() - t0})  # fmt: skip
-        arch = cutlass.arch
-    link = [cutlass] if cutlass is not None else []
+    specs = _cutlass_specs(functions)
+    if specs and arch is None:  # the newest kernel family decides (sm_90a for CUTLASS 3.x)
+        family = max(s.candidate.arch for s in specs.values())
+        arch = "sm_90a" if family == 90 else f"sm_{family}"
+    cutlass_jobs, cutlass_source = _cutlass_units(specs, arch or "", cache_dir, use_cache,
+                                                  per_config=strategy == "units")  # fmt: skip
+    link: list[CompiledBinary] = []
+    if strategy == "single":
+        for label, run in cutlass_jobs:
+            obj, info = _timed(label, run)
+            link.append(obj)
+            units.append(info)
 
     def compile_unit(fs: Sequence[FunctionCode], runtime: bool, output: str,
                      objects: Sequence[CompiledBinary] = ()) -> CompiledBinary:  # fmt: skip
@@ -167,18 +182,23 @@ def build_library(
         binary, info = _timed("module", lambda: compile_unit(functions, True, "shared", link))
         units.append(info)
         return BuiltLibrary(binary, unit_source(functions, True), cutlass_source, units)
-    jobs: list[tuple[str, Any]] = [(f.func.name, [f]) for f in functions] + [("runtime", [])]
+    jobs: list[tuple[str, Any]] = [
+        (f.func.name, lambda fs=[f]: compile_unit(fs, False, "object")) for f in functions
+    ]
+    jobs.append(("runtime", lambda: compile_unit([], True, "object")))
+    jobs = cutlass_jobs + jobs  # the long CUTLASS compiles first
     step = progress(len(jobs), "nvcc units")
 
     def run_job(job: tuple[str, Any]) -> tuple[CompiledBinary, dict[str, Any]]:
-        out = _timed(job[0], lambda: compile_unit(job[1], not job[1], "object"))
+        out = _timed(job[0], job[1])
         step(job[0])
         return out
 
     with ThreadPoolExecutor(max_workers=workers or min(len(jobs), os.cpu_count() or 1)) as pool:
         done = list(pool.map(run_job, jobs))
-    objects = [b for b, _ in done]
     units.extend(info for _, info in done)
+    link = [b for (label, _), (b, _) in zip(jobs, done) if label.startswith("cutlass")]
+    objects = [b for (label, _), (b, _) in zip(jobs, done) if not label.startswith("cutlass")]
     names = ", ".join(f.func.name for f in functions)
     binary, info = _timed("link", lambda: compile_cuda(
         f"// loopir: the library of {names}\n", arch=arch, flags=flags, cache_dir=cache_dir,

@@ -82,10 +82,13 @@ def _gemm(m, n, k):
     return te.create_prim_func([A, B, D])
 
 
-def test_two_gemms_with_one_configuration_instantiate_it_once():
+@pytest.mark.parametrize("strategy", ["single", "units"])
+def test_two_gemms_with_one_configuration_instantiate_it_once(strategy):
     # the session cache (tests/conftest.py): the CUTLASS unit is shared with the other tests
     mod = loopir.IRModule({"qkv": _gemm(256, 256, 128), "up": _gemm(512, 256, 128)})
-    rt = loopir.build(mod, target="cuda", nvcc_flags=TRACE)
+    rt = loopir.build(mod, target="cuda", nvcc_flags=TRACE, strategy=strategy)
+    cutlass_units = [u["unit"] for u in rt.units if u["unit"].startswith("cutlass")]
+    assert len(cutlass_units) == 1  # one configuration, one unit either way
     (q,), (u,) = rt["qkv"].library_calls, rt["up"].library_calls
     assert q["kernel"] == u["kernel"]
     cutlass = rt.source.split("// ---- the CUTLASS unit ----")[1]

@@ -198,7 +198,9 @@ static int run_gemm(State<Gemm>& st, typename Gemm::Arguments const& args, CallK
 }
 }  // namespace loopir_cutlass_rt
 
-extern "C" const char* loopir_cutlass_last_error(void) {
+// Weak: a library linking several CUTLASS units (one per configuration) keeps one; each
+// entry point also has its own getter, reading its unit's message.
+extern "C" __attribute__((weak)) const char* loopir_cutlass_last_error(void) {
   return loopir_cutlass_rt::g_last_error;
 }
 """
@@ -268,6 +270,7 @@ ${bias_arg}
   return loopir_cutlass_rt::run_gemm<Gemm, ${reset_workspace}>(
       g_state, args, key, static_cast<cudaStream_t>(stream), "${entry}");
 }
+extern "C" const char* ${entry}_error(void) { return loopir_cutlass_rt::g_last_error; }
 #endif  // LOOPIR_CUTLASS_SM90
 """
 
@@ -312,6 +315,7 @@ extern "C" int ${entry}(const void* A, const void* B, const void* S, const void*
   loopir_cutlass_rt::CallKey key{A, B, S, bias, D, M, N, K, L, alpha, beta, stream};
   return loopir_cutlass_rt::run_gemm(g_state, args, key, static_cast<cudaStream_t>(stream), "${entry}");
 }
+extern "C" const char* ${entry}_error(void) { return loopir_cutlass_rt::g_last_error; }
 """
 
 
