@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -35,6 +34,9 @@ from typing import Any
 
 import loopir
 from loopir import te
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import events_per_call, rel_err  # noqa: E402
 
 T, H, I = 2048, 4096, 11008  # noqa: E741
 SHAPES = [(2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (4096, 11008, 4096),
@@ -128,26 +130,6 @@ def cmd_build(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _time(torch: Any, fn: Any, calls: int, repeat: int = 20) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(repeat):
-        start.record()
-        for _ in range(calls):
-            fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) / calls)
-    return statistics.median(times)
-
-
-def _err(got: Any, ref: Any) -> float:
-    return float((got.double() - ref).norm() / ref.norm())
-
-
 def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
@@ -164,12 +146,12 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
         d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
         f(a, b, d)
         torch.cuda.synchronize()
-        err = _err(d, a.double() @ b.double())
+        err = rel_err(d, a.double() @ b.double())
         assert err < 1e-2, (m, n, k, err)
         row = {"shape": [m, n, k], "rel_err": err, "config": f.library_calls[0]["config"]}
         for label, calls in (("one_call_ms", 1), ("back_to_back_ms", 100)):
-            row[label] = _time(torch, lambda f=f, a=a, b=b, d=d: f(a, b, d), calls)
-            row["torch_" + label] = _time(torch, lambda a=a, b=b, d=d: torch.matmul(a, b, out=d), calls)
+            row[label] = events_per_call(torch, lambda f=f, a=a, b=b, d=d: f(a, b, d), calls, 20, warmup=3)
+            row["torch_" + label] = events_per_call(torch, lambda a=a, b=b, d=d: torch.matmul(a, b, out=d), calls, 20, warmup=3)
         row["vs_torch_one_call"] = row["torch_one_call_ms"] / row["one_call_ms"]
         row["vs_torch_back_to_back"] = row["torch_back_to_back_ms"] / row["back_to_back_ms"]
         out["gemm"].append(row)

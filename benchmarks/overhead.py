@@ -38,6 +38,9 @@ from typing import Any
 import loopir
 from loopir import te
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import events_per_call, rel_err  # noqa: E402
+
 
 def _elementwise(n: int) -> Any:
     A = te.placeholder((n,), "float32", name="A")
@@ -69,10 +72,6 @@ def _triton_add() -> Any:
         add_kernel[(triton.cdiv(n, 1024),)](a, b, c, n, BLOCK=1024)
 
     return run
-
-
-def _rel_err(got: Any, ref: Any) -> float:
-    return float((got.double() - ref).norm() / ref.norm())
 
 
 def host_time_per_call(torch: Any, fn: Any, args: tuple[Any, ...], calls: int, rounds: int) -> float:
@@ -109,26 +108,13 @@ def case_elementwise(torch: Any, calls: int, rounds: int) -> dict[str, Any]:
         c = torch.full((n,), float("nan"), device="cuda")
         fn(a, b, c)
         torch.cuda.synchronize()
-        err = _rel_err(c, ref)
+        err = rel_err(c, ref)
         assert err < 1e-6, f"{name}: relative error {err}"
         rows[name] = {"us_per_call": host_time_per_call(torch, fn, (a, b, c), calls, rounds), "rel_err": err}
     base = rows["torch.add(a, b, out=c)"]["us_per_call"]
     for r in rows.values():
         r["vs_torch"] = r["us_per_call"] / base
     return rows
-
-
-def _events_per_call(torch: Any, fn: Any, calls: int, repeat: int) -> float:
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(repeat):
-        start.record()
-        for _ in range(calls):
-            fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) / calls)
-    return statistics.median(times)
 
 
 def _graph_per_call(torch: Any, fn: Any, calls: int, repeat: int) -> float:
@@ -142,7 +128,7 @@ def _graph_per_call(torch: Any, fn: Any, calls: int, repeat: int) -> float:
     with torch.cuda.graph(g):
         for _ in range(calls):
             fn()
-    return _events_per_call(torch, g.replay, 1, repeat) / calls
+    return events_per_call(torch, g.replay, 1, repeat) / calls
 
 
 def user_vs_kernel(torch: Any, name: str, mod: Any, args: tuple[Any, ...], calls: int, repeat: int) -> dict[str, Any]:
@@ -152,8 +138,8 @@ def user_vs_kernel(torch: Any, name: str, mod: Any, args: tuple[Any, ...], calls
     for _ in range(10):
         call()
     torch.cuda.synchronize()
-    user = _events_per_call(torch, call, calls, repeat)
-    one = _events_per_call(torch, call, 1, repeat * 5)
+    user = events_per_call(torch, call, calls, repeat)
+    one = events_per_call(torch, call, 1, repeat * 5)
     kernel = _graph_per_call(torch, call, calls, repeat)
     return {"case": name, "user_ms": user, "one_call_ms": one, "kernel_ms": kernel,
             "user_over_kernel": user / kernel, "mod.benchmark_ms": mod.benchmark(*args)}  # fmt: skip
@@ -170,7 +156,7 @@ def case_dense(torch: Any, calls: int, repeat: int) -> dict[str, Any]:
     c = torch.full((M, N), float("nan"), device="cuda")
     mod(a, b, c)
     torch.cuda.synchronize()
-    err = _rel_err(c, a.double() @ b.double())
+    err = rel_err(c, a.double() @ b.double())
     assert err < 1e-5, f"dense: relative error {err}"
     row = user_vs_kernel(torch, "DietCode dense 960x770x2304, pad on", mod, (a, b, c), calls, repeat)
     row["rel_err"] = err
@@ -191,10 +177,10 @@ def case_cutlass(torch: Any, calls: int, repeat: int) -> dict[str, Any]:
     d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
     mod(a, b, d)
     torch.cuda.synchronize()
-    err = _rel_err(d, a.double() @ b.double())
+    err = rel_err(d, a.double() @ b.double())
     assert err < 1e-2, f"cutlass: relative error {err}"
     row = user_vs_kernel(torch, "CUTLASS fp16 GEMM 2048^3 (default config)", mod, (a, b, d), calls, repeat)
-    mm = _events_per_call(torch, lambda: torch.matmul(a, b, out=d), calls, repeat)
+    mm = events_per_call(torch, lambda: torch.matmul(a, b, out=d), calls, repeat)
     row["torch_matmul_ms"] = mm
     row["rel_err"] = err
     return row
@@ -230,7 +216,7 @@ def case_graph(torch: Any) -> dict[str, Any]:
     a.copy_(a0)
     g.replay()
     torch.cuda.synchronize()
-    err = _rel_err(a, a0.double() + 100 * b.double())
+    err = rel_err(a, a0.double() + 100 * b.double())
     return {"captured_calls": 100, "rel_err": err, "ok": err < 1e-5}
 
 
@@ -265,7 +251,7 @@ def case_side_stream(torch: Any) -> dict[str, Any]:
     side.synchronize()
     side_done = time.perf_counter() - t0
     default_busy = not torch.cuda.current_stream().query()
-    err = _rel_err(c, 3.0 * a.double() + b.double())
+    err = rel_err(c, 3.0 * a.double() + b.double())
     torch.cuda.synchronize()
     return {"host_ms_for_4_ops": returned * 1e3, "side_done_ms": side_done * 1e3,
             "default_busy_before_side_sync": busy_before,

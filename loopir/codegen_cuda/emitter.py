@@ -206,7 +206,28 @@ def _has_barrier(stmt: Stmt) -> bool:
     return h.found
 
 
-class KernelEmitter:
+class CodeWriter:
+    """Indented lines of C++ (the kernel and host-code emitters print through it)."""
+
+    lines: list[str]
+    indent: int
+
+    def line(self, text: str) -> None:
+        self.lines.append("  " * self.indent + text)
+
+    @contextmanager
+    def block(self, head: str) -> Iterator[None]:
+        """``head {`` ... ``}`` around the lines printed inside (``head`` may be empty)."""
+        self.line(f"{head} {{".lstrip())
+        self.indent += 1
+        try:
+            yield
+        finally:
+            self.indent -= 1
+            self.line("}")
+
+
+class KernelEmitter(CodeWriter):
     """Prints one kernel."""
 
     def __init__(
@@ -264,20 +285,6 @@ class KernelEmitter:
             self.uses_fp16 = True
         elif e == "bfloat16":
             self.uses_bf16 = True
-
-    # -- output ------------------------------------------------------------------------------
-    def line(self, text: str) -> None:
-        self.lines.append("  " * self.indent + text)
-
-    @contextmanager
-    def block(self, head: str) -> Iterator[None]:
-        self.line(head + " {")
-        self.indent += 1
-        try:
-            yield
-        finally:
-            self.indent -= 1
-            self.line("}")
 
     @contextmanager
     def bound(self, v: Var, lo: PrimExpr, extent: PrimExpr) -> Iterator[None]:

@@ -28,14 +28,13 @@ translation units.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 import attrs
 
 from loopir.codegen_cuda import analysis as an
 from loopir.codegen_cuda.ctypes import ctype, float_literal
-from loopir.codegen_cuda.emitter import EmitResult, NameTable
+from loopir.codegen_cuda.emitter import CodeWriter, EmitResult, NameTable
 from loopir.codegen_cuda.exprs_cuda import ExprPrinter
 from loopir.codegen_cuda.split import (
     HostAlloc,
@@ -104,7 +103,7 @@ def size_vars_of(func: PrimFunc) -> tuple[Var, ...]:
     return tuple(seen)
 
 
-class _HostEmitter:
+class _HostEmitter(CodeWriter):
     """Prints one function's host program; quacks like a kernel emitter for ExprPrinter."""
 
     def __init__(self, func: PrimFunc, emitted: EmitResult, externs: Sequence[ExternCall],
@@ -144,19 +143,6 @@ class _HostEmitter:
             raise CodegenError(f"host code: {dtype} arithmetic on the host is not supported")
 
     # -- output -------------------------------------------------------------------------------
-    def line(self, text: str) -> None:
-        self.lines.append("  " * self.indent + text)
-
-    @contextmanager
-    def block(self, head: str) -> Iterator[None]:
-        self.line(f"{head} {{".lstrip())
-        self.indent += 1
-        try:
-            yield
-        finally:
-            self.indent -= 1
-            self.line("}")
-
     def expr(self, e: PrimExpr) -> str:
         return self.printer.print(e)
 
