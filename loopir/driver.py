@@ -30,6 +30,9 @@ def build(func: Any, target: str = "cpu", **options: Any) -> Any:
         ``"cpu"``: the reference executor (:class:`loopir.runtime.CPUModule`); ``"cuda"``:
         CUDA kernels and their host code compiled with nvcc into a shared library
         (``CUDAModule``).
+    database
+        A :class:`loopir.schedule.database.Database` (or the path of one): functions with a
+        stored trace for ``target`` are built with their best schedule; the others as given.
     **options
         Target options, e.g. ``check_bounds=False`` or ``cache_dir=...`` for the CPU (see
         :func:`loopir.runtime.build_cpu`) and the CUDA options of
@@ -42,6 +45,9 @@ def build(func: Any, target: str = "cpu", **options: Any) -> Any:
     """
     from loopir.ir.module import IRModule
 
+    database = options.pop("database", None)
+    if database is not None:
+        func = _tuned(func, target, database)
     if isinstance(func, IRModule):
         return _build_module(func, target, **options)
     if not isinstance(func, PrimFunc):
@@ -70,3 +76,16 @@ def _build_module(mod: Any, target: str, **options: Any) -> Any:
 
         return build_cuda_module(mod, **options)
     raise CodegenError(f"build: unknown target {target!r}; known targets: {', '.join(TARGETS)}")
+
+
+def _tuned(func: Any, target: str, database: Any) -> Any:
+    """``func`` (or each function of a module) with its best stored schedule applied."""
+    from loopir.ir.module import IRModule
+    from loopir.schedule.database import Database
+
+    db = database if isinstance(database, Database) else Database(database)
+    if isinstance(func, IRModule):
+        return IRModule({n: db.apply(func[n], target) or func[n] for n in func.names})
+    if isinstance(func, PrimFunc):
+        return db.apply(func, target) or func
+    return func
