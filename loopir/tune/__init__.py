@@ -7,5 +7,6 @@ stores them in a :class:`~loopir.schedule.database.Database` when given one.
 """
 
 from loopir.tune.search import TuneResult, cpu_runner, cuda_runner, tune
+from loopir.tune.workers import DevicePool, visible_devices
 
-__all__ = ["TuneResult", "cpu_runner", "cuda_runner", "tune"]
+__all__ = ["DevicePool", "TuneResult", "cpu_runner", "cuda_runner", "tune", "visible_devices"]
