@@ -51,36 +51,53 @@ class TuneResult:
     dropped: int
 
 
-def cpu_runner(repeat: int = 3) -> Runner:
-    """Time the function on the CPU executor (median of ``repeat`` calls on random inputs)."""
-    from loopir.driver import build
-    from loopir.testing import random_inputs
+@attrs.frozen
+class CPURunner:
+    """Time a function on the CPU executor: median of ``repeat`` calls on random inputs.
 
-    def run(func: PrimFunc) -> float:
+    A class (not a closure) so that it can be sent to worker processes.
+    """
+
+    repeat: int = 3
+
+    def __call__(self, func: PrimFunc) -> float:
+        from loopir.driver import build
+        from loopir.testing import random_inputs
+
         mod = build(func, target="cpu")
         args = random_inputs(func, seed=0)
         times = []
-        for _ in range(repeat):
+        for _ in range(self.repeat):
             t0 = time.perf_counter()
             mod(*args)
             times.append((time.perf_counter() - t0) * 1e3)
         return statistics.median(times)
 
-    return run
+
+@attrs.frozen
+class CUDARunner:
+    """Check a function on the GPU against the CPU executor (random inputs), then time it with
+    CUDA events (``mod.benchmark``)."""
+
+    sizes: Any = None
+
+    def __call__(self, func: PrimFunc) -> float:
+        from loopir.driver import build
+        from loopir.testing import check_equivalent, random_inputs
+
+        check_equivalent(func, func, target2="cuda", sizes=self.sizes)
+        mod = build(func, target="cuda")
+        return float(mod.benchmark(*random_inputs(func, sizes=self.sizes, seed=1)))
+
+
+def cpu_runner(repeat: int = 3) -> Runner:
+    """The default runner of ``target="cpu"`` (a :class:`CPURunner`)."""
+    return CPURunner(repeat)
 
 
 def cuda_runner(sizes: Any = None) -> Runner:
-    """Check the function on the GPU against the CPU executor (random inputs), then time it
-    with CUDA events (``mod.benchmark``)."""
-    from loopir.driver import build
-    from loopir.testing import check_equivalent, random_inputs
-
-    def run(func: PrimFunc) -> float:
-        check_equivalent(func, func, target2="cuda", sizes=sizes)
-        mod = build(func, target="cuda")
-        return float(mod.benchmark(*random_inputs(func, sizes=sizes, seed=1)))
-
-    return run
+    """The default runner of ``target="cuda"`` (a :class:`CUDARunner`)."""
+    return CUDARunner(sizes)
 
 
 def _key(trace: Trace) -> str:
@@ -98,6 +115,7 @@ def tune(
     seed: int = 0,
     runner: Runner | None = None,
     database: Any = None,
+    pool: Any = None,
     show_progress: bool = True,
 ) -> TuneResult:
     """Search ``space`` for the fastest schedule of ``func``.
@@ -120,6 +138,9 @@ def tune(
         ``runner(scheduled_func) -> ms``; default :func:`cpu_runner` / :func:`cuda_runner`.
     database
         A :class:`~loopir.schedule.database.Database`: every measured candidate is committed.
+    pool
+        A :class:`~loopir.tune.workers.DevicePool`: candidates are measured in batches of one
+        per device, each on its own GPU (the runner must be picklable, as the default ones are).
 
     Raises
     ------
@@ -134,41 +155,76 @@ def tune(
     order: list[tuple[float, dict[int, Any]]] = []
     dropped, first_error = 0, None
     step = progress(trials, "tune", show_progress)
+    batch_size = len(pool.devices) if pool is not None else 1
     for _ in range(trials * 20):
         if len(measured) >= trials:
             break
-        sch = Schedule(func, seed=rng.randrange(2**31))
-        try:
-            if len(measured) < population:
-                space(sch)
-            else:
-                best = sorted(measured.values(), key=lambda m: m[0])[:elite]
-                parent = best[rng.randrange(len(best))][1]
-                sampling = list(parent.decisions)
-                if sampling:
-                    parent.with_decision(rng.choice(sampling), None).apply_to(sch)
-                else:
-                    space(sch)
-        except LoopIRError as exc:
-            dropped += 1
-            first_error = first_error or exc
+        batch: list[Schedule] = []
+        keys: set[str] = set()
+        for _ in range(batch_size * 4):
+            if len(batch) >= min(batch_size, trials - len(measured)):
+                break
+            sch = _candidate(func, space, measured, rng, population, elite)
+            if isinstance(sch, LoopIRError):
+                dropped += 1
+                first_error = first_error or sch
+                continue
+            key = _key(sch.trace)
+            if key not in measured and key not in keys:
+                keys.add(key)
+                batch.append(sch)
+        if not batch:
             continue
-        key = _key(sch.trace)
-        if key in measured:
-            continue
-        try:
-            ms = float(run(sch.func))
-        except LoopIRError as exc:
-            dropped += 1
-            first_error = first_error or exc
-            logger.info("tune: candidate dropped: %s", exc)
-            continue
-        measured[key] = (ms, sch.trace, sch.func)
-        order.append((ms, sch.trace.decisions))
-        if database is not None:
-            database.commit(sch.trace, func, target, ms)
-        step(f"{ms:.4g} ms (best {min(m[0] for m in measured.values()):.4g})")
+        results = _measure(run, [s.func for s in batch], pool)
+        for sch, res in zip(batch, results):
+            if isinstance(res, LoopIRError):
+                dropped += 1
+                first_error = first_error or res
+                logger.info("tune: candidate dropped: %s", res)
+                continue
+            ms = float(res)
+            measured[_key(sch.trace)] = (ms, sch.trace, sch.func)
+            order.append((ms, sch.trace.decisions))
+            if database is not None:
+                database.commit(sch.trace, func, target, ms)
+            step(f"{ms:.4g} ms (best {min(m[0] for m in measured.values()):.4g})")
     if not measured:
         raise LoopIRError(f"tune: no candidate could be measured; first failure: {first_error}")
     ms, trace, best_func = min(measured.values(), key=lambda m: m[0])
     return TuneResult(trace, best_func, ms, order, dropped)
+
+
+def _candidate(func: PrimFunc, space: Callable[[Schedule], Any],
+               measured: dict[str, tuple[float, Trace, PrimFunc]], rng: random.Random,
+               population: int, elite: int) -> Schedule | LoopIRError:  # fmt: skip
+    """A new candidate: sampled from the space, or a mutation of one of the elite."""
+    sch = Schedule(func, seed=rng.randrange(2**31))
+    try:
+        if len(measured) < population:
+            space(sch)
+            return sch
+        best = sorted(measured.values(), key=lambda m: m[0])[:elite]
+        parent = best[rng.randrange(len(best))][1]
+        sampling = list(parent.decisions)
+        if sampling:
+            parent.with_decision(rng.choice(sampling), None).apply_to(sch)
+        else:
+            space(sch)
+    except LoopIRError as exc:
+        return exc
+    return sch
+
+
+def _safe(run: Runner, func: PrimFunc) -> float | LoopIRError:
+    try:
+        return run(func)
+    except LoopIRError as exc:
+        return exc
+
+
+def _measure(run: Runner, funcs: list[PrimFunc], pool: Any) -> list[float | LoopIRError]:
+    if pool is None:
+        return [_safe(run, f) for f in funcs]
+    import functools
+
+    return pool.map(functools.partial(_safe, run), funcs)

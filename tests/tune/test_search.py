@@ -70,3 +70,21 @@ def test_failures_are_dropped_and_reported() -> None:
         tune(matmul(16, 8, 12).func, bad_space, trials=2, runner=_synthetic, show_progress=False)
     with pytest.raises(LoopIRError, match="trials must be a positive int, got 0"):
         tune(matmul(16, 8, 12).func, _space, trials=0, runner=_synthetic)
+
+
+def test_a_device_pool_measures_batches_on_its_workers() -> None:
+    from loopir.tune import DevicePool
+
+    with DevicePool(["0", "1"]) as pool:
+        res = tune(matmul(64, 8, 12).func, _space, trials=7, population=3, seed=1,
+                   runner=_synthetic, pool=pool, show_progress=False)  # fmt: skip
+    assert res.ms == 1.0 and len(res.measured) == 7
+
+
+def test_the_default_runners_can_be_sent_to_workers() -> None:
+    import pickle
+
+    from loopir.tune import cpu_runner, cuda_runner
+
+    for r in (cpu_runner(5), cuda_runner({"n": 7})):
+        assert pickle.loads(pickle.dumps(r)) == r
