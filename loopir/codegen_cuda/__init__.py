@@ -16,7 +16,6 @@ from loopir.codegen_cuda.compile import (
     compile_cuda,
     default_cache_dir,
 )
-from loopir.codegen_cuda.cutlass.hook import offload
 from loopir.codegen_cuda.emitter import EmitResult, KernelSource, emit_cuda
 from loopir.codegen_cuda.host import emit_host
 from loopir.codegen_cuda.runtime import CUDAModule, describe_resources
@@ -24,7 +23,17 @@ from loopir.codegen_cuda.units import FunctionCode, build_library
 from loopir.errors import CodegenError
 from loopir.ir.functor import post_order_visit
 from loopir.ir.stmt import Block, BlockRealize, PrimFunc
+from loopir.passes.pipeline import register_target_passes
 from loopir.passes.race_check import check_races
+
+
+def _cuda_target_passes(ctx: object) -> list:  # type: ignore[type-arg]
+    from loopir.codegen_cuda.cutlass.offload import GemmOffload
+
+    return [GemmOffload()]
+
+
+register_target_passes("cuda", _cuda_target_passes)
 
 logger = logging.getLogger(__name__)
 
@@ -41,19 +50,11 @@ def _needs_lowering(func: PrimFunc) -> bool:
     return found
 
 
-def _offload_gemms(func: PrimFunc) -> PrimFunc:
-    """Hand GEMM stages to CUTLASS (the GemmOffload pass) when the function has blocks."""
-    if not isinstance(func, PrimFunc) or not _needs_lowering(func):
-        return func
-    # cutlass.hook is loopir's own code: only the nvidia-cutlass package it drives is optional,
-    # and its loader (cutlass.library) handles that one's absence.
-    return offload(func)
-
-
 def lower_for_cuda(func: PrimFunc) -> PrimFunc:
     """Lower ``func`` for the CUDA backend under the current PassContext.
 
-    Scheduled TensorIR goes through ``loopir.lower``. IR that is already in loop form (written
+    Scheduled TensorIR goes through ``loopir.lower(func, target="cuda")``, whose first pass
+    hands GEMM stages to CUTLASS (``GemmOffload``). IR that is already in loop form (written
     by hand, or lowered before) still gets the passes every kernel needs -- virtual-thread
     injection, barrier planning, and the annotation-driven register prefetch when asked for:
     each is idempotent on IR it has already run on, so the emitter only prints.
@@ -64,7 +65,7 @@ def lower_for_cuda(func: PrimFunc) -> PrimFunc:
     if not isinstance(func, PrimFunc):
         raise CodegenError(f"build_cuda: expected a PrimFunc, got {type(func).__name__}")
     if _needs_lowering(func):
-        return lower(func)
+        return lower(func, target="cuda")
     tail = [InjectVirtualThread(), ThreadSync()]
     if prefetch_requested(func, PassContext.current()):
         tail.append(InjectSharedPrefetch())
@@ -127,12 +128,12 @@ def prepare_function(func: PrimFunc, min_blocks_per_sm: int | None = None) -> Fu
     from loopir.codegen_cuda.cutlass.hook import ExternGemms
     from loopir.passes.context import PassContext
 
-    offloaded = _offload_gemms(func)
-    lowered = lower_for_cuda(offloaded)
+    lowered = lower_for_cuda(func)
     emitted = emit_cuda(lowered, min_blocks_per_sm=min_blocks_per_sm)
     # after the emitter's structural checks, whose diagnoses are more specific
     check_races(lowered)
-    gemms = ExternGemms(offloaded) if emitted.extern_calls else None
+    # the offload's call descriptions are function attributes: lowering keeps them
+    gemms = ExternGemms(lowered) if emitted.extern_calls else None
     sync = bool(PassContext.current().get("cuda.sync_after_launch"))
     host = emit_host(lowered, emitted, gemms.calls if gemms else (), sync_after_launch=sync)
     return FunctionCode(lowered, emitted, host, gemms)

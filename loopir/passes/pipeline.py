@@ -2,6 +2,8 @@
 
 Order (each is its own pass object; see their modules):
 
+0. the target's own passes, with ``target=`` (``"cuda"``: ``GemmOffload``, registered by the
+   backend through :func:`register_target_passes`);
 1. ``LowerBlocks`` -- blocks become loops, guards (predicates), init ``if``\\ s, Allocates.
 2. ``UnifyThreadLoops`` -- cooperative-fetch thread loops share the outer thread index.
 3. ``CompactBufferAllocation`` -- shared/local buffers shrink to their tile and move to the
@@ -22,6 +24,8 @@ Vectorized loops are kept as loops: the CUDA backend emits them as vector access
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from loopir.errors import PassError
 from loopir.ir.stmt import PrimFunc
 from loopir.passes.base import Pass, Sequential
@@ -35,16 +39,39 @@ from loopir.passes.simplify import Simplify
 from loopir.passes.thread_sync import ThreadSync
 from loopir.passes.unify_threads import UnifyThreadLoops
 
-__all__ = ["default_pipeline", "lower"]
+__all__ = ["default_pipeline", "lower", "register_target_passes"]
+
+
+# Passes a target runs before the standard ones, registered by its backend when the backend is
+# imported (the CUDA backend registers GemmOffload), so that passes never import a backend.
+_TARGET_PASSES: dict[str, Callable[[PassContext], list[Pass]]] = {"cpu": lambda ctx: []}
+
+
+def register_target_passes(target: str, passes: Callable[[PassContext], list[Pass]]) -> None:
+    """Make ``default_pipeline(target=target)`` start with ``passes(ctx)`` (backends call it)."""
+    _TARGET_PASSES[target] = passes
 
 
 def default_pipeline(
-    ctx: PassContext | None = None, explain_local_pad: bool = False, func: PrimFunc | None = None
+    ctx: PassContext | None = None, explain_local_pad: bool = False, func: PrimFunc | None = None,
+    target: str | None = None,
 ) -> Sequential:
     """The passes :func:`lower` runs under ``ctx`` (default: the current context) on ``func``
-    (``func`` only decides whether annotation-driven passes are included)."""
+    (``func`` only decides whether annotation-driven passes are included). With ``target``
+    (``"cpu"``, ``"cuda"``), the target's own passes come first: for CUDA, ``GemmOffload``
+    (registered when ``loopir.codegen_cuda`` is imported, as ``loopir.build`` does)."""
     ctx = ctx or PassContext.current()
-    passes: list[Pass] = [LowerBlocks(), UnifyThreadLoops(), CompactBufferAllocation()]
+    passes: list[Pass] = []
+    if target is not None:
+        factory = _TARGET_PASSES.get(target)
+        if factory is None:
+            raise PassError(
+                f"default_pipeline: no passes are registered for target {target!r} (known: "
+                f"{', '.join(sorted(_TARGET_PASSES))}; a backend registers its target when it "
+                "is imported, e.g. import loopir.codegen_cuda)"
+            )
+        passes += factory(ctx)
+    passes += [LowerBlocks(), UnifyThreadLoops(), CompactBufferAllocation()]
     if ctx.get("tir.enable_local_pad"):
         passes.append(LocalPadding(explain=explain_local_pad))
     passes += [Simplify(), InjectVirtualThread(), ThreadSync()]
@@ -53,7 +80,7 @@ def default_pipeline(
     return Sequential(passes, name="lower")
 
 
-def lower(func: PrimFunc) -> PrimFunc:
+def lower(func: PrimFunc, target: str | None = None) -> PrimFunc:
     """Lower a (scheduled) PrimFunc to the loop form the backends consume.
 
     Runs :func:`default_pipeline` under the current :class:`PassContext`. The result has no
@@ -65,6 +92,8 @@ def lower(func: PrimFunc) -> PrimFunc:
     ----------
     func
         The function (typically ``sch.func``).
+    target
+        Run the target's own passes first (see :func:`default_pipeline`).
 
     Returns
     -------
@@ -73,4 +102,4 @@ def lower(func: PrimFunc) -> PrimFunc:
     """
     if not isinstance(func, PrimFunc):
         raise PassError(f"lower: expected a PrimFunc, got {type(func).__name__}")
-    return default_pipeline(func=func)(func)
+    return default_pipeline(func=func, target=target)(func)

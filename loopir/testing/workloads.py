@@ -186,33 +186,13 @@ def shared_transpose(M: int = 100, N: int = 70, shared_tile: bool = True) -> Any
 
     Blocks of 32x32 (``blockIdx.y/x``), 8x32 threads (``threadIdx.y/x``), each thread four
     rows. With ``shared_tile`` A goes through ``A_shared``, filled by a threadIdx loop nest
-    that is a *sibling* of the one reading it transposed: only a barrier orders the two.
+    that is a *sibling* of the one reading it transposed: only a barrier orders the two. The
+    tile is unpadded (``loopir.examples.transpose`` is the same schedule with padded rows).
     Returns the :class:`loopir.Schedule`.
     """
-    import loopir
+    from loopir.examples.transpose import transpose
 
-    A = te.placeholder((M, N), "float32", name="A")
-    B = te.compute((N, M), lambda j, i: A[i, j], name="B")
-    sch = loopir.Schedule(te.create_prim_func([A, B]))
-    b = sch.get_block("B")
-    j, i = sch.get_loops(b)
-    j0, j1 = sch.split(j, [None, 32])
-    i0, i1 = sch.split(i, [None, 32])
-    j10, j11 = sch.split(j1, [None, 8])
-    sch.reorder(j0, i0, j11, i1, j10)
-    sch.bind(j0, "blockIdx.y")
-    sch.bind(i0, "blockIdx.x")
-    sch.bind(j11, "threadIdx.y")
-    sch.bind(i1, "threadIdx.x")
-    if shared_tile:
-        ash = sch.cache_read(b, "A", "shared")
-        sch.compute_at(ash, i0)
-        ax0, ax1 = sch.get_loops(ash)[2:]
-        a0, a1 = sch.split(ax0, [None, 8])
-        sch.reorder(a1, ax1, a0)
-        sch.bind(a1, "threadIdx.y")
-        sch.bind(ax1, "threadIdx.x")
-    return sch
+    return transpose(M, N, pad=False, shared=shared_tile)
 
 
 def tiled_gemm(M: int, K: int, N: int, ti: int, tj: int, ii: int, jj: int, bk: int, vec: int,

@@ -397,8 +397,9 @@ def test_tuning_choice_round_trip(tmp_path):
 
 
 def test_runner_helpers():
-    from loopir.codegen_cuda.cutlass.hook import extern_call_id, problem_from_signature
+    from loopir.codegen_cuda.cutlass.hook import problem_from_signature
     from loopir.codegen_cuda.cutlass.offload import EXTERN_GEMM
+    from loopir.codegen_cuda.split import extern_call_id
     from loopir.ir.expr import Call, FloatImm, IntImm, StringImm
     from loopir.ir.stmt import Evaluate
 

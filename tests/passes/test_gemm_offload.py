@@ -324,3 +324,26 @@ def test_two_gemms_get_two_calls_and_unrelated_stages_stay():
     assert [r.offloaded for r in report] == [True, True]
     assert isinstance(calls_in(out)[0].args[0], StringImm)
     assert LIBRARY_CALLS_ATTR in out.attrs
+
+
+def test_the_cuda_target_pipeline_starts_with_the_offload() -> None:
+    import loopir.codegen_cuda  # noqa: F401  (the backend registers its target's passes)
+    from loopir.passes import default_pipeline, lower
+
+    names = [p.name for p in default_pipeline(target="cuda").passes]
+    assert names[0] == "GemmOffload" and names[1] == "LowerBlocks"
+    assert [p.name for p in default_pipeline(target="cpu").passes][0] == "LowerBlocks"
+    with pytest.raises(PassError, match="no passes are registered for target 'tpu'"):
+        default_pipeline(target="tpu")
+    from loopir import te
+
+    m = n = k = 256
+    A = te.placeholder((m, k), "float16", name="A")
+    B = te.placeholder((k, n), "float16", name="B")
+    r = te.reduce_axis(k, name="k")
+    C = te.compute((m, n), lambda i, j: te.sum(A[i, r].astype("float32") * B[r, j].astype("float32"), axis=r), name="C")
+    D = te.compute((m, n), lambda i, j: C[i, j].astype("float16"), name="D")
+    lowered = lower(te.create_prim_func([A, B, D]), target="cuda")
+    import loopir
+
+    assert list(library_calls_of(lowered)) == ["gemm_C"] and "loopir.extern_gemm" in loopir.script(lowered)

@@ -180,3 +180,12 @@ def test_virtual_thread_expansion_keeps_the_padding() -> None:
     # (16, 2): innermost 1, then 2 -> 4 (4 % 3 == 1); two copies of 15 * 4 + 1 + 1 = 62
     assert [int(s) for s in buf.shape] == [2, 16, 2] and [int(s) for s in buf.strides] == [62, 4, 1]
     check_equivalent(dense_func(70, 20, 90), low)
+
+
+def test_the_transpose_example_is_the_padded_schedule() -> None:
+    ex = loopir.examples.transpose(100, 70)
+    loopir.assert_structural_equal(ex.func, _aligned(100, 70).func)
+    plain = loopir.examples.transpose(100, 70, pad=False)
+    loopir.assert_structural_equal(plain.func, shared_transpose(100, 70).func)
+    direct = loopir.examples.transpose(47, 33, shared=False)
+    check_equivalent(loopir.examples.transpose_func(47, 33), loopir.lower(direct.func))

@@ -4,10 +4,10 @@
 call_id, ...))`` statements at the top level of the function body and the calls' descriptions
 in ``func.attrs["loopir.library_calls"]``. The codegen:
 
-1. runs :func:`offload` before ``lower`` (it is a no-op when nothing matches or the backend is
-   ``"generated"``),
+1. runs ``GemmOffload`` first in ``lower(func, target="cuda")`` (a no-op when nothing matches
+   or the backend is ``"generated"``),
 2. treats each extern statement as a host step between kernel launches
-   (:func:`extern_call_id` tells them apart from device code),
+   (``loopir.codegen_cuda.split.extern_call_id`` tells them apart from device code),
 3. plans one :class:`ExternGemms` per function: the CUTLASS configuration of each call (a
    cached tuning choice, a fresh tuning run, or the default heuristic), the translation unit
    holding their entry points (compiled to an object and linked into the function's shared
@@ -27,35 +27,14 @@ from loopir.codegen_cuda.cutlass.emit import KernelSpec, emit_module
 from loopir.codegen_cuda.cutlass.enumerate import GemmCandidate, default_candidate
 from loopir.codegen_cuda.cutlass.problem import EpilogueSpec, GemmProblem
 from loopir.codegen_cuda.host import ExternCall
-from loopir.ir.expr import Call, StringImm
-from loopir.ir.stmt import Evaluate, PrimFunc, Stmt
+from loopir.ir.stmt import PrimFunc
 
 __all__ = [
     "ExternGemms",
-    "extern_call_id",
-    "offload",
     "problem_from_signature",
 ]
 
 logger = logging.getLogger(__name__)
-
-
-def offload(func: PrimFunc) -> PrimFunc:
-    """Run the GemmOffload pass under the current PassContext."""
-    from loopir.codegen_cuda.cutlass.offload import GemmOffload
-
-    return GemmOffload()(func)
-
-
-def extern_call_id(stmt: Stmt) -> str | None:
-    """The call id when ``stmt`` is an extern GEMM statement, else None."""
-    from loopir.codegen_cuda.cutlass.offload import EXTERN_GEMM
-
-    if isinstance(stmt, Evaluate) and isinstance(stmt.value, Call) and stmt.value.op == EXTERN_GEMM:
-        first = stmt.value.args[0]
-        if isinstance(first, StringImm):
-            return first.value
-    return None
 
 
 def problem_from_signature(sig: Mapping[str, Any]) -> GemmProblem:
