@@ -65,6 +65,9 @@ class CompiledBinary:
         Where the cache holds the output and the source.
     output
         ``"cubin"``, ``"object"`` or ``"shared"``.
+    sha256
+        The output's hash (checked against the cache entry when loaded; part of the key of a
+        library linking it).
     arch
         ``sm_XX`` target.
     log
@@ -83,6 +86,7 @@ class CompiledBinary:
     resources: dict[str, KernelResources]
     cache_hit: bool
     output: str = "cubin"
+    sha256: str = ""
 
 
 def default_cache_dir() -> Path:
@@ -249,7 +253,7 @@ def compile_cuda(
         raise CodegenError("CUDA compile: objects can only be linked into a shared library")
     nvcc = find_nvcc()
     all_flags = (*BASE_FLAGS, *flags)
-    digests = [hashlib.sha256(o.data).hexdigest() for o in link]
+    digests = [o.sha256 or hashlib.sha256(o.data).hexdigest() for o in link]
     key = cache_key(source, all_flags, arch, nvcc_version(nvcc), output, digests)
     root = _cache_dir.kind_dir("cuda", cache_dir)
     out_path = root / f"{key}.{OUTPUTS[output]}"
@@ -331,11 +335,12 @@ def _build(source: str, nvcc: str, arch: str, all_flags: Sequence[str], root: Pa
     os.chmod(tmp_out, 0o600)  # nvcc may recreate it with the umask's mode
     data = Path(tmp_out).read_bytes()
     os.replace(tmp_out, out_path)
+    digest = hashlib.sha256(data).hexdigest()
     meta = {
         "version": CACHE_VERSION,
         "arch": arch,
         "output": output,
-        "sha256": hashlib.sha256(data).hexdigest(),
+        "sha256": digest,
         "log": log,
         "command": cmd,
     }
@@ -349,6 +354,7 @@ def _build(source: str, nvcc: str, arch: str, all_flags: Sequence[str], root: Pa
         resources=parse_resources(log),
         cache_hit=False,
         output=output,
+        sha256=digest,
     )
 
 
@@ -358,9 +364,10 @@ def _load_entry(out_path: Path, meta_path: Path, src_path: Path, arch: str,
     try:
         meta = json.loads(meta_path.read_text())
         data = out_path.read_bytes()
+        digest = hashlib.sha256(data).hexdigest()
         ok = (
             meta.get("version") == CACHE_VERSION
-            and meta.get("sha256") == hashlib.sha256(data).hexdigest()
+            and meta.get("sha256") == digest
             and data[:4] == b"\x7fELF"
         )
     except (OSError, ValueError) as exc:
@@ -379,4 +386,5 @@ def _load_entry(out_path: Path, meta_path: Path, src_path: Path, arch: str,
         resources=parse_resources(log),
         cache_hit=True,
         output=output,
+        sha256=digest,
     )

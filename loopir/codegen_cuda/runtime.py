@@ -172,6 +172,7 @@ class CUDAModule:
         self._dtypes = [dt.element(b.dtype) for b in func.params]
         self._signatures: dict[tuple[Any, ...], tuple[int, ...]] = {}
         self._workspaces: dict[tuple[int, int], tuple[int, int]] = {}  # (device, stream) -> (ptr, bytes)
+        self._workspace_bytes: dict[tuple[int, ...], int] = {}  # sizes -> bytes needed
         self._lib: _Library | None = None
         self._fast: Any = None  # see _torch_fast_path
         self._device = 0
@@ -281,7 +282,9 @@ class CUDAModule:
 
     def _workspace(self, lib: _Library, sizes: tuple[int, ...], stream: int, device: int) -> int:
         """Device temporaries: one workspace per (device, stream), grown when sizes grow."""
-        need = int(lib.workspace(*sizes))
+        need = self._workspace_bytes.get(sizes)
+        if need is None:
+            need = self._workspace_bytes[sizes] = int(lib.workspace(*sizes))
         ptr, have = self._workspaces.get((device, stream), (0, 0))
         if need > have:
             if ptr:
@@ -304,15 +307,20 @@ class CUDAModule:
             infos.append(info)
         return infos
 
-    def _call_general(self, arrays: Sequence[Any], stream: Any) -> None:
-        infos = self._describe_all(arrays)
-        sizes = self._bind([i.shape for i in infos])
+    def _placement(self, infos: Sequence[ArgInfo], stream: Any) -> tuple[int, int]:
+        """The device the arrays live on and the stream to run on (explicit, else the
+        current stream of the arrays' library)."""
         devices = {i.device for i in infos if i.device is not None}
         if len(devices) > 1:
             raise LaunchError(f"{self.func.name}: arrays live on different CUDA devices {sorted(devices)}")
         device = devices.pop() if devices else 0
         source = next((i.stream_source for i in infos if i.stream_source), None)
-        s = explicit_stream(stream) if stream is not None else caller_stream(source, device)
+        return device, explicit_stream(stream) if stream is not None else caller_stream(source, device)
+
+    def _call_general(self, arrays: Sequence[Any], stream: Any) -> None:
+        infos = self._describe_all(arrays)
+        sizes = self._bind([i.shape for i in infos])
+        device, s = self._placement(infos, stream)
         if not any(i.host is not None for i in infos):
             self._launch([i.ptr for i in infos], sizes, s, device)
             return
@@ -322,30 +330,47 @@ class CUDAModule:
                           device: int) -> None:  # fmt: skip
         """NumPy arguments: copy in, run, copy the written ones back, synchronize."""
         lib = self._library()
-        name = self.func.name
-        allocated: list[int] = []
+        uploaded: dict[int, int] = {}
         try:
-            ptrs = []
-            for info in infos:
-                if info.host is None:
-                    ptrs.append(info.ptr)
-                    continue
-                p = lib.malloc(info.host.nbytes, device, name)
-                allocated.append(p)
-                lib.check(lib.dll.loopir_rt_copy(p, info.host.ctypes.data, info.host.nbytes, 1, s or None), name)
-                ptrs.append(p)
-            self._launch(ptrs, sizes, s, device)
-            for info, p, w in zip(infos, ptrs, self._written):
-                if info.host is not None and w:
-                    if not info.host.flags.writeable:
-                        raise LaunchError(f"{name}: an output array is read-only")
-                    lib.check(lib.dll.loopir_rt_copy(info.host.ctypes.data, p, info.host.nbytes, 0, s or None), name)
-            lib.check(lib.dll.loopir_rt_stream_sync(s or None), name)
+            uploaded = self._upload(lib, infos, device, s)
+            self._launch([uploaded.get(j, i.ptr) for j, i in enumerate(infos)], sizes, s, device)
+            self._download(lib, infos, uploaded, s, check_writeable=True)
         finally:
-            if allocated:
-                lib.dll.loopir_rt_stream_sync(s or None)  # the copies may still be in flight
-                for p in allocated:
-                    lib.dll.loopir_rt_free(p)
+            self._release(lib, uploaded, s)
+
+    def _upload(self, lib: _Library, infos: Sequence[ArgInfo], device: int, s: int) -> dict[int, int]:
+        """Device copies of the NumPy arguments: ``{argument index: device pointer}``."""
+        name = self.func.name
+        out: dict[int, int] = {}
+        try:
+            for j, info in enumerate(infos):
+                if info.host is not None:
+                    out[j] = lib.malloc(info.host.nbytes, device, name)
+                    lib.check(lib.dll.loopir_rt_copy(out[j], info.host.ctypes.data, info.host.nbytes, 1, s or None), name)
+        except BaseException:
+            self._release(lib, out, s)
+            raise
+        return out
+
+    def _download(self, lib: _Library, infos: Sequence[ArgInfo], uploaded: dict[int, int], s: int,
+                  check_writeable: bool) -> None:  # fmt: skip
+        """Copy the written NumPy arguments back from their device copies; synchronize."""
+        name = self.func.name
+        for j, ptr in uploaded.items():
+            host = infos[j].host
+            assert host is not None
+            if self._written[j]:
+                if check_writeable and not host.flags.writeable:
+                    raise LaunchError(f"{name}: an output array is read-only")
+                lib.check(lib.dll.loopir_rt_copy(host.ctypes.data, ptr, host.nbytes, 0, s or None), name)
+        lib.check(lib.dll.loopir_rt_stream_sync(s or None), name)
+
+    @staticmethod
+    def _release(lib: _Library, uploaded: dict[int, int], s: int) -> None:
+        if uploaded:
+            lib.dll.loopir_rt_stream_sync(s or None)  # the copies may still be in flight
+            for ptr in uploaded.values():
+                lib.dll.loopir_rt_free(ptr)
 
     def synchronize(self) -> None:
         """Wait for every kernel on the device; a kernel's fault is raised as LaunchError."""
@@ -371,20 +396,15 @@ class CUDAModule:
         self._bind([i.shape for i in infos])
         lib = self._library()
         name = self.func.name
-        devices = {i.device for i in infos if i.device is not None}
-        device = min(devices) if devices else 0
-        source = next((i.stream_source for i in infos if i.stream_source), None)
-        s = explicit_stream(stream) if stream is not None else caller_stream(source, device)
-        args: list[Any] = list(arrays)
-        uploaded: list[_DeviceArray] = []
+        device, s = self._placement(infos, stream)
+        uploaded: dict[int, int] = {}
         events = [_vp(), _vp()]
         try:
-            for j, info in enumerate(infos):
-                if info.host is not None:
-                    p = lib.malloc(info.host.nbytes, device, name)
-                    uploaded.append(_DeviceArray(p, info.host, device))
-                    lib.check(lib.dll.loopir_rt_copy(p, info.host.ctypes.data, info.host.nbytes, 1, s or None), name)
-                    args[j] = uploaded[-1]
+            uploaded = self._upload(lib, infos, device, s)
+            args = [
+                _DeviceArray(uploaded[j], info.host, device) if j in uploaded else a  # type: ignore[arg-type]
+                for j, (a, info) in enumerate(zip(arrays, infos))
+            ]
             for ev in events:
                 lib.check(lib.dll.loopir_rt_event_create(ctypes.byref(ev)), name)
             call = self if stream is None else (lambda *a: self(*a, stream=stream))
@@ -399,18 +419,12 @@ class CUDAModule:
                 lib.check(lib.dll.loopir_rt_event_record(events[1], s or None), name)
                 lib.check(lib.dll.loopir_rt_event_elapsed(events[0], events[1], ctypes.byref(ms)), name)
                 times.append(ms.value / inner)
-            for up, w in zip(uploaded, [self._written[j] for j, i in enumerate(infos) if i.host is not None]):
-                if w:
-                    lib.check(lib.dll.loopir_rt_copy(up.host.ctypes.data, up.ptr, up.host.nbytes, 0, s or None), name)
-            lib.check(lib.dll.loopir_rt_stream_sync(s or None), name)
+            self._download(lib, infos, uploaded, s, check_writeable=False)
         finally:
             for ev in events:
                 if ev.value:
                     lib.dll.loopir_rt_event_destroy(ev)
-            if uploaded:
-                lib.dll.loopir_rt_stream_sync(s or None)
-                for up in uploaded:
-                    lib.dll.loopir_rt_free(up.ptr)
+            self._release(lib, uploaded, s)
         return float(statistics.median(times))
 
 

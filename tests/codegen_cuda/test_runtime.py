@@ -16,6 +16,7 @@ from loopir.ir import op
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import Cast, Var
 from loopir.ir.stmt import Allocate, BufferStore, PrimFunc, seq
+from loopir.tune.workers import visible_devices
 
 from .builders import bind, loop, sync, tiled_matmul, vector_add, vthread_gemm
 from .test_emitter import _copy_func
@@ -29,14 +30,6 @@ def vadd(tmp_path_factory):
 
 
 TRACE = ("-DLOOPIR_HOST_TRACE",)
-
-
-def _has_gpu() -> bool:
-    import shutil
-    import subprocess
-
-    smi = shutil.which("nvidia-smi")
-    return bool(smi) and subprocess.run([smi, "-L"], capture_output=True).returncode == 0
 
 
 def _f32(*shape):
@@ -91,7 +84,7 @@ def test_cuda_array_interface_checks(vadd):
         vadd(ok, _FakeCudaArray((10,), strides=(8,)), ok)
 
 
-@pytest.mark.skipif(_has_gpu(), reason="checks the error a machine without a GPU gives")
+@pytest.mark.skipif(bool(visible_devices()), reason="checks the error a machine without a GPU gives")
 def test_call_without_a_gpu_raises_launch_error(vadd):
     # the library loads and its entry runs; the CUDA runtime finds no device
     ok = _FakeCudaArray((10,))

@@ -13,6 +13,7 @@ from loopir.errors import LaunchError
 from loopir.ir.stmt import PrimFunc
 from loopir.testing import random_inputs
 from loopir.testing.workloads import matmul, symbolic_matmul
+from loopir.tune.workers import visible_devices
 
 
 class FakeCudaArray:
@@ -99,16 +100,8 @@ def test_cuda_module_rejects(gpu_matmul: PrimFunc, cuda_cache_dir: Path, idx: in
         mod(*args[:2])
 
 
-def _gpu_usable() -> bool:
-    import shutil
-    import subprocess
-
-    smi = shutil.which("nvidia-smi")
-    return bool(smi) and subprocess.run([smi, "-L"], capture_output=True).returncode == 0
-
-
 @needs_nvcc
-@pytest.mark.skipif(_gpu_usable(), reason="a GPU is usable here; the no-GPU path cannot be exercised")
+@pytest.mark.skipif(bool(visible_devices()), reason="a GPU is usable here; the no-GPU path cannot be exercised")
 def test_cuda_module_without_gpu_raises_launch_error(gpu_matmul: PrimFunc, cuda_cache_dir: Path) -> None:
     mod = loopir.build(gpu_matmul, target="cuda", cache_dir=cuda_cache_dir)
     assert "__global__" in mod.source
