@@ -52,22 +52,26 @@ SHAPES = [
     (11008, 4096, 4096),
     (1024, 4096, 16384),
 ]
+# batch 1-16 decode (plain GEMMs only), where split-K / stream-K matters
+DECODE = [(1, 4096, 4096), (8, 4096, 4096), (16, 4096, 4096)]
 FUSED = EpilogueSpec("relu", has_bias=True)
 PLAIN = EpilogueSpec()
 ARCH = 90
 
 
-def family_specs(dtype: str, epi: EpilogueSpec, count: int) -> tuple[list[KernelSpec], dict]:
+def family_specs(
+    dtype: str, epi: EpilogueSpec, count: int, shapes: list[tuple[int, int, int]]
+) -> tuple[list[KernelSpec], dict]:
     """The kernels to compile for one (dtype, epilogue) family: ``count`` tuning candidates
-    shared by all SHAPES (each shape's best guesses merged round-robin, see
+    shared by all ``shapes`` (each shape's best guesses merged round-robin, see
     ``shared_tuning_candidates``) plus each shape's default; deduplicated, deterministic.
 
     Kernels take the shape at run time, so each compiled candidate is timed on every shape.
     """
-    problems = [GemmProblem(m, n, k, dtype, dtype, epilogue=epi) for m, n, k in SHAPES]
+    problems = [GemmProblem(m, n, k, dtype, dtype, epilogue=epi) for m, n, k in shapes]
     cands = shared_tuning_candidates(problems, ARCH, count)
     defaults = {}
-    for (m, n, k), p in zip(SHAPES, problems):
+    for (m, n, k), p in zip(shapes, problems):
         d = default_candidate(p, ARCH)
         defaults[(m, n, k)] = d
         if d not in cands:
@@ -122,6 +126,7 @@ def main() -> int:
     ap.add_argument("--inner", type=int, default=10, help="back-to-back calls per timed sample")
     ap.add_argument("--warm-gpu-s", type=float, default=2.0,
                     help="seconds of matmuls before the first measurement")
+    ap.add_argument("--decode", action="store_true", help="add the decode shapes (plain GEMMs)")
     ap.add_argument("--res-usage", action="store_true",
                     help="record each kernel's registers / stack / local memory (cuobjdump)")
     args = ap.parse_args()
@@ -138,10 +143,11 @@ def main() -> int:
 
     # ---- compile every kernel this run needs (one translation unit each, in parallel) -------
     families: dict[tuple[str, str], tuple[list[KernelSpec], dict]] = {}
+    shapes_of = {"plain": SHAPES + (DECODE if args.decode else []), "fused": SHAPES}
     all_specs: list[KernelSpec] = []
     for dtype in dtypes:
         for tag, epi, count in (("plain", PLAIN, args.candidates), ("fused", FUSED, args.fused_candidates)):
-            specs, defaults = family_specs(dtype, epi, count)
+            specs, defaults = family_specs(dtype, epi, count, shapes_of[tag])
             families[(dtype, tag)] = (specs, defaults)
             all_specs += [s for s in specs if s not in all_specs]
     print(f"compiling {len(all_specs)} kernels, {args.workers} at a time", flush=True)
@@ -194,7 +200,7 @@ def main() -> int:
         for tag in ("plain", "fused"):
             specs, defaults = families[(dtype, tag)]
             specs = [s for s in specs if lib_of[s.entry] is not None]
-            for m, n, k in SHAPES:
+            for m, n, k in shapes_of[tag]:
                 epi = PLAIN if tag == "plain" else FUSED
                 problem = GemmProblem(m, n, k, dtype, dtype, epilogue=epi)
                 g = torch.Generator(device="cuda").manual_seed(m * 7 + n * 3 + k)

@@ -36,6 +36,7 @@ from contextlib import contextmanager
 import attrs
 
 from loopir.codegen_cuda import analysis as an
+from loopir.codegen_cuda.allreduce import ALLREDUCE_HELPERS, emit_allreduce
 from loopir.codegen_cuda.ctypes import RESERVED, ctype, vector_carrier
 from loopir.codegen_cuda.exprs_cuda import ExprPrinter
 from loopir.codegen_cuda.indexing import (
@@ -70,6 +71,7 @@ from loopir.ir.expr import (
     Var,
 )
 from loopir.ir.functor import Visitor, collect_vars, post_order_visit, substitute
+from loopir.ir.op import is_barrier
 from loopir.ir.stmt import (
     Allocate,
     Block,
@@ -196,7 +198,7 @@ class _HasBarrier(Visitor):
         self.found = False
 
     def visit_Call(self, node: Call) -> None:
-        if node.op == "tvm_storage_sync":
+        if is_barrier(node):
             self.found = True
 
 
@@ -250,6 +252,7 @@ class KernelEmitter(CodeWriter):
         self.uses_fp16 = False
         self.uses_bf16 = False
         self.active_tags: set[str] = set()
+        self.uses_allreduce = False
 
     # -- helpers used by the expression printer --------------------------------------------
     def var_name(self, v: Var) -> str:
@@ -359,6 +362,10 @@ class KernelEmitter(CodeWriter):
 
     def stmt_Evaluate(self, s: Evaluate) -> None:
         v = s.value
+        if isinstance(v, Call) and v.op == "loopir.thread_allreduce":
+            self.line(emit_allreduce(self, v))
+            self.uses_allreduce = True
+            return
         if isinstance(v, Call) and v.op == "tvm_storage_sync":
             scope = v.args[0].value if isinstance(v.args[0], StringImm) else None
             if scope == "shared":
@@ -743,7 +750,7 @@ def emit_cuda(func: PrimFunc, min_blocks_per_sm: int | None = None) -> EmitResul
     texts: list[str] = []
     kernels: list[KernelSource] = []
     fp16 = bf16 = False
-    helpers = False
+    helpers = allreduce = False
     for spec in splitter.kernels:
         em = KernelEmitter(func, spec, size_vars, min_blocks_per_sm)
         text, info = em.emit()
@@ -755,6 +762,7 @@ def emit_cuda(func: PrimFunc, min_blocks_per_sm: int | None = None) -> EmitResul
         fp16 |= em.uses_fp16
         bf16 |= em.uses_bf16
         helpers |= em.printer.uses_floor_helpers
+        allreduce |= em.uses_allreduce
         texts.append(text)
         kernels.append(info)
     if not kernels and not splitter.extern_calls:
@@ -765,6 +773,9 @@ def emit_cuda(func: PrimFunc, min_blocks_per_sm: int | None = None) -> EmitResul
     if helpers:
         parts.append(FLOOR_HELPERS.rstrip("\n"))
         preamble.append(FLOOR_HELPERS.rstrip("\n"))
+    if allreduce:
+        parts.append(ALLREDUCE_HELPERS)
+        preamble.append(ALLREDUCE_HELPERS)
     parts.extend(texts)
     source = "\n\n".join(parts) + "\n"
     return EmitResult(

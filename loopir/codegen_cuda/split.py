@@ -25,6 +25,7 @@ from loopir.errors import CodegenError
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr, Var
 from loopir.ir.functor import Visitor, post_order_visit
+from loopir.ir.op import is_barrier
 from loopir.ir.stmt import (
     Allocate,
     BufferStore,
@@ -233,7 +234,7 @@ def _contains_kernel(stmt: Stmt) -> bool:
 
 
 def _is_barrier(expr: PrimExpr) -> bool:
-    return isinstance(expr, Call) and expr.op == "tvm_storage_sync"
+    return is_barrier(expr)
 
 
 class _ThreadExtents(Visitor):

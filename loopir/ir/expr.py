@@ -447,6 +447,8 @@ register_intrinsic("pow", 2)
 register_intrinsic("fma", 3)
 # Barrier among the threads sharing a storage scope ("shared" or "warp"): side effect.
 register_intrinsic("tvm_storage_sync", 1, pure=False, result="int32")
+# Cross-thread combine of a local accumulator (see loopir.ir.op.thread_allreduce).
+register_intrinsic("loopir.thread_allreduce", 3, pure=False, result="int32")
 
 
 def _check_call_args(inst: Call, _a: Any, value: tuple[PrimExpr, ...]) -> None:

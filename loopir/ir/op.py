@@ -159,9 +159,32 @@ def storage_sync(scope: str = "shared") -> PrimExpr:
     return Call("int32", "tvm_storage_sync", (StringImm(scope),))
 
 
+def thread_allreduce(reducer: str, acc: PrimExpr, extent: int) -> PrimExpr:
+    """Combine ``acc`` (a load of a thread's one-element ``local`` buffer) across the
+    ``extent`` threads of a ``threadIdx.x`` row with ``reducer`` ("sum", "max", "min"),
+    writing the row's total back into that buffer in every thread of the row.
+
+    Lowered IR only (``LowerCrossThreadReduction`` makes it). It synchronizes the thread
+    block like a barrier, so every thread of the block must reach it; the CUDA backend emits
+    warp shuffles and a shared-memory combine across warps, the CPU executor runs it among
+    the fibers of a thread region.
+    """
+    from loopir.ir.expr import BufferLoad, IntImm, StringImm
+
+    if not isinstance(acc, BufferLoad) or acc.buffer.scope != "local":
+        raise TypeError(f"thread_allreduce: expected a load of a local buffer, got {acc}")
+    return Call("int32", "loopir.thread_allreduce", (StringImm(reducer), acc, IntImm(extent, "int32")))
+
+
+def is_barrier(expr: object) -> bool:
+    """Whether ``expr`` is a call that synchronizes threads: ``storage_sync`` or a
+    ``thread_allreduce`` (which contains barriers)."""
+    return isinstance(expr, Call) and expr.op in ("tvm_storage_sync", "loopir.thread_allreduce")
+
+
 __all__ = [
     "const", "true", "false", "min_", "max_", "floordiv", "floormod", "ceildiv", "cast",
     "if_then_else", "all_", "any_", "not_", "call", "exp", "exp2", "log", "log2", "log1p",
     "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos", "floor", "ceil", "round", "fabs",
-    "abs", "pow", "fma", "storage_sync", "make_const",
+    "abs", "pow", "fma", "storage_sync", "make_const", "thread_allreduce", "is_barrier",
 ]  # fmt: skip

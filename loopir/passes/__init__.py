@@ -15,6 +15,7 @@ from loopir.passes.base import (
 )
 from loopir.passes.compact import CompactBufferAllocation
 from loopir.passes.context import ConfigEntry, PassContext, register_config
+from loopir.passes.cross_thread import LowerCrossThreadReduction
 from loopir.passes.inject_vthread import InjectVirtualThread
 from loopir.passes.local_pad import LocalPadding, LocalPaddingReport
 from loopir.passes.lower_blocks import LowerBlocks
@@ -26,7 +27,7 @@ from loopir.passes.unify_threads import UnifyThreadLoops
 
 __all__ = [
     "CompactBufferAllocation", "ConfigEntry", "FunctionPass", "InjectSharedPrefetch", "InjectVirtualThread", "LocalPadding",
-    "LocalPaddingReport", "LowerBlocks", "Pass", "PassContext", "PassInstrument",
+    "LocalPaddingReport", "LowerBlocks", "LowerCrossThreadReduction", "Pass", "PassContext", "PassInstrument",
     "PrintIRInstrument", "RecordIRInstrument", "Sequential", "Simplify", "ThreadSync",
     "UnifyThreadLoops", "default_pipeline", "lower", "register_config",
 ]  # fmt: skip

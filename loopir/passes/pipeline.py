@@ -4,18 +4,20 @@ Order (each is its own pass object; see their modules):
 
 0. the target's own passes, with ``target=`` (``"cuda"``: ``GemmOffload``, registered by the
    backend through :func:`register_target_passes`);
-1. ``LowerBlocks`` -- blocks become loops, guards (predicates), init ``if``\\ s, Allocates.
-2. ``UnifyThreadLoops`` -- cooperative-fetch thread loops share the outer thread index.
-3. ``CompactBufferAllocation`` -- shared/local buffers shrink to their tile and move to the
+1. ``LowerCrossThreadReduction`` -- reductions bound to ``threadIdx.x`` become per-thread
+   parts, a ``thread_allreduce`` and a write-back by thread 0.
+2. ``LowerBlocks`` -- blocks become loops, guards (predicates), init ``if``\\ s, Allocates.
+3. ``UnifyThreadLoops`` -- cooperative-fetch thread loops share the outer thread index.
+4. ``CompactBufferAllocation`` -- shared/local buffers shrink to their tile and move to the
    lowest common ancestor of their uses (shared: above the thread loops).
-4. ``LocalPadding`` -- only when ``tir.enable_local_pad`` is True.
-5. ``Simplify`` -- arithmetic simplification under loop ranges (opt_level >= 1).
-6. ``InjectVirtualThread`` -- ``vthread`` loops folded into each real thread: statements that do
+5. ``LocalPadding`` -- only when ``tir.enable_local_pad`` is True.
+6. ``Simplify`` -- arithmetic simplification under loop ranges (opt_level >= 1).
+7. ``InjectVirtualThread`` -- ``vthread`` loops folded into each real thread: statements that do
    not depend on the virtual thread (the cooperative fetches, barriers) run once, the others in
    small unrolled loops, local tiles expanded per virtual thread (2 x 32 = 64 accumulators per
    thread in the dense schedule).
-7. ``ThreadSync`` -- ``storage_sync("shared")`` barriers.
-8. ``InjectSharedPrefetch`` -- register prefetch of the next shared tile, for loops annotated
+8. ``ThreadSync`` -- ``storage_sync("shared")`` barriers.
+9. ``InjectSharedPrefetch`` -- register prefetch of the next shared tile, for loops annotated
    ``"loopir.prefetch_shared"`` or every eligible loop under ``tir.prefetch_shared``
    (docs/prefetch.md); it runs only when one of those asks for it.
 
@@ -31,6 +33,7 @@ from loopir.ir.stmt import PrimFunc
 from loopir.passes.base import Pass, Sequential
 from loopir.passes.compact import CompactBufferAllocation
 from loopir.passes.context import PassContext
+from loopir.passes.cross_thread import LowerCrossThreadReduction
 from loopir.passes.inject_vthread import InjectVirtualThread
 from loopir.passes.local_pad import LocalPadding
 from loopir.passes.lower_blocks import LowerBlocks
@@ -71,7 +74,7 @@ def default_pipeline(
                 "is imported, e.g. import loopir.codegen_cuda)"
             )
         passes += factory(ctx)
-    passes += [LowerBlocks(), UnifyThreadLoops(), CompactBufferAllocation()]
+    passes += [LowerCrossThreadReduction(), LowerBlocks(), UnifyThreadLoops(), CompactBufferAllocation()]
     if ctx.get("tir.enable_local_pad"):
         passes.append(LocalPadding(explain=explain_local_pad))
     passes += [Simplify(), InjectVirtualThread(), ThreadSync()]

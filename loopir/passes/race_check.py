@@ -41,6 +41,7 @@ from loopir import arith
 from loopir.arith.vectorized import NotEnumerable
 from loopir.arith.vectorized import evaluate as _eval
 from loopir.errors import CodegenError, LoopIRWarning
+from loopir.ir import op
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import (
     Add,
@@ -96,7 +97,7 @@ class RaceCheckWarning(LoopIRWarning):
 
 
 def _is_sync(s: Stmt) -> bool:
-    return isinstance(s, Evaluate) and isinstance(s.value, Call) and s.value.op == "tvm_storage_sync"
+    return isinstance(s, Evaluate) and op.is_barrier(s.value)
 
 
 def _is_hw_loop(s: For) -> bool:

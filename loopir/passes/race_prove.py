@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from loopir import arith
-from loopir.ir.expr import Add, FloorDiv, IntImm, Mul, PrimExpr, Sub, Var
+from loopir.ir.expr import EQ, Add, FloorDiv, IntImm, Mul, PrimExpr, Sub, Var
 from loopir.ir.functor import Visitor, collect_vars, substitute
 from loopir.ir.stmt import ForKind
 
@@ -54,6 +54,18 @@ def _mixed_radix(terms: list[tuple[int, int]]) -> int | None:
     return sep
 
 
+def _pinned(acc: Any) -> dict[Var, int]:
+    """Thread loop variables the access's guards fix to a constant (``tx == 0``)."""
+    thread_vars = {f.loop_var for f in acc.loops if f.kind is ForKind.THREAD_BINDING}
+    out: dict[Var, int] = {}
+    for c in acc.conds:
+        if isinstance(c, EQ):
+            for v, k in ((c.a, c.b), (c.b, c.a)):
+                if isinstance(v, Var) and v in thread_vars and isinstance(k, IntImm):
+                    out[v] = k.value
+    return out
+
+
 def prove_linear(extent: Callable[[str], int | None], w: Any, x: Any) -> bool:
     """Whether the elements of ``w`` and ``x`` provably determine the thread (and, for global
     memory, the block): then two different threads never touch one element.
@@ -69,12 +81,20 @@ def prove_linear(extent: Callable[[str], int | None], w: Any, x: Any) -> bool:
     coords: dict[str, Var] = {t: Var(f"c_{t}", "int32") for t in (*GRID_TAGS, *BLOCK_TAGS)}
     ranges: dict[Var, tuple[int, int]] = {}
     forms = []
+    pins: list[dict[str, int]] = []
     for n, acc in enumerate((w, x)):
         vmap: dict[Var, PrimExpr] = {}
+        pinned = _pinned(acc)
+        pins.append({})
         for f in acc.loops:
             lo, ext = const_int(f.min), const_int(f.extent)
             if lo is None or ext is None:
                 return False
+            if f.kind is ForKind.THREAD_BINDING and f.thread_tag in coords and f.loop_var in pinned:
+                # run by one thread along this tag (``if tx == 0``): not a coordinate
+                vmap[f.loop_var] = IntImm(pinned[f.loop_var], f.loop_var.dtype)
+                pins[n][str(f.thread_tag)] = pinned[f.loop_var]
+                continue
             if f.kind is ForKind.THREAD_BINDING and f.thread_tag in coords:
                 c = coords[f.thread_tag]
                 vmap[f.loop_var] = Add(c, IntImm(lo, "int32")) if lo else c
@@ -88,6 +108,8 @@ def prove_linear(extent: Callable[[str], int | None], w: Any, x: Any) -> bool:
             if (extent(t) or 2) > 1 and not any(f.thread_tag == t for f in acc.loops):
                 return False  # run by every thread of the tag: the element cannot tell them apart
         forms.append([substitute(i, vmap) for i in acc.indices])
+    if pins[0] != pins[1]:
+        return False  # pinned to different threads along a tag, or in one access only
     # digits for coordinates used under // and %
     digits: dict[Var, PrimExpr] = {}
     divs = set().union(*(_divisors(i) for f in forms for i in f))

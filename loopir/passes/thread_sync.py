@@ -30,7 +30,7 @@ import attrs
 
 from loopir.errors import PassError
 from loopir.ir import op
-from loopir.ir.expr import BufferLoad, Call, IntImm, Not, PrimExpr, Var
+from loopir.ir.expr import BufferLoad, IntImm, Not, PrimExpr, Var
 from loopir.ir.functor import collect_vars, post_order_visit
 from loopir.ir.stmt import (
     Allocate,
@@ -52,12 +52,8 @@ __all__ = ["ThreadSync", "is_sync"]
 
 
 def is_sync(s: Stmt) -> bool:
-    """Whether ``s`` is a shared-memory barrier statement."""
-    return (
-        isinstance(s, Evaluate)
-        and isinstance(s.value, Call)
-        and s.value.op == "tvm_storage_sync"
-    )
+    """Whether ``s`` is a shared-memory barrier statement (a cross-thread reduction is one)."""
+    return isinstance(s, Evaluate) and op.is_barrier(s.value)
 
 
 def _sync() -> Stmt:

@@ -29,8 +29,9 @@ import attrs
 from loopir.errors import CodegenError
 from loopir.ir import dtype as dt
 from loopir.ir.buffer import Buffer
-from loopir.ir.expr import Call, IntImm, PrimExpr, Var
+from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr, Var
 from loopir.ir.functor import post_order_visit
+from loopir.ir.reducer import identity
 from loopir.ir.stmt import (
     Allocate,
     Block,
@@ -58,6 +59,7 @@ from loopir.runtime.c_types import PRELUDE, expr_ctype, storage_bytes, storage_c
 __all__ = ["CProgram", "generate_c", "ENTRY"]
 
 ENTRY = "loopir_entry"
+_MAX_THREADS = 1024  # threads of one block (CUDA's limit): the exchange of thread_allreduce
 
 # Allocations up to this many bytes with a constant size go on the C stack.
 _STACK_LIMIT = 16384
@@ -230,9 +232,42 @@ class _StmtEmitter(ExprEmitter):
         if isinstance(s.value, Call) and s.value.op == "tvm_storage_sync" and self.in_region:
             self.emit("lir_barrier();")
             return
+        if isinstance(s.value, Call) and s.value.op == "loopir.thread_allreduce":
+            self._allreduce(s.value)
+            return
         code = self.expr(s.value)
         if code != "0":
             self.emit(f"(void)({code});")
+
+    def _allreduce(self, call: Call) -> None:
+        """``thread_allreduce`` among the fibers of a threadIdx.x row: each publishes its part,
+        waits for the others, combines the row's parts in thread order, and waits again so
+        that the exchange can be reused."""
+        reducer, acc, extent = call.args
+        if not self.in_region:
+            raise CodegenError(
+                "cpu codegen: thread_allreduce outside a thread region (build with "
+                "thread_regions=True, the default, to run lowered cross-thread reductions)"
+            )
+        assert isinstance(acc, BufferLoad)
+        op = str(getattr(reducer, "value", ""))
+        vt = expr_ctype(acc.dtype)
+        xchg, tot, t = self.fresh("lir_xchg"), self.fresh("tot"), self.fresh("t")
+        step = {"sum": f"{tot} + {xchg}[{t}]", "max": f"({xchg}[{t}] > {tot} ? {xchg}[{t}] : {tot})",
+                "min": f"({xchg}[{t}] < {tot} ? {xchg}[{t}] : {tot})"}[op]  # fmt: skip
+        info = self.buffer_info(acc.buffer)
+        self.emit(f"{{ /* thread_allreduce {op} over {extent} threads of threadIdx.x */")
+        self.indent += 1
+        self.emit(f"static {vt} {xchg}_all[{_MAX_THREADS}];")
+        self.emit(f"{vt}* const {xchg} = {xchg}_all + (lir_tid - lir_tx);")
+        self.emit(f"{xchg}[lir_tx] = {self.expr(acc)};")
+        self.emit("lir_barrier();")
+        self.emit(f"{vt} {tot} = {self.expr(identity(op, acc.dtype))};")
+        self.emit(f"for (int64_t {t} = 0; {t} < {self.index64(extent)}; ++{t}) {tot} = {step};")
+        self.emit("lir_barrier();")
+        self.emit(f"{info.cname}[0] = {self.storage_value(acc.buffer, tot)};")
+        self.indent -= 1
+        self.emit("}")
 
     def _s_IfThenElse(self, s: IfThenElse) -> None:
         self.emit(f"if ({self.expr(s.condition)}) {{")

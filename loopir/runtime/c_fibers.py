@@ -41,8 +41,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from loopir.ir.expr import Call
 from loopir.ir.functor import post_order_visit
+from loopir.ir.op import is_barrier
 from loopir.ir.stmt import For, ForKind
 
 __all__ = [
@@ -152,7 +152,7 @@ FIBER_PRELUDE = fiber_prelude(False)
 
 
 def _is_sync(node: Any) -> bool:
-    return isinstance(node, Call) and node.op == "tvm_storage_sync"
+    return is_barrier(node)
 
 
 def contains_sync(stmt: Any) -> bool:

@@ -206,6 +206,23 @@ def _cache_buffer_arg(param: str, primitive: str) -> Callable[[Schedule, dict[st
     return resolve
 
 
+def _layout_args(sch: Schedule, args: dict[str, Any]) -> None:
+    """transform_layout: the buffer as its write index, the index map as its text."""
+    from loopir.schedule import cache, layout
+
+    block = args["block"]
+    if isinstance(block, BlockRV):
+        name = sch._block_name(block, "transform_layout")
+        args["buffer"] = cache.buffer_index(sch.func, name, args["buffer"], "transform_layout")
+        realize = tree.find_block_realize(sch.func, name)
+        ndim = None
+        if realize is not None:
+            buf = cache._pick_buffer(sch.func, realize[0].block, args["buffer"], realize[0].block.writes,
+                                     "writes", "transform_layout")  # fmt: skip
+            ndim = len(buf.shape)
+        args["index_map"] = layout.index_map_text(args["index_map"], ndim if ndim is not None else 0)
+
+
 def _check_unique_names(func: PrimFunc) -> None:
     """Handles resolve by block name and loop Var, so both must be unique in the function."""
     names: set[str] = set()
@@ -692,6 +709,20 @@ class Schedule:
         name = self._block_name(block, "set_scope")
         return _result(scope.set_scope(self._func, name, buffer_index, storage_scope))
 
+    @instruction(inputs={"block": "block"}, resolve=_layout_args)
+    def transform_layout(self, block: BlockRV, buffer: str | int | Buffer, index_map: Any) -> None:
+        """Store a buffer ``block`` writes in the layout of ``index_map`` (TVM's
+        ``transform_layout``), e.g. ``lambda i, j: (j // 4, i, j % 4)``.
+
+        The trace records the map as the text of a lambda (``"lambda i, j: ((j // 4), i,
+        (j % 4))"``), read back by a parser that evaluates nothing; the text is accepted here
+        too. See :func:`loopir.schedule.layout.transform_layout`.
+        """
+        from loopir.schedule import layout
+
+        name = self._block_name(block, "transform_layout")
+        return _result(layout.transform_layout(self._func, name, buffer, index_map))
+
     @instruction(inputs={"block": "block"}, resolve=_cache_buffer_arg("buffer_index", "storage_align"))
     def storage_align(
         self, block: BlockRV, buffer_index: str | int | Buffer, axis: int, factor: int, offset: int
@@ -776,6 +807,15 @@ class Schedule:
         name = self._block_name(block, "decompose_reduction")
         var = self._loop_var(loop, "decompose_reduction")
         return _result(*reduction.decompose_reduction(self._func, name, var))
+
+    @instruction(inputs={"loop": "loop"}, returns="block")
+    def rfactor(self, loop: LoopRV, factor_axis: int) -> BlockRV:
+        """Factor reduction loop ``loop`` into a buffer of partials (TVM's ``rfactor``);
+        returns the rfactor block (see :func:`loopir.schedule.rfactor.rfactor`)."""
+        from loopir.schedule import rfactor as R
+
+        var = self._loop_var(loop, "rfactor")
+        return _result(*R.rfactor(self._func, var, factor_axis))
 
     @instruction(inputs={"block": "block"})
     def pad(self, block: BlockRV, factors: list[int]) -> None:

@@ -21,6 +21,7 @@ import numpy as np
 
 from loopir.errors import IRValidationError
 from loopir.ir import dtype as dt
+from loopir.ir import reducer
 from loopir.ir.buffer import Buffer, Range
 from loopir.ir.expr import BufferLoad, PrimExpr, Var, convert, make_const
 from loopir.ir.functor import post_order_visit
@@ -296,11 +297,7 @@ class Reduce(PrimExpr):
 
 def comm_reducer_identity(combiner: str, dtype: str) -> PrimExpr:
     """The identity of ``combiner`` in ``dtype``: 0, lowest (-inf) or highest (+inf)."""
-    if combiner == "sum":
-        return make_const(0, dtype)
-    if combiner == "max":
-        return make_const(dt.min_value(dtype), dtype)
-    return make_const(dt.max_value(dtype), dtype)
+    return reducer.identity(combiner, dtype)
 
 
 def _make_reduce(combiner: str, expr: Any, axis: Any, where: Any) -> Reduce:

@@ -64,7 +64,7 @@ PRIMITIVES: dict[str, int] = {
     "vectorize": 1, "unroll": 1, "parallel": 1, "cache_read": 3, "cache_write": 3,
     "compute_at": 4, "reverse_compute_at": 3, "compute_inline": 3, "reverse_compute_inline": 2,
     "decompose_reduction": 2, "pad": 2, "get_producers": 1, "get_consumers": 1, "set_scope": 2,
-    "storage_align": 1,
+    "storage_align": 1, "rfactor": 1, "transform_layout": 1,
 }  # fmt: skip
 
 #: Registered primitives the fuzzer leaves out, and why; with PRIMITIVES this covers the
@@ -417,6 +417,17 @@ class ScheduleFuzzer:
             args = (self._pick_block(ch),)
         elif kind == "decompose_reduction":
             args = (self._pick_block(ch), self._pick_loop(ch))
+        elif kind == "transform_layout":
+            block = self._pick_block(ch)
+            node = self._block_node(block)
+            n = len(node.writes[0].buffer.shape) if node is not None and node.writes else 2
+            names = [f"i{k}" for k in range(n)]
+            maps = [names, names[::-1], [f"{names[0]} // 2", *names[1:], f"{names[0]} % 2"] if n else []]
+            if _rare(ch, 8):
+                maps.append([f"{names[0]} // 2", *names[1:]] if n else ["0"])  # not one-to-one
+            args = (block, 0, f"lambda {', '.join(names)}: ({', '.join(ch.choice(maps))},)")
+        elif kind == "rfactor":
+            args = (self._pick_loop(ch), ch.choice([0, 0, 1, -1, 5]))
         elif kind == "pad":
             block = self._pick_block(ch)
             node = self._block_node(block)

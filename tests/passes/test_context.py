@@ -195,7 +195,7 @@ def test_lower_pipeline_gated_by_key() -> None:
     with PassContext(config={"tir.enable_local_pad": True}, instruments=[rec2]):
         loopir.lower(_func())
     assert rec2.names() == [
-        "LowerBlocks", "UnifyThreadLoops", "CompactBufferAllocation", "LocalPadding",
+        "LowerCrossThreadReduction", "LowerBlocks", "UnifyThreadLoops", "CompactBufferAllocation", "LocalPadding",
         "Simplify", "InjectVirtualThread", "ThreadSync",
     ]  # fmt: skip
     assert repr(LocalPadding(explain=True)) == "LocalPadding(explain=True)"

@@ -331,8 +331,8 @@ def test_the_cuda_target_pipeline_starts_with_the_offload() -> None:
     from loopir.passes import default_pipeline, lower
 
     names = [p.name for p in default_pipeline(target="cuda").passes]
-    assert names[0] == "GemmOffload" and names[1] == "LowerBlocks"
-    assert [p.name for p in default_pipeline(target="cpu").passes][0] == "LowerBlocks"
+    assert names[:3] == ["GemmOffload", "LowerCrossThreadReduction", "LowerBlocks"]
+    assert [p.name for p in default_pipeline(target="cpu").passes][0] == "LowerCrossThreadReduction"
     with pytest.raises(PassError, match="no passes are registered for target 'tpu'"):
         default_pipeline(target="tpu")
     from loopir import te

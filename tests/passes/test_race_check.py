@@ -157,3 +157,29 @@ def test_every_thread_storing_the_same_value_is_not_a_race() -> None:
         BufferStore(B, S[31 - t], (t,)),
     ))))
     assert find_races(PrimFunc((A, B), racy, name="racy_fetch")).races
+
+
+def test_stores_pinned_to_different_threads_are_a_race() -> None:
+    # ``if t == 0`` and ``if t == 1`` both write R[b]: the guards pin different threads, so the
+    # pinned-thread proof must not accept them (the single-writer write-back of a cross-thread
+    # reduction, ``if t == 0`` in both accesses, is what it accepts)
+    from loopir.ir.expr import EQ, IntImm
+    from loopir.ir.stmt import IfThenElse
+
+    n = 1 << 20  # too many instances to enumerate
+    A = Buffer("A", (n, 32), "float32")
+    R = Buffer("R", (n,), "float32")
+    b, t = Var("b"), Var("t")
+
+    def guarded(k: int) -> Stmt:
+        return IfThenElse(EQ(t, IntImm(k, "int32")), BufferStore(R, A[b, t], (b,)))
+
+    racy = PrimFunc((A, R), _bind(b, n, "blockIdx.x", _bind(t, 32, "threadIdx.x",
+                    seq(guarded(0), guarded(1)))), name="pinned")  # fmt: skip
+    assert "one thread writes it at (b=0, t=0) and another thread writes it at (b=0, t=1)" in (
+        find_races(racy).races[0]
+    )
+    fine = PrimFunc((A, R), _bind(b, n, "blockIdx.x", _bind(t, 32, "threadIdx.x", guarded(0))), name="one")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_races(fine)

@@ -1,0 +1,226 @@
+"""Memory-bound kernels through ``mod()``: loopir vs torch eager vs a Triton kernel (issue 14).
+
+One command on the GPU machine::
+
+    python benchmarks/memory_bound.py --json memory_bound.json
+
+Cases, each checked against float64 on random data first, then timed with CUDA events around
+``--calls`` back-to-back calls (median of ``--repeat`` samples):
+
+- row softmax and layernorm over (4096, 4096) and (32768, 1024), fp32 and fp16
+  (``loopir.examples.softmax`` / ``layernorm``: one block per row, cross-thread reductions);
+- transpose 8192 x 8192 fp32 (``loopir.examples.transpose``, the padded shared tile);
+- a fused elementwise chain ``gelu(x * 0.5 + bias[j])`` over 64 M elements (fp32).
+
+Achieved bandwidth is the bytes each op must move once (inputs read once, output written
+once) over its time, against the device-to-device copy bandwidth measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import loopir
+from loopir import te
+from loopir.examples import layernorm, softmax, transpose
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import events_per_call  # noqa: E402
+
+ROWS = [(4096, 4096), (32768, 1024)]
+
+
+def elementwise(rows: int, cols: int, threads: int = 256) -> Any:
+    """``Y = gelu(X * 0.5 + B[j])``, flat over the elements, one per thread."""
+    X = te.placeholder((rows, cols), "float32", name="X")
+    B = te.placeholder((cols,), "float32", name="B")
+
+    def f(i: Any, j: Any) -> Any:
+        x = X[i, j] * 0.5 + B[j]
+        return 0.5 * x * (1.0 + te.erf(x * 0.7071067811865476))
+
+    Y = te.compute((rows, cols), f, name="Y")
+    sch = loopir.Schedule(te.create_prim_func([X, B, Y]))
+    i, j = sch.get_loops(sch.get_block("Y"))
+    bx, tx = sch.split(sch.fuse(i, j), [None, threads])
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
+    return sch.func
+
+
+def _triton() -> dict[str, Any]:
+    """Triton kernels for the same ops ({} without Triton)."""
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return {}
+
+    @triton.jit
+    def softmax_k(x_ptr, y_ptr, cols, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
+        row = tl.program_id(0)
+        offs = tl.arange(0, BLOCK)
+        m = offs < cols
+        x = tl.load(x_ptr + row * cols + offs, mask=m, other=-float("inf")).to(tl.float32)
+        e = tl.exp(x - tl.max(x, axis=0))
+        y = e / tl.sum(e, axis=0)
+        tl.store(y_ptr + row * cols + offs, y.to(y_ptr.dtype.element_ty), mask=m)
+
+    @triton.jit
+    def layernorm_k(x_ptr, w_ptr, b_ptr, y_ptr, cols, eps, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
+        row = tl.program_id(0)
+        offs = tl.arange(0, BLOCK)
+        m = offs < cols
+        x = tl.load(x_ptr + row * cols + offs, mask=m, other=0.0).to(tl.float32)
+        mean = tl.sum(x, axis=0) / cols
+        d = tl.where(m, x - mean, 0.0)
+        var = tl.sum(d * d, axis=0) / cols
+        w = tl.load(w_ptr + offs, mask=m).to(tl.float32)
+        b = tl.load(b_ptr + offs, mask=m).to(tl.float32)
+        y = d * tl.rsqrt(var + eps) * w + b
+        tl.store(y_ptr + row * cols + offs, y.to(y_ptr.dtype.element_ty), mask=m)
+
+    @triton.jit
+    def transpose_k(x_ptr, y_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):  # type: ignore[no-untyped-def]
+        rm = tl.program_id(0) * BM + tl.arange(0, BM)
+        rn = tl.program_id(1) * BN + tl.arange(0, BN)
+        mask = (rm[:, None] < M) & (rn[None, :] < N)
+        x = tl.load(x_ptr + rm[:, None] * N + rn[None, :], mask=mask)
+        tl.store(y_ptr + rn[None, :] * M + rm[:, None], x, mask=mask)
+
+    @triton.jit
+    def gelu_k(x_ptr, b_ptr, y_ptr, n, cols, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        x = tl.load(x_ptr + offs, mask=m) * 0.5 + tl.load(b_ptr + offs % cols, mask=m)
+        y = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
+        tl.store(y_ptr + offs, y, mask=m)
+
+    def p2(n: int) -> int:
+        return 1 << (n - 1).bit_length()
+
+    return {
+        "softmax": lambda x, y: softmax_k[(x.shape[0],)](x, y, x.shape[1], BLOCK=p2(x.shape[1])),
+        "layernorm": lambda x, w, b, y: layernorm_k[(x.shape[0],)](x, w, b, y, x.shape[1], 1e-5,
+                                                                   BLOCK=p2(x.shape[1])),
+        "transpose": lambda x, y: transpose_k[(triton.cdiv(x.shape[0], 64), triton.cdiv(x.shape[1], 64))](
+            x, y, x.shape[0], x.shape[1], BM=64, BN=64),
+        "gelu": lambda x, b, y: gelu_k[(triton.cdiv(x.numel(), 1024),)](x, b, y, x.numel(), x.shape[1], BLOCK=1024),
+    }  # fmt: skip
+
+
+def _err(got: Any, ref: Any) -> float:
+    return float((got.double() - ref).abs().max() / ref.abs().max())
+
+
+def run_case(torch: Any, args: argparse.Namespace, name: str, nbytes: int, ref: Any, out: Any,
+             impls: dict[str, Any], tol: float, copy_bw: float) -> dict[str, Any]:  # fmt: skip
+    row: dict[str, Any] = {"case": name, "bytes": nbytes}
+    for label, fn in impls.items():
+        out.fill_(float("nan"))
+        result = fn()
+        torch.cuda.synchronize()
+        got = result if isinstance(result, torch.Tensor) else out
+        err = _err(got, ref)
+        if not err < tol:
+            raise AssertionError(f"{name} {label}: max relative error {err} >= {tol}")
+        ms = events_per_call(torch, fn, args.calls, args.repeat, warmup=3)
+        gbs = nbytes / ms / 1e6
+        row[label] = {"ms": ms, "GB/s": gbs, "of_copy": gbs / copy_bw, "rel_err": err}
+    base = row.get("loopir", {}).get("ms")
+    line = "  ".join(f"{k} {v['ms']:.4f} ms {v['GB/s']:.0f} GB/s ({v['of_copy']:.2f})"
+                     for k, v in row.items() if isinstance(v, dict))  # fmt: skip
+    print(f"{name}: {line}", flush=True)
+    if base:
+        for k, v in list(row.items()):
+            if isinstance(v, dict) and k != "loopir":
+                row[f"loopir_vs_{k}"] = v["ms"] / base
+    return row
+
+
+def copy_bandwidth(torch: Any, args: argparse.Namespace) -> float:
+    """GB/s of a 256 MiB device-to-device copy (read + write)."""
+    src = torch.rand(64 << 20, device="cuda")
+    dst = torch.empty_like(src)
+    ms = events_per_call(torch, lambda: dst.copy_(src), args.calls, args.repeat, warmup=3)
+    return 2 * src.numel() * 4 / ms / 1e6
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="threads per row (softmax, layernorm; default: loopir.examples.reductions.default_threads)")
+    args = ap.parse_args()
+    import torch
+
+    out: dict[str, Any] = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(sys.argv), "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
+        "cases": [],
+    }  # fmt: skip
+    tri = _triton()
+    copy_bw = out["copy_GBps"] = copy_bandwidth(torch, args)
+    print(f"device-to-device copy: {copy_bw:.0f} GB/s", flush=True)
+    for dtype in ("float32", "float16"):
+        tdt = getattr(torch, dtype)
+        tol = 1e-4 if dtype == "float32" else 2e-2
+        for r, c in ROWS:
+            x = (torch.rand(r, c, device="cuda") * 4 - 2).to(tdt)
+            y = torch.empty_like(x)
+            mod = loopir.build(softmax(r, c, dtype, threads=args.threads).func, target="cuda")
+            impls = {"loopir": lambda mod=mod, x=x, y=y: mod(x, y),
+                     "torch": lambda x=x: torch.softmax(x, dim=-1)}  # fmt: skip
+            if tri:
+                impls["triton"] = lambda x=x, y=y: tri["softmax"](x, y)
+            ref = torch.softmax(x.double(), dim=-1)
+            nbytes = 2 * x.numel() * x.element_size()
+            out["cases"].append(run_case(torch, args, f"softmax {dtype} {r}x{c}", nbytes, ref, y, impls, tol, copy_bw))
+            w = (torch.rand(c, device="cuda") + 0.5).to(tdt)
+            b = (torch.rand(c, device="cuda") - 0.5).to(tdt)
+            mod = loopir.build(layernorm(r, c, dtype, threads=args.threads).func, target="cuda")
+            impls = {"loopir": lambda mod=mod, x=x, w=w, b=b, y=y: mod(x, w, b, y),
+                     "torch": lambda x=x, w=w, b=b, c=c: torch.nn.functional.layer_norm(x, (c,), w, b, 1e-5)}  # fmt: skip
+            if tri:
+                impls["triton"] = lambda x=x, w=w, b=b, y=y: tri["layernorm"](x, w, b, y)
+            ref = torch.nn.functional.layer_norm(x.double(), (c,), w.double(), b.double(), 1e-5)
+            out["cases"].append(run_case(torch, args, f"layernorm {dtype} {r}x{c}", nbytes, ref, y, impls,
+                                         tol * 4, copy_bw))  # fmt: skip
+            del x, y
+    n = 8192
+    x = torch.rand(n, n, device="cuda") + 0.5
+    y = torch.empty_like(x)
+    mod = loopir.build(transpose(n, n).func, target="cuda")
+    impls = {"loopir": lambda: mod(x, y), "torch": lambda: y.copy_(x.t())}
+    if tri:
+        impls["triton"] = lambda: tri["transpose"](x, y)
+    out["cases"].append(run_case(torch, args, f"transpose float32 {n}x{n}", 2 * x.numel() * 4, x.t().double(), y,
+                                 impls, 1e-7, copy_bw))  # fmt: skip
+    del x, y
+    r, c = 65536, 1024
+    x = torch.rand(r, c, device="cuda") * 4 - 2
+    b = torch.rand(c, device="cuda") - 0.5
+    y = torch.empty_like(x)
+    mod = loopir.build(elementwise(r, c), target="cuda")
+    impls = {"loopir": lambda: mod(x, b, y), "torch": lambda: torch.nn.functional.gelu(x * 0.5 + b)}
+    if tri:
+        impls["triton"] = lambda: tri["gelu"](x, b, y)
+    xd = x.double() * 0.5 + b.double()
+    ref = 0.5 * xd * (1.0 + torch.erf(xd / math.sqrt(2.0)))
+    out["cases"].append(run_case(torch, args, "gelu(x*0.5+b) float32 64M", 2 * x.numel() * 4, ref, y, impls,
+                                 1e-5, copy_bw))  # fmt: skip
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

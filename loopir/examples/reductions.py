@@ -1,0 +1,124 @@
+"""Row reductions with one thread block per row: softmax, layernorm, and a large sum.
+
+Each reduction's loop is split into ``threads`` threads that each reduce a strided part of
+the row (coalesced reads), bound to ``threadIdx.x``; the parts are combined across the block
+by LowerCrossThreadReduction (warp shuffles, then shared memory across warps). The row
+statistics (max, sum, mean, variance) are written to ``shared`` memory by thread 0 and read
+by every thread of the row after a barrier. Statistics accumulate in float32 for float16
+inputs. Any row length: the last part is predicated.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loopir import te
+from loopir.schedule import Schedule
+
+__all__ = ["default_threads", "layernorm", "layernorm_func", "row_sum", "row_sum_func", "softmax", "softmax_func"]
+
+
+def _f32(x: Any) -> Any:
+    return x if x.dtype == "float32" else x.astype("float32")
+
+
+def softmax_func(rows: Any, cols: Any, dtype: str = "float32") -> Any:
+    """The unscheduled row softmax ``Y[i, j] = exp(X[i, j] - max_j X[i]) / sum_j exp(...)``."""
+    X = te.placeholder((rows, cols), dtype, name="X")
+    k = te.reduce_axis(cols, name="k")
+    M = te.compute((rows,), lambda i: te.max(_f32(X[i, k]), axis=k), name="M")
+    k2 = te.reduce_axis(cols, name="k2")
+    S = te.compute((rows,), lambda i: te.sum(te.exp(_f32(X[i, k2]) - M[i]), axis=k2), name="S")
+    Y = te.compute((rows, cols), lambda i, j: (te.exp(_f32(X[i, j]) - M[i]) / S[i]).astype(dtype), name="Y")
+    return te.create_prim_func([X, Y])
+
+
+def layernorm_func(rows: Any, cols: Any, dtype: str = "float32", eps: float = 1e-5) -> Any:
+    """The unscheduled layernorm over the last axis, with weight and bias."""
+    X = te.placeholder((rows, cols), dtype, name="X")
+    W = te.placeholder((cols,), dtype, name="W")
+    B = te.placeholder((cols,), dtype, name="B")
+    k = te.reduce_axis(cols, name="k")
+    S1 = te.compute((rows,), lambda i: te.sum(_f32(X[i, k]), axis=k), name="S1")
+    k2 = te.reduce_axis(cols, name="k2")
+    S2 = te.compute((rows,), lambda i: te.sum(_f32(X[i, k2]) * _f32(X[i, k2]), axis=k2), name="S2")
+    n = float(cols) if isinstance(cols, int) else te.cast(cols, "float32")
+
+    def norm(i: Any, j: Any) -> Any:
+        mean = S1[i] / n
+        var = S2[i] / n - mean * mean
+        y = (_f32(X[i, j]) - mean) * te.rsqrt(var + eps) * _f32(W[j]) + _f32(B[j])
+        return y.astype(dtype)
+
+    Y = te.compute((rows, cols), norm, name="Y")
+    return te.create_prim_func([X, W, B, Y])
+
+
+def row_sum_func(rows: Any, cols: Any, dtype: str = "float32") -> Any:
+    """The unscheduled ``S[i] = sum_j X[i, j]`` (float32 accumulation)."""
+    X = te.placeholder((rows, cols), dtype, name="X")
+    k = te.reduce_axis(cols, name="k")
+    S = te.compute((rows,), lambda i: te.sum(_f32(X[i, k]), axis=k), name="S")
+    return te.create_prim_func([X, S])
+
+
+def _cross_thread(sch: Schedule, block: str, threads: int) -> None:
+    """Split the block's (last) reduction loop into ``threads`` strided parts on threadIdx.x."""
+    loops = sch.get_loops(sch.get_block(block))
+    ko, tx = sch.split(loops[-1], [None, threads])
+    sch.reorder(tx, ko)
+    sch.bind(tx, "threadIdx.x")
+
+
+def _per_row(sch: Schedule, out: str, stats: list[str], threads: int, vector: int = 1) -> None:
+    """Bind ``out``'s rows to blocks, its columns to the threads (strided), and compute each
+    statistic block in the row's block, reduced across the threads into shared memory."""
+    y = sch.get_block(out)
+    i, j = sch.get_loops(y)
+    if vector > 1:
+        jo, tx, jv = sch.split(j, [None, threads, vector])
+        sch.reorder(tx, jo, jv)
+        sch.vectorize(jv)
+    else:
+        jo, tx = sch.split(j, [None, threads])
+        sch.reorder(tx, jo)
+    sch.bind(i, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
+    for name in reversed(stats):  # consumers first: each lands before what reads it
+        blk = sch.get_block(name)
+        # shared before compute_at: a shared buffer's region is not relaxed over blockIdx
+        sch.set_scope(blk, 0, "shared")
+        sch.compute_at(blk, i, preserve_unit_loops=True)
+        _cross_thread(sch, name, threads)
+
+
+def default_threads(cols: Any) -> int:
+    """Threads per row: 128 up to 1024 columns, else 256 (measured on the H200 for softmax and
+    layernorm over 1024 and 4096 columns, docs/benchmarks.md)."""
+    return 128 if isinstance(cols, int) and cols <= 1024 else 256
+
+
+def softmax(rows: Any, cols: Any, dtype: str = "float32", threads: int | None = None) -> Schedule:
+    """Row softmax, one block of ``threads`` threads per row (default
+    :func:`default_threads`): the row max and the sum of exponentials are cross-thread
+    reductions kept in shared memory."""
+    sch = Schedule(softmax_func(rows, cols, dtype))
+    _per_row(sch, "Y", ["M", "S"], threads or default_threads(cols))
+    return sch
+
+
+def layernorm(rows: Any, cols: Any, dtype: str = "float32", threads: int | None = None) -> Schedule:
+    """Layernorm, one block per row: the sums of x and x^2 are cross-thread reductions."""
+    sch = Schedule(layernorm_func(rows, cols, dtype))
+    _per_row(sch, "Y", ["S1", "S2"], threads or default_threads(cols))
+    return sch
+
+
+def row_sum(rows: Any, cols: Any, dtype: str = "float32", threads: int = 512) -> Schedule:
+    """A sum over a large axis: one block of ``threads`` threads per row, each thread summing
+    a strided part (coalesced), the parts combined across the block."""
+    sch = Schedule(row_sum_func(rows, cols, dtype))
+    (i, _) = sch.get_loops(sch.get_block("S"))
+    sch.bind(i, "blockIdx.x")
+    _cross_thread(sch, "S", threads)
+    return sch

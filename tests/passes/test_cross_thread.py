@@ -1,0 +1,220 @@
+"""LowerCrossThreadReduction: reductions bound to threadIdx.x, on the CPU executor and nvcc."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import loopir
+from loopir import te
+from loopir.errors import CodegenError, PassError, ScheduleError
+from loopir.examples import layernorm, row_sum, softmax
+
+REFS = {"sum": np.sum, "max": np.max, "min": np.min}
+
+
+def _reduction(op: str, rows: int, n: int, threads: int, dtype: str = "float32", acc: str | None = None):
+    A = te.placeholder((rows, n), dtype, name="A")
+    k = te.reduce_axis(n, name="k")
+    red = {"sum": te.sum, "max": te.max, "min": te.min}[op]
+    S = te.compute((rows,), lambda i: red(A[i, k].astype(acc) if acc else A[i, k], axis=k), name="S")
+    sch = loopir.Schedule(te.create_prim_func([A, S]))
+    i, kk = sch.get_loops(sch.get_block("S"))
+    ko, tx = sch.split(kk, [None, threads])
+    sch.reorder(tx, ko)
+    sch.bind(i, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
+    return sch
+
+
+def _run_all(func, args, out_shape, out_dtype):
+    """The result on the unlowered IR (sequential), and on the lowered IR with thread regions
+    run in thread order and in a random order."""
+    outs = []
+    low = loopir.lower(func)
+    for fn, opts in ((func, {}), (low, {}), (low, {"thread_order": "random", "seed": 7})):
+        y = np.full(out_shape, np.nan if np.dtype(out_dtype).kind == "f" else -1, out_dtype)
+        loopir.build(fn, target="cpu", **opts)(*args, y)
+        outs.append(y)
+    return outs
+
+
+def test_golden_lowering(golden) -> None:
+    sch = _reduction("sum", 4, 1000, 128)
+    golden("passes/cross_thread_before", loopir.script(sch.func))
+    golden("passes/cross_thread_lowered", loopir.script(loopir.lower(sch.func)))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    op=st.sampled_from(["sum", "max", "min"]),
+    dtype=st.sampled_from(["float32", "float16", "int32"]),
+    rows=st.integers(1, 3),
+    n=st.integers(1, 300),
+    threads=st.sampled_from([1, 2, 7, 16, 31, 32, 33, 64, 100, 256]),
+)
+def test_cross_thread_reduction_equals_numpy(op, dtype, rows, n, threads) -> None:
+    acc = "float32" if dtype == "float16" and op == "sum" else None
+    sch = _reduction(op, rows, n, threads, dtype, acc)
+    rng = np.random.default_rng(n * 31 + threads)
+    a = (rng.integers(-50, 50, (rows, n)) if dtype == "int32" else rng.random((rows, n)) - 0.5).astype(dtype)
+    ref = REFS[op](a.astype("float64"), axis=1)
+    tol = 1e-4 * n if dtype != "int32" else 0
+    for got in _run_all(sch.func, (a,), (rows,), acc or dtype):
+        np.testing.assert_allclose(got.astype("float64"), ref, atol=tol + 1e-6)
+
+
+def test_non_identity_init_is_combined() -> None:
+    A = te.placeholder((2, 40), "float32", name="A")
+    k = te.reduce_axis(40, name="k")
+    S = te.compute((2,), lambda i: te.sum(A[i, k], axis=k), name="S")
+    func = te.create_prim_func([A, S])
+    import attrs
+
+    from loopir.ir.expr import FloatImm
+    from loopir.ir.stmt import Block
+
+    blk = next(b for b in _blocks(func) if b.name == "S")
+    new_init = attrs.evolve(blk.init, value=FloatImm(10.0, "float32"))
+    sch = loopir.Schedule(_replace(func, blk, attrs.evolve(blk, init=new_init)))
+    i, kk = sch.get_loops(sch.get_block("S"))
+    ko, tx = sch.split(kk, [None, 16])
+    sch.reorder(tx, ko)
+    sch.bind(tx, "threadIdx.x")
+    a = np.random.default_rng(0).random((2, 40)).astype("float32")
+    for got in _run_all(sch.func, (a,), (2,), "float32"):
+        np.testing.assert_allclose(got, a.sum(1) + 10.0, rtol=1e-5)
+    assert isinstance(blk, Block)
+
+
+def _blocks(func):
+    from loopir.ir.functor import post_order_visit
+    from loopir.ir.stmt import Block
+
+    out = []
+    post_order_visit(func.body, lambda n: out.append(n) if isinstance(n, Block) else None)
+    return out
+
+
+def _replace(func, old, new):
+    from loopir.ir.functor import Mutator
+
+    class R(Mutator):
+        def visit_Block(self, node):
+            return new if node is old else self.generic_visit(node)
+
+    return func.with_body(R().visit(func.body))
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm", "row_sum"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("shape,threads", [((3, 100), 32), ((2, 1000), 256), ((2, 33), 64), ((1, 1), 32)])
+def test_examples_equal_their_reference(name, dtype, shape, threads) -> None:
+    r, c = shape
+    rng = np.random.default_rng(r * c)
+    x = ((rng.random((r, c)) - 0.5) * 4).astype(dtype)
+    w, b = (rng.random(c) + 0.5).astype(dtype), (rng.random(c) - 0.5).astype(dtype)
+    xd = x.astype("float64")
+    if name == "softmax":
+        e = np.exp(xd - xd.max(1, keepdims=True))
+        sch, args, ref = softmax(r, c, dtype, threads=threads), (x,), e / e.sum(1, keepdims=True)
+    elif name == "layernorm":
+        m, v = xd.mean(1, keepdims=True), xd.var(1, keepdims=True)
+        ref = (xd - m) / np.sqrt(v + 1e-5) * w.astype("float64") + b.astype("float64")
+        sch, args = layernorm(r, c, dtype, threads=threads), (x, w, b)
+    else:
+        sch, args, ref = row_sum(r, c, dtype, threads=threads), (x,), xd.sum(1)
+    out_dtype = "float32" if name == "row_sum" else dtype
+    tol = 1e-4 if dtype == "float32" else 2e-2
+    for got in _run_all(sch.func, args, ref.shape, out_dtype):
+        np.testing.assert_allclose(got.astype("float64"), ref, atol=tol * max(1.0, np.abs(ref).max()))
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_generated_cuda_compiles(arch) -> None:
+    from loopir.codegen_cuda import emit_cuda
+    from loopir.codegen_cuda.compile import compile_cuda
+
+    funcs = [softmax(64, 1000, "float16").func, layernorm(8, 4096).func, row_sum(4, 1 << 16).func,
+             _reduction("max", 4, 31, 31).func, _reduction("sum", 4, 100, 16, "float16").func]  # fmt: skip
+    for f in funcs:
+        src = emit_cuda(loopir.lower(f, target="cuda")).source
+        assert "loopir_allreduce<" in src and "__shfl_down_sync" in src
+        compile_cuda(src, arch=arch, output="cubin")
+
+
+def test_bind_refuses_what_cannot_be_reduced_across_threads() -> None:
+    A = te.placeholder((4, 64), "float32", name="A")
+    k = te.reduce_axis(64, name="k")
+    S = te.compute((4,), lambda i: te.sum(A[i, k], axis=k), name="S")
+    sch = loopir.Schedule(te.create_prim_func([A, S]))
+    i, kk = sch.get_loops(sch.get_block("S"))
+    fused = sch.fuse(i, kk)
+    with pytest.raises(ScheduleError, match="spatial iter var .* and reduce iter var"):
+        sch.bind(fused, "threadIdx.x")
+    sch = loopir.Schedule(te.create_prim_func([A, S]))
+    i, kk = sch.get_loops(sch.get_block("S"))
+    with pytest.raises(ScheduleError, match="reduction cannot run in parallel"):
+        sch.bind(kk, "threadIdx.y")  # only threadIdx.x combines across threads
+    # a product "reduction" is no sum/max/min
+    from loopir.ir.stmt import BufferStore
+
+    base = te.create_prim_func([A, S])
+    blk = next(b for b in _blocks(base) if b.name == "S")
+    body = blk.body
+    assert isinstance(body, BufferStore)
+    from loopir.ir.expr import Mul
+
+    prod = BufferStore(body.buffer, Mul(body.value.a, body.value.b), body.indices)
+    import attrs
+
+    sch = loopir.Schedule(_replace(base, blk, attrs.evolve(blk, body=prod)))
+    _, kk = sch.get_loops(sch.get_block("S"))
+    with pytest.raises(ScheduleError, match="not a sum, max or min"):
+        sch.bind(kk, "threadIdx.x")
+
+
+def test_pass_refuses_a_serial_reduction_loop_outside_the_thread_loop() -> None:
+    A = te.placeholder((4, 64), "float32", name="A")
+    k = te.reduce_axis(64, name="k")
+    S = te.compute((4,), lambda i: te.sum(A[i, k], axis=k), name="S")
+    sch = loopir.Schedule(te.create_prim_func([A, S]))
+    i, kk = sch.get_loops(sch.get_block("S"))
+    ko, tx = sch.split(kk, [None, 16])
+    sch.bind(i, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")  # ko (serial, a reduction loop) stays outside tx
+    with pytest.raises(PassError, match="outermost reduction loop"):
+        loopir.lower(sch.func)
+
+
+def test_cuda_refuses_rows_that_share_warps() -> None:
+    from loopir.codegen_cuda import emit_cuda
+
+    A = te.placeholder((6, 24), "float32", name="A")
+    k = te.reduce_axis(24, name="k")
+    S = te.compute((6,), lambda i: te.sum(A[i, k], axis=k), name="S")
+    sch = loopir.Schedule(te.create_prim_func([A, S]))
+    i, kk = sch.get_loops(sch.get_block("S"))
+    sch.bind(i, "threadIdx.y")
+    sch.bind(kk, "threadIdx.x")
+    low = loopir.lower(sch.func, target="cuda")
+    with pytest.raises(CodegenError, match="share warps"):
+        emit_cuda(low)
+    a = np.random.default_rng(1).random((6, 24)).astype("float32")
+    for got in _run_all(sch.func, (a,), (6,), "float32"):  # the CPU executor runs it
+        np.testing.assert_allclose(got, a.sum(1), rtol=1e-5)
+
+
+def test_write_back_by_thread_zero_is_proven_race_free_without_enumeration() -> None:
+    """32768 blocks are too many to enumerate: the proof uses the ``tx == 0`` guard."""
+    import warnings
+
+    from loopir.codegen_cuda import prepare_function
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        prepare_function(softmax(32768, 1024).func, None)
+        prepare_function(layernorm(32768, 1024, "float16").func, None)
