@@ -4,6 +4,8 @@ from loopir.examples.dense import dense, dense_func
 from loopir.examples.reductions import (
     layernorm,
     layernorm_func,
+    rmsnorm,
+    rmsnorm_func,
     row_sum,
     row_sum_func,
     softmax,
@@ -12,6 +14,6 @@ from loopir.examples.reductions import (
 from loopir.examples.transpose import transpose, transpose_func
 
 __all__ = [
-    "dense", "dense_func", "layernorm", "layernorm_func", "row_sum", "row_sum_func", "softmax",
+    "dense", "dense_func", "layernorm", "layernorm_func", "rmsnorm", "rmsnorm_func", "row_sum", "row_sum_func", "softmax",
     "softmax_func", "transpose", "transpose_func",
 ]  # fmt: skip

@@ -1,11 +1,13 @@
-"""Row reductions with one thread block per row: softmax, layernorm, and a large sum.
+"""Row reductions with one thread block per row: softmax, layernorm, RMSNorm, a large sum.
 
 Each reduction's loop is split into ``threads`` threads that each reduce a strided part of
 the row (coalesced reads), bound to ``threadIdx.x``; the parts are combined across the block
 by LowerCrossThreadReduction (warp shuffles, then shared memory across warps). The row
 statistics (max, sum, mean, variance) are written to ``shared`` memory by thread 0 and read
-by every thread of the row after a barrier. Statistics accumulate in float32 for float16
-inputs. Any row length: the last part is predicated.
+by every thread of the row after a barrier. With ``cache_row`` the row itself is read from
+global memory once, in 16-byte vectors when the row length allows, into shared memory, from
+which every pass reads. Statistics accumulate in float32 for float16 inputs. Any row length: the last part is
+predicated.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from __future__ import annotations
 from typing import Any
 
 from loopir import te
+from loopir.ir.expr import IntImm
 from loopir.schedule import Schedule
 
-__all__ = ["default_threads", "layernorm", "layernorm_func", "row_sum", "row_sum_func", "softmax", "softmax_func"]
+__all__ = ["default_threads", "rmsnorm", "rmsnorm_func", "layernorm", "layernorm_func", "row_sum", "row_sum_func", "softmax", "softmax_func"]
 
 
 def _f32(x: Any) -> Any:
@@ -54,6 +57,18 @@ def layernorm_func(rows: Any, cols: Any, dtype: str = "float32", eps: float = 1e
     return te.create_prim_func([X, W, B, Y])
 
 
+def rmsnorm_func(rows: Any, cols: Any, dtype: str = "float16", eps: float = 1e-6) -> Any:
+    """The unscheduled RMSNorm ``Y = X * rsqrt(mean(X^2) + eps) * W`` (LLaMA's)."""
+    X = te.placeholder((rows, cols), dtype, name="X")
+    W = te.placeholder((cols,), dtype, name="W")
+    k = te.reduce_axis(cols, name="k")
+    S = te.compute((rows,), lambda i: te.sum(_f32(X[i, k]) * _f32(X[i, k]), axis=k), name="S")
+    n = float(cols) if isinstance(cols, int) else te.cast(cols, "float32")
+    Y = te.compute((rows, cols), lambda i, j: (_f32(X[i, j]) * te.rsqrt(S[i] / n + eps) * _f32(W[j])).astype(dtype),
+                   name="Y")  # fmt: skip
+    return te.create_prim_func([X, W, Y])
+
+
 def row_sum_func(rows: Any, cols: Any, dtype: str = "float32") -> Any:
     """The unscheduled ``S[i] = sum_j X[i, j]`` (float32 accumulation)."""
     X = te.placeholder((rows, cols), dtype, name="X")
@@ -70,7 +85,8 @@ def _cross_thread(sch: Schedule, block: str, threads: int) -> None:
     sch.bind(tx, "threadIdx.x")
 
 
-def _per_row(sch: Schedule, out: str, stats: list[str], threads: int, vector: int = 1) -> None:
+def _per_row(sch: Schedule, out: str, stats: list[str], threads: int, vector: int = 1,
+             cache_row: bool = False) -> None:  # fmt: skip
     """Bind ``out``'s rows to blocks, its columns to the threads (strided), and compute each
     statistic block in the row's block, reduced across the threads into shared memory."""
     y = sch.get_block(out)
@@ -90,6 +106,25 @@ def _per_row(sch: Schedule, out: str, stats: list[str], threads: int, vector: in
         sch.set_scope(blk, 0, "shared")
         sch.compute_at(blk, i, preserve_unit_loops=True)
         _cross_thread(sch, name, threads)
+    if cache_row:
+        _stage_row(sch, [*stats, out], i, threads)
+
+
+def _stage_row(sch: Schedule, readers: list[str], row: Any, threads: int) -> None:
+    """Read the block's row of X from global memory once, in 16-byte vectors, into shared
+    memory, from which every pass over the row (the statistics, the output) reads."""
+    blocks = [sch.get_block(n) for n in readers]
+    tile = sch.cache_read(blocks[0], "X", "shared", consumer_blocks=blocks)
+    sch.compute_at(tile, row, preserve_unit_loops=True)
+    col = sch.get_loops(tile)[-1]
+    width = 16 // (sch.get(tile).writes[0].buffer.dtype == "float16" and 2 or 4)
+    extent = sch.get(col).extent
+    if not (isinstance(extent, IntImm) and extent.value % (threads * width) == 0):
+        width = 1  # a ragged row: scalar copies (the vector path needs whole vectors)
+    parts = sch.split(col, [None, threads, width] if width > 1 else [None, threads])
+    sch.bind(parts[1], "threadIdx.x")
+    if width > 1:
+        sch.vectorize(parts[2])
 
 
 def default_threads(cols: Any) -> int:
@@ -98,19 +133,34 @@ def default_threads(cols: Any) -> int:
     return 128 if isinstance(cols, int) and cols <= 1024 else 256
 
 
-def softmax(rows: Any, cols: Any, dtype: str = "float32", threads: int | None = None) -> Schedule:
+def softmax(rows: Any, cols: Any, dtype: str = "float32", threads: int | None = None,
+            cache_row: bool = False) -> Schedule:  # fmt: skip
     """Row softmax, one block of ``threads`` threads per row (default
     :func:`default_threads`): the row max and the sum of exponentials are cross-thread
-    reductions kept in shared memory."""
+    reductions kept in shared memory. ``cache_row`` stages the row through shared memory
+    (read once, in 16-byte vectors); measured on the H200 it gains nothing here
+    (docs/benchmarks.md), so it is off by default."""
     sch = Schedule(softmax_func(rows, cols, dtype))
-    _per_row(sch, "Y", ["M", "S"], threads or default_threads(cols))
+    _per_row(sch, "Y", ["M", "S"], threads or default_threads(cols), cache_row=cache_row)
     return sch
 
 
-def layernorm(rows: Any, cols: Any, dtype: str = "float32", threads: int | None = None) -> Schedule:
-    """Layernorm, one block per row: the sums of x and x^2 are cross-thread reductions."""
+def layernorm(rows: Any, cols: Any, dtype: str = "float32", threads: int | None = None,
+              cache_row: bool = False) -> Schedule:  # fmt: skip
+    """Layernorm, one block per row: the sums of x and x^2 are cross-thread reductions
+    (``cache_row`` as for :func:`softmax`)."""
     sch = Schedule(layernorm_func(rows, cols, dtype))
-    _per_row(sch, "Y", ["S1", "S2"], threads or default_threads(cols))
+    _per_row(sch, "Y", ["S1", "S2"], threads or default_threads(cols), cache_row=cache_row)
+    return sch
+
+
+def rmsnorm(rows: Any, cols: Any, dtype: str = "float16", threads: int | None = None,
+            cache_row: bool = True) -> Schedule:  # fmt: skip
+    """RMSNorm, one block per row: the sum of squares is a cross-thread reduction; the row is
+    staged through shared memory (``cache_row``, the configuration measured in the LLaMA
+    layer module, docs/benchmarks.md)."""
+    sch = Schedule(rmsnorm_func(rows, cols, dtype))
+    _per_row(sch, "Y", ["S"], threads or default_threads(cols), cache_row=cache_row)
     return sch
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import loopir
-from loopir.examples import layernorm, row_sum, softmax
+from loopir.examples import layernorm, rmsnorm, row_sum, softmax
 from tests.passes.test_cross_thread import REFS, _reduction
 
 
@@ -41,7 +41,7 @@ def test_strided_parts_then_threads(threads) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-@pytest.mark.parametrize("shape", [(64, 1000), (7, 4096), (3, 33)])
+@pytest.mark.parametrize("shape", [(64, 1000), (7, 4096), (3, 33), (5, 1024)])
 def test_examples_on_the_gpu(dtype, shape) -> None:
     r, c = shape
     rng = np.random.default_rng(c)
@@ -54,6 +54,7 @@ def test_examples_on_the_gpu(dtype, shape) -> None:
         (softmax(r, c, dtype), (x,), e / e.sum(1, keepdims=True), dtype),
         (layernorm(r, c, dtype), (x, w, b), (xd - m) / np.sqrt(v + 1e-5) * w.astype("float64") + b.astype("float64"), dtype),
         (row_sum(r, c, dtype), (x,), xd.sum(1), "float32"),
+        (rmsnorm(r, c, dtype), (x, w), xd / np.sqrt((xd * xd).mean(1, keepdims=True) + 1e-6) * w.astype("float64"), dtype),
     ]  # fmt: skip
     tol = 1e-4 if dtype == "float32" else 2e-2
     for sch, args, ref, out_dtype in cases:

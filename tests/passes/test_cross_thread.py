@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 import loopir
 from loopir import te
 from loopir.errors import CodegenError, PassError, ScheduleError
-from loopir.examples import layernorm, row_sum, softmax
+from loopir.examples import layernorm, rmsnorm, row_sum, softmax
+from loopir.testing import check_equivalent
 
 REFS = {"sum": np.sum, "max": np.max, "min": np.min}
 
@@ -108,9 +109,10 @@ def _replace(func, old, new):
     return func.with_body(R().visit(func.body))
 
 
-@pytest.mark.parametrize("name", ["softmax", "layernorm", "row_sum"])
+@pytest.mark.parametrize("name", ["softmax", "layernorm", "rmsnorm", "row_sum"])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-@pytest.mark.parametrize("shape,threads", [((3, 100), 32), ((2, 1000), 256), ((2, 33), 64), ((1, 1), 32)])
+@pytest.mark.parametrize("shape,threads", [((3, 100), 32), ((2, 1000), 256), ((2, 33), 64), ((1, 1), 32),
+                                           ((2, 1024), 128), ((2, 4096), 256)])  # fmt: skip
 def test_examples_equal_their_reference(name, dtype, shape, threads) -> None:
     r, c = shape
     rng = np.random.default_rng(r * c)
@@ -120,10 +122,13 @@ def test_examples_equal_their_reference(name, dtype, shape, threads) -> None:
     if name == "softmax":
         e = np.exp(xd - xd.max(1, keepdims=True))
         sch, args, ref = softmax(r, c, dtype, threads=threads), (x,), e / e.sum(1, keepdims=True)
+    elif name == "rmsnorm":
+        ref = xd / np.sqrt((xd * xd).mean(1, keepdims=True) + 1e-6) * w.astype("float64")
+        sch, args = rmsnorm(r, c, dtype, threads=threads), (x, w)
     elif name == "layernorm":
         m, v = xd.mean(1, keepdims=True), xd.var(1, keepdims=True)
         ref = (xd - m) / np.sqrt(v + 1e-5) * w.astype("float64") + b.astype("float64")
-        sch, args = layernorm(r, c, dtype, threads=threads), (x, w, b)
+        sch, args = layernorm(r, c, dtype, threads=threads, cache_row=c % 2 == 0), (x, w, b)
     else:
         sch, args, ref = row_sum(r, c, dtype, threads=threads), (x,), xd.sum(1)
     out_dtype = "float32" if name == "row_sum" else dtype
@@ -139,6 +144,7 @@ def test_generated_cuda_compiles(arch) -> None:
     from loopir.codegen_cuda.compile import compile_cuda
 
     funcs = [softmax(64, 1000, "float16").func, layernorm(8, 4096).func, row_sum(4, 1 << 16).func,
+             rmsnorm(16, 4096).func, softmax(8, 1024, "float16").func,
              _reduction("max", 4, 31, 31).func, _reduction("sum", 4, 100, 16, "float16").func]  # fmt: skip
     for f in funcs:
         src = emit_cuda(loopir.lower(f, target="cuda")).source
@@ -218,3 +224,22 @@ def test_write_back_by_thread_zero_is_proven_race_free_without_enumeration() -> 
         warnings.simplefilter("error")
         prepare_function(softmax(32768, 1024).func, None)
         prepare_function(layernorm(32768, 1024, "float16").func, None)
+
+
+@pytest.mark.nvcc
+def test_examples_read_each_row_once_in_16_byte_vectors() -> None:
+    from loopir.codegen_cuda import emit_cuda
+
+    for sch, vec in ((softmax(8, 1024, "float16", cache_row=True), "uint4"),
+                     (layernorm(8, 4096, cache_row=True), "float4"), (rmsnorm(8, 4096), "uint4")):
+        (text,) = emit_cuda(loopir.lower(sch.func, target="cuda")).kernel_texts
+        loads = [ln for ln in text.splitlines() if "X[" in ln or "X +" in ln]
+        assert len(loads) == 1 and f"*(const {vec}*)(X + " in loads[0], loads
+
+
+@pytest.mark.parametrize("pad", [False, True])
+def test_lowering_with_local_padding_on_and_off(pad) -> None:
+    for sch in (softmax(3, 100, threads=32), layernorm(2, 77, threads=16), _reduction("max", 3, 45, 16)):
+        with loopir.PassContext(config={"tir.enable_local_pad": pad}):
+            low = loopir.lower(sch.func)
+        check_equivalent(sch.func, low, thread_order="random")
