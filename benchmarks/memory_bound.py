@@ -36,8 +36,9 @@ from timing import events_per_call  # noqa: E402
 ROWS = [(4096, 4096), (32768, 1024)]
 
 
-def elementwise(rows: int, cols: int, threads: int = 256) -> Any:
-    """``Y = gelu(X * 0.5 + B[j])``, flat over the elements, one per thread."""
+def elementwise(rows: int, cols: int, threads: int = 256, vector: int = 1) -> Any:
+    """``Y = gelu(X * 0.5 + B[j])``, flat over the elements, ``vector`` per thread (one
+    vector load of X and of B, one vector store)."""
     X = te.placeholder((rows, cols), "float32", name="X")
     B = te.placeholder((cols,), "float32", name="B")
 
@@ -48,9 +49,11 @@ def elementwise(rows: int, cols: int, threads: int = 256) -> Any:
     Y = te.compute((rows, cols), f, name="Y")
     sch = loopir.Schedule(te.create_prim_func([X, B, Y]))
     i, j = sch.get_loops(sch.get_block("Y"))
-    bx, tx = sch.split(sch.fuse(i, j), [None, threads])
-    sch.bind(bx, "blockIdx.x")
-    sch.bind(tx, "threadIdx.x")
+    parts = sch.split(sch.fuse(i, j), [None, threads, vector] if vector > 1 else [None, threads])
+    sch.bind(parts[0], "blockIdx.x")
+    sch.bind(parts[1], "threadIdx.x")
+    if vector > 1:
+        sch.vectorize(parts[2])
     return sch.func
 
 
@@ -144,6 +147,13 @@ def run_case(torch: Any, args: argparse.Namespace, name: str, nbytes: int, ref: 
     return row
 
 
+def _vec(args: argparse.Namespace, dtype: str) -> int | None:
+    """``--vector`` for fp32; twice as many halves (the same 16 bytes) for fp16."""
+    if args.vector is None:
+        return None
+    return args.vector * (2 if dtype == "float16" and args.vector > 1 else 1)
+
+
 def copy_bandwidth(torch: Any, args: argparse.Namespace) -> float:
     """GB/s of a 256 MiB device-to-device copy (read + write)."""
     src = torch.rand(64 << 20, device="cuda")
@@ -157,6 +167,9 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--vector", type=int, default=None,
+                    help="output elements per thread computed as one vector, fp32 (fp16: twice as "
+                         "many); default: the examples' defaults, and 4 for the elementwise chain")
     ap.add_argument("--threads", type=int, default=None,
                     help="threads per row (softmax, layernorm; default: loopir.examples.reductions.default_threads)")
     args = ap.parse_args()
@@ -176,7 +189,7 @@ def main() -> int:
         for r, c in ROWS:
             x = (torch.rand(r, c, device="cuda") * 4 - 2).to(tdt)
             y = torch.empty_like(x)
-            mod = loopir.build(softmax(r, c, dtype, threads=args.threads).func, target="cuda")
+            mod = loopir.build(softmax(r, c, dtype, threads=args.threads, vector=_vec(args, dtype)).func, target="cuda")
             impls = {"loopir": lambda mod=mod, x=x, y=y: mod(x, y),
                      "torch": lambda x=x: torch.softmax(x, dim=-1)}  # fmt: skip
             if tri:
@@ -186,7 +199,7 @@ def main() -> int:
             out["cases"].append(run_case(torch, args, f"softmax {dtype} {r}x{c}", nbytes, ref, y, impls, tol, copy_bw))
             w = (torch.rand(c, device="cuda") + 0.5).to(tdt)
             b = (torch.rand(c, device="cuda") - 0.5).to(tdt)
-            mod = loopir.build(layernorm(r, c, dtype, threads=args.threads).func, target="cuda")
+            mod = loopir.build(layernorm(r, c, dtype, threads=args.threads, vector=_vec(args, dtype)).func, target="cuda")
             impls = {"loopir": lambda mod=mod, x=x, w=w, b=b, y=y: mod(x, w, b, y),
                      "torch": lambda x=x, w=w, b=b, c=c: torch.nn.functional.layer_norm(x, (c,), w, b, 1e-5)}  # fmt: skip
             if tri:
@@ -209,7 +222,7 @@ def main() -> int:
     x = torch.rand(r, c, device="cuda") * 4 - 2
     b = torch.rand(c, device="cuda") - 0.5
     y = torch.empty_like(x)
-    mod = loopir.build(elementwise(r, c), target="cuda")
+    mod = loopir.build(elementwise(r, c, vector=4 if args.vector is None else args.vector), target="cuda")
     impls = {"loopir": lambda: mod(x, b, y), "torch": lambda: torch.nn.functional.gelu(x * 0.5 + b)}
     if tri:
         impls["triton"] = lambda: tri["gelu"](x, b, y)

@@ -55,6 +55,7 @@ from loopir.codegen_cuda.split import (
     HostNode,
     KernelSpec,
 )
+from loopir.codegen_cuda.vector_compute import vector_compute
 from loopir.errors import CodegenError
 from loopir.ir import dtype as dt
 from loopir.ir.buffer import Buffer
@@ -574,7 +575,11 @@ class KernelEmitter(CodeWriter):
         ):
             select_cond, fill, value = value.condition, value.false_value, value.true_value
         if not isinstance(value, BufferLoad):
-            return None
+            if select_cond is not None:
+                return None
+            conds = [lane_invariant(c, v, lanes, self.env) for c in guards]
+            text = None if any(c is None for c in conds) else vector_compute(self, body, v, lanes)
+            return None if text is None else ([c for c in conds if c is not None], text)
         dst, src = body, value
         if dst.buffer.dtype != src.buffer.dtype or dt.lanes(src.dtype) != 1:
             return None
