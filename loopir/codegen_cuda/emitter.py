@@ -54,6 +54,7 @@ from loopir.codegen_cuda.split import (
     HostDeviceSplitter,
     HostNode,
     KernelSpec,
+    shape_vars,
 )
 from loopir.codegen_cuda.vector_compute import vector_compute
 from loopir.errors import CodegenError
@@ -748,10 +749,7 @@ def emit_cuda(func: PrimFunc, min_blocks_per_sm: int | None = None) -> EmitResul
         )
     splitter = HostDeviceSplitter(func)
     host = splitter.run()
-    size_vars: set[Var] = set()
-    for b in (*func.params, *splitter.host_temps):
-        for e in (*b.shape, *(b.strides or ())):
-            post_order_visit(e, lambda n: size_vars.add(n) if isinstance(n, Var) else None)
+    size_vars = set(shape_vars((*func.params, *splitter.host_temps)))
     texts: list[str] = []
     kernels: list[KernelSource] = []
     fp16 = bf16 = False

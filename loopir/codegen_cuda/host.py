@@ -44,6 +44,7 @@ from loopir.codegen_cuda.split import (
     HostLaunch,
     HostNode,
     HostSeq,
+    shape_vars,
 )
 from loopir.errors import CodegenError
 from loopir.ir import dtype as dt
@@ -96,11 +97,7 @@ class HostCode:
 
 def size_vars_of(func: PrimFunc) -> tuple[Var, ...]:
     """Variables in the parameters' shapes and strides, in first-appearance order."""
-    seen: dict[Var, None] = {}
-    for b in func.params:
-        for e in (*b.shape, *(b.strides or ())):
-            post_order_visit(e, lambda n: seen.setdefault(n, None) if isinstance(n, Var) else None)
-    return tuple(seen)
+    return shape_vars(func.params)
 
 
 class _HostEmitter(CodeWriter):

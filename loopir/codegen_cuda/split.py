@@ -233,6 +233,16 @@ def _contains_kernel(stmt: Stmt) -> bool:
     return found
 
 
+def shape_vars(buffers: Sequence[Buffer]) -> tuple[Var, ...]:
+    """Variables in the buffers' shapes and strides, in first-appearance order (the symbolic
+    sizes a kernel or the host program receives)."""
+    seen: dict[Var, None] = {}
+    for b in buffers:
+        for e in (*b.shape, *(b.strides or ())):
+            post_order_visit(e, lambda n: seen.setdefault(n, None) if isinstance(n, Var) else None)
+    return tuple(seen)
+
+
 def _is_barrier(expr: PrimExpr) -> bool:
     return is_barrier(expr)
 

@@ -113,7 +113,7 @@ def _parts(loop: For, realize: BlockRealize) -> tuple[list[Stmt], list[For], lis
     return items[:pos], inner, items[pos + 1:]
 
 
-def _touches(stmt: Stmt, buf: Buffer) -> bool:
+def _touches(stmt: Stmt | PrimExpr, buf: Buffer) -> bool:
     found = False
 
     def visit(n: object) -> None:
@@ -142,6 +142,12 @@ class _Lower(Mutator):
     def visit_For(self, node: For) -> Stmt:
         if node.kind is ForKind.THREAD_BINDING and str(node.thread_tag).startswith("threadIdx."):
             target = [r for r in _realizes(node.body) if node.loop_var in cross_thread_reduce_vars(r)]
+            if len(target) > 1:
+                raise PassError(
+                    f"{_P}: loop {node.loop_var.name} ({node.thread_tag}) feeds the reductions of "
+                    f"blocks {', '.join(repr(r.block.name) for r in target)}; each cross-thread "
+                    "reduction needs a thread loop of its own (compute them in separate loops)"
+                )
             if target:
                 return self.lower(node, target[0])
         self.loops.append(node)
@@ -244,7 +250,7 @@ class _Lower(Mutator):
         back = Block(
             self.fresh(f"{block.name}_write_back"), tuple(new_ivs),
             (acc_region, *(attrs.evolve(r, region=tuple(substitute(x, vmap) for x in r.region))
-                           for r in init_reads if _loads(red.init_value, r.buffer))),
+                           for r in init_reads if _touches(red.init_value, r.buffer))),
             tuple(attrs.evolve(w, region=tuple(substitute(x, vmap) for x in w.region)) for w in block.writes),
             BufferStore(c, value, indices),
         )  # fmt: skip
@@ -259,18 +265,6 @@ class _Lower(Mutator):
             *(self.visit(a) for a in after),
         )
         return attrs.evolve(loop, body=body)
-
-
-def _loads(e: PrimExpr, buf: Buffer) -> bool:
-    found = False
-
-    def visit(n: object) -> None:
-        nonlocal found
-        if isinstance(n, BufferLoad) and n.buffer is buf:
-            found = True
-
-    post_order_visit(e, visit)
-    return found
 
 
 def _all_buffers(func: PrimFunc) -> list[Buffer]:

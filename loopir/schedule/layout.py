@@ -36,7 +36,7 @@ from loopir.ir.expr import (
 from loopir.ir.functor import Mutator, substitute
 from loopir.ir.stmt import Block, BufferStore, PrimFunc
 from loopir.schedule import cache
-from loopir.schedule import region as rg
+from loopir.schedule.scope import allocated_written
 
 __all__ = ["index_map_text", "parse_index_map", "transform_layout"]
 
@@ -212,15 +212,11 @@ def transform_layout(func: PrimFunc, block: str, buffer: cache.BufferArg, index_
         with block("B"): B[vj // 4, vi, vj % 4] = A[vi, vj] * 2
         with block("C"): C[vi, vj] = B[vj // 4, vi, vj % 4] + 1
     """
-    realize, _ = rg.get_block(func, block, _P)
-    blk = realize.block
-    buf = cache._pick_buffer(func, blk, buffer, blk.writes, "writes", _P)
-    if rg.is_param(func, buf):
-        raise ScheduleError(
-            f"buffer {buf.name!r} is a parameter of {func.name!r}; transform_layout changes "
-            "buffers allocated in the function only (cache_read / cache_write first)",
-            primitive=_P, func=func, node=blk,
-        )  # fmt: skip
+    blk, buf = allocated_written(
+        func, block, buffer, _P,
+        "transform_layout changes buffers allocated in the function only (cache_read / "
+        "cache_write first)",
+    )  # fmt: skip
     shape = [s.value if isinstance(s, IntImm) else None for s in buf.shape]
     if any(s is None for s in shape):
         raise ScheduleError(

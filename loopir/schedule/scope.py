@@ -16,6 +16,7 @@ import logging
 import attrs
 
 from loopir.errors import ScheduleError
+from loopir.ir.buffer import Buffer
 from loopir.ir.stmt import Block, PrimFunc
 from loopir.schedule import cache, tree
 from loopir.schedule import region as rg
@@ -94,6 +95,22 @@ def set_scope(func: PrimFunc, block: str, buffer: cache.BufferArg, scope: str) -
     return out
 
 
+def allocated_written(
+    func: PrimFunc, block: str, buffer: cache.BufferArg, prim: str, why: str
+) -> tuple[Block, Buffer]:
+    """The block and the buffer it writes that ``buffer`` names, which must be allocated in
+    the function: for a parameter, a ScheduleError saying ``why``."""
+    realize, _ = rg.get_block(func, block, prim)
+    blk = realize.block
+    buf = cache._pick_buffer(func, blk, buffer, blk.writes, "writes", prim)
+    if rg.is_param(func, buf):
+        raise ScheduleError(
+            f"buffer {buf.name!r} is a parameter of {func.name!r}; {why}",
+            primitive=prim, func=func, node=blk,
+        )  # fmt: skip
+    return blk, buf
+
+
 # The block annotation loopir.passes.storage_align reads (the two layers share the name only).
 ANNOTATION = "buffer_dim_align"
 
@@ -149,15 +166,11 @@ def storage_align(func: PrimFunc, block: str, buffer: cache.BufferArg, axis: int
     from loopir.schedule import annotate
 
     prim = "storage_align"
-    realize, _ = rg.get_block(func, block, prim)
-    blk = realize.block
-    buf = cache._pick_buffer(func, blk, buffer, blk.writes, "writes", prim)
-    if rg.is_param(func, buf):
-        raise ScheduleError(
-            f"buffer {buf.name!r} is a parameter of {func.name!r}; its layout is the caller's "
-            "(storage_align pads buffers allocated in the function, e.g. a cache_read tile)",
-            primitive=prim, func=func, node=blk,
-        )  # fmt: skip
+    blk, buf = allocated_written(
+        func, block, buffer, prim,
+        "its layout is the caller's (storage_align pads buffers allocated in the function, e.g. "
+        "a cache_read tile)",
+    )  # fmt: skip
     ndim = len(buf.shape)
     for name, value in (("axis", axis), ("factor", factor), ("offset", offset)):
         if isinstance(value, bool) or not isinstance(value, int):

@@ -243,3 +243,4 @@ def test_lowering_with_local_padding_on_and_off(pad) -> None:
         with loopir.PassContext(config={"tir.enable_local_pad": pad}):
             low = loopir.lower(sch.func)
         check_equivalent(sch.func, low, thread_order="random")
+
