@@ -11,7 +11,8 @@
 
 Every load that depends on the lane must be contiguous in it and aligned (the same proof as
 for copies); loads that do not are evaluated once per lane as written (they are the same
-element). The lanes' values are computed by the ordinary scalar printer, so a vectorized
+element). Loads in a branch of a ``Select`` (or under ``&&`` / ``||``) are evaluated lazily by
+the scalar code, so a loop with one stays scalar. The lanes' values are computed by the ordinary scalar printer, so a vectorized
 loop means exactly what the scalar one means. 16-bit floats use the same carriers as copies
 (``uint2`` / ``uint4`` for 4 / 8 halves).
 """
@@ -23,7 +24,7 @@ from typing import Any
 from loopir.codegen_cuda.ctypes import ctype, vector_carrier
 from loopir.ir import dtype as dt
 from loopir.ir.equality import structural_equal
-from loopir.ir.expr import BufferLoad, IntImm, PrimExpr, Var
+from loopir.ir.expr import And, BufferLoad, IntImm, Or, PrimExpr, Select, Var
 from loopir.ir.functor import Mutator, collect_vars, post_order_visit, substitute
 from loopir.ir.stmt import BufferStore
 
@@ -67,6 +68,23 @@ def _reads_other_elements_of(store: BufferStore) -> bool:
     return other
 
 
+def _guarded_lane_load(value: PrimExpr, v: Var) -> bool:
+    """Whether a lane-dependent load sits in a branch of a ``Select`` or under ``&&`` / ``||``:
+    those are evaluated lazily (a padded read past the end is never made), and a hoisted
+    vector load would make it."""
+    found = False
+
+    def visit(n: object) -> None:
+        nonlocal found
+        if isinstance(n, Select):
+            found |= bool(_lane_loads(n.true_value, v)) or bool(_lane_loads(n.false_value, v))
+        elif isinstance(n, (And, Or)):
+            found |= bool(_lane_loads(n.b, v))
+
+    post_order_visit(value, visit)
+    return found
+
+
 class _LaneOf(Mutator):
     """Lane ``k`` of the value: each vector-loaded load becomes its lane variable."""
 
@@ -93,7 +111,7 @@ def vector_compute(em: Any, store: BufferStore, v: Var, lanes: int) -> str | Non
     if carrier is None or loads is None:
         return None
     doff = em._vector_access_ok(dst, store.indices, v, lanes)
-    if doff is None or _reads_other_elements_of(store):
+    if doff is None or _reads_other_elements_of(store) or _guarded_lane_load(store.value, v):
         return None
     lines: list[str] = []
     lane_vars: list[list[Var]] = []

@@ -10,7 +10,7 @@ from loopir import te
 from loopir.codegen_cuda import emit_cuda
 from loopir.examples import softmax
 from loopir.ir.buffer import Buffer
-from loopir.ir.expr import Var
+from loopir.ir.expr import IntImm, Var
 from loopir.ir.stmt import BufferStore, For, ForKind, PrimFunc
 
 
@@ -56,6 +56,15 @@ def test_unaligned_or_self_reading_loops_stay_scalar() -> None:
                            For(v, 0, 4, ForKind.VECTORIZED, body), thread_tag="threadIdx.x"))  # fmt: skip
     (text,) = emit_cuda(f).kernel_texts
     assert "float4" not in text
+    # a lazily evaluated load (a padded read) is not hoisted into a vector load
+    from loopir.ir.expr import LT, FloatImm, Select
+
+    guarded = BufferStore(Y, Select(LT(b + v, IntImm(100, "int32")), Y[b + v] * 2.0, FloatImm(0.0, "float32")),
+                          (b + v,))  # fmt: skip
+    g = PrimFunc((Y,), For(t, 0, 64, ForKind.THREAD_BINDING,
+                           For(v, 0, 4, ForKind.VECTORIZED, guarded), thread_tag="threadIdx.x"))  # fmt: skip
+    (gtext,) = emit_cuda(g).kernel_texts
+    assert "float4" not in gtext
     # an odd row length is not provably aligned: scalar lanes
     (odd,) = emit_cuda(loopir.lower(_gelu(3, 258, 4), target="cuda")).kernel_texts
     assert "float4" not in odd
