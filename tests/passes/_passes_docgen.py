@@ -132,7 +132,7 @@ while the k guard still goes:
 
 ## Where it runs in the pipeline
 
-`loopir.lower` runs LowerBlocks, UnifyThreadLoops, CompactBufferAllocation, then LocalPadding
+`loopir.lower` runs LowerCrossThreadReduction, LowerBlocks, UnifyThreadLoops, CompactBufferAllocation, then LocalPadding
 (only with the key on), Simplify and ThreadSync. Local padding needs the compacted buffer shapes
 (a guard protects a store exactly when the tile would overflow without it), which is why it runs
 after compaction.
