@@ -17,8 +17,8 @@ from typing import Any
 import attrs
 
 from loopir.ir.buffer import Buffer, BufferRegion, Range
-from loopir.ir.expr import PrimExpr, Var
-from loopir.ir.stmt import IterVar, PrimFunc, Stmt
+from loopir.ir.expr import BufferLoad, PrimExpr, Var
+from loopir.ir.stmt import BufferStore, IterVar, PrimFunc, Stmt
 
 Node = Any
 
@@ -163,3 +163,16 @@ def collect_vars(node: Node) -> list[Var]:
 def uses_var(node: Node, pred: Callable[[Var], bool]) -> bool:
     """Whether any variable in ``node`` satisfies ``pred``."""
     return any(pred(v) for v in collect_vars(node))
+
+
+def touches_buffer(node: Node, buffer: Buffer) -> bool:
+    """Whether ``node`` loads or stores ``buffer`` (compared by identity)."""
+    found = False
+
+    def visit(n: Node) -> None:
+        nonlocal found
+        if isinstance(n, (BufferLoad, BufferStore)) and n.buffer is buffer:
+            found = True
+
+    post_order_visit(node, visit)
+    return found

@@ -19,7 +19,7 @@ import attrs
 from loopir.ir import dtype as dt
 from loopir.ir.equality import structural_equal
 from loopir.ir.expr import Add, BufferLoad, Max, Min, PrimExpr, make_const
-from loopir.ir.functor import post_order_visit
+from loopir.ir.functor import touches_buffer
 from loopir.ir.stmt import Block, BufferStore
 
 __all__ = ["REDUCERS", "Reducer", "combine", "identity", "is_identity", "match_reducer"]
@@ -67,18 +67,6 @@ class Reducer:
     init_value: PrimExpr
 
 
-def _reads(e: PrimExpr, store: BufferStore) -> bool:
-    found = False
-
-    def visit(n: object) -> None:
-        nonlocal found
-        if isinstance(n, BufferLoad) and n.buffer is store.buffer:
-            found = True
-
-    post_order_visit(e, visit)
-    return found
-
-
 def match_reducer(block: Block) -> Reducer | str:
     """The block's :class:`Reducer`, or the reason (a sentence) why it is none."""
     init, body = block.init, block.body
@@ -104,9 +92,9 @@ def match_reducer(block: Block) -> Reducer | str:
             and all(structural_equal(x, y) for x, y in zip(e.indices, body.indices))
         )  # fmt: skip
 
-    if is_self(a) and not _reads(b, body):
+    if is_self(a) and not touches_buffer(b, body.buffer):
         value = b
-    elif is_self(b) and not _reads(a, body):
+    elif is_self(b) and not touches_buffer(a, body.buffer):
         value = a
     else:
         return (

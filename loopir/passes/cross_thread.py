@@ -44,7 +44,7 @@ import attrs
 from loopir.errors import PassError
 from loopir.ir.buffer import Buffer, BufferRegion, Range
 from loopir.ir.expr import EQ, BufferLoad, IntImm, PrimExpr, Var
-from loopir.ir.functor import Mutator, collect_vars, post_order_visit, substitute
+from loopir.ir.functor import Mutator, collect_vars, post_order_visit, substitute, touches_buffer
 from loopir.ir.op import thread_allreduce
 from loopir.ir.reducer import combine, identity, is_identity, match_reducer
 from loopir.ir.stmt import (
@@ -105,24 +105,12 @@ def _parts(loop: For, realize: BlockRealize) -> tuple[list[Stmt], list[For], lis
         )
     out = realize.block.writes[0].buffer
     for other in items[:pos] + items[pos + 1:]:
-        if _touches(other, out):
+        if touches_buffer(other, out):
             raise PassError(
                 f"{_P}: other statements under the threadIdx.x reduction loop "
                 f"{loop.loop_var.name} of block {name!r} access its output {out.name}"
             )
     return items[:pos], inner, items[pos + 1:]
-
-
-def _touches(stmt: Stmt | PrimExpr, buf: Buffer) -> bool:
-    found = False
-
-    def visit(n: object) -> None:
-        nonlocal found
-        if isinstance(n, (BufferLoad, BufferStore)) and n.buffer is buf:
-            found = True
-
-    post_order_visit(stmt, visit)
-    return found
 
 
 class _Lower(Mutator):
@@ -250,7 +238,7 @@ class _Lower(Mutator):
         back = Block(
             self.fresh(f"{block.name}_write_back"), tuple(new_ivs),
             (acc_region, *(attrs.evolve(r, region=tuple(substitute(x, vmap) for x in r.region))
-                           for r in init_reads if _touches(red.init_value, r.buffer))),
+                           for r in init_reads if touches_buffer(red.init_value, r.buffer))),
             tuple(attrs.evolve(w, region=tuple(substitute(x, vmap) for x in w.region)) for w in block.writes),
             BufferStore(c, value, indices),
         )  # fmt: skip
