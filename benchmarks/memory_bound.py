@@ -12,6 +12,9 @@ Cases, each checked against float64 on random data first, then timed with CUDA e
 - transpose 8192 x 8192 fp32 (``loopir.examples.transpose``, the padded shared tile);
 - a fused elementwise chain ``gelu(x * 0.5 + bias[j])`` over 64 M elements (fp32).
 
+Each case also times ``default``: the unscheduled te function built as it is, with the default
+GPU schedule (``DefaultGPUSchedule``, issue 16).
+
 Achieved bandwidth is the bytes each op must move once (inputs read once, output written
 once) over its time, against the device-to-device copy bandwidth measured in the same run.
 """
@@ -29,6 +32,8 @@ from typing import Any
 import loopir
 from loopir import te
 from loopir.examples import layernorm, softmax, transpose
+from loopir.examples.reductions import layernorm_func, softmax_func
+from loopir.examples.transpose import transpose_func
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import events_per_call  # noqa: E402
@@ -36,9 +41,8 @@ from timing import events_per_call  # noqa: E402
 ROWS = [(4096, 4096), (32768, 1024)]
 
 
-def elementwise(rows: int, cols: int, threads: int = 256, vector: int = 1) -> Any:
-    """``Y = gelu(X * 0.5 + B[j])``, flat over the elements, ``vector`` per thread (one
-    vector load of X and of B, one vector store)."""
+def elementwise_func(rows: int, cols: int) -> Any:
+    """The unscheduled ``Y = gelu(X * 0.5 + B[j])``."""
     X = te.placeholder((rows, cols), "float32", name="X")
     B = te.placeholder((cols,), "float32", name="B")
 
@@ -47,7 +51,13 @@ def elementwise(rows: int, cols: int, threads: int = 256, vector: int = 1) -> An
         return 0.5 * x * (1.0 + te.erf(x * 0.7071067811865476))
 
     Y = te.compute((rows, cols), f, name="Y")
-    sch = loopir.Schedule(te.create_prim_func([X, B, Y]))
+    return te.create_prim_func([X, B, Y])
+
+
+def elementwise(rows: int, cols: int, threads: int = 256, vector: int = 1) -> Any:
+    """``Y = gelu(X * 0.5 + B[j])``, flat over the elements, ``vector`` per thread (one
+    vector load of X and of B, one vector store)."""
+    sch = loopir.Schedule(elementwise_func(rows, cols))
     i, j = sch.get_loops(sch.get_block("Y"))
     parts = sch.split(sch.fuse(i, j), [None, threads, vector] if vector > 1 else [None, threads])
     sch.bind(parts[0], "blockIdx.x")
@@ -190,7 +200,9 @@ def main() -> int:
             x = (torch.rand(r, c, device="cuda") * 4 - 2).to(tdt)
             y = torch.empty_like(x)
             mod = loopir.build(softmax(r, c, dtype, threads=args.threads, vector=_vec(args, dtype)).func, target="cuda")
+            dflt = loopir.build(softmax_func(r, c, dtype), target="cuda")
             impls = {"loopir": lambda mod=mod, x=x, y=y: mod(x, y),
+                     "default": lambda mod=dflt, x=x, y=y: mod(x, y),
                      "torch": lambda x=x: torch.softmax(x, dim=-1)}  # fmt: skip
             if tri:
                 impls["triton"] = lambda x=x, y=y: tri["softmax"](x, y)
@@ -200,7 +212,9 @@ def main() -> int:
             w = (torch.rand(c, device="cuda") + 0.5).to(tdt)
             b = (torch.rand(c, device="cuda") - 0.5).to(tdt)
             mod = loopir.build(layernorm(r, c, dtype, threads=args.threads, vector=_vec(args, dtype)).func, target="cuda")
+            dflt = loopir.build(layernorm_func(r, c, dtype), target="cuda")
             impls = {"loopir": lambda mod=mod, x=x, w=w, b=b, y=y: mod(x, w, b, y),
+                     "default": lambda mod=dflt, x=x, w=w, b=b, y=y: mod(x, w, b, y),
                      "torch": lambda x=x, w=w, b=b, c=c: torch.nn.functional.layer_norm(x, (c,), w, b, 1e-5)}  # fmt: skip
             if tri:
                 impls["triton"] = lambda x=x, w=w, b=b, y=y: tri["layernorm"](x, w, b, y)
@@ -212,7 +226,8 @@ def main() -> int:
     x = torch.rand(n, n, device="cuda") + 0.5
     y = torch.empty_like(x)
     mod = loopir.build(transpose(n, n).func, target="cuda")
-    impls = {"loopir": lambda: mod(x, y), "torch": lambda: y.copy_(x.t())}
+    dflt = loopir.build(transpose_func(n, n), target="cuda")
+    impls = {"loopir": lambda: mod(x, y), "default": lambda: dflt(x, y), "torch": lambda: y.copy_(x.t())}
     if tri:
         impls["triton"] = lambda: tri["transpose"](x, y)
     out["cases"].append(run_case(torch, args, f"transpose float32 {n}x{n}", 2 * x.numel() * 4, x.t().double(), y,
@@ -223,7 +238,9 @@ def main() -> int:
     b = torch.rand(c, device="cuda") - 0.5
     y = torch.empty_like(x)
     mod = loopir.build(elementwise(r, c, vector=4 if args.vector is None else args.vector), target="cuda")
-    impls = {"loopir": lambda: mod(x, b, y), "torch": lambda: torch.nn.functional.gelu(x * 0.5 + b)}
+    dflt = loopir.build(elementwise_func(r, c), target="cuda")
+    impls = {"loopir": lambda: mod(x, b, y), "default": lambda: dflt(x, b, y),
+             "torch": lambda: torch.nn.functional.gelu(x * 0.5 + b)}
     if tri:
         impls["triton"] = lambda: tri["gelu"](x, b, y)
     xd = x.double() * 0.5 + b.double()

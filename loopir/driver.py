@@ -6,9 +6,10 @@ The module is called ``driver`` (not ``build``) so that the submodule never shad
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
-from loopir.errors import CodegenError
+from loopir.errors import CodegenError, LoopIRError
 from loopir.ir.stmt import PrimFunc
 
 __all__ = ["build", "TARGETS"]
@@ -33,6 +34,10 @@ def build(func: Any, target: str = "cpu", **options: Any) -> Any:
     database
         A :class:`loopir.schedule.database.Database` (or the path of one): functions with a
         stored trace for ``target`` are built with their best schedule; the others as given.
+        A function with symbolic sizes whose schedules were tuned per shape bucket
+        (``loopir.tune.tune_buckets``) is built once per bucket, and the result
+        (:class:`loopir.runtime.dispatch.ShapeDispatch`) runs each call with the bucket's
+        module (sizes outside every bucket: the function as given).
     **options
         Target options, e.g. ``check_bounds=False`` or ``cache_dir=...`` for the CPU (see
         :func:`loopir.runtime.build_cpu`) and the CUDA options of
@@ -47,6 +52,9 @@ def build(func: Any, target: str = "cpu", **options: Any) -> Any:
 
     database = options.pop("database", None)
     if database is not None:
+        dispatch = _bucketed(func, target, database, options)
+        if dispatch is not None:
+            return dispatch
         func = _tuned(func, target, database)
     if isinstance(func, IRModule):
         return _build_module(func, target, **options)
@@ -78,12 +86,41 @@ def _build_module(mod: Any, target: str, **options: Any) -> Any:
     raise CodegenError(f"build: unknown target {target!r}; known targets: {', '.join(TARGETS)}")
 
 
+def _database(database: Any) -> Any:
+    from loopir.schedule.database import Database
+
+    return database if isinstance(database, Database) else Database(database)
+
+
+def _bucketed(func: Any, target: str, database: Any, options: dict[str, Any]) -> Any:
+    """A :class:`ShapeDispatch` over ``func``'s tuned buckets, or None when it has none."""
+    if not isinstance(func, PrimFunc):
+        return None
+    from loopir.runtime.dispatch import ShapeDispatch
+    from loopir.schedule.database import DatabaseWarning, parse_bucket
+
+    db = _database(database)
+    built = []
+    for label in db.buckets(func, target):
+        try:
+            ranges = parse_bucket(label)
+        except LoopIRError as exc:
+            warnings.warn(f"tuning database {db.path}: {exc}; skipped", DatabaseWarning, stacklevel=3)
+            continue
+        tuned = db.apply(func, target, bucket=label)
+        if tuned is not None:
+            built.append((ranges, build(tuned, target, **options)))
+    if not built:
+        return None
+    fallback = build(db.apply(func, target) or func, target, **options)
+    return ShapeDispatch(func, built, fallback)
+
+
 def _tuned(func: Any, target: str, database: Any) -> Any:
     """``func`` (or each function of a module) with its best stored schedule applied."""
     from loopir.ir.module import IRModule
-    from loopir.schedule.database import Database
 
-    db = database if isinstance(database, Database) else Database(database)
+    db = _database(database)
     if isinstance(func, IRModule):
         return IRModule({n: db.apply(func[n], target) or func[n] for n in func.names})
     if isinstance(func, PrimFunc):

@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from loopir import te
-from loopir.ir.expr import IntImm
 from loopir.schedule import Schedule
+from loopir.schedule.default_gpu import cross_thread, default_threads, default_vector, per_row
 
 __all__ = ["default_threads", "default_vector", "rmsnorm", "rmsnorm_func", "layernorm", "layernorm_func", "row_sum", "row_sum_func", "softmax", "softmax_func"]
 
@@ -77,69 +77,6 @@ def row_sum_func(rows: Any, cols: Any, dtype: str = "float32") -> Any:
     return te.create_prim_func([X, S])
 
 
-def _cross_thread(sch: Schedule, block: str, threads: int) -> None:
-    """Split the block's (last) reduction loop into ``threads`` strided parts on threadIdx.x."""
-    loops = sch.get_loops(sch.get_block(block))
-    ko, tx = sch.split(loops[-1], [None, threads])
-    sch.reorder(tx, ko)
-    sch.bind(tx, "threadIdx.x")
-
-
-def _per_row(sch: Schedule, out: str, stats: list[str], threads: int, vector: int = 1,
-             cache_row: bool = False) -> None:  # fmt: skip
-    """Bind ``out``'s rows to blocks, its columns to the threads (strided), and compute each
-    statistic block in the row's block, reduced across the threads into shared memory."""
-    y = sch.get_block(out)
-    i, j = sch.get_loops(y)
-    if vector > 1:
-        jo, tx, jv = sch.split(j, [None, threads, vector])
-        sch.reorder(tx, jo, jv)
-        sch.vectorize(jv)
-    else:
-        jo, tx = sch.split(j, [None, threads])
-        sch.reorder(tx, jo)
-    sch.bind(i, "blockIdx.x")
-    sch.bind(tx, "threadIdx.x")
-    for name in reversed(stats):  # consumers first: each lands before what reads it
-        blk = sch.get_block(name)
-        # shared before compute_at: a shared buffer's region is not relaxed over blockIdx
-        sch.set_scope(blk, 0, "shared")
-        sch.compute_at(blk, i, preserve_unit_loops=True)
-        _cross_thread(sch, name, threads)
-    if cache_row:
-        _stage_row(sch, [*stats, out], i, threads)
-
-
-def _stage_row(sch: Schedule, readers: list[str], row: Any, threads: int) -> None:
-    """Read the block's row of X from global memory once, in 16-byte vectors, into shared
-    memory, from which every pass over the row (the statistics, the output) reads."""
-    blocks = [sch.get_block(n) for n in readers]
-    tile = sch.cache_read(blocks[0], "X", "shared", consumer_blocks=blocks)
-    sch.compute_at(tile, row, preserve_unit_loops=True)
-    col = sch.get_loops(tile)[-1]
-    width = 16 // (sch.get(tile).writes[0].buffer.dtype == "float16" and 2 or 4)
-    extent = sch.get(col).extent
-    if not (isinstance(extent, IntImm) and extent.value % (threads * width) == 0):
-        width = 1  # a ragged row: scalar copies (the vector path needs whole vectors)
-    parts = sch.split(col, [None, threads, width] if width > 1 else [None, threads])
-    sch.bind(parts[1], "threadIdx.x")
-    if width > 1:
-        sch.vectorize(parts[2])
-
-
-def default_threads(cols: Any) -> int:
-    """Threads per row: 128 up to 1024 columns, else 256 (measured on the H200 for softmax and
-    layernorm over 1024 and 4096 columns, docs/benchmarks.md)."""
-    return 128 if isinstance(cols, int) and cols <= 1024 else 256
-
-
-def default_vector(cols: Any, dtype: str, threads: int) -> int:
-    """Output elements per thread computed as one 16-byte vector (4 floats, 8 halves) when
-    every thread's share of a row is whole vectors, else 1."""
-    width = 8 if dtype in ("float16", "bfloat16") else 4
-    return width if isinstance(cols, int) and cols % (threads * width) == 0 else 1
-
-
 def softmax(rows: Any, cols: Any, dtype: str = "float32", threads: int | None = None, vector: int | None = None,
             cache_row: bool = False) -> Schedule:  # fmt: skip
     """Row softmax, one block of ``threads`` threads per row (default
@@ -153,7 +90,7 @@ def softmax(rows: Any, cols: Any, dtype: str = "float32", threads: int | None = 
     threads = threads or default_threads(cols)
     if vector is None:  # measured: 8 halves help fp16 a little, 4 floats cost fp32 a little
         vector = default_vector(cols, dtype, threads) if dtype == "float16" else 1
-    _per_row(sch, "Y", ["M", "S"], threads, vector, cache_row)
+    per_row(sch, "Y", ["M", "S"], threads, vector, "X" if cache_row else None)
     return sch
 
 
@@ -164,7 +101,7 @@ def layernorm(rows: Any, cols: Any, dtype: str = "float32", threads: int | None 
     sch = Schedule(layernorm_func(rows, cols, dtype))
     threads = threads or default_threads(cols)
     vector = default_vector(cols, dtype, threads) if vector is None else vector
-    _per_row(sch, "Y", ["S1", "S2"], threads, vector, cache_row)
+    per_row(sch, "Y", ["S1", "S2"], threads, vector, "X" if cache_row else None)
     return sch
 
 
@@ -174,7 +111,7 @@ def rmsnorm(rows: Any, cols: Any, dtype: str = "float16", threads: int | None = 
     staged through shared memory (``cache_row``, the configuration measured in the LLaMA
     layer module, docs/benchmarks.md)."""
     sch = Schedule(rmsnorm_func(rows, cols, dtype))
-    _per_row(sch, "Y", ["S"], threads or default_threads(cols), cache_row=cache_row)
+    per_row(sch, "Y", ["S"], threads or default_threads(cols), cache_row="X" if cache_row else None)
     return sch
 
 
@@ -184,5 +121,5 @@ def row_sum(rows: Any, cols: Any, dtype: str = "float32", threads: int = 512) ->
     sch = Schedule(row_sum_func(rows, cols, dtype))
     (i, _) = sch.get_loops(sch.get_block("S"))
     sch.bind(i, "blockIdx.x")
-    _cross_thread(sch, "S", threads)
+    cross_thread(sch, sch.get_block("S"), threads)
     return sch

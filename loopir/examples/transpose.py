@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from loopir.schedule import Schedule
+from loopir.schedule.default_gpu import tile_transpose
 from loopir.te import compute, create_prim_func, placeholder
 
 
@@ -44,25 +45,5 @@ def transpose(M: Any, N: Any, dtype: str = "float32", pad: bool = True,
         ``sch.func`` is the scheduled function.
     """
     sch = Schedule(transpose_func(M, N, dtype))
-    b = sch.get_block("B")
-    j, i = sch.get_loops(b)
-    j0, j1 = sch.split(j, [None, 32])
-    i0, i1 = sch.split(i, [None, 32])
-    j10, j11 = sch.split(j1, [None, 8])
-    sch.reorder(j0, i0, j11, i1, j10)
-    sch.bind(j0, "blockIdx.y")
-    sch.bind(i0, "blockIdx.x")
-    sch.bind(j11, "threadIdx.y")
-    sch.bind(i1, "threadIdx.x")
-    if not shared:
-        return sch
-    tile = sch.cache_read(b, "A", "shared")
-    sch.compute_at(tile, i0)
-    ax0, ax1 = sch.get_loops(tile)[2:]
-    a0, a1 = sch.split(ax0, [None, 8])
-    sch.reorder(a1, ax1, a0)
-    sch.bind(a1, "threadIdx.y")
-    sch.bind(ax1, "threadIdx.x")
-    if pad:
-        sch.storage_align(tile, 0, 0, 32, 1)
+    tile_transpose(sch, sch.get_block("B"), "A" if shared else None, pad)
     return sch

@@ -18,7 +18,7 @@ import attrs
 
 from loopir.ir.buffer import Buffer, BufferRegion, Range
 from loopir.ir.expr import BufferLoad, PrimExpr, Var
-from loopir.ir.stmt import BufferStore, IterVar, PrimFunc, Stmt
+from loopir.ir.stmt import Allocate, Block, BufferStore, IterVar, PrimFunc, Stmt
 
 Node = Any
 
@@ -176,3 +176,17 @@ def touches_buffer(node: Node, buffer: Buffer) -> bool:
 
     post_order_visit(node, visit)
     return found
+
+
+def all_buffers(func: PrimFunc) -> list[Buffer]:
+    """``func``'s parameter buffers, then the buffers its blocks and Allocates allocate."""
+    out: list[Buffer] = list(func.params)
+
+    def visit(n: Node) -> None:
+        if isinstance(n, Block):
+            out.extend(n.alloc_buffers)
+        elif isinstance(n, Allocate):
+            out.append(n.buffer)
+
+    post_order_visit(func.body, visit)
+    return out

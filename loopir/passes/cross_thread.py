@@ -44,7 +44,14 @@ import attrs
 from loopir.errors import PassError
 from loopir.ir.buffer import Buffer, BufferRegion, Range
 from loopir.ir.expr import EQ, BufferLoad, IntImm, PrimExpr, Var
-from loopir.ir.functor import Mutator, collect_vars, post_order_visit, substitute, touches_buffer
+from loopir.ir.functor import (
+    Mutator,
+    all_buffers,
+    collect_vars,
+    post_order_visit,
+    substitute,
+    touches_buffer,
+)
 from loopir.ir.op import thread_allreduce
 from loopir.ir.reducer import combine, identity, is_identity, match_reducer
 from loopir.ir.stmt import (
@@ -118,7 +125,7 @@ class _Lower(Mutator):
         self.func = func
         self.loops: list[For] = []
         self.new_buffers: list[Buffer] = []
-        self.names = {b.name for b in _all_buffers(func)}
+        self.names = {b.name for b in all_buffers(func)}
 
     def fresh(self, base: str) -> str:
         name, k = base, 1
@@ -253,17 +260,6 @@ class _Lower(Mutator):
             *(self.visit(a) for a in after),
         )
         return attrs.evolve(loop, body=body)
-
-
-def _all_buffers(func: PrimFunc) -> list[Buffer]:
-    out: list[Buffer] = list(func.params)
-
-    def visit(n: object) -> None:
-        if isinstance(n, Block):
-            out.extend(n.alloc_buffers)
-
-    post_order_visit(func.body, visit)
-    return out
 
 
 class LowerCrossThreadReduction(Pass):

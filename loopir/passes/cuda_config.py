@@ -38,5 +38,6 @@ register_config(
     "at the kernel that caused it (debugging; such calls cannot be captured in CUDA graphs)",
 )
 
-# Defined by the CUDA backend (loopir.codegen_cuda.cutlass.offload); optional.
+# Defined by the CUDA backend (loopir.codegen_cuda.cutlass.offload, .default_schedule); optional.
 declare_pass("GemmOffload", required=False)
+declare_pass("DefaultGPUSchedule", required=False)

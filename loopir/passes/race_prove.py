@@ -18,6 +18,8 @@ __all__ = ["BLOCK_TAGS", "GRID_TAGS", "const_int", "prove_linear"]
 
 GRID_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 BLOCK_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+# CUDA's grid limits bound every launch: a symbolic grid extent is at most these
+GRID_LIMITS = {"blockIdx.x": 2**31 - 1, "blockIdx.y": 65535, "blockIdx.z": 65535}
 
 
 def const_int(e: PrimExpr) -> int | None:
@@ -34,6 +36,22 @@ def _divisors(e: PrimExpr) -> set[int]:
             self.generic_visit(n)
             if isinstance(n.b, IntImm) and n.b.value > 1:
                 out.add(n.b.value)
+
+        visit_FloorMod = visit_FloorDiv  # type: ignore[assignment]
+
+    V().visit(e)
+    return out
+
+
+def _divided_vars(e: PrimExpr) -> set[Var]:
+    """Variables under a ``//`` or ``%`` by a constant in ``e``."""
+    out: set[Var] = set()
+
+    class V(Visitor):
+        def visit_FloorDiv(self, n: FloorDiv) -> None:
+            self.generic_visit(n)
+            if isinstance(n.b, IntImm):
+                out.update(collect_vars(n.a))
 
         visit_FloorMod = visit_FloorDiv  # type: ignore[assignment]
 
@@ -82,12 +100,16 @@ def prove_linear(extent: Callable[[str], int | None], w: Any, x: Any) -> bool:
     ranges: dict[Var, tuple[int, int]] = {}
     forms = []
     pins: list[dict[str, int]] = []
+    unbounded: set[str] = set()  # grid coordinates of a symbolic extent (bounded by CUDA's limit)
     for n, acc in enumerate((w, x)):
         vmap: dict[Var, PrimExpr] = {}
         pinned = _pinned(acc)
         pins.append({})
         for f in acc.loops:
             lo, ext = const_int(f.min), const_int(f.extent)
+            if ext is None and f.kind is ForKind.THREAD_BINDING and f.thread_tag in GRID_LIMITS:
+                ext = GRID_LIMITS[str(f.thread_tag)]
+                unbounded.add(str(f.thread_tag))
             if lo is None or ext is None:
                 return False
             if f.kind is ForKind.THREAD_BINDING and f.thread_tag in coords and f.loop_var in pinned:
@@ -113,12 +135,27 @@ def prove_linear(extent: Callable[[str], int | None], w: Any, x: Any) -> bool:
     # digits for coordinates used under // and %
     digits: dict[Var, PrimExpr] = {}
     divs = set().union(*(_divisors(i) for f in forms for i in f))
-    for c in coords.values():
+    for t, c in coords.items():
         ext = ranges.get(c, (0, 1))[1]
-        d = max((d for d in divs if ext % d == 0 and d < ext), default=None)
+        # c = q * d + r covers [0, ceil(ext / d) * d): exact when d divides ext, a superset
+        # otherwise, which is still sound (and needed for a symbolic grid's c // d, c % d)
+        d = max((d for d in divs if (ext % d == 0 or t in unbounded) and d < ext), default=None)
         if d is not None:
             q, r = Var(f"{c.name}_q", "int32"), Var(f"{c.name}_r", "int32")
             digits[c] = Add(Mul(q, IntImm(d, "int32")), r)
+            ranges[q], ranges[r] = (0, -(-ext // d)), (0, d)
+    # the same digits for the other loop variables (an unrolled virtual-thread loop v used as
+    # v // 2 and v % 2): the flattened index is then linear in them too
+    coord_vars = set(coords.values())
+    divided = set().union(*(_divided_vars(i) for f in forms for i in f))
+    for v, (lo, ext) in list(ranges.items()):
+        if v in coord_vars or lo != 0 or v not in divided:
+            continue
+        d = max((d for d in divs if ext % d == 0 and d < ext), default=None)
+        if d is not None:
+            q, r = Var(f"{v.name}_q", v.dtype), Var(f"{v.name}_r", v.dtype)
+            digits[v] = Add(Mul(q, IntImm(d, v.dtype)), r)
+            del ranges[v]
             ranges[q], ranges[r] = (0, ext // d), (0, d)
     ana = arith.Analyzer({v: (lo, lo + ext) for v, (lo, ext) in ranges.items()})
     flat = []

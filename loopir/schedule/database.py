@@ -33,7 +33,7 @@ import json
 import logging
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,41 @@ FORMAT = 1
 
 class DatabaseWarning(LoopIRWarning):
     """A database line or stored trace was skipped (the message says which and why)."""
+
+
+def bucket_label(ranges: Mapping[str, tuple[int, int]]) -> str:
+    """The label of a shape bucket: ``{"n": (1, 256)}`` is ``"n=1..256"`` (both ends included;
+    several sizes sorted by name, comma-separated)."""
+    parts = []
+    for name in sorted(ranges):
+        lo, hi = ranges[name]
+        if not (isinstance(lo, int) and isinstance(hi, int)) or isinstance(lo, bool) or isinstance(hi, bool) \
+                or not 1 <= lo <= hi:  # fmt: skip
+            raise LoopIRError(f"bucket: size {name!r} needs ints 1 <= lo <= hi, got {(lo, hi)!r}")
+        parts.append(f"{name}={lo}..{hi}")
+    if not parts:
+        raise LoopIRError("bucket: no size ranges given")
+    return ",".join(parts)
+
+
+def parse_bucket(label: str) -> dict[str, tuple[int, int]]:
+    """The ranges of a :func:`bucket_label`.
+
+    Raises
+    ------
+    LoopIRError
+        For a label that is not ``name=lo..hi[,name=lo..hi...]``.
+    """
+    out: dict[str, tuple[int, int]] = {}
+    try:
+        for part in label.split(","):
+            name, rng = part.split("=")
+            lo, hi = rng.split("..")
+            out[name.strip()] = (int(lo), int(hi))
+    except ValueError:
+        raise LoopIRError(f"bucket: malformed label {label!r} (expected name=lo..hi[,...])") from None
+    bucket_label(out)  # checks the ranges
+    return out
 
 
 def _version() -> str:
@@ -137,6 +172,12 @@ class Database:
         hits = [r for r in self._records if r.workload == key and r.target == target and r.bucket == bucket]
         return min(hits, key=lambda r: r.time_ms, default=None)
 
+    def buckets(self, func: PrimFunc, target: str) -> list[str]:
+        """The shape buckets with records for ``func``'s workload on ``target``, sorted."""
+        key = workload_key(func)
+        return sorted({r.bucket for r in self._records if r.workload == key and r.target == target
+                       and r.bucket is not None})  # fmt: skip
+
     def apply(self, func: PrimFunc, target: str, bucket: str | None = None) -> PrimFunc | None:
         """``func`` scheduled by its best stored trace, or None (no record, or a trace that no
         longer applies: a DatabaseWarning says so)."""
@@ -167,4 +208,4 @@ class Database:
         self._records.append(rec)
 
 
-__all__ = ["Database", "DatabaseWarning", "Record", "workload_key"]
+__all__ = ["Database", "DatabaseWarning", "Record", "bucket_label", "parse_bucket", "workload_key"]

@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator
 
 import attrs
 
-from loopir.ir.buffer import Buffer, Range
+from loopir.ir.buffer import Range
 from loopir.ir.expr import PrimExpr, Var
-from loopir.ir.functor import _child_fields
+from loopir.ir.functor import _child_fields, all_buffers
 from loopir.ir.stmt import Allocate, Block, BlockRealize, For, PrimFunc, SeqStmt, Stmt, seq
 
 Root = PrimFunc | Stmt
@@ -133,17 +133,6 @@ def replace(func: PrimFunc, old: Stmt, new: Stmt | None) -> PrimFunc:
     if body is None:
         raise ValueError("cannot remove the whole function body")
     return func.with_body(body)
-
-
-def all_buffers(func: PrimFunc) -> list[Buffer]:
-    """Parameter buffers, then buffers allocated by blocks or Allocate, in order."""
-    out: list[Buffer] = list(func.params)
-    for s, _ in walk(func):
-        if isinstance(s, Block):
-            out.extend(s.alloc_buffers)
-        elif isinstance(s, Allocate):
-            out.append(s.buffer)
-    return out
 
 
 def fresh_name(func: PrimFunc, base: str, taken: set[str] | None = None) -> str:

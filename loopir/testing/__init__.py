@@ -162,6 +162,7 @@ def check_equivalent(
     build_options: Mapping[str, Any] | None = None,
     thread_order: str | None = None,
     order_seeds: Sequence[int] = ORDER_SEEDS,
+    norm: bool = False,
 ) -> EquivalenceResult:
     """Run ``f1`` and ``f2`` on the same random inputs and compare every parameter afterwards.
 
@@ -188,6 +189,9 @@ def check_equivalent(
         barrier shows as a difference.
     order_seeds
         Seeds of the random thread order.
+    norm
+        Compare float outputs normwise (see :func:`assert_outputs_equal`): for long reductions
+        whose order of additions differs.
 
     Returns
     -------
@@ -225,13 +229,13 @@ def check_equivalent(
     if target2 != "cpu":
         a2 = [np.array(x, copy=True) for x in base]
         loopir.build(f2, target=target2, **options)(*a2)
-        assert_outputs_equal(f1, a1, a2, rtol=rtol, atol=atol)
+        assert_outputs_equal(f1, a1, a2, rtol=rtol, atol=atol, norm=norm)
         return EquivalenceResult(tuple(a1))
     opts2 = cpu_options(f2)
     ran: list[int] = []
     for s, a2 in run_cpu_orders(f2, base, opts2, seeds):
         try:
-            assert_outputs_equal(f1, a1, a2, rtol=rtol, atol=atol)
+            assert_outputs_equal(f1, a1, a2, rtol=rtol, atol=atol, norm=norm)
         except EquivalenceError as e:
             if s is None:
                 raise
@@ -319,8 +323,13 @@ def assert_outputs_equal(
     *,
     rtol: float | None = None,
     atol: float | None = None,
+    norm: bool = False,
 ) -> None:
     """Compare two runs of functions with ``func``'s parameters, array by array.
+
+    ``norm=True`` compares float arrays as wholes, ``||x - y|| / ||x|| <= rtol`` (Frobenius),
+    the check for results that differ only by the order of a long reduction's additions
+    (elementwise, an output near zero has no relative precision left).
 
     Raises
     ------
@@ -333,13 +342,21 @@ def assert_outputs_equal(
             f"{len(expected)} and {len(actual)} arrays"
         )
     for p, x, y in zip(func.params, expected, actual):
-        _compare(p.name, p.dtype, x, y, rtol, atol)
+        _compare(p.name, p.dtype, x, y, rtol, atol, norm)
 
 
 def _compare(name: str, dtype: str, x: np.ndarray, y: np.ndarray, rtol: float | None,
-             atol: float | None) -> None:
+             atol: float | None, norm: bool = False) -> None:
     if x.shape != y.shape:
         raise EquivalenceError(f"parameter {name}: shapes differ {x.shape} vs {y.shape}")
+    if norm and dt.is_float(dtype) and dtype != "bfloat16":
+        r = TOLERANCES.get(dtype, (1e-5, 1e-6))[0] if rtol is None else rtol
+        xd, yd = x.astype(np.float64), y.astype(np.float64)
+        scale = float(np.linalg.norm(xd))
+        err = float(np.linalg.norm(xd - yd)) / scale if scale else float(np.linalg.norm(yd))
+        if not err <= r:  # NaN fails too
+            raise EquivalenceError(f"parameter {name}: relative (Frobenius) error {err:.3g} > {r:g}")
+        return
     if dt.is_float(dtype):
         if dtype == "bfloat16":
             x = (x.astype(np.uint32) << 16).view(np.float32)

@@ -6,7 +6,9 @@ plain Python function of ``sch`` that calls ``sch.sample_perfect_tile`` /
 stores them in a :class:`~loopir.schedule.database.Database` when given one.
 """
 
-from loopir.tune.search import TuneResult, cpu_runner, cuda_runner, tune
+from loopir.tune.search import TuneResult, cpu_runner, cuda_runner, tune, tune_buckets
 from loopir.tune.workers import DevicePool, visible_devices
 
-__all__ = ["DevicePool", "TuneResult", "cpu_runner", "cuda_runner", "tune", "visible_devices"]
+__all__ = [
+    "DevicePool", "TuneResult", "cpu_runner", "cuda_runner", "tune", "tune_buckets", "visible_devices",
+]  # fmt: skip

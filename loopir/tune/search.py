@@ -10,15 +10,18 @@ measured once. The runner gives milliseconds, lower is better.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import math
 import random
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
+import numpy as np
 
 from loopir._progress import progress
 from loopir.errors import LoopIRError
@@ -59,13 +62,14 @@ class CPURunner:
     """
 
     repeat: int = 3
+    sizes: Any = None
 
     def __call__(self, func: PrimFunc) -> float:
         from loopir.driver import build
         from loopir.testing import random_inputs
 
         mod = build(func, target="cpu")
-        args = random_inputs(func, seed=0)
+        args = random_inputs(func, sizes=self.sizes, seed=0)
         times = []
         for _ in range(self.repeat):
             t0 = time.perf_counter()
@@ -76,28 +80,58 @@ class CPURunner:
 
 @attrs.frozen
 class CUDARunner:
-    """Check a function on the GPU against the CPU executor (random inputs), then time it with
-    CUDA events (``mod.benchmark``)."""
+    """Check a candidate on the GPU against the CPU executor (random inputs), then time it with
+    CUDA events (``mod.benchmark``).
+
+    With ``reference`` (the unscheduled function, as :func:`tune` passes it), the expected
+    outputs are computed once per process by the CPU executor and every candidate is compared
+    with them; without it each candidate is compared with its own CPU execution.
+    """
 
     sizes: Any = None
+    reference: PrimFunc | None = None
 
     def __call__(self, func: PrimFunc) -> float:
         from loopir.driver import build
-        from loopir.testing import check_equivalent, random_inputs
+        from loopir.testing import assert_outputs_equal, random_inputs
 
-        check_equivalent(func, func, target2="cuda", sizes=self.sizes)
+        inputs, expected = _expected(self.reference or func, self.sizes)
+        got = [np.array(x, copy=True) for x in inputs]
         mod = build(func, target="cuda")
+        mod(*got)
+        assert_outputs_equal(func, expected, got, norm=True)  # a tiled sum adds in another order
         return float(mod.benchmark(*random_inputs(func, sizes=self.sizes, seed=1)))
 
 
-def cpu_runner(repeat: int = 3) -> Runner:
-    """The default runner of ``target="cpu"`` (a :class:`CPURunner`)."""
-    return CPURunner(repeat)
+_EXPECTED: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
 
 
-def cuda_runner(sizes: Any = None) -> Runner:
+def _expected(func: PrimFunc, sizes: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Random inputs of ``func`` and its outputs on the CPU executor (cached per process)."""
+    from loopir.driver import build
+    from loopir.schedule.database import workload_key
+    from loopir.testing import random_inputs
+
+    key = workload_key(func) + json.dumps(sorted((sizes or {}).items()))
+    if key not in _EXPECTED:
+        if len(_EXPECTED) >= 4:
+            _EXPECTED.pop(next(iter(_EXPECTED)))
+        inputs = random_inputs(func, sizes=sizes, seed=0)
+        out = [np.array(x, copy=True) for x in inputs]
+        build(func, target="cpu")(*out)
+        _EXPECTED[key] = (inputs, out)
+    return _EXPECTED[key]
+
+
+def cpu_runner(repeat: int = 3, sizes: Any = None) -> Runner:
+    """The default runner of ``target="cpu"`` (a :class:`CPURunner`; ``sizes``: the values of
+    the function's symbolic sizes to measure at)."""
+    return CPURunner(repeat, sizes)
+
+
+def cuda_runner(sizes: Any = None, reference: PrimFunc | None = None) -> Runner:
     """The default runner of ``target="cuda"`` (a :class:`CUDARunner`)."""
-    return CUDARunner(sizes)
+    return CUDARunner(sizes, reference)
 
 
 def _key(trace: Trace) -> str:
@@ -117,6 +151,10 @@ def tune(
     database: Any = None,
     pool: Any = None,
     show_progress: bool = True,
+    sizes: Any = None,
+    bucket: str | None = None,
+    farm: Any = None,
+    patience: int | None = None,
 ) -> TuneResult:
     """Search ``space`` for the fastest schedule of ``func``.
 
@@ -141,6 +179,17 @@ def tune(
     pool
         A :class:`~loopir.tune.workers.DevicePool`: candidates are measured in batches of one
         per device, each on its own GPU (the runner must be picklable, as the default ones are).
+    farm
+        A :class:`~loopir.tune.farm.Farm`: candidates are compiled by its builders and measured
+        by its runners (local processes, or a Dask cluster), ``farm.width`` at a time; the
+        farm's runners check and time them (``runner`` is not used).
+    patience
+        Stop early after this many measured candidates in a row without a new best (None:
+        measure ``trials``).
+    sizes
+        Values of ``func``'s symbolic sizes the default runner measures at.
+    bucket
+        The shape bucket label the database records carry (see :func:`tune_buckets`).
 
     Raises
     ------
@@ -149,15 +198,29 @@ def tune(
     """
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise LoopIRError(f"tune: trials must be a positive int, got {trials!r}")
-    run = runner or (cuda_runner() if target == "cuda" else cpu_runner())
+    if patience is not None and (isinstance(patience, bool) or not isinstance(patience, int) or patience < 1):
+        raise LoopIRError(f"tune: patience must be a positive int or None, got {patience!r}")
+    run = runner or (cuda_runner(sizes, reference=func) if target == "cuda" else cpu_runner(sizes=sizes))
     rng = random.Random(seed)
     measured: dict[str, tuple[float, Trace, PrimFunc]] = {}
     order: list[tuple[float, dict[int, Any]]] = []
     dropped, first_error = 0, None
     step = progress(trials, "tune", show_progress)
-    batch_size = len(pool.devices) if pool is not None else 1
+    batch_size = farm.width if farm is not None else len(pool.devices) if pool is not None else 1
+    if farm is not None:
+        from loopir.tune.farm import Measure
+
+        job = Measure(sizes, reference=func)
+        measure: Callable[[list[PrimFunc]], list[float | LoopIRError]] = lambda fs: farm.measure(fs, job)  # noqa: E731
+    else:
+        measure = functools.partial(_measure, run, pool=pool)
+    since_best = 0
     for _ in range(trials * 20):
-        if len(measured) >= trials:
+        if len(measured) >= trials or (patience is not None and since_best >= patience):
+            break
+        if dropped >= 4 * trials:
+            logger.warning("tune: %d candidates dropped (%d measured); stopping. First failure: %s",
+                           dropped, len(measured), first_error)  # fmt: skip
             break
         batch: list[Schedule] = []
         keys: set[str] = set()
@@ -175,18 +238,22 @@ def tune(
                 batch.append(sch)
         if not batch:
             continue
-        results = _measure(run, [s.func for s in batch], pool)
+        results = measure([s.func for s in batch])
         for sch, res in zip(batch, results):
             if isinstance(res, LoopIRError):
                 dropped += 1
+                if first_error is None:
+                    logger.warning("tune: a candidate failed (later failures are logged at INFO): %s", res)
                 first_error = first_error or res
                 logger.info("tune: candidate dropped: %s", res)
                 continue
             ms = float(res)
+            best_before = min((m[0] for m in measured.values()), default=math.inf)
+            since_best = 0 if ms < best_before else since_best + 1
             measured[_key(sch.trace)] = (ms, sch.trace, sch.func)
             order.append((ms, sch.trace.decisions))
             if database is not None:
-                database.commit(sch.trace, func, target, ms)
+                database.commit(sch.trace, func, target, ms, bucket=bucket)
             step(f"{ms:.4g} ms (best {min(m[0] for m in measured.values()):.4g})")
     if not measured:
         raise LoopIRError(f"tune: no candidate could be measured; first failure: {first_error}")
@@ -222,9 +289,63 @@ def _safe(run: Runner, func: PrimFunc) -> float | LoopIRError:
         return exc
 
 
+def _safe_in(ctx: Any, run: Runner, func: PrimFunc) -> float | LoopIRError:
+    with ctx.enter():  # the caller's PassContext, in the worker process
+        return _safe(run, func)
+
+
 def _measure(run: Runner, funcs: list[PrimFunc], pool: Any) -> list[float | LoopIRError]:
     if pool is None:
         return [_safe(run, f) for f in funcs]
-    import functools
+    from loopir.tune.farm import ContextSpec
 
-    return pool.map(functools.partial(_safe, run), funcs)
+    return pool.map(functools.partial(_safe_in, ContextSpec.current(), run), funcs)
+
+
+def tune_buckets(
+    func: PrimFunc,
+    space: Callable[[Schedule], Any],
+    buckets: Sequence[Mapping[str, tuple[int, int]]],
+    *,
+    target: str = "cpu",
+    database: Any = None,
+    runner: Callable[[Mapping[str, int]], Runner] | None = None,
+    **options: Any,
+) -> dict[str, TuneResult]:
+    """Tune one schedule per shape bucket of a function with symbolic sizes (DietCode).
+
+    Each bucket (``{"n": (lo, hi)}``, both ends included) is tuned at its largest sizes
+    (``hi``): with local padding the tuned tile serves every size of the bucket. Records go to
+    ``database`` labelled with the bucket, so that ``loopir.build(func, target,
+    database=database)`` builds one module per bucket and dispatches each call on its sizes.
+
+    Parameters
+    ----------
+    func
+        A function with symbolic sizes.
+    space, target, database
+        As for :func:`tune`.
+    buckets
+        The shape ranges.
+    runner
+        ``runner(sizes) -> Runner`` for a bucket's representative sizes; default: the target's
+        runner at those sizes.
+    **options
+        Passed to :func:`tune` (``trials``, ``seed``, ...).
+
+    Returns
+    -------
+    dict
+        The bucket label -> its :class:`TuneResult`.
+    """
+    from loopir.schedule.database import bucket_label
+
+    out: dict[str, TuneResult] = {}
+    for ranges in buckets:
+        label = bucket_label(ranges)
+        sizes = {n: hi for n, (_, hi) in ranges.items()}
+        run = runner(sizes) if runner is not None else None
+        logger.info("tune_buckets: bucket %s, measured at %s", label, sizes)
+        out[label] = tune(func, space, target=target, database=database, runner=run, sizes=sizes,
+                          bucket=label, **options)  # fmt: skip
+    return out

@@ -65,10 +65,17 @@ class DevicePool:
             raise LoopIRError(f"DevicePool: devices listed twice: {devs}")
         ctx = mp.get_context("spawn")  # a fresh interpreter: nothing CUDA inherited
         self.devices = devs
+        self._next = 0
         self._workers = [
             ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_pin, initargs=(d,))
             for d in devs
         ]
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        """Run ``fn(*args)`` on the next device, round robin (an Executor's ``submit``)."""
+        worker = self._workers[self._next % len(self._workers)]
+        self._next += 1
+        return worker.submit(fn, *args)
 
     def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
         """``[fn(x) for x in items]``, item ``i`` on device ``i % len(devices)``, in order."""

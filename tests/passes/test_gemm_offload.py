@@ -326,12 +326,12 @@ def test_two_gemms_get_two_calls_and_unrelated_stages_stay():
     assert LIBRARY_CALLS_ATTR in out.attrs
 
 
-def test_the_cuda_target_pipeline_starts_with_the_offload() -> None:
+def test_the_cuda_target_pipeline_starts_with_the_offload_then_the_default_schedule() -> None:
     import loopir.codegen_cuda  # noqa: F401  (the backend registers its target's passes)
     from loopir.passes import default_pipeline, lower
 
     names = [p.name for p in default_pipeline(target="cuda").passes]
-    assert names[:3] == ["GemmOffload", "LowerCrossThreadReduction", "LowerBlocks"]
+    assert names[:4] == ["GemmOffload", "DefaultGPUSchedule", "LowerCrossThreadReduction", "LowerBlocks"]
     assert [p.name for p in default_pipeline(target="cpu").passes][0] == "LowerCrossThreadReduction"
     with pytest.raises(PassError, match="no passes are registered for target 'tpu'"):
         default_pipeline(target="tpu")

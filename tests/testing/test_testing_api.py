@@ -104,3 +104,27 @@ def test_unknown_workload() -> None:
         W.make_workload("gemm")
     with pytest.raises(LoopIRError, match="stages must be >= 1"):
         W.elementwise_chain(stages=0)
+
+
+def test_normwise_comparison_tolerates_reordered_sums_but_not_errors() -> None:
+    import numpy as np
+
+    from loopir.testing import EquivalenceError, assert_outputs_equal
+    from loopir.testing.workloads import matmul
+
+    f = matmul(4, 3, 50).func
+    rng = np.random.default_rng(0)
+    x = [rng.random((4, 3), "float32"), rng.random((3, 50), "float32"), 40 + rng.random((4, 50), "float32")]
+    x[2][0, 0] = 1e-6  # an output that cancelled to ~0: no relative precision left
+    y = [a.copy() for a in x]
+    y[2][0, 0] = 3e-5  # what another order of additions leaves there
+    with pytest.raises(EquivalenceError, match=r"parameter C differs at index \(0, 0\)"):
+        assert_outputs_equal(f, x, y)
+    assert_outputs_equal(f, x, y, norm=True)
+    y[2][1] += 1.0  # a wrong row
+    with pytest.raises(EquivalenceError, match=r"parameter C: relative \(Frobenius\) error"):
+        assert_outputs_equal(f, x, y, norm=True)
+    y[2][1] = x[2][1]
+    y[2][2, 2] = np.nan
+    with pytest.raises(EquivalenceError, match="Frobenius"):
+        assert_outputs_equal(f, x, y, norm=True)

@@ -88,3 +88,25 @@ def test_the_default_runners_can_be_sent_to_workers() -> None:
 
     for r in (cpu_runner(5), cuda_runner({"n": 7})):
         assert pickle.loads(pickle.dumps(r)) == r
+
+
+def test_patience_stops_the_search_once_nothing_improves() -> None:
+    calls = []
+
+    def flat(func: loopir.PrimFunc) -> float:
+        calls.append(func)
+        return 5.0 if calls[1:] else 1.0  # the first candidate is the best there will be
+
+    res = tune(matmul(64, 8, 12).func, _space, trials=7, population=3, seed=1, runner=flat,
+               patience=2, show_progress=False)  # fmt: skip
+    assert len(res.measured) == 3 and res.ms == 1.0
+    with pytest.raises(LoopIRError, match="patience must be a positive int or None, got 0"):
+        tune(matmul(64, 8, 12).func, _space, trials=3, runner=flat, patience=0, show_progress=False)
+
+
+def test_a_search_whose_candidates_all_fail_stops_and_says_why() -> None:
+    def broken(func: loopir.PrimFunc) -> float:
+        raise LoopIRError("every candidate is wrong")
+
+    with pytest.raises(LoopIRError, match="no candidate could be measured; first failure: every candidate is wrong"):
+        tune(matmul(64, 8, 12).func, _space, trials=3, runner=broken, show_progress=False)

@@ -1,0 +1,63 @@
+"""DefaultGPUSchedule: give the blocks nobody scheduled a GPU schedule (as TVM's pass does).
+
+The CUDA target's second pass, after ``GemmOffload`` (a GEMM CUTLASS takes needs no
+schedule). Each root-level block none of whose loops is bound to a thread axis gets the
+schedule of :func:`loopir.schedule.default_gpu.default_gpu_schedule` (fused elementwise
+kernels, one thread block per row for softmax-like rows, cross-thread reductions, a shared
+tile for transposes, 256 threads per block otherwise), and the pass logs what it did at INFO
+level. Disable it with ``PassContext(disabled_passes=["DefaultGPUSchedule"])`` to get the
+error about unbound loops instead.
+
+Example (before, an unscheduled te function; after, the default schedule)::
+
+    for i, j in T.grid(64, 32):                    for bx in T.thread_binding(2, "blockIdx.x"):
+        with T.block("B"):                             for tx in T.thread_binding(256, "threadIdx.x"):
+            B[vi, vj] = A[vi, vj] * 2.0                    for v in T.vectorized(4): ...
+"""
+
+from __future__ import annotations
+
+import logging
+
+from loopir.errors import PassError, ScheduleError
+from loopir.ir.stmt import PrimFunc
+from loopir.passes.base import Pass
+from loopir.passes.context import PassContext
+from loopir.schedule import Schedule
+from loopir.schedule.default_gpu import default_gpu_schedule, unscheduled_blocks
+
+__all__ = ["DefaultGPUSchedule"]
+
+logger = logging.getLogger(__name__)
+
+
+class DefaultGPUSchedule(Pass):
+    """Schedule unscheduled root-level blocks for the GPU (see the module docstring).
+
+    Attributes
+    ----------
+    applied
+        The rules applied in the last run, one line each (empty when nothing was unscheduled).
+    """
+
+    name = "DefaultGPUSchedule"
+    opt_level = 0
+    required = False
+
+    def __init__(self) -> None:
+        self.applied: list[str] = []
+
+    def transform(self, func: PrimFunc, ctx: PassContext) -> PrimFunc:
+        self.applied = []
+        sch = Schedule(func)
+        if not unscheduled_blocks(sch):
+            return func
+        try:
+            self.applied = default_gpu_schedule(sch)
+        except ScheduleError as exc:
+            raise PassError(f"pass {self.name}: {exc}") from exc
+        logger.info(
+            "DefaultGPUSchedule: %s has unscheduled blocks; applied the default GPU schedule: %s",
+            func.name, "; ".join(self.applied),
+        )  # fmt: skip
+        return sch.func

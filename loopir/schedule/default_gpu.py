@@ -1,0 +1,381 @@
+"""A default GPU schedule for blocks nobody scheduled (TVM's DefaultGPUSchedule and dlight).
+
+:func:`default_gpu_schedule` gives every root-level block whose loops are unbound a schedule
+that runs on the GPU, so that ``loopir.build(f, target="cuda")`` works on an unscheduled te
+function. It uses ordinary primitives on the caller's :class:`Schedule`, so what it did is
+in the trace. The rules, tried in this order (a rule whose primitives refuse the block is
+dropped and the next one tried on an unchanged schedule):
+
+``inline``
+    a spatial block that writes an intermediate buffer is inlined into its consumers
+    (``compute_inline``), so that an elementwise chain is one kernel.
+``rows``
+    a spatial block ``Y`` over ``(rows..., cols...)`` and the reduction blocks whose results
+    ``Y`` reads per row (softmax, layernorm, RMSNorm): one thread block per row; each
+    reduction is computed by the row's threads and combined across them into shared
+    memory (a cross-thread reduction); ``Y``'s columns are strided over the threads, as 16-byte
+    vectors when the row allows (:func:`per_row`).
+``gemm``
+    a GEMM-like block (two spatial loops of at least 64, optionally batched, then one reduction
+    loop of at least 16) that CUTLASS did not take: DietCode's sample tiling (:func:`tile_gemm`,
+    128 x 128 tiles through shared memory, 256 threads, 64 accumulators per thread).
+``reduction``
+    a reduction with at most 16384 outputs, a long reduction (at least 128 elements) and a
+    contiguous reduced index (row sums, GEMV): one thread block per output, the reduction
+    spread over the threads and combined across them.
+``transpose``
+    a 2-D spatial block reading a buffer with its two indices swapped: a padded 32 x 32 shared
+    tile, coalesced on both sides (:func:`tile_transpose`).
+``spatial``
+    everything else, reductions included: the spatial loops fused and split over blocks of
+    256 threads (one 16-byte vector per thread when every access is contiguous and the sizes
+    divide); each thread runs its reduction loops itself.
+
+>>> import loopir
+>>> from loopir.testing.workloads import elementwise_chain
+>>> sch = loopir.Schedule(elementwise_chain(64, 32).func)
+>>> default_gpu_schedule(sch)
+['inline T1', 'inline T2', 'spatial T3 (256 threads x 4 lanes)']
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+
+from loopir.errors import ScheduleError
+from loopir.ir import dtype as dt
+from loopir.ir.expr import IntImm
+from loopir.ir.stmt import Block, IterKind
+from loopir.schedule import gpu_patterns as pat
+from loopir.schedule.gpu_patterns import unscheduled_blocks
+from loopir.schedule.schedule import Schedule
+from loopir.schedule.trace import BlockRV, LoopRV
+
+__all__ = [
+    "GEMM_TILES", "cross_thread", "default_gpu_schedule", "default_threads", "default_vector", "per_row",
+    "reduction", "stage_row", "tile_gemm", "tile_transpose", "try_inline", "unscheduled_blocks",
+]  # fmt: skip
+
+logger = logging.getLogger(__name__)
+
+THREADS = 256
+
+
+# --- building blocks (also used by loopir.examples) -------------------------------------------
+
+
+def default_threads(cols: Any) -> int:
+    """Threads per row: 128 up to 1024 columns, else 256 (measured on the H200 for softmax and
+    layernorm over 1024 and 4096 columns, docs/benchmarks.md)."""
+    return 128 if isinstance(cols, int) and cols <= 1024 else 256
+
+
+def default_vector(cols: Any, dtype: str, threads: int) -> int:
+    """Output elements per thread computed as one 16-byte vector (4 floats, 8 halves) when
+    every thread's share of a row is whole vectors, else 1."""
+    width = 16 // max(1, dt.bits(dtype) // 8)
+    return width if isinstance(cols, int) and cols % (threads * width) == 0 else 1
+
+
+def cross_thread(sch: Schedule, block: BlockRV, threads: int, reduce_loops: int = 1) -> None:
+    """Fuse ``block``'s last ``reduce_loops`` loops and split them into ``threads`` strided
+    parts on threadIdx.x (a cross-thread reduction)."""
+    loops = sch.get_loops(block)
+    red = loops[-reduce_loops:]
+    loop = sch.fuse(*red) if len(red) > 1 else red[0]
+    ko, tx = sch.split(loop, [None, threads])
+    sch.reorder(tx, ko)
+    sch.bind(tx, "threadIdx.x")
+
+
+def per_row(sch: Schedule, out: str, stats: list[str], threads: int, vector: int = 1,
+            cache_row: str | None = None, row_loops: int = 1) -> None:  # fmt: skip
+    """One thread block per row of ``out``; its statistics reduced across the row's threads.
+
+    ``out``'s first ``row_loops`` loops (fused) are bound to blockIdx.x, the rest (fused) are
+    strided over ``threads`` threads (``vector`` elements each, as one vector). Each block of
+    ``stats`` is computed in the row's block, reduced across the threads into ``shared``
+    memory. ``cache_row`` names an input read once per row into shared memory, from which
+    every pass over the row reads (:func:`stage_row`).
+    """
+    y = sch.get_block(out)
+    loops = sch.get_loops(y)
+    i = sch.fuse(*loops[:row_loops]) if row_loops > 1 else loops[0]
+    cols = loops[row_loops:]
+    j = sch.fuse(*cols) if len(cols) > 1 else cols[0]
+    if vector > 1:
+        jo, tx, jv = sch.split(j, [None, threads, vector])
+        sch.reorder(tx, jo, jv)
+        sch.vectorize(jv)
+    else:
+        jo, tx = sch.split(j, [None, threads])
+        sch.reorder(tx, jo)
+    sch.bind(i, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
+    for name in reversed(stats):  # consumers first: each lands before what reads it
+        blk = sch.get_block(name)
+        # shared before compute_at: a shared buffer's region is not relaxed over blockIdx
+        sch.set_scope(blk, 0, "shared")
+        sch.compute_at(blk, i, preserve_unit_loops=True)
+        cross_thread(sch, blk, threads, _reduce_iter_count(sch, blk))
+    if cache_row is not None:
+        stage_row(sch, [*stats, out], cache_row, i, threads)
+
+
+def stage_row(sch: Schedule, readers: list[str], buffer: str, row: LoopRV, threads: int) -> None:
+    """Read the block's row of ``buffer`` from global memory once, in 16-byte vectors, into
+    shared memory, from which every block of ``readers`` reads."""
+    blocks = [sch.get_block(n) for n in readers]
+    tile = sch.cache_read(blocks[0], buffer, "shared", consumer_blocks=blocks)
+    sch.compute_at(tile, row, preserve_unit_loops=True)
+    col = sch.get_loops(tile)[-1]
+    width = 16 // max(1, dt.bits(_block(sch, tile).writes[0].buffer.dtype) // 8)
+    extent = _extent(sch, col)
+    if extent is None or extent % (threads * width) != 0:
+        width = 1  # a ragged row: scalar copies (the vector path needs whole vectors)
+    parts = sch.split(col, [None, threads, width] if width > 1 else [None, threads])
+    sch.bind(parts[1], "threadIdx.x")
+    if width > 1:
+        sch.vectorize(parts[2])
+
+
+def tile_transpose(sch: Schedule, block: BlockRV, buffer: str | None, pad: bool = True) -> None:
+    """``B[j, i] = f(A[i, j])`` through a 32 x 32 shared tile of ``buffer`` (None: no tile,
+    strided reads): coalesced reads and writes, 32 x 8 threads, four rows each. ``pad`` pads
+    the tile's rows to 33 elements, so that a warp reading a column hits 32 banks."""
+    j, i = sch.get_loops(block)
+    j0, j1 = sch.split(j, [None, 32])
+    i0, i1 = sch.split(i, [None, 32])
+    j10, j11 = sch.split(j1, [None, 8])
+    sch.reorder(j0, i0, j11, i1, j10)
+    sch.bind(j0, "blockIdx.y")
+    sch.bind(i0, "blockIdx.x")
+    sch.bind(j11, "threadIdx.y")
+    sch.bind(i1, "threadIdx.x")
+    if buffer is None:
+        return
+    tile = sch.cache_read(block, buffer, "shared")
+    sch.compute_at(tile, i0)
+    ax0, ax1 = sch.get_loops(tile)[2:]
+    a0, a1 = sch.split(ax0, [None, 8])
+    sch.reorder(a1, ax1, a0)
+    sch.bind(a1, "threadIdx.y")
+    sch.bind(ax1, "threadIdx.x")
+    if pad:
+        sch.storage_align(tile, 0, 0, 32, 1)
+
+
+def tile_gemm(sch: Schedule, name: str, ti: Any, tj: Any, vi: Any = 1, vj: Any = 1, ri: Any = 1, rj: Any = 1,
+              ki: Any = 4, vec: Any = 1) -> None:  # fmt: skip
+    """The DietCode GEMM structure for GEMM-like block ``name`` (``[batch..,] i, j, k``).
+
+    ``i -> [bi, vi, ti, ri]``, ``j -> [bj, vj, tj, rj]``, ``k -> [ko, ki]``; loops
+    ``b.. bi bj vi vj ti tj ko ki ri rj``; ``(bi, bj)`` fused to blockIdx.x (the batch loops to
+    blockIdx.y), ``(vi, vj)`` to vthread.x, ``ti``/``tj`` to threadIdx.y/x; the output
+    accumulated in a local cache; each operand's tile fetched into shared memory at ``ko`` by
+    the ``ti x tj`` threads, ``vec`` elements each as one vector; the init decomposed at
+    ``ko``. The sizes are ints or sampled values (``sch.sample_categorical``).
+    """
+    c = sch.get_block(name)
+    node = _block(sch, c)
+    operands = pat.operand_names(node)
+    *batch, i, j, k = sch.get_loops(c)
+    bi, vi_, ti_, ri_ = sch.split(i, [None, vi, ti, ri])
+    bj, vj_, tj_, rj_ = sch.split(j, [None, vj, tj, rj])
+    ko, ki_ = sch.split(k, [None, ki])
+    sch.reorder(*batch, bi, bj, vi_, vj_, ti_, tj_, ko, ki_, ri_, rj_)
+    sch.bind(sch.fuse(bi, bj), "blockIdx.x")
+    if batch:
+        sch.bind(sch.fuse(*batch) if len(batch) > 1 else batch[0], "blockIdx.y")
+    sch.bind(sch.fuse(vi_, vj_), "vthread.x")
+    sch.bind(ti_, "threadIdx.y")
+    sch.bind(tj_, "threadIdx.x")
+    local = sch.cache_write(c, node.writes[0].buffer.name, "local")
+    sch.reverse_compute_at(local, tj_)
+    for operand in operands:
+        shared = sch.cache_read(c, operand, "shared")
+        sch.compute_at(shared, ko, preserve_unit_loops=True)
+        copy_loops = sch.get_loops(shared)[len(batch) + 5 :]
+        _, cy, cx, v = sch.split(sch.fuse(*copy_loops), [None, ti, tj, vec])
+        sch.bind(cy, "threadIdx.y")
+        sch.bind(cx, "threadIdx.x")
+        sch.vectorize(v)
+    sch.decompose_reduction(c, ko)
+
+
+# --- rules --------------------------------------------------------------------------------------
+
+
+def _block(sch: Schedule, rv: BlockRV) -> Block:
+    node = sch.get(rv)
+    assert isinstance(node, Block)
+    return node
+
+
+def _reduce_iter_count(sch: Schedule, block: BlockRV) -> int:
+    return sum(iv.kind is IterKind.REDUCE for iv in _block(sch, block).iter_vars)
+
+
+def _extent(sch: Schedule, loop: LoopRV) -> int | None:
+    ext = getattr(sch.get(loop), "extent", None)
+    return ext.value if isinstance(ext, IntImm) else None
+
+
+def try_inline(sch: Schedule, name: str) -> bool:
+    """Inline spatial block ``name`` into its consumers when it writes an intermediate buffer
+    and ``compute_inline`` accepts it (the schedule is unchanged otherwise)."""
+    return _attempt(sch, functools.partial(_inline, name=name)) is not None
+
+
+def _inline(sch: Schedule, name: str) -> str | None:
+    blk = pat.realize(sch, name)[0].block
+    if blk.init is not None or any(iv.kind is IterKind.REDUCE for iv in blk.iter_vars):
+        return None
+    if any(w.buffer in set(sch.func.params) for w in blk.writes):
+        return None
+    sch.compute_inline(sch.get_block(name))
+    return f"inline {name}"
+
+
+def _rows(sch: Schedule, name: str, pending: list[str]) -> str | None:
+    row = pat.row_pattern(sch, name, pending)
+    if row is None:
+        return None
+    threads = default_threads(row.cols)
+    vector = default_vector(row.cols, row.dtype, threads)
+    per_row(sch, name, row.stats, threads, vector, row_loops=row.depth)
+    for s in row.stats:
+        pending.remove(s)
+    lanes = f" x {vector} lanes" if vector > 1 else ""
+    return f"rows {name} <- {', '.join(row.stats)} ({threads} threads{lanes})"
+
+
+def reduction(sch: Schedule, name: str, threads: int) -> None:
+    """One thread block per output of reduction block ``name`` (its spatial loops fused), the
+    reduction split over ``threads`` threads and combined across them."""
+    br = pat.realize(sch, name)[0]
+    loops = pat.nest_loops(sch, name) or []
+    n_red = pat.reduce_loop_count(br, loops) or 0
+    blk = sch.get_block(name)
+    rvs = sch.get_loops(blk)
+    spatial = rvs[: len(rvs) - n_red]
+    sch.bind(sch.fuse(*spatial) if len(spatial) > 1 else spatial[0], "blockIdx.x")
+    cross_thread(sch, blk, threads, n_red)
+
+
+def _reduction(sch: Schedule, name: str) -> str | None:
+    found = pat.reduction_pattern(sch, name)
+    if found is None:
+        return None
+    length = found[1]
+    threads = 128 if length <= 1024 else 256 if length <= 4096 else 512
+    reduction(sch, name, threads)
+    return f"reduction {name} ({threads} threads)"
+
+
+#: The default GEMM tiles: DietCode's sample schedule (128 x 128 per block, 256 threads, 64
+#: accumulators per thread, K steps of 4, 4-wide fetches).
+GEMM_TILES = {"ti": 8, "tj": 32, "vi": 1, "vj": 2, "ri": 16, "rj": 2, "ki": 4, "vec": 4}
+
+
+def _gemm(sch: Schedule, name: str) -> str | None:
+    if not pat.is_gemm(sch, name, min_spatial=64, min_reduce=16):
+        return None
+    tile_gemm(sch, name, **GEMM_TILES)
+    return f"gemm {name} (128 x 128 tiles, 256 threads)"
+
+
+def _transpose(sch: Schedule, name: str) -> str | None:
+    operand = pat.transpose_operand(sch, name)
+    if operand is None:
+        return None
+    tile_transpose(sch, sch.get_block(name), operand)
+    return f"transpose {name} (32 x 32 shared tile of {operand})"
+
+
+def _refuse(sch: Schedule, name: str, why: str) -> ScheduleError:
+    return ScheduleError(f"default GPU schedule: {why}", primitive="default_gpu_schedule",
+                         func=sch.func, node=pat.realize(sch, name)[0].block)  # fmt: skip
+
+
+def _spatial(sch: Schedule, name: str) -> str:
+    br = pat.realize(sch, name)[0]
+    loops = pat.nest_loops(sch, name)
+    if loops is None:
+        raise _refuse(sch, name, f"the loops above block {name!r} hold other statements too; bind "
+                      "them (sch.bind) or give each block its own loop nest")  # fmt: skip
+    n_red = pat.reduce_loop_count(br, loops)
+    if n_red is None:
+        raise _refuse(sch, name, f"block {name!r} has its reduction loops between its spatial "
+                      "ones; reorder them (sch.reorder) so that the reduction loops are innermost")  # fmt: skip
+    n_spatial = len(loops) - n_red
+    blk = sch.get_block(name)
+    if not n_spatial:  # one output: one block whose threads share the reduction
+        if not n_red:
+            raise _refuse(sch, name, f"block {name!r} has no loop to spread over threads")
+        cross_thread(sch, blk, THREADS, n_red)
+        return f"reduction {name} ({THREADS} threads, one block)"
+    exts = pat.constant_extents(loops[:n_spatial])
+    threads = THREADS if exts is None else max(1, min(THREADS, math.prod(exts)))
+    lanes = (pat.vector_lanes(sch, name, threads) or 1) if n_red == 0 else 1
+    rvs = sch.get_loops(blk)[:n_spatial]
+    fused = sch.fuse(*rvs) if len(rvs) > 1 else rvs[0]
+    parts = sch.split(fused, [None, threads, lanes] if lanes > 1 else [None, threads])
+    sch.bind(parts[0], "blockIdx.x")
+    sch.bind(parts[1], "threadIdx.x")
+    if lanes > 1:
+        sch.vectorize(parts[2])
+    return f"spatial {name} ({threads} threads" + (f" x {lanes} lanes)" if lanes > 1 else ")")
+
+
+def _attempt(sch: Schedule, rule: Callable[[Schedule], str | None]) -> str | None:
+    """Apply ``rule`` to a fork of ``sch``; adopt the fork when the rule applied, so that a
+    rule refused halfway leaves nothing behind."""
+    trial = sch.copy()
+    try:
+        done = rule(trial)
+    except ScheduleError as exc:
+        logger.debug("default GPU schedule: a rule refused: %s", exc)
+        return None
+    if done is not None:
+        # a fork shares nothing mutable with the original: taking its state is adopting it
+        sch.__dict__.update(trial.__dict__)
+    return done
+
+
+def default_gpu_schedule(sch: Schedule) -> list[str]:
+    """Schedule every unscheduled root-level block of ``sch`` for the GPU (rules above).
+
+    Parameters
+    ----------
+    sch
+        The schedule to extend; blocks under a thread-bound loop are left as they are.
+
+    Returns
+    -------
+    list of str
+        One line per rule applied, in the order applied (consumers before their
+        producers); ``[]`` when every block was already scheduled.
+
+    Raises
+    ------
+    ScheduleError
+        When a block cannot be scheduled by any rule (its loops hold other statements, or its
+        reduction loops are not innermost), naming the block.
+    """
+    done: list[str] = []
+    for name in pat.unscheduled_blocks(sch):
+        if try_inline(sch, name):
+            done.append(f"inline {name}")
+    pending = pat.unscheduled_blocks(sch)
+    while pending:
+        name = pending.pop()  # consumers first: a row's statistics go with their reader
+        rules = (functools.partial(_rows, name=name, pending=pending), functools.partial(_gemm, name=name),
+                 functools.partial(_reduction, name=name), functools.partial(_transpose, name=name))  # fmt: skip
+        line = next((ln for ln in map(functools.partial(_attempt, sch), rules) if ln), None)
+        done.append(line or _spatial(sch, name))
+    return done

@@ -1,0 +1,153 @@
+"""The default GPU schedule: every te workload gets a correct, race-free GPU schedule."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from hypothesis import given, settings
+
+import loopir
+from loopir.errors import ScheduleError
+from loopir.examples.dense import dense_func
+from loopir.examples.reductions import layernorm_func, rmsnorm_func, row_sum_func, softmax_func
+from loopir.examples.transpose import transpose_func
+from loopir.passes.race_check import RaceCheckWarning, check_races
+from loopir.schedule.default_gpu import default_gpu_schedule, unscheduled_blocks
+from loopir.testing import check_equivalent
+from loopir.testing.strategies import workloads
+from loopir.testing.workloads import WORKLOADS, make_workload
+
+
+def _examples() -> dict[str, tuple[object, dict[str, int]]]:
+    from loopir.ir.expr import Var
+
+    n = Var("n")
+    return {
+        "softmax_f32": (softmax_func(6, 300), {}),
+        "softmax_f16": (softmax_func(3, 2048, "float16"), {}),
+        "layernorm_f16": (layernorm_func(5, 200, "float16"), {}),
+        "rmsnorm": (rmsnorm_func(4, 512), {}),
+        "row_sum": (row_sum_func(3, 1000), {}),
+        "row_sum_symbolic_rows": (row_sum_func(n, 700), {"n": 5}),
+        "transpose": (transpose_func(70, 45), {}),
+        "gemm_f16_k100": (make_workload("matmul", M=96, K=100, N=80, dtype="float16").func, {}),
+        "gemm_f32": (dense_func(200, 100, 300), {}),
+        "gemm_symbolic_m": (dense_func(n, 64, 130), {"n": 77}),
+        "gemm_batched": (make_workload("batch_matmul", Bt=2, M=70, K=20, N=65).func, {}),
+    }
+
+
+CASES = {**{n: (make_workload(n).func, dict(make_workload(n).sizes)) for n in WORKLOADS}, **_examples()}
+
+
+def _scheduled(func: object) -> tuple[loopir.Schedule, list[str]]:
+    sch = loopir.Schedule(func)
+    return sch, default_gpu_schedule(sch)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_workload_is_scheduled_correct_and_race_free(name: str) -> None:
+    func, sizes = CASES[name]
+    sch, lines = _scheduled(func)
+    assert lines and not unscheduled_blocks(sch), lines
+    check_equivalent(func, sch.func, sizes=sizes)
+    check_equivalent(func, sch.func, sizes=sizes, thread_order="random")
+    lowered = loopir.lower(sch.func)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RaceCheckWarning)  # proven, not merely not refuted
+        check_races(lowered)
+
+
+EXPECTED_RULES = {
+    "softmax_f32": ["rows Y <- M, S (128 threads)"],
+    "softmax_f16": ["rows Y <- M, S (256 threads x 8 lanes)"],
+    "layernorm_f16": ["rows Y <- S1, S2 (128 threads)"],
+    "row_sum": ["reduction S (128 threads)"],
+    "transpose": ["transpose B (32 x 32 shared tile of A)"],
+    "elementwise_chain": ["inline T1", "inline T2", "spatial T3 (24 threads)"],
+    "conv2d_nhwc": ["inline Xpad", "spatial Y (75 threads)"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_RULES))
+def test_each_pattern_gets_its_rule(name: str) -> None:
+    assert _scheduled(CASES[name][0])[1] == EXPECTED_RULES[name]
+
+
+def test_a_large_elementwise_function_is_vectorized() -> None:
+    from loopir.testing.workloads import elementwise_chain
+
+    sch, lines = _scheduled(elementwise_chain(64, 32).func)
+    assert lines[-1] == "spatial T3 (256 threads x 4 lanes)"
+    assert "T.vectorized(4)" in sch.func.script()
+
+
+def test_a_gemm_cutlass_cannot_take_gets_shared_tiles() -> None:
+    sch, lines = _scheduled(make_workload("matmul", M=64, K=100, N=64, dtype="float16").func)
+    assert lines == ["gemm C (128 x 128 tiles, 256 threads)"]
+    text = sch.func.script()
+    assert text.count('scope="shared"') == 2 and 'scope="local"' in text
+
+
+def test_a_small_gemm_is_one_output_per_thread() -> None:
+    # below 64 x 64 outputs a 128 x 128 tile would idle most threads
+    assert _scheduled(make_workload("matmul", M=32, K=100, N=64).func)[1] == ["spatial C (256 threads)"]
+
+
+def test_a_gemv_is_a_cross_thread_reduction() -> None:
+    sch, lines = _scheduled(make_workload("matmul", M=1, K=4096, N=64).func)
+    # A[i, k] and B[k, j]: k is contiguous in A, so the threads share the reduction
+    assert lines == ["reduction C (256 threads)"]
+
+
+def test_the_schedule_is_in_the_trace_and_replays(golden) -> None:
+    sch, _ = _scheduled(softmax_func(8, 1024))
+    golden("schedule/default_gpu_softmax_trace", str(sch.trace))
+    golden("schedule/default_gpu_softmax", sch.func.script())
+    replayed = loopir.Schedule(softmax_func(8, 1024))
+    sch.trace.apply_to(replayed)
+    assert loopir.structural_equal(replayed.func, sch.func)
+
+
+def test_scheduled_blocks_are_left_alone() -> None:
+    from loopir.examples import softmax
+
+    sch = softmax(16, 256)
+    before = sch.func
+    assert default_gpu_schedule(sch) == [] and sch.func is before
+
+
+def test_only_the_unscheduled_block_of_a_partly_scheduled_function_is_scheduled() -> None:
+    w = make_workload("matmul_bias_relu", M=8, K=4, N=16)
+    sch = loopir.Schedule(w.func)
+    i, j = sch.get_loops(sch.get_block("D"))
+    sch.bind(i, "blockIdx.x")
+    sch.bind(j, "threadIdx.x")
+    lines = default_gpu_schedule(sch)
+    assert lines == ["inline BiasAdd", "spatial C (128 threads)"] or lines[-1].startswith("spatial C")
+    check_equivalent(w.func, sch.func, thread_order="random")
+
+
+def test_a_nest_holding_two_blocks_is_refused_naming_the_block() -> None:
+    w = make_workload("matmul_bias_relu", M=8, K=4, N=16)
+    sch = loopir.Schedule(w.func)
+    sch.compute_inline(sch.get_block("BiasAdd"))
+    sch.compute_at(sch.get_block("C"), sch.get_loops(sch.get_block("D"))[0])
+    with pytest.raises(ScheduleError, match=r"the loops above block 'D' hold other statements"):
+        default_gpu_schedule(sch)
+
+
+def test_interleaved_reduction_loops_are_refused_naming_the_block() -> None:
+    sch = loopir.Schedule(make_workload("matmul", M=8, K=4, N=16).func)
+    i, j, k = sch.get_loops(sch.get_block("C"))
+    sch.reorder(i, k, j)
+    with pytest.raises(ScheduleError, match=r"block 'C' has its reduction loops between"):
+        default_gpu_schedule(sch)
+
+
+@settings(max_examples=25, deadline=None)
+@given(workloads())
+def test_default_schedule_preserves_semantics(w) -> None:
+    sch, _ = _scheduled(w.func)
+    check_equivalent(w.func, sch.func, sizes=w.sizes, thread_order="random")

@@ -1,0 +1,84 @@
+"""Builders and runners apart: local process pools and a Dask cluster of two worker processes."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+
+import loopir
+from loopir.errors import CodegenError
+from loopir.examples.dense import dense_func
+from loopir.testing import check_equivalent
+from loopir.tune import tune
+from loopir.tune.farm import Measure, build_artifact, load_artifact, local_farm
+from loopir.tune.spaces import gpu_space
+from loopir.tune.workers import DevicePool, worker_identity
+
+FUNC = dense_func(32, 16, 48)
+
+
+def test_an_artifact_loads_without_compiling_and_runs_correctly() -> None:
+    sch = loopir.Schedule(FUNC, seed=3)
+    gpu_space(sch)
+    art = build_artifact(sch.func, "cpu")
+    ms, _ = Measure(reference=FUNC)(art)  # type: ignore[misc]
+    assert ms > 0
+    assert load_artifact(art).func is sch.func
+
+
+def test_a_tampered_artifact_is_refused() -> None:
+    art = build_artifact(FUNC, "cpu")
+    bad = attrs.evolve(art, library=art.library[:-1] + bytes([art.library[-1] ^ 1]))
+    with pytest.raises(CodegenError, match="does not match its SHA-256; refusing to load it"):
+        load_artifact(bad)
+
+
+def test_a_local_farm_builds_in_its_builders_and_measures_in_its_runner() -> None:
+    with local_farm("cpu", builders=2) as farm:
+        res = tune(FUNC, gpu_space, trials=6, population=3, seed=0, farm=farm, show_progress=False)
+    assert len(res.measured) == 6 and len(farm.log) == 6
+    built_on, measured_on = {b for b, _ in farm.log}, {m for _, m in farm.log}
+    assert len(measured_on) == 1 and not built_on & measured_on
+    check_equivalent(FUNC, res.func, thread_order="random")
+
+
+def test_device_pool_submit_goes_round_robin() -> None:
+    with DevicePool(["4", "5"]) as pool:
+        devs = [pool.submit(worker_identity).result()[0] for _ in range(4)]
+    assert devs == ["4", "5", "4", "5"]
+
+
+def test_a_dask_cluster_of_a_build_and_a_measure_worker() -> None:
+    distributed = pytest.importorskip("distributed")
+    from loopir.tune.farm import dask_farm
+
+    workers = {
+        name: {"cls": distributed.Nanny, "options": {"nthreads": 1, "resources": {res: 1}}}
+        for name, res in (("build", "BUILD"), ("measure", "MEASURE"))
+    }
+    scheduler = {"cls": distributed.Scheduler, "options": {"dashboard_address": None}}
+    with distributed.SpecCluster(workers=workers, scheduler=scheduler) as cluster, \
+            distributed.Client(cluster, timeout=60) as client:  # fmt: skip
+        client.wait_for_workers(2, timeout=60)
+        pids = client.run(lambda: __import__("os").getpid())
+        farm = dask_farm(client, "cpu")
+        res = tune(FUNC, gpu_space, trials=4, population=2, seed=1, farm=farm, show_progress=False)
+        roles = client.run(lambda dask_worker: dict(dask_worker.state.total_resources))
+    assert len(res.measured) == 4
+    pid_of = {next(iter(roles[addr])): pid for addr, pid in pids.items()}
+    assert {int(b.split(":")[1]) for b, _ in farm.log} == {pid_of["BUILD"]}
+    assert {int(m.split(":")[1]) for _, m in farm.log} == {pid_of["MEASURE"]}
+    check_equivalent(FUNC, res.func, thread_order="random")
+
+
+def test_builds_run_under_the_callers_pass_context(monkeypatch) -> None:
+    from loopir.tune import farm as farm_mod
+
+    seen = []
+    monkeypatch.setattr(farm_mod, "build_artifact",
+                        lambda func, target: seen.append(loopir.PassContext.current().config))  # fmt: skip
+    with loopir.PassContext(config={"tir.enable_local_pad": True}, disabled_passes=["Simplify"]):
+        spec = farm_mod.ContextSpec.current()
+    farm_mod._build("cpu", spec, FUNC)  # in a builder process, outside the caller's context
+    assert seen == [{"tir.enable_local_pad": True}]
+    assert spec.disabled_passes == ("Simplify",)
