@@ -37,6 +37,12 @@ import attrs
 
 from loopir.codegen_cuda import analysis as an
 from loopir.codegen_cuda.allreduce import ALLREDUCE_HELPERS, emit_allreduce
+from loopir.codegen_cuda.async_copy import (
+    ASYNC_HELPERS,
+    async_call_text,
+    async_scalar_store,
+    async_vector_text,
+)
 from loopir.codegen_cuda.ctypes import RESERVED, ctype, vector_carrier
 from loopir.codegen_cuda.exprs_cuda import ExprPrinter
 from loopir.codegen_cuda.indexing import (
@@ -86,6 +92,7 @@ from loopir.ir.stmt import (
     SeqStmt,
     Stmt,
 )
+from loopir.passes.software_pipeline import ASYNC_COPY_KEY
 from loopir.passes.storage_align import allocation_size
 
 logger = logging.getLogger(__name__)
@@ -255,6 +262,8 @@ class KernelEmitter(CodeWriter):
         self.uses_bf16 = False
         self.active_tags: set[str] = set()
         self.uses_allreduce = False
+        self.uses_async = False
+        self.in_async_copy = False  # inside a loop of a software pipeline's async stage
 
     # -- helpers used by the expression printer --------------------------------------------
     def var_name(self, v: Var) -> str:
@@ -368,6 +377,10 @@ class KernelEmitter(CodeWriter):
             self.line(emit_allreduce(self, v))
             self.uses_allreduce = True
             return
+        if isinstance(v, Call) and (text := async_call_text(v)) is not None:
+            self.line(text)
+            self.uses_async = True
+            return
         if isinstance(v, Call) and v.op == "tvm_storage_sync":
             scope = v.args[0].value if isinstance(v.args[0], StringImm) else None
             if scope == "shared":
@@ -406,6 +419,16 @@ class KernelEmitter(CodeWriter):
             self.vector_store(s)
             return
         idx = self.expr(self.flat_index(s.buffer, s.indices))
+        copy = async_scalar_store(s) if self.in_async_copy else None
+        if copy is not None:
+            src, cond = copy
+            nbytes = dt.bits(s.buffer.dtype) // 8
+            sidx = self.expr(self.flat_index(src.buffer, src.indices))
+            size = str(nbytes) if cond is None else f"({self.expr(cond)}) ? {nbytes} : 0"
+            self.line(f"loopir_cp_async<{nbytes}>(&{self.buffer_name(s.buffer)}[{idx}], "
+                      f"&{self.buffer_name(src.buffer)}[{sidx}], {size});")  # fmt: skip
+            self.uses_async = True
+            return
         self.line(f"{self.buffer_name(s.buffer)}[{idx}] = {self.expr(s.value)};")
 
     def stmt_Allocate(self, s: Allocate) -> None:
@@ -434,6 +457,13 @@ class KernelEmitter(CodeWriter):
         self.stmt(s.body)
 
     def stmt_For(self, s: For) -> None:
+        if s.annotations.get(ASYNC_COPY_KEY) and not self.in_async_copy:
+            self.in_async_copy = True
+            try:
+                self.stmt_For(s)
+            finally:
+                self.in_async_copy = False
+            return
         if s.kind is ForKind.THREAD_BINDING and s.thread_tag in self.launch:
             self.thread_loop(s)
             return
@@ -645,6 +675,13 @@ class KernelEmitter(CodeWriter):
             text = "{\n  " + "\n  ".join(lines) + "\n}"
         else:
             text = f"*({carrier}*)({dname} + {self.expr(doff)}) = {load};"
+            if self.in_async_copy and not sreg:
+                cp = async_vector_text(dst.buffer, src.buffer, f"{dname} + {self.expr(doff)}",
+                                       f"{sname} + {self.expr(soff)}", lanes,
+                                       None if sel is None else self.expr(sel), fill)  # fmt: skip
+                if cp is not None:
+                    text = cp
+                    self.uses_async = True
         return [c for c in conds if c is not None], text
 
     def vector_store(self, s: BufferStore) -> None:
@@ -753,7 +790,7 @@ def emit_cuda(func: PrimFunc, min_blocks_per_sm: int | None = None) -> EmitResul
     texts: list[str] = []
     kernels: list[KernelSource] = []
     fp16 = bf16 = False
-    helpers = allreduce = False
+    helpers = allreduce = async_copies = False
     for spec in splitter.kernels:
         em = KernelEmitter(func, spec, size_vars, min_blocks_per_sm)
         text, info = em.emit()
@@ -766,6 +803,7 @@ def emit_cuda(func: PrimFunc, min_blocks_per_sm: int | None = None) -> EmitResul
         bf16 |= em.uses_bf16
         helpers |= em.printer.uses_floor_helpers
         allreduce |= em.uses_allreduce
+        async_copies |= em.uses_async
         texts.append(text)
         kernels.append(info)
     if not kernels and not splitter.extern_calls:
@@ -779,6 +817,9 @@ def emit_cuda(func: PrimFunc, min_blocks_per_sm: int | None = None) -> EmitResul
     if allreduce:
         parts.append(ALLREDUCE_HELPERS)
         preamble.append(ALLREDUCE_HELPERS)
+    if async_copies:
+        parts.append(ASYNC_HELPERS)
+        preamble.append(ASYNC_HELPERS)
     parts.extend(texts)
     source = "\n\n".join(parts) + "\n"
     return EmitResult(

@@ -1,6 +1,6 @@
 """Ready-made schedules of common workloads (used by docs, tests and benchmarks)."""
 
-from loopir.examples.dense import dense, dense_func
+from loopir.examples.dense import dense, dense_func, pipelined_gemm
 from loopir.examples.reductions import (
     layernorm,
     layernorm_func,
@@ -14,6 +14,6 @@ from loopir.examples.reductions import (
 from loopir.examples.transpose import transpose, transpose_func
 
 __all__ = [
-    "dense", "dense_func", "layernorm", "layernorm_func", "rmsnorm", "rmsnorm_func", "row_sum", "row_sum_func", "softmax",
+    "dense", "dense_func", "pipelined_gemm", "layernorm", "layernorm_func", "rmsnorm", "rmsnorm_func", "row_sum", "row_sum_func", "softmax",
     "softmax_func", "transpose", "transpose_func",
 ]  # fmt: skip

@@ -449,6 +449,9 @@ register_intrinsic("fma", 3)
 register_intrinsic("tvm_storage_sync", 1, pure=False, result="int32")
 # Cross-thread combine of a local accumulator (see loopir.ir.op.thread_allreduce).
 register_intrinsic("loopir.thread_allreduce", 3, pure=False, result="int32")
+# Asynchronous copies (loopir.passes.software_pipeline): close a group; wait for all but N.
+register_intrinsic("loopir.cp_async_commit", 0, pure=False, result="int32")
+register_intrinsic("loopir.cp_async_wait", 1, pure=False, result="int32")
 
 
 def _check_call_args(inst: Call, _a: Any, value: tuple[PrimExpr, ...]) -> None:

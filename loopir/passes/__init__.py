@@ -22,11 +22,12 @@ from loopir.passes.lower_blocks import LowerBlocks
 from loopir.passes.pipeline import default_pipeline, lower
 from loopir.passes.prefetch import InjectSharedPrefetch
 from loopir.passes.simplify import Simplify
+from loopir.passes.software_pipeline import InjectSoftwarePipeline
 from loopir.passes.thread_sync import ThreadSync
 from loopir.passes.unify_threads import UnifyThreadLoops
 
 __all__ = [
-    "CompactBufferAllocation", "ConfigEntry", "FunctionPass", "InjectSharedPrefetch", "InjectVirtualThread", "LocalPadding",
+    "CompactBufferAllocation", "ConfigEntry", "FunctionPass", "InjectSharedPrefetch", "InjectSoftwarePipeline", "InjectVirtualThread", "LocalPadding",
     "LocalPaddingReport", "LowerBlocks", "LowerCrossThreadReduction", "Pass", "PassContext", "PassInstrument",
     "PrintIRInstrument", "RecordIRInstrument", "Sequential", "Simplify", "ThreadSync",
     "UnifyThreadLoops", "default_pipeline", "lower", "register_config",

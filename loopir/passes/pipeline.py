@@ -17,8 +17,11 @@ Order (each is its own pass object; see their modules):
    not depend on the virtual thread (the cooperative fetches, barriers) run once, the others in
    small unrolled loops, local tiles expanded per virtual thread (2 x 32 = 64 accumulators per
    thread in the dense schedule).
-8. ``ThreadSync`` -- ``storage_sync("shared")`` barriers.
-9. ``InjectSharedPrefetch`` -- register prefetch of the next shared tile, for loops annotated
+8. ``InjectSoftwarePipeline`` -- loops annotated ``software_pipeline_stage`` become a
+   prologue, a steady state and an epilogue, their stage buffers multi-buffered, async stages'
+   copies ``cp.async`` with commit/wait groups (docs/pipelining.md); only when asked for.
+9. ``ThreadSync`` -- ``storage_sync("shared")`` barriers.
+10. ``InjectSharedPrefetch`` -- register prefetch of the next shared tile, for loops annotated
    ``"loopir.prefetch_shared"`` or every eligible loop under ``tir.prefetch_shared``
    (docs/prefetch.md); it runs only when one of those asks for it.
 
@@ -40,6 +43,7 @@ from loopir.passes.local_pad import LocalPadding
 from loopir.passes.lower_blocks import LowerBlocks
 from loopir.passes.prefetch import InjectSharedPrefetch, prefetch_requested
 from loopir.passes.simplify import Simplify
+from loopir.passes.software_pipeline import InjectSoftwarePipeline, pipeline_requested
 from loopir.passes.thread_sync import ThreadSync
 from loopir.passes.unify_threads import UnifyThreadLoops
 
@@ -78,7 +82,10 @@ def default_pipeline(
     passes += [LowerCrossThreadReduction(), LowerBlocks(), UnifyThreadLoops(), CompactBufferAllocation()]
     if ctx.get("tir.enable_local_pad"):
         passes.append(LocalPadding(explain=explain_local_pad))
-    passes += [Simplify(), InjectVirtualThread(), ThreadSync()]
+    passes += [Simplify(), InjectVirtualThread()]
+    if pipeline_requested(func):
+        passes.append(InjectSoftwarePipeline())
+    passes.append(ThreadSync())
     if prefetch_requested(func, ctx):
         passes.append(InjectSharedPrefetch())
     return Sequential(passes, name="lower")

@@ -11,7 +11,7 @@ from typing import Any
 
 from loopir import arith
 from loopir.ir.expr import EQ, Add, FloorDiv, IntImm, Mul, PrimExpr, Sub, Var
-from loopir.ir.functor import Visitor, collect_vars, substitute
+from loopir.ir.functor import Mutator, Visitor, collect_vars, substitute
 from loopir.ir.stmt import ForKind
 
 __all__ = ["BLOCK_TAGS", "GRID_TAGS", "const_int", "prove_linear"]
@@ -37,10 +37,37 @@ def _divisors(e: PrimExpr) -> set[int]:
             if isinstance(n.b, IntImm) and n.b.value > 1:
                 out.add(n.b.value)
 
-        visit_FloorMod = visit_FloorDiv  # type: ignore[assignment]
+        visit_FloorMod = visit_FloorDiv
 
     V().visit(e)
     return out
+
+
+class _Opaque(Mutator):
+    """A non-linear part free of thread coordinates (``(k + 1) % 2``, the version index of a
+    multi-buffered tile) becomes a fresh variable over its bounds: sound (a superset of its
+    values), and it leaves an index linear in the coordinates and the other variables."""
+
+    def __init__(self, coords: set[Var], ana: Any, ranges: dict[Var, tuple[int, int]]) -> None:
+        super().__init__()
+        self.coords, self.ana, self.ranges = coords, ana, ranges
+
+    def _opaque(self, e: PrimExpr) -> PrimExpr:
+        if any(v in self.coords for v in collect_vars(e)):
+            out: PrimExpr = self.generic_visit(e)
+            return out
+        b = self.ana.const_int_bound(e)
+        if b.min_value == arith.NEG_INF or b.max_value == arith.POS_INF:
+            return e
+        v = Var("opaque", e.dtype)
+        self.ranges[v] = (b.min_value, b.max_value - b.min_value + 1)
+        return v
+
+    def visit_FloorDiv(self, e: FloorDiv) -> PrimExpr:
+        return self._opaque(e)
+
+    def visit_FloorMod(self, e: Any) -> PrimExpr:
+        return self._opaque(e)
 
 
 def _divided_vars(e: PrimExpr) -> set[Var]:
@@ -53,7 +80,7 @@ def _divided_vars(e: PrimExpr) -> set[Var]:
             if isinstance(n.b, IntImm):
                 out.update(collect_vars(n.a))
 
-        visit_FloorMod = visit_FloorDiv  # type: ignore[assignment]
+        visit_FloorMod = visit_FloorDiv
 
     V().visit(e)
     return out
@@ -161,6 +188,10 @@ def prove_linear(extent: Callable[[str], int | None], w: Any, x: Any) -> bool:
     flat = []
     for f in forms:
         flat.append([ana.simplify(substitute(i, digits)) if digits else i for i in f])
+    thread_free = _Opaque({v for c in coords.values() for v in (
+        [digits[c].a.a, digits[c].b] if c in digits else [c]) if v in ranges}, ana, ranges)  # type: ignore[attr-defined]
+    flat = [[thread_free.visit(i) for i in f] for f in flat]
+    ana = arith.Analyzer({v: (lo, lo + ext) for v, (lo, ext) in ranges.items()})
     widths = []
     for d in range(len(w.indices)):
         b = [ana.const_int_bound(f[d]) for f in flat]

@@ -235,6 +235,8 @@ class _StmtEmitter(ExprEmitter):
         if isinstance(s.value, Call) and s.value.op == "loopir.thread_allreduce":
             self._allreduce(s.value)
             return
+        if isinstance(s.value, Call) and s.value.op in ("loopir.cp_async_commit", "loopir.cp_async_wait"):
+            return  # the executor's copies are synchronous: nothing is in flight
         code = self.expr(s.value)
         if code != "0":
             self.emit(f"(void)({code});")

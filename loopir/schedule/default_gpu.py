@@ -170,7 +170,7 @@ def tile_transpose(sch: Schedule, block: BlockRV, buffer: str | None, pad: bool 
 
 
 def tile_gemm(sch: Schedule, name: str, ti: Any, tj: Any, vi: Any = 1, vj: Any = 1, ri: Any = 1, rj: Any = 1,
-              ki: Any = 4, vec: Any = 1) -> None:  # fmt: skip
+              ki: Any = 4, vec: Any = 1, stages: Any = 1) -> None:  # fmt: skip
     """The DietCode GEMM structure for GEMM-like block ``name`` (``[batch..,] i, j, k``).
 
     ``i -> [bi, vi, ti, ri]``, ``j -> [bj, vj, tj, rj]``, ``k -> [ko, ki]``; loops
@@ -178,7 +178,8 @@ def tile_gemm(sch: Schedule, name: str, ti: Any, tj: Any, vi: Any = 1, vj: Any =
     blockIdx.y), ``(vi, vj)`` to vthread.x, ``ti``/``tj`` to threadIdx.y/x; the output
     accumulated in a local cache; each operand's tile fetched into shared memory at ``ko`` by
     the ``ti x tj`` threads, ``vec`` elements each as one vector; the init decomposed at
-    ``ko``. The sizes are ints or sampled values (``sch.sample_categorical``).
+    ``ko``. The sizes are ints or sampled values (``sch.sample_categorical``). ``stages`` > 1
+    makes ``ko`` a software pipeline of that depth with ``cp.async`` fetches.
     """
     c = sch.get_block(name)
     node = _block(sch, c)
@@ -205,6 +206,8 @@ def tile_gemm(sch: Schedule, name: str, ti: Any, tj: Any, vi: Any = 1, vj: Any =
         sch.bind(cx, "threadIdx.x")
         sch.vectorize(v)
     sch.decompose_reduction(c, ko)
+    if not (type(stages) is int and stages == 1):  # a sampled depth (an ExprRV) is recorded even when 1
+        sch.annotate(ko, "loopir.software_pipeline_depth", stages)
 
 
 # --- rules --------------------------------------------------------------------------------------

@@ -299,7 +299,8 @@ def _measure(run: Runner, funcs: list[PrimFunc], pool: Any) -> list[float | Loop
         return [_safe(run, f) for f in funcs]
     from loopir.tune.farm import ContextSpec
 
-    return pool.map(functools.partial(_safe_in, ContextSpec.current(), run), funcs)
+    results: list[float | LoopIRError] = pool.map(functools.partial(_safe_in, ContextSpec.current(), run), funcs)
+    return results
 
 
 def tune_buckets(

@@ -107,7 +107,8 @@ def _gemm_block(sch: Schedule) -> str | None:
 def gemm_space(sch: Schedule) -> None:
     """:func:`~loopir.schedule.default_gpu.tile_gemm` with every tile size sampled: threads
     ``ti`` x ``tj`` (4-32 x 8-32), virtual threads 1-2 each way, register tiles ``ri`` (1-8) x
-    ``rj`` (1-4), the K step (4-32) and the fetch vector width (1, 2, 4).
+    ``rj`` (1-4), the K step (4-32), the fetch vector width (1, 2, 4) and the software
+    pipeline depth of the K loop (1-3, ``cp.async`` fetches).
 
     Raises
     ------
@@ -122,7 +123,7 @@ def gemm_space(sch: Schedule) -> None:
     dg.tile_gemm(
         sch, name, ti=_uniform(sch, [4, 8, 16, 32]), tj=_uniform(sch, [8, 16, 32]), vi=_uniform(sch, [1, 2]),
         ri=_uniform(sch, [1, 2, 4, 8]), vj=_uniform(sch, [1, 2]), rj=_uniform(sch, [1, 2, 4]),
-        ki=_uniform(sch, [4, 8, 16, 32]), vec=_uniform(sch, [1, 2, 4]),
+        ki=_uniform(sch, [4, 8, 16, 32]), vec=_uniform(sch, [1, 2, 4]), stages=_uniform(sch, [1, 2, 3]),
     )  # fmt: skip
     dg.default_gpu_schedule(sch)
 

@@ -1,0 +1,325 @@
+"""InjectSoftwarePipeline: multi-stage pipelines of annotated loops, with ``cp.async`` copies.
+
+TVM's annotations, on a serial loop whose body (after lowering) is a sequence of statements::
+
+    sch.annotate(ko, "software_pipeline_stage", [0, 0, 1])     # stage of each statement
+    sch.annotate(ko, "software_pipeline_order", [0, 1, 2])     # their order in one step
+    sch.annotate(ko, "software_pipeline_async_stages", [0])    # stages whose copies are async
+
+A statement of stage ``s`` runs iteration ``k`` at step ``k + s``: with ``S`` the largest
+stage, the loop ``for k in range(n): S0(k); S1(k); C(k)`` with stages ``[0, 0, 1]`` becomes ::
+
+    S0(0); S1(0)                                   # prologue: steps 0 .. S-1 (guarded k < n)
+    for i in range(n - 1):                         # steady state: steps S .. n-1
+        S0(i + 1); S1(i + 1); C(i)
+    C(n - 1)                                       # epilogue: steps n .. n+S-1 (guarded k >= 0)
+
+A buffer written in stage ``s_w`` and read in a later stage ``s_r`` gets ``s_r - s_w + 1``
+versions (a new leading axis, indexed by the iteration modulo the versions), so that the copy
+of iteration ``k + 1`` does not overwrite what ``C(k)`` reads. ThreadSync then orders what is
+left (the reuse of a version one step later).
+
+Async stages: their global-to-shared copies are emitted by the CUDA backend as ``cp.async``
+(16-byte ``.cg`` for whole vectors, 4/8-byte ``.ca`` otherwise, a predicated fetch as a
+zero-fill with ``src-size`` 0: the guards of local padding). Each step commits one group
+(``cp.async.commit_group``, also when it issued nothing, so that counting is uniform) and before
+a statement that reads their buffers waits until at most ``s_r - s_w - 1`` (+1 when this step's
+commit came before it) groups are pending (``cp.async.wait_group``), then synchronizes the
+block: the copies of other threads are visible only after both. The CPU executor runs copies
+synchronously and the two intrinsics as no-ops, so the pipelined IR computes what the input
+did.
+
+Example (before / after, the 2-stage dense schedule; ``tests/passes/test_software_pipeline.py``
+checks both as golden files)::
+
+    for k_0 in T.serial(4):                       A_shared = T.allocate((2, 128, 4), ...)
+        A_shared[..] = A[.., k_0 * 4 + ..]        A_shared[0, ..] = A[.., 0 * 4 + ..]   # k = 0
+        compute(A_shared[..])                     for k_0 in T.serial(3):
+                                                      A_shared[(k_0 + 1) % 2, ..] = A[.., (k_0 + 1) * 4 + ..]
+                                                      compute(A_shared[k_0 % 2, ..])
+                                                  compute(A_shared[3 % 2, ..])
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from loopir import arith
+from loopir.errors import PassError
+from loopir.ir.buffer import Buffer
+from loopir.ir.expr import GE, LT, BufferLoad, Call, FloorMod, IntImm, Max, PrimExpr, Var
+from loopir.ir.functor import Mutator, post_order_visit, substitute
+from loopir.ir.stmt import (
+    Allocate,
+    BufferStore,
+    Evaluate,
+    For,
+    ForKind,
+    IfThenElse,
+    PrimFunc,
+    SeqStmt,
+    Stmt,
+    seq,
+)
+from loopir.passes.base import Pass, require_lowered
+from loopir.passes.context import PassContext
+
+__all__ = [
+    "ASYNC_KEY", "ASYNC_COPY_KEY", "DEPTH_KEY", "ORDER_KEY", "STAGE_KEY", "InjectSoftwarePipeline", "cp_async_commit",
+    "cp_async_wait", "pipeline_requested",
+]  # fmt: skip
+
+logger = logging.getLogger(__name__)
+
+STAGE_KEY = "software_pipeline_stage"
+#: loopir's shorthand (a single int, so that a design space can sample it): depth ``d`` means
+#: every statement but the last in stage 0, the last in stage ``d - 1``, stage 0 async; 1 is no
+#: pipeline.
+DEPTH_KEY = "loopir.software_pipeline_depth"
+ORDER_KEY = "software_pipeline_order"
+ASYNC_KEY = "software_pipeline_async_stages"
+#: Set by the pass on the statements of async stages: the CUDA backend emits their
+#: global-to-shared copies as cp.async.
+ASYNC_COPY_KEY = "loopir.async_copy"
+
+
+def cp_async_commit() -> Call:
+    """``cp.async.commit_group``: close the group of the copies issued since the last one."""
+    return Call("int32", "loopir.cp_async_commit", ())
+
+
+def cp_async_wait(pending: int) -> Call:
+    """``cp.async.wait_group pending``: wait until at most ``pending`` groups are in flight."""
+    return Call("int32", "loopir.cp_async_wait", (IntImm(pending, "int32"),))
+
+
+def pipeline_requested(func: PrimFunc | None) -> bool:
+    """Whether some loop of ``func`` carries ``software_pipeline_stage``."""
+    if func is None:
+        return False
+    found: list[bool] = []
+    post_order_visit(func.body, lambda n: found.append(True) if isinstance(n, For) and (
+        STAGE_KEY in n.annotations or DEPTH_KEY in n.annotations) else None)  # fmt: skip
+    return bool(found)
+
+
+def _ints(value: Any, what: str, loop: For) -> list[int]:
+    vals = list(value) if isinstance(value, (list, tuple)) else None
+    if vals is None or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in vals):
+        raise PassError(f"pass InjectSoftwarePipeline: loop {loop.loop_var.name}: {what} must be a list of "
+                        f"non-negative ints, got {value!r}")  # fmt: skip
+    return vals
+
+
+def _accessed(stmt: Stmt) -> tuple[set[Buffer], set[Buffer]]:
+    reads: set[Buffer] = set()
+    writes: set[Buffer] = set()
+
+    def visit(n: object) -> None:
+        if isinstance(n, BufferLoad):
+            reads.add(n.buffer)
+        elif isinstance(n, BufferStore):
+            writes.add(n.buffer)
+
+    post_order_visit(stmt, visit)
+    return reads, writes
+
+
+class _Versioned(Mutator):
+    """Accesses of versioned buffers get a leading index ``(loop_var - min) % versions``."""
+
+    def __init__(self, new: dict[Buffer, tuple[Buffer, int]], loop: For) -> None:
+        super().__init__()
+        self.new, self.loop = new, loop
+
+    def _index(self, versions: int) -> PrimExpr:
+        rel = self.loop.loop_var - self.loop.min
+        return FloorMod(rel, IntImm(versions, rel.dtype))
+
+    def visit_BufferLoad(self, e: BufferLoad) -> PrimExpr:
+        e = self.generic_visit(e)
+        if e.buffer in self.new:
+            buf, v = self.new[e.buffer]
+            return BufferLoad(buf, (self._index(v), *e.indices))
+        return e
+
+    def visit_BufferStore(self, s: BufferStore) -> Stmt:
+        s = self.generic_visit(s)
+        if s.buffer in self.new:
+            buf, v = self.new[s.buffer]
+            return BufferStore(buf, s.value, (self._index(v), *s.indices))
+        return s
+
+
+class _Rewrite(Mutator):
+    def __init__(self, func: PrimFunc) -> None:
+        super().__init__()
+        self.func = func
+        self.allocs: dict[Buffer, Allocate] = {}
+        self.replaced: dict[Buffer, Buffer] = {}
+        self.loops = 0
+
+    def visit_Allocate(self, s: Allocate) -> Stmt:
+        self.allocs[s.buffer] = s
+        out = self.generic_visit(s)
+        assert isinstance(out, Allocate)
+        new = self.replaced.get(s.buffer)
+        if new is None:
+            return out
+        if s.buffer in set().union(*_accessed(out.body)):
+            raise PassError(f"pass InjectSoftwarePipeline: {s.buffer.name} gets versions for a pipelined loop "
+                            "but is also accessed outside it")  # fmt: skip
+        return Allocate(new, out.body)
+
+    def visit_For(self, s: For) -> Stmt:
+        s = self.generic_visit(s)
+        assert isinstance(s, For)
+        if DEPTH_KEY in s.annotations and STAGE_KEY not in s.annotations:
+            s = _expand_depth(s)
+        if STAGE_KEY not in s.annotations:
+            return s
+        self.loops += 1
+        return self.pipeline(s)
+
+    def pipeline(self, loop: For) -> Stmt:
+        name = loop.loop_var.name
+        if loop.kind is not ForKind.SERIAL:
+            raise PassError(f"pass InjectSoftwarePipeline: loop {name} is {loop.kind.value}; only serial loops pipeline")
+        stmts = list(loop.body.seq) if isinstance(loop.body, SeqStmt) else [loop.body]
+        stages = _ints(loop.annotations[STAGE_KEY], STAGE_KEY, loop)
+        order = _ints(loop.annotations.get(ORDER_KEY, list(range(len(stmts)))), ORDER_KEY, loop)
+        async_stages = set(_ints(loop.annotations.get(ASYNC_KEY, []), ASYNC_KEY, loop))
+        if len(stages) != len(stmts) or sorted(order) != list(range(len(stmts))):
+            raise PassError(
+                f"pass InjectSoftwarePipeline: loop {name} has {len(stmts)} statements after lowering, "
+                f"but {STAGE_KEY}={stages} and {ORDER_KEY}={order} (one stage per statement, the "
+                "order a permutation of them)"
+            )  # fmt: skip
+        if len(async_stages) > 1:
+            raise PassError(f"pass InjectSoftwarePipeline: loop {name}: one async stage is supported, got {sorted(async_stages)}")
+        if loop.annotations.get("loopir.prefetch_shared"):
+            raise PassError(f"pass InjectSoftwarePipeline: loop {name} also asks for the register prefetch; "
+                            "a pipelined loop needs none (drop loopir.prefetch_shared)")  # fmt: skip
+        accesses = [_accessed(s) for s in stmts]
+        versions = self._versions(name, stages, accesses)
+        new = {}
+        for buf, v in versions.items():
+            new[buf] = (Buffer(buf.name, (IntImm(v, "int32"), *buf.shape), buf.dtype, scope=buf.scope), v)
+            self.replaced[buf] = new[buf][0]
+        stmts = [_Versioned(new, loop).visit(s) for s in stmts]
+        producers = {b for s, (_, w) in zip(stages, accesses) if s in async_stages for b in w}
+        async_src = next(iter(async_stages), None)
+        return self._steps(loop, stmts, stages, order, async_src, producers, accesses)
+
+    def _versions(self, name: str, stages: list[int], accesses: list[tuple[set[Buffer], set[Buffer]]]) -> dict[Buffer, int]:
+        out: dict[Buffer, int] = {}
+        for sw, (_, writes) in zip(stages, accesses):
+            for sr, (reads, _) in zip(stages, accesses):
+                for b in writes & reads:
+                    if sr < sw:
+                        raise PassError(f"pass InjectSoftwarePipeline: loop {name}: {b.name} is written in stage "
+                                        f"{sw} and read in the earlier stage {sr}")  # fmt: skip
+                    if sr > sw:
+                        if b not in self.allocs or b.scope not in ("shared", "local"):
+                            raise PassError(f"pass InjectSoftwarePipeline: loop {name}: {b.name} passes between "
+                                            "stages but is not a shared or local buffer allocated around the loop")  # fmt: skip
+                        out[b] = max(out.get(b, 1), sr - sw + 1)
+        return out
+
+    def _steps(self, loop: For, stmts: list[Stmt], stages: list[int], order: list[int], async_src: int | None,
+               producers: set[Buffer], accesses: list[tuple[set[Buffer], set[Buffer]]]) -> Stmt:  # fmt: skip
+        top = max(stages)
+        n, lo, var = loop.extent, loop.min, loop.loop_var
+        ana = arith.Analyzer()
+        last_async = max((p for p, i in enumerate(order) if stages[i] == async_src), default=None)
+
+        def at(i: int, step: PrimExpr) -> Stmt:
+            s: Stmt = substitute(stmts[i], {var: lo + (step - stages[i])})
+            if stages[i] == async_src:
+                s = _mark_async(s)
+            return s
+
+        def step_body(step: PrimExpr, live: Sequence[int], guard: Any) -> Stmt:
+            out: list[Stmt] = []
+            for pos, i in enumerate(order):
+                reads = accesses[i][0] & producers
+                if async_src is not None and reads and stages[i] > async_src and i in live:
+                    committed = last_async is not None and last_async < pos
+                    out.append(Evaluate(cp_async_wait(stages[i] - async_src - 1 + int(committed))))
+                    out.append(Evaluate(Call("int32", "tvm_storage_sync", (_shared(),))))
+                if i in live:
+                    g = guard(i)
+                    body = at(i, step)
+                    out.append(body if g is None else IfThenElse(g, body))
+                if async_src is not None and pos == last_async:
+                    out.append(Evaluate(cp_async_commit()))
+            return seq(*out)
+
+        def cond(e: PrimExpr) -> PrimExpr | None:
+            return None if ana.can_prove(e) else e
+
+        prologue = [step_body(IntImm(p, var.dtype), [i for i in range(len(stmts)) if stages[i] <= p],
+                              lambda i, p=p: cond(LT(IntImm(p - stages[i], n.dtype), n))) for p in range(top)]  # fmt: skip
+        i_var = Var(f"{var.name}_steady", var.dtype)
+        body = For(i_var, 0, ana.simplify(Max(n - top, IntImm(0, n.dtype))), ForKind.SERIAL,
+                   step_body(i_var + top, range(len(stmts)), lambda i: None))  # fmt: skip
+        epilogue = [step_body(n + e, [i for i in range(len(stmts)) if stages[i] > e],
+                              lambda i, e=e: cond(GE(n + (e - stages[i]), IntImm(0, n.dtype)))) for e in range(top)]  # fmt: skip
+        return seq(*prologue, body, *epilogue)
+
+
+def _expand_depth(loop: For) -> For:
+    """The stage annotations :data:`DEPTH_KEY` stands for (the loop unchanged for depth 1)."""
+    import attrs
+
+    depth = loop.annotations[DEPTH_KEY]
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise PassError(f"pass InjectSoftwarePipeline: loop {loop.loop_var.name}: {DEPTH_KEY} must be a "
+                        f"positive int, got {depth!r}")  # fmt: skip
+    if depth == 1:
+        return loop
+    n = len(loop.body.seq) if isinstance(loop.body, SeqStmt) else 1
+    if n < 2:
+        raise PassError(f"pass InjectSoftwarePipeline: loop {loop.loop_var.name}: {DEPTH_KEY} needs fetches "
+                        "followed by a compute statement; the body has one statement")  # fmt: skip
+    ann = {**loop.annotations, STAGE_KEY: [0] * (n - 1) + [depth - 1], ASYNC_KEY: [0]}
+    return attrs.evolve(loop, annotations=ann)
+
+
+def _shared() -> Any:
+    from loopir.ir.expr import StringImm
+
+    return StringImm("shared")
+
+
+def _mark_async(s: Stmt) -> Stmt:
+    """Mark the statement's loops (or the statement, wrapped in a unit loop) as async copies."""
+    import attrs
+
+    if isinstance(s, For):
+        return attrs.evolve(s, annotations={**s.annotations, ASYNC_COPY_KEY: 1})
+    if isinstance(s, IfThenElse):
+        return attrs.evolve(s, then_case=_mark_async(s.then_case))
+    v = Var("async_unit", "int32")
+    return For(v, 0, 1, ForKind.SERIAL, s, annotations={ASYNC_COPY_KEY: 1})
+
+
+class InjectSoftwarePipeline(Pass):
+    """Pipeline loops annotated ``software_pipeline_stage`` (see the module docstring)."""
+
+    name = "InjectSoftwarePipeline"
+    opt_level = 0
+    required = False
+
+    def transform(self, func: PrimFunc, ctx: PassContext) -> PrimFunc:
+        require_lowered(func, self.name)
+        rw = _Rewrite(func)
+        body = rw.visit(func.body)
+        if not rw.loops:
+            return func
+        from loopir.passes.simplify import Simplify
+
+        # the steps' iteration expressions (i + S - s) folded into the indices
+        return Simplify()(func.with_body(body))
