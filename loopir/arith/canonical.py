@@ -161,30 +161,31 @@ class ExprKeys:
         return k
 
     def _compute_key(self, e: PrimExpr) -> Key:
+        # isinstance so that the checker narrows: the classes tested are leaves (BinaryOp aside)
         t = type(e)
-        if t is Var:
+        if isinstance(e, Var):
             return ("var", self._pin(e))
-        if t is IntImm:
+        if isinstance(e, IntImm):
             return ("int", e.value, e.dtype)
-        if t is FloatImm:
+        if isinstance(e, FloatImm):
             return ("float", repr(e.value), e.dtype)
-        if t is StringImm:
+        if isinstance(e, StringImm):
             return ("str", e.value)
-        if isinstance(e, BinaryOp) or t is And or t is Or:
+        if isinstance(e, (BinaryOp, And, Or)):
             return (t.__name__, self.key(e.a), self.key(e.b))
-        if t is Not:
+        if isinstance(e, Not):
             return ("Not", self.key(e.a))
-        if t is Select:
+        if isinstance(e, Select):
             return ("Select", self.key(e.condition), self.key(e.true_value), self.key(e.false_value))
-        if t is Cast:
+        if isinstance(e, Cast):
             return ("Cast", e.dtype, self.key(e.value))
-        if t is BufferLoad:
+        if isinstance(e, BufferLoad):
             return ("Load", self._pin(e.buffer), tuple(self.key(i) for i in e.indices))
-        if t is Call:
+        if isinstance(e, Call):
             return ("Call", e.op, e.dtype, tuple(self.key(a) for a in e.args))
-        if t is Ramp:
+        if isinstance(e, Ramp):
             return ("Ramp", self.key(e.base), self.key(e.stride), e.lanes)
-        if t is Broadcast:
+        if isinstance(e, Broadcast):
             return ("Broadcast", self.key(e.value), e.lanes)
         # unknown node kinds compare by identity: never merged with anything else
         return ("node", self._pin(e))
@@ -198,23 +199,24 @@ class ExprKeys:
 
     def _compute_name(self, e: PrimExpr) -> str:
         t = type(e)
-        if t is Var:
-            return e.name
-        if t is IntImm or t is FloatImm:
+        if isinstance(e, Var):
+            return str(e.name)
+        if isinstance(e, (IntImm, FloatImm)):
             return str(e.value)
-        if isinstance(e, BinaryOp) or t is And or t is Or:
+        if isinstance(e, (BinaryOp, And, Or)):
             return f"{self.name(e.a)}{getattr(e, 'symbol', t.__name__)}{self.name(e.b)}"
-        if t is BufferLoad:
-            return e.buffer.name + "[" + ",".join(self.name(i) for i in e.indices) + "]"
-        if t is Call:
-            return e.op + "(" + ",".join(self.name(a) for a in e.args) + ")"
-        if t is Cast:
+        if isinstance(e, BufferLoad):
+            return str(e.buffer.name) + "[" + ",".join(self.name(i) for i in e.indices) + "]"
+        if isinstance(e, Call):
+            return str(e.op) + "(" + ",".join(self.name(a) for a in e.args) + ")"
+        if isinstance(e, Cast):
             return f"{e.dtype}({self.name(e.value)})"
-        if t is Select:
+        if isinstance(e, Select):
             return f"select({self.name(e.condition)},{self.name(e.true_value)},{self.name(e.false_value)})"
-        if t is Not:
+        if isinstance(e, Not):
             return f"!{self.name(e.a)}"
-        fields = [getattr(e, f.name) for f in attrs.fields(t) if f.init]
+        node: Any = e  # every PrimExpr class is an attrs class
+        fields = [getattr(e, f.name) for f in attrs.fields(type(node)) if f.init]
         inner = ",".join(self.name(v) for v in fields if isinstance(v, PrimExpr))
         return f"{t.__name__}({inner})"
 

@@ -23,6 +23,7 @@ from loopir.ir.expr import (
     NE,
     Add,
     And,
+    BinaryOp,
     Cast,
     Div,
     FloatImm,
@@ -123,29 +124,30 @@ def evaluate(expr: PrimExpr, env: Mapping[Var, Value]) -> Value:
         k = id(e)
         if stage == 0 and k in memo:
             continue
-        t = type(e)
-        if t is Select or t is And or t is Or:
-            first = e.condition if t is Select else e.a
+        if isinstance(e, (Select, And, Or)):
+            first = e.condition if isinstance(e, Select) else e.a
             if stage == 0:
                 stack.append((e, 1))
                 stack.append((first, 0))
                 continue
+            c = bool(memo[id(first)])
             if stage == 1:
-                c = bool(memo[id(first)])
-                if t is And and not c:
+                if isinstance(e, And) and not c:
                     memo[k] = False
                     continue
-                if t is Or and c:
+                if isinstance(e, Or) and c:
                     memo[k] = True
                     continue
-                nxt = (e.true_value if c else e.false_value) if t is Select else e.b
+            if isinstance(e, Select):
+                nxt = e.true_value if c else e.false_value
+            else:
+                nxt = e.b
+            if stage == 1:
                 stack.append((e, 2))
                 stack.append((nxt, 0))
                 continue
-            c = bool(memo[id(first)])
-            nxt = (e.true_value if c else e.false_value) if t is Select else e.b
             v = memo[id(nxt)]
-            memo[k] = v if t is Select else bool(v)
+            memo[k] = v if isinstance(e, Select) else bool(v)
             keep.append(e)
             continue
         kids = _children(e)
@@ -159,27 +161,27 @@ def evaluate(expr: PrimExpr, env: Mapping[Var, Value]) -> Value:
 
 
 def _children(e: PrimExpr) -> tuple[PrimExpr, ...]:
-    t = type(e)
-    if t in _BIN or t is FloorDiv or t is FloorMod or t is Div:
+    if isinstance(e, BinaryOp):  # the _BIN operators, FloorDiv, FloorMod, Div
         return (e.a, e.b)
-    if t is Not:
+    if isinstance(e, Not):
         return (e.a,)
-    if t is Cast:
+    if isinstance(e, Cast):
         return (e.value,)
     return ()
 
 
 def _eval_node(e: PrimExpr, args: list[Value], env: Mapping[Var, Value]) -> Value:
     t = type(e)
-    if t is IntImm:
+    if isinstance(e, IntImm):
         return bool(e.value) if dt.is_bool(e.dtype) else e.value
-    if t is FloatImm:
-        return e.value
-    if t is Var:
+    if isinstance(e, FloatImm):
+        v: Value = e.value
+        return v
+    if isinstance(e, Var):
         try:
             v = env[e]
         except KeyError:
-            known = ", ".join(sorted(v.name for v in env)) or "none"
+            known = ", ".join(sorted(x.name for x in env)) or "none"
             raise ArithError(f"evaluate: variable {e.name} has no value (known: {known})") from None
         return bool(v) if dt.is_bool(e.dtype) else v
     fn = _BIN.get(t)

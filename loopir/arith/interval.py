@@ -102,30 +102,29 @@ class _Relaxer:
 
     def of_atom(self, a: PrimExpr) -> tuple[Sum, Sum, bool]:
         s = self.s
-        t = type(a)
-        if t is Var:
+        if isinstance(a, Var):
             r = self.relax[a]
             lo = s.canon(r.min)
             return lo, lo.add(s.canon(r.extent)).add_const(-1), True
-        if (t is FloorDiv or t is FloorMod) and type(a.b) is IntImm and a.b.value > 0:
+        if isinstance(a, (FloorDiv, FloorMod)) and isinstance(a.b, IntImm) and a.b.value > 0:
             c = a.b.value
             ulo, uhi, ex = self.of_sum(s.canon(a.a))
             qlo, qhi = dm.floordiv_const(s, ulo, c), dm.floordiv_const(s, uhi, c)
-            if t is FloorDiv:
+            if isinstance(a, FloorDiv):
                 return qlo, qhi, ex  # monotone: the extremes map to extremes
             if qlo.key() == qhi.key():
                 # no wrap-around: floormod is the operand shifted by a fixed multiple of c
                 return s.merge_divmod(ulo.add(qlo, -c)), s.merge_divmod(uhi.add(qlo, -c)), ex
             return Sum.constant(0, a.dtype), Sum.constant(c - 1, a.dtype), False
-        if t is Min or t is Max:
+        if isinstance(a, (Min, Max)):
             alo, ahi, _ = self.of_sum(s.canon(a.a))
             blo, bhi, _ = self.of_sum(s.canon(a.b))
-            return s.minmax(t, alo, blo), s.minmax(t, ahi, bhi), False
-        if t is Select:
+            return s.minmax(type(a), alo, blo), s.minmax(type(a), ahi, bhi), False
+        if isinstance(a, Select):
             tlo, thi, _ = self.of_sum(s.canon(a.true_value))
             flo, fhi, _ = self.of_sum(s.canon(a.false_value))
             return s.minmax(Min, tlo, flo), s.minmax(Max, thi, fhi), False
-        if t is Mul:
+        if isinstance(a, Mul):
             for x, f in ((a.a, a.b), (a.b, a.a)):
                 fk = s.keys.key(f)
                 if self.relaxed_in(fk, f):

@@ -242,7 +242,8 @@ class Simplifier:
     def simplify_children(self, e: PrimExpr) -> PrimExpr:
         """``e`` with every expression-valued field simplified."""
         changes: dict[str, Any] = {}
-        for f in attrs.fields(type(e)):
+        node: Any = e  # every PrimExpr class is an attrs class
+        for f in attrs.fields(type(node)):
             if not f.init:
                 continue
             v = getattr(e, f.name)
@@ -254,14 +255,15 @@ class Simplifier:
                 nt = tuple(self.simplify(x) for x in v)
                 if any(a is not b for a, b in zip(nt, v)):
                     changes[f.name] = nt
-        return attrs.evolve(e, **changes) if changes else e
+        out: PrimExpr = attrs.evolve(node, **changes) if changes else e
+        return out
 
     def _simplify_other(self, e: PrimExpr) -> PrimExpr:
-        if type(e) is Cast and dt.lanes(e.dtype) == 1:
+        if isinstance(e, Cast) and dt.lanes(e.dtype) == 1:
             v = self.simplify(e.value)
             if e.value.dtype == e.dtype:
                 return v
-            if dt.is_float(e.dtype) and type(v) is IntImm:
+            if dt.is_float(e.dtype) and isinstance(v, IntImm):
                 f = _float_exact(v.value, e.dtype)
                 if f is not None:
                     return FloatImm(f, e.dtype)
@@ -281,26 +283,26 @@ class Simplifier:
         return s
 
     def _canon_impl(self, e: PrimExpr) -> Sum:
-        t = type(e)
-        if t is IntImm:
+        # isinstance so that the checker narrows: every class tested here is a leaf
+        if isinstance(e, IntImm):
             return Sum.constant(e.value, e.dtype)
-        if t is Var:
+        if isinstance(e, Var):
             return self.make_atom(e)
-        if t is Add:
+        if isinstance(e, Add):
             return self.merge_divmod(self.canon(e.a).add(self.canon(e.b)))
-        if t is Sub:
+        if isinstance(e, Sub):
             return self.merge_divmod(self.canon(e.a).add(self.canon(e.b), -1))
-        if t is Mul:
+        if isinstance(e, Mul):
             return self.mul(self.canon(e.a), self.canon(e.b))
-        if t is FloorDiv:
+        if isinstance(e, FloorDiv):
             return dm.floordiv(self, self.canon(e.a), self.canon(e.b))
-        if t is FloorMod:
+        if isinstance(e, FloorMod):
             return dm.floormod(self, self.canon(e.a), self.canon(e.b))
-        if t is Min or t is Max:
-            return self.minmax(t, self.canon(e.a), self.canon(e.b))
-        if t is Select:
+        if isinstance(e, (Min, Max)):
+            return self.minmax(type(e), self.canon(e.a), self.canon(e.b))
+        if isinstance(e, Select):
             return self._select(e)
-        if t is Cast:
+        if isinstance(e, Cast):
             return self._cast(e)
         return self.make_atom(self.simplify_children(e))
 
@@ -357,7 +359,7 @@ class Simplifier:
         if sa.is_const and not sb.is_const:
             sa, sb = sb, sa
         inner = sa.single_atom()
-        if sb.is_const and inner is not None and type(inner) is t and type(inner.b) is IntImm:
+        if sb.is_const and isinstance(inner, (Min, Max)) and type(inner) is t and isinstance(inner.b, IntImm):
             pick = min if t is Min else max
             c = pick(inner.b.value, sb.const)
             return self.minmax(t, self.canon(inner.a), Sum.constant(c, sb.dtype))
@@ -434,46 +436,46 @@ class Simplifier:
     # ----------------------------------------------------------------------------------------
     def _simplify_bool(self, e: PrimExpr) -> PrimExpr:
         t = type(e)
-        if t is IntImm:
+        if isinstance(e, IntImm):
             return e
-        if issubclass(t, CmpOp):
+        if isinstance(e, CmpOp):
             if is_index(e.a.dtype):
                 return self.compare(t, self.canon(e.a), self.canon(e.b))
             a, b = self.simplify(e.a), self.simplify(e.b)
-            if _is_scalar_bool(a.dtype) and type(a) is IntImm and type(b) is IntImm:
+            if _is_scalar_bool(a.dtype) and isinstance(a, IntImm) and isinstance(b, IntImm):
                 r = decide_compare(t, bound_const(a.value - b.value))
                 if r is not None:
                     return IntImm(int(r), "bool")
-            return e if (a is e.a and b is e.b) else t(a, b)
-        if t is And or t is Or:
+            return e if (a is e.a and b is e.b) else type(e)(a, b)
+        if isinstance(e, (And, Or)):
             return self._and_or(t, self.simplify(e.a), self.simplify(e.b))
-        if t is Not:
+        if isinstance(e, Not):
             return self._not(self.simplify(e.a))
-        if t is Select:
+        if isinstance(e, Select):
             cond = self.simplify(e.condition)
-            if type(cond) is IntImm:
+            if isinstance(cond, IntImm):
                 return self.simplify(e.true_value if cond.value else e.false_value)
             tv, fv = self.simplify(e.true_value), self.simplify(e.false_value)
             if self.keys.key(tv) == self.keys.key(fv):
                 return tv
             return Select(cond, tv, fv)
-        if t is Cast and is_index(e.value.dtype):
+        if isinstance(e, Cast) and is_index(e.value.dtype):
             v = self.simplify(e.value)
-            b = self.expr_bound(v)
-            if b.min_value > 0 or b.max_value < 0:
+            bv = self.expr_bound(v)
+            if bv.min_value > 0 or bv.max_value < 0:
                 return true_()
-            if b.min_value == b.max_value == 0:
+            if bv.min_value == bv.max_value == 0:
                 return false_()
             return e if v is e.value else Cast(e.dtype, v)
-        if t is Var:
-            b = self.bounds(e)
-            return IntImm(b.min_value, "bool") if b.is_const else e
+        if isinstance(e, Var):
+            bv = self.bounds(e)
+            return IntImm(bv.min_value, "bool") if bv.is_const else e
         return self.simplify_children(e)
 
     def _and_or(self, t: type, a: PrimExpr, b: PrimExpr) -> PrimExpr:
         absorbing = 0 if t is And else 1
         for x, y in ((a, b), (b, a)):
-            if type(x) is IntImm:
+            if isinstance(x, IntImm):
                 return x if x.value == absorbing else y
         ka, kb = self.keys.key(a), self.keys.key(b)
         if ka == kb:
@@ -497,12 +499,13 @@ class Simplifier:
                     return b
                 if r in ("false", "true"):
                     return IntImm(int(r == "true"), "bool")
-        return t(a, b)
+        both: PrimExpr = t(a, b)
+        return both
 
     def _chain(self, t: type, e: PrimExpr) -> list[PrimExpr]:
         """The operands of a left-nested chain of ``t`` (And or Or) nodes."""
         out: list[PrimExpr] = []
-        while type(e) is t:
+        while isinstance(e, (And, Or)) and type(e) is t:
             out.append(e.b)
             e = e.a
         out.append(e)
@@ -512,7 +515,7 @@ class Simplifier:
         """``e`` as ``D + k < 0`` (``D`` without constant): (key of D, D, k), for integer
         comparisons LT/LE/GT/GE; None for anything else."""
         t = type(e)
-        if t not in (LT, LE, GT, GE) or not is_index(e.a.dtype):
+        if not isinstance(e, (LT, LE, GT, GE)) or not is_index(e.a.dtype):
             return None
         sa, sb = self.canon(e.a), self.canon(e.b)
         if t is LT:
@@ -547,14 +550,14 @@ class Simplifier:
         return None
 
     def _not(self, a: PrimExpr) -> PrimExpr:
-        ta = type(a)
-        if ta is IntImm:
+        if isinstance(a, IntImm):
             return IntImm(1 - a.value, "bool")
-        if ta is Not:
-            return a.a
-        if issubclass(ta, CmpOp) and is_index(a.a.dtype):
+        if isinstance(a, Not):
+            inner: PrimExpr = a.a
+            return inner
+        if isinstance(a, CmpOp) and is_index(a.a.dtype):
             # exact for integers (not for floats, where NaN makes both sides false)
-            inv = {LT: GE, GE: LT, LE: GT, GT: LE, EQ: NE, NE: EQ}[ta]
+            inv = {LT: GE, GE: LT, LE: GT, GT: LE, EQ: NE, NE: EQ}[type(a)]
             return self.compare(inv, self.canon(a.a), self.canon(a.b))
         return Not(a)
 
@@ -597,7 +600,8 @@ class Simplifier:
             return GE(self.to_expr(neg.without_const().scale(-1)), IntImm(d.const + 1, d.dtype))
         if not pos.terms:
             pos, neg = neg.without_const().scale(-1), Sum({}, -d.const, d.dtype)
-        return op(self.to_expr(pos), self.to_expr(neg.scale(-1)))
+        cmp: PrimExpr = op(self.to_expr(pos), self.to_expr(neg.scale(-1)))
+        return cmp
 
 
 __all__ = ["Simplifier", "is_index", "true_", "false_"]

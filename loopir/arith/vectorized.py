@@ -37,6 +37,7 @@ from loopir.ir.expr import (
     Add,
     And,
     Cast,
+    CmpOp,
     FloorDiv,
     FloorMod,
     IntImm,
@@ -145,56 +146,58 @@ class _Eval:
         return out.astype(bool) if dt.is_bool(e.dtype) else out
 
     def _node(self, e: PrimExpr, idx: np.ndarray | None) -> np.ndarray:
-        t = type(e)
-        if t is IntImm:
+        # isinstance (not type(e) is ...) so that the checker narrows; these classes are leaves
+        if isinstance(e, IntImm):
             return np.full(self.n(idx), e.value, dtype=np.int64)
-        if t is Var:
+        if isinstance(e, Var):
             try:
                 v = self.env[e]
             except KeyError:
                 raise NotEnumerable(f"vectorized evaluate: variable {e.name!r} has no values") from None
             a = np.broadcast_to(np.asarray(v, dtype=np.int64), (self.size,))
             return a if idx is None else a[idx]
-        if t in (Add, Sub, Mul):
+        if isinstance(e, (Add, Sub, Mul)):
             a, b = self.run(e.a, idx).astype(np.int64), self.run(e.b, idx).astype(np.int64)
             ma, mb = _mag(a), _mag(b)
-            if (ma * mb if t is Mul else ma + mb) >= _SAFE:
+            if (ma * mb if isinstance(e, Mul) else ma + mb) >= _SAFE:
                 raise NotEnumerable(
                     f"vectorized evaluate: {type(e).__name__} {e} may leave the exact int64 range"
                 )
-            return a * b if t is Mul else (a + b if t is Add else a - b)
-        if t is Min or t is Max:
+            out: np.ndarray = a * b if isinstance(e, Mul) else (a + b if isinstance(e, Add) else a - b)
+            return out
+        if isinstance(e, (Min, Max)):
             a, b = self.run(e.a, idx), self.run(e.b, idx)
-            return np.minimum(a, b) if t is Min else np.maximum(a, b)
-        if t is FloorDiv or t is FloorMod:
+            return np.minimum(a, b) if isinstance(e, Min) else np.maximum(a, b)
+        if isinstance(e, (FloorDiv, FloorMod)):
             a, b = self.run(e.a, idx), self.run(e.b, idx)
             if np.any(b == 0):
-                what = "modulo" if t is FloorMod else "division"
+                what = "modulo" if isinstance(e, FloorMod) else "division"
                 raise NotEnumerable(f"vectorized evaluate: division by zero ({what}) in {e}")
             # numpy's // and % on integers are floor division and floor modulo, as in the IR
-            return np.floor_divide(a, b) if t is FloorDiv else np.mod(a, b)
-        if t in _CMP:
-            return _CMP[t](self.run(e.a, idx), self.run(e.b, idx))
-        if t is Not:
-            return self.run(e.a, idx) == 0
-        if t is And or t is Or:
+            return np.floor_divide(a, b) if isinstance(e, FloorDiv) else np.mod(a, b)
+        if isinstance(e, CmpOp) and type(e) in _CMP:
+            return _CMP[type(e)](self.run(e.a, idx), self.run(e.b, idx))
+        if isinstance(e, Not):
+            out = self.run(e.a, idx) == 0
+            return out
+        if isinstance(e, (And, Or)):
             return self._logic(e, idx)
-        if t is Select:
+        if isinstance(e, Select):
             return self._select(e, idx)
-        if t is Cast:
+        if isinstance(e, Cast):
             return self._cast(e, idx)
-        raise NotEnumerable(f"vectorized evaluate: cannot evaluate a {t.__name__} node ({e})")
+        raise NotEnumerable(f"vectorized evaluate: cannot evaluate a {type(e).__name__} node ({e})")
 
     def _sub(self, idx: np.ndarray | None, keep: np.ndarray) -> np.ndarray:
         """The points of ``idx`` where ``keep`` holds."""
         where = np.nonzero(keep)[0]
         return where if idx is None else idx[where]
 
-    def _logic(self, e: PrimExpr, idx: np.ndarray | None) -> np.ndarray:
+    def _logic(self, e: And | Or, idx: np.ndarray | None) -> np.ndarray:
         a = self.run(e.a, idx) != 0
         # as in C, the right operand is evaluated only where the left one does not decide
         need = a if type(e) is And else ~a
-        out = a.copy()
+        out: np.ndarray = a.copy()
         if need.any():
             out[need] = self.run(e.b, self._sub(idx, need)) != 0
         return out
@@ -211,7 +214,8 @@ class _Eval:
     def _cast(self, e: Cast, idx: np.ndarray | None) -> np.ndarray:
         v = self.run(e.value, idx)
         if dt.is_bool(e.dtype):
-            return v != 0
+            nonzero: np.ndarray = v != 0
+            return nonzero
         bits = dt.bits(e.dtype)
         if bits >= 64 and not dt.is_uint(e.dtype):
             return v.astype(np.int64)

@@ -11,7 +11,7 @@ work as dict keys and in ``in`` tests.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Union
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, Union
 
 import attrs
 
@@ -21,9 +21,10 @@ if TYPE_CHECKING:
     from loopir.ir.buffer import Buffer
 
 ExprLike = Union["PrimExpr", int, float, bool]
+_B = TypeVar("_B", bound="BinaryOp")
 
 
-def _is_expr(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _is_expr(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, PrimExpr):
         raise TypeError(f"{attribute.name} must be a PrimExpr, got {type(value).__name__}: {value!r}")
 
@@ -324,7 +325,7 @@ class GE(CmpOp):
     symbol: ClassVar[str] = ">="
 
 
-def _is_bool_expr(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _is_bool_expr(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     _is_expr(_inst, attribute, value)
     if not dt.is_bool(value.dtype):
         raise TypeError(f"{attribute.name} must be a bool expression, got dtype {value.dtype}: {value}")
@@ -547,7 +548,7 @@ def _scalar_like(value: Any, dtype: str) -> PrimExpr:
     return make_const(value, dtype)
 
 
-def _binop(cls: type[BinaryOp], a: Any, b: Any) -> Any:
+def _binop(cls: type[_B], a: Any, b: Any) -> _B:
     x, y = _match(a, b)
     return cls(x, y)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -24,11 +24,16 @@ Node = Any
 
 
 @cache
-def _child_fields(cls: type) -> tuple[str, ...]:
+def _child_fields_of(cls: Any) -> tuple[str, ...]:
     """Names of the fields of ``cls`` that may hold IR children (skips plain data)."""
     skip = {"name", "dtype", "op", "kind", "thread_tag", "annotations", "attrs", "lanes",
             "value_str", "scope", "symbol"}  # fmt: skip
     return tuple(f.name for f in attrs.fields(cls) if f.name not in skip and f.init)
+
+
+# Typed as a plain function: the checker takes IR classes (whose __hash__ is object's, set in
+# the class body) for unhashable arguments of the cache wrapper.
+_child_fields = cast(Callable[[Any], tuple[str, ...]], _child_fields_of)
 
 
 # Fields that *define* a variable: mutators keep them (substituting a definition is never

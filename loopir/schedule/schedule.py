@@ -385,20 +385,22 @@ class Schedule:
     def _loop_var(self, rv: LoopRV, primitive: str) -> Var:
         return self._loop(rv, primitive)[0].loop_var
 
-    def _make_outputs(self, spec: InstructionKind, targets: Any) -> list[_RV]:
+    def _make_outputs(self, spec: InstructionKind, targets: Any) -> list[_RV | ExprRV]:
         if spec.returns is None:
             return []
         items = list(targets) if spec.returns_list else [targets]
         cls = spec.output_type
-        out: list[_RV] = []
+        out: list[_RV | ExprRV] = []
         for t in items:
             if cls is ExprRV:
-                rv = ExprRV(t)
-                self._exprs[id(rv)] = rv
+                expr = ExprRV(t)
+                self._exprs[id(expr)] = expr
+                out.append(expr)
             else:
-                rv = cls(t if isinstance(t, str) else t.name)  # type: ignore[misc]
+                assert cls is not None and issubclass(cls, _RV)
+                rv = cls(t if isinstance(t, str) else t.name)
                 self._symbols[rv] = t
-            out.append(rv)
+                out.append(rv)
         return out
 
     def _mark_stale(self, index: int, kind: str) -> None:
@@ -825,14 +827,14 @@ class Schedule:
         return _result(P.pad(self._func, self._block_name(block, "pad"), factors))
 
     # --- annotations (pure functions in annotate.py) -------------------------------------------
-    def _annotation_target(self, rv: BlockRV | LoopRV, primitive: str) -> Target:
+    def _annotation_target(self, rv: BlockRV | LoopRV, primitive: str) -> str | Var:
         if isinstance(rv, BlockRV):
             return self._block_name(rv, primitive)
         return self._loop_var(rv, primitive)
 
     @instruction(inputs={"block_or_loop": "any"})
     def annotate(
-        self, block_or_loop: BlockRV | LoopRV, ann_key: str, ann_val: bool | int | float | str | list
+        self, block_or_loop: BlockRV | LoopRV, ann_key: str, ann_val: bool | int | float | str | list[Any]
     ) -> None:
         """Set annotation ``ann_key = ann_val`` on a block or loop (TVM's ``annotate``).
 

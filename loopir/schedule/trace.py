@@ -148,7 +148,7 @@ class Instruction:
     kind: str
     inputs: Mapping[str, Any] = field(default_factory=dict)
     attrs: Mapping[str, Any] = field(default_factory=dict)
-    outputs: tuple[_RV, ...] = ()
+    outputs: tuple[_RV | ExprRV, ...] = ()
 
     def __post_init__(self) -> None:
         # Read-only views: a recorded instruction never changes.
@@ -586,7 +586,7 @@ def _instruction_from_json(
         raise fail(f"{kind} returns nothing, but outputs are {raw_outputs!r}")
     if out_type is not None and not spec.returns_list and len(raw_outputs) != 1:
         raise fail(f"{kind} returns one handle, but outputs are {raw_outputs!r}")
-    outputs: list[_RV] = []
+    outputs: list[_RV | ExprRV] = []
     for name in raw_outputs:
         if not isinstance(name, str) or not name:
             raise fail(f"{kind}: output names must be non-empty strings, got {name!r}")

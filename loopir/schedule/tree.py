@@ -8,6 +8,7 @@ rewrite.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any, cast
 
 import attrs
 
@@ -99,7 +100,7 @@ class _Replace:
         if node is self.old:
             self.done = True
             return self.new
-        changes = {}
+        changes: dict[str, Any] = {}
         for name in _child_fields(type(node)):
             value = getattr(node, name)
             if isinstance(value, Stmt):
@@ -121,7 +122,8 @@ class _Replace:
                 break
         if not changes:
             return node
-        return attrs.evolve(node, **changes)
+        rebuilt: Stmt = attrs.evolve(cast(Any, node), **changes)  # every Stmt class is attrs
+        return rebuilt
 
 
 def replace(func: PrimFunc, old: Stmt, new: Stmt | None) -> PrimFunc:
