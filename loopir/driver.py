@@ -52,6 +52,7 @@ def build(func: Any, target: str = "cpu", **options: Any) -> Any:
 
     database = options.pop("database", None)
     if database is not None:
+        database = _database(database)  # read once for both lookups
         dispatch = _bucketed(func, target, database, options)
         if dispatch is not None:
             return dispatch
@@ -92,14 +93,13 @@ def _database(database: Any) -> Any:
     return database if isinstance(database, Database) else Database(database)
 
 
-def _bucketed(func: Any, target: str, database: Any, options: dict[str, Any]) -> Any:
+def _bucketed(func: Any, target: str, db: Any, options: dict[str, Any]) -> Any:
     """A :class:`ShapeDispatch` over ``func``'s tuned buckets, or None when it has none."""
     if not isinstance(func, PrimFunc):
         return None
     from loopir.runtime.dispatch import ShapeDispatch
     from loopir.schedule.database import DatabaseWarning, parse_bucket
 
-    db = _database(database)
     built = []
     for label in db.buckets(func, target):
         try:
@@ -116,11 +116,10 @@ def _bucketed(func: Any, target: str, database: Any, options: dict[str, Any]) ->
     return ShapeDispatch(func, built, fallback)
 
 
-def _tuned(func: Any, target: str, database: Any) -> Any:
+def _tuned(func: Any, target: str, db: Any) -> Any:
     """``func`` (or each function of a module) with its best stored schedule applied."""
     from loopir.ir.module import IRModule
 
-    db = _database(database)
     if isinstance(func, IRModule):
         return IRModule({n: db.apply(func[n], target) or func[n] for n in func.names})
     if isinstance(func, PrimFunc):

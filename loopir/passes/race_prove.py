@@ -61,6 +61,7 @@ class _Opaque(Mutator):
             return e
         v = Var("opaque", e.dtype)
         self.ranges[v] = (b.min_value, b.max_value - b.min_value + 1)
+        self.ana.bind(v, (b.min_value, b.max_value + 1))
         return v
 
     def visit_FloorDiv(self, e: FloorDiv) -> PrimExpr:
@@ -68,6 +69,15 @@ class _Opaque(Mutator):
 
     def visit_FloorMod(self, e: Any) -> PrimExpr:
         return self._opaque(e)
+
+
+def _split_digits(v: Var, ext: int, d: int, digits: dict[Var, PrimExpr],
+                  ranges: dict[Var, tuple[int, int]]) -> None:  # fmt: skip
+    """``v = q * d + r`` with ``0 <= r < d`` and ``0 <= q < ceil(ext / d)`` (a superset of
+    ``v``'s values when ``d`` does not divide ``ext``, which is still sound)."""
+    q, r = Var(f"{v.name}_q", v.dtype), Var(f"{v.name}_r", v.dtype)
+    digits[v] = Add(Mul(q, IntImm(d, v.dtype)), r)
+    ranges[q], ranges[r] = (0, -(-ext // d)), (0, d)
 
 
 def _divided_vars(e: PrimExpr) -> set[Var]:
@@ -168,9 +178,7 @@ def prove_linear(extent: Callable[[str], int | None], w: Any, x: Any) -> bool:
         # otherwise, which is still sound (and needed for a symbolic grid's c // d, c % d)
         d = max((d for d in divs if (ext % d == 0 or t in unbounded) and d < ext), default=None)
         if d is not None:
-            q, r = Var(f"{c.name}_q", "int32"), Var(f"{c.name}_r", "int32")
-            digits[c] = Add(Mul(q, IntImm(d, "int32")), r)
-            ranges[q], ranges[r] = (0, -(-ext // d)), (0, d)
+            _split_digits(c, ext, d, digits, ranges)
     # the same digits for the other loop variables (an unrolled virtual-thread loop v used as
     # v // 2 and v % 2): the flattened index is then linear in them too
     coord_vars = set(coords.values())
@@ -180,18 +188,17 @@ def prove_linear(extent: Callable[[str], int | None], w: Any, x: Any) -> bool:
             continue
         d = max((d for d in divs if ext % d == 0 and d < ext), default=None)
         if d is not None:
-            q, r = Var(f"{v.name}_q", v.dtype), Var(f"{v.name}_r", v.dtype)
-            digits[v] = Add(Mul(q, IntImm(d, v.dtype)), r)
+            _split_digits(v, ext, d, digits, ranges)
             del ranges[v]
-            ranges[q], ranges[r] = (0, ext // d), (0, d)
     ana = arith.Analyzer({v: (lo, lo + ext) for v, (lo, ext) in ranges.items()})
     flat = []
     for f in forms:
         flat.append([ana.simplify(substitute(i, digits)) if digits else i for i in f])
-    thread_free = _Opaque({v for c in coords.values() for v in (
-        [digits[c].a.a, digits[c].b] if c in digits else [c]) if v in ranges}, ana, ranges)  # type: ignore[attr-defined]
+    cvars = [v for c in coords.values() for v in (
+        [digits[c].a.a, digits[c].b] if c in digits else [c]  # type: ignore[attr-defined]
+    ) if v in ranges]
+    thread_free = _Opaque(set(cvars), ana, ranges)
     flat = [[thread_free.visit(i) for i in f] for f in flat]
-    ana = arith.Analyzer({v: (lo, lo + ext) for v, (lo, ext) in ranges.items()})
     widths = []
     for d in range(len(w.indices)):
         b = [ana.const_int_bound(f[d]) for f in flat]
@@ -199,9 +206,6 @@ def prove_linear(extent: Callable[[str], int | None], w: Any, x: Any) -> bool:
         if lo == arith.NEG_INF or hi == arith.POS_INF:
             return False
         widths.append(hi - lo + 1)
-    cvars = [v for c in coords.values() for v in (
-        [digits[c].a.a, digits[c].b] if c in digits else [c]  # type: ignore[attr-defined]
-    ) if v in ranges]
     others = [[v for v in ranges if v not in coords.values() and v not in cvars
                and any(v is u for i in f for u in collect_vars(i))] for f in flat]
     lin = []

@@ -46,8 +46,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
+
 from loopir import arith
 from loopir.errors import PassError
+from loopir.ir import op
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import GE, LT, BufferLoad, Call, FloorMod, IntImm, Max, PrimExpr, Var
 from loopir.ir.functor import Mutator, post_order_visit, substitute
@@ -248,7 +251,7 @@ class _Rewrite(Mutator):
                 if async_src is not None and reads and stages[i] > async_src and i in live:
                     committed = last_async is not None and last_async < pos
                     out.append(Evaluate(cp_async_wait(stages[i] - async_src - 1 + int(committed))))
-                    out.append(Evaluate(Call("int32", "tvm_storage_sync", (_shared(),))))
+                    out.append(Evaluate(op.storage_sync("shared")))
                 if i in live:
                     g = guard(i)
                     body = at(i, step)
@@ -272,8 +275,6 @@ class _Rewrite(Mutator):
 
 def _expand_depth(loop: For) -> For:
     """The stage annotations :data:`DEPTH_KEY` stands for (the loop unchanged for depth 1)."""
-    import attrs
-
     depth = loop.annotations[DEPTH_KEY]
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise PassError(f"pass InjectSoftwarePipeline: loop {loop.loop_var.name}: {DEPTH_KEY} must be a "
@@ -288,16 +289,8 @@ def _expand_depth(loop: For) -> For:
     return attrs.evolve(loop, annotations=ann)
 
 
-def _shared() -> Any:
-    from loopir.ir.expr import StringImm
-
-    return StringImm("shared")
-
-
 def _mark_async(s: Stmt) -> Stmt:
     """Mark the statement's loops (or the statement, wrapped in a unit loop) as async copies."""
-    import attrs
-
     if isinstance(s, For):
         return attrs.evolve(s, annotations={**s.annotations, ASYNC_COPY_KEY: 1})
     if isinstance(s, IfThenElse):

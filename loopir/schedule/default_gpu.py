@@ -47,7 +47,6 @@ from collections.abc import Callable
 from typing import Any
 
 from loopir.errors import ScheduleError
-from loopir.ir import dtype as dt
 from loopir.ir.expr import IntImm
 from loopir.ir.stmt import Block, IterKind
 from loopir.schedule import gpu_patterns as pat
@@ -56,8 +55,9 @@ from loopir.schedule.schedule import Schedule
 from loopir.schedule.trace import BlockRV, LoopRV
 
 __all__ = [
-    "GEMM_TILES", "cross_thread", "default_gpu_schedule", "default_threads", "default_vector", "per_row",
-    "reduction", "stage_row", "tile_gemm", "tile_transpose", "try_inline", "unscheduled_blocks",
+    "GEMM_TILES", "cross_thread", "default_gpu_schedule", "default_threads", "default_vector", "fuse_all",
+    "inline_all", "per_row", "reduction", "stage_row", "tile_gemm", "tile_transpose", "try_inline",
+    "unscheduled_blocks",
 ]  # fmt: skip
 
 logger = logging.getLogger(__name__)
@@ -77,17 +77,20 @@ def default_threads(cols: Any) -> int:
 def default_vector(cols: Any, dtype: str, threads: int) -> int:
     """Output elements per thread computed as one 16-byte vector (4 floats, 8 halves) when
     every thread's share of a row is whole vectors, else 1."""
-    width = 16 // max(1, dt.bits(dtype) // 8)
+    width = pat.vector_width(dtype)
     return width if isinstance(cols, int) and cols % (threads * width) == 0 else 1
+
+
+def fuse_all(sch: Schedule, loops: list[LoopRV]) -> LoopRV:
+    """``loops`` fused into one; a single loop is returned as it is (no instruction)."""
+    return sch.fuse(*loops) if len(loops) > 1 else loops[0]
 
 
 def cross_thread(sch: Schedule, block: BlockRV, threads: int, reduce_loops: int = 1) -> None:
     """Fuse ``block``'s last ``reduce_loops`` loops and split them into ``threads`` strided
     parts on threadIdx.x (a cross-thread reduction)."""
     loops = sch.get_loops(block)
-    red = loops[-reduce_loops:]
-    loop = sch.fuse(*red) if len(red) > 1 else red[0]
-    ko, tx = sch.split(loop, [None, threads])
+    ko, tx = sch.split(fuse_all(sch, loops[-reduce_loops:]), [None, threads])
     sch.reorder(tx, ko)
     sch.bind(tx, "threadIdx.x")
 
@@ -104,9 +107,8 @@ def per_row(sch: Schedule, out: str, stats: list[str], threads: int, vector: int
     """
     y = sch.get_block(out)
     loops = sch.get_loops(y)
-    i = sch.fuse(*loops[:row_loops]) if row_loops > 1 else loops[0]
-    cols = loops[row_loops:]
-    j = sch.fuse(*cols) if len(cols) > 1 else cols[0]
+    i = fuse_all(sch, loops[:row_loops])
+    j = fuse_all(sch, loops[row_loops:])
     if vector > 1:
         jo, tx, jv = sch.split(j, [None, threads, vector])
         sch.reorder(tx, jo, jv)
@@ -133,7 +135,7 @@ def stage_row(sch: Schedule, readers: list[str], buffer: str, row: LoopRV, threa
     tile = sch.cache_read(blocks[0], buffer, "shared", consumer_blocks=blocks)
     sch.compute_at(tile, row, preserve_unit_loops=True)
     col = sch.get_loops(tile)[-1]
-    width = 16 // max(1, dt.bits(_block(sch, tile).writes[0].buffer.dtype) // 8)
+    width = pat.vector_width(_block(sch, tile).writes[0].buffer.dtype)
     extent = _extent(sch, col)
     if extent is None or extent % (threads * width) != 0:
         width = 1  # a ragged row: scalar copies (the vector path needs whole vectors)
@@ -191,7 +193,7 @@ def tile_gemm(sch: Schedule, name: str, ti: Any, tj: Any, vi: Any = 1, vj: Any =
     sch.reorder(*batch, bi, bj, vi_, vj_, ti_, tj_, ko, ki_, ri_, rj_)
     sch.bind(sch.fuse(bi, bj), "blockIdx.x")
     if batch:
-        sch.bind(sch.fuse(*batch) if len(batch) > 1 else batch[0], "blockIdx.y")
+        sch.bind(fuse_all(sch, batch), "blockIdx.y")
     sch.bind(sch.fuse(vi_, vj_), "vthread.x")
     sch.bind(ti_, "threadIdx.y")
     sch.bind(tj_, "threadIdx.x")
@@ -226,6 +228,11 @@ def _reduce_iter_count(sch: Schedule, block: BlockRV) -> int:
 def _extent(sch: Schedule, loop: LoopRV) -> int | None:
     ext = getattr(sch.get(loop), "extent", None)
     return ext.value if isinstance(ext, IntImm) else None
+
+
+def inline_all(sch: Schedule) -> list[str]:
+    """Inline every unscheduled block :func:`try_inline` accepts; the blocks inlined."""
+    return [name for name in pat.unscheduled_blocks(sch) if try_inline(sch, name)]
 
 
 def try_inline(sch: Schedule, name: str) -> bool:
@@ -266,7 +273,7 @@ def reduction(sch: Schedule, name: str, threads: int) -> None:
     blk = sch.get_block(name)
     rvs = sch.get_loops(blk)
     spatial = rvs[: len(rvs) - n_red]
-    sch.bind(sch.fuse(*spatial) if len(spatial) > 1 else spatial[0], "blockIdx.x")
+    sch.bind(fuse_all(sch, spatial), "blockIdx.x")
     cross_thread(sch, blk, threads, n_red)
 
 
@@ -326,7 +333,7 @@ def _spatial(sch: Schedule, name: str) -> str:
     threads = THREADS if exts is None else max(1, min(THREADS, math.prod(exts)))
     lanes = (pat.vector_lanes(sch, name, threads) or 1) if n_red == 0 else 1
     rvs = sch.get_loops(blk)[:n_spatial]
-    fused = sch.fuse(*rvs) if len(rvs) > 1 else rvs[0]
+    fused = fuse_all(sch, rvs)
     parts = sch.split(fused, [None, threads, lanes] if lanes > 1 else [None, threads])
     sch.bind(parts[0], "blockIdx.x")
     sch.bind(parts[1], "threadIdx.x")
@@ -370,10 +377,7 @@ def default_gpu_schedule(sch: Schedule) -> list[str]:
         When a block cannot be scheduled by any rule (its loops hold other statements, or its
         reduction loops are not innermost), naming the block.
     """
-    done: list[str] = []
-    for name in pat.unscheduled_blocks(sch):
-        if try_inline(sch, name):
-            done.append(f"inline {name}")
+    done: list[str] = [f"inline {name}" for name in inline_all(sch)]
     pending = pat.unscheduled_blocks(sch)
     while pending:
         name = pending.pop()  # consumers first: a row's statistics go with their reader

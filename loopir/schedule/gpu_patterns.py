@@ -22,12 +22,17 @@ from loopir.schedule.schedule import Schedule
 
 __all__ = [
     "RowPattern", "constant_extents", "is_gemm", "nest_loops", "operand_names", "realize", "reduce_loop_count",
-    "reduction_pattern", "row_pattern", "transpose_operand", "unscheduled_blocks", "vector_lanes",
+    "reduction_pattern", "row_pattern", "transpose_operand", "unscheduled_blocks", "vector_lanes", "vector_width",
 ]  # fmt: skip
 
 #: The reduction rule's limits: at most this many outputs, at least this long a reduction.
 MAX_REDUCTION_OUTPUTS = 16384
 MIN_CROSS_THREAD_EXTENT = 128
+
+
+def vector_width(dtype: str) -> int:
+    """Elements of ``dtype`` in one 16-byte vector (4 floats, 8 halves)."""
+    return 16 // max(1, dt.bits(dtype) // 8)
 
 
 def realize(sch: Schedule, name: str) -> tuple[BlockRealize, tuple[Any, ...]]:
@@ -233,7 +238,7 @@ def vector_lanes(sch: Schedule, name: str, threads: int = 1) -> int | None:
         return 1
     inner = loops[-1].loop_var
     accesses = _accesses(br)
-    width = 16 // max(max(1, dt.bits(ac.buffer.dtype) // 8) for ac in accesses)
+    width = min(vector_width(ac.buffer.dtype) for ac in accesses)
     for ac in accesses:
         if ac.indices and (any(_uses(ix, inner) for ix in ac.indices[:-1])
                            or _uses(ac.indices[-1], inner) and not _offset_of(ac.indices[-1], inner)):  # fmt: skip

@@ -349,21 +349,20 @@ def _compare(name: str, dtype: str, x: np.ndarray, y: np.ndarray, rtol: float | 
              atol: float | None, norm: bool = False) -> None:
     if x.shape != y.shape:
         raise EquivalenceError(f"parameter {name}: shapes differ {x.shape} vs {y.shape}")
-    if norm and dt.is_float(dtype) and dtype != "bfloat16":
-        r = TOLERANCES.get(dtype, (1e-5, 1e-6))[0] if rtol is None else rtol
-        xd, yd = x.astype(np.float64), y.astype(np.float64)
-        scale = float(np.linalg.norm(xd))
-        err = float(np.linalg.norm(xd - yd)) / scale if scale else float(np.linalg.norm(yd))
-        if not err <= r:  # NaN fails too
-            raise EquivalenceError(f"parameter {name}: relative (Frobenius) error {err:.3g} > {r:g}")
-        return
     if dt.is_float(dtype):
-        if dtype == "bfloat16":
-            x = (x.astype(np.uint32) << 16).view(np.float32)
-            y = (y.astype(np.uint32) << 16).view(np.float32)
         r, a = TOLERANCES.get(dtype, (1e-5, 1e-6))
         r = r if rtol is None else rtol
         a = a if atol is None else atol
+        if norm and dtype != "bfloat16":
+            xd, yd = x.astype(np.float64), y.astype(np.float64)
+            scale = float(np.linalg.norm(xd))
+            err = float(np.linalg.norm(xd - yd)) / scale if scale else float(np.linalg.norm(yd))
+            if not err <= r:  # NaN fails too
+                raise EquivalenceError(f"parameter {name}: relative (Frobenius) error {err:.3g} > {r:g}")
+            return
+        if dtype == "bfloat16":
+            x = (x.astype(np.uint32) << 16).view(np.float32)
+            y = (y.astype(np.uint32) << 16).view(np.float32)
         bad = ~np.isclose(x.astype(np.float64), y.astype(np.float64), rtol=r, atol=a, equal_nan=True)
     else:
         bad = x != y

@@ -18,16 +18,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import statistics
 import tempfile
-import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
 import attrs
-import numpy as np
 
 from loopir.errors import CodegenError, LoopIRError
 from loopir.ir.stmt import PrimFunc
@@ -140,23 +137,12 @@ class Measure:
     def __call__(self, art: Artifact | LoopIRError) -> tuple[float, str] | LoopIRError:
         if isinstance(art, LoopIRError):
             return art
-        from loopir.testing import assert_outputs_equal, random_inputs
-        from loopir.tune.search import _expected
+        from loopir.tune.search import check_and_time
 
         try:
             mod = load_artifact(art)
-            inputs, expected = _expected(self.reference or art.func, self.sizes)
-            got = [np.array(x, copy=True) for x in inputs]
-            mod(*got)
-            assert_outputs_equal(art.func, expected, got, norm=True)  # tiles reorder the sums
-            if art.target == "cuda":
-                return float(mod.benchmark(*random_inputs(art.func, sizes=self.sizes, seed=1))), _where()
-            times = []
-            for _ in range(self.repeat):
-                t0 = time.perf_counter()
-                mod(*got)
-                times.append((time.perf_counter() - t0) * 1e3)
-            return statistics.median(times), _where()
+            ms = check_and_time(art.func, mod, art.target, self.sizes, self.reference, self.repeat)
+            return ms, _where()
         except LoopIRError as exc:
             return exc
 

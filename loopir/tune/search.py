@@ -69,13 +69,7 @@ class CPURunner:
         from loopir.testing import random_inputs
 
         mod = build(func, target="cpu")
-        args = random_inputs(func, sizes=self.sizes, seed=0)
-        times = []
-        for _ in range(self.repeat):
-            t0 = time.perf_counter()
-            mod(*args)
-            times.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(times)
+        return median_ms(mod, random_inputs(func, sizes=self.sizes, seed=0), self.repeat)
 
 
 @attrs.frozen
@@ -93,14 +87,41 @@ class CUDARunner:
 
     def __call__(self, func: PrimFunc) -> float:
         from loopir.driver import build
-        from loopir.testing import assert_outputs_equal, random_inputs
 
-        inputs, expected = _expected(self.reference or func, self.sizes)
-        got = [np.array(x, copy=True) for x in inputs]
-        mod = build(func, target="cuda")
-        mod(*got)
-        assert_outputs_equal(func, expected, got, norm=True)  # a tiled sum adds in another order
-        return float(mod.benchmark(*random_inputs(func, sizes=self.sizes, seed=1)))
+        return check_and_time(func, build(func, target="cuda"), "cuda", self.sizes, self.reference)
+
+
+def median_ms(mod: Any, args: list[np.ndarray], repeat: int) -> float:
+    """Median wall time in milliseconds of ``repeat`` calls ``mod(*args)``."""
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        mod(*args)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def check_and_time(func: PrimFunc, mod: Any, target: str, sizes: Any, reference: PrimFunc | None,
+                   repeat: int = 3) -> float:  # fmt: skip
+    """Run built candidate ``mod`` of ``func`` on random inputs, compare its outputs with the CPU
+    executor's for ``reference`` (default ``func``; computed once per process) normwise, as a
+    tiled sum adds in another order, then time it: CUDA events (``mod.benchmark``) for
+    ``"cuda"``, the median of ``repeat`` calls on the CPU.
+
+    Raises
+    ------
+    EquivalenceError
+        When the outputs differ.
+    """
+    from loopir.testing import assert_outputs_equal, random_inputs
+
+    inputs, expected = _expected(reference or func, sizes)
+    got = [np.array(x, copy=True) for x in inputs]
+    mod(*got)
+    assert_outputs_equal(func, expected, got, norm=True)
+    if target == "cuda":
+        return float(mod.benchmark(*random_inputs(func, sizes=sizes, seed=1)))
+    return median_ms(mod, got, repeat)
 
 
 _EXPECTED: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}

@@ -31,7 +31,6 @@ from __future__ import annotations
 from typing import Any
 
 from loopir.errors import ScheduleError
-from loopir.ir.stmt import Block
 from loopir.schedule import Schedule
 from loopir.schedule import default_gpu as dg
 from loopir.schedule import gpu_patterns as pat
@@ -46,32 +45,17 @@ def _uniform(sch: Schedule, candidates: list[int]) -> Any:
     return sch.sample_categorical(candidates, [1.0] * len(candidates))
 
 
-def _blocks(sch: Schedule) -> list[Block]:
-    out = []
-    for name in pat.unscheduled_blocks(sch):
-        node = sch.get(sch.get_block(name))
-        assert isinstance(node, Block)
-        out.append(node)
-    return out
-
-
-def _inline_all(sch: Schedule) -> None:
-    for name in pat.unscheduled_blocks(sch):
-        dg.try_inline(sch, name)
-
-
 def elementwise_space(sch: Schedule) -> None:
     """Every unscheduled spatial block: its loops fused, split into blocks x ``threads`` x
     ``lanes``, the lanes vectorized (``lanes`` from the widths whose vectors the shape
     allows, as in the default schedule)."""
-    _inline_all(sch)
+    dg.inline_all(sch)
     for name in reversed(pat.unscheduled_blocks(sch)):
         lanes = pat.vector_lanes(sch, name)
         if lanes is None:
             continue  # not a perfect spatial nest: left to the default schedule
         blk = sch.get_block(name)
-        loops = sch.get_loops(blk)
-        fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+        fused = dg.fuse_all(sch, sch.get_loops(blk))
         widths = [w for w in (1, 2, 4, 8, 16) if w <= lanes]
         _, tx, v = sch.split(fused, [None, _uniform(sch, THREADS), _uniform(sch, widths)])
         sch.bind(sch.get_loops(blk)[0], "blockIdx.x")
@@ -83,7 +67,7 @@ def elementwise_space(sch: Schedule) -> None:
 def reduction_space(sch: Schedule) -> None:
     """Row patterns and long reductions as in the default schedule, with the threads per row
     (or per output) and the vector width of the row's output sampled."""
-    _inline_all(sch)
+    dg.inline_all(sch)
     pending = pat.unscheduled_blocks(sch)
     while pending:
         name = pending.pop()
@@ -115,7 +99,7 @@ def gemm_space(sch: Schedule) -> None:
     ScheduleError
         When the function has no unscheduled GEMM-like block.
     """
-    _inline_all(sch)
+    dg.inline_all(sch)
     name = _gemm_block(sch)
     if name is None:
         raise ScheduleError("gemm_space: no unscheduled GEMM-like block (two spatial loops, "
@@ -133,7 +117,7 @@ def gpu_space(sch: Schedule) -> None:
     :func:`reduction_space` when it has a reduction, else :func:`elementwise_space`."""
     if _gemm_block(sch) is not None:
         gemm_space(sch)
-    elif any(blk.init is not None for blk in _blocks(sch)):
+    elif any(pat.realize(sch, n)[0].block.init is not None for n in pat.unscheduled_blocks(sch)):
         reduction_space(sch)
     else:
         elementwise_space(sch)
