@@ -9,6 +9,9 @@ One command on the GPU machine::
 - ``loopir.tune`` over ``gemm_space`` (tiles, threads, vector widths and the pipeline depth
   1-3 sampled) at 960x770x2304, local padding on; the best trace replayed on 1024^3 and
   4096^3 (a trace names blocks and loops, not sizes);
+- with ``--space sgemm``: ``loopir.tune.spaces.sgemm_space`` (cuBLAS-class 8 x 8 register
+  tiles, the K step unrolled, A padded) instead; with ``--tune-each``: a search at every shape
+  instead of one trace replayed;
 - cuBLAS (``torch.matmul``, fp32, TF32 off) at each shape, in the same run.
 
 Every kernel is checked against float64 on random data first; times are CUDA events around
@@ -29,7 +32,7 @@ import loopir
 from loopir.examples.dense import dense, dense_func
 from loopir.tune import tune
 from loopir.tune.farm import local_farm
-from loopir.tune.spaces import gemm_space
+from loopir.tune.spaces import gemm_space, sgemm_space
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tune_gpu import _cublas, _time  # noqa: E402
@@ -51,7 +54,10 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--builders", type=int, default=None)
+    ap.add_argument("--space", choices=["gemm", "sgemm"], default="gemm")
+    ap.add_argument("--tune-each", action="store_true", help="search at every shape, not only the first")
     args = ap.parse_args()
+    space = gemm_space if args.space == "gemm" else sgemm_space
     import torch
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -72,14 +78,17 @@ def main() -> int:
         for stages in (1, 2, 3):
             row(f"dietcode stages={stages}", shape, _build(dense(*shape, stages=stages).func))
     with local_farm("cuda", builders=args.builders) as farm, loopir.PassContext(config=PAD):
-        res = tune(dense_func(*SHAPES[0]), gemm_space, target="cuda", trials=args.trials, seed=args.seed,
-                   farm=farm, show_progress=False)  # fmt: skip
+        searched = SHAPES if args.tune_each else SHAPES[:1]
+        results = {shape: tune(dense_func(*shape), space, target="cuda", trials=args.trials, seed=args.seed,
+                               farm=farm, show_progress=False) for shape in searched}  # fmt: skip
+    res = results[SHAPES[0]]
     out["tuned_trace"] = str(res.trace)
-    depth = res.trace.decisions
     for shape in SHAPES:
+        own = results.get(shape)
         sch = loopir.Schedule(dense_func(*shape))
-        res.trace.apply_to(sch)
-        row("tuned (960x770x2304 trace)", shape, _build(sch.func), decisions=depth)
+        (own or res).trace.apply_to(sch)
+        label = f"tuned ({args.space}_space, " + ("at this shape)" if own else "960x770x2304 trace)")
+        row(label, shape, _build(sch.func), decisions=(own or res).trace.decisions)
     for shape in SHAPES:
         m, k, n = shape
         r = {"case": "cublas", "shape": list(shape), **_cublas(torch, args, m, k, n)}

@@ -68,7 +68,7 @@ def build(func: Any, target: str = "cpu", **options: Any) -> Any:
 
         return build_cpu(func, **options)
     if target == "cuda":
-        from loopir.codegen_cuda import build_cuda  # type: ignore[attr-defined]
+        from loopir.codegen_cuda import build_cuda
 
         return build_cuda(func, **options)
     raise CodegenError(f"build: unknown target {target!r}; known targets: {', '.join(TARGETS)}")

@@ -6,6 +6,7 @@ import os
 import random
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -43,14 +44,25 @@ _SEED_KEY = pytest.StashKey[int]()
 
 def pytest_configure(config: pytest.Config) -> None:
     # A seed for the whole run, chosen here (unless --hypothesis-seed gave one) so that it can
-    # be printed and replayed; it still differs from run to run.
+    # be printed and replayed; it still differs from run to run. Under pytest-xdist the
+    # controller chooses it and hands it to every worker (pytest_configure_node), so the
+    # printed seed is the one each test ran with.
     from hypothesis import core
 
     seed = config.getoption("--hypothesis-seed", default=None)
-    if seed is None:
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        seed = workerinput["loopir_hypothesis_seed"]
+        core.global_force_seed = seed
+    elif seed is None:
         seed = random.SystemRandom().randrange(2**32)
         core.global_force_seed = seed
     config.stash[_SEED_KEY] = seed
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:  # pytest-xdist: a worker is starting
+    node.workerinput["loopir_hypothesis_seed"] = node.config.stash[_SEED_KEY]
 
 
 def pytest_report_header(config: pytest.Config) -> str:

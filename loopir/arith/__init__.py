@@ -26,6 +26,7 @@ from loopir.arith.analyzer import (
     simplify,
 )
 from loopir.arith.bound import NEG_INF, POS_INF, ConstIntBound
+from loopir.arith.canonical import StructuralKey, structural_key
 from loopir.arith.evaluate import evaluate
 from loopir.arith.interval import IntervalSet
 from loopir.arith.linear import ceildiv
@@ -35,5 +36,5 @@ from loopir.arith.vectorized import NotEnumerable
 __all__ = [
     "Analyzer", "ConstIntBound", "IntervalSet", "POS_INF", "NEG_INF", "simplify", "can_prove",
     "can_prove_equal", "const_int_bound", "int_set", "detect_linear", "ceildiv", "evaluate",
-    "ModularSet", "modular_set", "NotEnumerable",
+    "ModularSet", "modular_set", "NotEnumerable", "StructuralKey", "structural_key",
 ]  # fmt: skip

@@ -6,7 +6,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import attrs
 
@@ -64,7 +64,8 @@ def _post_order(e: PrimExpr) -> list[PrimExpr]:
             continue
         seen.add(id(node))
         stack.append((node, True))
-        for f in attrs.fields(type(node)):
+        # Every concrete PrimExpr class is an attrs class (PrimExpr itself is only the base).
+        for f in attrs.fields(cast("type[attrs.AttrsInstance]", type(node))):
             v = getattr(node, f.name)
             if isinstance(v, PrimExpr):
                 stack.append((v, False))
@@ -237,7 +238,7 @@ class Analyzer:
                 return self._prove(sc.a, depth + 1) and self._prove(sc.b, depth + 1)
             if type(sc) is Or:
                 return self._prove(sc.a, depth + 1) or self._prove(sc.b, depth + 1)
-            if type(sc) is Not and type(sc.a) in (And, Or):
+            if type(sc) is Not and (type(sc.a) is And or type(sc.a) is Or):
                 # De Morgan: not(a and b) == (not a) or (not b)
                 inner = sc.a
                 na, nb = Not(inner.a), Not(inner.b)

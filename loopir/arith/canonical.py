@@ -221,4 +221,35 @@ class ExprKeys:
         return f"{t.__name__}({inner})"
 
 
-__all__ = ["Sum", "ExprKeys", "Key", "Term"]
+@attrs.frozen(eq=False)
+class StructuralKey:
+    """A hashable key of an expression, equal exactly for structurally equal expressions
+    (variables and buffers by identity). It holds the objects whose identities it records, so
+    that no id in it can be reused by a new object while the key exists."""
+
+    key: Key
+    pinned: tuple[Any, ...] = attrs.field(repr=False)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StructuralKey) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+
+def structural_key(e: PrimExpr) -> StructuralKey:
+    """The structural key of ``e`` (:meth:`ExprKeys.key`, kept valid on its own).
+
+    >>> from loopir.ir.expr import Var
+    >>> n = Var("n")
+    >>> structural_key(n * 2 + 1) == structural_key(n * 2 + 1)
+    True
+    >>> structural_key(n + 1) == structural_key(Var("n") + 1)
+    False
+    """
+    keys = ExprKeys()
+    key = keys.key(e)
+    return StructuralKey(key, tuple(keys._alive.values()))
+
+
+__all__ = ["Sum", "ExprKeys", "Key", "Term", "StructuralKey", "structural_key"]

@@ -20,7 +20,7 @@ import math
 from typing import TYPE_CHECKING
 
 from loopir.arith.bound import NEG_INF, POS_INF
-from loopir.arith.canonical import Sum
+from loopir.arith.canonical import Key, Sum, Term
 from loopir.ir.expr import FloorDiv, FloorMod, IntImm, Mul
 
 if TYPE_CHECKING:
@@ -118,8 +118,8 @@ def floormod(s: Simplifier, sa: Sum, sb: Sum) -> Sum:
 
 def _split_divisible(S: Sum, c: int) -> tuple[Sum, Sum]:
     """``S == c*Q + R`` where ``Q`` holds the terms whose coefficient ``c`` divides."""
-    q: dict = {}
-    r: dict = {}
+    q: dict[Key, Term] = {}
+    r: dict[Key, Term] = {}
     for k, (a, coef) in S.terms.items():
         if coef % c == 0:
             q[k] = (a, coef // c)

@@ -31,7 +31,7 @@ def _shape(text: str) -> tuple[int, int, int]:
         vals = ()
     if len(vals) != 3 or min(vals) <= 0:
         raise argparse.ArgumentTypeError(f"expected a shape M x K x N such as 960x770x2304, got {text!r}")
-    return vals  # type: ignore[return-value]
+    return vals
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -71,7 +71,8 @@ _RUN_NAME = "__loopir_show__"
 def _defined_in_file(value: Any) -> bool:
     """Whether ``value`` was made by the file (objects) or defined in it (functions)."""
     if callable(value) and hasattr(value, "__module__"):
-        return value.__module__ == _RUN_NAME
+        made_here: bool = value.__module__ == _RUN_NAME
+        return made_here
     return True
 
 

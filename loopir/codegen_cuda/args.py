@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import numpy as np
@@ -210,7 +210,8 @@ def caller_stream(source: str | None, device: int) -> int:
     if source == "torch":
         if _RAW_STREAM:
             return int(_RAW_STREAM[0](device))
-        torch = torch_module()
+        # stream_source "torch" comes from a torch tensor argument, so torch is imported
+        torch = cast(Any, torch_module())
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         if raw is not None:
             _RAW_STREAM.append(raw)

@@ -358,7 +358,7 @@ class KernelEmitter(CodeWriter):
 
     # -- statements --------------------------------------------------------------------------
     def stmt(self, s: Stmt) -> None:
-        method = getattr(self, "stmt_" + type(s).__name__, None)
+        method = getattr(self, "visit_" + type(s).__name__, None)
         if method is None:
             raise CodegenError(
                 f"CUDA codegen: {type(s).__name__} is not part of the lowered form (expected "
@@ -367,11 +367,11 @@ class KernelEmitter(CodeWriter):
             )
         method(s)
 
-    def stmt_SeqStmt(self, s: SeqStmt) -> None:
+    def visit_SeqStmt(self, s: SeqStmt) -> None:
         for x in s.seq:
             self.stmt(x)
 
-    def stmt_Evaluate(self, s: Evaluate) -> None:
+    def visit_Evaluate(self, s: Evaluate) -> None:
         v = s.value
         if isinstance(v, Call) and v.op == "loopir.thread_allreduce":
             self.line(emit_allreduce(self, v))
@@ -397,7 +397,7 @@ class KernelEmitter(CodeWriter):
             self.line(f"(void)({self.expr(v)});")
         # pure expressions evaluated for nothing are dropped
 
-    def stmt_IfThenElse(self, s: IfThenElse) -> None:
+    def visit_IfThenElse(self, s: IfThenElse) -> None:
         if _has_barrier(s.then_case) or (s.else_case is not None and _has_barrier(s.else_case)):
             logger.warning(
                 "kernel %s: __syncthreads() under the condition %s; correct only if the "
@@ -412,7 +412,7 @@ class KernelEmitter(CodeWriter):
             with self.block("} else"):
                 self.stmt(s.else_case)
 
-    def stmt_BufferStore(self, s: BufferStore) -> None:
+    def visit_BufferStore(self, s: BufferStore) -> None:
         self.note_dtype(s.buffer.dtype)
         lanes = dt.lanes(s.value.dtype)
         if lanes > 1 or any(dt.lanes(i.dtype) > 1 for i in s.indices):
@@ -431,7 +431,7 @@ class KernelEmitter(CodeWriter):
             return
         self.line(f"{self.buffer_name(s.buffer)}[{idx}] = {self.expr(s.value)};")
 
-    def stmt_Allocate(self, s: Allocate) -> None:
+    def visit_Allocate(self, s: Allocate) -> None:
         b = s.buffer
         self.note_dtype(b.dtype)
         for e in (*b.shape, *(b.strides or ())):
@@ -441,8 +441,9 @@ class KernelEmitter(CodeWriter):
                     f"non-constant shape {tuple(str(x) for x in b.shape)}; shared and local "
                     "buffers need constant extents"
                 )
-        strides = None if b.strides is None else [int(st) for st in b.strides]
-        size = allocation_size([int(e) for e in b.shape], strides)  # padded strides included
+        shape = [e.value for e in b.shape if isinstance(e, IntImm)]  # all of them: checked above
+        strides = None if b.strides is None else [st.value for st in b.strides if isinstance(st, IntImm)]
+        size = allocation_size(shape, strides)  # padded strides included
         name = self.buffer_name(b)
         if b.scope == "shared":
             self.shared_bytes += size * max(1, dt.bits(b.dtype) // 8)
@@ -456,11 +457,11 @@ class KernelEmitter(CodeWriter):
             )
         self.stmt(s.body)
 
-    def stmt_For(self, s: For) -> None:
+    def visit_For(self, s: For) -> None:
         if s.annotations.get(ASYNC_COPY_KEY) and not self.in_async_copy:
             self.in_async_copy = True
             try:
-                self.stmt_For(s)
+                self.visit_For(s)
             finally:
                 self.in_async_copy = False
             return
@@ -533,8 +534,11 @@ class KernelEmitter(CodeWriter):
         self, buffer: Buffer, indices: tuple[PrimExpr, ...], v: Var, lanes: int
     ) -> PrimExpr | None:
         """The flat offset at ``v = 0`` if the access is contiguous in ``v`` and aligned."""
-        if buffer.scope == "local" or buffer.strides is not None:
+        if buffer.scope == "local":
             return None  # pointer-casting register arrays would force them into local memory
+        last_stride = None if buffer.strides is None else buffer.strides[-1]
+        if last_stride is not None and not (isinstance(last_stride, IntImm) and last_stride.value == 1):
+            return None  # padded (storage_align) strides are fine while the last axis is dense
         *outer, last = indices
         if any(linear_coeff(i, v) != 0 for i in outer) or linear_coeff(last, v) != 1:
             return None
@@ -579,7 +583,7 @@ class KernelEmitter(CodeWriter):
                     if conds:
                         guard = conds[0]
                         for cnd in conds[1:]:
-                            guard = And(guard, cnd)  # type: ignore[arg-type]
+                            guard = And(guard, cnd)
                         with self.block(f"if ({self.expr(guard)})"):
                             for ln in text.split("\n"):
                                 self.line(ln)

@@ -1,7 +1,5 @@
-"""Expression helpers shared by the splitter, emitter and runtime.
+"""Host-side expression evaluation shared by the splitter, emitter and runtime.
 
-* :func:`structural_key`: a deterministic string for comparing expressions structurally
-  (variables by identity);
 * :func:`eval_int`: evaluate an integer expression of sizes and host loop variables on the
   host (launch extents, host loop bounds, temporary shapes).
 """
@@ -14,40 +12,11 @@ from loopir.arith.evaluate import evaluate
 from loopir.errors import ArithError, CodegenError
 from loopir.ir import dtype as dt
 from loopir.ir.expr import (
-    And,
-    BinaryOp,
     Cast,
-    FloatImm,
-    IntImm,
-    Not,
-    Or,
     PrimExpr,
-    Select,
     Var,
 )
 from loopir.ir.functor import post_order_visit
-
-
-def structural_key(e: PrimExpr) -> str:
-    """A string that is equal for structurally equal expressions (Vars compared by identity)."""
-    if isinstance(e, Var):
-        return f"{e.name}#{id(e)}"
-    if isinstance(e, (IntImm, FloatImm)):
-        return f"{e.value}:{e.dtype}"
-    if isinstance(e, BinaryOp):
-        return f"({type(e).__name__} {structural_key(e.a)} {structural_key(e.b)})"
-    if isinstance(e, Cast):
-        return f"(Cast {e.dtype} {structural_key(e.value)})"
-    if isinstance(e, Select):
-        return (
-            f"(Select {structural_key(e.condition)} {structural_key(e.true_value)} "
-            f"{structural_key(e.false_value)})"
-        )
-    if isinstance(e, (And, Or)):
-        return f"({type(e).__name__} {structural_key(e.a)} {structural_key(e.b)})"
-    if isinstance(e, Not):
-        return f"(Not {structural_key(e.a)})"
-    return f"<{type(e).__name__}#{id(e)}>"
 
 
 def eval_int(e: PrimExpr, env: Mapping[Var, int]) -> int:

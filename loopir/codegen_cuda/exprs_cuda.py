@@ -1,149 +1,111 @@
-"""Printing loopir expressions as CUDA C++ (precedence-aware, minimal parentheses)."""
+"""Printing loopir expressions as CUDA C++: the CUDA dialect of :class:`loopir.ir.c_printer.CPrinter`
+(its literals, loads, casts, math intrinsics, ``min``/``max`` and floor division)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Protocol
 
 from loopir.codegen_cuda import analysis as an
 from loopir.codegen_cuda.ctypes import MATH_F32, MATH_F64, SCALAR_CTYPES, float_literal, int_literal
 from loopir.errors import CodegenError
 from loopir.ir import dtype as dt
+from loopir.ir.buffer import Buffer
+from loopir.ir.c_printer import P_ADD, P_ATOM, P_MUL, P_REL, P_UNARY, CPrinter, Printed
 from loopir.ir.expr import (
-    EQ,
-    GE,
-    GT,
-    LE,
-    LT,
-    NE,
-    Add,
     And,
     BinaryOp,
     Broadcast,
     BufferLoad,
     Call,
     Cast,
-    Div,
     FloatImm,
     FloorDiv,
     FloorMod,
     IntImm,
     Max,
     Min,
-    Mul,
     Not,
     Or,
     PrimExpr,
     Ramp,
     Select,
     StringImm,
-    Sub,
     Var,
 )
 
-if TYPE_CHECKING:
-    from loopir.codegen_cuda.emitter import KernelEmitter
 
-# C operator precedence (higher binds tighter).
-P_ATOM = 100
-P_UNARY = 90
-P_MUL = 80
-P_ADD = 70
-P_REL = 60
-P_EQ = 55
-P_AND = 40
-P_OR = 30
-P_COND = 20
+class Scope(Protocol):
+    """What the printer asks of the code around it (a kernel's emitter, the host program's)."""
 
-_BINARY = {
-    Add: ("+", P_ADD),
-    Sub: ("-", P_ADD),
-    Mul: ("*", P_MUL),
-    Div: ("/", P_MUL),
-    LT: ("<", P_REL),
-    LE: ("<=", P_REL),
-    GT: (">", P_REL),
-    GE: (">=", P_REL),
-    EQ: ("==", P_EQ),
-    NE: ("!=", P_EQ),
-}
+    @property
+    def env(self) -> Mapping[Var, an.Bound]:
+        """Variable bounds: where both operands are provably >= 0, floor division is C's."""
+
+    def var_name(self, v: Var) -> str: ...
+    def buffer_name(self, b: Buffer) -> str: ...
+    def flat_index(self, buffer: Buffer, indices: tuple[PrimExpr, ...]) -> PrimExpr: ...
+    def note_dtype(self, dtype: str) -> None: ...
 
 
 def _is_lowp(dtype: str) -> bool:
     return dt.element(dtype) in ("float16", "bfloat16")
 
 
-class ExprPrinter:
+class ExprPrinter(CPrinter):
     """Prints expressions for one kernel (names and bounds come from the emitter)."""
 
-    def __init__(self, emitter: KernelEmitter) -> None:
+    language = "CUDA codegen"
+
+    def __init__(self, emitter: Scope) -> None:
         self.em = emitter
         self.uses_floor_helpers = False
 
-    def print(self, e: PrimExpr) -> str:
-        return self._p(e)[0]
-
-    def _wrap(self, e: PrimExpr, min_prec: int) -> str:
-        text, prec = self._p(e)
-        return f"({text})" if prec < min_prec else text
-
-    def _p(self, e: PrimExpr) -> tuple[str, int]:
+    def print_prec(self, e: PrimExpr) -> Printed:
         if dt.lanes(e.dtype) > 1 and not isinstance(e, (Ramp, Broadcast)):
             raise CodegenError(
                 f"CUDA codegen: vector expression {e} ({e.dtype}) outside a vector store; "
                 "only stores of Ramp-indexed values are vectorized"
             )
         self.em.note_dtype(e.dtype)
-        if isinstance(e, Var):
-            return self.em.var_name(e), P_ATOM
-        if isinstance(e, IntImm):
-            text = int_literal(e.value, e.dtype)
-            return text, (P_UNARY if text.startswith("-") else P_ATOM)
-        if isinstance(e, FloatImm):
-            text = float_literal(e.value, e.dtype)
-            return text, (P_UNARY if text.startswith("-") else P_ATOM)
-        if isinstance(e, BufferLoad):
-            if any(dt.lanes(i.dtype) > 1 for i in e.indices):
-                raise CodegenError(
-                    f"CUDA codegen: vector load {e} outside a vector store is not supported"
-                )
-            idx = self.print(self.em.flat_index(e.buffer, e.indices))
-            return f"{self.em.buffer_name(e.buffer)}[{idx}]", P_ATOM
-        if isinstance(e, (FloorDiv, FloorMod)):
-            return self._floor(e)
-        if isinstance(e, (Min, Max)):
-            return self._minmax(e)
-        op = _BINARY.get(type(e))
-        if op is not None:
-            assert isinstance(e, BinaryOp)
-            sym, prec = op
-            left = self._wrap(e.a, prec)
-            right = self._wrap(e.b, prec + 1)  # keep the IR's association (float rounding)
-            return f"{left} {sym} {right}", prec
-        if isinstance(e, And):
-            return f"{self._wrap(e.a, P_AND)} && {self._wrap(e.b, P_AND + 1)}", P_AND
-        if isinstance(e, Or):
-            return f"{self._wrap(e.a, P_OR)} || {self._wrap(e.b, P_OR + 1)}", P_OR
-        if isinstance(e, Not):
-            return f"!{self._wrap(e.a, P_UNARY)}", P_UNARY
-        if isinstance(e, Select):
-            c = self._wrap(e.condition, P_UNARY)  # parenthesised unless atomic, for reading
-            t = self._wrap(e.true_value, P_OR)
-            f = self._wrap(e.false_value, P_COND)
-            return f"{c} ? {t} : {f}", P_COND
-        if isinstance(e, Cast):
-            return self._cast(e), P_ATOM
-        if isinstance(e, Call):
-            return self._call(e), P_ATOM
-        if isinstance(e, StringImm):
-            raise CodegenError(f"CUDA codegen: string {e.value!r} outside an intrinsic call")
-        raise CodegenError(f"CUDA codegen: cannot print {type(e).__name__} {e}")
+        return super().print_prec(e)
+
+    def visit_Var(self, e: Var) -> Printed:
+        return self.em.var_name(e), P_ATOM
+
+    def visit_IntImm(self, e: IntImm) -> Printed:
+        return self.literal(int_literal(e.value, e.dtype))
+
+    def visit_FloatImm(self, e: FloatImm) -> Printed:
+        return self.literal(float_literal(e.value, e.dtype))
+
+    def visit_BufferLoad(self, e: BufferLoad) -> Printed:
+        if any(dt.lanes(i.dtype) > 1 for i in e.indices):
+            raise CodegenError(f"CUDA codegen: vector load {e} outside a vector store is not supported")
+        idx = self.print(self.em.flat_index(e.buffer, e.indices))
+        return f"{self.em.buffer_name(e.buffer)}[{idx}]", P_ATOM
+
+    def visit_Min(self, e: Min) -> Printed:
+        return self._minmax(e)
+
+    def visit_Max(self, e: Max) -> Printed:
+        return self._minmax(e)
+
+    def visit_Cast(self, e: Cast) -> Printed:
+        return self._cast(e), P_ATOM
+
+    def visit_Call(self, e: Call) -> Printed:
+        return self._call(e), P_ATOM
+
+    def visit_StringImm(self, e: StringImm) -> Printed:
+        raise CodegenError(f"CUDA codegen: string {e.value!r} outside an intrinsic call")
 
     # -- pieces ---------------------------------------------------------------------------
-    def _floor(self, e: FloorDiv | FloorMod) -> tuple[str, int]:
-        is_div = isinstance(e, FloorDiv)
+    def floor_op(self, e: FloorDiv | FloorMod, mod: bool) -> Printed:
+        is_div = not mod
         if dt.is_float(e.dtype):
             fn = "floorf" if e.dtype == "float32" else "floor"
-            a, b = self._wrap(e.a, P_MUL), self._wrap(e.b, P_MUL + 1)
+            a, b = self.wrap(e.a, P_MUL), self.wrap(e.b, P_MUL + 1)
             if _is_lowp(e.dtype):
                 raise CodegenError(f"CUDA codegen: floor division on {e.dtype} is not supported")
             if is_div:
@@ -151,12 +113,12 @@ class ExprPrinter:
             return f"{a} - {fn}({a} / {b}) * {b}", P_ADD
         if an.is_nonnegative(e.a, self.em.env) and an.is_positive(e.b, self.em.env):
             sym = "/" if is_div else "%"
-            return f"{self._wrap(e.a, P_MUL)} {sym} {self._wrap(e.b, P_MUL + 1)}", P_MUL
+            return f"{self.wrap(e.a, P_MUL)} {sym} {self.wrap(e.b, P_MUL + 1)}", P_MUL
         self.uses_floor_helpers = True
         fn = "loopir_floordiv" if is_div else "loopir_floormod"
         return f"{fn}({self.print(e.a)}, {self.print(e.b)})", P_ATOM
 
-    def _minmax(self, e: Min | Max) -> tuple[str, int]:
+    def _minmax(self, e: Min | Max) -> Printed:
         is_min = isinstance(e, Min)
         d = dt.element(e.dtype)
         if d == "float32":
@@ -179,20 +141,20 @@ class ExprPrinter:
             raise CodegenError(f"CUDA codegen: cannot cast to {dst}")
         if dt.is_bool(dst):
             if _is_lowp(src):
-                return f"((float){self._wrap(e.value, P_UNARY)} != 0.0f)"
-            return f"({self._wrap(e.value, P_REL)} != 0)"
+                return f"((float){self.wrap(e.value, P_UNARY)} != 0.0f)"
+            return f"({self.wrap(e.value, P_REL)} != 0)"
         if _is_lowp(src) or _is_lowp(dst):
             # conversions between half/bfloat16 and other types go through float, which
             # every one of them converts to and from without ambiguity
             if _is_lowp(src):
-                inner = f"(float){self._wrap(e.value, P_UNARY)}"
+                inner = f"(float){self.wrap(e.value, P_UNARY)}"
                 if dt.element(dst) == "float32":
                     return f"({inner})"
                 return f"(({tname})({inner}))"
             if dt.element(src) != "float32":
-                inner = f"(float){self._wrap(e.value, P_UNARY)}"
+                inner = f"(float){self.wrap(e.value, P_UNARY)}"
             return f"(({tname})({inner}))"
-        return f"(({tname}){self._wrap(e.value, P_UNARY)})"
+        return f"(({tname}){self.wrap(e.value, P_UNARY)})"
 
     def _call(self, e: Call) -> str:
         op = e.op

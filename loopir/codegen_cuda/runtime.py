@@ -24,7 +24,7 @@ import ctypes
 import logging
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -407,7 +407,7 @@ class CUDAModule:
             ]
             for ev in events:
                 lib.check(lib.dll.loopir_rt_event_create(ctypes.byref(ev)), name)
-            call = self if stream is None else (lambda *a: self(*a, stream=stream))
+            call: Callable[..., None] = self if stream is None else (lambda *a: self(*a, stream=stream))
             for _ in range(warmup):
                 call(*args)
             times = []

@@ -18,9 +18,11 @@ Any other host statement that touches a buffer cannot run on the host and is rep
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeGuard
 
 import attrs
 
+from loopir.arith import structural_key
 from loopir.errors import CodegenError
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr, Var
@@ -217,7 +219,7 @@ def _touched_buffers(stmt: Stmt) -> tuple[list[Buffer], set[Buffer]]:
     return list(order), written
 
 
-def _is_kernel_root(stmt: Stmt) -> bool:
+def _is_kernel_root(stmt: object) -> TypeGuard[For]:
     return isinstance(stmt, For) and stmt.kind is ForKind.THREAD_BINDING
 
 
@@ -226,7 +228,7 @@ def _contains_kernel(stmt: Stmt) -> bool:
 
     def f(n: object) -> None:
         nonlocal found
-        if _is_kernel_root(n):  # type: ignore[arg-type]
+        if _is_kernel_root(n):
             found = True
 
     post_order_visit(stmt, f)
@@ -259,21 +261,14 @@ class _ThreadExtents(Visitor):
         self.generic_visit(node)
 
 
-def _expr_key(e: PrimExpr) -> str:
-    """A structural key for comparing launch extents (printing is deterministic)."""
-    from loopir.codegen_cuda.exprs import structural_key
-
-    return structural_key(e)
-
-
 def launch_extent(tag: str, extents: Sequence[PrimExpr], kernel: str) -> PrimExpr:
     """The launch extent for ``tag``: the largest constant, or the one symbolic extent."""
     consts = [e.value for e in extents if isinstance(e, IntImm)]
     symbolic = [e for e in extents if not isinstance(e, IntImm)]
     if symbolic:
-        keys = {_expr_key(e) for e in symbolic}
+        keys = {structural_key(e) for e in symbolic}
         if len(keys) > 1 or consts:
-            shown = ", ".join(sorted({_expr_key(e) for e in extents}))
+            shown = ", ".join(sorted({str(e) for e in extents}))
             raise CodegenError(
                 f"kernel {kernel}: loops bound to {tag} have different extents ({shown}); "
                 "a symbolic thread extent must be the same for every loop with that tag"

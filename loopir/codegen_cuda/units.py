@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import sysconfig
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -129,7 +129,7 @@ def _cutlass_units(specs: dict[str, Any], arch: str, cache_dir: Any, use_cache: 
         return lambda: compile_cuda(emit_module(group), arch=arch, flags=tuple(unit_flags()),
                                     cache_dir=cache_dir, use_cache=use_cache, output="object")  # fmt: skip
 
-    label = (lambda g: f"cutlass:{g[0].entry}") if per_config else (lambda g: "cutlass")
+    label: Callable[[list[Any]], str] = (lambda g: f"cutlass:{g[0].entry}") if per_config else (lambda g: "cutlass")
     return [(label(g), job(g)) for g in groups], emit_module(list(specs.values()))
 
 

@@ -97,7 +97,8 @@ class _LaneOf(Mutator):
                 structural_equal(a, b) for a, b in zip(load.indices, node.indices)
             ):
                 return names[self.k]
-        return self.generic_visit(node)
+        same: PrimExpr = self.generic_visit(node)
+        return same
 
 
 def vector_compute(em: Any, store: BufferStore, v: Var, lanes: int) -> str | None:

@@ -252,8 +252,8 @@ class _Comparer:
                 a,
                 b,
             )
-        for n, (x, y) in enumerate(zip(a.alloc_buffers, b.alloc_buffers)):
-            self.define_buffer(x, y, f"{path}.alloc_buffers[{n}]")
+        for n, (xb, yb) in enumerate(zip(a.alloc_buffers, b.alloc_buffers)):
+            self.define_buffer(xb, yb, f"{path}.alloc_buffers[{n}]")
         self.fields(a, b, path, ("reads", "writes", "annotations", "init", "body"))
 
     def func(self, a: PrimFunc, b: PrimFunc, path: str) -> None:

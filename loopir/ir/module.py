@@ -70,7 +70,7 @@ class IRModule:
     items: tuple[tuple[str, PrimFunc], ...]
 
     def __init__(self, functions: Mapping[str, PrimFunc]) -> None:
-        self.__attrs_init__(_functions(functions))  # type: ignore[attr-defined]
+        self.__attrs_init__(_functions(functions))
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -34,6 +34,7 @@ from loopir.ir.expr import (
     NE,
     Add,
     And,
+    BinaryOp,
     Broadcast,
     BufferLoad,
     Call,
@@ -78,20 +79,12 @@ INDENT = "    "
 # Python precedence levels (higher binds tighter).
 _P_OR, _P_AND, _P_NOT, _P_CMP, _P_ADD, _P_MUL, _P_UNARY, _P_ATOM = range(1, 9)
 
-_BIN_PREC: dict[type, tuple[int, str]] = {
-    Add: (_P_ADD, "+"),
-    Sub: (_P_ADD, "-"),
-    Mul: (_P_MUL, "*"),
-    Div: (_P_MUL, "/"),
-    FloorDiv: (_P_MUL, "//"),
-    FloorMod: (_P_MUL, "%"),
-    EQ: (_P_CMP, "=="),
-    NE: (_P_CMP, "!="),
-    LT: (_P_CMP, "<"),
-    LE: (_P_CMP, "<="),
-    GT: (_P_CMP, ">"),
-    GE: (_P_CMP, ">="),
-}
+# Python precedence of the classes printed infix; the operator is the class's own symbol.
+_BIN_PREC: dict[type[PrimExpr], int] = {
+    Add: _P_ADD, Sub: _P_ADD, Mul: _P_MUL, Div: _P_MUL, FloorDiv: _P_MUL, FloorMod: _P_MUL,
+    EQ: _P_CMP, NE: _P_CMP, LT: _P_CMP, LE: _P_CMP, GT: _P_CMP, GE: _P_CMP, And: _P_AND, Or: _P_OR,
+}  # fmt: skip
+
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -188,21 +181,13 @@ class _Printer:
             return _float_str(e.value, e.dtype), _P_ATOM
         if isinstance(e, StringImm):
             return _quote(e.value), _P_ATOM
-        spec = _BIN_PREC.get(type(e))
-        if spec is not None:
-            prec, sym = spec
-            a, b = e.a, e.b  # type: ignore[attr-defined]
-            if prec == _P_CMP:
-                # comparisons chain in Python: both sides must bind tighter.
-                left = self._wrap(a, prec + 1)
-            else:
-                left = self._wrap(a, prec)
-            right = self._wrap(b, prec + 1)
-            return f"{left} {sym} {right}", prec
-        if isinstance(e, And):
-            return f"{self._wrap(e.a, _P_AND)} and {self._wrap(e.b, _P_AND + 1)}", _P_AND
-        if isinstance(e, Or):
-            return f"{self._wrap(e.a, _P_OR)} or {self._wrap(e.b, _P_OR + 1)}", _P_OR
+        prec = _BIN_PREC.get(type(e))
+        if prec is not None:
+            assert isinstance(e, (BinaryOp, And, Or))  # the classes of _BIN_PREC
+            # comparisons chain in Python: both sides must bind tighter.
+            left = self._wrap(e.a, prec + 1 if prec == _P_CMP else prec)
+            right = self._wrap(e.b, prec + 1)
+            return f"{left} {type(e).symbol} {right}", prec
         if isinstance(e, Not):
             return f"not {self._wrap(e.a, _P_NOT)}", _P_NOT
         if isinstance(e, (Min, Max)):

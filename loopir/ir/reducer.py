@@ -18,14 +18,14 @@ import attrs
 
 from loopir.ir import dtype as dt
 from loopir.ir.equality import structural_equal
-from loopir.ir.expr import Add, BufferLoad, Max, Min, PrimExpr, make_const
+from loopir.ir.expr import Add, BinaryOp, BufferLoad, Max, Min, PrimExpr, make_const
 from loopir.ir.functor import touches_buffer
 from loopir.ir.stmt import Block, BufferStore
 
 __all__ = ["REDUCERS", "Reducer", "combine", "identity", "is_identity", "match_reducer"]
 
 REDUCERS = ("sum", "max", "min")
-_OPS = {Add: "sum", Max: "max", Min: "min"}
+_OPS: dict[type[PrimExpr], str] = {Add: "sum", Max: "max", Min: "min"}
 
 
 def identity(op: str, dtype: str) -> PrimExpr:
@@ -78,13 +78,15 @@ def match_reducer(block: Block) -> Reducer | str:
         structural_equal(a, b) for a, b in zip(init.indices, body.indices)
     ):
         return f"the init of block {block.name!r} is not a store to the element its body updates"
-    op = _OPS.get(type(body.value))
-    if op is None:
+    update = body.value
+    op = _OPS.get(type(update))
+    # The isinstance only narrows: every key of _OPS is a BinaryOp subclass.
+    if op is None or not isinstance(update, BinaryOp):
         return (
             f"the update of block {block.name!r} is not a sum, max or min of the element it "
             f"stores ({body.value})"
         )
-    a, b = body.value.a, body.value.b  # type: ignore[attr-defined]
+    a, b = update.a, update.b
 
     def is_self(e: PrimExpr) -> bool:
         return (

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
 from loopir.ir import dtype as dt
 from loopir.ir.buffer import Buffer, BufferRegion, Range
 from loopir.ir.expr import IntImm, PrimExpr, Var, _expr_tuple, _is_bool_expr, _is_expr, convert
+
+_T = TypeVar("_T")
 
 THREAD_TAGS = (
     "blockIdx.x", "blockIdx.y", "blockIdx.z",
@@ -71,12 +73,12 @@ class Stmt:
     __str__ = __repr__
 
 
-def _is_stmt(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _is_stmt(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, Stmt):
         raise TypeError(f"{attribute.name} must be a Stmt, got {type(value).__name__}: {value!r}")
 
 
-def _opt_stmt(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _opt_stmt(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None:
         _is_stmt(_inst, attribute, value)
 
@@ -208,15 +210,25 @@ class IterVar:
         return f"IterVar({self.var.name}, {self.dom}, {self.kind.value})"
 
 
-def _tuple_of(cls: type) -> Any:
-    def conv(value: Any) -> tuple[Any, ...]:
-        out = tuple(value)
-        for v in out:
-            if not isinstance(v, cls):
-                raise TypeError(f"expected {cls.__name__}, got {type(v).__name__}: {v!r}")
-        return out
+def _tuple_of(cls: type[_T], value: Any) -> tuple[_T, ...]:
+    out = tuple(value)
+    for v in out:
+        if not isinstance(v, cls):
+            raise TypeError(f"expected {cls.__name__}, got {type(v).__name__}: {v!r}")
+    return out
 
-    return conv
+
+# Named converters (the mypy attrs plugin only understands named functions as converters).
+def _iter_var_tuple(value: Any) -> tuple[IterVar, ...]:
+    return _tuple_of(IterVar, value)
+
+
+def _buffer_region_tuple(value: Any) -> tuple[BufferRegion, ...]:
+    return _tuple_of(BufferRegion, value)
+
+
+def _buffer_tuple(value: Any) -> tuple[Buffer, ...]:
+    return _tuple_of(Buffer, value)
 
 
 @attrs.frozen(eq=False, repr=False)
@@ -229,12 +241,12 @@ class Block(Stmt):
     """
 
     name: str = attrs.field(validator=attrs.validators.instance_of(str))
-    iter_vars: tuple[IterVar, ...] = attrs.field(converter=_tuple_of(IterVar))
-    reads: tuple[BufferRegion, ...] = attrs.field(converter=_tuple_of(BufferRegion))
-    writes: tuple[BufferRegion, ...] = attrs.field(converter=_tuple_of(BufferRegion))
+    iter_vars: tuple[IterVar, ...] = attrs.field(converter=_iter_var_tuple)
+    reads: tuple[BufferRegion, ...] = attrs.field(converter=_buffer_region_tuple)
+    writes: tuple[BufferRegion, ...] = attrs.field(converter=_buffer_region_tuple)
     body: Stmt = attrs.field(validator=_is_stmt)
     init: Stmt | None = attrs.field(default=None, validator=_opt_stmt)
-    alloc_buffers: tuple[Buffer, ...] = attrs.field(default=(), converter=_tuple_of(Buffer))
+    alloc_buffers: tuple[Buffer, ...] = attrs.field(default=(), converter=_buffer_tuple)
     annotations: FrozenDict = attrs.field(factory=FrozenDict, converter=_frozen_dict)
 
 
@@ -267,7 +279,7 @@ class PrimFunc:
     allocates the intermediate buffers.
     """
 
-    params: tuple[Buffer, ...] = attrs.field(converter=_tuple_of(Buffer))
+    params: tuple[Buffer, ...] = attrs.field(converter=_buffer_tuple)
     body: Stmt = attrs.field(validator=_is_stmt)
     name: str = attrs.field(default="main", validator=attrs.validators.instance_of(str))
     attrs: FrozenDict = attrs.field(factory=FrozenDict, converter=_frozen_dict)

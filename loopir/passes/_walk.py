@@ -8,7 +8,7 @@ import attrs
 
 from loopir.ir import op
 from loopir.ir.buffer import Buffer, Range
-from loopir.ir.expr import And, BufferLoad, PrimExpr, Ramp, Var
+from loopir.ir.expr import And, BufferLoad, IntImm, PrimExpr, Ramp, Var
 from loopir.ir.functor import Visitor
 from loopir.ir.stmt import Allocate, BufferStore, For, ForKind, IfThenElse, Stmt
 
@@ -19,6 +19,7 @@ __all__ = [
     "is_thread_loop",
     "loop_range",
     "index_bounds_exprs",
+    "int_of",
 ]
 
 
@@ -38,6 +39,14 @@ def is_thread_loop(f: For, prefixes: Iterable[str] = ("threadIdx.", "vthread."))
 
 def loop_range(f: For) -> Range:
     return Range(f.min, f.extent)
+
+
+def int_of(e: PrimExpr) -> int:
+    """``int(e)`` of a constant extent or stride: an IntImm's value; anything else is a
+    TypeError (as ``int()`` of a non-constant expression is)."""
+    if not isinstance(e, IntImm):
+        raise TypeError(f"expected a constant integer, got {type(e).__name__} {e}")
+    return int(e)
 
 
 def index_bounds_exprs(idx: PrimExpr) -> list[PrimExpr]:

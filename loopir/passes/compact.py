@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal
 
 import attrs
 
@@ -45,11 +46,15 @@ from loopir.passes._walk import (
     Access,
     collect_accesses,
     index_bounds_exprs,
+    int_of,
     is_thread_loop,
     loop_range,
 )
 from loopir.passes.base import Pass, require_lowered
 from loopir.passes.context import PassContext, register_config
+
+if TYPE_CHECKING:
+    from loopir.arith import Analyzer
 
 __all__ = ["CompactBufferAllocation"]
 
@@ -74,7 +79,7 @@ register_config(
 _MAX_SYMBOLIC_TILE = 1 << 16
 
 
-def _analyzer(loops: Sequence[For]):  # noqa: ANN202 - arith is imported lazily
+def _analyzer(loops: Sequence[For]) -> Analyzer:
     from loopir.arith import Analyzer
 
     ana = Analyzer()
@@ -88,8 +93,8 @@ def _const(e: PrimExpr) -> int | None:
 
 
 def _enum_interval(
-    e: PrimExpr, relax: Sequence[For], conds: Sequence[PrimExpr], ana
-) -> tuple[PrimExpr, int, int] | None | bool:
+    e: PrimExpr, relax: Sequence[For], conds: Sequence[PrimExpr], ana: Analyzer
+) -> tuple[PrimExpr, int, int] | None | Literal[False]:
     """``(h, lo, hi)`` with ``e`` in ``[h + lo, h + hi]``; None: never executed; False: failed."""
     rvars = {f.loop_var for f in relax}
     ranges = []
@@ -118,6 +123,10 @@ def _enum_interval(
     if vals.size == 0:
         return None
     return h, int(vals.min()), int(vals.max())
+
+
+# An index's hull (lo, hi), then (h, lo - h, hi - h) when _enum_interval found them (else Nones)
+_Interval = tuple[PrimExpr, PrimExpr, PrimExpr | None, int | None, int | None]
 
 
 @attrs.define
@@ -156,7 +165,7 @@ def _plan(alloc: Allocate, accesses: list[Access], keep_global_at_root: bool = F
     mins: list[PrimExpr | None] = []
     shape: list[PrimExpr] = []
     for d, full in enumerate(buf.shape):
-        intervals: list[tuple[PrimExpr, PrimExpr, PrimExpr | None, int | None, int | None]] = []
+        intervals: list[_Interval] = []
         for a in mine:
             relax = [f for i, f in enumerate(a.loops) if i >= len(prefix) or (shared and is_thread_loop(f))]
             inner_ana = _analyzer(a.loops)
@@ -244,14 +253,14 @@ def _first_carrying(prefix: Sequence[For], mine: Sequence[Access], buf: Buffer) 
     return len(prefix)
 
 
-def _union(intervals, ana) -> tuple[PrimExpr, PrimExpr]:  # noqa: ANN001
+def _union(intervals: Sequence[_Interval], ana: Analyzer) -> tuple[PrimExpr, PrimExpr]:
     """Hull of intervals; exact integer hull when all share one symbolic base."""
     h0 = intervals[0][2]
     if h0 is not None:
         los: list[int] = []
         his: list[int] = []
         for _lo_e, _hi_e, h, lo, hi in intervals:
-            if h is None:
+            if h is None or lo is None or hi is None:  # (all None or none: see _plan)
                 break
             off = _const(ana.simplify(h - h0))
             if off is None:
@@ -262,9 +271,9 @@ def _union(intervals, ana) -> tuple[PrimExpr, PrimExpr]:  # noqa: ANN001
             return ana.simplify(h0 + min(los)), ana.simplify(h0 + max(his))
     lo_e = intervals[0][0]
     hi_e = intervals[0][1]
-    for lo, hi, *_ in intervals[1:]:
-        lo_e = op.min_(lo_e, lo)
-        hi_e = op.max_(hi_e, hi)
+    for lo_i, hi_i, *_ in intervals[1:]:
+        lo_e = op.min_(lo_e, lo_i)
+        hi_e = op.max_(hi_e, hi_i)
     return ana.simplify(lo_e), ana.simplify(hi_e)
 
 
@@ -313,19 +322,20 @@ class _Rewrite(Mutator):
         return BufferStore(buf, node.value, idx)
 
     def visit_Allocate(self, node: Allocate) -> Stmt:
-        body = self.visit(node.body)
+        body: Stmt = self.visit(node.body)
         if node in self.drop:
             return body
         return body if body is node.body else attrs.evolve(node, body=body)
 
     def visit_For(self, node: For) -> Stmt:
-        out = self.generic_visit(node)
+        loop: For = self.generic_visit(node)  # rebuilt (when changed) as a For
         inner = self.body_of.get(node)
         if inner:
-            body = out.body
+            body = loop.body
             for p in reversed(inner):
                 body = Allocate(p.new_buffer, body)
-            out = attrs.evolve(out, body=body)
+            loop = attrs.evolve(loop, body=body)
+        out: Stmt = loop
         for p in reversed(self.around.get(node, [])):
             out = Allocate(p.new_buffer, out)
         return out
@@ -394,8 +404,8 @@ def _check_shared_memory(plans: Sequence[_Plan], accesses: Sequence[Access], ctx
     for p in plans:
         b = p.new_buffer
         if p.used and b.scope == "shared" and all(isinstance(e, IntImm) for e in b.shape):
-            strides = None if b.strides is None else [int(st) for st in b.strides]
-            elems = storage_align.allocation_size([int(e.value) for e in b.shape], strides)
+            strides = None if b.strides is None else [int_of(st) for st in b.strides]
+            elems = storage_align.allocation_size([int_of(e) for e in b.shape], strides)
             sizes[p.old.buffer] = elems * dt.lanes(b.dtype) * dt.bits(b.dtype) // 8
     per_kernel: dict[int, tuple[For, dict[str, int]]] = {}
     for a in accesses:

@@ -147,7 +147,8 @@ class _Lower(Mutator):
                 return self.lower(node, target[0])
         self.loops.append(node)
         try:
-            return self.generic_visit(node)
+            out: Stmt = self.generic_visit(node)  # a statement mutates to a statement
+            return out
         finally:
             self.loops.pop()
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import cast
 
 import attrs
 
@@ -35,6 +35,7 @@ from loopir.ir.expr import (
     GE,
     GT,
     Add,
+    BinaryOp,
     BufferLoad,
     Call,
     Cast,
@@ -161,7 +162,7 @@ def _first_block_name(stmt: Stmt) -> str:
     return names[-1] if names else "<no block>"
 
 
-def _flatten(e: PrimExpr, cls: type) -> list[PrimExpr]:
+def _flatten(e: PrimExpr, cls: type[BinaryOp]) -> list[PrimExpr]:
     if isinstance(e, cls):
         return _flatten(e.a, cls) + _flatten(e.b, cls)
     return [e]
@@ -183,9 +184,8 @@ def _float_const(e: PrimExpr) -> float | None:
 
 
 def _idx_vars(load: BufferLoad) -> tuple[Var, ...] | None:
-    if all(isinstance(i, Var) for i in load.indices):
-        return tuple(load.indices)  # type: ignore[arg-type]
-    return None
+    idx = tuple(i for i in load.indices if isinstance(i, Var))
+    return idx if len(idx) == len(load.indices) else None
 
 
 def match_gemm(stage: Stmt, *, params: Sequence[Buffer]) -> GemmCore | NoMatch:
@@ -295,13 +295,14 @@ def match_gemm(stage: Stmt, *, params: Sequence[Buffer]) -> GemmCore | NoMatch:
         if buf.strides is not None or buf.scope != "global":
             return NoMatch(name, f"operand {role} ({buf.name}) is not a compact global buffer")
     extents = [_const_int(iv.dom.extent) for iv in spatial] + [_const_int(reduce[0].dom.extent)]
-    if any(e is None for e in extents):
+    static = [e for e in extents if e is not None]
+    if len(static) != len(extents):
         return NoMatch(name, "symbolic extents are not offloaded")
     if batched:
-        batch, m, n, k = extents  # type: ignore[misc]
+        batch, m, n, k = static
     else:
         batch = 1
-        m, n, k = extents  # type: ignore[misc]
+        m, n, k = static
     # The buffers must be exactly the operand shapes: a larger buffer would make the
     # compact-stride assumption of the CUTLASS entry point wrong.
     want_a = (k, m) if lay_a == "col" else (m, k)
@@ -331,7 +332,7 @@ def _is_self_load(e: PrimExpr, buf: Buffer, svars: tuple[Var, ...]) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
-def _key(e: Any) -> Any:
+def _key(e: object) -> object:
     """Structural key of an expression with float casts removed (Vars/Buffers by identity)."""
     if isinstance(e, Cast) and dt.is_float(e.dtype) and dt.is_float(e.value.dtype):
         return _key(e.value)
@@ -342,7 +343,9 @@ def _key(e: Any) -> Any:
     if isinstance(e, IntImm):
         return ("const", float(e.value)) if not dt.is_bool(e.dtype) else ("bool", e.value)
     if isinstance(e, PrimExpr):
-        return (type(e).__name__,) + tuple(_key(getattr(e, f.name)) for f in attrs.fields(type(e)))
+        # every concrete PrimExpr class is an attrs class (PrimExpr itself is only the base)
+        cls = cast("type[attrs.AttrsInstance]", type(e))
+        return (type(e).__name__,) + tuple(_key(getattr(e, f.name)) for f in attrs.fields(cls))
     if isinstance(e, tuple):
         return tuple(_key(x) for x in e)
     return e

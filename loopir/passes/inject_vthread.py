@@ -42,7 +42,7 @@ from loopir.ir.stmt import (
     seq,
 )
 from loopir.passes import storage_align
-from loopir.passes._walk import is_thread_loop
+from loopir.passes._walk import int_of, is_thread_loop
 from loopir.passes.base import Pass, require_lowered
 from loopir.passes.context import PassContext
 
@@ -139,7 +139,8 @@ class _Injector:
         from loopir.ir.functor import substitute
 
         if self.extent == 1:
-            return substitute(s, {self.v: IntImm(0, self.v.dtype)})
+            out: Stmt = substitute(s, {self.v: IntImm(0, self.v.dtype)})
+            return out
         v2 = Var(self.v.name, self.v.dtype)
         return For(v2, 0, self.extent, ForKind.UNROLLED, substitute(s, {self.v: v2}))
 
@@ -169,7 +170,9 @@ def _expanded(b: Buffer, extent: int) -> Buffer:
     shape = (IntImm(extent, "int32"), *b.shape)
     if b.strides is None:
         return attrs.evolve(b, shape=shape)
-    span = storage_align.allocation_size([int(e) for e in b.shape], [int(s) for s in b.strides])
+    span = storage_align.allocation_size(
+        [int_of(e) for e in b.shape], [int_of(s) for s in b.strides]
+    )
     return attrs.evolve(b, shape=shape, strides=(IntImm(span, "int32"), *b.strides))
 
 

@@ -486,8 +486,8 @@ class _Analysis:
         xs = {f.loop_var for f in domain}
         offsets = []
         for ld, st in zip(src.indices, s.store.indices):
-            off = ana.simplify(ld - st)
-            offsets.append(None if set(collect_vars(off)) & xs else off)
+            delta = ana.simplify(ld - st)
+            offsets.append(None if set(collect_vars(delta)) & xs else delta)
         preds = []
         for c in inlined:
             d_f = normalize_lt0(c)

@@ -7,7 +7,8 @@ so every doubt keeps a guard.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 import numpy as np
@@ -36,6 +37,9 @@ from loopir.ir.functor import collect_vars, post_order_visit
 from loopir.ir.stmt import BufferStore, For
 from loopir.passes._walk import loop_range
 
+if TYPE_CHECKING:
+    from loopir.arith import Analyzer
+
 __all__ = [
     "ElementPred",
     "always_true",
@@ -52,7 +56,7 @@ __all__ = [
 ]
 
 
-def analyzer(loops: Sequence[For]):  # noqa: ANN201 - arith is imported lazily
+def analyzer(loops: Sequence[For]) -> Analyzer:
     """An Analyzer with every loop of ``loops`` bound to its range."""
     from loopir.arith import Analyzer
 
@@ -73,7 +77,10 @@ def common_prefix(a: Sequence[For], b: Sequence[For]) -> int:
 def index_use(store: BufferStore, conds: Sequence[PrimExpr], buf: Buffer) -> str:
     """Where ``buf`` is read other than as a value: in a store index, a load index or a guard
     of ``store`` ('' when nowhere)."""
-    reads = lambda es: any(ld.buffer is buf for e in es for ld in loads_of(e))  # noqa: E731
+
+    def reads(es: Iterable[PrimExpr]) -> bool:
+        return any(ld.buffer is buf for e in es for ld in loads_of(e))
+
     if reads(store.indices):
         return "a store index"
     if any(reads(ld.indices) for ld in loads_of(store.value)):
@@ -137,7 +144,11 @@ def _const_ranges(loops: Sequence[For]) -> list[tuple[Var, int, int]] | None:
 
 
 def _mask(
-    conds: Sequence[PrimExpr], xs: set[Var], env: dict, size: int, strict: bool = False
+    conds: Sequence[PrimExpr],
+    xs: set[Var],
+    env: Mapping[Var, np.ndarray],
+    size: int,
+    strict: bool = False,
 ) -> np.ndarray:
     mask = np.ones(size, dtype=bool)
     for c in conds:
@@ -205,9 +216,9 @@ def store_safe(
             return True, ""
         except _enum.NotEnumerable:
             pass
-    for d, (i, n) in enumerate(zip(idx, buffer.shape)):
-        if not (ana.can_prove(i >= 0) and ana.can_prove(i < n)):
-            return False, f"cannot prove the store index {idx[d]} of {buffer.name} stays in [0, {n})"
+    for d, (i, dim) in enumerate(zip(idx, buffer.shape)):
+        if not (ana.can_prove(i >= 0) and ana.can_prove(i < dim)):
+            return False, f"cannot prove the store index {idx[d]} of {buffer.name} stays in [0, {dim})"
     if injective:
         return False, (
             f"cannot prove that no two iterations write the same element of {buffer.name} "

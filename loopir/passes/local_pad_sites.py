@@ -9,7 +9,18 @@ import attrs
 
 from loopir.ir import dtype as dt
 from loopir.ir import op
-from loopir.ir.expr import Add, BufferLoad, Call, FloatImm, IntImm, Max, Min, PrimExpr, make_const
+from loopir.ir.expr import (
+    Add,
+    BinaryOp,
+    BufferLoad,
+    Call,
+    FloatImm,
+    IntImm,
+    Max,
+    Min,
+    PrimExpr,
+    make_const,
+)
 from loopir.ir.functor import Mutator, Visitor, post_order_visit
 from loopir.ir.stmt import BufferStore, For, IfThenElse, SeqStmt, Stmt, seq
 from loopir.passes._walk import conjuncts
@@ -139,9 +150,9 @@ def same_indices(a: Sequence[PrimExpr], b: Sequence[PrimExpr]) -> bool:
 
 def reduction(store: BufferStore) -> Reduction | None:
     v = store.value
-    kinds = {Add: "sum", Max: "max", Min: "min"}
+    kinds: dict[type[PrimExpr], str] = {Add: "sum", Max: "max", Min: "min"}
     kind = kinds.get(type(v))
-    if kind is None:
+    if kind is None or not isinstance(v, BinaryOp):  # (an exact Add, Max or Min is a BinaryOp)
         return None
     for acc, term in ((v.a, v.b), (v.b, v.a)):
         if (

@@ -24,7 +24,16 @@ from __future__ import annotations
 from loopir.ir import op
 from loopir.ir.expr import IntImm, PrimExpr, Var
 from loopir.ir.functor import Mutator, substitute
-from loopir.ir.stmt import Allocate, BlockRealize, IfThenElse, IterKind, PrimFunc, Stmt, seq
+from loopir.ir.stmt import (
+    Allocate,
+    Block,
+    BlockRealize,
+    IfThenElse,
+    IterKind,
+    PrimFunc,
+    Stmt,
+    seq,
+)
 from loopir.passes import storage_align
 from loopir.passes.base import Pass
 from loopir.passes.context import PassContext
@@ -66,7 +75,7 @@ class _Lower(Mutator):
             stmt = Allocate(buf, stmt)
         return stmt
 
-    def visit_Block(self, node: Stmt) -> Stmt:  # a Block outside a BlockRealize: malformed
+    def visit_Block(self, node: Block) -> Stmt:  # a Block outside a BlockRealize: malformed
         from loopir.errors import PassError
 
         raise PassError(f"pass LowerBlocks: block {node.name!r} is not under a BlockRealize")

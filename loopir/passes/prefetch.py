@@ -59,6 +59,7 @@ from loopir.ir.stmt import (
     Stmt,
     seq,
 )
+from loopir.passes._walk import int_of
 from loopir.passes.base import Pass, require_lowered
 from loopir.passes.context import PassContext, register_config
 from loopir.passes.thread_sync import is_sync
@@ -231,7 +232,8 @@ def _guard_first(chain: Stmt, cond: PrimExpr) -> Stmt:
             self.done = True
             return IfThenElse(cond, node)
 
-    return _G().visit(chain)
+    out: Stmt = _G().visit(chain)
+    return out
 
 
 class _ReplaceLeaf(Mutator):
@@ -257,7 +259,8 @@ def _simplify_conds(s: Stmt) -> Stmt:
                 indices=tuple(arith.simplify(i) for i in node.indices),
             )
 
-    return _S().visit(s)
+    out: Stmt = _S().visit(s)
+    return out
 
 
 class InjectSharedPrefetch(Pass):
@@ -349,7 +352,8 @@ class InjectSharedPrefetch(Pass):
         rest = stmts[i + 1 :]
         if not rest:
             raise _Refuse("nothing after the fetch's barrier to overlap the loads with")
-        total = sum(math.prod(f.extent.value for f in x.loops) for x in fetches)
+        # (fetch loops have constant ranges: _analyze_fetch refuses others)
+        total = sum(math.prod(int_of(f.extent) for f in x.loops) for x in fetches)
         if total > self.max_registers:
             raise _Refuse(f"it needs {total} registers per thread (limit {self.max_registers})")
 
@@ -358,7 +362,7 @@ class InjectSharedPrefetch(Pass):
         stores: list[Stmt] = []
         loads: list[tuple[_Fetch, BufferStore]] = []
         for x in fetches:
-            n = math.prod(f.extent.value for f in x.loops)
+            n = math.prod(int_of(f.extent) for f in x.loops)
             name = f"{x.store.buffer.name}_prefetch"
             k = 1
             while name in taken:
@@ -371,10 +375,10 @@ class InjectSharedPrefetch(Pass):
             idx: PrimExpr | None = None
             stride = 1
             for f in reversed(x.loops):
-                term = f.loop_var if f.min.value == 0 else f.loop_var - f.min
+                term = f.loop_var if int_of(f.min) == 0 else f.loop_var - f.min
                 part = term if stride == 1 else term * stride
                 idx = part if idx is None else idx + part
-                stride *= f.extent.value
+                stride *= int_of(f.extent)
             idx = IntImm(0, "int32") if idx is None else arith.simplify(idx)
             store = BufferStore(x.store.buffer, BufferLoad(reg, (idx,)), x.store.indices)
             stores.append(_ReplaceLeaf(x.store, store).visit(x.stmt))

@@ -361,9 +361,9 @@ class _Kernel:
             else:
                 f = next(x for x in acc.loops if x.thread_tag == tag)
                 coord[tag] = env[f.loop_var] - (_const(f.min) or 0)
-        ext = [self.extent(t) or 1 for t in (*GRID_TAGS, *BLOCK_TAGS)]
-        block = _linear([coord[t] for t in GRID_TAGS], ext[:3], n)
-        thread = _linear([coord[t] for t in BLOCK_TAGS], ext[3:], n)
+        exts = [self.extent(t) or 1 for t in (*GRID_TAGS, *BLOCK_TAGS)]
+        block = _linear([coord[t] for t in GRID_TAGS], exts[:3], n)
+        thread = _linear([coord[t] for t in BLOCK_TAGS], exts[3:], n)
         if relaxed or not counts:
             count = np.zeros(n, dtype=np.int64)
         else:

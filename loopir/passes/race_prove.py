@@ -216,31 +216,33 @@ def prove_linear(extent: Callable[[str], int | None], w: Any, x: Any) -> bool:
         got = ana.detect_linear(e, cvars)
         if got is None:
             return False
-        coef = [const_int(c) for c in got[:-1]]
-        if any(c is None for c in coef):
+        coef_or_none = [const_int(c) for c in got[:-1]]
+        coef = [c for c in coef_or_none if c is not None]
+        if len(coef) != len(coef_or_none):
             return False
         full = ana.detect_linear(e, [*cvars, *oth])
-        shape = None
-        if full is not None and all(const_int(c) is not None for c in full):
-            shape = sorted((abs(const_int(c)), *ranges[v]) for c, v in zip(full[len(cvars):-1], oth)  # type: ignore[type-var]
-                           if const_int(c) and ranges[v][1] > 1)
-            shape = (shape, const_int(full[-1]))
+        shape: tuple[list[tuple[int, int, int]], int] | None = None
+        full_consts = [const_int(c) for c in full] if full is not None else []
+        full_coef = [c for c in full_consts if c is not None]
+        if full is not None and len(full_coef) == len(full_consts):
+            shape = (sorted((abs(k), *ranges[v]) for k, v in zip(full_coef[len(cvars):-1], oth)
+                            if k and ranges[v][1] > 1), full_coef[-1])
         lin.append((coef, got[-1], shape))
     (cw, bw, sw), (cx, bx, sx) = lin
     if cw != cx:
         return False
-    terms = []
-    for v, c in zip(cvars, cw):
+    terms: list[tuple[int, int]] = []
+    for v, k in zip(cvars, cw):
         ext = ranges[v][1]
         is_thread = any(v is coords[t] or (coords[t] in digits and v in (
             digits[coords[t]].a.a, digits[coords[t]].b)) for t in tags)  # type: ignore[attr-defined]
         if not is_thread:
             continue  # a block coordinate of a shared access: equal for both, cancels
-        if ext > 1 and not c:
-            return False
         if ext > 1:
-            terms.append((abs(c), ext))  # type: ignore[arg-type]
-    if sw is not None and sw == sx and _mixed_radix(terms + [(c, e) for c, _, e in sw[0]]):
+            if not k:
+                return False
+            terms.append((abs(k), ext))
+    if sw is not None and sw == sx and _mixed_radix(terms + [(k, n) for k, _, n in sw[0]]):
         # one injective map for both accesses: equal elements mean equal coordinates
         return True
     sep = _mixed_radix(terms)

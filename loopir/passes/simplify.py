@@ -12,7 +12,7 @@ from __future__ import annotations
 import attrs
 
 from loopir.ir.expr import IntImm, PrimExpr
-from loopir.ir.functor import Mutator, substitute
+from loopir.ir.functor import Mutator, Node, substitute
 from loopir.ir.stmt import Evaluate, For, ForKind, IfThenElse, PrimFunc, SeqStmt, Stmt, seq
 from loopir.passes._walk import loop_range
 from loopir.passes.base import Pass
@@ -36,13 +36,17 @@ class _Simplify(Mutator):
         self.ana = Analyzer()
 
     # Expressions: simplify whole trees at their roots (statements call visit on each field).
-    def visit(self, node):  # noqa: ANN001, ANN201
+    def visit(self, node: Node) -> Node:
         if isinstance(node, PrimExpr):
             return self._expr(node)
         return super().visit(node)
 
     def _expr(self, e: PrimExpr) -> PrimExpr:
         out = self.ana.simplify(e)
+        return out
+
+    def _stmt(self, s: Stmt) -> Stmt:
+        out: Stmt = self.visit(s)  # the mutator maps a statement to a statement
         return out
 
     def visit_For(self, node: For) -> Stmt:
@@ -57,9 +61,9 @@ class _Simplify(Mutator):
             and not node.annotations
         ):
             # a unit loop is its body at loop_var = min (thread loops keep their binding)
-            return self.visit(substitute(node.body, {node.loop_var: mn}))
+            return self._stmt(substitute(node.body, {node.loop_var: mn}))
         self.ana.bind(node.loop_var, loop_range(attrs.evolve(node, min=mn, extent=extent)))
-        body = self.visit(node.body)
+        body = self._stmt(node.body)
         if _is_nop(body):
             return _nop()
         if body is node.body and extent is node.extent and mn is node.min:
@@ -70,10 +74,10 @@ class _Simplify(Mutator):
         cond = self._expr(node.condition)
         if isinstance(cond, IntImm):
             if cond.value:
-                return self.visit(node.then_case)
-            return self.visit(node.else_case) if node.else_case is not None else _nop()
-        then = self.visit(node.then_case)
-        other = self.visit(node.else_case) if node.else_case is not None else None
+                return self._stmt(node.then_case)
+            return self._stmt(node.else_case) if node.else_case is not None else _nop()
+        then = self._stmt(node.then_case)
+        other = self._stmt(node.else_case) if node.else_case is not None else None
         if other is not None and _is_nop(other):
             other = None
         if _is_nop(then) and other is None:
@@ -83,7 +87,7 @@ class _Simplify(Mutator):
         return IfThenElse(cond, then, other)
 
     def visit_SeqStmt(self, node: SeqStmt) -> Stmt:
-        items = [self.visit(s) for s in node.seq]
+        items = [self._stmt(s) for s in node.seq]
         if all(a is b for a, b in zip(items, node.seq)):
             return node
         kept = [s for s in items if not _is_nop(s)]
@@ -92,7 +96,7 @@ class _Simplify(Mutator):
 
 def simplify_stmt(s: Stmt) -> Stmt:
     """Simplify a statement (see module doc)."""
-    return _Simplify().visit(s)
+    return _Simplify()._stmt(s)
 
 
 class Simplify(Pass):

@@ -50,6 +50,7 @@ import attrs
 
 from loopir import arith
 from loopir.errors import PassError
+from loopir.ir import dtype as dt
 from loopir.ir import op
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import GE, LT, BufferLoad, Call, FloorMod, IntImm, Max, PrimExpr, Var
@@ -66,6 +67,8 @@ from loopir.ir.stmt import (
     Stmt,
     seq,
 )
+from loopir.passes import storage_align
+from loopir.passes._walk import int_of
 from loopir.passes.base import Pass, require_lowered
 from loopir.passes.context import PassContext
 
@@ -128,6 +131,23 @@ def _accessed(stmt: Stmt) -> tuple[set[Buffer], set[Buffer]]:
 
     post_order_visit(stmt, visit)
     return reads, writes
+
+
+def _multi_buffered(buf: Buffer, versions: int) -> Buffer:
+    """``buf`` with a leading axis of ``versions`` copies. Padded (``storage_align``) strides
+    are kept, the new axis striding over one whole copy rounded up to 16 bytes, so that every
+    copy starts as aligned as the first (the ``cp.async.cg`` and vector loads need it)."""
+    shape = (IntImm(versions, "int32"), *buf.shape)
+    if buf.strides is None:
+        return Buffer(buf.name, shape, buf.dtype, scope=buf.scope)
+    try:
+        span = storage_align.allocation_size([int_of(e) for e in buf.shape], [int_of(e) for e in buf.strides])
+    except TypeError:
+        raise PassError(f"pass InjectSoftwarePipeline: {buf.name} has padded strides (storage_align) and a "
+                        f"non-constant shape {buf.shape}; a multi-buffered tile needs a constant one") from None  # fmt: skip
+    lanes = max(1, 128 // max(1, dt.bits(buf.dtype)))
+    span = -(-span // lanes) * lanes
+    return attrs.evolve(buf, shape=shape, strides=(IntImm(span, "int32"), *buf.strides))
 
 
 class _Versioned(Mutator):
@@ -209,7 +229,7 @@ class _Rewrite(Mutator):
         versions = self._versions(name, stages, accesses)
         new = {}
         for buf, v in versions.items():
-            new[buf] = (Buffer(buf.name, (IntImm(v, "int32"), *buf.shape), buf.dtype, scope=buf.scope), v)
+            new[buf] = (_multi_buffered(buf, v), v)
             self.replaced[buf] = new[buf][0]
         stmts = [_Versioned(new, loop).visit(s) for s in stmts]
         producers = {b for s, (_, w) in zip(stages, accesses) if s in async_stages for b in w}

@@ -79,7 +79,8 @@ def with_aligns(func: PrimFunc, aligns: Mapping[str, Aligns]) -> PrimFunc:
 
 
 def aligns_of(func: PrimFunc) -> Mapping[str, Aligns]:
-    return func.attrs.get(FUNC_ATTR, {})
+    out: Mapping[str, Aligns] = func.attrs.get(FUNC_ATTR, {})  # as with_aligns stores it
+    return out
 
 
 __all__ = ["ANNOTATION", "FUNC_ATTR", "aligned_strides", "aligns_of", "allocation_size", "collect",

@@ -200,7 +200,7 @@ class _Planner:
         finally:
             self.loops.pop()
 
-    def _check_no_internal_sync(self, s: Stmt) -> None:
+    def _check_no_internal_sync(self, s: For | IfThenElse) -> None:
         inner = _Planner(set(self.thread_vars), self.launch)
         inner.loops = [*self.loops, *([s] if isinstance(s, For) else [])]
         inner.conds = list(self.conds)
@@ -209,7 +209,7 @@ class _Planner:
             if s.else_case is not None:
                 inner._guarded(Not(s.condition), s.else_case, _EMPTY)
         else:
-            inner.plan(s.body, _EMPTY)  # type: ignore[union-attr]
+            inner.plan(s.body, _EMPTY)
         if inner.inserted:
             raise PassError(
                 "pass ThreadSync: a shared-memory barrier is needed inside a region that not "

@@ -51,14 +51,16 @@ class _Unify(Mutator):
 
     def visit_For(self, node: For) -> Stmt:
         if node.kind is not ForKind.THREAD_BINDING:
-            return self.generic_visit(node)
+            out: Stmt = self.generic_visit(node)  # a statement mutates to a statement
+            return out
         tag = node.thread_tag
         assert tag is not None  # guaranteed by For's validator for THREAD_BINDING loops
         outer = self.outer.get(tag)
         if outer is None:
             self.outer[tag] = node
             try:
-                return self.generic_visit(node)
+                out = self.generic_visit(node)
+                return out
             finally:
                 del self.outer[tag]
         if not _same_extent(outer, node):
@@ -72,7 +74,8 @@ class _Unify(Mutator):
         self.count += 1
         outer_var: Var = outer.loop_var
         body = substitute(node.body, {node.loop_var: outer_var})
-        return self.visit(body)
+        out = self.visit(body)
+        return out
 
 
 class UnifyThreadLoops(Pass):

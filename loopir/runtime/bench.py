@@ -18,11 +18,12 @@ import time
 import numpy as np
 
 from loopir import te
+from loopir.ir.stmt import PrimFunc
 from loopir.runtime.c_codegen import generate_c
 from loopir.runtime.cpu import build_cpu
 
 
-def _matmul(M: int, K: int, N: int):  # noqa: ANN202 - returns a PrimFunc
+def _matmul(M: int, K: int, N: int) -> PrimFunc:
     A = te.placeholder((M, K), "float32", name="A")
     B = te.placeholder((K, N), "float32", name="B")
     k = te.reduce_axis(K, name="k")
@@ -36,7 +37,7 @@ def run(M: int, K: int, N: int, repeats: int = 7) -> list[dict[str, float | bool
     a = rng.uniform(0.5, 1.5, (M, K)).astype(np.float32)
     b = rng.uniform(0.5, 1.5, (K, N)).astype(np.float32)
     expect = a.astype(np.float64) @ b.astype(np.float64)
-    rows = []
+    rows: list[dict[str, float | bool | str]] = []
     for check in (True, False):  # warm up lazy imports so the timings measure codegen only
         generate_c(_matmul(M, K, N), check_bounds=check)
     for check in (True, False):

@@ -167,12 +167,14 @@ class _StmtEmitter(ExprEmitter):
 
     # --- allocation -------------------------------------------------------------------------
     @staticmethod
-    def _fold_span(b: Buffer, nelem: str, terms: list[str]) -> str:
+    def _fold_span(b: Buffer, strides: tuple[PrimExpr, ...], nelem: str, terms: list[str]) -> str:
         from loopir.ir.expr import IntImm
         from loopir.passes.storage_align import allocation_size
 
-        if all(isinstance(e, IntImm) for e in (*b.shape, *b.strides)):  # type: ignore[misc]
-            return str(allocation_size([int(e) for e in b.shape], [int(x) for x in b.strides]))  # type: ignore[union-attr]
+        const_shape = [e for e in b.shape if isinstance(e, IntImm)]
+        const_strides = [x for x in strides if isinstance(x, IntImm)]
+        if len(const_shape) == len(b.shape) and len(const_strides) == len(strides):
+            return str(allocation_size([int(e) for e in const_shape], [int(x) for x in const_strides]))
         return f"(({nelem}) == 0 ? 0 : 1 + {' + '.join(terms)})"
 
     def open_buffer(self, b: Buffer) -> tuple[BufferInfo, BufferInfo | None, bool]:
@@ -183,7 +185,7 @@ class _StmtEmitter(ExprEmitter):
         nelem = self.product(b.shape)
         if b.strides is not None:  # padded (storage_align) strides: the span of the last element
             terms = [f"({self.index64(e)} - 1) * {self.index64(st_)}" for e, st_ in zip(b.shape, b.strides)]
-            nelem = self._fold_span(b, nelem, terms)
+            nelem = self._fold_span(b, b.strides, nelem, terms)
         const_n = int(nelem) if nelem.lstrip("-").isdigit() else None
         nbytes = None if const_n is None else const_n * storage_bytes(b.dtype)
         # fibers have fixed 256 KiB stacks: keep their stack arrays small
@@ -219,16 +221,16 @@ class _StmtEmitter(ExprEmitter):
         if self.gpu_regions and not self.in_region and self._is_kernel_region(s):
             self._thread_region(s)
             return
-        method = getattr(self, "_s_" + type(s).__name__, None)
+        method = getattr(self, "visit_" + type(s).__name__, None)
         if method is None:
             raise CodegenError(f"cpu codegen: cannot translate statement {type(s).__name__}")
         method(s)
 
-    def _s_SeqStmt(self, s: SeqStmt) -> None:
+    def visit_SeqStmt(self, s: SeqStmt) -> None:
         for x in s.seq:
             self.stmt(x)
 
-    def _s_Evaluate(self, s: Evaluate) -> None:
+    def visit_Evaluate(self, s: Evaluate) -> None:
         if isinstance(s.value, Call) and s.value.op == "tvm_storage_sync" and self.in_region:
             self.emit("lir_barrier();")
             return
@@ -271,7 +273,7 @@ class _StmtEmitter(ExprEmitter):
         self.indent -= 1
         self.emit("}")
 
-    def _s_IfThenElse(self, s: IfThenElse) -> None:
+    def visit_IfThenElse(self, s: IfThenElse) -> None:
         self.emit(f"if ({self.expr(s.condition)}) {{")
         self.indent += 1
         self.stmt(s.then_case)
@@ -283,7 +285,7 @@ class _StmtEmitter(ExprEmitter):
             self.indent -= 1
         self.emit("}")
 
-    def _s_BufferStore(self, s: BufferStore) -> None:
+    def visit_BufferStore(self, s: BufferStore) -> None:
         info = self.buffer_info(s.buffer)
         self.written.add(s.buffer)
         n = max([dt.lanes(s.value.dtype)] + [dt.lanes(i.dtype) for i in s.indices])
@@ -317,7 +319,7 @@ class _StmtEmitter(ExprEmitter):
             return False
         return not contains_tag(s, "blockIdx.") and bool(thread_extents(s))
 
-    def _s_For(self, s: For) -> None:
+    def visit_For(self, s: For) -> None:
         if self.gpu_regions and s.kind is ForKind.THREAD_BINDING and not (self.in_kernel or self.in_region):
             # a kernel's outer (blockIdx) loops run serially; the regions lie below them
             self.in_kernel = True
@@ -328,7 +330,7 @@ class _StmtEmitter(ExprEmitter):
             return
         if s.kind is ForKind.THREAD_BINDING and s.thread_tag in THREAD_COORDS:
             if self.in_region:
-                self._thread_loop(s)
+                self._thread_loop(s, s.thread_tag)
                 return
             if self.thread_regions and contains_sync(s.body):
                 self._thread_region(s)
@@ -358,19 +360,22 @@ class _StmtEmitter(ExprEmitter):
         self.emit("}")
 
     # --- thread regions (see c_fibers) --------------------------------------------------------
-    def _thread_loop(self, s: For) -> None:
-        """A threadIdx loop inside a region: the fiber's coordinate, guarded by the extent."""
-        coord = THREAD_COORDS[s.thread_tag]
-        if self.gpu_regions and s.thread_tag in self.region_tags:
+    def _thread_loop(self, s: For, tag: str) -> None:
+        """A threadIdx loop inside a region: the fiber's coordinate, guarded by the extent.
+
+        ``tag`` is ``s.thread_tag``, which the callers have checked is a THREAD_COORDS key.
+        """
+        coord = THREAD_COORDS[tag]
+        if self.gpu_regions and tag in self.region_tags:
             raise CodegenError(
                 f"cpu codegen (thread_order='random'): loop {s.loop_var.name} is bound to "
-                f"{s.thread_tag} inside another {s.thread_tag} loop; a GPU has one index per "
+                f"{tag} inside another {tag} loop; a GPU has one index per "
                 "tag, so nested loops of one tag must be unified first (loopir.lower does)"
             )
-        self.region_tags.append(s.thread_tag)
+        self.region_tags.append(tag)
         name, old = self.define_var(s.loop_var)
         t = expr_ctype(s.loop_var.dtype)
-        self.emit(f"if ({coord} < {self.index64(s.extent)}) {{ /* {s.thread_tag} */")
+        self.emit(f"if ({coord} < {self.index64(s.extent)}) {{ /* {tag} */")
         self.indent += 1
         self.emit(f"const {t} {name} = ({t})({self.index64(s.min)} + {coord});")
         self.stmt(s.body)
@@ -441,7 +446,7 @@ class _StmtEmitter(ExprEmitter):
                 self.emit(f"{t} const {n} = env->{n};")
             self.emit("(void)lir_tx; (void)lir_ty; (void)lir_tz;")
             if isinstance(s, For) and s.kind is ForKind.THREAD_BINDING and s.thread_tag in THREAD_COORDS:
-                self._thread_loop(s)
+                self._thread_loop(s, s.thread_tag)
             else:
                 self.stmt(s)
             body = self.lines
@@ -466,7 +471,7 @@ class _StmtEmitter(ExprEmitter):
             self.hoisted.discard(b)
         self.uses_fibers = True
 
-    def _s_Allocate(self, s: Allocate) -> None:
+    def visit_Allocate(self, s: Allocate) -> None:
         if s.buffer in self.hoisted:  # allocated before the region's fibers started
             self.stmt(s.body)
             return
@@ -478,14 +483,14 @@ class _StmtEmitter(ExprEmitter):
         self.indent -= 1
         self.emit("}")
 
-    def _s_Block(self, s: Block) -> None:
+    def visit_Block(self, s: Block) -> None:
         if s.iter_vars:
             raise CodegenError(
                 f"cpu codegen: block {s.name!r} has iter vars but no BlockRealize binds them"
             )
         self._block_body(s, [])
 
-    def _s_BlockRealize(self, s: BlockRealize) -> None:
+    def visit_BlockRealize(self, s: BlockRealize) -> None:
         b = s.block
         bid = len(self.block_table)
         self.block_table.append((b.name, tuple(iv.var.name for iv in b.iter_vars)))

@@ -10,20 +10,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
 
 from loopir.errors import CodegenError
 from loopir.ir import dtype as dt
 from loopir.ir.buffer import Buffer
+from loopir.ir.c_printer import P_ATOM, CPrinter, Printed
 from loopir.ir.expr import (
-    EQ,
-    GE,
-    GT,
-    LE,
-    LT,
-    NE,
     Add,
-    And,
     Broadcast,
     BufferLoad,
     Call,
@@ -33,23 +26,17 @@ from loopir.ir.expr import (
     FloorDiv,
     FloorMod,
     IntImm,
+    Max,
     Min,
     Mul,
-    Not,
-    Or,
     PrimExpr,
     Ramp,
-    Select,
-    StringImm,
     Sub,
     Var,
 )
 from loopir.runtime.c_types import const_c, expr_ctype, op_result, round_to, storage_ctype
 
 __all__ = ["ExprEmitter", "BufferInfo", "c_ident"]
-
-_CMP = {EQ: "==", NE: "!=", LT: "<", LE: "<=", GT: ">", GE: ">="}
-_ARITH = {Add: "+", Sub: "-", Mul: "*"}
 
 # Unary math intrinsics: (float32 name, float64 name).
 _MATH1 = {
@@ -67,19 +54,6 @@ def c_ident(name: str) -> str:
     return s or "x"
 
 
-def _balanced_outer(code: str) -> bool:
-    """Whether the parenthesis opening ``code`` closes at its very end."""
-    depth = 0
-    for k, ch in enumerate(code):
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-            if depth == 0:
-                return k == len(code) - 1
-    return False
-
-
 class BufferInfo:
     """How generated code reaches one buffer: its C pointer name, id (for error messages) and
     the C expressions of its extents and strides."""
@@ -92,8 +66,13 @@ class BufferInfo:
         self.strides = strides
 
 
-class ExprEmitter:
-    """Translate expressions to C, given the variables and buffers in scope.
+class ExprEmitter(CPrinter):
+    """Translate expressions to C, given the variables and buffers in scope: the CPU
+    executor's dialect of :class:`loopir.ir.c_printer.CPrinter`.
+
+    Arithmetic of the types C promotes (8- and 16-bit integers, float16, bfloat16) is
+    rounded or wrapped back to its type after each operation; vector expressions are printed
+    one lane at a time (``lane``, set by :meth:`expr`).
 
     Parameters
     ----------
@@ -101,10 +80,13 @@ class ExprEmitter:
         Wrap every buffer index in a bounds check (``lir_ck``).
     """
 
+    language = "cpu codegen"
+
     def __init__(self, check_bounds: bool) -> None:
         self.check_bounds = check_bounds
         self.vars: dict[Var, str] = {}
         self.buffers: dict[Buffer, BufferInfo] = {}
+        self.lane = 0  # the vector lane being printed; scalar nodes ignore it
 
     # --- scopes ---------------------------------------------------------------------------
     def var_name(self, v: Var) -> str:
@@ -128,15 +110,13 @@ class ExprEmitter:
     # --- expressions ----------------------------------------------------------------------
     def expr(self, e: PrimExpr, lane: int = 0) -> str:
         """C code for lane ``lane`` of ``e`` (scalars ignore ``lane``)."""
-        method = getattr(self, "_e_" + type(e).__name__, None)
-        if method is None:
-            for cls, op in _CMP.items():
-                if isinstance(e, cls):
-                    return f"({self._operand(e.a, lane)} {op} {self._operand(e.b, lane)})"
-            raise CodegenError(
-                f"cpu codegen: cannot translate expression node {type(e).__name__}: {e}"
-            )
-        return method(e, lane)
+        if lane == self.lane:
+            return self.print(e)
+        outer, self.lane = self.lane, lane
+        try:
+            return self.print(e)
+        finally:
+            self.lane = outer
 
     def index64(self, e: PrimExpr, lane: int = 0) -> str:
         if isinstance(e, IntImm):
@@ -145,36 +125,22 @@ class ExprEmitter:
             return f"(int64_t){self.var_name(e)}"
         return f"((int64_t)({self.expr(e, lane)}))"
 
-    def _e_Var(self, e: Var, lane: int) -> str:
-        return self.var_name(e)
+    def visit_Var(self, e: Var) -> Printed:
+        return self.var_name(e), P_ATOM
 
-    def _e_IntImm(self, e: IntImm, lane: int) -> str:
-        return const_c(e.value, e.dtype)
+    def visit_IntImm(self, e: IntImm) -> Printed:
+        return self.literal(const_c(e.value, e.dtype))
 
-    def _e_FloatImm(self, e: FloatImm, lane: int) -> str:
-        return const_c(e.value, e.dtype)
+    def visit_FloatImm(self, e: FloatImm) -> Printed:
+        return self.literal(const_c(e.value, e.dtype))
 
-    def _e_StringImm(self, e: StringImm, lane: int) -> str:
-        raise CodegenError(f"cpu codegen: string {e.value!r} used as a value")
+    def _arith(self, e: Add | Sub | Mul | Div) -> Printed:
+        return op_result(e.dtype, self.infix(e)[0]), P_ATOM
 
-    def _arith(self, e: Any, lane: int) -> str:
-        op = _ARITH[type(e)]
-        return op_result(e.dtype, f"{self._operand(e.a, lane)} {op} {self._operand(e.b, lane)}")
+    visit_Add = visit_Sub = visit_Mul = visit_Div = _arith
 
-    def _operand(self, e: PrimExpr, lane: int) -> str:
-        """An operand: leaves and already-parenthesized code need no extra parentheses."""
-        code = self.expr(e, lane)
-        if isinstance(e, (Var, IntImm)) and not code.startswith("-"):
-            return code
-        return code if code.startswith("(") and _balanced_outer(code) else f"({code})"
-
-    _e_Add = _e_Sub = _e_Mul = _arith
-
-    def _e_Div(self, e: Div, lane: int) -> str:
-        return op_result(e.dtype, f"{self._operand(e.a, lane)} / {self._operand(e.b, lane)}")
-
-    def _floor_op(self, e: Any, lane: int, mod: bool) -> str:
-        a, b = self.expr(e.a, lane), self.expr(e.b, lane)
+    def floor_op(self, e: FloorDiv | FloorMod, mod: bool) -> Printed:
+        a, b = self.print(e.a), self.print(e.b)
         d = dt.element(e.dtype)
         if dt.is_float(d):
             f = "floor" if d == "float64" else "floorf"
@@ -183,87 +149,69 @@ class ExprEmitter:
                 q = f"((float)({q}))"
             fl = round_to(d, f"{f}({q})")
             if not mod:
-                return fl
-            return round_to(d, f"({a}) - {round_to(d, f'({fl}) * ({b})')}")
+                return fl, P_ATOM
+            return round_to(d, f"({a}) - {round_to(d, f'({fl}) * ({b})')}"), P_ATOM
         if dt.is_bool(d):
             raise CodegenError(f"cpu codegen: floor division of bool values: {e}")
         if dt.is_uint(d):
             fn = "lir_fmod_u" if mod else "lir_fdiv_u"
-            return round_to(d, f"{fn}(err, (uint64_t)({a}), (uint64_t)({b}))")
+            return round_to(d, f"{fn}(err, (uint64_t)({a}), (uint64_t)({b}))"), P_ATOM
         fn = "lir_fmod_s" if mod else "lir_fdiv_s"
-        return round_to(d, f"{fn}(err, (int64_t)({a}), (int64_t)({b}))")
+        return round_to(d, f"{fn}(err, (int64_t)({a}), (int64_t)({b}))"), P_ATOM
 
-    def _e_FloorDiv(self, e: FloorDiv, lane: int) -> str:
-        return self._floor_op(e, lane, mod=False)
-
-    def _e_FloorMod(self, e: FloorMod, lane: int) -> str:
-        return self._floor_op(e, lane, mod=True)
-
-    def _minmax(self, e: Any, lane: int) -> str:
+    def _minmax(self, e: Min | Max) -> Printed:
         is_min = isinstance(e, Min)
-        a, b = self.expr(e.a, lane), self.expr(e.b, lane)
+        a, b = self.print(e.a), self.print(e.b)
         d = dt.element(e.dtype)
         if d == "float64":
-            return f"{'fmin' if is_min else 'fmax'}({a}, {b})"
+            return f"{'fmin' if is_min else 'fmax'}({a}, {b})", P_ATOM
         if dt.is_float(d):
-            return round_to(d, f"{'fminf' if is_min else 'fmaxf'}((float)({a}), (float)({b}))")
+            return round_to(d, f"{'fminf' if is_min else 'fmaxf'}((float)({a}), (float)({b}))"), P_ATOM
         fn = "lir_min" if is_min else "lir_max"
         if d == "bool":
-            return f"((int){fn}_uint8_t((uint8_t)({a}), (uint8_t)({b})))"
-        return f"{fn}_{expr_ctype(d)}({a}, {b})"
+            return f"((int){fn}_uint8_t((uint8_t)({a}), (uint8_t)({b})))", P_ATOM
+        return f"{fn}_{expr_ctype(d)}({a}, {b})", P_ATOM
 
-    _e_Min = _e_Max = _minmax
+    visit_Min = visit_Max = _minmax
 
-    def _e_And(self, e: And, lane: int) -> str:
-        return f"(({self.expr(e.a, lane)}) && ({self.expr(e.b, lane)}))"
-
-    def _e_Or(self, e: Or, lane: int) -> str:
-        return f"(({self.expr(e.a, lane)}) || ({self.expr(e.b, lane)}))"
-
-    def _e_Not(self, e: Not, lane: int) -> str:
-        return f"(!({self.expr(e.a, lane)}))"
-
-    def _e_Select(self, e: Select, lane: int) -> str:
-        # C's ?: evaluates only the chosen branch, so a guarded out-of-bounds load in the other
-        # branch (padding) is never performed, let alone reported.
-        c = self.expr(e.condition, lane)
-        return f"(({c}) ? ({self.expr(e.true_value, lane)}) : ({self.expr(e.false_value, lane)}))"
-
-    def _e_Cast(self, e: Cast, lane: int) -> str:
+    def visit_Cast(self, e: Cast) -> Printed:
         src = dt.element(e.value.dtype)
         dst = dt.element(e.dtype)
-        v = self.expr(e.value, lane)
         if src == dst:
-            return v
+            return self.print_prec(e.value)
+        v = self.print(e.value)
         if dst == "bfloat16":
-            return f"lir_bf16r((float)({v}))"
-        return round_to(dst, v)
+            return f"lir_bf16r((float)({v}))", P_ATOM
+        return round_to(dst, v), P_ATOM
 
-    def _e_Ramp(self, e: Ramp, lane: int) -> str:
+    def visit_Ramp(self, e: Ramp) -> Printed:
         t = expr_ctype(e.base.dtype)
-        base, stride = self.expr(e.base), self.expr(e.stride)
-        return round_to(e.base.dtype, f"({t})({base}) + ({t})({lane}) * ({stride})")
+        base, stride = self.print(e.base), self.print(e.stride)
+        return round_to(e.base.dtype, f"({t})({base}) + ({t})({self.lane}) * ({stride})"), P_ATOM
 
-    def _e_Broadcast(self, e: Broadcast, lane: int) -> str:
-        return self.expr(e.value, lane)
+    def visit_Broadcast(self, e: Broadcast) -> Printed:
+        return self.print_prec(e.value)
 
-    def _e_BufferLoad(self, e: BufferLoad, lane: int) -> str:
+    def visit_BufferLoad(self, e: BufferLoad) -> Printed:
         info = self.buffer_info(e.buffer)
-        ref = f"{info.cname}[{self.flat_index(info, e.indices, lane, store=False)}]"
+        ref = f"{info.cname}[{self.flat_index(info, e.indices, self.lane, store=False)}]"
         d = dt.element(e.buffer.dtype)
         if d == "bfloat16":
-            return f"lir_bf16_to_f32({ref})"
+            return f"lir_bf16_to_f32({ref})", P_ATOM
         if d == "bool":
-            return f"((int)({ref}))"
-        return ref
+            return f"((int)({ref}))", P_ATOM
+        return ref, P_ATOM
 
-    def _e_Call(self, e: Call, lane: int) -> str:
+    def visit_Call(self, e: Call) -> Printed:
+        return self._call(e), P_ATOM
+
+    def _call(self, e: Call) -> str:
         op = e.op
         if op == "tvm_storage_sync":  # a barrier: sequential execution needs none
             return "0"
         if op not in _MATH1 and op not in ("isnan", "rsqrt", "sigmoid", "pow", "fma"):
             raise CodegenError(f"cpu codegen: no C translation for intrinsic {op!r} in {e}")
-        args = [self.expr(a, lane) for a in e.args]
+        args = [self.print(a) for a in e.args]
         d = dt.element(e.dtype)
         adt = dt.element(e.args[0].dtype) if e.args else d
         if op == "isnan":

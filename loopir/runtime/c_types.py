@@ -98,7 +98,8 @@ def _bf16_round(value: float) -> float:
         return value
     bits = struct.unpack("<I", struct.pack("<f", float(np.float32(value))))[0]
     bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return struct.unpack("<f", struct.pack("<I", bits))[0]
+    rounded: float = struct.unpack("<f", struct.pack("<I", bits))[0]
+    return rounded
 
 
 def const_c(value: float | int, dtype: str) -> str:
@@ -107,16 +108,16 @@ def const_c(value: float | int, dtype: str) -> str:
     if e == "bool":
         return "1" if value else "0"
     if e in _INT_CTYPES:
-        v = int(value)
+        iv = int(value)
         if e == "uint64":
-            return f"UINT64_C({v})"
-        if v == -(2**63):
+            return f"UINT64_C({iv})"
+        if iv == -(2**63):
             return "(-INT64_C(9223372036854775807) - 1)"
         if e == "int64":
-            return f"INT64_C({v})"
+            return f"INT64_C({iv})"
         if e == "int32":  # a plain literal is an int, which is int32_t on every target here
-            return str(v) if v != -(2**31) else "(-2147483647 - 1)"
-        return f"(({_INT_CTYPES[e]}){v})"
+            return str(iv) if iv != -(2**31) else "(-2147483647 - 1)"
+        return f"(({_INT_CTYPES[e]}){iv})"
     v = float(value)
     if e == "bfloat16":
         v = _bf16_round(v)

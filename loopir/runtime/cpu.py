@@ -16,6 +16,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from loopir.errors import CodegenError, LaunchError
 from loopir.ir import dtype as dt
 from loopir.ir.expr import (
     Add,
+    BinaryOp,
     Cast,
     FloorDiv,
     FloorMod,
@@ -67,7 +69,7 @@ def _eval_int(e: PrimExpr, env: dict[Var, int], what: str) -> int:
         return env[e]
     if isinstance(e, Cast):
         return _eval_int(e.value, env, what)
-    ops = {
+    ops: dict[type[BinaryOp], Callable[[int, int], int]] = {
         Add: lambda a, b: a + b, Sub: lambda a, b: a - b, Mul: lambda a, b: a * b,
         FloorDiv: lambda a, b: a // b, FloorMod: lambda a, b: a % b, Min: min, Max: max,
     }  # fmt: skip

@@ -372,7 +372,7 @@ def _direct_consumers(
     return out
 
 
-def _place(func: PrimFunc, container: object, index: int, nest: Stmt, name: str,
+def _place(func: PrimFunc, container: Stmt, index: int, nest: Stmt, name: str,
            reverse: bool, source: Buffer) -> PrimFunc:  # fmt: skip
     """Insert the copy ``nest`` (block ``name``) at child ``index`` of ``container``.
 
@@ -415,7 +415,7 @@ def _place(func: PrimFunc, container: object, index: int, nest: Stmt, name: str,
     return rg.insert_at(func, container, index, nest)
 
 
-def _refind(new: PrimFunc, old: PrimFunc, container: object) -> object:
+def _refind(new: PrimFunc, old: PrimFunc, container: Stmt) -> Stmt:
     """The node of ``new`` at the position ``container`` had in ``old``.
 
     Containers are the root block or a For; a For keeps its loop var through rebuilds, the

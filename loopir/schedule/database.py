@@ -181,13 +181,13 @@ class Database:
     def apply(self, func: PrimFunc, target: str, bucket: str | None = None) -> PrimFunc | None:
         """``func`` scheduled by its best stored trace, or None (no record, or a trace that no
         longer applies: a DatabaseWarning says so)."""
-        import loopir
+        from loopir.schedule.schedule import Schedule
         from loopir.schedule.trace import Trace
 
         rec = self.best(func, target, bucket)
         if rec is None:
             return None
-        sch = loopir.Schedule(func)
+        sch = Schedule(func)
         try:
             Trace.from_json(rec.trace).apply_to(sch)
         except LoopIRError as exc:

@@ -172,7 +172,8 @@ def tile_transpose(sch: Schedule, block: BlockRV, buffer: str | None, pad: bool 
 
 
 def tile_gemm(sch: Schedule, name: str, ti: Any, tj: Any, vi: Any = 1, vj: Any = 1, ri: Any = 1, rj: Any = 1,
-              ki: Any = 4, vec: Any = 1, stages: Any = 1) -> None:  # fmt: skip
+              ki: Any = 4, vec: Any = 1, stages: Any = 1, unroll_k: bool = False, pad_a: Any = 0,
+              transpose_a: bool = False) -> None:  # fmt: skip
     """The DietCode GEMM structure for GEMM-like block ``name`` (``[batch..,] i, j, k``).
 
     ``i -> [bi, vi, ti, ri]``, ``j -> [bj, vj, tj, rj]``, ``k -> [ko, ki]``; loops
@@ -182,6 +183,21 @@ def tile_gemm(sch: Schedule, name: str, ti: Any, tj: Any, vi: Any = 1, vj: Any =
     the ``ti x tj`` threads, ``vec`` elements each as one vector; the init decomposed at
     ``ko``. The sizes are ints or sampled values (``sch.sample_categorical``). ``stages`` > 1
     makes ``ko`` a software pipeline of that depth with ``cp.async`` fetches.
+
+    ``unroll_k`` (a plain bool, never sampled) unrolls ``ki``: with the whole K step unrolled,
+    nvcc reads a thread's rows of A four K steps at a time and its columns of B four at a time
+    (``ld.shared.v4`` / ``LDS.128`` both), which is what makes 8 x 8 outputs per thread
+    (``vi = vj = 2``, ``ri = rj = 4``) pay. ``pad_a`` (``0 <= pad_a < ki``; a multiple of 4 keeps
+    the rows 16-byte aligned) pads the rows of A's shared tile from ``ki`` to ``ki + pad_a``
+    elements (``storage_align`` with factor ``ki``, offset ``pad_a``), so that the rows the two
+    thread rows of a warp read at once fall in other banks. ``transpose_a`` (a plain bool) stores
+    A's tile transposed, ``[k, i]`` (``transform_layout``): a thread's four consecutive rows of
+    one K step are then one ``LDS.128`` (fewer registers live than four K steps of a row), A is
+    fetched one element per copy (4-byte ``cp.async``), and ``pad_a`` pads the transposed rows
+    to a stride of ``32 k + pad_a`` elements (``storage_align``, so that the fetch's stores fall
+    in other banks). Local padding cannot relate a transposed tile's elements to its guards, so
+    where the block tile does not divide M the compute keeps its guards (scalar loads): use it
+    where it divides. The defaults (False, 0, False) leave the schedule as it was.
     """
     c = sch.get_block(name)
     node = _block(sch, c)
@@ -197,16 +213,28 @@ def tile_gemm(sch: Schedule, name: str, ti: Any, tj: Any, vi: Any = 1, vj: Any =
     sch.bind(sch.fuse(vi_, vj_), "vthread.x")
     sch.bind(ti_, "threadIdx.y")
     sch.bind(tj_, "threadIdx.x")
+    if unroll_k:
+        sch.unroll(ki_)
     local = sch.cache_write(c, node.writes[0].buffer.name, "local")
     sch.reverse_compute_at(local, tj_)
-    for operand in operands:
+    for n, operand in enumerate(operands):
         shared = sch.cache_read(c, operand, "shared")
         sch.compute_at(shared, ko, preserve_unit_loops=True)
         copy_loops = sch.get_loops(shared)[len(batch) + 5 :]
-        _, cy, cx, v = sch.split(sch.fuse(*copy_loops), [None, ti, tj, vec])
+        transposed = n == 0 and transpose_a
+        _, cy, cx, v = sch.split(sch.fuse(*copy_loops), [None, ti, tj, 1 if transposed else vec])
         sch.bind(cy, "threadIdx.y")
         sch.bind(cx, "threadIdx.x")
         sch.vectorize(v)
+        padded = n == 0 and not (type(pad_a) is int and pad_a == 0)  # a sampled pad is recorded even when 0
+        if transposed:
+            names = [f"a{d}" for d in range(len(batch) + 2)]
+            image = [*names[:-2], names[-1], names[-2]]
+            sch.transform_layout(shared, 0, f"lambda {', '.join(names)}: ({', '.join(image)})")
+            if padded:
+                sch.storage_align(shared, 0, len(batch), 32, pad_a)
+        elif padded:
+            sch.storage_align(shared, 0, len(batch), ki, pad_a)
     sch.decompose_reduction(c, ko)
     if not (type(stages) is int and stages == 1):  # a sampled depth (an ExprRV) is recorded even when 1
         sch.annotate(ko, "loopir.software_pipeline_depth", stages)
@@ -289,7 +317,7 @@ def _reduction(sch: Schedule, name: str) -> str | None:
 
 #: The default GEMM tiles: DietCode's sample schedule (128 x 128 per block, 256 threads, 64
 #: accumulators per thread, K steps of 4, 4-wide fetches).
-GEMM_TILES = {"ti": 8, "tj": 32, "vi": 1, "vj": 2, "ri": 16, "rj": 2, "ki": 4, "vec": 4}
+GEMM_TILES: dict[str, Any] = {"ti": 8, "tj": 32, "vi": 1, "vj": 2, "ri": 16, "rj": 2, "ki": 4, "vec": 4}
 
 
 def _gemm(sch: Schedule, name: str) -> str | None:

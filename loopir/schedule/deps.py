@@ -12,7 +12,7 @@ sibling is, when its region declarations mention the buffer). Results are in exe
 from __future__ import annotations
 
 from loopir.errors import ScheduleError
-from loopir.ir.buffer import Buffer
+from loopir.ir.buffer import Buffer, BufferRegion
 from loopir.ir.stmt import Block, PrimFunc
 from loopir.schedule import region as rg
 from loopir.schedule import tree
@@ -34,7 +34,7 @@ def _scope_blocks(func: PrimFunc, block: str, primitive: str) -> tuple[list[Bloc
     return siblings, index
 
 
-def _buffers(regions: tuple) -> set[Buffer]:
+def _buffers(regions: tuple[BufferRegion, ...]) -> set[Buffer]:
     return {r.buffer for r in regions}
 
 

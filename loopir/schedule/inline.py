@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -14,6 +15,9 @@ from loopir.ir.functor import Mutator, collect_vars, post_order_visit, substitut
 from loopir.ir.stmt import Block, BufferStore, IfThenElse, IterKind, PrimFunc, Stmt
 from loopir.schedule import region as rg
 from loopir.schedule import tree
+
+if TYPE_CHECKING:  # pragma: no cover
+    from loopir.arith import Analyzer
 
 logger = logging.getLogger(__name__)
 
@@ -86,11 +90,12 @@ class _InlineLoads(Mutator):
         node = self.generic_visit(node)
         if node.buffer is not self.buffer:
             return node
-        return substitute(self.value, dict(zip(self.index_vars, node.indices)))
+        inlined: PrimExpr = substitute(self.value, dict(zip(self.index_vars, node.indices)))
+        return inlined
 
 
 def _reads_after_inline(
-    consumer: Block, buf: Buffer, producer: Block, index_vars: list[Var], ana: rg.Analyzer
+    consumer: Block, buf: Buffer, producer: Block, index_vars: list[Var], ana: Analyzer
 ) -> tuple[BufferRegion, ...]:
     """Consumer reads with ``buf`` replaced by the producer's reads at the consumed points."""
     out: list[BufferRegion] = []
@@ -380,6 +385,6 @@ def _loads(node: object) -> list[BufferLoad]:
 
 
 def _loads_buffer(blk: Block, buf: Buffer) -> bool:
-    nodes: list[Stmt | PrimExpr] = [blk.body] + ([blk.init] if blk.init is not None else [])
+    nodes: list[Stmt] = [blk.body] + ([blk.init] if blk.init is not None else [])
     return any(ld.buffer is buf for n in nodes for ld in _loads(n))
 

@@ -24,6 +24,7 @@ from loopir.errors import ScheduleError
 from loopir.ir.buffer import Buffer, BufferRegion, Range
 from loopir.ir.expr import (
     Add,
+    BinaryOp,
     BufferLoad,
     FloorDiv,
     FloorMod,
@@ -45,13 +46,13 @@ logger = logging.getLogger(__name__)
 _P = "transform_layout"
 _MAX_CHECK = 1 << 24  # elements enumerated to check that the map is one-to-one
 _BINOPS: dict[type, Callable[[PrimExpr, PrimExpr], PrimExpr]] = {
-    ast.Add: lambda a, b: a + b,  # type: ignore[operator]
-    ast.Sub: lambda a, b: a - b,  # type: ignore[operator]
-    ast.Mult: lambda a, b: a * b,  # type: ignore[operator]
-    ast.FloorDiv: lambda a, b: a // b,  # type: ignore[operator]
-    ast.Mod: lambda a, b: a % b,  # type: ignore[operator]
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.FloorDiv: lambda a, b: a // b,
+    ast.Mod: lambda a, b: a % b,
 }
-_SYMBOLS = {Add: "+", Sub: "-", Mul: "*", FloorDiv: "//", FloorMod: "%"}
+_SYMBOLS: dict[type[PrimExpr], str] = {Add: "+", Sub: "-", Mul: "*", FloorDiv: "//", FloorMod: "%"}
 
 
 def _text(e: PrimExpr) -> str:
@@ -60,13 +61,14 @@ def _text(e: PrimExpr) -> str:
     if isinstance(e, Var):
         return e.name
     sym = _SYMBOLS.get(type(e))
-    if sym is None:
+    # The isinstance only narrows: every key of _SYMBOLS is a BinaryOp subclass.
+    if sym is None or not isinstance(e, BinaryOp):
         raise ScheduleError(
             f"the index map may use + - * // % of the indices and integer constants only; got "
             f"{type(e).__name__} in {e}",
             primitive=_P,
         )
-    return f"({_text(e.a)} {sym} {_text(e.b)})"  # type: ignore[attr-defined]
+    return f"({_text(e.a)} {sym} {_text(e.b)})"
 
 
 def index_map_text(index_map: Callable[..., Any] | str, ndim: int) -> str:
@@ -126,7 +128,7 @@ def parse_index_map(text: str) -> tuple[list[str], list[PrimExpr]]:
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
             return _BINOPS[type(node.op)](conv(node.left), conv(node.right))
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return IntImm(0, "int32") - conv(node.operand)  # type: ignore[operator]
+            return IntImm(0, "int32") - conv(node.operand)
         raise ScheduleError(
             f"index map {text!r}: {ast.dump(node)[:60]} is not allowed (integer constants, the "
             "parameters, + - * // % only)",
@@ -149,12 +151,14 @@ class _Relayout(Mutator):
 
     def visit_BufferLoad(self, node: BufferLoad) -> PrimExpr:
         if node.buffer is not self.old:
-            return self.generic_visit(node)
+            load: PrimExpr = self.generic_visit(node)
+            return load
         return BufferLoad(self.new, self.mapped(tuple(self.visit(i) for i in node.indices)))
 
     def visit_BufferStore(self, node: BufferStore) -> BufferStore:
         if node.buffer is not self.old:
-            return self.generic_visit(node)
+            store: BufferStore = self.generic_visit(node)
+            return store
         indices = self.mapped(tuple(self.visit(i) for i in node.indices))
         return BufferStore(self.new, self.visit(node.value), indices)
 
@@ -163,7 +167,8 @@ class _Relayout(Mutator):
 
     def visit_BufferRegion(self, node: BufferRegion) -> BufferRegion:
         if node.buffer is not self.old:
-            return self.generic_visit(node)
+            same: BufferRegion = self.generic_visit(node)
+            return same
         one = all(isinstance(r.extent, IntImm) and r.extent.value == 1 for r in node.region)
         if one:  # a point: exactly its image
             region = tuple(Range(i, IntImm(1, i.dtype)) for i in self.mapped(tuple(r.min for r in node.region)))

@@ -139,7 +139,7 @@ def split(
         )  # fmt: skip
         exprs = [inferred if f is None else IntImm(f, dtype) for f in factors]
     else:
-        exprs = [IntImm(f, dtype) for f in factors]  # type: ignore[arg-type]
+        exprs = [IntImm(f, dtype) for f in factors if f is not None]  # no None here: nones is empty
         if not tree.can_prove(IntImm(known, dtype) >= extent, ranges):
             relation = "smaller than" if _const(extent) is not None else "not provably at least"
             raise ScheduleError(
@@ -149,18 +149,18 @@ def split(
             )  # fmt: skip
     new_vars = [Var(f"{loop_var.name}_{k}", dtype) for k in range(len(factors))]
     fused: PrimExpr = new_vars[0]
-    for v, f in zip(new_vars[1:], exprs[1:]):
-        fused = fused * f + v
+    for v, size in zip(new_vars[1:], exprs[1:]):
+        fused = fused * size + v
     value = fused if _const(loop.min) == 0 else loop.min + fused
     body = substitute(loop.body, {loop_var: value})
     inner_ranges = dict(ranges)
-    for v, f in zip(new_vars, exprs):
-        inner_ranges[v] = Range(IntImm(0, dtype), f)
+    for v, size in zip(new_vars, exprs):
+        inner_ranges[v] = Range(IntImm(0, dtype), size)
     guard = fused < extent
     consts = [_const(f) for f in exprs]
     const_ext = _const(extent)
     if const_ext is not None and all(c is not None for c in consts):
-        exact = math.prod(consts) == const_ext  # type: ignore[arg-type]
+        exact = math.prod(c for c in consts if c is not None) == const_ext  # all are not None
     else:
         exact = tree.can_prove(guard, inner_ranges)
     if not exact and disable_predication:
@@ -177,8 +177,8 @@ def split(
         # Inexact split: keep every original iteration exactly once.
         body = tree.append_predicate(body, guard)
     nest: Stmt = body
-    for v, f in reversed(list(zip(new_vars, exprs))):
-        nest = For(v, IntImm(0, dtype), f, ForKind.SERIAL, nest)
+    for v, size in reversed(list(zip(new_vars, exprs))):
+        nest = For(v, IntImm(0, dtype), size, ForKind.SERIAL, nest)
     nest = tree.simplify_bindings(nest, ranges)
     return tree.replace(func, loop, nest), new_vars
 

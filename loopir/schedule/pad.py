@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import cast
 
 import attrs
 
@@ -42,6 +43,7 @@ from loopir.ir.stmt import (
     IterKind,
     IterVar,
     PrimFunc,
+    Stmt,
     seq,
 )
 from loopir.schedule import region as rg
@@ -229,14 +231,17 @@ def pad(func: PrimFunc, block: str, factors: Sequence[int]) -> PrimFunc:
         return func
 
     def new_shape(acc_indices: Sequence[PrimExpr]) -> tuple[PrimExpr, ...]:
-        return tuple(padded.get(e, ivs[e].dom.extent) for e in acc_indices)  # type: ignore[index]
+        # Every access index was checked above to be one of the block's iter vars.
+        index_vars = [cast(Var, e) for e in acc_indices]
+        return tuple(padded.get(v, ivs[v].dom.extent) for v in index_vars)
 
     taken: set[str] = set()
     mapping: dict[Buffer, Buffer] = {}
-    pre: list = []
-    post: list = []
+    pre: list[Stmt] = []
+    post: list[Stmt] = []
     new_bufs: list[Buffer] = []
-    for acc in [*loads, body]:
+    accesses: list[BufferLoad | BufferStore] = [*loads, body]
+    for acc in accesses:
         buf = acc.buffer
         if buf in mapping or not any(e in padded for e in acc.indices):
             continue
@@ -308,6 +313,8 @@ def _reduction_leaves(func: PrimFunc, blk: Block, body: BufferStore) -> tuple[li
     """The factors of an einsum reduction's update and the identity its padding holds."""
     block, out_buf = blk.name, body.buffer
     val = body.value
+    lhs: PrimExpr | None
+    rhs: PrimExpr | None
     if isinstance(val, (Add, Max, Min)):
         lhs, rhs = val.a, val.b
         if not (isinstance(lhs, BufferLoad) and lhs.buffer is out_buf):
@@ -364,9 +371,9 @@ def _own_loops(top: object, realize: BlockRealize) -> list[For]:
 
 
 def _rebuild(
-    node: object, realize: BlockRealize, new_realize: BlockRealize,
+    node: Stmt, realize: BlockRealize, new_realize: BlockRealize,
     padded: dict[Var, PrimExpr], loop_of: dict[Var, For],
-) -> object:
+) -> Stmt:
     if node is realize:
         return new_realize
     assert isinstance(node, For)
@@ -380,13 +387,13 @@ def _rebuild(
 def _copy(
     name: str, src: Buffer, dst: Buffer, extents: Sequence[PrimExpr],
     real: tuple[Sequence[PrimExpr], Sequence[bool]] | None, identity: PrimExpr,
-) -> object:
+) -> Stmt:
     """Copy block over ``extents``; with ``real`` = (shape, grown dims), points beyond the
     real shape in a grown dimension get ``identity``."""
     loops = [Var(f"ax{d}") for d in range(len(extents))]
     ivars = [Var(f"v{d}") for d in range(len(extents))]
     store = BufferStore(dst, src[tuple(ivars)], tuple(ivars))
-    body: object = store
+    body: Stmt = store
     if real is not None:
         shape, grown = real
         conds = [v < r for v, r, g in zip(ivars, shape, grown) if g]
@@ -398,7 +405,7 @@ def _copy(
         tuple(IterVar(v, Range.from_extent(e), IterKind.SPATIAL) for v, e in zip(ivars, extents)),
         (rg.point_region(src, ivars),),
         (rg.point_region(dst, ivars),),
-        body,  # type: ignore[arg-type]
+        body,
     )
     realize = BlockRealize(tuple(loops), IntImm(1, "bool"), blk)
     return rg.make_loop_nest(list(zip(loops, extents)), realize)

@@ -9,7 +9,7 @@ import attrs
 from loopir.errors import ScheduleError
 from loopir.ir.expr import IntImm, PrimExpr, Var
 from loopir.ir.functor import collect_vars, substitute
-from loopir.ir.stmt import Block, BlockRealize, For, IterKind, IterVar, PrimFunc, seq
+from loopir.ir.stmt import Block, BlockRealize, For, IterKind, IterVar, PrimFunc, Stmt, seq
 from loopir.schedule import region as rg
 from loopir.schedule import tree
 
@@ -129,9 +129,9 @@ def decompose_reduction(func: PrimFunc, block: str, loop_var: Var) -> tuple[Prim
     # Predicate: keep conjuncts over kept loops only.
     kept: list[PrimExpr] = []
     for c in rg.conjuncts(realize.predicate):
-        used = set(collect_vars(c))
-        if used & dropped:
-            if used & (spatial_uses | {lp.loop_var for lp in loops[:pos]}):
+        term_vars = set(collect_vars(c))
+        if term_vars & dropped:
+            if term_vars & (spatial_uses | {lp.loop_var for lp in loops[:pos]}):
                 raise ScheduleError(
                     f"the predicate term {c} of {block!r} mixes reduction loops with spatial "
                     "ones; it cannot be split between the init and the update",
@@ -154,7 +154,7 @@ def decompose_reduction(func: PrimFunc, block: str, loop_var: Var) -> tuple[Prim
     init_realize = BlockRealize(
         tuple(substitute(v, vmap) for _, v in spatial), rg.conjunction(kept), init_block
     )
-    nest = init_realize
+    nest: Stmt = init_realize
     for lp in reversed(copied):
         new_var = vmap[lp.loop_var]
         assert isinstance(new_var, Var)

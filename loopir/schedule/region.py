@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
@@ -110,7 +110,7 @@ def check_scope(scope: Any, primitive: str, func: PrimFunc) -> str:
             primitive=primitive,
             func=func,
         )
-    return scope
+    return cast(str, scope)  # in SCOPES: one of its strings
 
 
 def with_root_alloc(func: PrimFunc, buffers: Sequence[Buffer], primitive: str) -> PrimFunc:

@@ -214,7 +214,7 @@ def _layout_args(sch: Schedule, args: dict[str, Any]) -> None:
     if isinstance(block, BlockRV):
         name = sch._block_name(block, "transform_layout")
         args["buffer"] = cache.buffer_index(sch.func, name, args["buffer"], "transform_layout")
-        realize = tree.find_block_realize(sch.func, name)
+        realize = sch._locations().blocks.get(name)
         ndim = None
         if realize is not None:
             buf = cache._pick_buffer(sch.func, realize[0].block, args["buffer"], realize[0].block.writes,
@@ -296,6 +296,7 @@ class Schedule:
         self._symbols: dict[_RV, Target] = {}
         # Handles whose block/loop vanished: (instruction index, kind) that removed it.
         self._stale: dict[_RV, tuple[int, str]] = {}
+        self._where: tree.Locations | None = None  # of self._func, see _locations
 
     # --- state -----------------------------------------------------------------------------
     @property
@@ -319,6 +320,7 @@ class Schedule:
         other._instructions = list(self._instructions)
         other._symbols = dict(self._symbols)
         other._stale = dict(self._stale)
+        other._where = self._where  # of the same (immutable) function
         return other
 
     def __repr__(self) -> str:
@@ -358,9 +360,15 @@ class Schedule:
             )
         return target
 
+    def _locations(self) -> tree.Locations:
+        """The block and loop locations of the current function, found once per rewrite."""
+        if self._where is None or self._where.root is not self._func:
+            self._where = tree.Locations.of(self._func)
+        return self._where
+
     def _block(self, rv: BlockRV, primitive: str) -> tuple[BlockRealize, tuple[Stmt, ...]]:
         name = self._target(rv, primitive)
-        hit = tree.find_block_realize(self._func, str(name))
+        hit = self._locations().blocks.get(str(name))
         if hit is None:  # pragma: no cover - _mark_stale catches removals
             raise ScheduleError(f"block {name!r} is not in the function", primitive=primitive,
                                 func=self._func)
@@ -373,7 +381,8 @@ class Schedule:
                 f"handle {rv!r} is the {var.name} mark of sample_compute_location, not a loop; "
                 "only compute_at and reverse_compute_at take it", primitive=primitive,
             )  # fmt: skip
-        hit = tree.find_loop(self._func, var)  # type: ignore[arg-type]  # LoopRVs map to Vars
+        assert isinstance(var, Var)  # a LoopRV that is not a mark maps to its loop var
+        hit = self._locations().loops.get(var)
         if hit is None:  # pragma: no cover - _mark_stale catches removals
             raise ScheduleError(f"loop {var} is not in the function", primitive=primitive,
                                 func=self._func)
@@ -404,13 +413,8 @@ class Schedule:
         return out
 
     def _mark_stale(self, index: int, kind: str) -> None:
-        names: set[str] = set()
-        loops: set[Var] = set()
-        for s, _ in tree.walk(self._func):
-            if isinstance(s, Block):
-                names.add(s.name)
-            elif isinstance(s, For):
-                loops.add(s.loop_var)
+        where = self._locations()
+        names, loops = where.block_names, where.loops
         for rv, target in self._symbols.items():
             if rv in self._stale or isinstance(target, sampling.Mark):
                 continue
@@ -444,7 +448,7 @@ class Schedule:
         """
         if not isinstance(name, str):
             raise ScheduleError(f"block name must be a str, got {name!r}", primitive="get_block")
-        if tree.find_block_realize(self._func, name) is None:
+        if name not in self._locations().blocks:
             raise ScheduleError(
                 f"no block named {name!r}; blocks: {tree.block_names(self._func)}",
                 primitive="get_block",

@@ -195,5 +195,5 @@ def storage_align(func: PrimFunc, block: str, buffer: cache.BufferArg, axis: int
         )  # fmt: skip
     axis %= ndim
     entries = tuple(e for e in blk.annotations.get(ANNOTATION, ()) if tuple(e[:2]) != (buf.name, axis))
-    value = (*entries, (buf.name, axis, factor, offset))
-    return annotate._set(func, block, ANNOTATION, value, prim)
+    aligned = (*entries, (buf.name, axis, factor, offset))
+    return annotate._set(func, block, ANNOTATION, aligned, prim)

@@ -63,6 +63,31 @@ def find_loop(root: Root, loop_var: Var) -> tuple[For, tuple[Stmt, ...]] | None:
     return hit  # type: ignore[return-value]
 
 
+@attrs.frozen(eq=False)
+class Locations:
+    """Where every block (by name) and loop (by loop var) of one function is, with its
+    ancestors: one walk answers every handle lookup until the function is rewritten."""
+
+    root: Root
+    blocks: dict[str, tuple[BlockRealize, tuple[Stmt, ...]]]
+    loops: dict[Var, tuple[For, tuple[Stmt, ...]]]
+    block_names: frozenset[str]  # of Blocks, realized or not (the root block has no realize)
+
+    @classmethod
+    def of(cls, root: Root) -> Locations:
+        blocks: dict[str, tuple[BlockRealize, tuple[Stmt, ...]]] = {}
+        loops: dict[Var, tuple[For, tuple[Stmt, ...]]] = {}
+        names: set[str] = set()
+        for node, anc in walk(root):
+            if isinstance(node, BlockRealize):
+                blocks.setdefault(node.block.name, (node, anc))
+            elif isinstance(node, For):
+                loops.setdefault(node.loop_var, (node, anc))
+            elif isinstance(node, Block):
+                names.add(node.name)
+        return cls(root, blocks, loops, frozenset(names))
+
+
 def block_names(root: Root) -> list[str]:
     """Names of all blocks, pre-order."""
     return [s.name for s, _ in walk(root) if isinstance(s, Block)]
@@ -223,7 +248,8 @@ def simplify_bindings(stmt: Stmt, ranges: dict[Var, Range]) -> Stmt:
         def visit_For(self, node: For) -> Stmt:
             env[node.loop_var] = Range(node.min, node.extent)
             try:
-                return self.generic_visit(node)
+                out: Stmt = self.generic_visit(node)
+                return out
             finally:
                 env.pop(node.loop_var, None)
 
@@ -246,7 +272,8 @@ def simplify_bindings(stmt: Stmt, ranges: dict[Var, Range]) -> Stmt:
         def visit_Evaluate(self, node: Stmt) -> Stmt:
             return node
 
-    return _Simplify().visit(stmt)
+    result: Stmt = _Simplify().visit(stmt)
+    return result
 
 
 def child_blocks(root: Stmt) -> list[BlockRealize]:

@@ -89,7 +89,7 @@ def written_condition(
         if lin is None:
             raise Inexact(f"index {e} of {write.buffer.name} is not linear in the inner loops")
         base = lin[-1]
-        terms: list[tuple[int, For]] = []
+        terms: list[tuple[int, int, For]] = []  # (coefficient, constant extent, loop)
         for v, c in zip(inner_vars, lin[:-1]):
             if isinstance(c, IntImm) and c.value == 0:
                 continue
@@ -98,24 +98,23 @@ def written_condition(
                 raise Inexact(f"index {e}: coefficient {c} of loop {v.name} (extent {lp.extent})")
             if v in solved:
                 raise Inexact(f"loop {v.name} indexes two dimensions of {write.buffer.name}")
-            terms.append((c.value, lp))
+            terms.append((c.value, lp.extent.value, lp))
         terms.sort(key=lambda t: t[0])
         stride = 1
         lo = base
-        for c, lp in terms:
-            if c != stride:
-                raise Inexact(f"index {e} skips or repeats elements (coefficient {c} of "
+        for coef, ext, lp in terms:
+            if coef != stride:
+                raise Inexact(f"index {e} skips or repeats elements (coefficient {coef} of "
                               f"{lp.loop_var.name}, expected {stride})")  # fmt: skip
-            stride *= lp.extent.value  # type: ignore[attr-defined]
-            lo = lo + c * lp.min
+            stride *= ext
+            lo = lo + coef * lp.min
         lo = ana.simplify(lo)
         off = x - lo
         conds.append(off >= 0)
         conds.append(off < stride)
-        for c, lp in terms:
+        for coef, ext, lp in terms:
             # the unique inner iteration that writes the element (mixed radix digits)
-            ext = lp.extent.value  # type: ignore[attr-defined]
-            solved[lp.loop_var] = ana.simplify(lp.min + (off // c) % ext)
+            solved[lp.loop_var] = ana.simplify(lp.min + (off // coef) % ext)
     unused = [v for v in inner_vars if v not in solved]
     seen: set[Var] = set()
     for c in rg.conjuncts(realize.predicate):

@@ -11,54 +11,27 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from loopir.arith import simplify
+from loopir.arith import StructuralKey, simplify, structural_key
 from loopir.errors import ArithError
 from loopir.ir.buffer import Buffer, BufferRegion, Range
 from loopir.ir.expr import (
     Add,
     BinaryOp,
     BufferLoad,
-    FloatImm,
     IntImm,
     Mul,
     PrimExpr,
-    StringImm,
     Sub,
-    Var,
     make_const,
 )
 from loopir.ir.functor import post_order_visit
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["access_regions", "structural_key"]
+__all__ = ["access_regions"]
 
 
-def structural_key(e: Any) -> Any:
-    """A hashable key equal for structurally equal expressions (Vars by identity)."""
-    if isinstance(e, Var):
-        return ("Var", id(e))
-    if isinstance(e, (IntImm, FloatImm)):
-        return (type(e).__name__, e.dtype, e.value)
-    if isinstance(e, StringImm):
-        return ("Str", e.value)
-    if isinstance(e, Buffer):
-        return ("Buffer", id(e))
-    if isinstance(e, tuple):
-        return tuple(structural_key(x) for x in e)
-    if isinstance(e, PrimExpr):
-        import attrs
-
-        parts: list[Any] = [type(e).__name__, getattr(e, "dtype", None)]
-        for f in attrs.fields(type(e)):
-            parts.append(structural_key(getattr(e, f.name)))
-        return tuple(parts)
-    if isinstance(e, (int, float, str, bool)) or e is None:
-        return e
-    return ("obj", id(e))
-
-
-def _affine(e: PrimExpr) -> tuple[dict[Any, int], int] | None:
+def _affine(e: PrimExpr) -> tuple[dict[StructuralKey, int], int] | None:
     """``e`` as ``sum(coef * atom) + const`` with atoms keyed structurally, or None."""
     if isinstance(e, IntImm):
         return {}, e.value

@@ -107,7 +107,7 @@ class ComputeOp:
         self.inputs = inputs
 
     @property
-    def reduce_axis(self) -> tuple[IterVar, ...]:
+    def reduce_axis(self) -> tuple[ReduceAxis | IterVar, ...]:
         return self.body.axis if isinstance(self.body, Reduce) else ()
 
     def __repr__(self) -> str:
@@ -344,7 +344,8 @@ def sum(expr: Any, axis: Any = None, where: Any = None) -> PrimExpr:  # noqa: A0
     As in TVM, ``te.sum(a, b)`` with an expression ``b`` instead of axes is ``a + b``.
     """
     if not _is_axis_arg(axis):
-        return convert(expr) + axis
+        total: PrimExpr = convert(expr) + axis
+        return total
     return _make_reduce("sum", expr, axis, where)
 
 

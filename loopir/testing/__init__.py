@@ -128,7 +128,7 @@ def random_array(shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -
     if dt.is_float(dtype):
         mag = rng.uniform(0.5, 1.5, size=shape)
         sign = rng.choice([-1.0, 1.0], size=shape)
-        arr = mag * sign
+        arr: np.ndarray = mag * sign
         if dtype == "bfloat16":
             f32 = arr.astype(np.float32)
             return (f32.view(np.uint32) >> 16).astype(np.uint16)

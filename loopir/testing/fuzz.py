@@ -25,7 +25,7 @@ import logging
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from loopir.errors import LoopIRError, PassError, ScheduleError
 from loopir.ir.expr import IntImm
@@ -39,6 +39,9 @@ from loopir.testing import (
     run_cpu_orders,
 )
 from loopir.testing.workloads import Workload
+
+if TYPE_CHECKING:
+    from loopir.schedule import Schedule
 
 logger = logging.getLogger(__name__)
 
@@ -186,7 +189,7 @@ class ScheduleFuzzer:
 
         self.workload = workload
         self.base = workload.func
-        self.sch = loopir.Schedule(self.base)
+        self.sch: Schedule = loopir.Schedule(self.base)
         self.build_options = dict(build_options or _fast_build_options())
         self.check_every_step = check_every_step
         self.gpu_lowering = gpu_lowering

@@ -41,7 +41,8 @@ import attrs
 import numpy as np
 
 from loopir.errors import CodegenError, LoopIRError, PassError, ScheduleError
-from loopir.ir.stmt import PrimFunc
+from loopir.ir.expr import IntImm
+from loopir.ir.stmt import Block, For, PrimFunc
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +140,11 @@ class _Gen:
         return out
 
     def extent(self, loop: Any) -> int:
-        return int(self.sch.get(loop).extent.value)
+        node = self.sch.get(loop)
+        # the workloads have static shapes: every loop has a constant extent
+        if not isinstance(node, For) or not isinstance(node.extent, IntImm):
+            raise TypeError(f"expected a loop of constant extent, got {node!r}")
+        return node.extent.value
 
     def threads(self) -> tuple[int, int]:
         """(ty, tx) extents of a 2-D thread block; either may be 1, ty * tx <= 256."""
@@ -245,7 +250,9 @@ def _own_kernel(g: _Gen, blk: Any) -> None:
     sch.bind(j0, "blockIdx.x")
     sch.bind(i1, "threadIdx.y")
     sch.bind(j1, "threadIdx.x")
-    g.notes.append(f"{sch.get(blk).name} own kernel {ty}x{tx}")
+    block = sch.get(blk)
+    assert isinstance(block, Block)  # the node of a BlockRV
+    g.notes.append(f"{block.name} own kernel {ty}x{tx}")
 
 
 def _transpose(g: _Gen) -> None:
@@ -361,7 +368,7 @@ def _two_level(g: _Gen) -> None:
     sch, pick = g.sch, g.pick
     s = sch.get_block("S")
     i, u = sch.get_loops(s)
-    nt = int(sch.get(u).extent.value)
+    nt = g.extent(u)
     ty = pick([1, 1, 2, 4])
     # S: one row per thread of a (ty, nt) block; P: the same threads, threadIdx.x over the
     # partial index t, threadIdx.y over the block's rows (ty at a time)
@@ -485,8 +492,7 @@ def features(func: PrimFunc) -> set[str]:
     - ``predicate``: a block with a non-trivial predicate (an inexact split).
     - ``local-accumulator``: a local buffer written by a reduction block.
     """
-    from loopir.ir.expr import IntImm
-    from loopir.ir.stmt import Block, BlockRealize, For, IterKind
+    from loopir.ir.stmt import BlockRealize, IterKind
 
     found: set[str] = set()
     tags: dict[str, list[int]] = {}

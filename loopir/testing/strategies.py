@@ -26,7 +26,7 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
@@ -51,10 +51,17 @@ COUNTER_ENV = "LOOPIR_FUZZ_COUNTER"
 FINDINGS_ENV = "LOOPIR_FUZZ_FINDINGS"
 
 
+class _Draw(Protocol):
+    """The ``draw`` of a composite strategy (:class:`hypothesis.strategies.DrawFn`) or of
+    ``st.data()`` (:meth:`hypothesis.strategies.DataObject.draw`)."""
+
+    def __call__(self, strategy: st.SearchStrategy[T], label: object = None) -> T: ...
+
+
 class DrawChooser:
     """A :class:`~loopir.testing.fuzz.Chooser` over hypothesis' ``draw`` (shrinks well)."""
 
-    def __init__(self, draw: Any) -> None:
+    def __init__(self, draw: _Draw) -> None:
         self.draw = draw
 
     def integer(self, lo: int, hi: int) -> int:

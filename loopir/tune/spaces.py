@@ -16,6 +16,9 @@ candidate always builds.
   loop): block tiles, virtual threads, a 2-D thread block, register tiles, a K step and the
   width of the cooperative shared-memory fetch all sampled (the DietCode structure; with
   ``tir.enable_local_pad`` the tiles need not divide the shape).
+- :func:`sgemm_space`: the same structure around cuBLAS-class register tiles (up to 8 x 8
+  outputs per thread, the K step unrolled, 16-byte fetches, 2-3 stage ``cp.async`` pipelines,
+  A's shared rows padded against bank conflicts).
 - :func:`gpu_space`: picks one of the three by the function's blocks.
 
 >>> import loopir
@@ -28,6 +31,7 @@ candidate always builds.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from loopir.errors import ScheduleError
@@ -35,7 +39,7 @@ from loopir.schedule import Schedule
 from loopir.schedule import default_gpu as dg
 from loopir.schedule import gpu_patterns as pat
 
-__all__ = ["elementwise_space", "gemm_space", "gpu_space", "reduction_space"]
+__all__ = ["elementwise_space", "gemm_space", "gpu_space", "reduction_space", "sgemm_space"]
 
 THREADS = [64, 128, 256, 512, 1024]
 ROW_THREADS = [32, 64, 128, 256, 512, 1024]
@@ -88,6 +92,16 @@ def _gemm_block(sch: Schedule) -> str | None:
     return next((n for n in pat.unscheduled_blocks(sch) if pat.is_gemm(sch, n)), None)
 
 
+def _inlined_gemm(sch: Schedule, space: str) -> str:
+    """Inline the elementwise blocks; the one unscheduled GEMM-like block left (or refuse)."""
+    dg.inline_all(sch)
+    name = _gemm_block(sch)
+    if name is None:
+        raise ScheduleError(f"{space}: no unscheduled GEMM-like block (two spatial loops, "
+                            "optionally batched, then one reduction loop)", primitive=space)  # fmt: skip
+    return name
+
+
 def gemm_space(sch: Schedule) -> None:
     """:func:`~loopir.schedule.default_gpu.tile_gemm` with every tile size sampled: threads
     ``ti`` x ``tj`` (4-32 x 8-32), virtual threads 1-2 each way, register tiles ``ri`` (1-8) x
@@ -99,15 +113,37 @@ def gemm_space(sch: Schedule) -> None:
     ScheduleError
         When the function has no unscheduled GEMM-like block.
     """
-    dg.inline_all(sch)
-    name = _gemm_block(sch)
-    if name is None:
-        raise ScheduleError("gemm_space: no unscheduled GEMM-like block (two spatial loops, "
-                            "optionally batched, then one reduction loop)", primitive="gemm_space")  # fmt: skip
+    name = _inlined_gemm(sch, "gemm_space")
     dg.tile_gemm(
         sch, name, ti=_uniform(sch, [4, 8, 16, 32]), tj=_uniform(sch, [8, 16, 32]), vi=_uniform(sch, [1, 2]),
         ri=_uniform(sch, [1, 2, 4, 8]), vj=_uniform(sch, [1, 2]), rj=_uniform(sch, [1, 2, 4]),
         ki=_uniform(sch, [4, 8, 16, 32]), vec=_uniform(sch, [1, 2, 4]), stages=_uniform(sch, [1, 2, 3]),
+    )  # fmt: skip
+    dg.default_gpu_schedule(sch)
+
+
+def sgemm_space(sch: Schedule, stages: Sequence[int] = (2, 3), transpose_a: bool = False) -> None:
+    """:func:`~loopir.schedule.default_gpu.tile_gemm` around cuBLAS-class register tiles:
+    threads ``ti`` x ``tj`` (4-16 x 8-32), virtual threads 1-2 each way, register tiles ``ri``
+    (2-8) x ``rj`` (2 or 4), K steps of 8-32 unrolled (``unroll_k``), 16-byte fetches, a 2- or
+    3-stage ``cp.async`` pipeline and A's shared rows padded by 0 or 4 elements (``pad_a``).
+    The 128 x 128 tile with 16 x 16 threads and 2 x 2 virtual threads of 4 x 4 (8 x 8 outputs
+    per thread, as cuBLAS's SGEMM) is one point. Candidates whose shared tiles exceed 48 KB
+    fail to build and are dropped. ``stages`` are the depths sampled; ``transpose_a`` (not
+    sampled: a plain bool) stores A's tile transposed (see ``tile_gemm``); bind either with
+    :func:`functools.partial` to search a narrower space.
+
+    Raises
+    ------
+    ScheduleError
+        When the function has no unscheduled GEMM-like block.
+    """
+    name = _inlined_gemm(sch, "gemm_space")
+    dg.tile_gemm(
+        sch, name, ti=_uniform(sch, [4, 8, 16]), tj=_uniform(sch, [8, 16, 32]), vi=_uniform(sch, [1, 2]),
+        ri=_uniform(sch, [2, 4, 8]), vj=_uniform(sch, [1, 2]), rj=_uniform(sch, [2, 4]),
+        ki=_uniform(sch, [8, 16, 32]), vec=4, stages=_uniform(sch, list(stages)), unroll_k=True,
+        pad_a=_uniform(sch, [0, 4]), transpose_a=transpose_a,
     )  # fmt: skip
     dg.default_gpu_schedule(sch)
 

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from loopir.arith import evaluate
-from loopir.codegen_cuda.exprs import eval_int, structural_key
+from loopir.codegen_cuda.exprs import eval_int
 from loopir.errors import ArithError, CodegenError
 from loopir.ir import op
 from loopir.ir.expr import (
@@ -148,21 +148,3 @@ def test_eval_int_matches_the_reference_evaluator(case, cast) -> None:
                 eval_int(expr, env)
             continue
         assert eval_int(expr, env) == int(want), (str(expr), env)
-
-
-def test_structural_key() -> None:
-    a = And(n > 0, Not(m < 2))
-    b = And(n > 0, Not(m < 2))
-    assert structural_key(a) == structural_key(b)
-    assert structural_key(Or(n > 0, m > 0)) != structural_key(And(n > 0, m > 0))
-    assert structural_key(Cast("int64", n)) == structural_key(Cast("int64", n))
-    assert structural_key(Cast("int64", n)) != structural_key(Cast("int32", n))
-    s1 = Select(n > 0, n, m)
-    assert structural_key(s1) == structural_key(Select(n > 0, n, m))
-    assert structural_key(IntImm(1)) != structural_key(FloatImm(1.0))
-    # variables by identity: a different Var of the same name is a different key
-    assert structural_key(n + 1) != structural_key(Var("n") + 1)
-    # nodes without a structural form fall back to identity
-    call = op.call("exp", FloatImm(1.0))
-    assert structural_key(call) == structural_key(call)
-    assert structural_key(call) != structural_key(op.call("exp", FloatImm(1.0)))

@@ -54,7 +54,9 @@ def test_call_is_asynchronous_and_ordered_on_the_current_stream(torch, acc):
     acc(a, b)  # warm: loads the library
     torch.cuda.synchronize()
     a.copy_(ref.float() - 3 * b)
-    torch.cuda._sleep(200_000_000)  # a long op in flight on the current stream
+    # a long op in flight on the current stream (about 1 s: three host calls fit in it even
+    # when other processes load the machine)
+    torch.cuda._sleep(2_000_000_000)
     for _ in range(3):
         acc(a, b)
     busy = not torch.cuda.current_stream().query()
@@ -72,7 +74,10 @@ def test_side_stream_runs_without_device_wide_sync(torch, acc):
     torch.cuda.synchronize()
     a.copy_(a0)
     torch.cuda.synchronize()
-    torch.cuda._sleep(400_000_000)  # keeps the default stream busy for a while
+    # keeps the default stream busy for about 1 s: long enough that the side stream's few
+    # microseconds of work finish first even when other processes share the GPU (0.2 s did not,
+    # with 14 test processes on one H200)
+    torch.cuda._sleep(2_000_000_000)
     with torch.cuda.stream(side):
         acc(a, b)
         c = a * 2  # a torch op after the loopir call on the same stream
@@ -159,10 +164,12 @@ def test_dlpack_and_cupy_arrays(torch, tmp_path):
     with pytest.raises(LaunchError, match="parameter 'A': dtype must be float32, got float64"):
         mod(_DLPackOnly(a.double()), b, c)
     cupy = pytest.importorskip("cupy")
-    x = cupy.random.rand(777, dtype=cupy.float32)
-    y = cupy.random.rand(777, dtype=cupy.float32)
-    z = cupy.zeros(777, dtype=cupy.float32)
+    # The inputs are made on the stream the call runs on: a non-blocking stream is not ordered
+    # after cupy's default one, so inputs made there could still be in flight (seen under load).
     with cupy.cuda.Stream(non_blocking=True) as s:  # cupy's current stream is used
+        x = cupy.random.rand(777, dtype=cupy.float32)
+        y = cupy.random.rand(777, dtype=cupy.float32)
+        z = cupy.zeros(777, dtype=cupy.float32)
         mod(x, y, z)
         s.synchronize()
     assert cupy.allclose(z, x + y)

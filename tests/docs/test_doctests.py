@@ -9,6 +9,8 @@ import pytest
 
 MODULES = [
     "loopir.arith.analyzer",
+    "loopir.arith.canonical",
+    "loopir.ir.c_printer",
     "loopir.ir.module",
     "loopir.schedule.database",
     "loopir.schedule.default_gpu",

@@ -368,7 +368,7 @@ def _mainloop_efficiency(cand: GemmCandidate) -> float:
     """
     tm, tn, _ = cand.tile
     intensity = (tm * tn) / (tm + tn) / (128 * 256 / 384)
-    eff = min(intensity, 1.0) ** 0.35
+    eff: float = min(intensity, 1.0) ** 0.35  # a positive base: a float, never complex
     if cand.arch == 90:
         if "Cooperative" not in cand.kernel_schedule and "Pingpong" not in cand.kernel_schedule:
             eff *= 0.93  # basic: one CTA per tile, no persistent overlap

@@ -92,19 +92,19 @@ class EpilogueSpec:
         return "+".join(parts) if parts else "none"
 
 
-def _check_dtype(_inst: Any, attribute: attrs.Attribute, value: str) -> None:
+def _check_dtype(_inst: Any, attribute: attrs.Attribute[Any], value: str) -> None:
     if value not in DTYPES:
         raise CodegenError(
             f"cutlass: {attribute.name}={value!r} is not supported; supported: {sorted(DTYPES)}"
         )
 
 
-def _check_layout(_inst: Any, attribute: attrs.Attribute, value: str) -> None:
+def _check_layout(_inst: Any, attribute: attrs.Attribute[Any], value: str) -> None:
     if value not in ("row", "col"):
         raise CodegenError(f"cutlass: {attribute.name} must be 'row' or 'col', got {value!r}")
 
 
-def _positive(_inst: Any, attribute: attrs.Attribute, value: int) -> None:
+def _positive(_inst: Any, attribute: attrs.Attribute[Any], value: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise CodegenError(f"cutlass: {attribute.name} must be a positive int, got {value!r}")
 

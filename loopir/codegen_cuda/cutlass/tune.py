@@ -87,7 +87,8 @@ def _load_db(cache: Any) -> dict[str, Any]:
     if not _cache_dir.check_entry(path):
         return {}
     try:
-        return json.loads(path.read_text())
+        db: dict[str, Any] = json.loads(path.read_text())
+        return db
     except (OSError, ValueError):
         logger.warning("cutlass tune: ignoring unreadable tuning cache %s", path)
         return {}
