@@ -146,6 +146,11 @@ class ExprKeys:
         """Whether a key mentions ``obj`` (a variable or buffer)."""
         return id(obj) in self._alive
 
+    def pinned(self) -> tuple[Any, ...]:
+        """The variables and buffers whose ids the keys so far mention (keep them to keep a
+        key valid after this object is gone)."""
+        return tuple(self._alive.values())
+
     def _pin(self, obj: Any) -> int:
         self._alive[id(obj)] = obj
         return id(obj)
@@ -249,7 +254,7 @@ def structural_key(e: PrimExpr) -> StructuralKey:
     """
     keys = ExprKeys()
     key = keys.key(e)
-    return StructuralKey(key, tuple(keys._alive.values()))
+    return StructuralKey(key, keys.pinned())
 
 
 __all__ = ["Sum", "ExprKeys", "Key", "Term", "StructuralKey", "structural_key"]

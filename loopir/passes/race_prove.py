@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from loopir import arith
-from loopir.ir.expr import EQ, Add, FloorDiv, IntImm, Mul, PrimExpr, Sub, Var
+from loopir.ir.expr import EQ, Add, FloorDiv, FloorMod, IntImm, Mul, PrimExpr, Sub, Var
 from loopir.ir.functor import Mutator, Visitor, collect_vars, substitute
 from loopir.ir.stmt import ForKind
 
@@ -96,6 +96,79 @@ def _divided_vars(e: PrimExpr) -> set[Var]:
     return out
 
 
+def _quotient(ext: PrimExpr | None, divisor: arith.StructuralKey) -> int | None:
+    """``P`` when ``ext`` is ``P * Q`` (or ``Q``) for the divisor ``Q`` and a constant ``P``."""
+    if ext is None:
+        return None
+    if arith.structural_key(ext) == divisor:
+        return 1
+    if isinstance(ext, Mul):
+        for a, b in ((ext.a, ext.b), (ext.b, ext.a)):
+            if isinstance(b, IntImm) and b.value >= 1 and arith.structural_key(a) == divisor:
+                return b.value
+    return None
+
+
+def _symbolic_digits(forms: list[list[PrimExpr]], coords: set[Var], ranges: dict[Var, tuple[int, int]],
+                     digits: dict[Var, PrimExpr], sizes: set[Var],
+                     grid_exts: dict[Var, PrimExpr]) -> list[list[PrimExpr]]:  # fmt: skip
+    """Split each coordinate ``c`` used as ``c // Q`` and ``c % Q`` for one non-constant ``Q``
+    (a grid fused over symbolic sizes: ``(N + 127) // 128`` blocks a row) into the digits
+    ``q = c // Q`` and ``r = c % Q``, which determine ``c = q * Q + r``; ``forms`` with the
+    digits in their place.
+
+    ``Q``'s variables must be buffer sizes (never negative, int32), so that ``Q >= 0``,
+    ``0 <= q <= c`` and ``0 <= r < min(c + 1, max Q)``; ``Q == 0`` would divide by zero. A
+    grid of ``P * Q`` blocks (``grid_exts``) bounds ``q`` by a constant ``P``.
+    """
+    size_ana = arith.Analyzer({v: (0, 2**31) for v in sizes})
+    found: dict[Var, dict[arith.StructuralKey, PrimExpr]] = {}
+
+    class Find(Visitor):
+        def visit_FloorDiv(self, n: FloorDiv | FloorMod) -> None:
+            self.generic_visit(n)
+            if isinstance(n.a, Var) and n.a in coords and not isinstance(n.b, IntImm):
+                found.setdefault(n.a, {})[arith.structural_key(n.b)] = n.b
+
+        visit_FloorMod = visit_FloorDiv
+
+    for f in forms:
+        for i in f:
+            Find().visit(i)
+    split: dict[Var, tuple[arith.StructuralKey, Var, Var]] = {}
+    for c, divisors in found.items():
+        if len(divisors) != 1:
+            continue
+        ((key, q_div),) = divisors.items()
+        bound = size_ana.const_int_bound(q_div)
+        if not set(collect_vars(q_div)) <= sizes or bound.min_value < 0:
+            continue
+        q, r = Var(f"{c.name}_q", c.dtype), Var(f"{c.name}_r", c.dtype)
+        ranges[q] = (0, ranges[c][1])
+        ranges[r] = (0, min(ranges[c][1], bound.max_value))
+        rows = _quotient(grid_exts.get(c), key)
+        if rows is not None:
+            ranges[q] = (0, min(rows, ranges[c][1]))
+        digits[c] = Add(Mul(q, q_div), r)
+        split[c] = (key, q, r)
+
+    class Replace(Mutator):
+        def _digit(self, n: FloorDiv | FloorMod, quotient: bool) -> PrimExpr:
+            hit = split.get(n.a) if isinstance(n.a, Var) else None
+            if hit is not None and arith.structural_key(n.b) == hit[0]:
+                return hit[1] if quotient else hit[2]
+            out: PrimExpr = self.generic_visit(n)
+            return out
+
+        def visit_FloorDiv(self, n: FloorDiv) -> PrimExpr:
+            return self._digit(n, True)
+
+        def visit_FloorMod(self, n: FloorMod) -> PrimExpr:
+            return self._digit(n, False)
+
+    return [[Replace().visit(i) for i in f] for f in forms] if split else forms
+
+
 def _mixed_radix(terms: list[tuple[int, int]]) -> int | None:
     """For ``sum(c_i * v_i)`` with ``0 <= v_i < e_i`` (``terms`` of ``(|c_i|, e_i)``): the
     least difference between two distinct points when the coefficients form a mixed radix
@@ -126,10 +199,11 @@ def prove_linear(extent: Callable[[str], int | None], w: Any, x: Any) -> bool:
     memory, the block): then two different threads never touch one element.
 
     Thread coordinates become canonical variables; a coordinate used under ``//`` or ``%`` by
-    a constant that divides its extent is split into two digits. The flattened index must be
-    linear in the coordinates with the same coefficients for both accesses, the coefficients
-    must form a mixed radix (so distinct coordinates differ by at least ``sep``), and the rest
-    of the two indices must differ by less than ``sep``.
+    a constant that divides its extent, or by one symbolic size expression (a grid fused over
+    symbolic sizes), is split into two digits; loops the indices do not use are left out. The
+    flattened index must be linear in the coordinates with the same coefficients for both
+    accesses, the coefficients must form a mixed radix (so distinct coordinates differ by at
+    least ``sep``), and the rest of the two indices must differ by less than ``sep``.
     """
     shared = w.buffer.scope == "shared"
     tags = BLOCK_TAGS if shared else (*GRID_TAGS, *BLOCK_TAGS)
@@ -138,15 +212,20 @@ def prove_linear(extent: Callable[[str], int | None], w: Any, x: Any) -> bool:
     forms = []
     pins: list[dict[str, int]] = []
     unbounded: set[str] = set()  # grid coordinates of a symbolic extent (bounded by CUDA's limit)
+    grid_exts: dict[Var, PrimExpr] = {}  # their extents
     for n, acc in enumerate((w, x)):
         vmap: dict[Var, PrimExpr] = {}
         pinned = _pinned(acc)
         pins.append({})
+        used = {v for i in acc.indices for v in collect_vars(i)}
         for f in acc.loops:
+            if f.loop_var not in used and f.thread_tag not in coords:
+                continue  # a loop the element does not depend on: its range does not matter
             lo, ext = const_int(f.min), const_int(f.extent)
             if ext is None and f.kind is ForKind.THREAD_BINDING and f.thread_tag in GRID_LIMITS:
                 ext = GRID_LIMITS[str(f.thread_tag)]
                 unbounded.add(str(f.thread_tag))
+                grid_exts[coords[str(f.thread_tag)]] = f.extent
             if lo is None or ext is None:
                 return False
             if f.kind is ForKind.THREAD_BINDING and f.thread_tag in coords and f.loop_var in pinned:
@@ -171,8 +250,13 @@ def prove_linear(extent: Callable[[str], int | None], w: Any, x: Any) -> bool:
         return False  # pinned to different threads along a tag, or in one access only
     # digits for coordinates used under // and %
     digits: dict[Var, PrimExpr] = {}
+    sizes = {v for b in (w.buffer, x.buffer) for e in b.shape for v in collect_vars(e)}
+    forms = _symbolic_digits(forms, {c for c in coords.values() if c in ranges}, ranges, digits,
+                             sizes, grid_exts)
     divs = set().union(*(_divisors(i) for f in forms for i in f))
     for t, c in coords.items():
+        if c in digits:
+            continue
         ext = ranges.get(c, (0, 1))[1]
         # c = q * d + r covers [0, ceil(ext / d) * d): exact when d divides ext, a superset
         # otherwise, which is still sound (and needed for a symbolic grid's c // d, c % d)

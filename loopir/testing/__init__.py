@@ -316,6 +316,37 @@ def _unload(mod: Any) -> None:
     _ctypes.dlclose(handle)
 
 
+def check_gemm(mod: Any, M: int, K: int, N: int, *, seed: int = 0, rtol: float = 1e-5) -> float:
+    """Check a built float32 GEMM ``C = A @ B`` (parameters ``A (M, K)``, ``B (K, N)``,
+    ``C (M, N)``, any target) against the float64 product, normwise.
+
+    ``A`` and ``B`` are uniform in [-0.5, 0.5); ``C`` starts as NaN, so an element the module
+    never writes fails the check.
+
+    Returns
+    -------
+    float
+        The relative (Frobenius) error.
+
+    Raises
+    ------
+    EquivalenceError
+        When the error is over ``rtol`` (or NaN).
+    """
+    rng = np.random.default_rng(seed)
+    a = rng.random((M, K), "float32") - 0.5
+    b = rng.random((K, N), "float32") - 0.5
+    c = np.full((M, N), np.nan, "float32")
+    mod(a, b, c)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    err = float(np.linalg.norm(c - ref) / np.linalg.norm(ref))
+    if not err <= rtol:  # NaN fails too
+        raise EquivalenceError(
+            f"check_gemm: the {M}x{K}x{N} GEMM's relative (Frobenius) error is {err:.3g} > {rtol:g}"
+        )
+    return err
+
+
 def assert_outputs_equal(
     func: PrimFunc,
     expected: Sequence[np.ndarray],
@@ -376,6 +407,6 @@ def _compare(name: str, dtype: str, x: np.ndarray, y: np.ndarray, rtol: float | 
 
 __all__ = [
     "check_equivalent", "random_inputs", "random_array", "run_cpu", "run_cpu_orders",
-    "assert_outputs_equal", "is_lowered", "EquivalenceError", "EquivalenceResult", "TOLERANCES",
+    "assert_outputs_equal", "check_gemm", "is_lowered", "EquivalenceError", "EquivalenceResult", "TOLERANCES",
     "ORDER_SEEDS",
 ]  # fmt: skip

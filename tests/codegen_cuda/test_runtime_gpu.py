@@ -70,13 +70,17 @@ def test_side_stream_runs_without_device_wide_sync(torch, acc):
     a, b = _rand(torch, n), _rand(torch, n, 1)
     a0 = a.clone()
     side = torch.cuda.Stream()
-    acc(a, b)
+    # warm up everything the side stream runs below: CUDA loads kernels lazily, and loading one
+    # waits for the kernels in flight, so a first `a * 2` in this process would wait for the
+    # sleep (found in random order, where no earlier test had multiplied a float tensor)
+    with torch.cuda.stream(side):
+        acc(a, b)
+        a * 2
     torch.cuda.synchronize()
     a.copy_(a0)
     torch.cuda.synchronize()
-    # keeps the default stream busy for about 1 s: long enough that the side stream's few
-    # microseconds of work finish first even when other processes share the GPU (0.2 s did not,
-    # with 14 test processes on one H200)
+    # keeps the default stream busy for about 1 s, so the side stream's few microseconds of
+    # work finish first even when other processes share the GPU
     torch.cuda._sleep(2_000_000_000)
     with torch.cuda.stream(side):
         acc(a, b)

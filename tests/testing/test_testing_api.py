@@ -128,3 +128,26 @@ def test_normwise_comparison_tolerates_reordered_sums_but_not_errors() -> None:
     y[2][2, 2] = np.nan
     with pytest.raises(EquivalenceError, match="Frobenius"):
         assert_outputs_equal(f, x, y, norm=True)
+
+
+def test_check_gemm_passes_a_gemm_and_fails_a_wrong_or_unwritten_one() -> None:
+    from loopir.testing import check_gemm
+
+    mod = loopir.build(W.matmul(33, 9, 70).func, target="cpu")
+    assert check_gemm(mod, 33, 9, 70, seed=3) < 1e-6
+
+    def product(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
+        c[...] = a @ b
+
+    def one_unwritten(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
+        c[1:] = (a @ b)[1:]  # row 0 keeps the NaN it started with
+
+    def one_wrong(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
+        c[...] = a @ b
+        c[5, 5] += 1.0
+
+    assert check_gemm(product, 33, 9, 70) < 1e-6
+    with pytest.raises(EquivalenceError, match=r"33x9x70 GEMM's relative \(Frobenius\) error is nan"):
+        check_gemm(one_unwritten, 33, 9, 70)
+    with pytest.raises(EquivalenceError, match="> 1e-05"):
+        check_gemm(one_wrong, 33, 9, 70)

@@ -48,14 +48,17 @@ def test_device_pool_submit_goes_round_robin() -> None:
     assert devs == ["4", "5", "4", "5"]
 
 
-def test_a_dask_cluster_of_a_build_and_a_measure_worker() -> None:
+def test_a_dask_cluster_of_a_build_and_a_measure_worker(tmp_path) -> None:
     distributed = pytest.importorskip("distributed")
     from loopir.tune.farm import dask_farm
 
+    # scratch space of its own: the shared default in /tmp is locked and purged by every Dask
+    # process on the machine (slow under a parallel suite, with a warning)
     workers = {
-        name: {"cls": distributed.Nanny, "options": {"nthreads": 1, "resources": {res: 1}}}
+        name: {"cls": distributed.Nanny, "options": {
+            "nthreads": 1, "resources": {res: 1}, "local_directory": str(tmp_path / name)}}
         for name, res in (("build", "BUILD"), ("measure", "MEASURE"))
-    }
+    }  # fmt: skip
     scheduler = {"cls": distributed.Scheduler, "options": {"dashboard_address": None}}
     with distributed.SpecCluster(workers=workers, scheduler=scheduler) as cluster, \
             distributed.Client(cluster, timeout=60) as client:  # fmt: skip
