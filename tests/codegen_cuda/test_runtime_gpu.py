@@ -72,7 +72,8 @@ def test_side_stream_runs_without_device_wide_sync(torch, acc):
     side = torch.cuda.Stream()
     # warm up everything the side stream runs below: CUDA loads kernels lazily, and loading one
     # waits for the kernels in flight, so a first `a * 2` in this process would wait for the
-    # sleep (found in random order, where no earlier test had multiplied a float tensor)
+    # sleep (seen when pytest-xdist gave this test to a worker where no earlier test had
+    # multiplied a float tensor)
     with torch.cuda.stream(side):
         acc(a, b)
         a * 2
