@@ -121,7 +121,6 @@ def _symbolic_digits(forms: list[list[PrimExpr]], coords: set[Var], ranges: dict
     ``0 <= q <= c`` and ``0 <= r < min(c + 1, max Q)``; ``Q == 0`` would divide by zero. A
     grid of ``P * Q`` blocks (``grid_exts``) bounds ``q`` by a constant ``P``.
     """
-    size_ana = arith.Analyzer({v: (0, 2**31) for v in sizes})
     found: dict[Var, dict[arith.StructuralKey, PrimExpr]] = {}
 
     class Find(Visitor):
@@ -135,6 +134,9 @@ def _symbolic_digits(forms: list[list[PrimExpr]], coords: set[Var], ranges: dict
     for f in forms:
         for i in f:
             Find().visit(i)
+    if not found:
+        return forms  # the common case (constant divisors only): no analyzer to build
+    size_ana = arith.Analyzer({v: (0, 2**31) for v in sizes})
     split: dict[Var, tuple[arith.StructuralKey, Var, Var]] = {}
     for c, divisors in found.items():
         if len(divisors) != 1:
@@ -211,8 +213,8 @@ def prove_linear(extent: Callable[[str], int | None], w: Any, x: Any) -> bool:
     ranges: dict[Var, tuple[int, int]] = {}
     forms = []
     pins: list[dict[str, int]] = []
-    unbounded: set[str] = set()  # grid coordinates of a symbolic extent (bounded by CUDA's limit)
-    grid_exts: dict[Var, PrimExpr] = {}  # their extents
+    # grid coordinates of a symbolic extent (bounded by CUDA's limit), with that extent
+    grid_exts: dict[Var, PrimExpr] = {}
     for n, acc in enumerate((w, x)):
         vmap: dict[Var, PrimExpr] = {}
         pinned = _pinned(acc)
@@ -224,7 +226,6 @@ def prove_linear(extent: Callable[[str], int | None], w: Any, x: Any) -> bool:
             lo, ext = const_int(f.min), const_int(f.extent)
             if ext is None and f.kind is ForKind.THREAD_BINDING and f.thread_tag in GRID_LIMITS:
                 ext = GRID_LIMITS[str(f.thread_tag)]
-                unbounded.add(str(f.thread_tag))
                 grid_exts[coords[str(f.thread_tag)]] = f.extent
             if lo is None or ext is None:
                 return False
@@ -254,13 +255,13 @@ def prove_linear(extent: Callable[[str], int | None], w: Any, x: Any) -> bool:
     forms = _symbolic_digits(forms, {c for c in coords.values() if c in ranges}, ranges, digits,
                              sizes, grid_exts)
     divs = set().union(*(_divisors(i) for f in forms for i in f))
-    for t, c in coords.items():
+    for c in coords.values():
         if c in digits:
             continue
         ext = ranges.get(c, (0, 1))[1]
         # c = q * d + r covers [0, ceil(ext / d) * d): exact when d divides ext, a superset
         # otherwise, which is still sound (and needed for a symbolic grid's c // d, c % d)
-        d = max((d for d in divs if (ext % d == 0 or t in unbounded) and d < ext), default=None)
+        d = max((d for d in divs if (ext % d == 0 or c in grid_exts) and d < ext), default=None)
         if d is not None:
             _split_digits(c, ext, d, digits, ranges)
     # the same digits for the other loop variables (an unrolled virtual-thread loop v used as

@@ -338,8 +338,7 @@ def check_gemm(mod: Any, M: int, K: int, N: int, *, seed: int = 0, rtol: float =
     b = rng.random((K, N), "float32") - 0.5
     c = np.full((M, N), np.nan, "float32")
     mod(a, b, c)
-    ref = a.astype(np.float64) @ b.astype(np.float64)
-    err = float(np.linalg.norm(c - ref) / np.linalg.norm(ref))
+    err = _relative_error(a.astype(np.float64) @ b.astype(np.float64), c)
     if not err <= rtol:  # NaN fails too
         raise EquivalenceError(
             f"check_gemm: the {M}x{K}x{N} GEMM's relative (Frobenius) error is {err:.3g} > {rtol:g}"
@@ -376,6 +375,14 @@ def assert_outputs_equal(
         _compare(p.name, p.dtype, x, y, rtol, atol, norm)
 
 
+def _relative_error(expected: np.ndarray, actual: np.ndarray) -> float:
+    """``||actual - expected|| / ||expected||`` (Frobenius, in float64; ``||actual||`` when
+    ``expected`` is all zeros; NaN when ``actual`` has a NaN)."""
+    xd, yd = expected.astype(np.float64), actual.astype(np.float64)
+    scale = float(np.linalg.norm(xd))
+    return float(np.linalg.norm(xd - yd)) / scale if scale else float(np.linalg.norm(yd))
+
+
 def _compare(name: str, dtype: str, x: np.ndarray, y: np.ndarray, rtol: float | None,
              atol: float | None, norm: bool = False) -> None:
     if x.shape != y.shape:
@@ -385,9 +392,7 @@ def _compare(name: str, dtype: str, x: np.ndarray, y: np.ndarray, rtol: float | 
         r = r if rtol is None else rtol
         a = a if atol is None else atol
         if norm and dtype != "bfloat16":
-            xd, yd = x.astype(np.float64), y.astype(np.float64)
-            scale = float(np.linalg.norm(xd))
-            err = float(np.linalg.norm(xd - yd)) / scale if scale else float(np.linalg.norm(yd))
+            err = _relative_error(x, y)
             if not err <= r:  # NaN fails too
                 raise EquivalenceError(f"parameter {name}: relative (Frobenius) error {err:.3g} > {r:g}")
             return
@@ -407,6 +412,6 @@ def _compare(name: str, dtype: str, x: np.ndarray, y: np.ndarray, rtol: float | 
 
 __all__ = [
     "check_equivalent", "random_inputs", "random_array", "run_cpu", "run_cpu_orders",
-    "assert_outputs_equal", "check_gemm", "is_lowered", "EquivalenceError", "EquivalenceResult", "TOLERANCES",
-    "ORDER_SEEDS",
+    "assert_outputs_equal", "check_gemm", "is_lowered", "EquivalenceError", "EquivalenceResult",
+    "TOLERANCES", "ORDER_SEEDS",
 ]  # fmt: skip
