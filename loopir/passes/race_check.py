@@ -14,15 +14,12 @@ to one ``shared`` or ``global`` buffer, at least one of them a store, it asks wh
 * threads of different blocks are never ordered within a kernel, which matters for global
   buffers (shared memory belongs to one block).
 
-Each pair is decided by the first of these that answers:
-
-1. exact enumeration of both accesses' iteration domains (loop ranges, guards, ``Select``
-   branches, barrier counts) when they are small: a proof, or a real witness;
-2. a relaxed enumeration over the variables of the indices alone (guards and barrier counts
-   dropped, so it over-approximates what is accessed): when even that shows that an element
-   determines its thread, the pair is proven race-free;
-3. an exact enumeration of a sample of the domain (the first and last iterations of large
-   loops): a witness found there is a real race.
+Each pair is decided symbolically (:mod:`loopir.passes.race_prove`: the element and the
+barrier count an access has determine its thread, or the two accesses never meet), at a cost
+that does not grow with the loops' extents. When the proof fails, a bounded search for a
+witness enumerates at most :data:`WITNESS_POINTS` instances of each access (all of them when
+there are few, else the first and last iterations of the large loops): a witness under exact
+guards is a real race. A search that finds none proves nothing.
 
 A proven race raises :class:`~loopir.errors.CodegenError` showing the function with both
 accesses marked. A pair that is neither proven nor refuted gives a :class:`RaceCheckWarning`
@@ -69,7 +66,7 @@ from loopir.ir.stmt import (
     Stmt,
 )
 from loopir.passes.context import PassContext, register_config
-from loopir.passes.race_prove import BLOCK_TAGS, GRID_TAGS, prove_linear
+from loopir.passes.race_prove import BLOCK_TAGS, GRID_TAGS, prove_exclusive
 from loopir.passes.race_prove import const_int as _const
 
 __all__ = [
@@ -86,8 +83,9 @@ register_config(
 )
 
 
-#: Largest number of points one access is enumerated over.
-MAX_POINTS = 1 << 22
+#: Largest number of points of one access the search for a race witness looks at (a fixed
+#: budget: the search refutes, it never proves).
+WITNESS_POINTS = 1 << 16
 #: Values kept per large loop in the sampled search for a witness.
 _SAMPLE = 2
 
@@ -133,6 +131,16 @@ def _barriers(s: Stmt) -> PrimExpr | None:
     return None
 
 
+def _at_least_one(count: PrimExpr, loops: Sequence[For]) -> bool:
+    """Whether ``count`` (barriers per iteration) is at least 1 over the loops' ranges."""
+    ranges = {}
+    for f in loops:
+        lo, ext = _const(f.min), _const(f.extent)
+        if lo is not None and ext is not None and ext > 0:
+            ranges[f.loop_var] = (lo, lo + ext)
+    return arith.Analyzer(ranges).const_int_bound(count).min_value >= 1
+
+
 @attrs.frozen(eq=False)
 class _Access:
     buffer: Buffer
@@ -143,6 +151,9 @@ class _Access:
     count: PrimExpr
     label: int
     stmt: Stmt
+    # the enclosing serial loops that pass barriers, outermost first, each with whether every
+    # iteration passes at least one (then equal barrier counts mean the same iteration)
+    barrier_loops: tuple[tuple[For, bool], ...] = ()
 
 
 class _Labels:
@@ -179,6 +190,7 @@ class _Collector(Visitor):
         self.label = self.labels.new()
         self.stmt: Stmt | None = None
         self.accesses: list[_Access] = []
+        self.barrier_loops: list[tuple[For, bool]] = []
 
     def _add(self, buf: Buffer, idx: tuple[PrimExpr, ...], store: bool) -> None:
         if buf.scope not in ("shared", "global"):
@@ -186,7 +198,7 @@ class _Collector(Visitor):
         assert self.stmt is not None
         self.accesses.append(
             _Access(buf, idx, store, tuple(self.loops), tuple(self.conds), self.count,
-                    self.label, self.stmt)  # fmt: skip
+                    self.label, self.stmt, tuple(self.barrier_loops))  # fmt: skip
         )
 
     def visit_Evaluate(self, node: Evaluate) -> None:
@@ -255,7 +267,9 @@ class _Collector(Visitor):
         start, base = self.label, self.count
         self.count = Add(base, Mul(Sub(node.loop_var, node.min), per_iter))
         self.loops.append(node)
+        self.barrier_loops.append((node, _at_least_one(per_iter, self.loops)))
         self.visit(node.body)
+        self.barrier_loops.pop()
         self.loops.pop()
         # the interval after the last barrier of one iteration runs on into the next one
         self.label = self.labels.union(start, self.label)
@@ -294,6 +308,7 @@ class _Kernel:
         if root is not None:
             c.visit(root)
         self.accesses = c.accesses
+        self.written = frozenset(a.buffer for a in self.accesses if a.is_store)
         self.labels = c.labels
         self.launch: dict[str, int | None] = {}
         self._pure_value: dict[int, tuple[_Access, bool]] = {}
@@ -309,24 +324,14 @@ class _Kernel:
     def extent(self, tag: str) -> int | None:
         return self.launch.get(tag, 1)
 
-    def points(
-        self, acc: _Access, relaxed: bool, sample: bool, counts: bool = True
-    ) -> _Points:
-        """Enumerate ``acc``'s instances (``relaxed``: only the variables of its indices,
-        guards and counts dropped; ``sample``: large loops cut to their first and last
+    def points(self, acc: _Access, sample: bool) -> _Points:
+        """Enumerate ``acc``'s instances (``sample``: large loops cut to their first and last
         iterations)."""
-        wanted: set[Var] | None = None
-        if relaxed:
-            wanted = {v for i in acc.indices for v in collect_vars(i)}
         ranges: list[tuple[Var, int, int]] = []
         env_loops: dict[str, Var] = {}
         for f in acc.loops:
             if f.kind is ForKind.THREAD_BINDING and f.thread_tag in (*GRID_TAGS, *BLOCK_TAGS):
                 env_loops[f.thread_tag] = f.loop_var
-            if wanted is not None and f.loop_var not in wanted and not (
-                f.kind is ForKind.THREAD_BINDING and f.thread_tag in (*GRID_TAGS, *BLOCK_TAGS)
-            ):
-                continue
             lo, ext = _const(f.min), _const(f.extent)
             if lo is None or ext is None:
                 raise NotEnumerable(f"loop {f.loop_var.name} has a symbolic range")
@@ -346,12 +351,11 @@ class _Kernel:
         env, size = _grid(ranges, sample, keep)
         mask = np.ones(size, dtype=bool)
         approx = False
-        if not relaxed:
-            for cond in acc.conds:
-                try:
-                    mask &= _eval(cond, env, size) != 0
-                except NotEnumerable:
-                    approx = True  # a data-dependent guard: taken as true
+        for cond in acc.conds:
+            try:
+                mask &= _eval(cond, env, size) != 0
+            except NotEnumerable:
+                approx = True  # a data-dependent guard: taken as true
         env = {v: a[mask] for v, a in env.items()}
         n = int(mask.sum())
         coord = {}
@@ -364,10 +368,7 @@ class _Kernel:
         exts = [self.extent(t) or 1 for t in (*GRID_TAGS, *BLOCK_TAGS)]
         block = _linear([coord[t] for t in GRID_TAGS], exts[:3], n)
         thread = _linear([coord[t] for t in BLOCK_TAGS], exts[3:], n)
-        if relaxed or not counts:
-            count = np.zeros(n, dtype=np.int64)
-        else:
-            count = _eval(arith.simplify(acc.count), env, n) if n else np.zeros(0, np.int64)
+        count = _eval(arith.simplify(acc.count), env, n) if n else np.zeros(0, np.int64)
         elem = tuple(_eval(i, env, n) if n else np.zeros(0, np.int64) for i in acc.indices)
         return _Points(elem, block, thread, count, env, approx, self._value_codes(acc, env, n))
 
@@ -389,8 +390,14 @@ class _Kernel:
         cols = np.stack([env[v] for v in used], axis=1)
         return np.unique(cols, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
 
+    def same_value(self, w: _Access, x: _Access) -> bool:
+        """Whether ``w`` is a store paired with itself whose value is pure (see
+        :func:`~loopir.passes.race_prove.prove_exclusive`)."""
+        return w is x and isinstance(w.stmt, BufferStore) and w.is_store and \
+            self._is_pure(w.stmt.value)
+
     def _is_pure(self, value: PrimExpr) -> bool:
-        written = {a.buffer for a in self.accesses if a.is_store}
+        written = self.written
         ok = True
 
         class V(Visitor):
@@ -425,7 +432,7 @@ def _grid(
     total = 1
     for a in axes:
         total *= len(a)
-    if total > MAX_POINTS:
+    if total > WITNESS_POINTS:
         raise NotEnumerable(f"{total} instances are too many to enumerate")
     if not axes:
         return {}, 1
@@ -565,25 +572,18 @@ def collect_accesses(
     return c.accesses
 
 
-def threads_may_share(launch: dict[str, int | None], a: _Access, b: _Access) -> bool:
+def threads_may_share(launch: dict[str, int | None], a: _Access, b: _Access,
+                      written: frozenset[Buffer] = frozenset()) -> bool:  # fmt: skip
     """Whether two different threads of a block launched with ``launch`` (extent per
     ``threadIdx`` tag) may touch one element, one through ``a`` and the other through ``b``,
-    whatever the barriers between them (False only when proven)."""
+    whatever the barriers between them (False only when proven symbolically: the cost does not
+    grow with the loops' extents). ``written``: the buffers the kernel stores to (a store
+    whose value loads none of them stores equal values where its variables are equal)."""
     k = _Kernel(None, None)
     k.launch = dict(launch)
-    if prove_linear(k.extent, a, b):
-        return False
-    try:  # exactly, guards included, barrier counts left out
-        pa = k.points(a, False, False, counts=False)
-        pb = pa if b is a else k.points(b, False, False, counts=False)
-        if not (pa.approx or pb.approx):
-            return _conflict(pa, pb, True) is not None
-    except NotEnumerable:
-        pass
-    try:
-        return _conflict(k.points(a, True, False), k.points(b, True, False), True) is not None
-    except NotEnumerable:
-        return True
+    k.written = written
+    return not prove_exclusive(k.extent, a, b, BLOCK_TAGS, GRID_TAGS,
+                               same_value=k.same_value(a, b))  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------
@@ -636,42 +636,44 @@ def _what(acc: _Access) -> str:
     return "writes" if acc.is_store else "reads"
 
 
+def _proven(k: _Kernel, w: _Access, x: _Access) -> bool:
+    """The symbolic proof: two threads of one block never touch one element after the same
+    number of barriers, and (global memory) two blocks never touch one element."""
+    same = k.same_value(w, x)
+    if not prove_exclusive(k.extent, w, x, BLOCK_TAGS, GRID_TAGS, counts=True, same_value=same):
+        return False
+    return w.buffer.scope == "shared" or prove_exclusive(k.extent, w, x, GRID_TAGS,
+                                                         same_value=same)  # fmt: skip
+
+
 def _check_pair(k: _Kernel, w: _Access, x: _Access) -> tuple[str, str | None]:
-    """("race", message) / ("ok", None) / ("unknown", reason)."""
+    """("race", message) / ("ok", None) / ("unknown", reason).
+
+    Only the symbolic proof says "ok". When it fails, a bounded search for a witness looks at
+    the accesses' instances (all of them when there are few, else the first and last
+    iterations of the large loops), never more than :data:`WITNESS_POINTS` per access: a
+    witness found with exact guards is a real race; none found leaves the pair unproven.
+    """
     shared = w.buffer.scope == "shared"
-    reason = ""
-    if prove_linear(k.extent, w, x):
+    if _proven(k, w, x):
         return "ok", None
-    try:
-        pw = k.points(w, False, False)
-        px = pw if x is w else k.points(x, False, False)
-        found = _conflict(pw, px, shared)
-        if found is None:
-            return "ok", None
-        if not (pw.approx or px.approx):
-            return "race", _race_message(k, w, x, found, shared)
-        reason = "a guard that depends on loaded data was taken as always true"
-    except NotEnumerable as exc:
-        reason = str(exc)
-    try:
-        rw = k.points(w, True, False)
-        relaxed = _conflict(rw, rw if x is w else k.points(x, True, False), shared)
-        if relaxed is None:
-            return "ok", None
-    except NotEnumerable as exc:
-        reason = reason or str(exc)
-    try:
-        pw = k.points(w, False, True)
-        px = pw if x is w else k.points(x, False, True)
+    reason = "the element does not determine the thread"
+    for sample in (False, True):
+        try:
+            pw = k.points(w, sample)
+            px = pw if x is w else k.points(x, sample)
+        except NotEnumerable:
+            continue
         found = _conflict(pw, px, shared)
         if found is not None and not (pw.approx or px.approx):
             return "race", _race_message(k, w, x, found, shared)
-    except NotEnumerable as exc:
-        reason = reason or str(exc)
+        if found is not None:
+            reason = "a guard that depends on loaded data was taken as always true"
+        break
     return "unknown", (
         f"{w.buffer.name}: cannot prove that the store\n    {_line(w.stmt)}\n  and the "
         f"{'store' if x.is_store else 'load'} in\n    {_line(x.stmt)}\n  never touch one "
-        f"element from two threads without a barrier between them ({reason or 'the element does not determine the thread'})"
+        f"element from two threads without a barrier between them ({reason})"
     )
 
 

@@ -30,6 +30,7 @@ import attrs
 
 from loopir.errors import PassError
 from loopir.ir import op
+from loopir.ir.buffer import Buffer
 from loopir.ir.expr import BufferLoad, IntImm, Not, PrimExpr, Var
 from loopir.ir.functor import collect_vars, post_order_visit
 from loopir.ir.stmt import (
@@ -77,9 +78,11 @@ _EMPTY = _State()
 
 
 class _Planner:
-    def __init__(self, thread_vars: set[Var], launch: dict[str, int | None]) -> None:
+    def __init__(self, thread_vars: set[Var], launch: dict[str, int | None],
+                 written: frozenset[Buffer]) -> None:  # fmt: skip
         self.thread_vars = thread_vars
         self.launch = launch
+        self.written = written
         self.inserted = 0
         self.loops: list[For] = []
         self.conds: list[PrimExpr] = []
@@ -105,7 +108,7 @@ class _Planner:
         key = (id(a), id(b))
         hit = self._pairs.get(key)
         if hit is None:
-            hit = (a, b, threads_may_share(self.launch, a, b))
+            hit = (a, b, threads_may_share(self.launch, a, b, self.written))
             self._pairs[key] = hit
         return hit[2]
 
@@ -201,7 +204,7 @@ class _Planner:
             self.loops.pop()
 
     def _check_no_internal_sync(self, s: For | IfThenElse) -> None:
-        inner = _Planner(set(self.thread_vars), self.launch)
+        inner = _Planner(set(self.thread_vars), self.launch, self.written)
         inner.loops = [*self.loops, *([s] if isinstance(s, For) else [])]
         inner.conds = list(self.conds)
         if isinstance(s, IfThenElse):
@@ -242,7 +245,8 @@ class _Kernel:
 
     def visit(self, s: Stmt) -> Stmt:
         if isinstance(s, For) and s.kind is ForKind.THREAD_BINDING:
-            planner = _Planner(set(), _launch_extents(s))
+            written = frozenset(a.buffer for a in collect_accesses(s) if a.is_store)
+            planner = _Planner(set(), _launch_extents(s), written)
             out, _ = planner.plan(s, _EMPTY)
             return out
         if isinstance(s, SeqStmt):
