@@ -126,10 +126,16 @@ def build_cuda(
 
 def prepare_function(func: PrimFunc, min_blocks_per_sm: int | None = None) -> FunctionCode:
     """Everything before nvcc: GEMM offload, lowering, emission, race check, host code."""
+    return emit_function(lower_for_cuda(func), min_blocks_per_sm)
+
+
+def emit_function(lowered: PrimFunc, min_blocks_per_sm: int | None = None) -> FunctionCode:
+    """The emission half of :func:`prepare_function`, on an already lowered function: kernels,
+    race check, CUTLASS call descriptions and host code (what ``benchmarks/compile_time.py``
+    times as "emit")."""
     from loopir.codegen_cuda.cutlass.hook import ExternGemms
     from loopir.passes.context import PassContext
 
-    lowered = lower_for_cuda(func)
     emitted = emit_cuda(lowered, min_blocks_per_sm=min_blocks_per_sm)
     # after the emitter's structural checks, whose diagnoses are more specific
     check_races(lowered)
@@ -164,5 +170,6 @@ __all__ = [
     "default_cache_dir",
     "describe_resources",
     "emit_cuda",
+    "emit_function",
     "lower_for_cuda",
 ]
