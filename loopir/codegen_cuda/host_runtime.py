@@ -3,9 +3,10 @@
 :data:`RUNTIME_DECL` goes into every translation unit of a library (includes, the launch
 macros, declarations); :data:`RUNTIME_DEF` into exactly one (the definitions and the
 ``loopir_rt_*`` exports the Python runtime calls: allocation, copies, events, synchronization,
-the last error message). A trace build (``-DLOOPIR_HOST_TRACE``) records launches, library
-calls and copies instead of running them, and hands out fake device pointers, so the host
-program runs without a GPU.
+whether a stream is capturing a CUDA graph, the last error message). A trace build
+(``-DLOOPIR_HOST_TRACE``) records launches, library calls and copies instead of running them,
+hands out fake device pointers, and answers the capture query as a test set it
+(``loopir_rt_set_capture_status``), so the host program runs without a GPU.
 """
 
 from __future__ import annotations
@@ -86,6 +87,8 @@ thread_local char last_error[2048] = "";
 #ifdef LOOPIR_HOST_TRACE
 std::string trace;
 uintptr_t next_fake = 0x70000000;
+void* fake_capture_stream = nullptr;  // the stream the trace build says is capturing
+int fake_capture_status = 0;
 #endif
 
 int fail(int code, const char* fmt, ...) {
@@ -163,6 +166,16 @@ extern "C" int loopir_rt_event_create(void** out) { *out = &loopir_rt::next_fake
 extern "C" int loopir_rt_event_destroy(void*) { return 0; }
 extern "C" int loopir_rt_event_record(void*, void*) { return 0; }
 extern "C" int loopir_rt_event_elapsed(void*, void*, float* ms) { *ms = 1.5f; return 0; }
+extern "C" void loopir_rt_set_capture_status(void* stream, int status) {
+  loopir_rt::fake_capture_stream = stream;
+  loopir_rt::fake_capture_status = status;
+}
+extern "C" int loopir_rt_capture_status(void* stream, int) {
+  if (stream != loopir_rt::fake_capture_stream) return 0;
+  if (loopir_rt::fake_capture_status < 0)
+    return loopir_rt::fail(-1, "cudaStreamIsCapturing: a failure the test asked for");
+  return loopir_rt::fake_capture_status;
+}
 #else
 
 extern "C" int loopir_rt_malloc(void** out, int64_t bytes, int device) {
@@ -220,7 +233,46 @@ extern "C" int loopir_rt_event_elapsed(void* start, void* stop, float* ms) {
     err = cudaEventElapsedTime(ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(stop));
   return err == cudaSuccess ? 0 : loopir_rt::cuda_fail(6, "a kernel failed on the GPU", err);
 }
+
+// Whether `stream` is capturing a CUDA graph: 0 no, 1 yes, 2 its capture was invalidated, 3 it
+// is the legacy default stream while a blocking stream captures (using it would invalidate that
+// capture), -1 the query failed (message in the last error). Asked before anything that a
+// capture cannot record (allocation, copies, synchronization); it changes nothing itself.
+extern "C" int loopir_rt_capture_status(void* stream, int device) {
+  if (loopir_rt::use_device(device)) return -1;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaError_t err = cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // a failed query must not surface as the next launch's error
+    if (err == cudaErrorStreamCaptureImplicit) return 3;
+    return loopir_rt::cuda_fail(-1, "cudaStreamIsCapturing", err);
+  }
+  if (status == cudaStreamCaptureStatusActive) return 1;
+  return status == cudaStreamCaptureStatusInvalidated ? 2 : 0;
+}
 #endif  // LOOPIR_HOST_TRACE
+
+#ifdef LOOPIR_PYTHON_ENTRY
+// The capture query as a CPython builtin (METH_FASTCALL: stream handle, device): the runtime
+// asks it on every call of a function with device temporaries, so it costs no ctypes marshalling.
+static PyObject* loopir_py_capture_status(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "loopir_rt_capture_status: expected 2 arguments");
+    return nullptr;
+  }
+  void* stream = loopir_py::ptr(args[0]);
+  int device = static_cast<int>(PyLong_AsLong(args[1]));
+  if (PyErr_Occurred()) return nullptr;
+  return PyLong_FromLong(loopir_rt_capture_status(stream, device));
+}
+static PyMethodDef loopir_py_capture_status_def = {
+    "loopir_rt_capture_status",
+    reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(loopir_py_capture_status)),
+    METH_FASTCALL, nullptr};
+extern "C" PyObject* loopir_py_rt_capture_status(void) {
+  return PyCFunction_New(&loopir_py_capture_status_def, nullptr);
+}
+#endif
 """
 
 __all__ = ["RUNTIME_DECL", "RUNTIME_DEF"]

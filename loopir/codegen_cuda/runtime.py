@@ -8,10 +8,12 @@ calls the library's entry point, which launches the kernels on the caller's stre
   are used in place and the call is **asynchronous**: it returns once the kernels are
   queued, on torch's current stream for torch tensors, cupy's for cupy arrays, the legacy
   default stream otherwise, or ``stream=`` when given. Nothing is allocated, copied or
-  synchronized, so calls can be captured in a CUDA graph (after one call with the same
-  shapes, which allocates the workspace when the function has device temporaries).
+  synchronized, so calls can be captured in a CUDA graph: ``torch.cuda.graph(g)``, with or
+  without ``stream=``. Device temporaries (intermediate buffers in global memory) live in a
+  workspace per stream, from torch's caching allocator when torch tensors are passed, and a
+  captured call takes a graph-private one from it (see :mod:`loopir.codegen_cuda.workspace`).
 * NumPy arrays are copied to the device and, when the function writes them, back; such a
-  call is synchronous.
+  call is synchronous, and refused with LaunchError during a capture.
 
 :meth:`CUDAModule.synchronize` waits for the device; launch errors raise
 :class:`~loopir.errors.LaunchError` naming the kernel (a fault inside a kernel surfaces at the
@@ -36,11 +38,13 @@ from loopir.codegen_cuda.args import (
     describe,
     dtype_matches,
     explicit_stream,
+    torch_module,
 )
 from loopir.codegen_cuda.compile import CompiledBinary, KernelResources
 from loopir.codegen_cuda.emitter import EmitResult, KernelSource
 from loopir.codegen_cuda.exprs import eval_int
 from loopir.codegen_cuda.host import HostCode
+from loopir.codegen_cuda.workspace import WorkspacePool, refuse_capture, torch_capturing
 from loopir.errors import LaunchError
 from loopir.ir import dtype as dt
 from loopir.ir.buffer import Buffer
@@ -61,6 +65,7 @@ _HELPERS: dict[str, tuple[list[Any], Any]] = {
     "loopir_rt_event_record": ([_vp, _vp], ctypes.c_int),
     "loopir_rt_event_elapsed": ([_vp, _vp, ctypes.POINTER(ctypes.c_float)], ctypes.c_int),
     "loopir_rt_last_error": ([], ctypes.c_char_p),
+    "loopir_rt_capture_status": ([_vp, ctypes.c_int], ctypes.c_int),
 }
 
 
@@ -83,11 +88,20 @@ class _Library:
         self.workspace.restype = _i64
         # the CPython builtin of the entry, when the library was built with Python's headers
         self.py_entry: Any = None
-        getter = getattr(ctypes.PyDLL(str(path)), f"loopir_py_{host.entry}", None)
+        py = ctypes.PyDLL(str(path))
+        getter = getattr(py, f"loopir_py_{host.entry}", None)
         if getter is not None:
             getter.restype = ctypes.py_object
             self.py_entry = getter()
         self.call = self.py_entry or self.entry
+        # capture_status(stream, device): loopir_rt_capture_status (asked on every call of a
+        # function with device temporaries), as a builtin too when the entry is one
+        status = getattr(py, "loopir_py_rt_capture_status", None)
+        if status is not None:
+            status.restype = ctypes.py_object
+            self.capture_status: Callable[[int, int], int] = status()
+        else:
+            self.capture_status = self.dll.loopir_rt_capture_status
         self.traced = hasattr(self.dll, "loopir_rt_trace")
         if self.traced:
             self.dll.loopir_rt_trace.restype = ctypes.c_char_p
@@ -104,6 +118,11 @@ class _Library:
         out = _vp()
         self.check(self.dll.loopir_rt_malloc(ctypes.byref(out), nbytes, device), prefix)
         return int(out.value or 0)
+
+    def free(self, ptr: int, device: int, prefix: str) -> None:
+        """Free a workspace once every kernel that may use it is done."""
+        self.check(self.dll.loopir_rt_device_sync(device), prefix)
+        self.check(self.dll.loopir_rt_free(ptr), prefix)
 
     def trace(self) -> str:
         """What a ``-DLOOPIR_HOST_TRACE`` build recorded instead of launching (tests)."""
@@ -171,8 +190,7 @@ class CUDAModule:
         self._n = len(func.params)
         self._dtypes = [dt.element(b.dtype) for b in func.params]
         self._signatures: dict[tuple[Any, ...], tuple[int, ...]] = {}
-        self._workspaces: dict[tuple[int, int], tuple[int, int]] = {}  # (device, stream) -> (ptr, bytes)
-        self._workspace_bytes: dict[tuple[int, ...], int] = {}  # sizes -> bytes needed
+        self._workspaces = WorkspacePool(func.name)
         self._lib: _Library | None = None
         self._fast: Any = None  # see _torch_fast_path
         self._device = 0
@@ -272,27 +290,18 @@ class CUDAModule:
                 return
         self._call_general(arrays, stream)
 
-    def _launch(self, ptrs: Sequence[int], sizes: tuple[int, ...], stream: int, device: int) -> None:
+    def _launch(self, ptrs: Sequence[int], sizes: tuple[int, ...], stream: int, device: int,
+                torch: Any = None) -> None:  # fmt: skip
+        """Call the entry; ``torch`` is the torch module when torch is the caller (the
+        workspace of device temporaries then comes from torch's caching allocator)."""
         lib = self._lib or self._library()
-        ws = self._workspace(lib, sizes, stream, device) if self.host_code.temps else None
+        ws, keep = (self._workspaces.get(lib, sizes, stream, device, torch)
+                    if self.host_code.temps else (None, None))  # fmt: skip
         self._device = device
         rc = lib.call(*ptrs, *sizes, ws, stream or None, device)
+        del keep  # a captured call's workspace: released to the graph's pool once recorded
         if rc:
             lib.check(rc, self.func.name)
-
-    def _workspace(self, lib: _Library, sizes: tuple[int, ...], stream: int, device: int) -> int:
-        """Device temporaries: one workspace per (device, stream), grown when sizes grow."""
-        need = self._workspace_bytes.get(sizes)
-        if need is None:
-            need = self._workspace_bytes[sizes] = int(lib.workspace(*sizes))
-        ptr, have = self._workspaces.get((device, stream), (0, 0))
-        if need > have:
-            if ptr:
-                lib.check(lib.dll.loopir_rt_device_sync(device), self.func.name)
-                lib.check(lib.dll.loopir_rt_free(ptr), self.func.name)
-            ptr = lib.malloc(need, device, self.func.name)
-            self._workspaces[(device, stream)] = (ptr, need)
-        return ptr
 
     def _describe_all(self, arrays: Sequence[Any]) -> list[ArgInfo]:
         if len(arrays) != self._n:
@@ -321,19 +330,22 @@ class CUDAModule:
         infos = self._describe_all(arrays)
         sizes = self._bind([i.shape for i in infos])
         device, s = self._placement(infos, stream)
+        torch = torch_module() if any(i.stream_source == "torch" for i in infos) else None
         if not any(i.host is not None for i in infos):
-            self._launch([i.ptr for i in infos], sizes, s, device)
+            self._launch([i.ptr for i in infos], sizes, s, device, torch)
             return
-        self._call_with_copies(infos, sizes, s, device)
+        self._call_with_copies(infos, sizes, s, device, torch)
 
     def _call_with_copies(self, infos: list[ArgInfo], sizes: tuple[int, ...], s: int,
-                          device: int) -> None:  # fmt: skip
+                          device: int, torch: Any) -> None:  # fmt: skip
         """NumPy arguments: copy in, run, copy the written ones back, synchronize."""
         lib = self._library()
+        refuse_capture(lib, s, device, self.func.name,
+                       "a call with NumPy arrays (copied to the device and back, synchronized)")  # fmt: skip
         uploaded: dict[int, int] = {}
         try:
             uploaded = self._upload(lib, infos, device, s)
-            self._launch([uploaded.get(j, i.ptr) for j, i in enumerate(infos)], sizes, s, device)
+            self._launch([uploaded.get(j, i.ptr) for j, i in enumerate(infos)], sizes, s, device, torch)
             self._download(lib, infos, uploaded, s, check_writeable=True)
         finally:
             self._release(lib, uploaded, s)
@@ -375,6 +387,9 @@ class CUDAModule:
     def synchronize(self) -> None:
         """Wait for every kernel on the device; a kernel's fault is raised as LaunchError."""
         lib = self._library()
+        if torch_capturing():  # a device-wide synchronization would invalidate torch's capture
+            raise LaunchError(f"{self.func.name}: synchronize() cannot be captured in a CUDA graph: "
+                              "torch's current stream is capturing a CUDA graph")  # fmt: skip
         lib.check(lib.dll.loopir_rt_device_sync(self._device), f"{self.func.name}: synchronize")
 
     # -- timing ------------------------------------------------------------------------------
@@ -397,6 +412,7 @@ class CUDAModule:
         lib = self._library()
         name = self.func.name
         device, s = self._placement(infos, stream)
+        refuse_capture(lib, s, device, name, "benchmark() (events, copies, synchronization)")
         uploaded: dict[int, int] = {}
         events = [_vp(), _vp()]
         try:
@@ -439,7 +455,7 @@ def _torch_fast_path(mod: CUDAModule, torch: Any) -> Any:
     n = mod._n
     names = [f"a{i}" for i in range(n)]
     env: dict[str, Any] = {
-        "T": torch.Tensor, "sigs": mod._signatures, "bind": mod._bind, "mod": mod,
+        "T": torch.Tensor, "sigs": mod._signatures, "bind": mod._bind, "mod": mod, "torch": torch,
         "raw": getattr(torch._C, "_cuda_getCurrentRawStream", None)
         or (lambda d: torch.cuda.current_stream(d).cuda_stream),
     }  # fmt: skip
@@ -455,8 +471,8 @@ def _torch_fast_path(mod: CUDAModule, torch: Any) -> Any:
     same = " and ".join(f"dev({a}) == d" for a in names[1:]) or "True"
     ptrs = "".join(f"ptr({a}), " for a in names)
     shapes = "".join(f"{a}.shape, " for a in names)
-    if mod.host_code.temps:
-        launch = f"    mod._launch(({ptrs}), sizes, raw(d), d)\n"
+    if mod.host_code.temps:  # torch is the caller: the workspace comes from its allocator
+        launch = f"    mod._launch(({ptrs}), sizes, raw(d), d, torch)\n"
     else:  # the common case, inlined
         launch = (
             "    mod._device = d\n"

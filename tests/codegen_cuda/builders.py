@@ -1,7 +1,9 @@
-"""Hand-built lowered IR for the CUDA codegen tests (the lowered form of the contract)."""
+"""Hand-built lowered IR for the CUDA codegen tests (the lowered form of the contract), and a
+te function with a device temporary."""
 
 from __future__ import annotations
 
+from loopir import te
 from loopir.ir import op
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import PrimExpr, Var
@@ -131,3 +133,15 @@ def vthread_gemm(M: int, K: int, N: int) -> PrimFunc:
                                          Allocate(Cl, seq(init, kloop, write))))
     kernel = bind(bx, ((M + 127) // 128) * nbj, "blockIdx.x", Allocate(As, Allocate(Bs, body)))
     return PrimFunc((A, B, C), kernel, name="vt_gemm")
+
+
+def row_sum_difference(n: int | PrimExpr, width: int = 64) -> PrimFunc:
+    """A te function with a device temporary: ``R[i] = sum_k A[i, k]`` then
+    ``O[i] = R[i] - R[n - 1 - i]``. O reads R across rows, so the default GPU schedule cannot
+    fuse the two stages: R stays a global intermediate (n floats, in the workspace) between
+    two kernels."""
+    A = te.placeholder((n, width), "float32", name="A")
+    k = te.reduce_axis(width, name="k")
+    R = te.compute((n,), lambda i: te.sum(A[i, k], axis=k), name="R")
+    O = te.compute((n,), lambda i: R[i] - R[n - 1 - i], name="O")
+    return te.create_prim_func([A, O], name="rowdiff")

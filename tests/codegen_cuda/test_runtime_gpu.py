@@ -1,5 +1,6 @@
-"""The compiled runtime on the GPU: asynchronous calls on the caller's stream, CUDA graphs,
-DLPack and cupy arrays, symbolic shapes, and faults surfaced as LaunchError."""
+"""The compiled runtime on the GPU: asynchronous calls on the caller's stream, CUDA graphs (of
+modules with device temporaries too), DLPack and cupy arrays, symbolic shapes, and faults
+surfaced as LaunchError."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from loopir.ir.buffer import Buffer
 from loopir.ir.expr import Var
 from loopir.ir.stmt import BufferStore, IfThenElse, PrimFunc
 
-from .builders import bind, vector_add
+from .builders import bind, row_sum_difference, vector_add
 
 pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
 
@@ -126,6 +127,115 @@ def test_cuda_graph_of_100_captured_calls_replays_right(torch, acc):
     g.replay()
     torch.cuda.synchronize()
     assert torch.allclose(a.double(), a0.double() + 200 * b.double(), rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def rowdiff(tmp_path_factory):
+    """R = row sums of A (a device temporary: a global intermediate in the workspace), then
+    O[i] = R[i] - R[n - 1 - i]."""
+    mod = build_cuda(row_sum_difference(Var("n")), cache_dir=tmp_path_factory.mktemp("rowdiff"))
+    assert mod.host_code.temps
+    return mod
+
+
+def _rows(torch, n, seed):
+    return _rand(torch, n * 64, seed).view(n, 64)
+
+
+def _check_rowdiff(torch, a, o):
+    r = a.double().sum(dim=1)
+    assert torch.allclose(o.double(), r - r.flip(0), rtol=0, atol=1e-3)
+
+
+def _warm_up(torch, mod, *arrays, explicit_stream=False):
+    """One call outside the capture on a side stream, as torch's docs say to warm up (the
+    library and its kernels are loaded); returns the side stream."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        if explicit_stream:
+            mod(*arrays, stream=s)
+        else:
+            mod(*arrays)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    return s
+
+
+@pytest.mark.parametrize("on", ["graph(g)", "graph(g, stream=s)"])
+def test_cuda_graph_of_a_module_with_device_temporaries(torch, rowdiff, on):
+    """graph(g) captures on torch's own side stream, where no call ran before (the workspace
+    used to be allocated inside the capture there, which failed and broke the process's CUDA
+    state); graph(g, stream=s) on the warm-up stream. Captured calls take their workspace from
+    torch's allocator (the graph's pool), also at a size never called outside the capture."""
+    n, m = 5000, 7001
+    a, o = _rows(torch, n, 0), torch.empty(n, device="cuda")
+    b, p = _rows(torch, m, 1), torch.empty(m, device="cuda")
+    s = _warm_up(torch, rowdiff, a, o)
+    _check_rowdiff(torch, a, o)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, **({"stream": s} if on == "graph(g, stream=s)" else {})):
+        rowdiff(a, o)
+        rowdiff(b, p)  # m was never called: its workspace is new
+    for seed in range(2, 5):  # new data in the static inputs, replayed
+        a.copy_(_rows(torch, n, seed))
+        b.copy_(_rows(torch, m, seed + 10))
+        o.fill_(float("nan"))
+        p.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        _check_rowdiff(torch, a, o)
+        _check_rowdiff(torch, b, p)
+    # the process's CUDA state is intact: eager calls on the warm-up stream and replays agree
+    c, q = _rows(torch, n, 20), torch.empty(n, device="cuda")
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        rowdiff(c, q)
+    g.replay()
+    torch.cuda.synchronize()
+    _check_rowdiff(torch, c, q)
+    _check_rowdiff(torch, a, o)
+
+
+def test_capture_that_cannot_work_is_refused_and_leaves_the_capture_intact(torch, rowdiff):
+    n = 6000  # more than test_capture_without_torch_reuses_the_streams_workspace's calls need
+    a, o = _rows(torch, n, 0), torch.empty(n, device="cuda")
+    _warm_up(torch, rowdiff, a, o)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        with pytest.raises(LaunchError, match=r"rowdiff: a call with NumPy arrays \(copied to the device "
+                           r"and back, synchronized\) cannot be captured in a CUDA graph: torch's "
+                           "current stream is capturing"):
+            rowdiff(np.ones((n, 64), np.float32), np.empty(n, np.float32))
+        # arrays torch does not own: no capture-aware allocator, and the capture stream has no
+        # workspace this large from an earlier call (torch pools its streams: an earlier test's
+        # side stream may be this one)
+        with pytest.raises(LaunchError, match=r"is capturing a CUDA graph, and the function's device "
+                           r"temporaries need a 24064-byte workspace \(the stream has (none|\d+)\), "
+                           "which cannot be allocated during a capture"):
+            rowdiff(_DLPackOnly(a), _DLPackOnly(o), stream=torch.cuda.current_stream())
+        rowdiff(a, o)  # the capture goes on
+    a.copy_(_rows(torch, n, 5))
+    g.replay()
+    torch.cuda.synchronize()
+    _check_rowdiff(torch, a, o)
+
+
+def test_capture_without_torch_reuses_the_streams_workspace(torch, rowdiff):
+    """A caller without torch (DLPack arrays, an explicit stream) captures on a stream where a
+    call with the same shapes made the workspace before the capture."""
+    n = 4000
+    a, o = _rows(torch, n, 0), torch.empty(n, device="cuda")
+    s = _warm_up(torch, rowdiff, _DLPackOnly(a), _DLPackOnly(o), explicit_stream=True)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        rowdiff(_DLPackOnly(a), _DLPackOnly(o), stream=s)
+    for seed in (1, 2):
+        a.copy_(_rows(torch, n, seed))
+        o.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        _check_rowdiff(torch, a, o)
 
 
 def test_symbolic_sizes_through_the_fast_path(torch, tmp_path):
