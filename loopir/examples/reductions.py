@@ -106,11 +106,14 @@ def layernorm(rows: Any, cols: Any, dtype: str = "float32", threads: int | None 
 
 
 def rmsnorm(rows: Any, cols: Any, dtype: str = "float16", threads: int | None = None,
-            cache_row: bool = True) -> Schedule:  # fmt: skip
+            cache_row: bool | None = None) -> Schedule:  # fmt: skip
     """RMSNorm, one block per row: the sum of squares is a cross-thread reduction; the row is
     staged through shared memory (``cache_row``, the configuration measured in the LLaMA
-    layer module, docs/benchmarks.md)."""
+    layer module, docs/benchmarks.md; by default where ``cols`` is a constant, since a shared
+    tile needs a constant size)."""
     sch = Schedule(rmsnorm_func(rows, cols, dtype))
+    if cache_row is None:
+        cache_row = isinstance(cols, int)
     per_row(sch, "Y", ["S"], threads or default_threads(cols), cache_row="X" if cache_row else None)
     return sch
 

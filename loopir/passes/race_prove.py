@@ -648,10 +648,33 @@ def _same_iterations(p: _Problem, w: Any, x: Any) -> list[Eq]:
     return out
 
 
+def _fuse_div_mod(e0: list[PrimExpr], e1: list[PrimExpr], ndim: int) -> tuple[
+    list[PrimExpr], list[PrimExpr], int
+]:
+    """Dimensions ``(e // Q, e % Q)`` on both sides become one, ``e``: the pairs are equal
+    exactly when the ``e`` are (a fused loop over a symbolic size ``Q``, whose flattening by a
+    constant stride would not simplify)."""
+    def fusable(a: PrimExpr, b: PrimExpr) -> bool:
+        return isinstance(a, FloorDiv) and isinstance(b, FloorMod) and \
+            arith.structural_key(a.a) == arith.structural_key(b.a) and \
+            arith.structural_key(a.b) == arith.structural_key(b.b) and const_int(a.b) is None
+
+    out0, out1, d = list(e0), list(e1), 0
+    while d + 1 < ndim:
+        if fusable(out0[d], out0[d + 1]) and fusable(out1[d], out1[d + 1]) and \
+                arith.structural_key(out0[d].b) == arith.structural_key(out1[d].b):  # type: ignore[attr-defined]
+            out0[d:d + 2] = [out0[d].a]  # type: ignore[attr-defined]
+            out1[d:d + 2] = [out1[d].a]  # type: ignore[attr-defined]
+            ndim -= 1
+        d += 1
+    return out0, out1, ndim
+
+
 def _equations(p: _Problem, ana: arith.Analyzer, e0: list[PrimExpr], e1: list[PrimExpr],
                ndim: int) -> list[Eq]:  # fmt: skip
     """One equation per dimension, the count's, and the flattened element's."""
     memo: dict[Any, Var] = {}
+    e0, e1, ndim = _fuse_div_mod(e0, e1, ndim)
     pairs = list(zip(e0, e1))
     dims = pairs[:ndim]
     cands = list(pairs)
