@@ -3,8 +3,10 @@
 The moved block gets a fresh loop nest covering exactly the region the other side needs (or
 provides) under the loop: the accesses of the consumers (producers) in the loop's subtree are
 relaxed over the loops inside the position. ``compute_at`` also relaxes the loops outside it
-that the storage scope shares (semantics.md): ``global`` every thread-bound loop, ``shared``
-the ``threadIdx`` and ``vthread`` loops, ``local`` none. ``reverse_compute_at`` relaxes no
+bound to threads that share the storage (semantics.md, TVM 0.27): ``shared`` the
+``threadIdx`` and ``vthread`` loops; ``global`` and ``local`` none (a global producer under a
+thread loop computes what that thread's consumers read, as under a serial loop).
+``reverse_compute_at`` relaxes no
 loop outside the position (as TVM): the consumer covers what the producers wrote in the
 current iteration, so a consumer under a thread loop handles its thread's tile only. The
 new loops start at 0 and the block's iter vars are bound to ``min + ax``; a region past the

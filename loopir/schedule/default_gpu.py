@@ -120,7 +120,7 @@ def per_row(sch: Schedule, out: str, stats: list[str], threads: int, vector: int
     sch.bind(tx, "threadIdx.x")
     for name in reversed(stats):  # consumers first: each lands before what reads it
         blk = sch.get_block(name)
-        # shared before compute_at: a shared buffer's region is not relaxed over blockIdx
+        # shared before compute_at: the scope at compute_at picks the region (semantics.md)
         sch.set_scope(blk, 0, "shared")
         sch.compute_at(blk, i, preserve_unit_loops=True)
         cross_thread(sch, blk, threads, _reduce_iter_count(sch, blk))

@@ -247,21 +247,18 @@ def thread_kind(loop: For) -> str | None:
 def relaxed_by_scope(loop: For, scope: str) -> bool:
     """Whether a loop *outside* a compute_at position is relaxed for a storage scope.
 
-    The loops relaxed are those bound to threads that share the storage (semantics.md):
-    ``global`` relaxes every thread-bound loop (``blockIdx``, ``threadIdx``, ``vthread``),
-    ``shared`` the ``threadIdx.*`` and ``vthread.*`` loops (``blockIdx`` stays fixed) and
-    ``local`` nothing. Serial (and parallel/vectorized/unrolled) loops outside the position
-    are never relaxed, as in TVM: the issue asks that the copy covers *exactly* what the
-    consumers read under the loop, and relaxing a serial loop would recompute the whole
-    buffer in every iteration of it (the classic ``compute_at`` of an elementwise producer at
-    its consumer's row loop computes one row, not the whole tensor).
+    The loops relaxed are those bound to threads that share the storage, as TVM 0.27's
+    ``LoopDomainOfSRefTreePath`` / ``CanRelaxStorageUnderThread`` (semantics.md):
+    ``global`` relaxes no loop (every (block, thread) iteration computes what its own
+    consumers read there, as under a serial loop; relaxing the thread loops would make each
+    thread compute, and a lowered reduction accumulate into, every thread's elements),
+    ``shared`` the ``threadIdx.*`` and ``vthread.*`` loops (``blockIdx`` stays fixed: the
+    copy covers what the whole thread block reads) and ``local`` nothing. Serial (and
+    parallel/vectorized/unrolled) loops outside the position are never relaxed: the classic
+    ``compute_at`` of an elementwise producer at its consumer's row loop computes one row,
+    not the whole tensor.
     """
-    kind = thread_kind(loop)
-    if scope == "global":
-        return kind is not None
-    if scope == "shared":
-        return kind in ("threadIdx", "vthread")
-    return False
+    return scope == "shared" and thread_kind(loop) in ("threadIdx", "vthread")
 
 
 def make_loop_nest(loops: Sequence[tuple[Var, PrimExpr]], body: Stmt) -> Stmt:

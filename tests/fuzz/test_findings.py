@@ -190,15 +190,20 @@ def test_reverse_compute_at_refuses_a_loop_feeding_spatial_and_reduce_axes() -> 
 
 
 def test_decompose_reduction_refuses_to_hoist_init_above_a_repeating_loop() -> None:
-    """F6 (fixed in loopir/schedule/reduction.py): after compute_at of C under a blockIdx
-    loop j (global scope: C is recomputed whole in every iteration of j), decomposing at the
+    """F6 (fixed in loopir/schedule/reduction.py): after compute_at of C under a thread loop j
+    that its scope relaxes (C is recomputed whole in every iteration of j), decomposing at the
     loop above j hoisted the init out of the repetition, so later repetitions added onto
-    finished sums. It is now a ScheduleError; decomposing below j stays valid."""
+    finished sums. It is now a ScheduleError; decomposing below j stays valid. (F6 was found
+    with a global C under a blockIdx-bound j, which compute_at relaxed then; since issue 28 it
+    relaxes no thread loop for global storage, as TVM 0.27, so there each j computes its own
+    column and decomposing at i is valid: checked too.) A shared C under threadIdx-bound j is
+    still relaxed."""
     w = W.matmul_bias_relu(1, 1, 8)
     sch = loopir.Schedule(w.func)
     c, b = sch.get_block("C"), sch.get_block("BiasAdd")
     i, j = sch.get_loops(b)
-    sch.bind(j, "blockIdx.x")
+    sch.set_scope(c, 0, "shared")
+    sch.bind(j, "threadIdx.x")
     sch.compute_at(c, j)
     before, n = sch.func, len(sch.trace)
     with pytest.raises(ScheduleError, match=r"decompose_reduction: loop 'j' at or below 'i' "
@@ -208,6 +213,15 @@ def test_decompose_reduction_refuses_to_hoist_init_above_a_repeating_loop() -> N
     inner = sch.get_loops(c)[-1]
     sch.decompose_reduction(c, inner)
     check_equivalent(w.func, sch.func)
+    # global C under blockIdx j: one column per iteration, nothing repeats
+    sch = loopir.Schedule(w.func)
+    c, b = sch.get_block("C"), sch.get_block("BiasAdd")
+    i, j = sch.get_loops(b)
+    sch.bind(j, "blockIdx.x")
+    sch.compute_at(c, j)
+    sch.decompose_reduction(c, i)
+    check_equivalent(w.func, sch.func)
+    check_equivalent(w.func, loopir.lower(sch.func))
 
 
 def test_reverse_compute_at_of_a_decomposed_update_covers_its_own_row() -> None:
