@@ -26,7 +26,6 @@ from loopir.schedule.default_gpu import tile_gemm
 from loopir.testing import check_equivalent
 from loopir.testing import workloads as wl
 
-
 Make = Callable[..., PrimFunc]
 
 
