@@ -244,3 +244,25 @@ def test_lowering_with_local_padding_on_and_off(pad) -> None:
             low = loopir.lower(sch.func)
         check_equivalent(sch.func, low, thread_order="random")
 
+
+
+@pytest.mark.parametrize("threads", [16, 64])
+def test_cross_thread_reduction_under_a_vthread_loop(threads) -> None:
+    """Issue 28: under a vthread loop InjectVirtualThread gives the accumulator one element per
+    virtual thread (``S_acc[vt, 0]``); each combine must land in its own element."""
+    A = te.placeholder((4, 200), "float32", name="A")
+    k = te.reduce_axis(200, name="k")
+    S = te.compute((4,), lambda i: te.sum(A[i, k], axis=k), name="S")
+    base = te.create_prim_func([A, S])
+    sch = loopir.Schedule(base)
+    i, kk = sch.get_loops(sch.get_block("S"))
+    bx, vt = sch.split(i, [None, 2])
+    ko, tx = sch.split(kk, [None, threads])
+    sch.reorder(tx, ko)
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(vt, "vthread.x")
+    sch.bind(tx, "threadIdx.x")
+    low = loopir.lower(sch.func)
+    assert "thread_allreduce" in loopir.script(low) and "vthread" not in loopir.script(low)
+    check_equivalent(base, low, thread_order="sequential")
+    check_equivalent(base, low)  # lowered: threads in random orders too
