@@ -396,7 +396,8 @@ def test_two_dimensional_thread_region_inside_block_loop() -> None:
     np.testing.assert_array_equal(b, a.transpose(0, 2, 1) + 1)
 
 
-def test_thread_allreduce_writes_the_accumulator_element_it_names() -> None:
+@pytest.mark.parametrize("check_bounds", [True, False])
+def test_thread_allreduce_writes_the_accumulator_element_it_names(check_bounds: bool) -> None:
     """Issue 28: the total goes to ``L[1]`` (the element the call loads), not to ``L[0]``."""
     n = 8
     A, B = Buffer("A", (n,), "float32"), Buffer("B", (2,), "float32")
@@ -410,7 +411,7 @@ def test_thread_allreduce_writes_the_accumulator_element_it_names() -> None:
     )
     f = PrimFunc((A, B), loop(tx, n, Allocate(L, body), ForKind.THREAD_BINDING, "threadIdx.x"))
     a, b = random_nonzero((n,), "float32", 14), empty_like_param((2,), "float32")
-    loopir.build(f, target="cpu")(a, b)
+    loopir.build(f, target="cpu", check_bounds=check_bounds)(a, b)
     np.testing.assert_allclose(b, [-1.0, a.sum()], rtol=1e-6)
 
 
