@@ -235,7 +235,7 @@ def test_stores_in_both_branches_cover_the_read() -> None:
     assert allocations(out)["L"] == ([1], ["j", "i"])
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(carried_values())
 def test_compaction_keeps_every_defined_value(func: PrimFunc) -> None:
     """Where the function computes a number (it read no uninitialized element), the compacted
