@@ -160,9 +160,10 @@ def storage_sync(scope: str = "shared") -> PrimExpr:
 
 
 def thread_allreduce(reducer: str, acc: PrimExpr, extent: int) -> PrimExpr:
-    """Combine ``acc`` (a load of a thread's one-element ``local`` buffer) across the
-    ``extent`` threads of a ``threadIdx.x`` row with ``reducer`` ("sum", "max", "min"),
-    writing the row's total back into that buffer in every thread of the row.
+    """Combine ``acc`` (a load of an element of a thread's ``local`` accumulator: its one
+    element, or one per virtual thread after InjectVirtualThread) across the ``extent``
+    threads of a ``threadIdx.x`` row with ``reducer`` ("sum", "max", "min"), writing the
+    row's total back into that element in every thread of the row.
 
     Lowered IR only (``LowerCrossThreadReduction`` makes it). It synchronizes the thread
     block like a barrier, so every thread of the block must reach it; the CUDA backend emits

@@ -21,6 +21,15 @@ never touched), as TVM's CompactBufferAllocation does:
    host allocates device memory once). A tiled CPU matmul's ``C_global`` written back under
    its tile loop thus becomes one ``[8, 16]`` tile instead of ``[64, 48]``, as in TVM.
 
+Narrowing to one iteration of a loop (allocating inside it, or a region that moves with it)
+is only right when no value of the buffer flows from one iteration to a later one: a running
+sum, or a value kept for the next iteration, would be lost. The LCA is therefore cut above the
+outermost such loop, searched among the loops the allocation goes inside or its region's
+minimum uses (thread-bound loops excepted: their iterations are independent by contract);
+:mod:`loopir.passes.compact_carry` proves, conservatively, that a loop carries nothing (a
+reduction's accumulator under ``if k == 0`` still goes inside the spatial loops, not inside
+``k``).
+
 A dimension whose region is not smaller than the buffer keeps its original extent and indices.
 A buffer that is never accessed loses its allocation.
 """
@@ -28,7 +37,7 @@ A buffer that is never accessed loses its allocation.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
 import attrs
@@ -38,7 +47,7 @@ from loopir.errors import PassError
 from loopir.ir import dtype as dt
 from loopir.ir import op
 from loopir.ir.buffer import Buffer
-from loopir.ir.expr import EQ, BufferLoad, IntImm, PrimExpr, Ramp, Var
+from loopir.ir.expr import BufferLoad, IntImm, PrimExpr, Ramp
 from loopir.ir.functor import Mutator, collect_vars, substitute
 from loopir.ir.stmt import Allocate, BufferStore, For, ForKind, PrimFunc, Stmt
 from loopir.passes import storage_align
@@ -51,6 +60,7 @@ from loopir.passes._walk import (
     loop_range,
 )
 from loopir.passes.base import Pass, require_lowered
+from loopir.passes.compact_carry import CarryProver, PathAccess, collect_paths
 from loopir.passes.context import PassContext, register_config
 
 if TYPE_CHECKING:
@@ -139,7 +149,8 @@ class _Plan:
     used: bool = True
 
 
-def _plan(alloc: Allocate, accesses: list[Access], keep_global_at_root: bool = False) -> _Plan | None:
+def _plan(alloc: Allocate, accesses: list[Access], paths: Mapping[Buffer, Sequence[PathAccess]],
+          keep_global_at_root: bool = False) -> _Plan | None:  # fmt: skip
     buf = alloc.buffer
     mine = [a for a in accesses if a.buffer is buf]
     if not mine:
@@ -151,9 +162,6 @@ def _plan(alloc: Allocate, accesses: list[Access], keep_global_at_root: bool = F
         while n < len(prefix) and n < len(a.loops) and prefix[n] is a.loops[n]:
             n += 1
         del prefix[n:]
-    # The allocation must enclose every loop that carries the buffer's value from one
-    # iteration to the next, or the value would not survive the iteration.
-    del prefix[_first_carrying(prefix, mine, buf):]
     glob = buf.scope == "global"
     if glob:
         # Global memory is shared by the whole grid: every thread-bound loop is relaxed, so
@@ -161,6 +169,40 @@ def _plan(alloc: Allocate, accesses: list[Access], keep_global_at_root: bool = F
         cut = next((n for n, f in enumerate(prefix) if f.kind is ForKind.THREAD_BINDING), len(prefix))
         del prefix[cut:]
     shared = buf.scope == "shared"
+    at_root = glob and keep_global_at_root
+    prover = CarryProver(paths.get(buf, ()), buf.scope)
+    while True:
+        # The buffer is narrowed to one iteration of the loops it is allocated in and of those
+        # its region moves with: none of them may carry its value to a later iteration.
+        mins, shape = _region(buf, mine, prefix, shared)
+        moving = {v for m in mins if m is not None for v in collect_vars(m)}
+        inside = _placed_inside(prefix, shared, at_root)
+        narrowed = [q for q, f in enumerate(prefix) if q < inside or f.loop_var in moving]
+        p = _outermost_carrying(prefix, narrowed, prover)
+        if p == len(prefix):
+            break
+        del prefix[p:]
+    new_buf = attrs.evolve(buf, shape=tuple(shape), strides=None)
+    if all(m is None for m in mins) and buf.strides is None:
+        new_buf = buf
+    wrap_loop = None
+    if shared:
+        for f in prefix:
+            if is_thread_loop(f):
+                wrap_loop = f
+                break
+    wrap_body = None if wrap_loop is not None else (prefix[-1] if prefix else None)
+    if at_root:
+        # A device buffer is allocated once by the host, not inside a host loop around kernel
+        # launches; the smaller shape alone is still right, each host iteration reusing it.
+        wrap_body = None
+    return _Plan(alloc, new_buf, tuple(mins), wrap_body, wrap_loop)
+
+
+def _region(buf: Buffer, mine: Sequence[Access], prefix: Sequence[For],
+            shared: bool) -> tuple[list[PrimExpr | None], list[PrimExpr]]:  # fmt: skip
+    """Per dimension, the minimum of the region accessed in one iteration of ``prefix`` (None:
+    the dimension is kept whole) and the compacted extent."""
     ana = _analyzer(prefix)
     mins: list[PrimExpr | None] = []
     shape: list[PrimExpr] = []
@@ -203,54 +245,42 @@ def _plan(alloc: Allocate, accesses: list[Access], keep_global_at_root: bool = F
             continue
         mins.append(lo_e)
         shape.append(IntImm(ext_c, full.dtype))
-    new_buf = attrs.evolve(buf, shape=tuple(shape), strides=None)
-    if all(m is None for m in mins) and buf.strides is None:
-        new_buf = buf
-    wrap_loop = None
+    return mins, shape
+
+
+def _placed_inside(prefix: Sequence[For], shared: bool, at_root: bool) -> int:
+    """How many loops of ``prefix`` the allocation goes inside: a shared buffer's goes around
+    the outermost thread loop, a device buffer's stays at the root."""
+    if at_root:
+        return 0
     if shared:
-        for f in prefix:
-            if is_thread_loop(f):
-                wrap_loop = f
-                break
-    wrap_body = None if wrap_loop is not None else (prefix[-1] if prefix else None)
-    if glob and keep_global_at_root:
-        # A device buffer is allocated once by the host, not inside a host loop around kernel
-        # launches; the smaller shape alone is still right, each host iteration reusing it.
-        wrap_body = None
-    return _Plan(alloc, new_buf, tuple(mins), wrap_body, wrap_loop)
+        return next((n for n, f in enumerate(prefix) if is_thread_loop(f)), len(prefix))
+    return len(prefix)
+
+
+def _outermost_carrying(prefix: Sequence[For], narrowed: Sequence[int], prover: CarryProver) -> int:
+    """Index in ``prefix`` of the outermost loop of ``narrowed`` that may carry the buffer's
+    value across its iterations (:mod:`loopir.passes.compact_carry`), or its length.
+
+    Searched from the inside out: a loop whose iterations each write what they read contains
+    every iteration of the loops inside it, so once one is proven none outside it carries.
+    Thread-bound loops are not asked (their iterations are independent by the IR's contract).
+    """
+    out = len(prefix)
+    for q in sorted(narrowed, reverse=True):
+        f = prefix[q]
+        if f.kind is ForKind.THREAD_BINDING:
+            continue
+        if not prover.carries(f):
+            break
+        out = q
+    return out
 
 
 def _aligned(plan: _Plan, aligns: storage_align.Aligns) -> _Plan:
     """The plan with the buffer's strides padded as its storage_align requirement says."""
     strides = storage_align.aligned_strides(plan.new_buffer.shape, aligns)
     return attrs.evolve(plan, new_buffer=attrs.evolve(plan.new_buffer, strides=strides))
-
-
-def _first_carrying(prefix: Sequence[For], mine: Sequence[Access], buf: Buffer) -> int:
-    """Index in ``prefix`` of the outermost loop that carries ``buf``'s value, or its length.
-
-    A reduction lowered from a block stores its init under ``if k == 0`` and accumulates
-    with a load of the buffer inside a store to it (``C[i] = C[i] + ...``): each iteration of
-    such a reduce loop ``k`` reads what the previous one stored, so the allocation must
-    enclose the loop (``reverse_compute_at`` of a write-back under the reduction loop puts
-    every access of the accumulator inside it).
-    """
-    accum = [
-        a for a in mine
-        if not a.is_store and isinstance(a.stmt, BufferStore) and a.stmt.buffer is buf
-    ]  # fmt: skip
-    if not accum:
-        return len(prefix)
-    init_vars: set[Var] = set()
-    for a in mine:
-        if a.is_store:
-            for c in a.conds:
-                if isinstance(c, EQ):
-                    init_vars |= set(collect_vars(c))
-    for pos, f in enumerate(prefix):
-        if f.loop_var in init_vars and any(f in a.loops for a in accum):
-            return pos
-    return len(prefix)
 
 
 def _union(intervals: Sequence[_Interval], ana: Analyzer) -> tuple[PrimExpr, PrimExpr]:
@@ -359,6 +389,7 @@ class CompactBufferAllocation(Pass):
     def transform(self, func: PrimFunc, ctx: PassContext) -> PrimFunc:
         require_lowered(func, self.name)
         accesses, allocs = collect_accesses(func.body)
+        paths = collect_paths(func.body)
         has_kernel = any(f.kind is ForKind.THREAD_BINDING for a in accesses for f in a.loops)
         plans = []
         aligns = storage_align.aligns_of(func)
@@ -367,7 +398,7 @@ class CompactBufferAllocation(Pass):
                 continue
             if alloc.buffer.scope == "global" and not any(a.buffer is alloc.buffer for a in accesses):
                 continue  # an unused device buffer keeps its allocation (as before; harmless)
-            plan = _plan(alloc, accesses, keep_global_at_root=has_kernel)
+            plan = _plan(alloc, accesses, paths, keep_global_at_root=has_kernel)
             if plan is not None and alloc.buffer.name in aligns:
                 plan = _aligned(plan, aligns[alloc.buffer.name])
             if plan is not None:

@@ -245,8 +245,9 @@ class _StmtEmitter(ExprEmitter):
 
     def _allreduce(self, call: Call) -> None:
         """``thread_allreduce`` among the fibers of a threadIdx.x row: each publishes its part,
-        waits for the others, combines the row's parts in thread order, and waits again so
-        that the exchange can be reused."""
+        waits for the others, combines the row's parts in thread order, waits again so that
+        the exchange can be reused, and stores the total into the accumulator element the
+        call loads."""
         reducer, acc, extent = call.args
         if not self.in_region:
             raise CodegenError(
@@ -269,7 +270,10 @@ class _StmtEmitter(ExprEmitter):
         self.emit(f"{vt} {tot} = {self.expr(identity(op, acc.dtype))};")
         self.emit(f"for (int64_t {t} = 0; {t} < {self.index64(extent)}; ++{t}) {tot} = {step};")
         self.emit("lir_barrier();")
-        self.emit(f"{info.cname}[0] = {self.storage_value(acc.buffer, tot)};")
+        # the element the call loads: one accumulator among several (per virtual thread, say)
+        where = self.flat_index(info, acc.indices, 0, True)
+        guard = "if (!err[0]) " if self.check_bounds else ""  # a failed check prevents the write
+        self.emit(f"{guard}{info.cname}[{where}] = {self.storage_value(acc.buffer, tot)};")
         self.indent -= 1
         self.emit("}")
 

@@ -32,6 +32,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 from loopir.errors import ScheduleError
+from loopir.ir.buffer import Buffer
+from loopir.ir.expr import EQ, GE, LT, And, BufferLoad, FloatImm, IntImm, PrimExpr, Var
+from loopir.ir.op import floormod
+from loopir.ir.stmt import Allocate, BufferStore, For, ForKind, IfThenElse, PrimFunc, Stmt, seq
 from loopir.schedule import Schedule
 from loopir.testing.fuzz import FuzzFinding, ScheduleFuzzer, draw_workload
 from loopir.testing.workloads import WORKLOADS, Workload
@@ -40,7 +44,7 @@ T = TypeVar("T")
 
 __all__ = [
     "DrawChooser", "extents", "shapes", "split_factors", "workloads", "schedules",
-    "schedule_state_machine", "COUNTER_ENV", "FINDINGS_ENV",
+    "schedule_state_machine", "carried_values", "COUNTER_ENV", "FINDINGS_ENV",
 ]  # fmt: skip
 
 #: Environment variable: a JSON file where the state machine counts schedules, steps, and per
@@ -225,3 +229,83 @@ def schedule_state_machine(
                 _bump_counter(fz)
 
     return ScheduleMachine
+
+
+@st.composite
+def carried_values(draw: Any, scopes: Sequence[str] = ("local", "shared", "global")) -> PrimFunc:
+    """Lowered IR that passes values through a scratch buffer, often across loop iterations.
+
+    ``main(A, B)`` (float32, ``rows x cols``) runs ``for j: <prologue>; for i: <body>;
+    <epilogue>`` with a scratch buffer ``L[rows, cols]`` allocated at the root in one of
+    ``scopes``. The body writes, accumulates into and reads ``L`` in a random order, at
+    elements such as ``L[j, i]``, ``L[j, i - 1]``, ``L[0, i]`` or ``L[j, 0]``, under random
+    guards on ``i`` (``i == g``, ``i < g``, ``i >= g``, ``i % 2 == 0``, some with an else
+    branch), and stores what it reads to ``B[j, i]``: a value read may come from the same
+    iteration, an earlier one of ``i`` or of ``j``, or from nowhere (an allocation the CPU
+    executor fills with NaN). With a local ``L`` indexed by ``j`` the ``j`` loop may be bound to
+    ``threadIdx.x``. For properties of the passes that narrow or move allocations
+    (CompactBufferAllocation): where the original function computes a number (not NaN), the
+    transformed one must compute the same.
+    """
+    rows, cols = draw(st.integers(1, 3)), draw(st.integers(1, 5))
+    scope = draw(st.sampled_from(list(scopes)))
+    A, B = Buffer("A", (rows, cols), "float32"), Buffer("B", (rows, cols), "float32")
+    L = Buffer("L", (rows, cols), "float32", scope=scope)
+    j, i = Var("j", "int32"), Var("i", "int32")
+
+    def c(v: int) -> PrimExpr:
+        return IntImm(v, "int32")
+
+    def guard() -> PrimExpr | None:
+        g = c(draw(st.integers(0, max(cols - 1, 0))))
+        kind = draw(st.sampled_from(["none", "eq", "lt", "ge", "even"]))
+        return {"none": None, "eq": EQ(i, g), "lt": LT(i, g), "ge": GE(i, g),
+                "even": EQ(floormod(i, c(2)), c(0))}[kind]  # fmt: skip
+
+    rows_used: list[str] = []
+
+    def element(in_loop: bool = True) -> tuple[tuple[PrimExpr, PrimExpr], PrimExpr | None]:
+        row = draw(st.sampled_from(["j", "0"]))
+        rows_used.append(row)
+        col = draw(st.sampled_from(["i", "i-1", "0", "last", "next"] if in_loop else ["0", "last"]))
+        need = GE(i, c(1)) if col == "i-1" else None
+        idx = {"i": i, "i-1": i - 1, "0": c(0), "last": c(cols - 1), "next": floormod(i + 1, c(cols))}[col]
+        return (j if row == "j" else c(0), idx), need
+
+    def guarded(body: Stmt, *conds: PrimExpr | None, other: Stmt | None = None) -> Stmt:
+        cs = [x for x in conds if x is not None]
+        if not cs:
+            return body
+        cond = cs[0] if len(cs) == 1 else And(cs[0], cs[1])
+        return IfThenElse(cond, body, other)
+
+    def statement() -> Stmt:
+        kind = draw(st.sampled_from(["write", "acc", "read", "read"]))
+        at, need = element()
+        g = guard()
+        if kind == "read":
+            return guarded(BufferStore(B, BufferLoad(L, at) + BufferLoad(A, (j, i)), (j, i)), g, need)
+        value = BufferLoad(A, (j, i)) * 2.0
+        if kind == "acc":
+            value = BufferLoad(L, at) + value
+        other = BufferStore(L, FloatImm(0.5, "float32"), at) if g is not None and draw(st.booleans()) else None
+        return guarded(BufferStore(L, value, at), need, g, other=other if need is None else None)
+
+    body = seq(*(statement() for _ in range(draw(st.integers(1, 3)))))
+    inner: Stmt = For(i, c(0), c(cols), draw(st.sampled_from([ForKind.SERIAL, ForKind.UNROLLED])), body)
+    prologue = draw(st.sampled_from(["none", "row", "one"]))
+    if prologue == "row":  # clear the row (or row 0) before the loop: covers every later read of it
+        t = Var("t", "int32")
+        row = j if draw(st.booleans()) else c(0)
+        rows_used.append("j" if row is j else "0")
+        inner = seq(For(t, c(0), c(cols), ForKind.SERIAL, BufferStore(L, FloatImm(0.0, "float32"), (row, t))), inner)
+    elif prologue == "one":
+        at, _ = element(in_loop=False)
+        inner = seq(BufferStore(L, BufferLoad(A, (j, c(0))), at), inner)
+    if draw(st.booleans()):  # read after the loop
+        at, _ = element(in_loop=False)
+        inner = seq(inner, BufferStore(B, BufferLoad(L, at), (j, c(0))))
+    threads = scope == "local" and "0" not in rows_used and draw(st.booleans())
+    kind = ForKind.THREAD_BINDING if threads else ForKind.SERIAL
+    outer = For(j, c(0), c(rows), kind, inner, thread_tag="threadIdx.x" if threads else None)
+    return PrimFunc((A, B), Allocate(L, outer))

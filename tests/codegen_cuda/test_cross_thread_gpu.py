@@ -7,7 +7,7 @@ import pytest
 
 import loopir
 from loopir.examples import layernorm, rmsnorm, row_sum, softmax
-from tests.passes.test_cross_thread import REFS, _reduction
+from tests.passes.test_cross_thread import REFS, _reduction, _vthread_reduction
 
 
 @pytest.mark.gpu
@@ -61,3 +61,14 @@ def test_examples_on_the_gpu(dtype, shape) -> None:
         out = np.full(ref.shape, np.nan, out_dtype)
         loopir.build(sch.func, target="cuda")(*args, out)
         np.testing.assert_allclose(out.astype("float64"), ref, atol=tol * max(1.0, np.abs(ref).max()))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("threads", [16, 64])
+def test_reduction_under_a_vthread_loop_on_the_gpu(threads) -> None:
+    """Issue 28: one accumulator per virtual thread, each combined in place (CUDA and CPU)."""
+    from loopir.testing import check_equivalent
+
+    base, sch = _vthread_reduction(threads)
+    check_equivalent(base, sch.func, target2="cuda")
+    check_equivalent(base, loopir.lower(sch.func))

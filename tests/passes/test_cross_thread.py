@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -145,7 +147,8 @@ def test_generated_cuda_compiles(arch) -> None:
 
     funcs = [softmax(64, 1000, "float16").func, layernorm(8, 4096).func, row_sum(4, 1 << 16).func,
              rmsnorm(16, 4096).func, softmax(8, 1024, "float16").func,
-             _reduction("max", 4, 31, 31).func, _reduction("sum", 4, 100, 16, "float16").func]  # fmt: skip
+             _reduction("max", 4, 31, 31).func, _reduction("sum", 4, 100, 16, "float16").func,
+             _vthread_reduction(64)[1].func]  # fmt: skip
     for f in funcs:
         src = emit_cuda(loopir.lower(f, target="cuda")).source
         assert "loopir_allreduce<" in src and "__shfl_down_sync" in src
@@ -244,3 +247,43 @@ def test_lowering_with_local_padding_on_and_off(pad) -> None:
             low = loopir.lower(sch.func)
         check_equivalent(sch.func, low, thread_order="random")
 
+
+
+def _vthread_reduction(threads: int):
+    """Row sums with the rows split over blockIdx.x and two virtual threads and the columns
+    over threadIdx.x: (the unscheduled function, the schedule)."""
+    A = te.placeholder((4, 200), "float32", name="A")
+    k = te.reduce_axis(200, name="k")
+    S = te.compute((4,), lambda i: te.sum(A[i, k], axis=k), name="S")
+    base = te.create_prim_func([A, S])
+    sch = loopir.Schedule(base)
+    i, kk = sch.get_loops(sch.get_block("S"))
+    bx, vt = sch.split(i, [None, 2])
+    ko, tx = sch.split(kk, [None, threads])
+    sch.reorder(tx, ko)
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(vt, "vthread.x")
+    sch.bind(tx, "threadIdx.x")
+    return base, sch
+
+
+@pytest.mark.parametrize("threads", [16, 64])
+def test_cross_thread_reduction_under_a_vthread_loop(threads) -> None:
+    """Issue 28: under a vthread loop InjectVirtualThread gives the accumulator one element per
+    virtual thread (``S_acc[vt, 0]``); each combine must land in its own element."""
+    base, sch = _vthread_reduction(threads)
+    low = loopir.lower(sch.func)
+    assert "thread_allreduce" in loopir.script(low) and "vthread" not in loopir.script(low)
+    check_equivalent(base, low, thread_order="sequential")
+    check_equivalent(base, low)  # lowered: threads in random orders too
+
+
+def test_cuda_combines_each_virtual_threads_accumulator_in_place() -> None:
+    """The CUDA emitter reads and writes the same accumulator element (the one the call names)."""
+    from loopir.codegen_cuda import emit_cuda
+
+    (text,) = emit_cuda(loopir.lower(_vthread_reduction(64)[1].func, target="cuda")).kernel_texts
+    calls = [ln for ln in text.splitlines() if "loopir_allreduce<" in ln]
+    assert len(calls) == 1, text
+    m = re.search(r"(S_acc\[\w+\]) = loopir_allreduce<64>\((S_acc\[\w+\]),", calls[0])
+    assert m is not None and m.group(1) == m.group(2) and m.group(1) != "S_acc[0]", calls[0]

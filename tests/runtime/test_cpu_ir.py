@@ -13,7 +13,7 @@ import loopir
 from loopir.errors import CodegenError, LaunchError
 from loopir.ir.buffer import Buffer, BufferRegion, Range
 from loopir.ir.expr import Broadcast, BufferLoad, IntImm, Ramp, Var
-from loopir.ir.op import all_, floordiv, if_then_else, storage_sync
+from loopir.ir.op import all_, floordiv, if_then_else, storage_sync, thread_allreduce
 from loopir.ir.stmt import (
     Allocate,
     Block,
@@ -394,6 +394,25 @@ def test_two_dimensional_thread_region_inside_block_loop() -> None:
     a, b = random_nonzero((nb, T, T), "float32", 13), empty_like_param((nb, T, T), "float32")
     loopir.build(f, target="cpu")(a, b)
     np.testing.assert_array_equal(b, a.transpose(0, 2, 1) + 1)
+
+
+@pytest.mark.parametrize("check_bounds", [True, False])
+def test_thread_allreduce_writes_the_accumulator_element_it_names(check_bounds: bool) -> None:
+    """Issue 28: the total goes to ``L[1]`` (the element the call loads), not to ``L[0]``."""
+    n = 8
+    A, B = Buffer("A", (n,), "float32"), Buffer("B", (2,), "float32")
+    L = Buffer("L", (2,), "float32", scope="local")
+    tx = Var("tx")
+    body = seq(
+        BufferStore(L, BufferLoad(A, (tx,)) * 0.0 - 1.0, (0,)),  # L[0] = -1: must stay
+        BufferStore(L, BufferLoad(A, (tx,)), (1,)),
+        Evaluate(thread_allreduce("sum", BufferLoad(L, (1,)), n)),
+        IfThenElse(tx == 0, seq(BufferStore(B, BufferLoad(L, (0,)), (0,)), BufferStore(B, BufferLoad(L, (1,)), (1,)))),
+    )
+    f = PrimFunc((A, B), loop(tx, n, Allocate(L, body), ForKind.THREAD_BINDING, "threadIdx.x"))
+    a, b = random_nonzero((n,), "float32", 14), empty_like_param((2,), "float32")
+    loopir.build(f, target="cpu", check_bounds=check_bounds)(a, b)
+    np.testing.assert_allclose(b, [-1.0, a.sum()], rtol=1e-6)
 
 
 @pytest.mark.parametrize("local_pad", [False, True])
