@@ -62,7 +62,6 @@ from loopir.passes.local_pad_analysis import (
     atomic_reason,
     common_prefix,
     element_image,
-    flows_into,
     index_use,
     loads_of,
     normalize_lt0,
@@ -87,6 +86,7 @@ from loopir.passes.local_pad_sites import (
     reduction,
     same_indices,
 )
+from loopir.passes.local_pad_values import pad_reaches, undefined_reason
 
 __all__ = ["LocalPadding", "LocalPaddingReport", "CandidateReport", "ConjunctDecision"]
 
@@ -121,6 +121,8 @@ class _Analysis:
         # Parameters are caller-provided memory: defined at every in-bounds index. A buffer
         # allocated inside the function is defined only where something wrote it.
         self.params = set(params)
+        # Symbolic buffer sizes: never negative (what the definedness proofs may assume).
+        self.sizes = {v for b in params for d in b.shape for v in collect_vars(d)}
         v = Sites()
         v.visit(body)
         self.sites = v.sites
@@ -248,11 +250,12 @@ class _Analysis:
                         rep, f"a read of {buf.name} is not inside a recognized reduction "
                         f"(in {node_text(a.stmt) if a.stmt is not None else 'a condition'})", s,
                     )
-                if not flows_into(red.term, load, red.kind):
+                reaches, cast = pad_reaches(red.term, load, red.kind)
+                if not reaches:
                     how = "a factor of the product" if red.kind == "sum" else "the whole term"
                     return self._refuse(
                         rep, f"the padded value would not reach the {red.kind} reduction as its "
-                        f"identity (needs to be {how}): {node_text(red.term)}", s,
+                        f"identity ({cast or f'needs to be {how}'}): {node_text(red.term)}", s,
                     )
                 kinds.add(red.kind)
             if not kinds:
@@ -523,7 +526,7 @@ class _Analysis:
                 continue
             if const_value(info.pad) != const_value(ident) or info.pad.dtype != ident.dtype:
                 continue
-            if flows_into(red.term, ld, red.kind):
+            if pad_reaches(red.term, ld, red.kind)[0]:
                 padded_loads.append((ld, info))
         domain = self.domain(s.loops, buf)
         compute_loop_vars = {f.loop_var for f in s.loops}
@@ -568,7 +571,7 @@ class _Analysis:
                         continue
                     if not ana.can_prove(ep.at(ld.indices) - d_c >= 0):
                         continue
-                    return True, ""
+                    return self._defined_without(s, red, _trial)
             return False, (
                 "cannot prove that an operand reads a padded element whenever it is false"
             )
@@ -587,6 +590,23 @@ class _Analysis:
         rep.outcome = "guard reduced"
         rep.pad_value = node_text(ident)
         self.report.candidates.append(rep)
+
+    def _defined_without(self, s: Site, red: Reduction, assumed: Sequence[PrimExpr]) -> tuple[bool, str]:
+        """Whether the store evaluates only defined, finite values wherever ``assumed`` (the
+        guard left) and the conditions around it hold: the padded iterations included.
+
+        A max/min term is the padded load itself (up to casts that keep the identity), so
+        there only the indices are evaluated on anything but the identity."""
+        conds = [c for g in (*assumed, *s.outer_conds) for c in conjuncts(g)]
+        if red.kind == "sum":
+            values: list[PrimExpr] = [s.store.value]
+        else:
+            values = [i for ld in loads_of(s.store.value) for i in ld.indices]
+        for e in (*s.store.indices, *values):
+            why = undefined_reason(e, conds, s.loops, self.sizes)
+            if why:
+                return False, f"where it is false, {why}"
+        return True, ""
 
     def _covered(
         self, ld: BufferLoad, s: Site, info: _PadInfo, assumed: Sequence[PrimExpr]
