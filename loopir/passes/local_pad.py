@@ -25,16 +25,24 @@ MLSys 2022; apache/tvm PR 11793) makes the tile computable unguarded by padding:
 - ``pad`` is the identity of the reduction consuming the padded elements (0 for sum, -inf/lowest
   for max, +inf/highest for min); it must be unique, and for a fetch every consumer must let the
   padded value flow in as that identity (a factor of a product for sum, the whole term for
-  max/min: ``max(acc, a * b)`` is refused).
+  max/min: ``max(acc, a * b)`` is refused), through casts that each map the identity of their
+  operand type to the identity of their own type (``int32(int8(x))`` turns INT32_MIN into 0;
+  an int8 tile's -128 widened is not INT32_MIN: both refused; see :mod:`.local_pad_values`).
 - Compute: a conjunct is dropped only when the store stays in bounds without it and, whenever it
   is false, some operand provably reads a padded element of a fetch padded with the identity
   (the fetch's inlined conjunct, moved to the operand's element, implies the compute conjunct,
   and the fetch wrote every element the compute reads earlier in the same round), and every
   other operand is padded too or an in-bounds read of a parameter (an intermediate allocated
-  here may be unwritten there), so the update adds the identity.
+  here may be unwritten there), so the update adds the identity; and everything the store then
+  evaluates where the rest of the guard holds is defined and finite: no division or modulo by
+  something that can be zero there (``A[i, k] * (1 / (K - k))`` at ``k == K``), no call outside
+  its domain or overflowing, no overflowing cast (proven per node, exhaustively over the padded
+  iterations when possible; the report names a failing iteration).
 - Refused (unchanged, every conjunct kept with the reason): values with side effects, stores in
-  an else-branch, no single identity, consumers that are not a recognized reduction, tiles read
-  as an index, non-constant or conflicting init values, inits that could overwrite a result.
+  an else-branch, no single identity, consumers that are not a recognized reduction, a cast
+  that changes the identity, tiles read as an index, non-constant or conflicting init values,
+  inits that could overwrite a result. A compute conjunct is kept, with the reason, when the
+  store would evaluate something undefined or not finite where it is false.
 
 :class:`LocalPadding` ``(explain=True)`` logs a report of every candidate at INFO (always at
 DEBUG); the last report is kept in ``.report``.
