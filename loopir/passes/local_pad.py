@@ -25,16 +25,24 @@ MLSys 2022; apache/tvm PR 11793) makes the tile computable unguarded by padding:
 - ``pad`` is the identity of the reduction consuming the padded elements (0 for sum, -inf/lowest
   for max, +inf/highest for min); it must be unique, and for a fetch every consumer must let the
   padded value flow in as that identity (a factor of a product for sum, the whole term for
-  max/min: ``max(acc, a * b)`` is refused).
+  max/min: ``max(acc, a * b)`` is refused), through casts that each map the identity of their
+  operand type to the identity of their own type (``int32(int8(x))`` turns INT32_MIN into 0;
+  an int8 tile's -128 widened is not INT32_MIN: both refused; see :mod:`.local_pad_values`).
 - Compute: a conjunct is dropped only when the store stays in bounds without it and, whenever it
   is false, some operand provably reads a padded element of a fetch padded with the identity
   (the fetch's inlined conjunct, moved to the operand's element, implies the compute conjunct,
   and the fetch wrote every element the compute reads earlier in the same round), and every
   other operand is padded too or an in-bounds read of a parameter (an intermediate allocated
-  here may be unwritten there), so the update adds the identity.
+  here may be unwritten there), so the update adds the identity; and everything the store then
+  evaluates where the rest of the guard holds is defined and finite: no division or modulo by
+  something that can be zero there (``A[i, k] * (1 / (K - k))`` at ``k == K``), no call outside
+  its domain or overflowing, no overflowing cast (proven per node, exhaustively over the padded
+  iterations when possible; the report names a failing iteration).
 - Refused (unchanged, every conjunct kept with the reason): values with side effects, stores in
-  an else-branch, no single identity, consumers that are not a recognized reduction, tiles read
-  as an index, non-constant or conflicting init values, inits that could overwrite a result.
+  an else-branch, no single identity, consumers that are not a recognized reduction, a cast
+  that changes the identity, tiles read as an index, non-constant or conflicting init values,
+  inits that could overwrite a result. A compute conjunct is kept, with the reason, when the
+  store would evaluate something undefined or not finite where it is false.
 
 :class:`LocalPadding` ``(explain=True)`` logs a report of every candidate at INFO (always at
 DEBUG); the last report is kept in ``.report``.
@@ -62,7 +70,6 @@ from loopir.passes.local_pad_analysis import (
     atomic_reason,
     common_prefix,
     element_image,
-    flows_into,
     index_use,
     loads_of,
     normalize_lt0,
@@ -87,6 +94,7 @@ from loopir.passes.local_pad_sites import (
     reduction,
     same_indices,
 )
+from loopir.passes.local_pad_values import pad_reaches, undefined_reason
 
 __all__ = ["LocalPadding", "LocalPaddingReport", "CandidateReport", "ConjunctDecision"]
 
@@ -121,6 +129,8 @@ class _Analysis:
         # Parameters are caller-provided memory: defined at every in-bounds index. A buffer
         # allocated inside the function is defined only where something wrote it.
         self.params = set(params)
+        # Symbolic buffer sizes: never negative (what the definedness proofs may assume).
+        self.sizes = {v for b in params for d in b.shape for v in collect_vars(d)}
         v = Sites()
         v.visit(body)
         self.sites = v.sites
@@ -248,11 +258,12 @@ class _Analysis:
                         rep, f"a read of {buf.name} is not inside a recognized reduction "
                         f"(in {node_text(a.stmt) if a.stmt is not None else 'a condition'})", s,
                     )
-                if not flows_into(red.term, load, red.kind):
+                reaches, cast = pad_reaches(red.term, load, red.kind)
+                if not reaches:
                     how = "a factor of the product" if red.kind == "sum" else "the whole term"
                     return self._refuse(
                         rep, f"the padded value would not reach the {red.kind} reduction as its "
-                        f"identity (needs to be {how}): {node_text(red.term)}", s,
+                        f"identity ({cast or f'needs to be {how}'}): {node_text(red.term)}", s,
                     )
                 kinds.add(red.kind)
             if not kinds:
@@ -523,7 +534,7 @@ class _Analysis:
                 continue
             if const_value(info.pad) != const_value(ident) or info.pad.dtype != ident.dtype:
                 continue
-            if flows_into(red.term, ld, red.kind):
+            if pad_reaches(red.term, ld, red.kind)[0]:
                 padded_loads.append((ld, info))
         domain = self.domain(s.loops, buf)
         compute_loop_vars = {f.loop_var for f in s.loops}
@@ -568,7 +579,7 @@ class _Analysis:
                         continue
                     if not ana.can_prove(ep.at(ld.indices) - d_c >= 0):
                         continue
-                    return True, ""
+                    return self._defined_without(s, red, _trial)
             return False, (
                 "cannot prove that an operand reads a padded element whenever it is false"
             )
@@ -587,6 +598,23 @@ class _Analysis:
         rep.outcome = "guard reduced"
         rep.pad_value = node_text(ident)
         self.report.candidates.append(rep)
+
+    def _defined_without(self, s: Site, red: Reduction, assumed: Sequence[PrimExpr]) -> tuple[bool, str]:
+        """Whether the store evaluates only defined, finite values wherever ``assumed`` (the
+        guard left) and the conditions around it hold: the padded iterations included.
+
+        A max/min term is the padded load itself (up to casts that keep the identity), so
+        there only the indices are evaluated on anything but the identity."""
+        conds = [c for g in (*assumed, *s.outer_conds) for c in conjuncts(g)]
+        if red.kind == "sum":
+            values: list[PrimExpr] = [s.store.value]
+        else:
+            values = [i for ld in loads_of(s.store.value) for i in ld.indices]
+        for e in (*s.store.indices, *values):
+            why = undefined_reason(e, conds, s.loops, self.sizes)
+            if why:
+                return False, f"where it is false, {why}"
+        return True, ""
 
     def _covered(
         self, ld: BufferLoad, s: Site, info: _PadInfo, assumed: Sequence[PrimExpr]

@@ -26,7 +26,6 @@ from loopir.ir.expr import (
     Call,
     Cast,
     IntImm,
-    Mul,
     Not,
     Or,
     PrimExpr,
@@ -48,7 +47,6 @@ __all__ = [
     "atomic_reason",
     "common_prefix",
     "element_image",
-    "flows_into",
     "index_use",
     "normalize_lt0",
     "store_safe",
@@ -334,26 +332,6 @@ def strip_casts(e: PrimExpr) -> PrimExpr:
     while isinstance(e, Cast) and dt.is_float(e.dtype) == dt.is_float(e.value.dtype):
         e = e.value
     return e
-
-
-def flows_into(term: PrimExpr, load: BufferLoad, kind: str) -> bool:
-    """Whether a padded ``load`` makes ``term`` the identity of reduction ``kind``.
-
-    sum: ``load`` is a factor of the product chain ``term`` (0 times anything finite is 0);
-    max/min: ``term`` is ``load`` itself (up to casts): ``max(acc, a * b)`` with a -inf
-    operand is not -inf in general, so it is refused.
-    """
-    t = strip_casts(term)
-    if kind == "sum":
-        stack = [t]
-        while stack:
-            x = strip_casts(stack.pop())
-            if x is load:
-                return True
-            if isinstance(x, Mul):
-                stack.extend((x.a, x.b))
-        return False
-    return t is load
 
 
 def loads_of(e: PrimExpr) -> list[BufferLoad]:

@@ -69,7 +69,12 @@ structurally identical to a pipeline without it.
 - **Pad value** = identity of the consuming reduction: 0 for sum, -inf (floats) / lowest (ints)
   for max, +inf / highest for min. It must be unique, and for a fetch every consumer must let
   the padded value flow in as that identity: a factor of the summed product, or the whole term
-  of a max/min (`max(acc, a * b)` with a -inf operand is refused).
+  of a max/min (`max(acc, a * b)` with a -inf operand is refused), through casts that each map
+  the identity of their operand type to the identity of their own type. A sum's 0 survives
+  every integer or float cast and a float max's -inf every float cast, but
+  `max(acc, int32(int8(x)))` is refused: `int8(INT32_MIN)` is 0, so the pad would win over
+  negative data; so is an int8 tile under an int32 max (its pad -128 is not INT32_MIN). The
+  report names the cast and the values.
 - **Compute.** A conjunct of a compute guard is dropped only when (1) the store stays in
   bounds without it, (2) whenever it is false some operand reads a padded element: the fetch's
   inlined conjunct, moved from the source index to the operand's tile element, implies it
@@ -77,17 +82,33 @@ structurally identical to a pipeline without it.
   it in the same round (and in no loop the two share inside the round), and (4) every other
   operand is padded too or an in-bounds read of a function parameter (an intermediate
   allocated in the function may be unwritten at that index). The update then adds the
-  identity, so it is a no-op.
+  identity, so it is a no-op, provided (5) everything the store evaluates where the conjunct
+  is false is defined and finite: no division or modulo by something that can be zero there,
+  no call outside its domain (`sqrt`, `log`) or that can overflow (`exp`, `pow`), no cast
+  that can overflow (float to int, to a narrower float). `A[i, k] * (1 / (K - k))` is
+  `0 * inf = NaN` at the padded `k == K`, and `A[i, k] * (60 // (K - k))` divides by zero
+  there, so their k conjunct is kept. Each such node is proven on its own: exhaustively over
+  the padded iterations when it only depends on loops of constant range (evaluated with numpy
+  in its own type; the report names an iteration where it fails), otherwise structurally (a
+  nonzero constant divisor, an integer divisor the analyzer bounds away from zero, a call
+  finite on finite input); each branch of a `Select`, `&&` or `||` only where it is taken. A
+  max/min term is the padded load itself, so only its indices are checked.
 - **Refused** (left unchanged, every conjunct listed as kept with its reason): values with
   side effects, stores in an else-branch, no single identity, consumers that are not a
-  recognized reduction, tiles read as an index, non-constant or conflicting init values, inits
-  that could overwrite a result. Only padded candidates show a pad value.
+  recognized reduction, a cast that changes the identity ("the padded value would not reach
+  the max reduction as its identity (the cast to int8 turns the max pad -2147483648 of int32
+  into 0, not the int8 identity -128)"), tiles read as an index, non-constant or conflicting
+  init values, inits that could overwrite a result. A compute conjunct stays, with the
+  reason, when the store would evaluate something undefined there ("where it is false,
+  60 // (7 - (k_0 * 4 + k_1)) divides by zero (at k_0 = 1, k_1 = 3)", "cannot prove the
+  divisor B[i] of ... nonzero"). Only padded candidates show a pad value.
 
 Soundness notes: both backends evaluate `Select` lazily (C/CUDA `?:`), so the guarded
 out-of-range source load is never performed. Dropping a compute guard relies on `0 * x == 0`
-for the finite values of the other operand (the same assumption DietCode makes); an `inf` in the
-*real* data of an operand multiplied with a padded zero would give NaN in an element the
-original never computed with that term.
+for the other operands, which rule (5) proves finite except for two assumptions (the ones
+DietCode makes): loaded data is finite, and `+`, `-`, `*` of finite values stay finite (the
+unpadded kernel's own arithmetic); an `inf` in the *real* data of an operand multiplied with a
+padded zero would give NaN in an element the original never computed with that term.
 
 `LocalPadding(explain=True)` logs a report of every candidate (at INFO; it is always logged at
 DEBUG under `loopir.passes.local_pad`); the report of the last run is `pass_.report`.

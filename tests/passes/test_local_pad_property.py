@@ -6,6 +6,12 @@ each example costs one C compilation. The schedules tile one spatial and one red
 random factors (imperfect tiling included), and randomly add cache_write(local) +
 reverse_compute_at, cache_read(shared | local) + compute_at per input, decompose_reduction and
 blockIdx/threadIdx bindings.
+
+Besides GEMM-like sums, max/min and conv2d, the workloads cover what padding must refuse
+(issue 28): casts between the padded load and a max/min that change the identity (on one-signed
+data, where a wrong identity wins), and factors that depend on the reduced index and are
+defined on the real iterations only (``1 / (K - k)``, ``60 // (K - k)``, ``sqrt(K - 1 - k)``,
+next to shifted ones that stay defined on a few padded iterations).
 """
 
 from __future__ import annotations
@@ -37,9 +43,63 @@ def _extents(draw, n: int) -> list[int]:  # noqa: ANN001
     return out
 
 
+# (input dtype, cast through, accumulator dtype) of the cast workloads: the first three change
+# the max/min identity (int8(INT32_MIN) == 0; int8's -128 is not INT32_MIN), the others keep it.
+CASTS = [
+    ("int32", "int8", "int32"), ("int32", "int16", "int32"), ("int8", None, "int32"),
+    ("float32", "float16", "float32"), ("float16", None, "float32"),
+]  # fmt: skip
+
+
+def _cast_workload(draw, kind: str):  # noqa: ANN001, ANN202
+    """``C[i] = max_k acc(via(A[i, k]))`` (or min): casts between the padded load and a max/min."""
+    M, K = _extents(draw, 2)
+    src, via, acc = draw(st.sampled_from(CASTS))
+    A = te.placeholder((M, K), src, name="A")
+    k = te.reduce_axis(K, name="k")
+    red, np_red = (te.max, np.max) if kind == "cast_max" else (te.min, np.min)
+
+    def term(x):  # noqa: ANN001, ANN202
+        return (x.astype(via) if via else x).astype(acc)
+
+    C = te.compute((M,), lambda i: red(term(A[i, k]), axis=k), name="C")
+
+    def ref(a):  # noqa: ANN001, ANN202
+        a = a.astype(src)
+        return np_red((a.astype(via) if via else a).astype(acc), axis=1)
+
+    return kind, acc, [A, C], ref
+
+
+def _factor_workload(draw):  # noqa: ANN001, ANN202
+    """``C[i] = sum_k A[i, k] * f(k)`` for a factor ``f`` of the reduced index alone that is
+    defined on ``k < K + shift`` only: every padded iteration for a large shift, none for 0."""
+    M, K = _extents(draw, 2)
+    shift = draw(st.integers(0, 3))
+    form = draw(st.sampled_from(["reciprocal", "floordiv", "floormod", "sqrt"]))
+    dtype = "int32" if form in ("floordiv", "floormod") else "float32"
+    A = te.placeholder((M, K), dtype, name="A")
+    k = te.reduce_axis(K, name="k")
+    d = K + shift - np.arange(K)  # the factor's operand at every real k (> 0)
+    if form == "reciprocal":
+        f, fv = lambda k: 1.0 / (K + shift - k), 1.0 / d
+    elif form == "floordiv":
+        f, fv = lambda k: 60 // (K + shift - k), 60 // d
+    elif form == "floormod":
+        f, fv = lambda k: 60 % (K + shift - k), 60 % d
+    else:
+        f, fv = lambda k: te.sqrt(te.cast(K + shift - 1 - k, "float32")), np.sqrt(d - 1.0)
+    C = te.compute((M,), lambda i: te.sum(A[i, k] * f(k), axis=k), name="C")
+    return f"factor {form}", dtype, [A, C], lambda a: (a * fv).sum(axis=1)
+
+
 @st.composite
 def workloads(draw):  # noqa: ANN001, ANN201
-    kind = draw(st.sampled_from(["matmul", "bmm", "max", "min", "conv2d_nhwc"]))
+    kind = draw(st.sampled_from(["matmul", "bmm", "max", "min", "conv2d_nhwc", "cast_max", "cast_min", "factor"]))
+    if kind in ("cast_max", "cast_min"):
+        return _cast_workload(draw, kind)
+    if kind == "factor":
+        return _factor_workload(draw)
     dtype = draw(st.sampled_from(["float32", "float32", "int32"]))
     if kind == "matmul":
         M, K, N = _extents(draw, 3)
@@ -101,8 +161,12 @@ def scheduled(draw):  # noqa: ANN001, ANN201
     loops = sch.get_loops(blk)
     n_sp = len(tensors[-1].shape)
     sp, rd = loops[n_sp - 1], loops[n_sp]
+    # The issue-28 workloads are about padding: mostly give them the steps that make it apply
+    # (a local accumulator, a cached input at the reduction loop, an imperfect k split).
+    pads = kind.startswith(("cast_", "factor"))
+    often = st.sampled_from([True, True, True, False]) if pads else st.booleans()
     fs = draw(st.integers(1, 16))
-    fr = draw(st.integers(1, 8))
+    fr = draw(st.integers(2 if pads else 1, 8))
     so, si = sch.split(sp, [None, fs])
     ro, ri = sch.split(rd, [None, fr])
     sch.reorder(so, ro, ri, si)
@@ -112,15 +176,15 @@ def scheduled(draw):  # noqa: ANN001, ANN201
     bind_tx = draw(st.booleans())
     if bind_tx:
         _try(sch.bind, so, "threadIdx.x")
-    if draw(st.booleans()):
+    if draw(often):
         c = _try(sch.cache_write, blk, out_name, "local")
         if c is not None:
             _try(sch.reverse_compute_at, c, so)
     for t in tensors[:-1]:
-        scope = draw(st.sampled_from([None, "shared", "local"]))
+        scope = draw(st.sampled_from(["shared", "local"] if pads else [None, "shared", "local"]))
         if scope is not None:
             cr = _try(sch.cache_read, blk, t.name, scope)
-            if cr is not None and draw(st.booleans()):
+            if cr is not None and draw(often):
                 _try(sch.compute_at, cr, ro)
     if draw(st.booleans()):
         _try(sch.decompose_reduction, blk, ro)
@@ -152,6 +216,33 @@ def _merge(a: PrimFunc, b: PrimFunc) -> PrimFunc:
 @settings(deadline=None, **_EXAMPLES)
 @given(scheduled(), st.integers(0, 2**16))
 def test_local_padding_preserves_results(case, seed: int) -> None:  # noqa: ANN001
+    _check_padded_vs_unpadded(case, seed)
+
+
+@st.composite
+def tightly_padded(draw):  # noqa: ANN001, ANN201
+    """An issue-28 workload under the smallest schedule that pads (k split imperfectly, a local
+    accumulator at i, A cached at k0): every example reaches the identity/definedness proof."""
+    kind = draw(st.sampled_from(["cast_max", "cast_min", "factor"]))
+    kind, dtype, tensors, ref = _factor_workload(draw) if kind == "factor" else _cast_workload(draw, kind)
+    func = te.create_prim_func(tensors)
+    sch = loopir.Schedule(func)
+    blk = sch.get_block("C")
+    i, k = sch.get_loops(blk)
+    k0, _ = sch.split(k, [None, draw(st.integers(2, 8))])
+    sch.reverse_compute_at(sch.cache_write(blk, "C", "local"), i)
+    sch.compute_at(sch.cache_read(blk, "A", draw(st.sampled_from(["local", "shared"]))), k0)
+    return kind, dtype, func, sch.func, ref
+
+
+@settings(deadline=None)
+@given(tightly_padded(), st.integers(0, 2**16))
+def test_local_padding_keeps_the_identity_and_definedness(case, seed: int) -> None:  # noqa: ANN001
+    _check_padded_vs_unpadded(case, seed)
+
+
+def _check_padded_vs_unpadded(case, seed: int) -> None:  # noqa: ANN001
+    """Padding on, padding off and numpy agree (one C compilation for both lowerings)."""
     kind, dtype, func, sch_func, ref = case
     on = lower_with(sch_func, pad=True)
     off = lower_with(sch_func, pad=False)
@@ -160,6 +251,8 @@ def test_local_padding_preserves_results(case, seed: int) -> None:  # noqa: ANN0
     event(f"{kind}: padded" if not loopir.structural_equal(on, off) else f"{kind}: unchanged")
     merged = _merge(on, off)
     x = inputs(func, seed=seed)
+    if kind.startswith("cast_"):  # one-signed rows: a pad that is not the identity would win
+        x[0] = np.abs(x[0]) if kind == "cast_min" else -np.abs(x[0])
     args = [a.copy() for a in x] + [x[-1].copy()]
     loopir.build(merged, target="cpu", opt_level="-O0")(*args)
     got_on, got_off = args[-2], args[-1]
