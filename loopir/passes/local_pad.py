@@ -65,6 +65,7 @@ from loopir.passes.base import Pass, require_lowered
 from loopir.passes.context import PassContext, register_config
 from loopir.passes.local_pad_analysis import (
     ElementPred,
+    ElementSet,
     always_true,
     analyzer,
     atomic_reason,
@@ -317,7 +318,7 @@ class _Analysis:
         here = self.sites.index(s)
         same = (const_value(s.store.value), s.store.value.dtype)
         keys = [f.loop_var for f in s.loops[:depth]]  # one lifetime of the buffer
-        extra: set[tuple[int, ...]] | None = None
+        extra: ElementSet | None = None
         computed = False
         for n, x in enumerate(self.sites):
             if x is s or x.store.buffer is not buf:

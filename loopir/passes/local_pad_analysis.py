@@ -46,6 +46,7 @@ __all__ = [
     "analyzer",
     "atomic_reason",
     "common_prefix",
+    "ElementSet",
     "element_image",
     "index_use",
     "normalize_lt0",
@@ -225,6 +226,57 @@ def store_safe(
     return True, ""
 
 
+@attrs.frozen(eq=False)
+class ElementSet:
+    """A set of integer tuples held as the rows of an array: the inclusion and disjointness
+    tests run in numpy (sorting), not over Python tuples."""
+
+    rows: np.ndarray  # (n, k) int64
+
+    def _keys(self, other: ElementSet) -> tuple[np.ndarray, np.ndarray]:
+        """Each row as one integer (a mixed radix over both sets' column ranges)."""
+        a, b = self.rows, other.rows
+        if not len(a) or not len(b) or not a.shape[1]:
+            return np.zeros(len(a), np.int64), np.zeros(len(b), np.int64)
+        both = np.concatenate([a, b])
+        lo = both.min(axis=0)
+        width = [int(w) for w in both.max(axis=0) - lo + 1]
+        stride, strides = 1, []
+        for w in reversed(width):
+            strides.append(stride)
+            stride *= w
+        if stride >= 2**62:  # too wide for one int64: compare the rows as raw bytes
+            va, vb = (np.ascontiguousarray(x).view(np.dtype((np.void, 8 * x.shape[1]))).ravel()
+                      for x in (a, b))  # fmt: skip
+            return va, vb
+        st = strides[::-1]
+
+        def key(x: np.ndarray) -> np.ndarray:  # integer matmul has no fast path: add columns
+            out = np.zeros(len(x), np.int64)
+            for j, k in enumerate(st):
+                out += (x[:, j] - lo[j]) * k
+            return out
+
+        return key(a), key(b)
+
+    def __le__(self, other: ElementSet) -> bool:
+        ka, kb = self._keys(other)
+        return bool(np.isin(ka, kb).all())
+
+    def isdisjoint(self, other: ElementSet) -> bool:
+        ka, kb = self._keys(other)
+        return not bool(np.isin(ka, kb).any())
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def _rows(cols: list[np.ndarray], mask: np.ndarray) -> ElementSet:
+    if not cols:
+        return ElementSet(np.zeros((1 if mask.any() else 0, 0), np.int64))
+    return ElementSet(np.stack([c[mask].astype(np.int64) for c in cols], axis=1))
+
+
 def element_image(
     indices: Sequence[PrimExpr],
     buffer: Buffer,
@@ -232,7 +284,7 @@ def element_image(
     domain_loops: Sequence[For],
     all_loops: Sequence[For],
     exact: bool = False,
-) -> set[tuple[int, ...]] | None:
+) -> ElementSet | None:
     """The set of elements ``buffer[indices]`` touched over the domain (None: unknown).
 
     Conditions on variables outside the domain are ignored, which over-approximates the set
@@ -251,10 +303,7 @@ def element_image(
         mask = _mask(assumed, xs, env, size, strict=exact)
     except _enum.NotEnumerable:
         return None
-    cols = [v[mask] for v in vals]
-    if not cols:
-        return {()} if mask.any() else set()
-    return set(zip(*(c.tolist() for c in cols)))
+    return _rows(vals, mask)
 
 
 def written_where(
@@ -263,7 +312,7 @@ def written_where(
     loops: Sequence[For],
     assumed: Sequence[PrimExpr],
     unless: Sequence[PrimExpr] = (),
-) -> set[tuple[int, ...]] | None:
+) -> ElementSet | None:
     """The ``(keys, indices)`` values over every point of ``loops`` (all of them, outermost
     included) where ``assumed`` holds and, given ``unless``, not all of ``unless`` hold.
 
@@ -280,12 +329,10 @@ def written_where(
         mask = _mask(assumed, xs, env, size)
         if unless:
             mask &= ~_mask(unless, xs, env, size, strict=True)
-        cols = [_enum.evaluate(ana.simplify(e), env, size)[mask] for e in (*keys, *indices)]
+        cols = [_enum.evaluate(ana.simplify(e), env, size) for e in (*keys, *indices)]
     except _enum.NotEnumerable:
         return None
-    if not cols:
-        return {()} if mask.any() else set()
-    return set(zip(*(c.tolist() for c in cols)))
+    return _rows(cols, mask)
 
 
 def always_true(
