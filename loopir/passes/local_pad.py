@@ -76,6 +76,7 @@ from loopir.passes.local_pad_analysis import (
     normalize_lt0,
     store_safe,
     strip_casts,
+    within_bounds,
     written_where,
 )
 from loopir.passes.local_pad_report import (
@@ -452,6 +453,12 @@ class _Analysis:
             (*keys, *fetch.store.indices), buf, [*kept, *fetch.outer_conds], [*ctx, *domain],
             fetch.loops, exact=True,
         )
+        if fetch_img is None:
+            return False
+        shape = [const_value(d) for d in buf.shape]
+        if not keys and all(isinstance(d, int) for d in shape) and \
+                fetch_img.is_whole(shape) and within_bounds(ld.indices, shape, reader.loops):  # type: ignore[arg-type]
+            return True  # the fetch writes the whole buffer and the read stays inside it
         rdomain = [f for i, f in enumerate(reader.loops) if i >= n or is_thread_loop(f)]
         rdomain = [*ctx, *(f for f in rdomain if f not in ctx)]
         read_img = element_image((*keys, *ld.indices), buf, assumed, rdomain, reader.loops)

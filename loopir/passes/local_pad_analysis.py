@@ -47,6 +47,7 @@ __all__ = [
     "atomic_reason",
     "common_prefix",
     "ElementSet",
+    "within_bounds",
     "element_image",
     "index_use",
     "normalize_lt0",
@@ -269,6 +270,26 @@ class ElementSet:
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def is_whole(self, shape: Sequence[int]) -> bool:
+        """Whether the set is every element of a buffer of ``shape`` (and nothing else)."""
+        rows = self.rows
+        if rows.shape[1] != len(shape):
+            return False
+        inside = all(((rows[:, j] >= 0) & (rows[:, j] < n)).all() for j, n in enumerate(shape))
+        total = int(np.prod(shape)) if len(shape) else 1
+        return inside and len(np.unique(rows, axis=0)) == total
+
+
+def within_bounds(indices: Sequence[PrimExpr], shape: Sequence[int], loops: Sequence[For]) -> bool:
+    """Whether every index stays inside ``shape`` over the loops' ranges (interval analysis:
+    a proof whose cost does not grow with the loops' extents)."""
+    ana = analyzer(loops)
+    for i, n in zip(indices, shape):
+        b = ana.const_int_bound(i)
+        if b.min_value < 0 or b.max_value >= n:
+            return False
+    return True
 
 
 def _rows(cols: list[np.ndarray], mask: np.ndarray) -> ElementSet:
