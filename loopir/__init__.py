@@ -43,6 +43,7 @@ _LAZY = {
     "runtime": ("loopir.runtime", None),
     "examples": ("loopir.examples", None),
     "testing": ("loopir.testing", None),
+    "tune": ("loopir.tune", None),
 }
 
 

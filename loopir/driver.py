@@ -90,7 +90,7 @@ def _build_module(mod: Any, target: str, **options: Any) -> Any:
 def _database(database: Any) -> Any:
     from loopir.schedule.database import Database
 
-    return database if isinstance(database, Database) else Database(database)
+    return Database.of(database, "build")
 
 
 def _bucketed(func: Any, target: str, db: Any, options: dict[str, Any]) -> Any:

@@ -41,6 +41,7 @@ from loopir.codegen_cuda.args import (
     torch_module,
 )
 from loopir.codegen_cuda.compile import CompiledBinary, KernelResources
+from loopir.codegen_cuda.device import explain as explain_device_error
 from loopir.codegen_cuda.emitter import EmitResult, KernelSource
 from loopir.codegen_cuda.exprs import eval_int
 from loopir.codegen_cuda.host import HostCode
@@ -50,6 +51,7 @@ from loopir.ir import dtype as dt
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import IntImm, Var
 from loopir.ir.stmt import PrimFunc
+from loopir.runtime.module import bind_arguments
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +114,8 @@ class _Library:
     def check(self, rc: int, prefix: str) -> None:
         if rc:
             msg = self.error()
-            raise LaunchError(msg if msg.startswith(prefix) else f"{prefix}: {msg}")
+            # without a driver the runtime says "driver version is insufficient": say no device
+            raise LaunchError(explain_device_error(msg if msg.startswith(prefix) else f"{prefix}: {msg}"))
 
     def malloc(self, nbytes: int, device: int, prefix: str) -> int:
         out = _vp()
@@ -265,7 +268,7 @@ class CUDAModule:
             )
 
     # -- calling -----------------------------------------------------------------------------
-    def __call__(self, *arrays: Any, stream: Any = None) -> None:
+    def __call__(self, *arrays: Any, stream: Any = None, **named: Any) -> None:
         """Run the function on ``arrays`` (outputs are written in place).
 
         Parameters
@@ -276,12 +279,18 @@ class CUDAModule:
         stream
             A CUDA stream (torch/cupy stream object, ``__cuda_stream__`` object or raw
             handle); default: the current stream of the arrays' library.
+        named
+            Arrays by parameter (buffer) name, ``mod(A=a, B=b, C=c)``, alone or after
+            positional ones (a parameter named ``stream`` is passed by position).
 
         Raises
         ------
         LaunchError
-            Wrong arguments (naming the parameter) or a failed launch (naming the kernel).
+            Wrong arguments (naming the parameter) or a failed launch (naming the kernel);
+            without a GPU, that this machine has no CUDA device.
         """
+        if named:
+            arrays = bind_arguments(self.func.name, [b.name for b in self._params], arrays, named)
         fast = self._fast
         if stream is None and len(arrays) == self._n:
             if fast is None and "torch" in sys.modules:

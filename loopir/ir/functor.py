@@ -2,7 +2,8 @@
 
 Both walk every ``attrs`` field of a node, so a new node type needs no new traversal code.
 Override ``visit_<ClassName>`` to intercept a node type; call ``self.generic_visit(node)``
-inside it to continue into the children.
+inside it to continue into the children. A subclass of ``Var`` without its own method goes to
+``visit_Var``.
 
 Mutators rebuild a node only when a child changed and otherwise return the very same object,
 so ``new is old`` tells whether anything happened.
@@ -56,6 +57,9 @@ class Visitor:
 
     def visit(self, node: Node) -> None:
         method = getattr(self, "visit_" + type(node).__name__, None)
+        if method is None and isinstance(node, Var):
+            # a Var subclass (te's reduce axes) is a variable to every visitor
+            method = getattr(self, "visit_Var", None)
         if method is not None:
             method(node)
         else:
@@ -84,6 +88,8 @@ class Mutator:
 
     def visit(self, node: Node) -> Node:
         method = getattr(self, "visit_" + type(node).__name__, None)
+        if method is None and isinstance(node, Var):
+            method = getattr(self, "visit_Var", None)  # as in Visitor.visit
         if method is not None:
             return method(node)
         return self.generic_visit(node)

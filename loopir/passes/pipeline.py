@@ -4,7 +4,7 @@ Order (each is its own pass object; see their modules):
 
 0. the target's own passes, with ``target=`` (``"cuda"``: ``GemmOffload``, then
    ``DefaultGPUSchedule`` for blocks nobody scheduled; registered by the backend through
-   :func:`register_target_passes`);
+   :func:`register_target_passes`, the backend imported by name on the target's first use);
 1. ``LowerCrossThreadReduction`` -- reductions bound to ``threadIdx.x`` become per-thread
    parts, a ``thread_allreduce`` and a write-back by thread 0.
 2. ``LowerBlocks`` -- blocks become loops, guards (predicates), init ``if``\\ s, Allocates.
@@ -30,6 +30,7 @@ Vectorized loops are kept as loops: the CUDA backend emits them as vector access
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 
 from loopir.errors import PassError
@@ -47,17 +48,64 @@ from loopir.passes.software_pipeline import InjectSoftwarePipeline, pipeline_req
 from loopir.passes.thread_sync import ThreadSync
 from loopir.passes.unify_threads import UnifyThreadLoops
 
-__all__ = ["default_pipeline", "lower", "register_target_passes"]
+__all__ = [
+    "default_pipeline", "lower", "register_target_backend", "register_target_passes", "target_passes",
+]  # fmt: skip
 
 
 # Passes a target runs before the standard ones, registered by its backend when the backend is
 # imported (the CUDA backend registers GemmOffload), so that passes never import a backend.
 _TARGET_PASSES: dict[str, Callable[[PassContext], list[Pass]]] = {"cpu": lambda ctx: []}
 
+# The backend module of each target, by name: imported on the target's first use, so that
+# ``lower(f, target="cuda")`` works before anything imported the backend (a name, not an import:
+# passes sit below the backends in the import layers).
+_TARGET_BACKENDS: dict[str, str] = {"cuda": "loopir.codegen_cuda"}
+
 
 def register_target_passes(target: str, passes: Callable[[PassContext], list[Pass]]) -> None:
     """Make ``default_pipeline(target=target)`` start with ``passes(ctx)`` (backends call it)."""
     _TARGET_PASSES[target] = passes
+
+
+def register_target_backend(target: str, module: str) -> None:
+    """Name the module that registers ``target``'s passes when imported: the pipeline imports
+    it on the target's first use (``"cuda"`` is ``loopir.codegen_cuda``)."""
+    _TARGET_BACKENDS[target] = module
+
+
+def target_passes(target: str) -> Callable[[PassContext], list[Pass]]:
+    """The pass factory of ``target``, importing its backend module on first use.
+
+    Raises
+    ------
+    PassError
+        For a target with no passes and no backend, listing the known targets; or when the
+        backend module fails to import or registers nothing.
+    """
+    factory = _TARGET_PASSES.get(target)
+    if factory is not None:
+        return factory
+    module = _TARGET_BACKENDS.get(target)
+    if module is None:
+        known = sorted(set(_TARGET_PASSES) | set(_TARGET_BACKENDS))
+        raise PassError(
+            f"default_pipeline: no passes are registered for target {target!r} (known: "
+            f"{', '.join(known)}; a backend registers a new target with register_target_passes "
+            "and register_target_backend)"
+        )
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise PassError(
+            f"default_pipeline: the backend {module} of target {target!r} cannot be imported: {exc}"
+        ) from exc
+    factory = _TARGET_PASSES.get(target)
+    if factory is None:
+        raise PassError(
+            f"default_pipeline: importing {module} registered no passes for target {target!r}"
+        )
+    return factory
 
 
 def default_pipeline(
@@ -67,18 +115,11 @@ def default_pipeline(
     """The passes :func:`lower` runs under ``ctx`` (default: the current context) on ``func``
     (``func`` only decides whether annotation-driven passes are included). With ``target``
     (``"cpu"``, ``"cuda"``), the target's own passes come first: for CUDA, ``GemmOffload``
-    (registered when ``loopir.codegen_cuda`` is imported, as ``loopir.build`` does)."""
+    (registered by ``loopir.codegen_cuda``, which :func:`target_passes` imports on first use)."""
     ctx = ctx or PassContext.current()
     passes: list[Pass] = []
     if target is not None:
-        factory = _TARGET_PASSES.get(target)
-        if factory is None:
-            raise PassError(
-                f"default_pipeline: no passes are registered for target {target!r} (known: "
-                f"{', '.join(sorted(_TARGET_PASSES))}; a backend registers its target when it "
-                "is imported, e.g. import loopir.codegen_cuda)"
-            )
-        passes += factory(ctx)
+        passes += target_passes(target)(ctx)
     passes += [LowerCrossThreadReduction(), LowerBlocks(), UnifyThreadLoops(), CompactBufferAllocation()]
     if ctx.get("tir.enable_local_pad"):
         passes.append(LocalPadding(explain=explain_local_pad))

@@ -42,6 +42,7 @@ from loopir.runtime.c_codegen import ENTRY, CProgram, generate_c
 from loopir.runtime.c_fibers import ERR_DIVERGENCE, SEED_ENTRY
 from loopir.runtime.c_types import ERR_ALLOC, ERR_DIV_ZERO, ERR_FIELDS, ERR_ITER_DOMAIN, ERR_OOB
 from loopir.runtime.cache import DEFAULT_FLAGS, compile_shared
+from loopir.runtime.module import bind_arguments
 
 logger = logging.getLogger(__name__)
 
@@ -219,8 +220,14 @@ class CPUModule:
         return arrays, env
 
     # --- running ----------------------------------------------------------------------------
-    def __call__(self, *args: Any) -> None:
-        """Run the function on ``args`` (numpy arrays, one per parameter; outputs in place)."""
+    def __call__(self, *args: Any, **named: Any) -> None:
+        """Run the function on ``args`` (numpy arrays, one per parameter; outputs in place).
+
+        Arrays may also be passed by parameter (buffer) name, ``mod(A=a, B=b, C=c)``, or
+        both ways, as Python binds a call (see :func:`~loopir.runtime.module.bind_arguments`).
+        """
+        if named:
+            args = bind_arguments(self.func.name, [b.name for b in self.func.params], args, named)
         arrays, env = self._check_args(args)
         ptrs = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
         syms = (ctypes.c_int64 * max(len(self.program.sym_vars), 1))(

@@ -18,6 +18,7 @@ from loopir.errors import LaunchError, LoopIRError
 from loopir.ir.expr import Var
 from loopir.ir.functor import collect_vars
 from loopir.ir.stmt import PrimFunc
+from loopir.runtime.module import bind_arguments
 
 __all__ = ["ShapeDispatch", "size_locations"]
 
@@ -90,6 +91,13 @@ class ShapeDispatch:
         return self.fallback
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the bucket's module; arrays by position or by parameter name, other keywords
+        (``stream=``) passed on."""
+        names = [b.name for b in self.func.params]
+        named = {k: v for k, v in kwargs.items() if k in names}
+        if named:
+            args = bind_arguments(self.func.name, names, args, named)
+            kwargs = {k: v for k, v in kwargs.items() if k not in named}
         return self.module_for(self.sizes(args))(*args, **kwargs)
 
     def __repr__(self) -> str:

@@ -129,6 +129,25 @@ class Database:
         self.path = Path(path)
         self._records: list[Record] = list(self._load())
 
+    @classmethod
+    def of(cls, value: Any, where: str) -> Database:
+        """``value`` if it is a Database, else the database at the path ``value`` (what the
+        ``database=`` parameters of ``build`` and ``tune`` take).
+
+        Raises
+        ------
+        LoopIRError
+            Naming ``where`` (``"tune"``, ``"build"``) when ``value`` is neither.
+        """
+        if isinstance(value, Database):
+            return value
+        if isinstance(value, (str, os.PathLike)):
+            return cls(value)
+        raise LoopIRError(
+            f"{where}: database must be a Database or the path of one, got "
+            f"{type(value).__name__}: {value!r}"
+        )
+
     # -- reading -----------------------------------------------------------------------------
     def _load(self) -> Iterator[Record]:
         if not self.path.exists():

@@ -302,8 +302,8 @@ def reorder(func: PrimFunc, loop_vars: Sequence[Var]) -> PrimFunc:
     for (outer, _), (inner, inner_anc) in zip(by_depth, by_depth[1:]):
         if not any(a is outer for a in inner_anc):
             raise ScheduleError(
-                f"loops {outer.loop_var.name} and {inner.loop_var.name} are not in one chain "
-                "(neither is nested in the other)",
+                f"loops {_with_blocks(outer)} and {_with_blocks(inner)} are not in one chain "
+                "(neither is nested in the other); reorder takes loops of one loop nest",
                 primitive=P, func=func, node=inner,
             )  # fmt: skip
     top, top_anc = by_depth[0]
@@ -348,6 +348,16 @@ def reorder(func: PrimFunc, loop_vars: Sequence[Var]) -> PrimFunc:
     for lp in reversed(new_headers):
         nest = attrs.evolve(lp, body=nest)
     return tree.replace(func, top, nest)
+
+
+def _with_blocks(loop: For) -> str:
+    """``i (of block 'C')``: a loop named with the blocks below it (loop names repeat across
+    blocks)."""
+    names = [r.block.name for r in tree.child_blocks(loop)]
+    if not names:
+        return loop.loop_var.name
+    label = "block" if len(names) == 1 else "blocks"
+    return f"{loop.loop_var.name} (of {label} {', '.join(map(repr, names))})"
 
 
 def _check_no_mixed_reorder(func: PrimFunc, path: list[For], bottom: For) -> None:

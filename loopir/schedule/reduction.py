@@ -16,6 +16,24 @@ from loopir.schedule import tree
 logger = logging.getLogger(__name__)
 
 
+def _no_init(func: PrimFunc, blk: Block) -> str:
+    """Why ``blk`` has no init: decomposed before (reduce iter vars, its init in another block)
+    or not a reduction at all."""
+    if not any(iv.kind is IterKind.REDUCE for iv in blk.iter_vars):
+        return f"block {blk.name!r} is not a reduction block (it has no init)"
+    written = {w.buffer for w in blk.writes}
+    inits = [
+        r.block.name for r in rg.block_realizes(func)
+        if r.block is not blk and r.block.name.startswith(f"{blk.name}_init")
+        and any(w.buffer in written for w in r.block.writes)
+    ]  # fmt: skip
+    where = f" (its init is block {inits[0]!r})" if inits else ""
+    return (
+        f"block {blk.name!r} was already decomposed{where}: it has reduce iter vars but no init "
+        "left to hoist; decompose_reduction applies once per block"
+    )
+
+
 def decompose_reduction(func: PrimFunc, block: str, loop_var: Var) -> tuple[PrimFunc, str]:
     """Split reduction ``block`` into an init block placed before ``loop_var`` and an update.
 
@@ -44,7 +62,7 @@ def decompose_reduction(func: PrimFunc, block: str, loop_var: Var) -> tuple[Prim
     Raises
     ------
     ScheduleError
-        Not a reduction block, a loop that does not enclose the block, a reduction loop above
+        Not a reduction block or one already decomposed (said as such), a loop that does not enclose the block, a reduction loop above
         the position, or a predicate mixing copied and reduce-only loops.
 
     Examples
@@ -69,12 +87,7 @@ def decompose_reduction(func: PrimFunc, block: str, loop_var: Var) -> tuple[Prim
     loop, _ = rg.get_loop(func, loop_var, prim)
     blk = realize.block
     if blk.init is None:
-        raise ScheduleError(
-            f"block {block!r} is not a reduction block (it has no init)",
-            primitive=prim,
-            func=func,
-            node=blk,
-        )
+        raise ScheduleError(_no_init(func, blk), primitive=prim, func=func, node=blk)
     loops = tree.enclosing_loops(anc)
     pos = next((i for i, lp in enumerate(loops) if lp is loop), None)
     if pos is None:

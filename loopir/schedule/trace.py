@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -217,6 +218,41 @@ class _Namer:
             ) from None
 
 
+
+def _json_source(source: str | os.PathLike[str]) -> Any:
+    """The JSON value of ``Trace.from_json``'s text or file argument.
+
+    A ``str`` is a path when it names an existing file and does not start like JSON; JSON
+    text keeps working as before.
+    """
+    path: str | os.PathLike[str] | None = source
+    if isinstance(source, str):
+        head = source.lstrip()[:1]
+        path = source if head not in ("{", "[", "") and os.path.isfile(source) else None
+    if path is None:
+        text = str(source)
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as e:
+            if text.lstrip()[:1] in ("{", "["):
+                raise TraceError(f"Trace.from_json: not valid JSON: {e}") from None
+            shown = text if len(text) <= 300 else text[:297] + "..."  # a path shows whole
+            raise TraceError(
+                f"Trace.from_json: not valid JSON and not an existing file: {shown!r} ({e})"
+            ) from None
+    name = os.fspath(path)
+    if not os.path.isfile(name):
+        raise TraceError(f"Trace.from_json: no such file: {name!r}")
+    try:
+        with open(name, encoding="utf-8") as fh:
+            text = fh.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise TraceError(f"Trace.from_json: cannot read {name!r}: {e}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise TraceError(f"Trace.from_json: the file {name!r} is not valid JSON: {e}") from None
+
 class Trace:
     """An immutable sequence of :class:`Instruction`.
 
@@ -330,18 +366,22 @@ class Trace:
     def from_json(cls, data: Any) -> Trace:
         """Read a trace written by :meth:`as_json`, validating every field.
 
+        Parameters
+        ----------
+        data
+            The dict :meth:`as_json` gives, its JSON text, or the path of a file holding that
+            text (an ``os.PathLike``, or a ``str`` naming an existing file).
+
         Raises
         ------
         TraceError
-            On a wrong version, an unknown instruction kind, or a malformed field; the message
-            names the instruction index.
+            On a missing or unreadable file, text that is not JSON, a wrong version, an
+            unknown instruction kind, or a malformed field; the message names the file or the
+            instruction index.
         """
         _ensure_kinds()
-        if isinstance(data, str):
-            try:
-                data = json.loads(data)
-            except json.JSONDecodeError as e:
-                raise TraceError(f"Trace.from_json: not valid JSON: {e}") from None
+        if isinstance(data, (str, os.PathLike)):
+            data = _json_source(data)
         if not isinstance(data, dict):
             raise TraceError(f"Trace.from_json: expected a dict, got {type(data).__name__}")
         version = data.get("version")

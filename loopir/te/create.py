@@ -22,7 +22,7 @@ import attrs
 from loopir.errors import IRValidationError
 from loopir.ir.buffer import Buffer, BufferRegion, Range
 from loopir.ir.expr import BufferLoad, Max, Min, PrimExpr, Select, Var, make_const
-from loopir.ir.functor import Mutator
+from loopir.ir.functor import Mutator, post_order_visit
 from loopir.ir.stmt import (
     Block,
     BlockRealize,
@@ -35,7 +35,14 @@ from loopir.ir.stmt import (
     seq,
 )
 from loopir.te.regions import access_regions
-from loopir.te.tensor import ComputeOp, PlaceholderOp, Reduce, Tensor, comm_reducer_identity
+from loopir.te.tensor import (
+    ComputeOp,
+    PlaceholderOp,
+    Reduce,
+    ReduceAxis,
+    Tensor,
+    comm_reducer_identity,
+)
 
 __all__ = ["create_prim_func"]
 
@@ -103,10 +110,39 @@ class _Rewrite(Mutator):
         return self.bmap.get(node, node)
 
 
+def _check_reduce_axes(name: str, body: PrimExpr) -> None:
+    """Every reduce axis the body uses must be one its reduction lists (as in TVM, where an
+    unlisted one has no loop and fails only at build)."""
+    red = body if isinstance(body, Reduce) else None
+    listed = {id(a) for a in red.axis} if red is not None else set()
+    used: dict[int, ReduceAxis] = {}
+
+    def visit(n: object) -> None:
+        if isinstance(n, ReduceAxis) and id(n) not in listed:
+            used.setdefault(id(n), n)
+
+    for part in ((red.source, red.where) if red is not None else (body,)):
+        if part is not None:
+            post_order_visit(part, visit)
+    if not used:
+        return
+    names = ", ".join(repr(a.name) for a in used.values())
+    if red is None:
+        where = "outside any reduction; use it inside te.sum/te.max/te.min(..., axis=...)"
+    else:
+        axes = ", ".join(a.var.name for a in red.axis)
+        where = f"that its te.{red.combiner} does not list (axis=[{axes}]); add it to axis="
+    raise IRValidationError(
+        f"create_prim_func: compute {name!r} uses reduce axis {names} {where}",
+        check="te-reduce-axis",
+    )
+
+
 def _stage(t: Tensor, buf: Buffer, bmap: dict[Buffer, Buffer]) -> Stmt:
     op = t.op
     assert isinstance(op, ComputeOp)
     body = op.body
+    _check_reduce_axes(t.name, body)
     red = body if isinstance(body, Reduce) else None
     loops: list[tuple[Var, PrimExpr]] = []  # (loop var, extent), outermost first
     iter_vars: list[IterVar] = []
@@ -180,8 +216,9 @@ def create_prim_func(tensors: Sequence[Tensor], name: str = "main") -> PrimFunc:
     Raises
     ------
     IRValidationError
-        If an entry is not a te tensor, is listed twice, or a placeholder the computation
-        reads is missing from ``tensors``.
+        If an entry is not a te tensor, is listed twice, a placeholder the computation
+        reads is missing from ``tensors``, or a compute uses a reduce axis that its reduction
+        does not list (``te.sum(A[i, k], axis=k2)``), naming the compute and the axis.
     """
     params = list(tensors) if not isinstance(tensors, Tensor) else [tensors]
     for t in params:

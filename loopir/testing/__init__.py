@@ -149,6 +149,52 @@ def random_inputs(func: PrimFunc, sizes: Mapping[str, int] | None = None, seed: 
     return [random_array(_shape(func, p.shape, sizes), p.dtype, rng) for p in func.params]
 
 
+def _known_dims(shape: Sequence[PrimExpr], sizes: Mapping[str, int]) -> list[int | None]:
+    """The extents of ``shape`` that constants or ``sizes`` fix (None for the others)."""
+    out: list[int | None] = []
+    for s in shape:
+        if isinstance(s, IntImm):
+            out.append(int(s.value))
+            continue
+        vs = collect_vars(s)
+        if not all(v.name in sizes for v in vs):
+            out.append(None)
+            continue
+        from loopir.arith import simplify
+        from loopir.ir.functor import substitute
+
+        val = simplify(substitute(s, {v: IntImm(sizes[v.name], v.dtype) for v in vs}))
+        out.append(int(val.value) if isinstance(val, IntImm) else None)
+    return out
+
+
+def _check_signatures(f1: PrimFunc, f2: PrimFunc, sizes: Mapping[str, int]) -> None:
+    """Refuse functions that cannot take the same arrays, naming the parameter (rather than
+    letting the second run fail on an argument). Extents neither constant nor fixed by
+    ``sizes`` are not compared: the run binds them from the arrays."""
+    p1, p2 = f1.params, f2.params
+    if len(p1) != len(p2):
+        raise EquivalenceError(
+            f"check_equivalent: the signatures differ: {len(p1)} parameters "
+            f"({', '.join(b.name for b in p1)}) vs {len(p2)} ({', '.join(b.name for b in p2)})"
+        )
+    diffs = []
+    for n, (b1, b2) in enumerate(zip(p1, p2)):
+        what = f"parameter {n} ({b1.name}" + (f" / {b2.name})" if b2.name != b1.name else ")")
+        if b1.dtype != b2.dtype:
+            diffs.append(f"{what}: dtype {b1.dtype} vs {b2.dtype}")
+        d1, d2 = _known_dims(b1.shape, sizes), _known_dims(b2.shape, sizes)
+        if len(d1) != len(d2) or any(a is not None and b is not None and a != b for a, b in zip(d1, d2)):
+            diffs.append(f"{what}: shape {_shape_text(b1.shape, d1)} vs {_shape_text(b2.shape, d2)}")
+    if diffs:
+        raise EquivalenceError(f"check_equivalent: the signatures differ: {'; '.join(diffs)}")
+
+
+def _shape_text(shape: Sequence[PrimExpr], known: Sequence[int | None]) -> str:
+    dims = [str(k) if k is not None else str(s) for s, k in zip(shape, known)]
+    return f"({dims[0]},)" if len(dims) == 1 else f"({', '.join(dims)})"  # as a tuple prints
+
+
 def check_equivalent(
     f1: PrimFunc,
     f2: PrimFunc,
@@ -202,14 +248,13 @@ def check_equivalent(
     ------
     EquivalenceError
         Naming the parameter, the first differing index and both values (and the
-        thread-order seed, when ``f2`` ran in random order).
+        thread-order seed, when ``f2`` ran in random order); or, before running anything,
+        when the signatures differ: the parameter count, or a parameter's dtype or shape
+        (extents that are constants or fixed by ``sizes``).
     """
     import loopir
 
-    if len(f1.params) != len(f2.params):
-        raise EquivalenceError(
-            f"check_equivalent: {len(f1.params)} vs {len(f2.params)} parameters"
-        )
+    _check_signatures(f1, f2, sizes or {})
     options = dict(build_options or {})
     order = _thread_order(thread_order, options)
     seeds = tuple(order_seeds)

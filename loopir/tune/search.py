@@ -27,6 +27,7 @@ from loopir._progress import progress
 from loopir.errors import LoopIRError
 from loopir.ir.stmt import PrimFunc
 from loopir.schedule import Schedule, Trace
+from loopir.schedule.database import Database
 
 logger = logging.getLogger(__name__)
 
@@ -196,7 +197,8 @@ def tune(
     runner
         ``runner(scheduled_func) -> ms``; default :func:`cpu_runner` / :func:`cuda_runner`.
     database
-        A :class:`~loopir.schedule.database.Database`: every measured candidate is committed.
+        A :class:`~loopir.schedule.database.Database` or the path of one (as ``build``
+        takes): every measured candidate is committed.
     pool
         A :class:`~loopir.tune.workers.DevicePool`: candidates are measured in batches of one
         per device, each on its own GPU (the runner must be picklable, as the default ones are).
@@ -215,12 +217,25 @@ def tune(
     Raises
     ------
     LoopIRError
-        When no candidate could be measured (the message gives the first failure).
+        When no candidate could be measured (the message gives the first failure), for an
+        unknown target or a ``database`` that is neither a Database nor a path.
+    LaunchError
+        At once, before any candidate, for ``target="cuda"`` with the default runner on a
+        machine without a CUDA device.
     """
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise LoopIRError(f"tune: trials must be a positive int, got {trials!r}")
     if patience is not None and (isinstance(patience, bool) or not isinstance(patience, int) or patience < 1):
         raise LoopIRError(f"tune: patience must be a positive int or None, got {patience!r}")
+    if target not in ("cpu", "cuda"):
+        raise LoopIRError(f"tune: unknown target {target!r}; known targets: cpu, cuda")
+    if database is not None:
+        database = Database.of(database, "tune")
+    if target == "cuda" and runner is None and farm is None:
+        # the default runner measures here: without a GPU every candidate would fail, one by one
+        from loopir.codegen_cuda.device import require_device
+
+        require_device("tune(target='cuda')")
     run = runner or (cuda_runner(sizes, reference=func) if target == "cuda" else cpu_runner(sizes=sizes))
     rng = random.Random(seed)
     measured: dict[str, tuple[float, Trace, PrimFunc]] = {}
