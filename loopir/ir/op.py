@@ -65,7 +65,7 @@ def cast(value: ExprLike, dtype: str) -> PrimExpr:
 
 
 def if_then_else(cond: ExprLike, t: ExprLike, f: ExprLike) -> PrimExpr:
-    """``t if cond else f`` as a :class:`Select`."""
+    """``t if cond else f`` as a [`Select`][loopir.ir.expr.Select]."""
     tv, fv = _match(t, f)
     return Select(convert(cond), tv, fv)
 

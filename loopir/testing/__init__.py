@@ -7,12 +7,13 @@ barriers, as a GPU may run them), so a missing barrier is a difference too.
 
 Submodules:
 
-- :mod:`loopir.testing.workloads`: small te workloads (matmul, conv2d, chains, reductions,
-  symbolic extents) as :class:`~loopir.testing.workloads.Workload`.
-- :mod:`loopir.testing.fuzz`: :class:`~loopir.testing.fuzz.ScheduleFuzzer`, which applies
-  random (valid and invalid) schedule primitives and checks every step.
-- :mod:`loopir.testing.strategies`: hypothesis strategies for shapes, factors, workloads and
-  schedules. Only this one needs hypothesis (a test dependency); importing
+- [`loopir.testing.workloads`][loopir.testing.workloads]: small te workloads (matmul, conv2d,
+  chains, reductions, symbolic extents) as [`Workload`][loopir.testing.workloads.Workload].
+- [`loopir.testing.fuzz`][loopir.testing.fuzz]:
+  [`ScheduleFuzzer`][loopir.testing.fuzz.ScheduleFuzzer], which applies random (valid and invalid)
+  schedule primitives and checks every step.
+- [`loopir.testing.strategies`][loopir.testing.strategies]: hypothesis strategies for shapes,
+  factors, workloads and schedules. Only this one needs hypothesis (a test dependency); importing
   ``loopir.testing`` does not.
 """
 
@@ -30,17 +31,18 @@ from loopir.ir.expr import IntImm, PrimExpr
 from loopir.ir.functor import collect_vars, post_order_visit
 from loopir.ir.stmt import Block, BlockRealize, PrimFunc
 
-#: (rtol, atol) used when comparing outputs of each dtype.
 TOLERANCES: dict[str, tuple[float, float]] = {
     "float64": (1e-10, 1e-12),
     "float32": (1e-4, 1e-5),
     "float16": (2e-2, 2e-2),
     "bfloat16": (5e-2, 5e-2),
 }
+"""(rtol, atol) used when comparing outputs of each dtype."""
 
 
-#: Seeds of the random thread order that :func:`check_equivalent` runs lowered functions with.
 ORDER_SEEDS: tuple[int, ...] = (0, 1, 2)
+"""Seeds of the random thread order that [`check_equivalent`][loopir.testing.check_equivalent] runs
+lowered functions with."""
 
 
 class EquivalenceError(LoopIRError, AssertionError):
@@ -49,9 +51,10 @@ class EquivalenceError(LoopIRError, AssertionError):
 
 @attrs.frozen(eq=False, repr=False)
 class EquivalenceResult:
-    """What :func:`check_equivalent` checked (its repr is one line, not the arrays).
+    """What [`check_equivalent`][loopir.testing.check_equivalent] checked (its repr is one line, not
+    the arrays).
 
-    Indexing and iterating it go to :attr:`outputs`, for code written when
+    Indexing and iterating it go to ``outputs``, for code written when
     ``check_equivalent`` returned that list.
 
     Attributes
@@ -176,22 +179,24 @@ def check_equivalent(
     seed
         Seed of the random inputs.
     rtol, atol
-        Tolerances; default by dtype from :data:`TOLERANCES`, exact for integers.
+        Tolerances; default by dtype from [`TOLERANCES`][loopir.testing.TOLERANCES], exact for
+        integers.
     inputs
         Explicit inputs instead of random ones.
     build_options
         Options of the builds (CPU options for both when ``target2`` is "cpu").
     thread_order : {None, "sequential", "random"}
-        How the CPU executor runs the threads (see :func:`loopir.runtime.build_cpu`). None
-        (default): ``"random"`` for lowered functions (no blocks), ``"sequential"`` for the
-        others, which are sequential programs. ``"random"`` runs ``f2`` once per seed of
-        ``order_seeds`` (and ``f1``, when lowered, with the first), so that a missing
-        barrier shows as a difference.
+        How the CPU executor runs the threads (see
+        [`loopir.runtime.build_cpu`][loopir.runtime.cpu.build_cpu]). None (default): ``"random"``
+        for lowered functions (no blocks), ``"sequential"`` for the others, which are sequential
+        programs. ``"random"`` runs ``f2`` once per seed of ``order_seeds`` (and ``f1``, when
+        lowered, with the first), so that a missing barrier shows as a difference.
     order_seeds
         Seeds of the random thread order.
     norm
-        Compare float outputs normwise (see :func:`assert_outputs_equal`): for long reductions
-        whose order of additions differs.
+        Compare float outputs normwise (see
+        [`assert_outputs_equal`][loopir.testing.assert_outputs_equal]): for long reductions whose
+        order of additions differs.
 
     Returns
     -------

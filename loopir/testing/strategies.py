@@ -43,23 +43,23 @@ __all__ = [
     "schedule_state_machine", "COUNTER_ENV", "FINDINGS_ENV",
 ]  # fmt: skip
 
-#: Environment variable: a JSON file where the state machine counts schedules, steps, and per
-#: primitive the calls that succeeded / were refused with ScheduleError.
 COUNTER_ENV = "LOOPIR_FUZZ_COUNTER"
-#: Environment variable: a JSONL file; when set, findings are appended there and the run
-#: continues with the next schedule instead of failing (for long surveys).
+"""Environment variable: a JSON file where the state machine counts schedules, steps, and per
+primitive the calls that succeeded / were refused with ScheduleError."""
 FINDINGS_ENV = "LOOPIR_FUZZ_FINDINGS"
+"""Environment variable: a JSONL file; when set, findings are appended there and the run
+continues with the next schedule instead of failing (for long surveys)."""
 
 
 class _Draw(Protocol):
-    """The ``draw`` of a composite strategy (:class:`hypothesis.strategies.DrawFn`) or of
-    ``st.data()`` (:meth:`hypothesis.strategies.DataObject.draw`)."""
+    """The ``draw`` of a composite strategy (`hypothesis.strategies.DrawFn`) or of
+    ``st.data()`` (`hypothesis.strategies.DataObject.draw`)."""
 
     def __call__(self, strategy: st.SearchStrategy[T], label: object = None) -> T: ...
 
 
 class DrawChooser:
-    """A :class:`~loopir.testing.fuzz.Chooser` over hypothesis' ``draw`` (shrinks well)."""
+    """A [`Chooser`][loopir.testing.fuzz.Chooser] over hypothesis' ``draw`` (shrinks well)."""
 
     def __init__(self, draw: _Draw) -> None:
         self.draw = draw
@@ -107,7 +107,7 @@ def split_factors(draw: Any, extent: int, max_parts: int = 3, allow_none: bool =
 
 @st.composite
 def workloads(draw: Any, names: Sequence[str] | None = None) -> Workload:
-    """A workload of :data:`~loopir.testing.workloads.WORKLOADS` with small random shapes."""
+    """A workload of [`WORKLOADS`][loopir.testing.workloads.WORKLOADS] with small random shapes."""
     if names is not None:
         unknown = sorted(set(names) - set(WORKLOADS))
         if unknown:
@@ -179,10 +179,11 @@ def schedule_state_machine(
     """A RuleBasedStateMachine: draw a workload, then random primitives, checking each step.
 
     Each rule applies one random primitive call (valid or not) through
-    :meth:`ScheduleFuzzer.step`; teardown runs :meth:`ScheduleFuzzer.finish` (trace replay
-    through Python and JSON, local padding on and off). With ``$LOOPIR_FUZZ_FINDINGS`` set,
-    a finding is recorded there and the machine stops stepping instead of failing; with
-    ``$LOOPIR_FUZZ_COUNTER`` set, schedules and steps are counted in that file.
+    [`ScheduleFuzzer.step`][loopir.testing.fuzz.ScheduleFuzzer.step]; teardown runs
+    [`ScheduleFuzzer.finish`][loopir.testing.fuzz.ScheduleFuzzer.finish] (trace replay through
+    Python and JSON, local padding on and off). With ``$LOOPIR_FUZZ_FINDINGS`` set, a finding is
+    recorded there and the machine stops stepping instead of failing; with ``$LOOPIR_FUZZ_COUNTER``
+    set, schedules and steps are counted in that file.
     """
     wl = workload_strategy if workload_strategy is not None else workloads()
 
