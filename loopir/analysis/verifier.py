@@ -396,8 +396,9 @@ def verify(func: PrimFunc) -> None:
     Raises
     ------
     IRValidationError
-        With ``check`` set to the name of the failed check (see the module docstring) and a
-        message naming the offending variable/buffer/block and showing the offending node.
+        With ``check`` set to the name of the failed check (see
+        [`loopir.analysis.verifier`][loopir.analysis.verifier]) and a message naming the offending
+        variable/buffer/block and showing the offending node.
     """
     if not isinstance(func, PrimFunc):
         raise IRValidationError(

@@ -11,7 +11,7 @@ fresh one::
 
 Evaluation has one rule set, the C semantics the executors implement:
 [`evaluate`][loopir.arith.evaluate.evaluate] at one point,
-[`loopir.arith.vectorized`][loopir.arith.vectorized] at every point of a small domain at once.
+``loopir.arith.vectorized`` at every point of a small domain at once.
 
 Everything is sound: a simplification never changes a value (floor semantics for ``//`` and
 ``%``, also for negative values), ``can_prove`` answers True only for conditions that hold,

@@ -272,7 +272,7 @@ class Analyzer:
         return interval_of(self._simp, _expr(e, "int_set"), rel)
 
     def modular_set(self, e: PrimExpr | int) -> ModularSet:
-        """The modular set of integer ``e`` ([`loopir.arith.modular`][loopir.arith.modular]); a
+        """The modular set of integer ``e`` (``loopir.arith.modular``); a
         variable whose range has one value counts as that constant."""
         fixed = {}
         for v, r in self._ranges.items():

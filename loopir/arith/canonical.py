@@ -244,8 +244,7 @@ class StructuralKey:
 
 
 def structural_key(e: PrimExpr) -> StructuralKey:
-    """The structural key of ``e`` ([`ExprKeys.key`][loopir.arith.canonical.ExprKeys.key], kept
-    valid on its own).
+    """The structural key of ``e`` (``ExprKeys.key``, kept valid on its own).
 
     >>> from loopir.ir.expr import Var
     >>> n = Var("n")
