@@ -58,9 +58,9 @@ FAMILIES = ("matmul", "matmul_bias", "transpose", "ew_chain", "row_reduce", "two
 from."""
 
 
-@attrs.frozen(eq=False)
+@attrs.frozen(eq=False, repr=False)
 class GpuCase:
-    """One generated case.
+    """One generated case (its repr is one line: how to draw it again, and what it is).
 
     Attributes
     ----------
@@ -93,6 +93,9 @@ class GpuCase:
     trace: str
     skipped: tuple[str, ...] = ()
     error: str | None = None
+
+    def __repr__(self) -> str:
+        return f"<GpuCase random_gpu_schedule({self.seed}, {self.family!r}): {self.description}>"
 
 
 @attrs.frozen
