@@ -36,8 +36,8 @@ MLSys 2022; apache/tvm PR 11793) makes the tile computable unguarded by padding:
   an else-branch, no single identity, consumers that are not a recognized reduction, tiles read
   as an index, non-constant or conflicting init values, inits that could overwrite a result.
 
-:class:`LocalPadding` ``(explain=True)`` logs a report of every candidate at INFO (always at
-DEBUG); the last report is kept in ``.report``.
+[`LocalPadding`][loopir.passes.local_pad.LocalPadding] ``(explain=True)`` logs a report of every
+candidate at INFO (always at DEBUG); the last report is kept in ``.report``.
 """
 
 from __future__ import annotations
@@ -610,8 +610,8 @@ class _Replace(Mutator):
 
 
 class LocalPadding(Pass):
-    """Local padding (see module doc). Always runs when called directly; :func:`lower` runs it
-    only when ``tir.enable_local_pad`` is True.
+    """Local padding (see module doc). Always runs when called directly;
+    [`lower`][loopir.passes.pipeline.lower] runs it only when ``tir.enable_local_pad`` is True.
 
     Parameters
     ----------
@@ -621,7 +621,8 @@ class LocalPadding(Pass):
     Attributes
     ----------
     report
-        The :class:`LocalPaddingReport` of the last run.
+        The [`LocalPaddingReport`][loopir.passes.local_pad_report.LocalPaddingReport] of the last
+        run.
     """
 
     name = "LocalPadding"
