@@ -1,4 +1,4 @@
-"""``python -m loopir``: the command line (see :mod:`loopir.cli`)."""
+"""``python -m loopir``: the command line (see [`loopir.cli`][loopir.cli])."""
 
 from __future__ import annotations
 

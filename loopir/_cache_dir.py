@@ -4,7 +4,8 @@ Every cache of loopir -- the CPU executor's shared libraries, the CUDA cubins an
 shared libraries -- lives in one root directory, in a subfolder per kind (``cpu/``, ``cuda/``,
 ``cutlass/``). The root is, in order of precedence:
 
-1. the value given to :func:`set_cache_root` (``loopir.runtime.set_cache_dir`` is the same);
+1. the value given to [`set_cache_root`][loopir._cache_dir.set_cache_root]
+   (``loopir.runtime.set_cache_dir`` is the same);
 2. the ``LOOPIR_CACHE_DIR`` environment variable;
 3. ``$XDG_CACHE_HOME/loopir``, else ``~/.cache/loopir``.
 
@@ -14,14 +15,14 @@ execution as the caller. Hence:
 
 - directories loopir creates are created with mode 0700;
 - an existing cache directory owned by another user, or writable by group or others, is
-  refused with a :class:`~loopir.errors.CodegenError` naming it (so is such a cache entry,
-  see :func:`check_entry`);
-- only when the *default* root cannot be created or written (a read-only home, say) does
-  loopir fall back, and then only to a private directory, ``<tmp>/loopir-<uid>``, with the
-  same checks plus "not readable by others" (the name is predictable: someone may have
-  created it first, which is then refused rather than used). A root chosen explicitly (an
-  argument, :func:`set_cache_root` or ``LOOPIR_CACHE_DIR``) never falls back: the error says
-  why it is unusable.
+  refused with a [`CodegenError`][loopir.errors.CodegenError] naming it (so is such a cache entry,
+  see [`check_entry`][loopir._cache_dir.check_entry]);
+- only when the *default* root cannot be created or written (a read-only home, say) does loopir fall
+  back, and then only to a private directory, ``<tmp>/loopir-<uid>``, with the same checks plus "not
+  readable by others" (the name is predictable: someone may have created it first, which is then
+  refused rather than used). A root chosen explicitly (an argument,
+  [`set_cache_root`][loopir._cache_dir.set_cache_root] or ``LOOPIR_CACHE_DIR``) never falls back:
+  the error says why it is unusable.
 
 The writability probe is ``os.access`` (no shared probe file), so any number of processes may
 resolve the same directory at once.
@@ -168,7 +169,7 @@ def kind_dir(
     Parameters
     ----------
     kind
-        One of :data:`KINDS` (the subfolder of the root).
+        One of [`KINDS`][loopir._cache_dir.KINDS] (the subfolder of the root).
     explicit
         A directory chosen by the caller for this kind, used as is (no subfolder, no fallback).
     root
@@ -177,7 +178,8 @@ def kind_dir(
     Raises
     ------
     CodegenError
-        If the directory is unusable (see :func:`ensure_private_dir`) and no fallback applies.
+        If the directory is unusable (see
+        [`ensure_private_dir`][loopir._cache_dir.ensure_private_dir]) and no fallback applies.
     """
     if kind not in KINDS:
         raise CodegenError(f"cache: unknown cache kind {kind!r}; expected one of {KINDS}")

@@ -23,24 +23,26 @@ def build(func: Any, target: str = "cpu", **options: Any) -> Any:
     Parameters
     ----------
     func
-        The function (TensorIR with blocks, or lowered), or a :class:`loopir.IRModule`: then a
-        :class:`loopir.runtime.module.RuntimeModule` whose functions are called by name
-        (``rt["qkv"](x, w, y)``); for CUDA all of them are in one shared library (options
-        ``strategy="single" | "units"`` and ``workers``, see ``loopir.codegen_cuda.units``).
+        The function (TensorIR with blocks, or lowered), or a
+        [`loopir.IRModule`][loopir.ir.module.IRModule]: then a
+        [`loopir.runtime.module.RuntimeModule`][loopir.runtime.module.RuntimeModule] whose functions
+        are called by name (``rt["qkv"](x, w, y)``); for CUDA all of them are in one shared library
+        (options ``strategy="single" | "units"`` and ``workers``, see
+        ``loopir.codegen_cuda.units``).
     target
-        ``"cpu"``: the reference executor (:class:`loopir.runtime.CPUModule`); ``"cuda"``:
-        CUDA kernels and their host code compiled with nvcc into a shared library
-        (``CUDAModule``).
+        ``"cpu"``: the reference executor
+        ([`loopir.runtime.CPUModule`][loopir.runtime.cpu.CPUModule]); ``"cuda"``: CUDA kernels and
+        their host code compiled with nvcc into a shared library (``CUDAModule``).
     database
-        A :class:`loopir.schedule.database.Database` (or the path of one): functions with a
-        stored trace for ``target`` are built with their best schedule; the others as given.
-        A function with symbolic sizes whose schedules were tuned per shape bucket
+        A [`loopir.schedule.database.Database`][loopir.schedule.database.Database] (or the path of
+        one): functions with a stored trace for ``target`` are built with their best schedule; the
+        others as given. A function with symbolic sizes whose schedules were tuned per shape bucket
         (``loopir.tune.tune_buckets``) is built once per bucket, and the result
-        (:class:`loopir.runtime.dispatch.ShapeDispatch`) runs each call with the bucket's
-        module (sizes outside every bucket: the function as given).
+        ([`loopir.runtime.dispatch.ShapeDispatch`][loopir.runtime.dispatch.ShapeDispatch]) runs each
+        call with the bucket's module (sizes outside every bucket: the function as given).
     **options
         Target options, e.g. ``check_bounds=False`` or ``cache_dir=...`` for the CPU (see
-        :func:`loopir.runtime.build_cpu`) and the CUDA options of
+        [`loopir.runtime.build_cpu`][loopir.runtime.cpu.build_cpu]) and the CUDA options of
         ``loopir.codegen_cuda.build_cuda``.
 
     Raises
@@ -94,7 +96,8 @@ def _database(database: Any) -> Any:
 
 
 def _bucketed(func: Any, target: str, db: Any, options: dict[str, Any]) -> Any:
-    """A :class:`ShapeDispatch` over ``func``'s tuned buckets, or None when it has none."""
+    """A [`ShapeDispatch`][loopir.runtime.dispatch.ShapeDispatch] over ``func``'s tuned buckets, or
+    None when it has none."""
     if not isinstance(func, PrimFunc):
         return None
     from loopir.runtime.dispatch import ShapeDispatch

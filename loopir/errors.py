@@ -1,7 +1,7 @@
 """The loopir error tree.
 
-Every error a user can trigger derives from :class:`LoopIRError`, so ``except LoopIRError``
-catches all of them; the subclasses say which layer refused the input.
+Every error a user can trigger derives from [`LoopIRError`][loopir.errors.LoopIRError], so
+``except LoopIRError`` catches all of them; the subclasses say which layer refused the input.
 """
 
 from __future__ import annotations

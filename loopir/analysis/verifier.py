@@ -1,6 +1,7 @@
 """Well-formedness checks for PrimFuncs: ``loopir.verify(func)``.
 
-Each failed check raises :class:`loopir.errors.IRValidationError` whose ``check`` names it:
+Each failed check raises [`loopir.errors.IRValidationError`][loopir.errors.IRValidationError] whose
+``check`` names it:
 
 ``undefined-var``
     A variable is used where it is not defined. Defined are: the symbolic shape vars of the
@@ -20,7 +21,7 @@ Each failed check raises :class:`loopir.errors.IRValidationError` whose ``check`
 ``block-binding``
     A block's bindings do not fit its iter vars: count, dtype, or a binding that leaves its
     iter var's domain
-    (checked exactly when the loop ranges are constant: see :mod:`verifier_eval`).
+    (checked exactly when the loop ranges are constant: see ``loopir.analysis.verifier_eval``).
 ``region-cover``
     An access inside a block is not covered by the block's read/write regions (the buffer is
     missing, or, when the ranges are constant, an accessed index lies outside every region).
@@ -28,7 +29,7 @@ Each failed check raises :class:`loopir.errors.IRValidationError` whose ``check`
     Within one kernel (the subtree of an outermost thread-bound loop) a thread tag is bound
     with two different extents.
 ``thread-limit``
-    A thread-bound loop exceeds a CUDA launch limit (:mod:`verifier_limits`): a constant
+    A thread-bound loop exceeds a CUDA launch limit (``loopir.ir.verifier_limits``): a constant
     extent over its tag's limit (threadIdx.x/y 1024, threadIdx.z 64, blockIdx.x 2**31 - 1,
     blockIdx.y/z 65535), or a kernel whose threadIdx extents multiply to more than 1024.
 
@@ -384,7 +385,8 @@ def _same_extent(a: PrimExpr, b: PrimExpr) -> bool:
 
 
 def verify(func: PrimFunc) -> None:
-    """Check that ``func`` is well-formed; raise :class:`IRValidationError` otherwise.
+    """Check that ``func`` is well-formed; raise
+    [`IRValidationError`][loopir.errors.IRValidationError] otherwise.
 
     Parameters
     ----------
@@ -394,8 +396,9 @@ def verify(func: PrimFunc) -> None:
     Raises
     ------
     IRValidationError
-        With ``check`` set to the name of the failed check (see the module docstring) and a
-        message naming the offending variable/buffer/block and showing the offending node.
+        With ``check`` set to the name of the failed check (see
+        [`loopir.analysis.verifier`][loopir.analysis.verifier]) and a message naming the offending
+        variable/buffer/block and showing the offending node.
     """
     if not isinstance(func, PrimFunc):
         raise IRValidationError(

@@ -1,11 +1,11 @@
 """Which loop points the verifier's range checks enumerate, and when a bound is exact.
 
-The verifier must never reject valid IR, so it reports a range violation only when it is
-*certain*: either an exhaustive evaluation (:mod:`loopir.arith.vectorized`) over every point of
-the relevant loop space found a counterexample, or the expression is a sum of distinct
+The verifier must never reject valid IR, so it reports a range violation only when it is *certain*:
+either an exhaustive evaluation ([`loopir.arith.vectorized`][loopir.arith.vectorized]) over every
+point of the relevant loop space found a counterexample, or the expression is a sum of distinct
 variables with constant coefficients (for which the interval bound of
-:mod:`loopir.arith.bound` is exact). This module chooses the conditions and variables to
-enumerate; the evaluation and the bounds are loopir.arith's.
+[`loopir.arith.bound`][loopir.arith.bound] is exact). This module chooses the conditions and
+variables to enumerate; the evaluation and the bounds are loopir.arith's.
 """
 
 from __future__ import annotations
@@ -88,8 +88,9 @@ def conditions_to_enumerate(
 ) -> tuple[list[PrimExpr], list[Var]]:
     """The conditions (and variables) to enumerate for a question about ``seed``.
 
-    All conditions when the whole space fits :data:`ENUM_LIMIT` (exact, even when a condition
-    unrelated to ``seed`` is unsatisfiable); otherwise only the connected ones.
+    All conditions when the whole space fits
+    [`ENUM_LIMIT`][loopir.analysis.verifier_eval.ENUM_LIMIT] (exact, even when a condition unrelated
+    to ``seed`` is unsatisfiable); otherwise only the connected ones.
     """
     seed = list(seed)
     everything: dict[int, Var] = {id(v): v for v in seed}

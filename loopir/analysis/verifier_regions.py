@@ -1,10 +1,12 @@
 """Range checks of the verifier: block bindings within domains, accesses within regions.
 
-Both checks report a problem only when it is certain (see :mod:`verifier_eval`): they return
-None ("fine or undecidable") or a message describing a concrete counterexample. Bounds come
-from :mod:`loopir.arith.bound` and :class:`loopir.arith.Analyzer`, exhaustive evaluation from
-:mod:`loopir.arith.vectorized` (the C semantics of the executors: wrapping casts, lazy
-``Select``, short-circuit ``and``/``or``).
+Both checks report a problem only when it is certain (see
+[`verifier_eval`][loopir.analysis.verifier_eval]): they return None ("fine or undecidable") or a
+message describing a concrete counterexample. Bounds come from
+[`loopir.arith.bound`][loopir.arith.bound] and
+[`loopir.arith.Analyzer`][loopir.arith.analyzer.Analyzer], exhaustive evaluation from
+[`loopir.arith.vectorized`][loopir.arith.vectorized] (the C semantics of the executors: wrapping
+casts, lazy ``Select``, short-circuit ``and``/``or``).
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ def const_int(e: PrimExpr) -> int | None:
 
 def _bound(e: PrimExpr, ranges: Ranges) -> Interval | None:
     """Constant bounds of ``e`` when every variable of ``e`` has a constant range (a sound
-    over-approximation, exact for :func:`linear_distinct` expressions), else None."""
+    over-approximation, exact for [`linear_distinct`][loopir.analysis.verifier_eval.linear_distinct]
+    expressions), else None."""
     vs = collect_vars(e)
     if any(v not in ranges for v in vs):
         return None
@@ -63,8 +66,8 @@ def _bound(e: PrimExpr, ranges: Ranges) -> Interval | None:
 
 
 def _arith_bound(e: PrimExpr, loops: LoopMap) -> Interval | None:
-    """Bounds from the simplifying :class:`loopir.arith.Analyzer` (tighter, and symbolic loop
-    ranges count), or None where it cannot say."""
+    """Bounds from the simplifying [`loopir.arith.Analyzer`][loopir.arith.analyzer.Analyzer]
+    (tighter, and symbolic loop ranges count), or None where it cannot say."""
     try:
         b = Analyzer({v: Range(lo, ext) for v, lo, ext in loops.values()}).const_int_bound(e)
     except ArithError as exc:  # too deep to analyze: the check is only undecided

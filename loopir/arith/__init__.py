@@ -1,6 +1,7 @@
 """Integer arithmetic analysis: bounds, simplification, proofs and symbolic intervals.
 
-The entry point is :class:`Analyzer`; the module-level functions build a fresh one::
+The entry point is [`Analyzer`][loopir.arith.analyzer.Analyzer]; the module-level functions build a
+fresh one::
 
     from loopir import arith
     ana = arith.Analyzer({i0: Range(0, 4), i1: Range(0, 32)})
@@ -8,8 +9,9 @@ The entry point is :class:`Analyzer`; the module-level functions build a fresh o
     ana.can_prove(i0 * 32 + i1 < 128)         # -> True
     ana.int_set(i0 * 32 + i1, {i1: Range(0, 32)})  # -> [i0*32, i0*32 + 31]
 
-Evaluation has one rule set, the C semantics the executors implement: :func:`evaluate` at one
-point, :mod:`loopir.arith.vectorized` at every point of a small domain at once.
+Evaluation has one rule set, the C semantics the executors implement:
+[`evaluate`][loopir.arith.evaluate.evaluate] at one point,
+``loopir.arith.vectorized`` at every point of a small domain at once.
 
 Everything is sound: a simplification never changes a value (floor semantics for ``//`` and
 ``%``, also for negative values), ``can_prove`` answers True only for conditions that hold,

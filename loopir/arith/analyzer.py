@@ -1,4 +1,5 @@
-"""The :class:`Analyzer` facade and the module-level convenience functions."""
+"""The [`Analyzer`][loopir.arith.analyzer.Analyzer] facade and the module-level convenience
+functions."""
 
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ RangeLike = Range | tuple[Any, Any]
 
 
 def to_range(var: Var, rng: Any, who: str = "Analyzer.bind") -> Range:
-    """Accept a :class:`Range` or a ``(lo, hi_exclusive)`` pair; the result has the variable's
-    dtype (so ranges of int64 variables combine with int64 expressions)."""
+    """Accept a [`Range`][loopir.ir.buffer.Range] or a ``(lo, hi_exclusive)`` pair; the result has
+    the variable's dtype (so ranges of int64 variables combine with int64 expressions)."""
     if isinstance(rng, Range):
         if rng.min.dtype == var.dtype and rng.extent.dtype == var.dtype:
             return rng
@@ -148,8 +149,8 @@ class Analyzer:
 
     Notes
     -----
-    Results are memoized until the next :meth:`bind`. Integer arithmetic is treated as exact
-    (no overflow), as in TVM.
+    Results are memoized until the next [`bind`][loopir.arith.analyzer.Analyzer.bind]. Integer
+    arithmetic is treated as exact (no overflow), as in TVM.
     """
 
     def __init__(self, ranges: Mapping[Var, RangeLike] | None = None) -> None:
@@ -271,8 +272,8 @@ class Analyzer:
         return interval_of(self._simp, _expr(e, "int_set"), rel)
 
     def modular_set(self, e: PrimExpr | int) -> ModularSet:
-        """The modular set of integer ``e`` (:mod:`loopir.arith.modular`); a variable whose
-        range has one value counts as that constant."""
+        """The modular set of integer ``e`` (``loopir.arith.modular``); a
+        variable whose range has one value counts as that constant."""
         fixed = {}
         for v, r in self._ranges.items():
             if type(r.min) is IntImm and type(r.extent) is IntImm and r.extent.value == 1:
@@ -299,19 +300,22 @@ def _analyzer(ranges: Mapping[Var, RangeLike] | None) -> Analyzer:
 
 
 def simplify(e: PrimExpr | int, ranges: Mapping[Var, RangeLike] | None = None) -> PrimExpr:
-    """Simplify ``e`` under ``ranges`` (see :meth:`Analyzer.simplify`)."""
+    """Simplify ``e`` under ``ranges`` (see
+    [`Analyzer.simplify`][loopir.arith.analyzer.Analyzer.simplify])."""
     return _analyzer(ranges).simplify(e)
 
 
 def can_prove(cond: PrimExpr | bool, ranges: Mapping[Var, RangeLike] | None = None) -> bool:
-    """Whether ``cond`` provably holds under ``ranges`` (see :meth:`Analyzer.can_prove`)."""
+    """Whether ``cond`` provably holds under ``ranges`` (see
+    [`Analyzer.can_prove`][loopir.arith.analyzer.Analyzer.can_prove])."""
     return _analyzer(ranges).can_prove(cond)
 
 
 def const_int_bound(
     e: PrimExpr | int, ranges: Mapping[Var, RangeLike] | None = None
 ) -> ConstIntBound:
-    """Constant bounds of ``e`` under ``ranges`` (see :meth:`Analyzer.const_int_bound`)."""
+    """Constant bounds of ``e`` under ``ranges`` (see
+    [`Analyzer.const_int_bound`][loopir.arith.analyzer.Analyzer.const_int_bound])."""
     return _analyzer(ranges).const_int_bound(e)
 
 
@@ -320,7 +324,8 @@ def int_set(
     relax: Mapping[Var, RangeLike],
     ranges: Mapping[Var, RangeLike] | None = None,
 ) -> IntervalSet:
-    """Symbolic bounds of ``e`` with ``relax`` relaxed (see :meth:`Analyzer.int_set`)."""
+    """Symbolic bounds of ``e`` with ``relax`` relaxed (see
+    [`Analyzer.int_set`][loopir.arith.analyzer.Analyzer.int_set])."""
     return _analyzer(ranges).int_set(e, relax)
 
 

@@ -1,12 +1,14 @@
-"""Constant integer bounds: :class:`ConstIntBound` and sound interval arithmetic on it.
+"""Constant integer bounds: [`ConstIntBound`][loopir.arith.bound.ConstIntBound] and sound interval
+arithmetic on it.
 
 A bound is an inclusive pair ``[min_value, max_value]`` of Python ints. The sentinels
-:data:`POS_INF` and :data:`NEG_INF` mean "unbounded" on that side (they equal the int64 limits,
-as in TVM, so the full int64 range reads as unbounded). Every operation here treats the
-sentinels as true infinities, so no arithmetic can turn "unbounded" into a finite bound.
+[`POS_INF`][loopir.arith.bound.POS_INF] and [`NEG_INF`][loopir.arith.bound.NEG_INF] mean "unbounded"
+on that side (they equal the int64 limits, as in TVM, so the full int64 range reads as unbounded).
+Every operation here treats the sentinels as true infinities, so no arithmetic can turn "unbounded"
+into a finite bound.
 
-:class:`BoundEvaluator` computes the bound of an expression tree under variable ranges.
-It is sound for negative operands and uses floor semantics for ``//`` and ``%``.
+[`BoundEvaluator`][loopir.arith.bound.BoundEvaluator] computes the bound of an expression tree under
+variable ranges. It is sound for negative operands and uses floor semantics for ``//`` and ``%``.
 """
 
 from __future__ import annotations
@@ -306,8 +308,8 @@ class BoundEvaluator:
         Optional function consulted first for every node; returning a bound short-circuits
         (the simplifier uses it to share bounds of canonical atoms).
     var_bounds
-        Optional constant bounds of variables, used where ``ranges`` has no entry (a bound
-        may be open on one side, which a :class:`Range` cannot say: a size ``n >= 0``).
+        Optional constant bounds of variables, used where ``ranges`` has no entry (a bound may be
+        open on one side, which a [`Range`][loopir.ir.buffer.Range] cannot say: a size ``n >= 0``).
     """
 
     def __init__(

@@ -1,9 +1,10 @@
 """Canonical forms of integer expressions: sums of atoms with constant coefficients.
 
-A :class:`Sum` is ``const + sum(coeff_i * atom_i)`` where every atom is a non-linear
-sub-expression (a Var, ``floordiv(sum, c)``, ``floormod(sum, c)``, a product of two
+A [`Sum`][loopir.arith.canonical.Sum] is ``const + sum(coeff_i * atom_i)`` where every atom is a
+non-linear sub-expression (a Var, ``floordiv(sum, c)``, ``floormod(sum, c)``, a product of two
 non-constant expressions, a min/max/select/cast, a load, a call). Atoms are identified by a
-structural :func:`~ExprKeys.key`, so like terms collect regardless of how they were built.
+structural [`key`][loopir.arith.canonical.ExprKeys.key], so like terms collect regardless of how
+they were built.
 
 Everything here is exact integer algebra (no overflow is assumed, as in TVM).
 """
@@ -243,7 +244,7 @@ class StructuralKey:
 
 
 def structural_key(e: PrimExpr) -> StructuralKey:
-    """The structural key of ``e`` (:meth:`ExprKeys.key`, kept valid on its own).
+    """The structural key of ``e`` (``ExprKeys.key``, kept valid on its own).
 
     >>> from loopir.ir.expr import Var
     >>> n = Var("n")

@@ -1,8 +1,8 @@
 """A reference evaluator of scalar expressions on concrete values.
 
-Used to test the analyzer against brute force and handy for anyone who needs the exact value
-of an index expression. Integers are exact (Python ints, floor semantics for ``//`` and
-``%``, no overflow) except that a :class:`Cast` to an integer type wraps to that type, as C
+Used to test the analyzer against brute force and handy for anyone who needs the exact value of an
+index expression. Integers are exact (Python ints, floor semantics for ``//`` and ``%``, no
+overflow) except that a [`Cast`][loopir.ir.expr.Cast] to an integer type wraps to that type, as C
 does; floats are Python floats (double precision).
 """
 

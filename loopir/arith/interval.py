@@ -1,9 +1,9 @@
 """Symbolic integer intervals: the range of an expression when some variables vary.
 
-:func:`interval_of` computes inclusive bounds ``[min, max]`` of an integer expression while
-the *relaxed* variables range over their Ranges; all other variables stay symbolic. Affine
-parts use the coefficient signs; floordiv by a positive constant is monotone; floormod is
-exact when the operand's interval provably does not wrap; anything else falls back to
+[`interval_of`][loopir.arith.interval.interval_of] computes inclusive bounds ``[min, max]`` of an
+integer expression while the *relaxed* variables range over their Ranges; all other variables stay
+symbolic. Affine parts use the coefficient signs; floordiv by a positive constant is monotone;
+floormod is exact when the operand's interval provably does not wrap; anything else falls back to
 constant bounds (the dtype's range at worst). The result is always sound.
 
 ``exact`` says that the bounds are attained for every value of the other variables, i.e.

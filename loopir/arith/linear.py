@@ -59,7 +59,7 @@ def _linear(
 
 
 def detect_linear_sum(s: Simplifier, e: PrimExpr, vars: Sequence[Var]) -> list[PrimExpr] | None:
-    """See :func:`loopir.arith.detect_linear`."""
+    """See [`loopir.arith.detect_linear`][loopir.arith.analyzer.detect_linear]."""
     from loopir.arith.simplify import is_index
 
     if not is_index(e.dtype):

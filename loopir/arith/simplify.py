@@ -1,10 +1,12 @@
 """The simplifier: canonical sums, bound-driven folding, comparisons and boolean logic.
 
-:class:`Simplifier` holds the variable ranges and memo tables of one analyzer. Integer
-scalar expressions go through :meth:`Simplifier.canon` (a :class:`~loopir.arith.canonical.Sum`)
-and come back through :meth:`Simplifier.to_expr`; floordiv/floormod rules live in
-:mod:`loopir.arith.divmod`. Every rewrite is an identity of integer arithmetic with floor
-semantics (valid for negative values), or is justified by the variable ranges.
+[`Simplifier`][loopir.arith.simplify.Simplifier] holds the variable ranges and memo tables of one
+analyzer. Integer scalar expressions go through
+[`Simplifier.canon`][loopir.arith.simplify.Simplifier.canon] (a [`Sum`][loopir.arith.canonical.Sum])
+and come back through [`Simplifier.to_expr`][loopir.arith.simplify.Simplifier.to_expr];
+floordiv/floormod rules live in [`loopir.arith.divmod`][loopir.arith.divmod]. Every rewrite is an
+identity of integer arithmetic with floor semantics (valid for negative values), or is justified by
+the variable ranges.
 
 Floating-point arithmetic is never rewritten (``x * 1``, ``x + 0`` and friends are not safe
 with -0.0 and NaN); only its integer sub-expressions (indices) are simplified, and casts of
@@ -98,7 +100,8 @@ def _float_exact(value: int, dtype: str) -> float | None:
 
 
 class Simplifier:
-    """Rewrite engine of one :class:`~loopir.arith.Analyzer` (ranges fixed for its lifetime).
+    """Rewrite engine of one [`Analyzer`][loopir.arith.analyzer.Analyzer] (ranges fixed for its
+    lifetime).
 
     Parameters
     ----------

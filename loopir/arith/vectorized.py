@@ -1,22 +1,26 @@
-"""The numpy-vectorized backend of :func:`loopir.arith.evaluate`: an expression at many points.
+"""The numpy-vectorized backend of [`loopir.arith.evaluate`][loopir.arith.evaluate.evaluate]: an
+expression at many points.
 
 Some facts the lowering and the verifier need are hard for an interval analysis but trivial to
-decide by looking at every point of a small iteration domain: "is this store index injective
-over the iterations where this guard holds?", "does this binding leave its domain?". For
-domains of at most :data:`MAX_POINTS` points this module evaluates integer and bool
-expressions on all points at once, with exactly the semantics of the scalar evaluator
-(:mod:`loopir.arith.evaluate`), which are the C semantics the executors implement:
+decide by looking at every point of a small iteration domain: "is this store index injective over
+the iterations where this guard holds?", "does this binding leave its domain?". For domains of at
+most [`MAX_POINTS`][loopir.arith.vectorized.MAX_POINTS] points this module evaluates integer and
+bool expressions on all points at once, with exactly the semantics of the scalar evaluator
+([`loopir.arith.evaluate`][loopir.arith.evaluate]), which are the C semantics the executors
+implement:
 
 * ``//`` and ``%`` are floor division and floor modulo;
-* a :class:`Cast` to an integer type wraps to the target width, a cast to bool tests nonzero;
+* a [`Cast`][loopir.ir.expr.Cast] to an integer type wraps to the target width, a cast to bool tests
+  nonzero;
 * ``Select`` evaluates each branch only at the points that take it, and ``and``/``or``
   short-circuit, so a guarded division by zero is not an error;
 * arithmetic is exact: values that could leave the exact range of int64 raise
-  :class:`NotEnumerable` instead of wrapping silently.
+  [`NotEnumerable`][loopir.arith.vectorized.NotEnumerable] instead of wrapping silently.
 
-The result is a proof by exhaustion; anything it cannot evaluate (loads, calls, floats,
-vectors, a division by zero at a point that evaluates it) raises :class:`NotEnumerable`, and
-callers fall back to the symbolic analyzer or to the conservative answer.
+The result is a proof by exhaustion; anything it cannot evaluate (loads, calls, floats, vectors, a
+division by zero at a point that evaluates it) raises
+[`NotEnumerable`][loopir.arith.vectorized.NotEnumerable], and callers fall back to the symbolic
+analyzer or to the conservative answer.
 """
 
 from __future__ import annotations
@@ -54,8 +58,9 @@ from loopir.ir.expr import (
 
 __all__ = ["MAX_POINTS", "NotEnumerable", "domain", "evaluate"]
 
-#: Largest iteration domain :func:`domain` enumerates (keeps every proof well under a second).
 MAX_POINTS = 1 << 18
+"""Largest iteration domain [`domain`][loopir.arith.vectorized.domain] enumerates (keeps every proof
+well under a second)."""
 
 # Every computed value stays below this magnitude (checked before each operation, from its
 # operands' magnitudes), so that it is exact and callers can still combine results in int64.
@@ -72,7 +77,7 @@ def domain(ranges: Sequence[tuple[Var, int, int]]) -> dict[Var, np.ndarray]:
     Raises
     ------
     NotEnumerable
-        If the domain has more than :data:`MAX_POINTS` points.
+        If the domain has more than [`MAX_POINTS`][loopir.arith.vectorized.MAX_POINTS] points.
     """
     total = 1
     for _, _, ext in ranges:

@@ -2,9 +2,11 @@
 
 Subcommands:
 
-- ``demo``: the guided tour (see :mod:`loopir.cli.demo`);
-- ``show FILE``: a workload's IR, trace, lowered IR or CUDA source (:mod:`loopir.cli.show`);
-- ``bench``: a quick built-in benchmark or a ``benchmarks/`` script (:mod:`loopir.cli.bench`).
+- ``demo``: the guided tour (see [`loopir.cli.demo`][loopir.cli.demo]);
+- ``show FILE``: a workload's IR, trace, lowered IR or CUDA source
+  ([`loopir.cli.show`][loopir.cli.show]);
+- ``bench``: a quick built-in benchmark or a ``benchmarks/`` script
+  ([`loopir.cli.bench`][loopir.cli.bench]).
 
 Color and live progress are used only when stdout is a terminal (``--color`` overrides).
 """

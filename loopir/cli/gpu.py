@@ -1,4 +1,4 @@
-"""GPU parts of the demo and ``bench``: only imported when :func:`~loopir.cli.env.probe_gpu`
+"""GPU parts of the demo and ``bench``: only imported when [`probe_gpu`][loopir.cli.env.probe_gpu]
 found a device (they need pycuda, and torch for the cuBLAS baseline)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from loopir.ir.stmt import PrimFunc
 
 __all__ = ["compare_dense", "cutlass_gemm", "fp16_gemm_func", "rel_error", "tflops"]
 
-#: Relative Frobenius error accepted against a float64 reference (fp32 / fp16 data).
 TOL = {"float32": 1e-5, "float16": 5e-3}
+"""Relative Frobenius error accepted against a float64 reference (fp32 / fp16 data)."""
 
 
 def tflops(shape: tuple[int, int, int], ms: float) -> float:

@@ -3,11 +3,11 @@
 ``FILE`` is a Python file run as a script (``__name__`` is not ``"__main__"``). It defines one
 of (first match wins, or the one named with ``--name``):
 
-- ``schedule`` or ``sch``: a :class:`loopir.Schedule`, or a function of no arguments
-  returning one (names defined in the file win over imported functions);
-- ``func``: a :class:`loopir.PrimFunc`, or a function of no arguments returning one; with
-  ``apply_trace(sch)`` (what ``print(sch.trace)`` writes) next to it, the trace is applied to
-  ``Schedule(func)``.
+- ``schedule`` or ``sch``: a [`loopir.Schedule`][loopir.schedule.schedule.Schedule], or a function
+  of no arguments returning one (names defined in the file win over imported functions);
+- ``func``: a [`loopir.PrimFunc`][loopir.ir.stmt.PrimFunc], or a function of no arguments returning
+  one; with ``apply_trace(sch)`` (what ``print(sch.trace)`` writes) next to it, the trace is applied
+  to ``Schedule(func)``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """CUDA backend: lowered loopir -> CUDA C++ kernels + C++ host code -> one shared library.
 
-Entry point: :func:`build_cuda` (``loopir.build(func, target="cuda")`` calls it).
+Entry point: [`build_cuda`][loopir.codegen_cuda.build_cuda] (``loopir.build(func, target="cuda")``
+calls it).
 """
 
 from __future__ import annotations
@@ -130,9 +131,9 @@ def prepare_function(func: PrimFunc, min_blocks_per_sm: int | None = None) -> Fu
 
 
 def emit_function(lowered: PrimFunc, min_blocks_per_sm: int | None = None) -> FunctionCode:
-    """The emission half of :func:`prepare_function`, on an already lowered function: kernels,
-    race check, CUTLASS call descriptions and host code (what ``benchmarks/compile_time.py``
-    times as "emit")."""
+    """The emission half of [`prepare_function`][loopir.codegen_cuda.prepare_function], on an
+    already lowered function: kernels, race check, CUTLASS call descriptions and host code (what
+    ``benchmarks/compile_time.py`` times as "emit")."""
     from loopir.codegen_cuda.cutlass.hook import ExternGemms
     from loopir.passes.context import PassContext
 

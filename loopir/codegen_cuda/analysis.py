@@ -6,9 +6,10 @@
 * is a vector access's flattened offset provably a multiple of its lane count? Then it can be
   printed as one ``float4``/``float2``/``half2`` access.
 
-The emitter tracks variable bounds as ``(lo, hi)`` pairs that may be open (``None``) on one
-side (a size is ``>= 0`` with no upper bound); this module translates them for
-:mod:`loopir.arith.bound` and :mod:`loopir.arith.modular`, which do the analysis.
+The emitter tracks variable bounds as ``(lo, hi)`` pairs that may be open (``None``) on one side (a
+size is ``>= 0`` with no upper bound); this module translates them for
+[`loopir.arith.bound`][loopir.arith.bound] and [`loopir.arith.modular`][loopir.arith.modular], which
+do the analysis.
 """
 
 from __future__ import annotations
@@ -104,7 +105,8 @@ def is_positive(expr: PrimExpr, env: Mapping[Var, Bound]) -> bool:
 
 
 def modular_set(expr: PrimExpr, env: Mapping[Var, Bound] | None = None) -> ModSet:
-    """The modular set of the integer expression ``expr`` (see :data:`ModSet`).
+    """The modular set of the integer expression ``expr`` (see
+    [`ModSet`][loopir.codegen_cuda.analysis.ModSet]).
 
     Variables whose bound in ``env`` is a single value count as that constant.
     """

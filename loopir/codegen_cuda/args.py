@@ -1,9 +1,10 @@
 """What a call's arguments are: device pointer, shape, dtype, device, and the caller's stream.
 
-A CUDA module accepts torch tensors (through a fast path: a handful of attribute reads), any
-object with ``__cuda_array_interface__`` (cupy, numba, ...) or ``__dlpack__`` (jax, ...), and
-NumPy arrays (copied to the device and back by the runtime). :func:`describe` reads one
-argument; :func:`caller_stream` finds the stream the caller is working on.
+A CUDA module accepts torch tensors (through a fast path: a handful of attribute reads), any object
+with ``__cuda_array_interface__`` (cupy, numba, ...) or ``__dlpack__`` (jax, ...), and NumPy arrays
+(copied to the device and back by the runtime). [`describe`][loopir.codegen_cuda.args.describe]
+reads one argument; [`caller_stream`][loopir.codegen_cuda.args.caller_stream] finds the stream the
+caller is working on.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """``cp.async`` for the copies of a software pipeline's async stages.
 
-:mod:`loopir.passes.software_pipeline` marks the loops of async-stage statements
-(``loopir.async_copy``) and places ``loopir.cp_async_commit`` / ``loopir.cp_async_wait``. In
-such a loop, a store of a global element (or of ``cond ? global : 0``, the guarded fetch of
-local padding) into shared memory is emitted as an asynchronous copy:
+[`loopir.passes.software_pipeline`][loopir.passes.software_pipeline] marks the loops of async-stage
+statements (``loopir.async_copy``) and places ``loopir.cp_async_commit`` / ``loopir.cp_async_wait``.
+In such a loop, a store of a global element (or of ``cond ? global : 0``, the guarded fetch of local
+padding) into shared memory is emitted as an asynchronous copy:
 
 - a whole 16-byte vector (the vector path's proof of contiguity and alignment):
   ``cp.async.cg.shared.global [dst], [src], 16, src_size``;

@@ -1,15 +1,15 @@
 """nvcc invocation with a content-addressed disk cache.
 
-nvcc produces one of three outputs: a cubin (kernels only, for inspection and SASS), an object
-file (a translation unit to link), or a shared library (kernels plus their host code, what a
-built module loads). An output is stored under ``<cache_dir>/<key>.<cubin|o|so>`` with
-``<key>.json`` beside it (the ptxas resource report and the output's SHA-256), where ``key``
-hashes the source, the flags, the output kind, the target architecture, the nvcc version and
-the hashes of the objects linked in. Every file is written to a temporary
-name and moved into place with :func:`os.replace`, so concurrent builds never see half a
-file. A cache entry whose output does not match its recorded hash is rebuilt; a directory or
-entry someone else could have written is refused (see :mod:`loopir._cache_dir`, which
-resolves the default directory, ``<cache root>/cuda``).
+nvcc produces one of three outputs: a cubin (kernels only, for inspection and SASS), an object file
+(a translation unit to link), or a shared library (kernels plus their host code, what a built module
+loads). An output is stored under ``<cache_dir>/<key>.<cubin|o|so>`` with ``<key>.json`` beside it
+(the ptxas resource report and the output's SHA-256), where ``key`` hashes the source, the flags,
+the output kind, the target architecture, the nvcc version and the hashes of the objects linked in.
+Every file is written to a temporary name and moved into place with `os.replace`, so concurrent
+builds never see half a file. A cache entry whose output does not match its recorded hash is
+rebuilt; a directory or entry someone else could have written is refused (see
+[`loopir._cache_dir`][loopir._cache_dir], which resolves the default directory,
+``<cache root>/cuda``).
 """
 
 from __future__ import annotations
@@ -93,7 +93,8 @@ def default_cache_dir() -> Path:
     """``<cache root>/cuda``: the root set by ``loopir.runtime.set_cache_dir``, else
     ``$LOOPIR_CACHE_DIR``, else ``$XDG_CACHE_HOME/loopir`` (``~/.cache/loopir``).
 
-    The path only; :func:`compile_cuda` creates and checks it (see :mod:`loopir._cache_dir`).
+    The path only; [`compile_cuda`][loopir.codegen_cuda.compile.compile_cuda] creates and checks it
+    (see ``loopir._cache_dir``).
     """
     return _cache_dir.cache_root()[0] / "cuda"
 
@@ -231,7 +232,8 @@ def compile_cuda(
     flags
         Extra nvcc flags, appended after the defaults (``-O3 -std=c++17 -Xptxas -v``).
     cache_dir
-        Cache directory, used as is (default :func:`default_cache_dir`); created with mode
+        Cache directory, used as is (default
+        [`default_cache_dir`][loopir.codegen_cuda.compile.default_cache_dir]); created with mode
         0700, refused when another user owns it or group/others can write it.
     use_cache
         If False, always run nvcc (the result still refreshes the cache).

@@ -1,12 +1,12 @@
 """DefaultGPUSchedule: give the blocks nobody scheduled a GPU schedule (as TVM's pass does).
 
-The CUDA target's second pass, after ``GemmOffload`` (a GEMM CUTLASS takes needs no
-schedule). Each root-level block none of whose loops is bound to a thread axis gets the
-schedule of :func:`loopir.schedule.default_gpu.default_gpu_schedule` (fused elementwise
-kernels, one thread block per row for softmax-like rows, cross-thread reductions, a shared
-tile for transposes, 256 threads per block otherwise), and the pass logs what it did at INFO
-level. Disable it with ``PassContext(disabled_passes=["DefaultGPUSchedule"])`` to get the
-error about unbound loops instead.
+The CUDA target's second pass, after ``GemmOffload`` (a GEMM CUTLASS takes needs no schedule). Each
+root-level block none of whose loops is bound to a thread axis gets the schedule of
+[`loopir.schedule.default_gpu.default_gpu_schedule`][loopir.schedule.default_gpu.default_gpu_schedule]
+(fused elementwise kernels, one thread block per row for softmax-like rows, cross-thread reductions,
+a shared tile for transposes, 256 threads per block otherwise), and the pass logs what it did at
+INFO level. Disable it with ``PassContext(disabled_passes=["DefaultGPUSchedule"])`` to get the error
+about unbound loops instead.
 
 Example (before, an unscheduled te function; after, the default schedule)::
 

@@ -1,9 +1,10 @@
 """CUDA C++ emission for lowered loopir functions.
 
-Input: a PrimFunc in lowered form (For / IfThenElse / SeqStmt / BufferStore / Evaluate /
-Allocate; see the lowering contract). :func:`emit_cuda` splits it into a host program and
-kernels (:mod:`loopir.codegen_cuda.split`) and prints one ``extern "C" __global__`` function per
-kernel. The source is meant to be read: names come from the IR, one statement per line.
+Input: a PrimFunc in lowered form (For / IfThenElse / SeqStmt / BufferStore / Evaluate / Allocate;
+see the lowering contract). [`emit_cuda`][loopir.codegen_cuda.emitter.emit_cuda] splits it into a
+host program and kernels ([`loopir.codegen_cuda.split`][loopir.codegen_cuda.split]) and prints one
+``extern "C" __global__`` function per kernel. The source is meant to be read: names come from the
+IR, one statement per line.
 
 Mapping (kernel side):
 
@@ -23,7 +24,7 @@ Mapping (kernel side):
   ``float4``/``float2``/``half2``... access; other vectorized loops, and unrolled ones, become
   ``#pragma unroll`` loops; with a register array on one side, the register side is its
   scalar components, and loads from read-only global memory into registers are predicated PTX
-  loads (:mod:`loopir.codegen_cuda.registers`).
+  loads ([`loopir.codegen_cuda.registers`][loopir.codegen_cuda.registers]).
 """
 
 from __future__ import annotations
@@ -553,12 +554,13 @@ class KernelEmitter(CodeWriter):
     def try_vector_loop(self, s: For) -> bool:
         """Emit ``s`` as vector accesses; False (and nothing emitted) if not provable.
 
-        Accepted bodies: ``dst[...v] = src[...v]`` or ``dst[...v] = cond ? src[...v] : c``
-        (``c`` a constant), under guards without else. Conditions must not depend on ``v``
-        after :func:`lane_invariant` (a guard ``base + v < bound`` with both ``base`` and
-        ``bound`` multiples of the lane count holds for all lanes iff it holds for lane 0).
-        When the whole loop is not aligned (say, float4 rows of odd-multiple-of-2 length),
-        it is split into aligned chunks (two float2 accesses) if those are provable.
+        Accepted bodies: ``dst[...v] = src[...v]`` or ``dst[...v] = cond ? src[...v] : c`` (``c`` a
+        constant), under guards without else. Conditions must not depend on ``v`` after
+        [`lane_invariant`][loopir.codegen_cuda.indexing.lane_invariant] (a guard
+        ``base + v < bound`` with both ``base`` and ``bound`` multiples of the lane count holds for
+        all lanes iff it holds for lane 0). When the whole loop is not aligned (say, float4 rows of
+        odd-multiple-of-2 length), it is split into aligned chunks (two float2 accesses) if those
+        are provable.
         """
         if not (isinstance(s.min, IntImm) and s.min.value == 0 and isinstance(s.extent, IntImm)):
             return False

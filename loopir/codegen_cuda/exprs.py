@@ -1,7 +1,7 @@
 """Host-side expression evaluation shared by the splitter, emitter and runtime.
 
-* :func:`eval_int`: evaluate an integer expression of sizes and host loop variables on the
-  host (launch extents, host loop bounds, temporary shapes).
+* [`eval_int`][loopir.codegen_cuda.exprs.eval_int]: evaluate an integer expression of sizes and host
+  loop variables on the host (launch extents, host loop bounds, temporary shapes).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from loopir.ir.functor import post_order_visit
 def eval_int(e: PrimExpr, env: Mapping[Var, int]) -> int:
     """Evaluate integer/bool expression ``e`` with variables from ``env``.
 
-    The value is :func:`loopir.arith.evaluate`'s, whose Cast rule is the device's: a narrowing
-    cast wraps (two's complement, as CUDA's integer conversions do) and a cast to bool tests
-    for nonzero; keeping the Python value would give the host a different launch extent or
-    condition than the kernel computes. Bool results are returned as 0 or 1.
+    The value is [`loopir.arith.evaluate`][loopir.arith.evaluate.evaluate]'s, whose Cast rule is the
+    device's: a narrowing cast wraps (two's complement, as CUDA's integer conversions do) and a cast
+    to bool tests for nonzero; keeping the Python value would give the host a different launch
+    extent or condition than the kernel computes. Bool results are returned as 0 or 1.
 
     Raises
     ------

@@ -1,5 +1,6 @@
-"""Printing loopir expressions as CUDA C++: the CUDA dialect of :class:`loopir.ir.c_printer.CPrinter`
-(its literals, loads, casts, math intrinsics, ``min``/``max`` and floor division)."""
+"""Printing loopir expressions as CUDA C++: the CUDA dialect of
+[`loopir.ir.c_printer.CPrinter`][loopir.ir.c_printer.CPrinter] (its literals, loads, casts, math
+intrinsics, ``min``/``max`` and floor division)."""
 
 from __future__ import annotations
 

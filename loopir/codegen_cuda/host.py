@@ -1,6 +1,6 @@
 """Host code: the C++ that unpacks a call's arguments and launches a function's kernels.
 
-The host/device split (:mod:`loopir.codegen_cuda.split`) leaves a host program -- launches,
+The host/device split (``loopir.codegen_cuda.split``) leaves a host program -- launches,
 serial host loops, conditions on sizes, device temporaries and CUTLASS calls. This module
 prints it as C++ compiled into the same shared library as the kernels, so a call costs one
 C function call (no Python walk over the program, no per-launch expression evaluation):
@@ -21,9 +21,9 @@ copies, or synchronizes otherwise, so a call can be captured in a CUDA graph.
 ``loopir_workspace_<func>(sizes...)`` gives the bytes of device temporaries for given sizes.
 
 The runtime helpers every entry uses (errors, launch checks) and the ``loopir_rt_*`` exports
-(allocation, copies, events, synchronization: the Python runtime's NumPy path and timing) are
-in :mod:`loopir.codegen_cuda.host_runtime`; :mod:`loopir.codegen_cuda.units` assembles the
-translation units.
+(allocation, copies, events, synchronization: the Python runtime's NumPy path and timing) are in
+``loopir.codegen_cuda.host_runtime``; [`loopir.codegen_cuda.units`][loopir.codegen_cuda.units]
+assembles the translation units.
 """
 
 from __future__ import annotations
@@ -383,7 +383,7 @@ def emit_host(func: PrimFunc, emitted: EmitResult, externs: Sequence[ExternCall]
     func
         The lowered function ``emitted`` came from.
     emitted
-        :func:`~loopir.codegen_cuda.emitter.emit_cuda`'s result.
+        [`emit_cuda`][loopir.codegen_cuda.emitter.emit_cuda]'s result.
     externs
         The CUTLASS calls of its extern GEMM statements.
     sync_after_launch

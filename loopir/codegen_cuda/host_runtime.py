@@ -1,11 +1,12 @@
 """The C++ runtime every generated library carries: errors, launch checks, the exported helpers.
 
-:data:`RUNTIME_DECL` goes into every translation unit of a library (includes, the launch
-macros, declarations); :data:`RUNTIME_DEF` into exactly one (the definitions and the
-``loopir_rt_*`` exports the Python runtime calls: allocation, copies, events, synchronization,
+[`RUNTIME_DECL`][loopir.codegen_cuda.host_runtime.RUNTIME_DECL] goes into every translation unit of
+a library (includes, the launch macros, declarations);
+[`RUNTIME_DEF`][loopir.codegen_cuda.host_runtime.RUNTIME_DEF] into exactly one (the definitions and
+the ``loopir_rt_*`` exports the Python runtime calls: allocation, copies, events, synchronization,
 whether a stream is capturing a CUDA graph, the last error message). A trace build
-(``-DLOOPIR_HOST_TRACE``) records launches, library calls and copies instead of running them,
-hands out fake device pointers, and answers the capture query as a test set it
+(``-DLOOPIR_HOST_TRACE``) records launches, library calls and copies instead of running them, hands
+out fake device pointers, and answers the capture query as a test set it
 (``loopir_rt_set_capture_status``), so the host program runs without a GPU.
 """
 

@@ -1,12 +1,12 @@
 """Building an IRModule for CUDA: every function in one shared library.
 
 ``loopir.build(loopir.IRModule({"qkv": f1, "up": f2}), target="cuda")`` returns a
-:class:`CUDARuntimeModule`; ``rt["qkv"]`` is called like ``f1``, and ``rt.source`` and
-``rt.units`` show what was compiled.
+[`CUDARuntimeModule`][loopir.codegen_cuda.module.CUDARuntimeModule]; ``rt["qkv"]`` is called like
+``f1``, and ``rt.source`` and ``rt.units`` show what was compiled.
 
 Functions are prepared one by one (offload, lowering, emission, race check, host code), then
-:func:`~loopir.codegen_cuda.units.build_library` compiles them together: one CUTLASS unit with
-each distinct configuration instantiated once, and the generated code as one unit or one unit
+[`build_library`][loopir.codegen_cuda.units.build_library] compiles them together: one CUTLASS unit
+with each distinct configuration instantiated once, and the generated code as one unit or one unit
 per function (``strategy``; see that module).
 """
 
@@ -28,7 +28,8 @@ logger = logging.getLogger(__name__)
 
 
 class CUDARuntimeModule(RuntimeModule):
-    """A built CUDA module: ``rt["name"]`` is a :class:`CUDAModule` of the shared library.
+    """A built CUDA module: ``rt["name"]`` is a
+    [`CUDAModule`][loopir.codegen_cuda.runtime.CUDAModule] of the shared library.
 
     Attributes
     ----------
@@ -70,8 +71,9 @@ def build_cuda_module(
 ) -> CUDARuntimeModule:
     """Build every function of ``mod`` into one shared library.
 
-    Parameters are those of :func:`loopir.codegen_cuda.build_cuda`, plus ``strategy``
-    (``"single"`` or ``"units"``) and ``workers`` (concurrent nvcc processes for ``"units"``).
+    Parameters are those of [`loopir.codegen_cuda.build_cuda`][loopir.codegen_cuda.build_cuda], plus
+    ``strategy`` (``"single"`` or ``"units"``) and ``workers`` (concurrent nvcc processes for
+    ``"units"``).
 
     Raises
     ------

@@ -1,5 +1,5 @@
 """Vector accesses with a register array on one side (the prefetch registers of
-:class:`loopir.passes.prefetch.InjectSharedPrefetch`).
+[`loopir.passes.prefetch.InjectSharedPrefetch`][loopir.passes.prefetch.InjectSharedPrefetch]).
 
 A register array must never be pointer-cast (that moves it to local memory), so the memory side
 of such an access is one vector load/store and the register side its scalar components. Loads
@@ -23,9 +23,9 @@ from loopir.ir.functor import substitute
 
 __all__ = ["REG_CARRIERS", "predicated_register_load", "register_offset"]
 
-#: Vector types whose components (``.x .y .z .w``) move to and from register arrays with
-#: ``make_<type>(...)``; other element types keep scalar loops.
 REG_CARRIERS = frozenset({"float2", "float4", "int2", "int4"})
+"""Vector types whose components (``.x .y .z .w``) move to and from register arrays with
+``make_<type>(...)``; other element types keep scalar loops."""
 
 _ELEMENT = {"float2": "float32", "float4": "float32", "int2": "int32", "int4": "int32"}
 
@@ -73,7 +73,8 @@ def predicated_register_load(
     dname, doff
         Register array name and the flat offset of lane 0.
     carrier, lanes
-        Vector type (one of :data:`REG_CARRIERS`) and its lane count.
+        Vector type (one of [`REG_CARRIERS`][loopir.codegen_cuda.registers.REG_CARRIERS]) and its
+        lane count.
     sname, soff
         Global buffer name and the flat offset of lane 0 (aligned to the vector size).
     guards

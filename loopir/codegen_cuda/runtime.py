@@ -4,20 +4,21 @@
 check, so a repeated call with the same shapes costs a few attribute reads per argument) and
 calls the library's entry point, which launches the kernels on the caller's stream:
 
-* CUDA arrays (torch tensors, anything with ``__cuda_array_interface__`` or ``__dlpack__``)
-  are used in place and the call is **asynchronous**: it returns once the kernels are
-  queued, on torch's current stream for torch tensors, cupy's for cupy arrays, the legacy
-  default stream otherwise, or ``stream=`` when given. Nothing is allocated, copied or
-  synchronized, so calls can be captured in a CUDA graph: ``torch.cuda.graph(g)``, with or
-  without ``stream=``. Device temporaries (intermediate buffers in global memory) live in a
-  workspace per stream, from torch's caching allocator when torch tensors are passed, and a
-  captured call takes a graph-private one from it (see :mod:`loopir.codegen_cuda.workspace`).
+* CUDA arrays (torch tensors, anything with ``__cuda_array_interface__`` or ``__dlpack__``) are used
+  in place and the call is **asynchronous**: it returns once the kernels are queued, on torch's
+  current stream for torch tensors, cupy's for cupy arrays, the legacy default stream otherwise, or
+  ``stream=`` when given. Nothing is allocated, copied or synchronized, so calls can be captured in
+  a CUDA graph: ``torch.cuda.graph(g)``, with or without ``stream=``. Device temporaries
+  (intermediate buffers in global memory) live in a workspace per stream, from torch's caching
+  allocator when torch tensors are passed, and a captured call takes a graph-private one from it
+  (see [`loopir.codegen_cuda.workspace`][loopir.codegen_cuda.workspace]).
 * NumPy arrays are copied to the device and, when the function writes them, back; such a
   call is synchronous, and refused with LaunchError during a capture.
 
-:meth:`CUDAModule.synchronize` waits for the device; launch errors raise
-:class:`~loopir.errors.LaunchError` naming the kernel (a fault inside a kernel surfaces at the
-next synchronization, or at its own launch when built with ``cuda.sync_after_launch``).
+[`CUDAModule.synchronize`][loopir.codegen_cuda.runtime.CUDAModule.synchronize] waits for the device;
+launch errors raise [`LaunchError`][loopir.errors.LaunchError] naming the kernel (a fault inside a
+kernel surfaces at the next synchronization, or at its own launch when built with
+``cuda.sync_after_launch``).
 """
 
 from __future__ import annotations
@@ -133,7 +134,8 @@ class _Library:
 
 
 class _DeviceArray:
-    """A device copy of a NumPy array, as a CUDA array (what :meth:`CUDAModule.benchmark` uses)."""
+    """A device copy of a NumPy array, as a CUDA array (what
+    [`CUDAModule.benchmark`][loopir.codegen_cuda.runtime.CUDAModule.benchmark] uses)."""
 
     def __init__(self, ptr: int, host: np.ndarray, device: int) -> None:
         self.ptr, self.host, self.device_index = ptr, host, device
@@ -168,7 +170,7 @@ class CUDAModule:
     cache_hit
         Whether the library came from the cache.
     library_calls
-        The CUTLASS calls (see :mod:`loopir.codegen_cuda.cutlass.hook`).
+        The CUTLASS calls (see ``loopir.codegen_cuda.cutlass.hook``).
     """
 
     def __init__(self, func: PrimFunc, emitted: EmitResult, host: HostCode, binary: CompiledBinary,

@@ -12,7 +12,7 @@ host program, which may only be control flow around launches:
   ordered) are dropped.
 
 Any other host statement that touches a buffer cannot run on the host and is reported as a
-:class:`~loopir.errors.CodegenError`.
+[`CodegenError`][loopir.errors.CodegenError].
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Translation units and the one shared library of a build.
 
-A library holds one or more functions (an :class:`~loopir.ir.module.IRModule`'s): their
-kernels, their host code, the host runtime (:mod:`loopir.codegen_cuda.host_runtime`) and, when
+A library holds one or more functions (an [`IRModule`][loopir.ir.module.IRModule]'s): their
+kernels, their host code, the host runtime (``loopir.codegen_cuda.host_runtime``) and, when
 they call CUTLASS, one CUTLASS unit with every distinct kernel configuration instantiated once.
 Two strategies build it (``strategy=``):
 
@@ -58,7 +58,7 @@ class FunctionCode:
 
 @attrs.frozen(eq=False)
 class BuiltLibrary:
-    """The result of :func:`build_library`.
+    """The result of [`build_library`][loopir.codegen_cuda.units.build_library].
 
     Attributes
     ----------

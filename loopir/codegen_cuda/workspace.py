@@ -1,8 +1,8 @@
 """Where a call's device temporaries live, and what a call may do while a CUDA graph is captured.
 
-A function whose lowered form keeps an intermediate buffer in global memory (a device
-temporary) needs a workspace per call, of the bytes its host code's ``loopir_workspace_<func>``
-gives for the call's sizes. :class:`WorkspacePool` hands it out:
+A function whose lowered form keeps an intermediate buffer in global memory (a device temporary)
+needs a workspace per call, of the bytes its host code's ``loopir_workspace_<func>`` gives for the
+call's sizes. [`WorkspacePool`][loopir.codegen_cuda.workspace.WorkspacePool] hands it out:
 
 * **outside a capture**, one workspace per (device, stream), kept and grown when a call needs
   more. Calls on one stream are ordered, so they can share it. When torch is the caller (torch
@@ -17,12 +17,12 @@ gives for the call's sizes. :class:`WorkspacePool` hands it out:
   have begun the capture -- ``torch.cuda.graph`` or ``CUDAGraph.capture_begin`` -- for its
   allocator to know the capture, as for any torch op). A caller without torch can only reuse
   the stream's workspace when it is already large enough (a call with the same shapes on that
-  stream before the capture); anything else is a :class:`~loopir.errors.LaunchError` raised
+  stream before the capture); anything else is a [`LaunchError`][loopir.errors.LaunchError] raised
   before the CUDA state is touched, because an allocation during a capture fails and
   invalidates the capture.
 
-:func:`refuse_capture` is the check that the calls which allocate, copy or synchronize (NumPy
-arguments, ``benchmark``) make first.
+[`refuse_capture`][loopir.codegen_cuda.workspace.refuse_capture] is the check that the calls which
+allocate, copy or synchronize (NumPy arguments, ``benchmark``) make first.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ from loopir.errors import ScheduleError
 from loopir.ir.stmt import PrimFunc
 from loopir.schedule import Schedule
 
-#: Threads per block of the default tiles: the product of the i2 and j2 tiles (8 * 32).
 THREADS = 256
+"""Threads per block of the default tiles: the product of the i2 and j2 tiles (8 * 32)."""
 
 
 def dense_func(M: Any, K: Any, N: Any, dtype: str = "float32") -> PrimFunc:
@@ -49,7 +49,7 @@ def dense(M: Any, K: Any, N: Any, vec: int = 4, dtype: str = "float32", stages: 
     stages
         Software pipeline depth of the ``k0`` loop: 1 (none), or 2-3: the shared tiles are
         multi-buffered and fetched with ``cp.async`` that many iterations ahead
-        (:func:`pipeline`).
+        ([`pipeline`][loopir.examples.dense.pipeline]).
     i_tiles, j_tiles, k_tiles
         The inner split factors of ``i`` (``i1 i2 i3 i4``), ``j`` (``j1 j2 j3 j4``) and ``k``
         (``k1 k2``); the defaults are DietCode's sample tiles. ``i2 * j2`` threads per block
@@ -123,16 +123,16 @@ def pipelined_gemm(M: Any, K: Any, N: Any, stages: int = 2, *, ti: int = 4, tj: 
                    pad_a: int = 4, transpose_a: bool = False, dtype: str = "float32") -> Schedule:  # fmt: skip
     """A pipelined GEMM: ``tile_gemm``'s structure with ``cp.async`` fetches ``stages`` deep.
 
-    The defaults are the fastest configuration measured on the H200 that keeps its speed at
-    every shape (docs/benchmarks.md, session 6: 30.4 TFLOP/s fp32 at 960x770x2304, 34.4 at
-    1024^3, 39.7 at 4096^3, two stages): ``ti x tj`` = 4 x 32 threads, 2 x 2 virtual threads,
-    a 4 x 2 register tile per virtual thread (a 32 x 128 block tile), K steps of 32, unrolled,
-    4-wide (16-byte) fetches, which become ``cp.async.cg``, and A's shared rows padded by 4;
-    ptxas vectorizes the shared loads (``LDS.128``). ``transpose_a=True`` (A's tile stored
-    ``[k, i]``) measured 32.5 / 35.9 / 40.9 TFLOP/s, but where the block's rows do not divide
-    ``M`` its compute keeps scalar guarded loads (see :func:`~loopir.schedule.default_gpu.tile_gemm`).
-    Every size is a parameter, so the schedule is tunable (the GEMM design spaces
-    ``loopir.tune.spaces.gemm_space`` and ``sgemm_space`` sample the same ones).
+    The defaults are the fastest configuration measured on the H200 that keeps its speed at every
+    shape (docs/benchmarks.md, session 6: 30.4 TFLOP/s fp32 at 960x770x2304, 34.4 at 1024^3, 39.7 at
+    4096^3, two stages): ``ti x tj`` = 4 x 32 threads, 2 x 2 virtual threads, a 4 x 2 register tile
+    per virtual thread (a 32 x 128 block tile), K steps of 32, unrolled, 4-wide (16-byte) fetches,
+    which become ``cp.async.cg``, and A's shared rows padded by 4; ptxas vectorizes the shared loads
+    (``LDS.128``). ``transpose_a=True`` (A's tile stored ``[k, i]``) measured 32.5 / 35.9 / 40.9
+    TFLOP/s, but where the block's rows do not divide ``M`` its compute keeps scalar guarded loads
+    (see [`tile_gemm`][loopir.schedule.default_gpu.tile_gemm]). Every size is a parameter, so the
+    schedule is tunable (the GEMM design spaces ``loopir.tune.spaces.gemm_space`` and
+    ``sgemm_space`` sample the same ones).
     """
     from loopir.schedule.default_gpu import tile_gemm
 

@@ -80,12 +80,12 @@ def row_sum_func(rows: Any, cols: Any, dtype: str = "float32") -> Any:
 def softmax(rows: Any, cols: Any, dtype: str = "float32", threads: int | None = None, vector: int | None = None,
             cache_row: bool = False) -> Schedule:  # fmt: skip
     """Row softmax, one block of ``threads`` threads per row (default
-    :func:`default_threads`): the row max and the sum of exponentials are cross-thread
-    reductions kept in shared memory. ``vector`` output elements per thread are computed as
-    one vector (vector loads of the row, one vector store; default: 8 halves for float16 when
-    the row allows, else 1, as measured on the H200). ``cache_row`` stages the row through shared memory
-    (read once, in 16-byte vectors); measured on the H200 it gains nothing here
-    (docs/benchmarks.md), so it is off by default."""
+    [`default_threads`][loopir.schedule.default_gpu.default_threads]): the row max and the sum of
+    exponentials are cross-thread reductions kept in shared memory. ``vector`` output elements per
+    thread are computed as one vector (vector loads of the row, one vector store; default: 8 halves
+    for float16 when the row allows, else 1, as measured on the H200). ``cache_row`` stages the row
+    through shared memory (read once, in 16-byte vectors); measured on the H200 it gains nothing
+    here (docs/benchmarks.md), so it is off by default."""
     sch = Schedule(softmax_func(rows, cols, dtype))
     threads = threads or default_threads(cols)
     if vector is None:  # measured: 8 halves help fp16 a little, 4 floats cost fp32 a little
@@ -96,8 +96,9 @@ def softmax(rows: Any, cols: Any, dtype: str = "float32", threads: int | None = 
 
 def layernorm(rows: Any, cols: Any, dtype: str = "float32", threads: int | None = None, vector: int | None = None,
               cache_row: bool = False) -> Schedule:  # fmt: skip
-    """Layernorm, one block per row: the sums of x and x^2 are cross-thread reductions
-    (``vector``: default :func:`default_vector`; ``cache_row`` as for :func:`softmax`)."""
+    """Layernorm, one block per row: the sums of x and x^2 are cross-thread reductions (``vector``:
+    default [`default_vector`][loopir.schedule.default_gpu.default_vector]; ``cache_row`` as for
+    [`softmax`][loopir.examples.reductions.softmax])."""
     sch = Schedule(layernorm_func(rows, cols, dtype))
     threads = threads or default_threads(cols)
     vector = default_vector(cols, dtype, threads) if vector is None else vector

@@ -1,7 +1,7 @@
 """The C-family expression printer base: one operator table, one dispatch, minimal parentheses.
 
-The CPU executor's C (:class:`loopir.runtime.c_expr.ExprEmitter`) and the CUDA C++ printer
-(:class:`loopir.codegen_cuda.exprs_cuda.ExprPrinter`) are subclasses. The base prints what
+The CPU executor's C (``loopir.runtime.c_expr.ExprEmitter``) and the CUDA C++ printer
+(``loopir.codegen_cuda.exprs_cuda.ExprPrinter``) are subclasses. The base prints what
 reads the same in every C dialect: the infix operators, whose symbols come from the expression
 classes (``Add.symbol``; ``and``/``or`` spelled ``&&``/``||``), ``!``, ``?:``, and negative
 literals, each with C's precedence so that only the parentheses C needs are printed. A
@@ -75,11 +75,11 @@ P_AND = 40
 P_OR = 30
 P_COND = 20
 
-#: Text and precedence of a printed expression.
 Printed = tuple[str, int]
+"""Text and precedence of a printed expression."""
 
-#: C spellings of the class symbols C writes differently.
 _C_SPELLING = {"and": "&&", "or": "||"}
+"""C spellings of the class symbols C writes differently."""
 
 
 def _precedence() -> dict[type[PrimExpr], int]:
@@ -89,8 +89,8 @@ def _precedence() -> dict[type[PrimExpr], int]:
     return table
 
 
-#: C precedence of each class printed infix; the operator is the class's own symbol.
 PRECEDENCE: dict[type[PrimExpr], int] = _precedence()
+"""C precedence of each class printed infix; the operator is the class's own symbol."""
 
 
 def c_operator(cls: type[BinaryOp] | type[And] | type[Or]) -> str:
@@ -102,8 +102,8 @@ def c_operator(cls: type[BinaryOp] | type[And] | type[Or]) -> str:
 class CPrinter:
     """Base of the C-family expression printers (see the module docstring)."""
 
-    #: Names the printer in its errors ("CUDA codegen: cannot print ...").
     language: ClassVar[str] = "C codegen"
+    """Names the printer in its errors ("CUDA codegen: cannot print ...")."""
     _visitors: ClassVar[dict[type, str]]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -326,7 +326,8 @@ def _show(x: Any) -> str:
 
 
 def assert_structural_equal(a: Any, b: Any, map_free_vars: bool = True) -> None:
-    """Raise :class:`loopir.errors.StructuralEqualError` unless ``a`` and ``b`` are equal.
+    """Raise [`loopir.errors.StructuralEqualError`][loopir.errors.StructuralEqualError] unless ``a``
+    and ``b`` are equal.
 
     The message gives the path of the first difference, the two differing sub-nodes and a
     unified diff of the two printed scripts.

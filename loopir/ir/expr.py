@@ -1,12 +1,13 @@
 """Expression nodes.
 
 All nodes are immutable ``attrs`` classes compared by identity (``is``); use
-:func:`loopir.structural_equal` to compare structure. Python operators build nodes:
-``i * 32 + j`` is an :class:`Add`, ``i < n`` an :class:`LT`. Integer ``/`` is refused (use ``//``
-for floor division, as in TIR); ``%`` is floor modulo.
+[`loopir.structural_equal`][loopir.ir.equality.structural_equal] to compare structure. Python
+operators build nodes: ``i * 32 + j`` is an [`Add`][loopir.ir.expr.Add], ``i < n`` an
+[`LT`][loopir.ir.expr.LT]. Integer ``/`` is refused (use ``//`` for floor division, as in TIR);
+``%`` is floor modulo.
 
-``a == b`` builds an :class:`EQ` node whose truth value is ``a is b`` (as in TVM), so nodes still
-work as dict keys and in ``in`` tests.
+``a == b`` builds an [`EQ`][loopir.ir.expr.EQ] node whose truth value is ``a is b`` (as in TVM), so
+nodes still work as dict keys and in ``in`` tests.
 """
 
 from __future__ import annotations
@@ -229,16 +230,22 @@ class BinaryOp(PrimExpr):
 
 @attrs.frozen(eq=False, repr=False)
 class Add(BinaryOp):
+    """``a + b``."""
+
     symbol: ClassVar[str] = "+"
 
 
 @attrs.frozen(eq=False, repr=False)
 class Sub(BinaryOp):
+    """``a - b``."""
+
     symbol: ClassVar[str] = "-"
 
 
 @attrs.frozen(eq=False, repr=False)
 class Mul(BinaryOp):
+    """``a * b``."""
+
     symbol: ClassVar[str] = "*"
 
 
@@ -270,11 +277,15 @@ class FloorMod(BinaryOp):
 
 @attrs.frozen(eq=False, repr=False)
 class Min(BinaryOp):
+    """``min(a, b)``."""
+
     symbol: ClassVar[str] = "min"
 
 
 @attrs.frozen(eq=False, repr=False)
 class Max(BinaryOp):
+    """``max(a, b)``."""
+
     symbol: ClassVar[str] = "max"
 
 
@@ -289,6 +300,8 @@ class CmpOp(BinaryOp):
 
 @attrs.frozen(eq=False, repr=False)
 class EQ(CmpOp):
+    """``a == b``; its truth value is ``a is b`` (identity, as in TVM)."""
+
     symbol: ClassVar[str] = "=="
 
     def __bool__(self) -> bool:
@@ -299,6 +312,8 @@ class EQ(CmpOp):
 
 @attrs.frozen(eq=False, repr=False)
 class NE(CmpOp):
+    """``a != b``; its truth value is ``a is not b``."""
+
     symbol: ClassVar[str] = "!="
 
     def __bool__(self) -> bool:
@@ -307,21 +322,29 @@ class NE(CmpOp):
 
 @attrs.frozen(eq=False, repr=False)
 class LT(CmpOp):
+    """``a < b``."""
+
     symbol: ClassVar[str] = "<"
 
 
 @attrs.frozen(eq=False, repr=False)
 class LE(CmpOp):
+    """``a <= b``."""
+
     symbol: ClassVar[str] = "<="
 
 
 @attrs.frozen(eq=False, repr=False)
 class GT(CmpOp):
+    """``a > b``."""
+
     symbol: ClassVar[str] = ">"
 
 
 @attrs.frozen(eq=False, repr=False)
 class GE(CmpOp):
+    """``a >= b``."""
+
     symbol: ClassVar[str] = ">="
 
 
@@ -402,7 +425,7 @@ class Cast(PrimExpr):
 
 @attrs.frozen(eq=False, repr=False)
 class BufferLoad(PrimExpr):
-    """``buffer[indices]``. A :class:`Ramp` index loads a vector."""
+    """``buffer[indices]``. A [`Ramp`][loopir.ir.expr.Ramp] index loads a vector."""
 
     buffer: Buffer = attrs.field()
     indices: tuple[PrimExpr, ...] = attrs.field(converter=_expr_tuple)
@@ -432,10 +455,13 @@ class Intrinsic:
 
 
 INTRINSICS: dict[str, Intrinsic] = {}
+"""The intrinsics a [`Call`][loopir.ir.expr.Call] may name, by name
+([`register_intrinsic`][loopir.ir.expr.register_intrinsic] adds one)."""
 
 
 def register_intrinsic(name: str, arity: int | None, pure: bool = True, result: str = "same") -> None:
-    """Register an intrinsic so that :class:`Call` accepts it (backends must know it too)."""
+    """Register an intrinsic so that [`Call`][loopir.ir.expr.Call] accepts it (backends must know it
+    too)."""
     INTRINSICS[name] = Intrinsic(name, arity, pure, result)
 
 
@@ -465,7 +491,7 @@ def _check_call_args(inst: Call, _a: Any, value: tuple[PrimExpr, ...]) -> None:
 
 @attrs.frozen(eq=False, repr=False)
 class Call(PrimExpr):
-    """A call of a registered intrinsic (see :data:`INTRINSICS`)."""
+    """A call of a registered intrinsic (see [`INTRINSICS`][loopir.ir.expr.INTRINSICS])."""
 
     dtype: str = attrs.field(converter=_canonical_dtype)
     op: str = attrs.field(validator=attrs.validators.instance_of(str))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from functools import reduce
-from typing import Any
 
 from loopir.ir import dtype as dt
 from loopir.ir.expr import (
@@ -25,30 +24,40 @@ from loopir.ir.expr import (
     make_const,
 )
 
-const = make_const
+
+def const(value: int | float | bool, dtype: str) -> PrimExpr:
+    """A constant of ``dtype``: ``const(0, "float16")`` (a FloatImm for float dtypes, an IntImm
+    for the others, broadcast for vector dtypes)."""
+    return make_const(value, dtype)
 
 
 def true() -> PrimExpr:
+    """The bool constant true."""
     return IntImm(1, "bool")
 
 
 def false() -> PrimExpr:
+    """The bool constant false."""
     return IntImm(0, "bool")
 
 
 def min_(a: ExprLike, b: ExprLike) -> PrimExpr:
+    """``min(a, b)`` as a [`Min`][loopir.ir.expr.Min] node."""
     return Min(*_match(a, b))
 
 
 def max_(a: ExprLike, b: ExprLike) -> PrimExpr:
+    """``max(a, b)`` as a [`Max`][loopir.ir.expr.Max] node."""
     return Max(*_match(a, b))
 
 
 def floordiv(a: ExprLike, b: ExprLike) -> PrimExpr:
+    """``a // b``: integer division rounding toward -inf (Python's ``//``)."""
     return FloorDiv(*_match(a, b))
 
 
 def floormod(a: ExprLike, b: ExprLike) -> PrimExpr:
+    """``a % b`` with the sign of ``b`` (Python's ``%``)."""
     return FloorMod(*_match(a, b))
 
 
@@ -59,13 +68,15 @@ def ceildiv(a: ExprLike, b: ExprLike) -> PrimExpr:
 
 
 def cast(value: ExprLike, dtype: str) -> PrimExpr:
+    """``value`` converted to ``dtype`` (a [`Cast`][loopir.ir.expr.Cast], or ``value`` itself when
+    it already has that dtype); ``x.astype(dtype)`` is the same."""
     v = convert(value)
     d = dt.canonical(dtype)
     return v if v.dtype == d else Cast(d, v)
 
 
 def if_then_else(cond: ExprLike, t: ExprLike, f: ExprLike) -> PrimExpr:
-    """``t if cond else f`` as a :class:`Select`."""
+    """``t if cond else f`` as a [`Select`][loopir.ir.expr.Select]."""
     tv, fv = _match(t, f)
     return Select(convert(cond), tv, fv)
 
@@ -83,6 +94,7 @@ def any_(*conds: ExprLike) -> PrimExpr:
 
 
 def not_(cond: ExprLike) -> PrimExpr:
+    """The negation of bool ``cond``."""
     return Not(convert(cond))
 
 
@@ -105,48 +117,109 @@ def call(op: str, *args: ExprLike, dtype: str | None = None) -> PrimExpr:
     return Call(dtype, op, tuple(cargs))
 
 
-def _math(name: str) -> Any:
-    def f(x: ExprLike) -> PrimExpr:
-        v = convert(x)
-        if not dt.is_float(v.dtype):
-            v = v.astype("float32")
-        return call(name, v)
-
-    f.__name__ = name
-    f.__doc__ = f"Elementwise ``{name}`` (integer arguments are cast to float32)."
-    return f
+def _math(name: str, x: ExprLike) -> PrimExpr:
+    """Call math intrinsic ``name`` on ``x``, cast to float32 unless it is a float."""
+    v = convert(x)
+    if not dt.is_float(v.dtype):
+        v = v.astype("float32")
+    return call(name, v)
 
 
-exp = _math("exp")
-exp2 = _math("exp2")
-log = _math("log")
-log2 = _math("log2")
-log1p = _math("log1p")
-sqrt = _math("sqrt")
-rsqrt = _math("rsqrt")
-tanh = _math("tanh")
-sigmoid = _math("sigmoid")
-erf = _math("erf")
-sin = _math("sin")
-cos = _math("cos")
-floor = _math("floor")
-ceil = _math("ceil")
-round = _math("round")  # noqa: A001 - mirrors te.round
+def exp(x: ExprLike) -> PrimExpr:
+    """``e ** x`` (elementwise; an integer ``x`` is cast to float32)."""
+    return _math("exp", x)
+
+
+def exp2(x: ExprLike) -> PrimExpr:
+    """``2 ** x`` (elementwise; an integer ``x`` is cast to float32)."""
+    return _math("exp2", x)
+
+
+def log(x: ExprLike) -> PrimExpr:
+    """The natural logarithm of ``x`` (elementwise; an integer ``x`` is cast to float32)."""
+    return _math("log", x)
+
+
+def log2(x: ExprLike) -> PrimExpr:
+    """The base-2 logarithm of ``x`` (elementwise; an integer ``x`` is cast to float32)."""
+    return _math("log2", x)
+
+
+def log1p(x: ExprLike) -> PrimExpr:
+    """``log(1 + x)``, accurate for small ``x``
+    (elementwise; an integer ``x`` is cast to float32)."""
+    return _math("log1p", x)
+
+
+def sqrt(x: ExprLike) -> PrimExpr:
+    """The square root of ``x`` (elementwise; an integer ``x`` is cast to float32)."""
+    return _math("sqrt", x)
+
+
+def rsqrt(x: ExprLike) -> PrimExpr:
+    """``1 / sqrt(x)`` (elementwise; an integer ``x`` is cast to float32)."""
+    return _math("rsqrt", x)
+
+
+def tanh(x: ExprLike) -> PrimExpr:
+    """The hyperbolic tangent of ``x`` (elementwise; an integer ``x`` is cast to float32)."""
+    return _math("tanh", x)
+
+
+def sigmoid(x: ExprLike) -> PrimExpr:
+    """``1 / (1 + exp(-x))`` (elementwise; an integer ``x`` is cast to float32)."""
+    return _math("sigmoid", x)
+
+
+def erf(x: ExprLike) -> PrimExpr:
+    """The error function of ``x`` (elementwise; an integer ``x`` is cast to float32)."""
+    return _math("erf", x)
+
+
+def sin(x: ExprLike) -> PrimExpr:
+    """The sine of ``x`` (radians) (elementwise; an integer ``x`` is cast to float32)."""
+    return _math("sin", x)
+
+
+def cos(x: ExprLike) -> PrimExpr:
+    """The cosine of ``x`` (radians) (elementwise; an integer ``x`` is cast to float32)."""
+    return _math("cos", x)
+
+
+def floor(x: ExprLike) -> PrimExpr:
+    """``x`` rounded toward -inf (elementwise; an integer ``x`` is cast to float32)."""
+    return _math("floor", x)
+
+
+def ceil(x: ExprLike) -> PrimExpr:
+    """``x`` rounded toward +inf (elementwise; an integer ``x`` is cast to float32)."""
+    return _math("ceil", x)
+
+
+def round(x: ExprLike) -> PrimExpr:  # noqa: A001 - mirrors te.round
+    """``x`` rounded to the nearest integer, halves away from zero (C's ``round``)
+    (elementwise; an integer ``x`` is cast to float32)."""
+    return _math("round", x)
 
 
 def fabs(x: ExprLike) -> PrimExpr:
+    """The absolute value of ``x``, elementwise (integers stay integers)."""
     return call("fabs", convert(x))
 
 
-abs = fabs  # noqa: A001
+def abs(x: ExprLike) -> PrimExpr:  # noqa: A001 - mirrors te.abs
+    """The absolute value of ``x`` (the same as [`fabs`][loopir.ir.op.fabs])."""
+    return fabs(x)
 
 
 def pow(x: ExprLike, y: ExprLike) -> PrimExpr:  # noqa: A001
+    """``x ** y``, elementwise, in the operands' common dtype."""
     a, b = _match(x, y)
     return call("pow", a, b)
 
 
 def fma(a: ExprLike, b: ExprLike, c: ExprLike) -> PrimExpr:
+    """``a * b + c`` with one rounding (C's ``fma``), in ``a``'s dtype."""
     x, y = _match(a, b)
     x, z = _match(x, c)
     return call("fma", x, y.astype(x.dtype), z)

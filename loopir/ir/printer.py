@@ -10,9 +10,9 @@ deterministic and never raises on valid IR. Conventions:
   the right side are parenthesised, so the printed tree is exactly the IR tree.
 * Vars and Buffers share one namespace. The first object (in printing order) with a given
   name keeps it; a *different* object with the same name is printed ``name_1``, ``name_2``...
-* ``mark=node`` underlines the line(s) that show ``node`` with ``^^^^`` (a loop or block
-  header, an ``if`` line, a store, the definition of a buffer or loop var, or the statement
-  containing a marked expression), for error messages such as :class:`ScheduleError`.
+* ``mark=node`` underlines the line(s) that show ``node`` with ``^^^^`` (a loop or block header, an
+  ``if`` line, a store, the definition of a buffer or loop var, or the statement containing a marked
+  expression), for error messages such as [`ScheduleError`][loopir.errors.ScheduleError].
 """
 
 from __future__ import annotations

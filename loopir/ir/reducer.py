@@ -68,7 +68,8 @@ class Reducer:
 
 
 def match_reducer(block: Block) -> Reducer | str:
-    """The block's :class:`Reducer`, or the reason (a sentence) why it is none."""
+    """The block's [`Reducer`][loopir.ir.reducer.Reducer], or the reason (a sentence) why it is
+    none."""
     init, body = block.init, block.body
     if init is None:
         return f"block {block.name!r} is not a reduction block (it has no init)"

@@ -116,7 +116,8 @@ def _stmt_tuple(value: Any) -> tuple[Stmt, ...]:
 
 @attrs.frozen(eq=False, repr=False)
 class SeqStmt(Stmt):
-    """Statements run in order. Use :func:`seq` to build one (it flattens and unwraps)."""
+    """Statements run in order. Use [`seq`][loopir.ir.stmt.seq] to build one (it flattens and
+    unwraps)."""
 
     seq: tuple[Stmt, ...] = attrs.field(converter=_stmt_tuple)
 

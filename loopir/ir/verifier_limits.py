@@ -1,4 +1,5 @@
-"""CUDA launch limits of thread-bound loops, shared by ``bind`` and :func:`loopir.verify`.
+"""CUDA launch limits of thread-bound loops, shared by ``bind`` and
+[`loopir.verify`][loopir.analysis.verifier.verify].
 
 The limits are the ones every CUDA device since compute capability 2.0 has (the H200 too):
 at most 1024 threads per block, ``blockDim`` at most (1024, 1024, 64) and ``gridDim`` at most
@@ -22,10 +23,9 @@ __all__ = [
     "tag_limit",
 ]
 
-#: Threads in one block (product of the ``threadIdx`` extents).
 MAX_THREADS_PER_BLOCK = 1024
+"""Threads in one block (product of the ``threadIdx`` extents)."""
 
-#: Largest extent a loop bound to each tag may have.
 TAG_LIMITS: dict[str, int] = {
     "threadIdx.x": 1024,
     "threadIdx.y": 1024,
@@ -34,6 +34,7 @@ TAG_LIMITS: dict[str, int] = {
     "blockIdx.y": 65535,
     "blockIdx.z": 65535,
 }
+"""Largest extent a loop bound to each tag may have."""
 
 
 def tag_limit(tag: str) -> int | None:

@@ -1,9 +1,9 @@
 """Pass objects, their composition and the instruments that observe a pass run.
 
-A pass is an object callable on a :class:`~loopir.ir.stmt.PrimFunc` that returns a new
-PrimFunc. Subclasses implement :meth:`Pass.transform`; :meth:`Pass.__call__` reads the current
-:class:`~loopir.passes.context.PassContext`, skips the pass when its optimization level is
-above the context's or when it is disabled, and calls the context's instruments around it.
+A pass is an object callable on a [`PrimFunc`][loopir.ir.stmt.PrimFunc] that returns a new PrimFunc.
+Subclasses implement [`Pass.transform`][loopir.passes.base.Pass.transform]; calling the pass reads
+the current [`PassContext`][loopir.passes.context.PassContext], skips the pass when its optimization
+level is above the context's or when it is disabled, and calls the context's instruments around it.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class PrintIRInstrument(PassInstrument):
 
 
 class RecordIRInstrument(PassInstrument):
-    """Record ``(pass name, output PrimFunc)`` after each pass in :attr:`history`."""
+    """Record ``(pass name, output PrimFunc)`` after each pass in ``history``."""
 
     def __init__(self) -> None:
         self.history: list[tuple[str, PrimFunc]] = []
@@ -185,7 +185,8 @@ class Pass:
 
 
 def require_lowered(func: PrimFunc, pass_name: str) -> None:
-    """Raise :class:`PassError` if ``func`` still has blocks (LowerBlocks must run first)."""
+    """Raise [`PassError`][loopir.errors.PassError] if ``func`` still has blocks (LowerBlocks must
+    run first)."""
     from loopir.ir.functor import post_order_visit
     from loopir.ir.stmt import Block, BlockRealize
 
@@ -213,7 +214,7 @@ class FunctionPass(Pass):
     name
         Pass name.
     opt_level, required
-        See :class:`Pass`.
+        See [`Pass`][loopir.passes.base.Pass].
     """
 
     def __init__(

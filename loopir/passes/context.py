@@ -1,9 +1,10 @@
 """PassContext: the typed configuration, optimization level and instruments of a pass run.
 
-Every pass module registers the configuration keys it reads with :func:`register_config` at
-import time (key, Python type, default, one-line doc). A :class:`PassContext` validates its
-``config`` against that registry when it is created, so a typo or a wrongly typed value fails
-loudly instead of silently changing nothing. Passes read their settings only through
+Every pass module registers the configuration keys it reads with
+[`register_config`][loopir.passes.context.register_config] at import time (key, Python type,
+default, one-line doc). A [`PassContext`][loopir.passes.context.PassContext] validates its
+``config`` against that registry when it is created, so a typo or a wrongly typed value fails loudly
+instead of silently changing nothing. Passes read their settings only through
 ``PassContext.current().get(key)``: no environment variable or module global decides what a pass
 does.
 """
@@ -39,7 +40,8 @@ class ConfigEntry:
     default
         The value used when a context does not set the key.
     doc
-        One-line description shown by :meth:`PassContext.list_configs`.
+        One-line description shown by
+        [`PassContext.list_configs`][loopir.passes.context.PassContext.list_configs].
     """
 
     key: str
@@ -75,7 +77,7 @@ def register_config(key: str, type_: type, default: Any, doc: str) -> ConfigEntr
     """Register the configuration key ``key`` (called by pass modules at import).
 
     Registering the same key again with the same type and default is a no-op (modules may be
-    reloaded); a conflicting registration raises :class:`~loopir.errors.PassError`.
+    reloaded); a conflicting registration raises [`PassError`][loopir.errors.PassError].
 
     Parameters
     ----------
@@ -167,26 +169,27 @@ class PassContext:
     Parameters
     ----------
     config
-        ``{key: value}`` for registered keys (see :meth:`list_configs`). Unknown keys and
-        wrongly typed values raise :class:`~loopir.errors.PassError` naming the key.
+        ``{key: value}`` for registered keys (see
+        [`list_configs`][loopir.passes.context.PassContext.list_configs]). Unknown keys and wrongly
+        typed values raise [`PassError`][loopir.errors.PassError] naming the key.
     opt_level
         Optimization level (0-3). Passes whose ``opt_level`` exceeds it are skipped, unless
         they are required for correctness.
     instruments
-        :class:`~loopir.passes.base.PassInstrument` objects called around every pass.
+        [`PassInstrument`][loopir.passes.base.PassInstrument] objects called around every pass.
     disabled_passes
         Names of optional passes to skip. Unknown names and required passes (LowerBlocks,
-        ThreadSync, ... : needed for correct lowering) raise
-        :class:`~loopir.errors.PassError`; :func:`loopir.passes.base.known_passes` lists
-        which are which.
+        ThreadSync, ... : needed for correct lowering) raise [`PassError`][loopir.errors.PassError];
+        [`loopir.passes.base.known_passes`][loopir.passes.base.known_passes] lists which are which.
 
     Examples
     --------
     >>> with PassContext(config={"tir.enable_local_pad": True}):
     ...     lowered = loopir.lower(func)
 
-    Contexts nest: the innermost entered context is :meth:`current`; it does not inherit the
-    outer one's config (as in TVM).
+    Contexts nest: the innermost entered context is
+    [`current`][loopir.passes.context.PassContext.current]; it does not inherit the outer one's
+    config (as in TVM).
     """
 
     def __init__(

@@ -2,9 +2,9 @@
 reduction per thread, a cross-thread combine and a write-back by one thread.
 
 ``bind`` lets a loop that feeds only reduce iter vars of a sum/max/min reduction block (see
-:mod:`loopir.ir.reducer`) be bound to ``threadIdx.x``; sequentially the program means what it
-meant before (the reduction runs in loop order). On a GPU the threads of that loop must each
-reduce a part and then combine the parts, which is what this pass writes out (TVM's
+[`loopir.ir.reducer`][loopir.ir.reducer]) be bound to ``threadIdx.x``; sequentially the program
+means what it meant before (the reduction runs in loop order). On a GPU the threads of that loop
+must each reduce a part and then combine the parts, which is what this pass writes out (TVM's
 LowerCrossThreadReduction does the same with ``tvm_thread_allreduce``)::
 
     for tx in T.thread_binding(128, "threadIdx.x"):
@@ -31,7 +31,7 @@ becomes::
 ``thread_allreduce`` synchronizes the thread block like a barrier (the CUDA backend emits warp
 shuffles and, above 32 threads, a shared-memory combine across warps; the CPU executor runs
 it among a thread region's fibers). A non-identity ``init`` is combined into the written
-value. Refused, with a :class:`~loopir.errors.PassError` naming the block: a reducer that is
+value. Refused, with a [`PassError`][loopir.errors.PassError] naming the block: a reducer that is
 not sum/max/min, a bound reduction loop that is not ``threadIdx.x``, loops between it and the
 block that feed a spatial iter var or are thread-bound, other statements under it, and
 reduction loops of the same block outside it (reorder the bound loop outermost).

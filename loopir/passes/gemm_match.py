@@ -1,9 +1,9 @@
 """Recognize GEMM stages and their fusable elementwise epilogues in te-built PrimFuncs.
 
-The matcher works on the stage shape ``te.create_prim_func`` produces (a perfect serial loop
-nest around one BlockRealize per tensor, see the te contract) and never guesses: anything it
-does not recognize returns a :class:`NoMatch` with the reason, and the caller keeps the
-generated code.
+The matcher works on the stage shape ``te.create_prim_func`` produces (a perfect serial loop nest
+around one BlockRealize per tensor, see the te contract) and never guesses: anything it does not
+recognize returns a [`NoMatch`][loopir.passes.gemm_match.NoMatch] with the reason, and the caller
+keeps the generated code.
 
 GEMM stage::
 

@@ -44,8 +44,8 @@ MLSys 2022; apache/tvm PR 11793) makes the tile computable unguarded by padding:
   inits that could overwrite a result. A compute conjunct is kept, with the reason, when the
   store would evaluate something undefined or not finite where it is false.
 
-:class:`LocalPadding` ``(explain=True)`` logs a report of every candidate at INFO (always at
-DEBUG); the last report is kept in ``.report``.
+[`LocalPadding`][loopir.passes.local_pad.LocalPadding] ``(explain=True)`` logs a report of every
+candidate at INFO (always at DEBUG); the last report is kept in ``.report``.
 """
 
 from __future__ import annotations
@@ -646,8 +646,8 @@ class _Replace(Mutator):
 
 
 class LocalPadding(Pass):
-    """Local padding (see module doc). Always runs when called directly; :func:`lower` runs it
-    only when ``tir.enable_local_pad`` is True.
+    """Local padding (see module doc). Always runs when called directly;
+    [`lower`][loopir.passes.pipeline.lower] runs it only when ``tir.enable_local_pad`` is True.
 
     Parameters
     ----------
@@ -657,7 +657,8 @@ class LocalPadding(Pass):
     Attributes
     ----------
     report
-        The :class:`LocalPaddingReport` of the last run.
+        The [`LocalPaddingReport`][loopir.passes.local_pad_report.LocalPaddingReport] of the last
+        run.
     """
 
     name = "LocalPadding"

@@ -1,10 +1,12 @@
-"""The standard lowering pipeline: :func:`lower` and :func:`default_pipeline`.
+"""The standard lowering pipeline: [`lower`][loopir.passes.pipeline.lower] and
+[`default_pipeline`][loopir.passes.pipeline.default_pipeline].
 
 Order (each is its own pass object; see their modules):
 
 0. the target's own passes, with ``target=`` (``"cuda"``: ``GemmOffload``, then
    ``DefaultGPUSchedule`` for blocks nobody scheduled; registered by the backend through
-   :func:`register_target_passes`, the backend imported by name on the target's first use);
+   [`register_target_passes`][loopir.passes.pipeline.register_target_passes], the backend
+   imported by name on the target's first use);
 1. ``LowerCrossThreadReduction`` -- reductions bound to ``threadIdx.x`` become per-thread
    parts, a ``thread_allreduce`` and a write-back by thread 0.
 2. ``LowerBlocks`` -- blocks become loops, guards (predicates), init ``if``\\ s, Allocates.
@@ -112,10 +114,11 @@ def default_pipeline(
     ctx: PassContext | None = None, explain_local_pad: bool = False, func: PrimFunc | None = None,
     target: str | None = None,
 ) -> Sequential:
-    """The passes :func:`lower` runs under ``ctx`` (default: the current context) on ``func``
-    (``func`` only decides whether annotation-driven passes are included). With ``target``
-    (``"cpu"``, ``"cuda"``), the target's own passes come first: for CUDA, ``GemmOffload``
-    (registered by ``loopir.codegen_cuda``, which :func:`target_passes` imports on first use)."""
+    """The passes [`lower`][loopir.passes.pipeline.lower] runs under ``ctx`` (default: the current
+    context) on ``func`` (``func`` only decides whether annotation-driven passes are included). With
+    ``target`` (``"cpu"``, ``"cuda"``), the target's own passes come first: for CUDA,
+    ``GemmOffload`` (registered by ``loopir.codegen_cuda``, which
+    [`target_passes`][loopir.passes.pipeline.target_passes] imports on first use)."""
     ctx = ctx or PassContext.current()
     passes: list[Pass] = []
     if target is not None:
@@ -135,17 +138,19 @@ def default_pipeline(
 def lower(func: PrimFunc, target: str | None = None) -> PrimFunc:
     """Lower a (scheduled) PrimFunc to the loop form the backends consume.
 
-    Runs :func:`default_pipeline` under the current :class:`PassContext`. The result has no
-    Block/BlockRealize: only For, IfThenElse, SeqStmt, BufferStore, Evaluate and Allocate (of
-    shared/local buffers with their compacted shapes), with shared-memory barriers inserted
-    and cooperative-fetch thread loops unified.
+    Runs [`default_pipeline`][loopir.passes.pipeline.default_pipeline] under the current
+    [`PassContext`][loopir.passes.context.PassContext]. The result has no Block/BlockRealize: only
+    For, IfThenElse, SeqStmt, BufferStore, Evaluate and Allocate (of shared/local buffers with their
+    compacted shapes), with shared-memory barriers inserted and cooperative-fetch thread loops
+    unified.
 
     Parameters
     ----------
     func
         The function (typically ``sch.func``).
     target
-        Run the target's own passes first (see :func:`default_pipeline`).
+        Run the target's own passes first (see
+        [`default_pipeline`][loopir.passes.pipeline.default_pipeline]).
 
     Returns
     -------

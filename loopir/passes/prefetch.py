@@ -28,7 +28,7 @@ each fetch's outermost guard, so nothing of iteration ``L + 1`` (not even a guar
 divide by zero) is evaluated unless the original evaluates it too. The pass adds no barrier and
 moves none, so barrier uniformity is that of its input (ThreadSync's checks). Anything the pass
 cannot prove safe is left unchanged and the reason logged (and kept in
-:attr:`InjectSharedPrefetch.report`).
+[`InjectSharedPrefetch.report`][loopir.passes.prefetch.InjectSharedPrefetch.report]).
 
 Which loops: serial loops annotated ``"loopir.prefetch_shared": True`` (``sch.annotate``),
 or every eligible serial loop when the PassContext sets ``tir.prefetch_shared``. An explicit
@@ -68,10 +68,10 @@ __all__ = ["ANNOTATION_KEY", "MAX_PREFETCH_REGISTERS", "InjectSharedPrefetch", "
 
 logger = logging.getLogger(__name__)
 
-#: The loop annotation that requests the rewrite (set with ``sch.annotate``).
 ANNOTATION_KEY = "loopir.prefetch_shared"
-#: Registers a thread may spend on prefetching one loop; more would risk spills, so refuse.
+"""The loop annotation that requests the rewrite (set with ``sch.annotate``)."""
 MAX_PREFETCH_REGISTERS = 64
+"""Registers a thread may spend on prefetching one loop; more would risk spills, so refuse."""
 
 register_config(
     "tir.prefetch_shared",
@@ -152,7 +152,7 @@ def _check_expr(e: PrimExpr, what: str, allow_global_loads: frozenset[Buffer] | 
 
 
 def _analyze_fetch(s: Stmt, readonly: frozenset[Buffer]) -> _Fetch:
-    """``s`` as a fetch chain, or :class:`_Refuse`."""
+    """``s`` as a fetch chain, or `_Refuse`."""
     loops: list[For] = []
     node = s
     while True:
@@ -410,8 +410,9 @@ class InjectSharedPrefetch(Pass):
 
 
 def prefetch_requested(func: PrimFunc | None, ctx: PassContext) -> bool:
-    """Whether lowering ``func`` under ``ctx`` should run :class:`InjectSharedPrefetch`:
-    ``tir.prefetch_shared`` is set, or some loop carries the annotation."""
+    """Whether lowering ``func`` under ``ctx`` should run
+    [`InjectSharedPrefetch`][loopir.passes.prefetch.InjectSharedPrefetch]: ``tir.prefetch_shared``
+    is set, or some loop carries the annotation."""
     if ctx.get("tir.prefetch_shared"):
         return True
     if func is None:

@@ -14,16 +14,17 @@ to one ``shared`` or ``global`` buffer, at least one of them a store, it asks wh
 * threads of different blocks are never ordered within a kernel, which matters for global
   buffers (shared memory belongs to one block).
 
-Each pair is decided symbolically (:mod:`loopir.passes.race_prove`: the element and the
-barrier count an access has determine its thread, or the two accesses never meet), at a cost
-that does not grow with the loops' extents. When the proof fails, a bounded search for a
-witness enumerates at most :data:`WITNESS_POINTS` instances of each access (all of them when
-there are few, else the first and last iterations of the large loops): a witness under exact
-guards is a real race. A search that finds none proves nothing.
+Each pair is decided symbolically ([`loopir.passes.race_prove`][loopir.passes.race_prove]: the
+element and the barrier count an access has determine its thread, or the two accesses never meet),
+at a cost that does not grow with the loops' extents. When the proof fails, a bounded search for a
+witness enumerates at most ``WITNESS_POINTS`` instances of each access (all of them when there are
+few, else the first and last iterations of the large loops): a witness under exact guards is a real
+race. A search that finds none proves nothing.
 
-A proven race raises :class:`~loopir.errors.CodegenError` showing the function with both
-accesses marked. A pair that is neither proven nor refuted gives a :class:`RaceCheckWarning`
-with the reason. ``cuda.race_check`` (default True) turns the check off.
+A proven race raises [`CodegenError`][loopir.errors.CodegenError] showing the function with both
+accesses marked. A pair that is neither proven nor refuted gives a
+[`RaceCheckWarning`][loopir.passes.race_check.RaceCheckWarning] with the reason. ``cuda.race_check``
+(default True) turns the check off.
 """
 
 from __future__ import annotations
@@ -392,7 +393,7 @@ class _Kernel:
 
     def same_value(self, w: _Access, x: _Access) -> bool:
         """Whether ``w`` is a store paired with itself whose value is pure (see
-        :func:`~loopir.passes.race_prove.prove_exclusive`)."""
+        [`prove_exclusive`][loopir.passes.race_prove.prove_exclusive])."""
         return w is x and isinstance(w.stmt, BufferStore) and w.is_store and \
             self._is_pure(w.stmt.value)
 
@@ -593,7 +594,8 @@ def threads_may_share(launch: dict[str, int | None], a: _Access, b: _Access,
 
 @attrs.frozen
 class RaceReport:
-    """What :func:`find_races` found: proven races and unproven pairs (with reasons)."""
+    """What [`find_races`][loopir.passes.race_check.find_races] found: proven races and unproven
+    pairs (with reasons)."""
 
     races: tuple[str, ...]
     unproven: tuple[str, ...]
@@ -651,7 +653,7 @@ def _check_pair(k: _Kernel, w: _Access, x: _Access) -> tuple[str, str | None]:
 
     Only the symbolic proof says "ok". When it fails, a bounded search for a witness looks at
     the accesses' instances (all of them when there are few, else the first and last
-    iterations of the large loops), never more than :data:`WITNESS_POINTS` per access: a
+    iterations of the large loops), never more than ``WITNESS_POINTS`` per access: a
     witness found with exact guards is a real race; none found leaves the pair unproven.
     """
     shared = w.buffer.scope == "shared"

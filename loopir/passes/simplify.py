@@ -1,10 +1,11 @@
 """Simplify: arithmetic simplification of every expression, under the enclosing loop ranges.
 
-Uses :class:`loopir.arith.Analyzer`: loop variables are bound to their ranges on the way down,
-so guards such as ``i0 * 32 + i1 < 100`` that always hold inside their loops simplify to true.
-``if`` statements with a provably constant condition are replaced by the branch that runs;
-loops of extent 0 disappear, and loops of extent 1 (other than thread bindings) are replaced by
-their body at the loop's minimum. Nothing else changes: statements are neither reordered nor merged.
+Uses [`loopir.arith.Analyzer`][loopir.arith.analyzer.Analyzer]: loop variables are bound to their
+ranges on the way down, so guards such as ``i0 * 32 + i1 < 100`` that always hold inside their loops
+simplify to true. ``if`` statements with a provably constant condition are replaced by the branch
+that runs; loops of extent 0 disappear, and loops of extent 1 (other than thread bindings) are
+replaced by their body at the loop's minimum. Nothing else changes: statements are neither reordered
+nor merged.
 """
 
 from __future__ import annotations

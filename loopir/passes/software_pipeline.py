@@ -80,15 +80,15 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 STAGE_KEY = "software_pipeline_stage"
-#: loopir's shorthand (a single int, so that a design space can sample it): depth ``d`` means
-#: every statement but the last in stage 0, the last in stage ``d - 1``, stage 0 async; 1 is no
-#: pipeline.
 DEPTH_KEY = "loopir.software_pipeline_depth"
+"""loopir's shorthand (a single int, so that a design space can sample it): depth ``d`` means
+every statement but the last in stage 0, the last in stage ``d - 1``, stage 0 async; 1 is no
+pipeline."""
 ORDER_KEY = "software_pipeline_order"
 ASYNC_KEY = "software_pipeline_async_stages"
-#: Set by the pass on the statements of async stages: the CUDA backend emits their
-#: global-to-shared copies as cp.async.
 ASYNC_COPY_KEY = "loopir.async_copy"
+"""Set by the pass on the statements of async stages: the CUDA backend emits their
+global-to-shared copies as cp.async."""
 
 
 def cp_async_commit() -> Call:
@@ -294,7 +294,8 @@ class _Rewrite(Mutator):
 
 
 def _expand_depth(loop: For) -> For:
-    """The stage annotations :data:`DEPTH_KEY` stands for (the loop unchanged for depth 1)."""
+    """The stage annotations [`DEPTH_KEY`][loopir.passes.software_pipeline.DEPTH_KEY] stands for
+    (the loop unchanged for depth 1)."""
     depth = loop.annotations[DEPTH_KEY]
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise PassError(f"pass InjectSoftwarePipeline: loop {loop.loop_var.name}: {DEPTH_KEY} must be a "

@@ -1,13 +1,14 @@
 """Padded strides for buffers with a ``storage_align`` requirement (TVM's ``buffer_dim_align``).
 
 ``Schedule.storage_align(block, buffer, axis, factor, offset)`` annotates the block writing the
-buffer with ``"buffer_dim_align"``: ``((buffer name, axis, factor, offset), ...)``.
-``LowerBlocks`` gathers those annotations into the function's ``"loopir.buffer_dim_align"``
-attribute (``{buffer name: ((axis, factor, offset), ...)}``), and ``CompactBufferAllocation``
-gives every allocation of such a buffer the strides :func:`aligned_strides` computes for its
-final (compacted) shape: the stride of ``axis`` is the smallest value at least the compact one
-with ``stride % factor == offset`` -- e.g. a 32 x 32 shared tile aligned with factor 32 and
-offset 1 on axis 0 gets row stride 33, so a column walked by 32 threads touches 32 banks.
+buffer with ``"buffer_dim_align"``: ``((buffer name, axis, factor, offset), ...)``. ``LowerBlocks``
+gathers those annotations into the function's ``"loopir.buffer_dim_align"`` attribute
+(``{buffer name: ((axis, factor, offset), ...)}``), and ``CompactBufferAllocation`` gives every
+allocation of such a buffer the strides
+[`aligned_strides`][loopir.passes.storage_align.aligned_strides] computes for its final (compacted)
+shape: the stride of ``axis`` is the smallest value at least the compact one with
+``stride % factor == offset`` -- e.g. a 32 x 32 shared tile aligned with factor 32 and offset 1 on
+axis 0 gets row stride 33, so a column walked by 32 threads touches 32 banks.
 """
 
 from __future__ import annotations

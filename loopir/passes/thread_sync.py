@@ -1,25 +1,24 @@
 """ThreadSync: insert ``storage_sync("shared")`` barriers (``__syncthreads()``) where needed.
 
-A kernel is an outermost thread-bound loop (as the host/device split sees it). Every
-``threadIdx`` loop in it runs on the same hardware threads, so sibling thread loop nests under
-one block loop are *not* ordered by the loop structure: only barriers order them. The planner
-scans the whole kernel in program order, keeping the shared- and global-memory accesses made
-since the last barrier (a barrier orders a block's global accesses too), and inserts a barrier
-before a statement with an access that conflicts with one of them: same buffer, at least one a
-store (read-after-write, write-after-read, write-after-write), and not proven to be touched by
-one thread only under the enclosing guards (the race checker's prover,
-:func:`~loopir.passes.race_check.threads_may_share`: a thread re-reading its own element needs
-no barrier).
+A kernel is an outermost thread-bound loop (as the host/device split sees it). Every ``threadIdx``
+loop in it runs on the same hardware threads, so sibling thread loop nests under one block loop are
+*not* ordered by the loop structure: only barriers order them. The planner scans the whole kernel in
+program order, keeping the shared- and global-memory accesses made since the last barrier (a barrier
+orders a block's global accesses too), and inserts a barrier before a statement with an access that
+conflicts with one of them: same buffer, at least one a store (read-after-write, write-after-read,
+write-after-write), and not proven to be touched by one thread only under the enclosing guards (the
+race checker's prover, [`threads_may_share`][loopir.passes.race_check.threads_may_share]: a thread
+re-reading its own element needs no barrier).
 
 The barrier goes at the coarsest level: before the whole compound statement that conflicts, not
-inside it. Serial loops are scanned twice so that accesses at the end of one iteration meet
-those at the start of the next: the cooperative fetch of the next ``k0`` iteration waits until
-every thread has finished reading the current tile. Barriers are placed only where every thread
-of the block reaches them: never inside a condition or loop bound that depends on ``threadIdx``
-(or on a loaded value), nor inside a ``threadIdx`` loop narrower than the block (it runs under
+inside it. Serial loops are scanned twice so that accesses at the end of one iteration meet those at
+the start of the next: the cooperative fetch of the next ``k0`` iteration waits until every thread
+has finished reading the current tile. Barriers are placed only where every thread of the block
+reaches them: never inside a condition or loop bound that depends on ``threadIdx`` (or on a loaded
+value), nor inside a ``threadIdx`` loop narrower than the block (it runs under
 ``if (threadIdx.x < extent)``). If such a region itself needs an internal barrier,
-:class:`PassError` is raised rather than emitting a kernel with a race or a deadlock. The pass
-is idempotent: existing barriers reset the scan.
+[`PassError`][loopir.errors.PassError] is raised rather than emitting a kernel with a race or a
+deadlock. The pass is idempotent: existing barriers reset the scan.
 """
 
 from __future__ import annotations

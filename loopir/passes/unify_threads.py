@@ -14,7 +14,7 @@ replaced by the outer one's: each thread copies its own share. This changes the 
 meaning of the program (see docs/semantics: sequentially each outer iteration redid the whole
 copy), which is correct for the SIMT execution that ``storage_sync`` barriers (inserted later by
 ThreadSync) make well defined. Nested loops with the same tag but a different extent cannot be
-unified and raise :class:`~loopir.errors.PassError`.
+unified and raise [`PassError`][loopir.errors.PassError].
 """
 
 from __future__ import annotations

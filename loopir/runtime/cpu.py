@@ -1,12 +1,12 @@
 """The CPU reference executor: ``loopir.build(func, target="cpu")``.
 
-The function is translated to C once (:mod:`loopir.runtime.c_codegen`), compiled with the
-system C compiler into a shared library cached on disk (:mod:`loopir.runtime.cache`) and
+The function is translated to C once (``loopir.runtime.c_codegen``), compiled with the
+system C compiler into a shared library cached on disk (``loopir.runtime.cache``) and
 called through ctypes. Calling the module checks the arguments against the parameter buffers
 (count, type, dtype, rank, shape, contiguity, writeability), binds symbolic sizes from the
 argument shapes, runs the function in place and turns any error the generated code recorded
 (out-of-bounds access, integer division by zero, a block iter var outside its domain) into a
-:class:`~loopir.errors.LaunchError`.
+[`LaunchError`][loopir.errors.LaunchError].
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ class CPUModule:
     check_bounds
         Whether every buffer access is bounds-checked.
     thread_order
-        ``"sequential"`` or ``"random"`` (see :func:`build_cpu`).
+        ``"sequential"`` or ``"random"`` (see [`build_cpu`][loopir.runtime.cpu.build_cpu]).
     seed
         Seed of the random thread order; settable between calls (``mod.seed = 3``), which
         reruns the same library with another order. Every call with one seed runs the same
@@ -335,13 +335,13 @@ def build_cpu(func: PrimFunc, **options: Any) -> CPUModule:
         under a kernel's innermost ``blockIdx`` loops) is a region, sibling threadIdx nests
         share the thread index, and between two barriers the fibers run to their next barrier
         in a random permutation drawn from ``seed``. IR with blocks keeps its sequential
-        meaning. See :mod:`loopir.runtime.c_fibers`.
+        meaning. See ``loopir.runtime.c_fibers``.
     seed : int, default 0
         Seed of the random thread order (any integer in [0, 2**64); ignored by
         ``"sequential"``). Calls with one seed are reproducible; ``CPUModule.seed`` can be
         changed between calls without rebuilding.
     cache_dir : path, optional
-        Directory for compiled libraries (see :mod:`loopir.runtime.cache`).
+        Directory for compiled libraries (see ``loopir.runtime.cache``).
     compiler : str, optional
         C compiler executable (default: ``$CC``, then gcc, then cc).
     opt_level : str, default "-O2"

@@ -1,10 +1,10 @@
 """A function built once per shape bucket, dispatching each call on the runtime sizes (DietCode).
 
-``loopir.build(func, target, database=db)`` on a function with symbolic sizes, when the
-database holds schedules tuned per shape bucket (``loopir.tune.tune_buckets``), builds one
-module per bucket and returns a :class:`ShapeDispatch`: each call reads the symbolic sizes off
-the arguments' shapes and runs the module of the bucket that holds them; sizes outside every
-bucket run the ``fallback`` module (the function as given, e.g. with the default GPU
+``loopir.build(func, target, database=db)`` on a function with symbolic sizes, when the database
+holds schedules tuned per shape bucket (``loopir.tune.tune_buckets``), builds one module per bucket
+and returns a [`ShapeDispatch`][loopir.runtime.dispatch.ShapeDispatch]: each call reads the symbolic
+sizes off the arguments' shapes and runs the module of the bucket that holds them; sizes outside
+every bucket run the ``fallback`` module (the function as given, e.g. with the default GPU
 schedule).
 """
 

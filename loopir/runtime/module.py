@@ -10,9 +10,9 @@ from loopir.errors import LaunchError
 
 
 class RuntimeModule:
-    """The functions of a built :class:`~loopir.ir.module.IRModule`, by name.
+    """The functions of a built [`IRModule`][loopir.ir.module.IRModule], by name.
 
-    ``rt["name"]`` is the built function (a :class:`~loopir.runtime.cpu.CPUModule` or a
+    ``rt["name"]`` is the built function (a [`CPUModule`][loopir.runtime.cpu.CPUModule] or a
     ``CUDAModule``), called like the PrimFunc.
     """
 

@@ -9,11 +9,12 @@ The workload key hashes the function's printed IR (its name left out), so a sche
 for a function applies to any structurally identical one. ``bucket`` names a range of shapes
 (DietCode: one tuned schedule per bucket, local padding making the tile shape-independent).
 
-Loading never fails on a bad file: a line that is not JSON, not a record, from another
-format or loopir version, or whose trace does not load is skipped with a
-:class:`DatabaseWarning` naming the file and line; a stored trace that no longer applies to the
-function (:meth:`Database.apply`) is skipped the same way, so a stale database gives the
-untuned function, never a wrong one.
+Loading never fails on a bad file: a line that is not JSON, not a record, from another format or
+loopir version, or whose trace does not load is skipped with a
+[`DatabaseWarning`][loopir.schedule.database.DatabaseWarning] naming the file and line; a stored
+trace that no longer applies to the function
+([`Database.apply`][loopir.schedule.database.Database.apply]) is skipped the same way, so a stale
+database gives the untuned function, never a wrong one.
 
 >>> import loopir, tempfile, os
 >>> from loopir.testing.workloads import matmul
@@ -68,7 +69,7 @@ def bucket_label(ranges: Mapping[str, tuple[int, int]]) -> str:
 
 
 def parse_bucket(label: str) -> dict[str, tuple[int, int]]:
-    """The ranges of a :func:`bucket_label`.
+    """The ranges of a [`bucket_label`][loopir.schedule.database.bucket_label].
 
     Raises
     ------
@@ -122,7 +123,8 @@ class Database:
     Parameters
     ----------
     path
-        The file (created on the first :meth:`commit`; a missing file is an empty database).
+        The file (created on the first [`commit`][loopir.schedule.database.Database.commit]; a
+        missing file is an empty database).
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:

@@ -1,10 +1,11 @@
 """A default GPU schedule for blocks nobody scheduled (TVM's DefaultGPUSchedule and dlight).
 
-:func:`default_gpu_schedule` gives every root-level block whose loops are unbound a schedule
-that runs on the GPU, so that ``loopir.build(f, target="cuda")`` works on an unscheduled te
-function. It uses ordinary primitives on the caller's :class:`Schedule`, so what it did is
-in the trace. The rules, tried in this order (a rule whose primitives refuse the block is
-dropped and the next one tried on an unchanged schedule):
+[`default_gpu_schedule`][loopir.schedule.default_gpu.default_gpu_schedule] gives every root-level
+block whose loops are unbound a schedule that runs on the GPU, so that
+``loopir.build(f, target="cuda")`` works on an unscheduled te function. It uses ordinary primitives
+on the caller's [`Schedule`][loopir.schedule.schedule.Schedule], so what it did is in the trace. The
+rules, tried in this order (a rule whose primitives refuse the block is dropped and the next one
+tried on an unchanged schedule):
 
 ``inline``
     a spatial block that writes an intermediate buffer is inlined into its consumers
@@ -14,18 +15,19 @@ dropped and the next one tried on an unchanged schedule):
     ``Y`` reads per row (softmax, layernorm, RMSNorm): one thread block per row; each
     reduction is computed by the row's threads and combined across them into shared
     memory (a cross-thread reduction); ``Y``'s columns are strided over the threads, as 16-byte
-    vectors when the row allows (:func:`per_row`).
+    vectors when the row allows ([`per_row`][loopir.schedule.default_gpu.per_row]).
 ``gemm``
-    a GEMM-like block (two spatial loops of at least 64, optionally batched, then one reduction
-    loop of at least 16) that CUTLASS did not take: DietCode's sample tiling (:func:`tile_gemm`,
-    128 x 128 tiles through shared memory, 256 threads, 64 accumulators per thread).
+    a GEMM-like block (two spatial loops of at least 64, optionally batched, then one reduction loop
+    of at least 16) that CUTLASS did not take: DietCode's sample tiling
+    ([`tile_gemm`][loopir.schedule.default_gpu.tile_gemm], 128 x 128 tiles through shared memory,
+    256 threads, 64 accumulators per thread).
 ``reduction``
     a reduction with at most 16384 outputs, a long reduction (at least 128 elements) and a
     contiguous reduced index (row sums, GEMV): one thread block per output, the reduction
     spread over the threads and combined across them.
 ``transpose``
     a 2-D spatial block reading a buffer with its two indices swapped: a padded 32 x 32 shared
-    tile, coalesced on both sides (:func:`tile_transpose`).
+    tile, coalesced on both sides ([`tile_transpose`][loopir.schedule.default_gpu.tile_transpose]).
 ``spatial``
     everything else, reductions included: the spatial loops fused and split over blocks of
     256 threads (one 16-byte vector per thread when every access is contiguous and the sizes
@@ -103,7 +105,7 @@ def per_row(sch: Schedule, out: str, stats: list[str], threads: int, vector: int
     strided over ``threads`` threads (``vector`` elements each, as one vector). Each block of
     ``stats`` is computed in the row's block, reduced across the threads into ``shared``
     memory. ``cache_row`` names an input read once per row into shared memory, from which
-    every pass over the row reads (:func:`stage_row`).
+    every pass over the row reads ([`stage_row`][loopir.schedule.default_gpu.stage_row]).
     """
     y = sch.get_block(out)
     loops = sch.get_loops(y)
@@ -259,7 +261,8 @@ def _extent(sch: Schedule, loop: LoopRV) -> int | None:
 
 
 def inline_all(sch: Schedule) -> list[str]:
-    """Inline every unscheduled block :func:`try_inline` accepts; the blocks inlined."""
+    """Inline every unscheduled block [`try_inline`][loopir.schedule.default_gpu.try_inline]
+    accepts; the blocks inlined."""
     return [name for name in pat.unscheduled_blocks(sch) if try_inline(sch, name)]
 
 

@@ -1,9 +1,9 @@
 """What the default GPU schedule and the tuner's design spaces recognize in a function.
 
-Read-only questions about the blocks of a :class:`~loopir.schedule.Schedule` (no instruction is
-recorded): which root-level blocks are unscheduled, whether a block is alone in its loop nest,
-whether a spatial block and reductions form rows (softmax), whether a reduction is long and
-contiguous, whether a block transposes, and how many vector lanes its accesses allow.
+Read-only questions about the blocks of a [`Schedule`][loopir.schedule.schedule.Schedule] (no
+instruction is recorded): which root-level blocks are unscheduled, whether a block is alone in its
+loop nest, whether a spatial block and reductions form rows (softmax), whether a reduction is long
+and contiguous, whether a block transposes, and how many vector lanes its accesses allow.
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ def is_gemm(sch: Schedule, name: str, min_spatial: int = 1, min_reduce: int = 1)
 
 def reduction_pattern(sch: Schedule, name: str) -> tuple[int, int] | None:
     """``(reduce loops, reduction length)`` of a reduction block with at most
-    :data:`MAX_REDUCTION_OUTPUTS` outputs, at least :data:`MIN_CROSS_THREAD_EXTENT` reduced
+    ``MAX_REDUCTION_OUTPUTS`` outputs, at least ``MIN_CROSS_THREAD_EXTENT`` reduced
     elements and its innermost reduced index contiguous in some operand (so that threads
     sharing the reduction read coalesced), else None."""
     br = realize(sch, name)[0]

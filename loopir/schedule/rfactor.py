@@ -35,13 +35,13 @@ _P = "rfactor"
 def rfactor(func: PrimFunc, loop_var: Var, factor_axis: int) -> tuple[PrimFunc, str]:
     """Factor reduction loop ``loop_var`` of the block under it into a new buffer.
 
-    The reduction block ``B`` (a sum, max or min, see :mod:`loopir.ir.reducer`) becomes two
-    blocks, as in TVM: ``B_rf`` computes one partial result per iteration of ``loop_var``
-    into ``<C>_rf`` (``C``'s shape with the loop's extent inserted at ``factor_axis``), where
-    that loop now feeds a spatial iter var; the write-back block, which keeps the name ``B``,
-    reduces ``<C>_rf`` over that axis into ``C`` (with ``B``'s init) under copies of the
-    spatial loops and ``loop_var``. Binding the write-back's reduction loop to
-    ``threadIdx.x`` then gives a cross-thread reduction (LowerCrossThreadReduction).
+    The reduction block ``B`` (a sum, max or min, see [`loopir.ir.reducer`][loopir.ir.reducer])
+    becomes two blocks, as in TVM: ``B_rf`` computes one partial result per iteration of
+    ``loop_var`` into ``<C>_rf`` (``C``'s shape with the loop's extent inserted at ``factor_axis``),
+    where that loop now feeds a spatial iter var; the write-back block, which keeps the name ``B``,
+    reduces ``<C>_rf`` over that axis into ``C`` (with ``B``'s init) under copies of the spatial
+    loops and ``loop_var``. Binding the write-back's reduction loop to ``threadIdx.x`` then gives a
+    cross-thread reduction (LowerCrossThreadReduction).
 
     Parameters
     ----------

@@ -2,10 +2,11 @@
 
 Primitives are pure functions on PrimFunc (``loops.py`` here; ``cache.py``, ``compute_at.py``,
 ... for data movement). A Schedule method only resolves handles to block names / loop Vars,
-calls the pure function and returns the targets it produced; the :func:`instruction`
-decorator does everything else once for all primitives: argument checks, recording into the
-trace, making output handles, and committing the new function only when the primitive
-succeeded (a primitive that raises leaves func and trace unchanged).
+calls the pure function and returns the targets it produced; the
+[`instruction`][loopir.schedule.schedule.instruction] decorator does everything else once for all
+primitives: argument checks, recording into the trace, making output handles, and committing the new
+function only when the primitive succeeded (a primitive that raises leaves func and trace
+unchanged).
 """
 
 from __future__ import annotations
@@ -245,20 +246,20 @@ def _check_unique_names(func: PrimFunc) -> None:
 
 
 def _result(func: PrimFunc, targets: Any = None) -> Any:
-    """What a primitive's body returns to :func:`instruction`: the new function and the
-    targets (block names / loop Vars) of its output handles. Typed ``Any`` because the
-    decorator turns it into the handles the method's signature promises."""
+    """What a primitive's body returns to [`instruction`][loopir.schedule.schedule.instruction]: the
+    new function and the targets (block names / loop Vars) of its output handles. Typed ``Any``
+    because the decorator turns it into the handles the method's signature promises."""
     return func, targets
 
 
 class Schedule:
     """A traced schedule of a PrimFunc (TensorIR style).
 
-    The IR is immutable, so the schedule simply holds the current function: ``sch.func``.
-    Handles (:class:`BlockRV`, :class:`LoopRV`) resolve through the schedule's symbol table to
-    a block name or a loop Var; they stay valid across rewrites until their block or loop
-    disappears (e.g. a loop consumed by ``split`` or ``fuse``), after which using them raises
-    a ScheduleError naming the instruction that consumed them.
+    The IR is immutable, so the schedule simply holds the current function: ``sch.func``. Handles
+    ([`BlockRV`][loopir.schedule.trace.BlockRV], [`LoopRV`][loopir.schedule.trace.LoopRV]) resolve
+    through the schedule's symbol table to a block name or a loop Var; they stay valid across
+    rewrites until their block or loop disappears (e.g. a loop consumed by ``split`` or ``fuse``),
+    after which using them raises a ScheduleError naming the instruction that consumed them.
 
     Parameters
     ----------
@@ -485,7 +486,7 @@ class Schedule:
 
         As TVM's ``get_producers``: earlier blocks under the same enclosing block that write
         a buffer ``block`` reads (read-after-write) or writes (write-after-write), in
-        execution order. See :func:`loopir.schedule.deps.get_producers`.
+        execution order. See ``loopir.schedule.deps.get_producers``.
 
         Examples
         --------
@@ -503,7 +504,7 @@ class Schedule:
 
         As TVM's ``get_consumers``: later blocks under the same enclosing block that read
         (read-after-write) or write (write-after-write) a buffer ``block`` writes, in
-        execution order. See :func:`loopir.schedule.deps.get_consumers`.
+        execution order. See ``loopir.schedule.deps.get_consumers``.
         """
         from loopir.schedule import deps
 
@@ -538,7 +539,7 @@ class Schedule:
         --------
         ``sch.split(i, [None, 32])`` on ``for i in T.serial(100)`` gives ``for i_0 in
         T.serial(4): for i_1 in T.serial(32)`` with bindings ``i_0 * 32 + i_1`` and
-        ``T.where(i_0 * 32 + i_1 < 100)``; see :func:`loopir.schedule.loops.split`.
+        ``T.where(i_0 * 32 + i_1 < 100)``; see ``loopir.schedule.loops.split``.
         """
         from loopir.schedule import loops
 
@@ -553,7 +554,7 @@ class Schedule:
         -------
         LoopRV
             The fused loop ``i_j_fused``; the old loop vars become ``f // n_j`` and ``f % n_j``
-            in the bindings. See :func:`loopir.schedule.loops.fuse`.
+            in the bindings. See ``loopir.schedule.loops.fuse``.
         """
         from loopir.schedule import loops as L
 
@@ -565,7 +566,7 @@ class Schedule:
 
         The loops must be nested in one another with only single loops in between; the
         listed loops take the positions they occupy, in the order given, and unlisted loops
-        between them stay where they are. See :func:`loopir.schedule.loops.reorder`.
+        between them stay where they are. See ``loopir.schedule.loops.reorder``.
         """
         from loopir.schedule import loops as L
 
@@ -583,7 +584,7 @@ class Schedule:
             reduction iter var is bound.
         thread_axis
             ``"blockIdx.x"``... ``"threadIdx.z"``, ``"vthread.x"``... One tag has one extent
-            per kernel. See :func:`loopir.schedule.loops.bind`.
+            per kernel. See ``loopir.schedule.loops.bind``.
         """
         from loopir.schedule import loops as L
 
@@ -594,7 +595,7 @@ class Schedule:
         """Mark a serial, constant-extent, data-parallel ``loop`` vectorized.
 
         ``for v in T.serial(4)`` becomes ``for v in T.vectorized(4)``; see
-        :func:`loopir.schedule.loops.vectorize`.
+        ``loopir.schedule.loops.vectorize``.
         """
         from loopir.schedule import loops as L
 
@@ -708,7 +709,7 @@ class Schedule:
         -----
         No copy is made (unlike cache_write). Set the scope before ``compute_at`` of the
         producer: the region computed there follows the scope in force at that time. See
-        :func:`loopir.schedule.scope.set_scope`.
+        ``loopir.schedule.scope.set_scope``.
         """
         from loopir.schedule import scope
 
@@ -720,9 +721,9 @@ class Schedule:
         """Store a buffer ``block`` writes in the layout of ``index_map`` (TVM's
         ``transform_layout``), e.g. ``lambda i, j: (j // 4, i, j % 4)``.
 
-        The trace records the map as the text of a lambda (``"lambda i, j: ((j // 4), i,
-        (j % 4))"``), read back by a parser that evaluates nothing; the text is accepted here
-        too. See :func:`loopir.schedule.layout.transform_layout`.
+        The trace records the map as the text of a lambda (``"lambda i, j: ((j // 4), i, (j %
+        4))"``), read back by a parser that evaluates nothing; the text is accepted here too. See
+        [`loopir.schedule.layout.transform_layout`][loopir.schedule.layout.transform_layout].
         """
         from loopir.schedule import layout
 
@@ -736,7 +737,7 @@ class Schedule:
         """Pad the stride of ``axis`` of a buffer ``block`` writes to ``k * factor + offset``
         (TVM's ``storage_align``; e.g. ``factor=32, offset=1`` on a shared tile's rows avoids
         bank conflicts on column reads). Applied when lowering compacts the allocation. See
-        :func:`loopir.schedule.scope.storage_align`.
+        ``loopir.schedule.scope.storage_align``.
         """
         from loopir.schedule import scope
 
@@ -752,8 +753,8 @@ class Schedule:
         ``index`` picks the position in the loop body as in TVM: ``-1`` the last valid one
         (before the first consumer), ``-2`` the first (after the last producer of the block's
         inputs), or a statement position in between. ``loop`` may be a mark from
-        :meth:`sample_compute_location`: root does nothing, inline inlines (as TVM). See
-        :func:`loopir.schedule.compute_at.compute_at`.
+        ``sample_compute_location``: root does nothing, inline inlines (as TVM). See
+        ``loopir.schedule.compute_at.compute_at``.
         """
         from loopir.schedule import compute_at as C
 
@@ -774,8 +775,8 @@ class Schedule:
     ) -> None:
         """Move consumer ``block`` under ``loop``, consuming just the region produced there.
 
-        ``index`` and marks as for :meth:`compute_at` (inline: reverse_compute_inline). See
-        :func:`loopir.schedule.compute_at.reverse_compute_at`.
+        ``index`` and marks as for [`compute_at`][loopir.schedule.schedule.Schedule.compute_at]
+        (inline: reverse_compute_inline). See ``loopir.schedule.compute_at.reverse_compute_at``.
         """
         from loopir.schedule import compute_at as C
 
@@ -816,8 +817,8 @@ class Schedule:
 
     @instruction(inputs={"loop": "loop"}, returns="block")
     def rfactor(self, loop: LoopRV, factor_axis: int) -> BlockRV:
-        """Factor reduction loop ``loop`` into a buffer of partials (TVM's ``rfactor``);
-        returns the rfactor block (see :func:`loopir.schedule.rfactor.rfactor`)."""
+        """Factor reduction loop ``loop`` into a buffer of partials (TVM's ``rfactor``); returns the
+        rfactor block (see [`loopir.schedule.rfactor.rfactor`][loopir.schedule.rfactor.rfactor])."""
         from loopir.schedule import rfactor as R
 
         var = self._loop_var(loop, "rfactor")
@@ -844,7 +845,7 @@ class Schedule:
 
         Values are bool, int, float, str or lists of those. ``"loopir.prefetch_shared": True``
         on a serial loop asks lowering to prefetch the loop's next shared-memory tile into
-        registers (docs/prefetch.md). See :func:`loopir.schedule.annotate.annotate`.
+        registers (docs/prefetch.md). See ``loopir.schedule.annotate.annotate``.
         """
         from loopir.schedule import annotate as A
 

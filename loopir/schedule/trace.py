@@ -1,10 +1,11 @@
 """Traces: the recorded instructions of a schedule, printable as Python, storable as JSON.
 
-An :class:`Instruction` holds the primitive's ``kind``, its handle ``inputs`` (by parameter
-name), its plain ``attrs`` (JSON-ready literals, by parameter name) and its handle ``outputs``.
-The parameter roles of every kind come from the one recording decorator in
-:mod:`loopir.schedule.schedule`, which fills :data:`INSTRUCTION_KINDS`; this module never
-lists primitives itself.
+An ``Instruction`` holds the primitive's ``kind``, its handle ``inputs`` (by parameter name), its
+plain ``attrs`` (JSON-ready literals, by parameter name) and its handle ``outputs``. The parameter
+roles of every kind come from the one recording decorator in
+[`loopir.schedule.schedule`][loopir.schedule.schedule], which fills
+[`INSTRUCTION_KINDS`][loopir.schedule.trace.INSTRUCTION_KINDS]; this module never lists primitives
+itself.
 """
 
 from __future__ import annotations
@@ -136,7 +137,8 @@ class Instruction:
     Attributes
     ----------
     kind
-        The primitive's name (a key of :data:`INSTRUCTION_KINDS`).
+        The primitive's name (a key of
+        [`INSTRUCTION_KINDS`][loopir.schedule.trace.INSTRUCTION_KINDS]).
     inputs
         Handle arguments by parameter name: a handle, a tuple of handles, or None.
     attrs
@@ -254,11 +256,13 @@ def _json_source(source: str | os.PathLike[str]) -> Any:
         raise TraceError(f"Trace.from_json: the file {name!r} is not valid JSON: {e}") from None
 
 class Trace:
-    """An immutable sequence of :class:`Instruction`.
+    """An immutable sequence of ``Instruction``.
 
-    ``str(trace)`` / :meth:`as_python` give runnable Python (``def apply_trace(sch): ...``),
-    :meth:`as_json` a versioned JSON-ready dict, :meth:`from_json` reads it back with
-    validation, and :meth:`apply_to` replays the instructions on another schedule.
+    ``str(trace)`` / [`as_python`][loopir.schedule.trace.Trace.as_python] give runnable Python
+    (``def apply_trace(sch): ...``), [`as_json`][loopir.schedule.trace.Trace.as_json] a versioned
+    JSON-ready dict, [`from_json`][loopir.schedule.trace.Trace.from_json] reads it back with
+    validation, and [`apply_to`][loopir.schedule.trace.Trace.apply_to] replays the instructions on
+    another schedule.
     """
 
     def __init__(self, instructions: Sequence[Instruction] = ()) -> None:
@@ -364,7 +368,8 @@ class Trace:
 
     @classmethod
     def from_json(cls, data: Any) -> Trace:
-        """Read a trace written by :meth:`as_json`, validating every field.
+        """Read a trace written by [`as_json`][loopir.schedule.trace.Trace.as_json], validating
+        every field.
 
         Parameters
         ----------
@@ -417,7 +422,8 @@ class Trace:
         """A copy with instruction ``index``'s decision replaced (None removes it).
 
         The new decision is checked when the trace is replayed: an invalid one makes
-        :meth:`apply_to` raise a TraceError naming the instruction and the decision.
+        [`apply_to`][loopir.schedule.trace.Trace.apply_to] raise a TraceError naming the instruction
+        and the decision.
 
         Raises
         ------

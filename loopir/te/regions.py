@@ -1,8 +1,8 @@
 """Read regions of te blocks: the bounding box, per buffer, of the accesses in a body.
 
 Most te bodies access each buffer at one point, or at points that differ by constant offsets
-(stencils: ``A[i, j]`` and ``A[i, j + 1]``). Those give exact regions. Anything else falls back
-to :mod:`loopir.arith` when it can prove a constant difference, and otherwise to the whole
+(stencils: ``A[i, j]`` and ``A[i, j + 1]``). Those give exact regions. Anything else falls back to
+[`loopir.arith`][loopir.arith] when it can prove a constant difference, and otherwise to the whole
 dimension, which is always a sound (if loose) answer.
 """
 

@@ -1,10 +1,10 @@
 """Tensors, operations and reductions of the te frontend.
 
-A :class:`Tensor` is either a placeholder (a function input) or the result of
-:func:`compute`. Indexing a tensor (``A[i, j]``) builds a :class:`~loopir.ir.expr.BufferLoad`
-on the tensor's buffer, so compute bodies are ordinary loopir expressions; each compute
-records the tensors its body reads so that :func:`loopir.te.create_prim_func` can walk the
-dataflow graph.
+A [`Tensor`][loopir.te.tensor.Tensor] is either a placeholder (a function input) or the result of
+[`compute`][loopir.te.tensor.compute]. Indexing a tensor (``A[i, j]``) builds a
+[`BufferLoad`][loopir.ir.expr.BufferLoad] on the tensor's buffer, so compute bodies are ordinary
+loopir expressions; each compute records the tensors its body reads so that
+[`loopir.te.create_prim_func`][loopir.te.create.create_prim_func] can walk the dataflow graph.
 """
 
 from __future__ import annotations
@@ -91,9 +91,10 @@ class ComputeOp:
     Attributes
     ----------
     axis
-        One spatial :class:`IterVar` per output dimension (the lambda's variables).
+        One spatial [`IterVar`][loopir.ir.stmt.IterVar] per output dimension (the lambda's
+        variables).
     body
-        The element expression, or a :class:`Reduce` for reductions.
+        The element expression, or a [`Reduce`][loopir.te.tensor.Reduce] for reductions.
     inputs
         The tensors ``body`` reads, in first-use order.
     """
@@ -213,7 +214,7 @@ def placeholder(shape: Any, dtype: str = "float32", name: str = "placeholder") -
 class ReduceAxis(Var):
     """A reduction axis: a Var (usable in index arithmetic, like TVM's IterVar) with a domain.
 
-    Exposes ``var`` (itself), ``dom`` and ``kind`` like an :class:`IterVar`.
+    Exposes ``var`` (itself), ``dom`` and ``kind`` like an [`IterVar`][loopir.ir.stmt.IterVar].
     """
 
     dom: Range = attrs.field(kw_only=True, validator=attrs.validators.instance_of(Range))

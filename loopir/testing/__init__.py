@@ -4,15 +4,17 @@
 random (never zero) data and reports the first differing element. Lowered functions run with
 ``thread_order="random"`` for a few seeds (the threads of a block in a random order between
 barriers, as a GPU may run them), so a missing barrier is a difference too.
+``check_local_pad(func)`` does that for ``func`` lowered with and without local padding.
 
 Submodules:
 
-- :mod:`loopir.testing.workloads`: small te workloads (matmul, conv2d, chains, reductions,
-  symbolic extents) as :class:`~loopir.testing.workloads.Workload`.
-- :mod:`loopir.testing.fuzz`: :class:`~loopir.testing.fuzz.ScheduleFuzzer`, which applies
-  random (valid and invalid) schedule primitives and checks every step.
-- :mod:`loopir.testing.strategies`: hypothesis strategies for shapes, factors, workloads and
-  schedules. Only this one needs hypothesis (a test dependency); importing
+- [`loopir.testing.workloads`][loopir.testing.workloads]: small te workloads (matmul, conv2d,
+  chains, reductions, symbolic extents) as [`Workload`][loopir.testing.workloads.Workload].
+- [`loopir.testing.fuzz`][loopir.testing.fuzz]:
+  [`ScheduleFuzzer`][loopir.testing.fuzz.ScheduleFuzzer], which applies random (valid and invalid)
+  schedule primitives and checks every step.
+- [`loopir.testing.strategies`][loopir.testing.strategies]: hypothesis strategies for shapes,
+  factors, workloads and schedules. Only this one needs hypothesis (a test dependency); importing
   ``loopir.testing`` does not.
 """
 
@@ -30,17 +32,18 @@ from loopir.ir.expr import IntImm, PrimExpr
 from loopir.ir.functor import collect_vars, post_order_visit
 from loopir.ir.stmt import Block, BlockRealize, PrimFunc
 
-#: (rtol, atol) used when comparing outputs of each dtype.
 TOLERANCES: dict[str, tuple[float, float]] = {
     "float64": (1e-10, 1e-12),
     "float32": (1e-4, 1e-5),
     "float16": (2e-2, 2e-2),
     "bfloat16": (5e-2, 5e-2),
 }
+"""(rtol, atol) used when comparing outputs of each dtype."""
 
 
-#: Seeds of the random thread order that :func:`check_equivalent` runs lowered functions with.
 ORDER_SEEDS: tuple[int, ...] = (0, 1, 2)
+"""Seeds of the random thread order that [`check_equivalent`][loopir.testing.check_equivalent] runs
+lowered functions with."""
 
 
 class EquivalenceError(LoopIRError, AssertionError):
@@ -49,9 +52,10 @@ class EquivalenceError(LoopIRError, AssertionError):
 
 @attrs.frozen(eq=False, repr=False)
 class EquivalenceResult:
-    """What :func:`check_equivalent` checked (its repr is one line, not the arrays).
+    """What [`check_equivalent`][loopir.testing.check_equivalent] checked (its repr is one line, not
+    the arrays).
 
-    Indexing and iterating it go to :attr:`outputs`, for code written when
+    Indexing and iterating it go to ``outputs``, for code written when
     ``check_equivalent`` returned that list.
 
     Attributes
@@ -222,22 +226,24 @@ def check_equivalent(
     seed
         Seed of the random inputs.
     rtol, atol
-        Tolerances; default by dtype from :data:`TOLERANCES`, exact for integers.
+        Tolerances; default by dtype from [`TOLERANCES`][loopir.testing.TOLERANCES], exact for
+        integers.
     inputs
         Explicit inputs instead of random ones.
     build_options
         Options of the builds (CPU options for both when ``target2`` is "cpu").
     thread_order : {None, "sequential", "random"}
-        How the CPU executor runs the threads (see :func:`loopir.runtime.build_cpu`). None
-        (default): ``"random"`` for lowered functions (no blocks), ``"sequential"`` for the
-        others, which are sequential programs. ``"random"`` runs ``f2`` once per seed of
-        ``order_seeds`` (and ``f1``, when lowered, with the first), so that a missing
-        barrier shows as a difference.
+        How the CPU executor runs the threads (see
+        [`loopir.runtime.build_cpu`][loopir.runtime.cpu.build_cpu]). None (default): ``"random"``
+        for lowered functions (no blocks), ``"sequential"`` for the others, which are sequential
+        programs. ``"random"`` runs ``f2`` once per seed of ``order_seeds`` (and ``f1``, when
+        lowered, with the first), so that a missing barrier shows as a difference.
     order_seeds
         Seeds of the random thread order.
     norm
-        Compare float outputs normwise (see :func:`assert_outputs_equal`): for long reductions
-        whose order of additions differs.
+        Compare float outputs normwise (see
+        [`assert_outputs_equal`][loopir.testing.assert_outputs_equal]): for long reductions whose
+        order of additions differs.
 
     Returns
     -------
@@ -361,6 +367,90 @@ def _unload(mod: Any) -> None:
     _ctypes.dlclose(handle)
 
 
+def check_local_pad(
+    func: PrimFunc,
+    *,
+    sizes: Mapping[str, int] | None = None,
+    seed: int = 0,
+    rtol: float | None = None,
+    atol: float | None = None,
+    inputs: Sequence[np.ndarray] | None = None,
+    build_options: Mapping[str, Any] | None = None,
+    order_seeds: Sequence[int] = ORDER_SEEDS,
+    norm: bool = False,
+) -> EquivalenceResult:
+    """Check that local padding keeps ``func``'s results: lower it with ``tir.enable_local_pad``
+    off and on, then run both lowerings on the CPU executor on the same random inputs and
+    compare every parameter.
+
+    Both lowerings run under the current [`PassContext`][loopir.passes.context.PassContext]'s
+    config, opt level and disabled passes (not its instruments), with only
+    ``tir.enable_local_pad`` set, so that ``with PassContext(config={"tir.prefetch_shared":
+    True}): check_local_pad(func)`` checks padding with prefetch on. The lowered functions run
+    with their threads in a random order, once per seed of ``order_seeds``, as in
+    [`check_equivalent`][loopir.testing.check_equivalent] (a missing barrier is a difference).
+
+    Parameters
+    ----------
+    func
+        A scheduled (or unscheduled) function, e.g. ``sch.func``.
+    sizes, seed, rtol, atol, inputs, build_options, order_seeds, norm
+        As for [`check_equivalent`][loopir.testing.check_equivalent]; the padded lowering is its
+        second function.
+
+    Returns
+    -------
+    EquivalenceResult
+        The unpadded lowering's outputs and the thread orders checked.
+
+    Raises
+    ------
+    EquivalenceError
+        When the padded lowering computes something else: names the parameter, the first
+        differing index, both values and the thread-order seed.
+    PassError
+        When either lowering fails (the message says which).
+    """
+    if not isinstance(func, PrimFunc):
+        raise LoopIRError(f"check_local_pad: expected a PrimFunc, got {type(func).__name__}")
+    unpadded, padded = (_lower_local_pad(func, pad) for pad in (False, True))
+    try:
+        return check_equivalent(
+            unpadded, padded, sizes=sizes, seed=seed, rtol=rtol, atol=atol, inputs=inputs,
+            build_options=build_options, order_seeds=order_seeds, norm=norm,
+        )  # fmt: skip
+    except EquivalenceError as e:
+        raise EquivalenceError(
+            f"check_local_pad: {func.name} lowered with tir.enable_local_pad=True (second) "
+            f"differs from its lowering without it (first): {e}"
+        ) from None
+    except LoopIRError as e:
+        if type(e) is not LoopIRError:
+            raise
+        # check_equivalent's argument errors: a symbolic size without a value, ...
+        raise LoopIRError(f"check_local_pad: {e}") from e
+
+
+def _lower_local_pad(func: PrimFunc, pad: bool) -> PrimFunc:
+    """``func`` lowered under the current PassContext with ``tir.enable_local_pad=pad``."""
+    from loopir.errors import PassError
+    from loopir.passes import pipeline
+    from loopir.passes.context import PassContext
+
+    cur = PassContext.current()
+    ctx = PassContext(
+        config={**cur.config, "tir.enable_local_pad": pad}, opt_level=cur.opt_level,
+        disabled_passes=cur.disabled_passes,
+    )  # fmt: skip
+    try:
+        with ctx:
+            return pipeline.lower(func)
+    except PassError as e:
+        raise PassError(
+            f"check_local_pad: lowering {func.name} with tir.enable_local_pad={pad} failed: {e}"
+        ) from e
+
+
 def check_gemm(mod: Any, M: int, K: int, N: int, *, seed: int = 0, rtol: float = 1e-5) -> float:
     """Check a built float32 GEMM ``C = A @ B`` (parameters ``A (M, K)``, ``B (K, N)``,
     ``C (M, N)``, any target) against the float64 product, normwise.
@@ -456,7 +546,7 @@ def _compare(name: str, dtype: str, x: np.ndarray, y: np.ndarray, rtol: float | 
 
 
 __all__ = [
-    "check_equivalent", "random_inputs", "random_array", "run_cpu", "run_cpu_orders",
-    "assert_outputs_equal", "check_gemm", "is_lowered", "EquivalenceError", "EquivalenceResult",
-    "TOLERANCES", "ORDER_SEEDS",
+    "check_equivalent", "check_local_pad", "random_inputs", "random_array", "run_cpu",
+    "run_cpu_orders", "assert_outputs_equal", "check_gemm", "is_lowered", "EquivalenceError",
+    "EquivalenceResult", "TOLERANCES", "ORDER_SEEDS",
 ]  # fmt: skip

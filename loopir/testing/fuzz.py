@@ -1,21 +1,24 @@
 """Schedule fuzzing: random primitive calls, each checked against the unscheduled function.
 
-:class:`ScheduleFuzzer` holds a :class:`~loopir.schedule.Schedule` of a workload and a pool of
-every handle it has produced (stale ones included, to exercise stale-handle errors). A
-:class:`Chooser` (``random.Random`` or hypothesis' ``data.draw``) picks a primitive and its
-arguments -- often valid, sometimes deliberately wrong -- and :meth:`ScheduleFuzzer.step`
-applies it and checks the contract:
+[`ScheduleFuzzer`][loopir.testing.fuzz.ScheduleFuzzer] holds a
+[`Schedule`][loopir.schedule.schedule.Schedule] of a workload and a pool of every handle it has
+produced (stale ones included, to exercise stale-handle errors). A
+[`Chooser`][loopir.testing.fuzz.Chooser] (``random.Random`` or hypothesis' ``data.draw``) picks a
+primitive and its arguments -- often valid, sometimes deliberately wrong -- and
+[`ScheduleFuzzer.step`][loopir.testing.fuzz.ScheduleFuzzer.step] applies it and checks the contract:
 
-- the primitive either raises :class:`~loopir.errors.ScheduleError`, leaving the function and
-  the trace unchanged, or it succeeds, the function passes ``loopir.verify`` and the CPU
+- the primitive either raises [`ScheduleError`][loopir.errors.ScheduleError], leaving the function
+  and the trace unchanged, or it succeeds, the function passes ``loopir.verify`` and the CPU
   executor computes the same outputs as the unscheduled function on the same random inputs;
 - any other exception is a bug.
 
-:meth:`ScheduleFuzzer.finish` then replays the trace through its Python text and its JSON
-form (both must give a structurally equal function) and lowers the function with
-``tir.enable_local_pad`` off and on (both lowered functions must compute the same outputs).
+[`ScheduleFuzzer.finish`][loopir.testing.fuzz.ScheduleFuzzer.finish] then replays the trace through
+its Python text and its JSON form (both must give a structurally equal function) and lowers the
+function with ``tir.enable_local_pad`` off and on (both lowered functions must compute the same
+outputs).
 
-A violation raises :class:`FuzzFinding` whose message has a pasteable reproducer.
+A violation raises [`FuzzFinding`][loopir.testing.fuzz.FuzzFinding] whose message has a pasteable
+reproducer.
 """
 
 from __future__ import annotations
@@ -52,16 +55,15 @@ __all__ = [
     "draw_workload", "fuzz_many", "bind_for_gpu",
 ]  # fmt: skip
 
-#: Thread tags a loop may be bound to, plus some that no primitive accepts.
 GOOD_TAGS = (
     "blockIdx.x", "blockIdx.y", "threadIdx.x", "threadIdx.y", "vthread.x", "blockIdx.z",
     "threadIdx.z", "vthread.y",
 )  # fmt: skip
+"""Thread tags a loop may be bound to, plus some that no primitive accepts."""
 BAD_TAGS = ("threadIdx.w", "warp", "", "blockIdx")
 SCOPES = ("global", "shared", "local")
 BAD_SCOPES = ("texture", "", "Shared")
 
-#: The primitives the fuzzer calls, with relative weights.
 PRIMITIVES: dict[str, int] = {
     "split": 5, "get_block": 2, "get_loops": 3, "fuse": 3, "reorder": 3, "bind": 2,
     "vectorize": 1, "unroll": 1, "parallel": 1, "cache_read": 3, "cache_write": 3,
@@ -69,10 +71,8 @@ PRIMITIVES: dict[str, int] = {
     "decompose_reduction": 2, "pad": 2, "get_producers": 1, "get_consumers": 1, "set_scope": 2,
     "storage_align": 1, "rfactor": 1, "transform_layout": 1,
 }  # fmt: skip
+"""The primitives the fuzzer calls, with relative weights."""
 
-#: Registered primitives the fuzzer leaves out, and why; with PRIMITIVES this covers the
-#: whole registry (``loopir.schedule.schedule.INSTRUCTION_KINDS``, checked by a test), so a
-#: new primitive is either fuzzed or excluded on purpose.
 EXCLUDED: dict[str, str] = {
     "get_child_blocks": "a pure query already exercised through get_loops/get_block",
     "annotate": "free-form keys; the annotation-driven passes have their own property tests",
@@ -81,6 +81,9 @@ EXCLUDED: dict[str, str] = {
     "sample_categorical": "sampling instructions are drawn by design spaces (the tuner)",
     "sample_compute_location": "sampling instructions are drawn by design spaces (the tuner)",
 }
+"""Registered primitives the fuzzer leaves out, and why; with PRIMITIVES this covers the
+whole registry (``loopir.schedule.schedule.INSTRUCTION_KINDS``, checked by a test), so a
+new primitive is either fuzzed or excluded on purpose."""
 
 
 class Chooser(Protocol):
@@ -100,7 +103,7 @@ class Chooser(Protocol):
 
 
 class RandomChooser:
-    """A :class:`Chooser` over ``random.Random(seed)``."""
+    """A [`Chooser`][loopir.testing.fuzz.Chooser] over ``random.Random(seed)``."""
 
     def __init__(self, seed: int = 0) -> None:
         import random
@@ -165,10 +168,12 @@ class ScheduleFuzzer:
         Options of the CPU executor builds (default: ``-O0 -pipe``, gold linker when
         available, bounds checks on).
     check_every_step
-        Run the executor after every successful step (else only in :meth:`finish`).
+        Run the executor after every successful step (else only in
+        [`finish`][loopir.testing.fuzz.ScheduleFuzzer.finish]).
     gpu_lowering
-        In :meth:`finish`, also bind a copy's loop nests to the GPU (:func:`bind_for_gpu`)
-        and check that copy and its lowerings.
+        In [`finish`][loopir.testing.fuzz.ScheduleFuzzer.finish], also bind a copy's loop nests to
+        the GPU ([`bind_for_gpu`][loopir.testing.fuzz.bind_for_gpu]) and check that copy and its
+        lowerings.
     order_seeds
         Seeds of the random thread order that lowered functions run with (the executor's
         ``thread_order="random"``, so that a missing barrier is a wrong output); default
@@ -205,7 +210,8 @@ class ScheduleFuzzer:
         #: Per primitive: how many calls succeeded / raised ScheduleError.
         self.succeeded: dict[str, int] = {}
         self.refused: dict[str, int] = {}
-        #: gpu-bound copies whose lowering refused with a PassError (see :meth:`finish`).
+        #: gpu-bound copies whose lowering refused with a PassError (see
+        #: [`finish`][loopir.testing.fuzz.ScheduleFuzzer.finish]).
         self.gpu_refused = 0
         # Start as a user would: a handle to every block and its loops.
         for name in self._block_names():
@@ -555,7 +561,7 @@ class ScheduleFuzzer:
             ) from e  # fmt: skip
 
     def run(self, ch: Chooser, n_steps: int) -> None:
-        """``n_steps`` random steps, then :meth:`finish`."""
+        """``n_steps`` random steps, then [`finish`][loopir.testing.fuzz.ScheduleFuzzer.finish]."""
         for _ in range(n_steps):
             self.step(self.draw(ch))
         self.finish()
@@ -799,7 +805,7 @@ def fuzz_many(
 
 
 def draw_workload(ch: Chooser, names: Sequence[str] | None = None) -> Workload:
-    """A random workload of :data:`~loopir.testing.workloads.WORKLOADS` with small shapes."""
+    """A random workload of [`WORKLOADS`][loopir.testing.workloads.WORKLOADS] with small shapes."""
     from loopir.testing.workloads import make_workload
 
     name = ch.choice(list(names) if names is not None else _WORKLOAD_NAMES)

@@ -1,26 +1,28 @@
 """A GPU schedule fuzzer and campaign driver: structured random thread-bound schedules.
 
-The generic schedule fuzzer (:mod:`loopir.testing.fuzz`) binds only top-level loop nests, so
-it never builds the kernels that were found wrong on a GPU: sibling threadIdx nests that share
-a shared buffer, cooperative fetches bound to the compute's thread tags, transposes through
+The generic schedule fuzzer ([`loopir.testing.fuzz`][loopir.testing.fuzz]) binds only top-level loop
+nests, so it never builds the kernels that were found wrong on a GPU: sibling threadIdx nests that
+share a shared buffer, cooperative fetches bound to the compute's thread tags, transposes through
 shared tiles, two-level reductions (per-thread partials in shared memory, combined by a second
-stage), 2-D thread blocks with extent-1 axes, local accumulators written back under the
-thread loop, inexact splits and virtual threads. :func:`random_gpu_schedule` draws such
-schedules with the public :class:`~loopir.Schedule` API from a few workload families, and
-:func:`run_case` checks one: the scheduled and the lowered function on the CPU executor
-(the lowered one with threads in random order, so a missing barrier shows), then the CUDA
-build, and on a GPU the kernel's outputs against the CPU executor's.
+stage), 2-D thread blocks with extent-1 axes, local accumulators written back under the thread loop,
+inexact splits and virtual threads.
+[`random_gpu_schedule`][loopir.testing.gpu_fuzz.random_gpu_schedule] draws such schedules with the
+public [`Schedule`][loopir.schedule.schedule.Schedule] API from a few workload families, and
+[`run_case`][loopir.testing.gpu_fuzz.run_case] checks one: the scheduled and the lowered function on
+the CPU executor (the lowered one with threads in random order, so a missing barrier shows), then
+the CUDA build, and on a GPU the kernel's outputs against the CPU executor's.
 
 Campaign (a process pool, one CUDA context and one cache directory per worker)::
 
     python -m loopir.testing.gpu_fuzz --schedules 2000 --workers 16 --target cuda --out r.json
 
-Outcomes of :func:`run_case` (:data:`OUTCOMES`): ``equal``; ``wrong`` (the GPU differs from
-the CPU); ``refused`` (a clear ScheduleError, PassError or CodegenError); ``race-refused``
-(the race checker refused a proven race); ``cpu-mismatch`` (the scheduled or lowered function
-differs from the workload on the CPU); ``crash`` (anything else); ``gen-refused`` (a core step
-of the generated schedule was refused: nothing to check). ``compiled`` is ``equal``'s
-counterpart for ``target="compile"`` (nvcc built the module; nothing ran on a GPU).
+Outcomes of [`run_case`][loopir.testing.gpu_fuzz.run_case]
+([`OUTCOMES`][loopir.testing.gpu_fuzz.OUTCOMES]): ``equal``; ``wrong`` (the GPU differs from the
+CPU); ``refused`` (a clear ScheduleError, PassError or CodegenError); ``race-refused`` (the race
+checker refused a proven race); ``cpu-mismatch`` (the scheduled or lowered function differs from the
+workload on the CPU); ``crash`` (anything else); ``gen-refused`` (a core step of the generated
+schedule was refused: nothing to check). ``compiled`` is ``equal``'s counterpart for
+``target="compile"`` (nvcc built the module; nothing ran on a GPU).
 """
 
 from __future__ import annotations
@@ -46,25 +48,26 @@ from loopir.ir.stmt import Block, For, PrimFunc
 
 logger = logging.getLogger(__name__)
 
-#: Every outcome :func:`run_case` can return.
 OUTCOMES = ("equal", "compiled", "wrong", "refused", "race-refused", "cpu-mismatch", "crash",
             "gen-refused")  # fmt: skip
-#: Outcomes that are bugs: the campaign exits 1 when any occurs.
+"""Every outcome [`run_case`][loopir.testing.gpu_fuzz.run_case] can return."""
 BAD_OUTCOMES = frozenset({"wrong", "cpu-mismatch", "crash"})
-#: Workload families :func:`random_gpu_schedule` draws from.
+"""Outcomes that are bugs: the campaign exits 1 when any occurs."""
 FAMILIES = ("matmul", "matmul_bias", "transpose", "ew_chain", "row_reduce", "two_level")
+"""Workload families [`random_gpu_schedule`][loopir.testing.gpu_fuzz.random_gpu_schedule] draws
+from."""
 
 
-@attrs.frozen(eq=False)
+@attrs.frozen(eq=False, repr=False)
 class GpuCase:
-    """One generated case.
+    """One generated case (its repr is one line: how to draw it again, and what it is).
 
     Attributes
     ----------
     seed
         The seed it was drawn from (``random_gpu_schedule(seed)`` gives it again).
     family
-        The workload family (one of :data:`FAMILIES`).
+        The workload family (one of [`FAMILIES`][loopir.testing.gpu_fuzz.FAMILIES]).
     base
         The unscheduled workload function: the reference.
     func
@@ -91,12 +94,16 @@ class GpuCase:
     skipped: tuple[str, ...] = ()
     error: str | None = None
 
+    def __repr__(self) -> str:
+        return f"<GpuCase random_gpu_schedule({self.seed}, {self.family!r}): {self.description}>"
+
 
 @attrs.frozen
 class Outcome:
-    """What :func:`run_case` found: ``kind`` (one of :data:`OUTCOMES`), a message (the first
-    line of the error, the max error of a wrong result, or a traceback for a crash) and the
-    maximum absolute error when the GPU result was compared."""
+    """What [`run_case`][loopir.testing.gpu_fuzz.run_case] found: ``kind`` (one of
+    [`OUTCOMES`][loopir.testing.gpu_fuzz.OUTCOMES]), a message (the first line of the error, the max
+    error of a wrong result, or a traceback for a crash) and the maximum absolute error when the GPU
+    result was compared."""
 
     kind: str
     message: str = ""
@@ -451,7 +458,8 @@ _SCHEDULERS: dict[str, Callable[[_Gen], None]] = {
 
 
 def random_gpu_schedule(seed: int, family: str | None = None) -> GpuCase:
-    """A random workload of one of :data:`FAMILIES` with a random thread-bound schedule.
+    """A random workload of one of [`FAMILIES`][loopir.testing.gpu_fuzz.FAMILIES] with a random
+    thread-bound schedule.
 
     Deterministic per ``seed`` (and ``family``, which defaults to one drawn from the seed).
     Optional steps that a primitive refuses are skipped (listed in ``GpuCase.skipped``); a
@@ -590,7 +598,7 @@ def run_case(case: GpuCase, target: str = "cuda", cache_dir: str | Path | None =
     Parameters
     ----------
     case
-        From :func:`random_gpu_schedule`.
+        From [`random_gpu_schedule`][loopir.testing.gpu_fuzz.random_gpu_schedule].
     target : {"cuda", "compile"}
         ``"compile"`` stops once nvcc compiled the module (no GPU needed).
     cache_dir
@@ -599,7 +607,7 @@ def run_case(case: GpuCase, target: str = "cuda", cache_dir: str | Path | None =
     Returns
     -------
     Outcome
-        See :data:`OUTCOMES`.
+        See [`OUTCOMES`][loopir.testing.gpu_fuzz.OUTCOMES].
     """
     import loopir
     from loopir.testing import EquivalenceError, check_equivalent

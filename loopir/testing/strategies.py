@@ -1,5 +1,5 @@
-"""Hypothesis strategies for loopir: shapes, split factors, workloads, schedules, and a
-stateful schedule fuzzer.
+"""Hypothesis strategies for loopir: shapes, split and tile factors, workloads, schedules,
+thread-bound GPU schedules, and a stateful schedule fuzzer.
 
 This module needs ``hypothesis`` (a test dependency); ``import loopir.testing`` does not.
 
@@ -15,6 +15,19 @@ Check a schedule space of your own workload::
     def test_any_schedule_is_equivalent(sch):
         check_equivalent(my_workload.func, sch.func)
 
+Check local padding on random thread-bound schedules, and tile a loop perfectly::
+
+    from loopir.testing import check_local_pad
+    from loopir.testing.strategies import gpu_schedules, tile_factors
+
+    @given(case=gpu_schedules(families=["matmul", "transpose"]))
+    def test_padding_keeps_results(case):
+        check_local_pad(case.func)
+
+    @given(factors=tile_factors(64, 3, max_innermost_factor=16))
+    def test_tiles(factors):
+        i0, i1, i2 = sch.split(i, factors)   # product 64: no predicate
+
 Run the stateful fuzzer on your workloads::
 
     TestMine = schedule_state_machine(st.just(my_workload)).TestCase
@@ -28,6 +41,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from hypothesis import assume
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
@@ -38,32 +52,33 @@ from loopir.ir.op import floormod
 from loopir.ir.stmt import Allocate, BufferStore, For, ForKind, IfThenElse, PrimFunc, Stmt, seq
 from loopir.schedule import Schedule
 from loopir.testing.fuzz import FuzzFinding, ScheduleFuzzer, draw_workload
+from loopir.testing.gpu_fuzz import FAMILIES, GpuCase, random_gpu_schedule
 from loopir.testing.workloads import WORKLOADS, Workload
 
 T = TypeVar("T")
 
 __all__ = [
-    "DrawChooser", "extents", "shapes", "split_factors", "workloads", "schedules",
-    "schedule_state_machine", "carried_values", "COUNTER_ENV", "FINDINGS_ENV",
+    "DrawChooser", "extents", "shapes", "split_factors", "tile_factors", "workloads", "schedules",
+    "gpu_schedules", "schedule_state_machine", "carried_values", "COUNTER_ENV", "FINDINGS_ENV",
 ]  # fmt: skip
 
-#: Environment variable: a JSON file where the state machine counts schedules, steps, and per
-#: primitive the calls that succeeded / were refused with ScheduleError.
 COUNTER_ENV = "LOOPIR_FUZZ_COUNTER"
-#: Environment variable: a JSONL file; when set, findings are appended there and the run
-#: continues with the next schedule instead of failing (for long surveys).
+"""Environment variable: a JSON file where the state machine counts schedules, steps, and per
+primitive the calls that succeeded / were refused with ScheduleError."""
 FINDINGS_ENV = "LOOPIR_FUZZ_FINDINGS"
+"""Environment variable: a JSONL file; when set, findings are appended there and the run
+continues with the next schedule instead of failing (for long surveys)."""
 
 
 class _Draw(Protocol):
-    """The ``draw`` of a composite strategy (:class:`hypothesis.strategies.DrawFn`) or of
-    ``st.data()`` (:meth:`hypothesis.strategies.DataObject.draw`)."""
+    """The ``draw`` of a composite strategy (`hypothesis.strategies.DrawFn`) or of
+    ``st.data()`` (`hypothesis.strategies.DataObject.draw`)."""
 
     def __call__(self, strategy: st.SearchStrategy[T], label: object = None) -> T: ...
 
 
 class DrawChooser:
-    """A :class:`~loopir.testing.fuzz.Chooser` over hypothesis' ``draw`` (shrinks well)."""
+    """A [`Chooser`][loopir.testing.fuzz.Chooser] over hypothesis' ``draw`` (shrinks well)."""
 
     def __init__(self, draw: _Draw) -> None:
         self.draw = draw
@@ -109,9 +124,73 @@ def split_factors(draw: Any, extent: int, max_parts: int = 3, allow_none: bool =
     return facs
 
 
+def _prime_factors(n: int) -> list[int]:
+    out, p = [], 2
+    while p * p <= n:
+        while n % p == 0:
+            out.append(p)
+            n //= p
+        p += 1
+    return out + ([n] if n > 1 else [])
+
+
+def tile_factors(
+    extent: int, n: int, max_innermost_factor: int | None = None
+) -> st.SearchStrategy[list[int]]:
+    """``n`` tile sizes of a loop of ``extent``: positive ints, outermost first, whose product
+    is exactly ``extent`` (a perfect tiling, as ``Schedule.sample_perfect_tile`` draws, so
+    ``split`` with them adds no predicate).
+
+    Every perfect tiling can be drawn; examples shrink toward ``[extent, 1, ..., 1]``.
+
+    Parameters
+    ----------
+    extent
+        The loop's extent (>= 1).
+    n
+        How many factors (>= 1).
+    max_innermost_factor
+        Upper bound of the last factor, as ``sample_perfect_tile``'s (TVM's default there is
+        16); None: no bound.
+
+    Raises
+    ------
+    ValueError
+        For a bad argument, or when no tiling exists (``n == 1`` and ``extent`` over the bound).
+    """
+    for name, value in (("extent", extent), ("n", n)):
+        if type(value) is not int or value < 1:
+            raise ValueError(f"tile_factors: {name} must be an int >= 1, got {value!r}")
+    bound = extent if max_innermost_factor is None else max_innermost_factor
+    if type(bound) is not int or bound < 1:
+        raise ValueError(
+            "tile_factors: max_innermost_factor must be None or an int >= 1, "
+            f"got {max_innermost_factor!r}"
+        )
+    inner = [d for d in range(1, min(extent, bound) + 1) if extent % d == 0]
+    if n == 1:
+        if extent > bound:
+            raise ValueError(
+                f"tile_factors: no 1-way tiling of extent {extent} has an innermost factor "
+                f"<= {max_innermost_factor}"
+            )
+        return st.just([extent])
+
+    @st.composite
+    def draw_tiles(draw: Any) -> list[int]:
+        last = draw(st.sampled_from(inner))
+        outer = [1] * (n - 1)
+        # each prime factor of the rest goes to one outer slot: every factorization is reachable
+        for p in _prime_factors(extent // last):
+            outer[draw(st.integers(0, n - 2))] *= p
+        return [*outer, last]
+
+    return draw_tiles()
+
+
 @st.composite
 def workloads(draw: Any, names: Sequence[str] | None = None) -> Workload:
-    """A workload of :data:`~loopir.testing.workloads.WORKLOADS` with small random shapes."""
+    """A workload of [`WORKLOADS`][loopir.testing.workloads.WORKLOADS] with small random shapes."""
     if names is not None:
         unknown = sorted(set(names) - set(WORKLOADS))
         if unknown:
@@ -140,6 +219,36 @@ def schedules(draw: Any, workload: Workload | st.SearchStrategy[Workload] | None
             continue
         fz._record_outputs(call.kind, out, call.args, call.kwargs)
     return fz.sch
+
+
+@st.composite
+def gpu_schedules(draw: Any, families: Sequence[str] | None = None) -> GpuCase:
+    """A [`GpuCase`][loopir.testing.gpu_fuzz.GpuCase] from
+    [`random_gpu_schedule`][loopir.testing.gpu_fuzz.random_gpu_schedule]: a random workload of
+    one of ``families`` (default: all of [`FAMILIES`][loopir.testing.gpu_fuzz.FAMILIES]) with
+    a random thread-bound schedule (cooperative shared-memory fetches, transposes through
+    shared tiles, two-level reductions, virtual threads, inexact splits).
+
+    The case is drawn from a seed, so hypothesis shrinks the seed, not the schedule; a
+    failure's repr says how to draw it again (``random_gpu_schedule(seed, family)``), and
+    ``case.trace`` is the schedule as Python. Cases whose core schedule step was refused
+    (``case.func is None``) are never drawn.
+
+    Check a drawn case with ``check_equivalent(case.base, case.func)`` (the schedule keeps the
+    workload's meaning), with [`check_local_pad`][loopir.testing.check_local_pad] on
+    ``case.func``, or, on a GPU, with [`run_case`][loopir.testing.gpu_fuzz.run_case].
+    """
+    names = list(FAMILIES if families is None else families)
+    unknown = sorted(set(names) - set(FAMILIES))
+    if unknown or not names:
+        raise ValueError(
+            f"gpu_schedules: unknown or no families {unknown or names}; known: {FAMILIES}"
+        )
+    family = draw(st.sampled_from(names))
+    seed = draw(st.integers(0, 2**31 - 1))
+    case = random_gpu_schedule(seed, family)
+    assume(case.func is not None)
+    return case
 
 
 def _bump_counter(fz: ScheduleFuzzer) -> None:
@@ -183,10 +292,11 @@ def schedule_state_machine(
     """A RuleBasedStateMachine: draw a workload, then random primitives, checking each step.
 
     Each rule applies one random primitive call (valid or not) through
-    :meth:`ScheduleFuzzer.step`; teardown runs :meth:`ScheduleFuzzer.finish` (trace replay
-    through Python and JSON, local padding on and off). With ``$LOOPIR_FUZZ_FINDINGS`` set,
-    a finding is recorded there and the machine stops stepping instead of failing; with
-    ``$LOOPIR_FUZZ_COUNTER`` set, schedules and steps are counted in that file.
+    [`ScheduleFuzzer.step`][loopir.testing.fuzz.ScheduleFuzzer.step]; teardown runs
+    [`ScheduleFuzzer.finish`][loopir.testing.fuzz.ScheduleFuzzer.finish] (trace replay through
+    Python and JSON, local padding on and off). With ``$LOOPIR_FUZZ_FINDINGS`` set, a finding is
+    recorded there and the machine stops stepping instead of failing; with ``$LOOPIR_FUZZ_COUNTER``
+    set, schedules and steps are counted in that file.
     """
     wl = workload_strategy if workload_strategy is not None else workloads()
 

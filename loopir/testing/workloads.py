@@ -1,8 +1,9 @@
 """Small te workloads for property tests and schedule fuzzing.
 
-Each builder returns a :class:`Workload`: the PrimFunc made by ``te.create_prim_func``, the
-values of its symbolic sizes (for building inputs) and the Python expression that rebuilds it
-(printed in fuzzer reproducers, so a finding can be replayed by pasting it).
+Each builder returns a [`Workload`][loopir.testing.workloads.Workload]: the PrimFunc made by
+``te.create_prim_func``, the values of its symbolic sizes (for building inputs) and the Python
+expression that rebuilds it (printed in fuzzer reproducers, so a finding can be replayed by pasting
+it).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class Workload:
     Attributes
     ----------
     name
-        The builder's name (a key of :data:`WORKLOADS`).
+        The builder's name (a key of [`WORKLOADS`][loopir.testing.workloads.WORKLOADS]).
     func
         The unscheduled PrimFunc.
     sizes
@@ -188,7 +189,7 @@ def shared_transpose(M: int = 100, N: int = 70, shared_tile: bool = True) -> Any
     rows. With ``shared_tile`` A goes through ``A_shared``, filled by a threadIdx loop nest
     that is a *sibling* of the one reading it transposed: only a barrier orders the two. The
     tile is unpadded (``loopir.examples.transpose`` is the same schedule with padded rows).
-    Returns the :class:`loopir.Schedule`.
+    Returns the [`loopir.Schedule`][loopir.schedule.schedule.Schedule].
     """
     from loopir.examples.transpose import transpose
 
@@ -197,10 +198,10 @@ def shared_transpose(M: int = 100, N: int = 70, shared_tile: bool = True) -> Any
 
 def tiled_gemm(M: int, K: int, N: int, ti: int, tj: int, ii: int, jj: int, bk: int, vec: int,
                unroll: bool = False) -> Any:
-    """A scheduled tiled GEMM ``C = A @ B``: ``ti x tj`` threads (``threadIdx.y/x``) of
-    ``ii x jj`` local accumulators per block, k tiles of ``bk``, cooperative shared fetches of
-    A and B vectorized by ``vec``, the reduction decomposed at the k-tile loop (``unroll``: the
-    k-tile's inner loop unrolled). Returns the :class:`loopir.Schedule`."""
+    """A scheduled tiled GEMM ``C = A @ B``: ``ti x tj`` threads (``threadIdx.y/x``) of ``ii x jj``
+    local accumulators per block, k tiles of ``bk``, cooperative shared fetches of A and B
+    vectorized by ``vec``, the reduction decomposed at the k-tile loop (``unroll``: the k-tile's
+    inner loop unrolled). Returns the [`loopir.Schedule`][loopir.schedule.schedule.Schedule]."""
     import loopir
     from loopir.examples.dense import dense_func
 
@@ -229,7 +230,6 @@ def tiled_gemm(M: int, K: int, N: int, ti: int, tj: int, ii: int, jj: int, bk: i
     return sch
 
 
-#: Every builder, by name.
 WORKLOADS: dict[str, Callable[..., Workload]] = {
     "matmul": matmul,
     "batch_matmul": batch_matmul,
@@ -241,10 +241,12 @@ WORKLOADS: dict[str, Callable[..., Workload]] = {
     "symbolic_matmul": symbolic_matmul,
     "symbolic_elementwise": symbolic_elementwise,
 }
+"""Every builder, by name."""
 
 
 def make_workload(name: str, **args: Any) -> Workload:
-    """Build the workload ``name`` of :data:`WORKLOADS` with ``args``.
+    """Build the workload ``name`` of [`WORKLOADS`][loopir.testing.workloads.WORKLOADS] with
+    ``args``.
 
     Raises
     ------

@@ -1,13 +1,14 @@
 """Building and measuring candidates on other processes or machines (``concurrent.futures``).
 
-A :class:`Farm` has two executors: **builders** compile candidates (CPU work: lowering, code
-generation, the C compiler or nvcc) and return an :class:`Artifact` (the compiled library's
-bytes and what loading it needs); **runners** load an artifact, check its outputs against the
-CPU executor's and time it. Any ``concurrent.futures.Executor`` serves: a local
-``ProcessPoolExecutor`` (:func:`local_farm`), a :class:`~loopir.tune.workers.DevicePool` for one
-runner per GPU, or a Dask ``distributed`` cluster (:func:`dask_farm`, the optional extra
-``loopir[distributed]``), where workers declaring the resource ``BUILD`` compile and those
-declaring ``MEASURE`` (GPU workers) measure. A runner needs no compiler: it writes the
+A [`Farm`][loopir.tune.farm.Farm] has two executors: **builders** compile candidates (CPU work:
+lowering, code generation, the C compiler or nvcc) and return an
+[`Artifact`][loopir.tune.farm.Artifact] (the compiled library's bytes and what loading it needs);
+**runners** load an artifact, check its outputs against the CPU executor's and time it. Any
+``concurrent.futures.Executor`` serves: a local ``ProcessPoolExecutor``
+([`local_farm`][loopir.tune.farm.local_farm]), a [`DevicePool`][loopir.tune.workers.DevicePool] for
+one runner per GPU, or a Dask ``distributed`` cluster ([`dask_farm`][loopir.tune.farm.dask_farm],
+the optional extra ``loopir[distributed]``), where workers declaring the resource ``BUILD`` compile
+and those declaring ``MEASURE`` (GPU workers) measure. A runner needs no compiler: it writes the
 artifact's library into a private directory, checks its SHA-256 and loads it.
 
 Each build is handed to a runner as soon as it is done, so compiles overlap measurements.
@@ -184,7 +185,7 @@ class Farm:
     builders
         Executor for compile jobs.
     runners
-        Executor (or :class:`~loopir.tune.workers.DevicePool`) for measurements.
+        Executor (or [`DevicePool`][loopir.tune.workers.DevicePool]) for measurements.
     target
         ``"cpu"`` or ``"cuda"``.
     width
@@ -238,7 +239,7 @@ class Farm:
 
 def local_farm(target: str, builders: int | None = None, devices: Sequence[str | int] | None = None) -> Farm:
     """Builders in a local process pool (default: one per CPU core); runners: one process per
-    visible GPU for ``"cuda"`` (:class:`~loopir.tune.workers.DevicePool`), one process for
+    visible GPU for ``"cuda"`` ([`DevicePool`][loopir.tune.workers.DevicePool]), one process for
     ``"cpu"`` (measurements must not share the CPU with each other)."""
     import multiprocessing as mp
 

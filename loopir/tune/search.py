@@ -78,9 +78,9 @@ class CUDARunner:
     """Check a candidate on the GPU against the CPU executor (random inputs), then time it with
     CUDA events (``mod.benchmark``).
 
-    With ``reference`` (the unscheduled function, as :func:`tune` passes it), the expected
-    outputs are computed once per process by the CPU executor and every candidate is compared
-    with them; without it each candidate is compared with its own CPU execution.
+    With ``reference`` (the unscheduled function, as [`tune`][loopir.tune.search.tune] passes it),
+    the expected outputs are computed once per process by the CPU executor and every candidate is
+    compared with them; without it each candidate is compared with its own CPU execution.
     """
 
     sizes: Any = None
@@ -146,13 +146,13 @@ def _expected(func: PrimFunc, sizes: Any) -> tuple[list[np.ndarray], list[np.nda
 
 
 def cpu_runner(repeat: int = 3, sizes: Any = None) -> Runner:
-    """The default runner of ``target="cpu"`` (a :class:`CPURunner`; ``sizes``: the values of
-    the function's symbolic sizes to measure at)."""
+    """The default runner of ``target="cpu"`` (a [`CPURunner`][loopir.tune.search.CPURunner];
+    ``sizes``: the values of the function's symbolic sizes to measure at)."""
     return CPURunner(repeat, sizes)
 
 
 def cuda_runner(sizes: Any = None, reference: PrimFunc | None = None) -> Runner:
-    """The default runner of ``target="cuda"`` (a :class:`CUDARunner`)."""
+    """The default runner of ``target="cuda"`` (a [`CUDARunner`][loopir.tune.search.CUDARunner])."""
     return CUDARunner(sizes, reference)
 
 
@@ -195,15 +195,16 @@ def tune(
     seed
         Seeds the search (the same seed, space and runner give the same search).
     runner
-        ``runner(scheduled_func) -> ms``; default :func:`cpu_runner` / :func:`cuda_runner`.
+        ``runner(scheduled_func) -> ms``; default [`cpu_runner`][loopir.tune.search.cpu_runner] /
+        [`cuda_runner`][loopir.tune.search.cuda_runner].
     database
-        A :class:`~loopir.schedule.database.Database` or the path of one (as ``build``
+        A [`Database`][loopir.schedule.database.Database] or the path of one (as ``build``
         takes): every measured candidate is committed.
     pool
-        A :class:`~loopir.tune.workers.DevicePool`: candidates are measured in batches of one
+        A [`DevicePool`][loopir.tune.workers.DevicePool]: candidates are measured in batches of one
         per device, each on its own GPU (the runner must be picklable, as the default ones are).
     farm
-        A :class:`~loopir.tune.farm.Farm`: candidates are compiled by its builders and measured
+        A [`Farm`][loopir.tune.farm.Farm]: candidates are compiled by its builders and measured
         by its runners (local processes, or a Dask cluster), ``farm.width`` at a time; the
         farm's runners check and time them (``runner`` is not used).
     patience
@@ -212,7 +213,8 @@ def tune(
     sizes
         Values of ``func``'s symbolic sizes the default runner measures at.
     bucket
-        The shape bucket label the database records carry (see :func:`tune_buckets`).
+        The shape bucket label the database records carry (see
+        [`tune_buckets`][loopir.tune.search.tune_buckets]).
 
     Raises
     ------
@@ -361,19 +363,19 @@ def tune_buckets(
     func
         A function with symbolic sizes.
     space, target, database
-        As for :func:`tune`.
+        As for [`tune`][loopir.tune.search.tune].
     buckets
         The shape ranges.
     runner
         ``runner(sizes) -> Runner`` for a bucket's representative sizes; default: the target's
         runner at those sizes.
     **options
-        Passed to :func:`tune` (``trials``, ``seed``, ...).
+        Passed to [`tune`][loopir.tune.search.tune] (``trials``, ``seed``, ...).
 
     Returns
     -------
     dict
-        The bucket label -> its :class:`TuneResult`.
+        The bucket label -> its [`TuneResult`][loopir.tune.search.TuneResult].
     """
     from loopir.schedule.database import bucket_label
 

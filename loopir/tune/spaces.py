@@ -1,25 +1,27 @@
-"""Design spaces for :func:`loopir.tune.tune`: schedule functions with sampling instructions.
+"""Design spaces for [`loopir.tune.tune`][loopir.tune.search.tune]: schedule functions with sampling
+instructions.
 
 A design space is a plain Python function of ``sch`` that calls ``sch.sample_categorical`` /
-``sample_perfect_tile`` and passes the sampled values to primitives; the tuner mutates the
-recorded decisions and replays the trace. Every sampled value flows into a primitive's
-arguments (never into a Python branch), so that a replayed trace with other decisions is the
-same space. The spaces here schedule the block they are about and hand every other
-unscheduled block to :func:`~loopir.schedule.default_gpu.default_gpu_schedule`, so that a
-candidate always builds.
+``sample_perfect_tile`` and passes the sampled values to primitives; the tuner mutates the recorded
+decisions and replays the trace. Every sampled value flows into a primitive's arguments (never into
+a Python branch), so that a replayed trace with other decisions is the same space. The spaces here
+schedule the block they are about and hand every other unscheduled block to
+[`default_gpu_schedule`][loopir.schedule.default_gpu.default_gpu_schedule], so that a candidate
+always builds.
 
-- :func:`elementwise_space`: fused spatial loops over ``threads`` x ``lanes`` (the lanes one
-  vector);
-- :func:`reduction_space`: the default schedule's row rule (softmax, layernorm, RMSNorm) or
-  cross-thread reduction, with the threads per row and the vector width sampled;
-- :func:`gemm_space`: GEMM-like blocks (two spatial loops, optionally batched, and one reduction
-  loop): block tiles, virtual threads, a 2-D thread block, register tiles, a K step and the
-  width of the cooperative shared-memory fetch all sampled (the DietCode structure; with
-  ``tir.enable_local_pad`` the tiles need not divide the shape).
-- :func:`sgemm_space`: the same structure around cuBLAS-class register tiles (up to 8 x 8
-  outputs per thread, the K step unrolled, 16-byte fetches, 2-3 stage ``cp.async`` pipelines,
-  A's shared rows padded against bank conflicts).
-- :func:`gpu_space`: picks one of the three by the function's blocks.
+- [`elementwise_space`][loopir.tune.spaces.elementwise_space]: fused spatial loops over ``threads``
+  x ``lanes`` (the lanes one vector);
+- [`reduction_space`][loopir.tune.spaces.reduction_space]: the default schedule's row rule (softmax,
+  layernorm, RMSNorm) or cross-thread reduction, with the threads per row and the vector width
+  sampled;
+- [`gemm_space`][loopir.tune.spaces.gemm_space]: GEMM-like blocks (two spatial loops, optionally
+  batched, and one reduction loop): block tiles, virtual threads, a 2-D thread block, register
+  tiles, a K step and the width of the cooperative shared-memory fetch all sampled (the DietCode
+  structure; with ``tir.enable_local_pad`` the tiles need not divide the shape).
+- [`sgemm_space`][loopir.tune.spaces.sgemm_space]: the same structure around cuBLAS-class register
+  tiles (up to 8 x 8 outputs per thread, the K step unrolled, 16-byte fetches, 2-3 stage
+  ``cp.async`` pipelines, A's shared rows padded against bank conflicts).
+- [`gpu_space`][loopir.tune.spaces.gpu_space]: picks one of the three by the function's blocks.
 
 >>> import loopir
 >>> from loopir.testing.workloads import matmul
@@ -103,7 +105,7 @@ def _inlined_gemm(sch: Schedule, space: str) -> str:
 
 
 def gemm_space(sch: Schedule) -> None:
-    """:func:`~loopir.schedule.default_gpu.tile_gemm` with every tile size sampled: threads
+    """[`tile_gemm`][loopir.schedule.default_gpu.tile_gemm] with every tile size sampled: threads
     ``ti`` x ``tj`` (4-32 x 8-32), virtual threads 1-2 each way, register tiles ``ri`` (1-8) x
     ``rj`` (1-4), the K step (4-32), the fetch vector width (1, 2, 4) and the software
     pipeline depth of the K loop (1-3, ``cp.async`` fetches).
@@ -123,7 +125,7 @@ def gemm_space(sch: Schedule) -> None:
 
 
 def sgemm_space(sch: Schedule, stages: Sequence[int] = (2, 3), transpose_a: bool = False) -> None:
-    """:func:`~loopir.schedule.default_gpu.tile_gemm` around cuBLAS-class register tiles:
+    """[`tile_gemm`][loopir.schedule.default_gpu.tile_gemm] around cuBLAS-class register tiles:
     threads ``ti`` x ``tj`` (4-16 x 8-32), virtual threads 1-2 each way, register tiles ``ri``
     (2-8) x ``rj`` (2 or 4), K steps of 8-32 unrolled (``unroll_k``), 16-byte fetches, a 2- or
     3-stage ``cp.async`` pipeline and A's shared rows padded by 0 or 4 elements (``pad_a``).
@@ -131,7 +133,7 @@ def sgemm_space(sch: Schedule, stages: Sequence[int] = (2, 3), transpose_a: bool
     per thread, as cuBLAS's SGEMM) is one point. Candidates whose shared tiles exceed 48 KB
     fail to build and are dropped. ``stages`` are the depths sampled; ``transpose_a`` (not
     sampled: a plain bool) stores A's tile transposed (see ``tile_gemm``); bind either with
-    :func:`functools.partial` to search a narrower space.
+    `functools.partial` to search a narrower space.
 
     Raises
     ------
@@ -149,8 +151,9 @@ def sgemm_space(sch: Schedule, stages: Sequence[int] = (2, 3), transpose_a: bool
 
 
 def gpu_space(sch: Schedule) -> None:
-    """:func:`gemm_space` when the function has a GEMM-like block, else
-    :func:`reduction_space` when it has a reduction, else :func:`elementwise_space`."""
+    """[`gemm_space`][loopir.tune.spaces.gemm_space] when the function has a GEMM-like block, else
+    [`reduction_space`][loopir.tune.spaces.reduction_space] when it has a reduction, else
+    [`elementwise_space`][loopir.tune.spaces.elementwise_space]."""
     if _gemm_block(sch) is not None:
         gemm_space(sch)
     elif any(pat.realize(sch, n)[0].block.init is not None for n in pat.unscheduled_blocks(sch)):

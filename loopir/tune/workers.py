@@ -1,10 +1,11 @@
 """Measuring workers, one per GPU: each process sees only its device.
 
-A :class:`DevicePool` starts one worker process per device index with ``CUDA_VISIBLE_DEVICES``
-set to that index before anything CUDA is loaded, so that each worker measures on its own
-GPU as device 0 and two measurements never share a GPU. Work is handed out round robin and
-results come back in order. :func:`visible_devices` lists what there is: the indices in
-``CUDA_VISIBLE_DEVICES`` when it is set, else one per GPU ``nvidia-smi -L`` lists, else none.
+A [`DevicePool`][loopir.tune.workers.DevicePool] starts one worker process per device index with
+``CUDA_VISIBLE_DEVICES`` set to that index before anything CUDA is loaded, so that each worker
+measures on its own GPU as device 0 and two measurements never share a GPU. Work is handed out round
+robin and results come back in order. [`visible_devices`][loopir.tune.workers.visible_devices] lists
+what there is: the indices in ``CUDA_VISIBLE_DEVICES`` when it is set, else one per GPU
+``nvidia-smi -L`` lists, else none.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ class DevicePool:
     Parameters
     ----------
     devices
-        Device indices (strings or ints); default :func:`visible_devices`.
+        Device indices (strings or ints); default
+        [`visible_devices`][loopir.tune.workers.visible_devices].
 
     Raises
     ------

@@ -86,6 +86,9 @@ def test_readme_has_the_two_commands_and_a_python_example() -> None:
     assert first.startswith("python3 -m pip install -e . && "), first
     assert "&& python3 -m loopir demo" in first, first
     assert 'python3 -m pip install -e ".[test]" && python3 -m pytest -q' in text
+    # CI runs the README's test command as written: it lists the 15 slowest tests
+    test_line = next(line for line in text.splitlines() if '-e ".[test]" && python3 -m pytest' in line)
+    assert "--durations=15" in test_line.split("#", 1)[0], test_line
     assert any(b.is_python for b in code_blocks(ROOT / "README.md"))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -67,3 +68,13 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     assert (tmp_path / "site" / "getting_started" / "index.html").is_file()
     api = (tmp_path / "site" / "api" / "schedule" / "index.html").read_text(encoding="utf-8")
     assert "decompose_reduction" in api  # generated from the Schedule docstrings
+    pages = {p: p.read_text(encoding="utf-8") for p in (tmp_path / "site" / "api").rglob("*.html")}
+    raw = re.compile(r":(?:func|class|mod|data|meth|attr|exc|obj):<code>[^<]*</code>")
+    roles = [f"{p.parent.name}: {m}" for p, html in pages.items() for m in raw.findall(html)]
+    assert roles == [], "Sphinx roles rendered as text:\n" + "\n".join(roles)
+    te = (tmp_path / "site" / "api" / "te" / "index.html").read_text(encoding="utf-8")
+    for name in ("exp", "log", "sqrt", "sigmoid", "cast", "const", "max_value"):
+        assert f'id="loopir.te.{name}"' in te, name
+    top = (tmp_path / "site" / "api" / "loopir" / "index.html").read_text(encoding="utf-8")
+    for name in ("driver.build", "passes.pipeline.lower", "analysis.verifier.verify"):
+        assert f'id="loopir.{name}"' in top, name

@@ -1,13 +1,24 @@
 """CUTLASS GEMM kernels for loopir: enumeration, emission, building, tuning and running.
 
-- :mod:`.problem` -- the GEMM signature (:class:`GemmProblem`, :class:`EpilogueSpec`).
-- :mod:`.enumerate` -- candidate configurations from ``cutlass_library``'s generator.
-- :mod:`.emit` -- C++ instantiations behind ``extern "C"`` host entry points.
-- :mod:`.library` -- one-nvcc-call shared libraries with a content-hash cache, via ctypes.
-- :mod:`.tune` -- :func:`.tune.tune`: parallel compile + CUDA-event timing, choice cached on disk.
-- :mod:`.runtime` -- :class:`CutlassGemm`, a callable on numpy/torch/CUDA arrays.
-- :mod:`.offload` -- the GemmOffload pass (its IR matching is :mod:`loopir.passes.gemm_match`).
-- :mod:`.hook` -- the CUDA build's side: the CUTLASS calls of a function's host code.
+- [`problem`][loopir.codegen_cuda.cutlass.problem] -- the GEMM signature
+  ([`GemmProblem`][loopir.codegen_cuda.cutlass.problem.GemmProblem],
+  [`EpilogueSpec`][loopir.codegen_cuda.cutlass.problem.EpilogueSpec]).
+- [`enumerate`][loopir.codegen_cuda.cutlass.enumerate] -- candidate configurations from
+  ``cutlass_library``'s generator.
+- [`emit`][loopir.codegen_cuda.cutlass.emit] -- C++ instantiations behind ``extern "C"`` host entry
+  points.
+- [`library`][loopir.codegen_cuda.cutlass.library] -- one-nvcc-call shared libraries with a
+  content-hash cache, via ctypes.
+- [`tune`][loopir.codegen_cuda.cutlass.tune] --
+  [`tune.tune`][loopir.codegen_cuda.cutlass.tune.tune]: parallel compile + CUDA-event timing, choice
+  cached on disk.
+- [`runtime`][loopir.codegen_cuda.cutlass.runtime] --
+  [`CutlassGemm`][loopir.codegen_cuda.cutlass.runtime.CutlassGemm], a callable on numpy/torch/CUDA
+  arrays.
+- [`offload`][loopir.codegen_cuda.cutlass.offload] -- the GemmOffload pass (its IR matching is
+  [`loopir.passes.gemm_match`][loopir.passes.gemm_match]).
+- [`hook`][loopir.codegen_cuda.cutlass.hook] -- the CUDA build's side: the CUTLASS calls of a
+  function's host code.
 
 Only lightweight names are imported here; ``cutlass_library`` loads on first use.
 """

@@ -1,7 +1,7 @@
 """C++ source for CUTLASS GEMM kernels behind ``extern "C"`` host entry points.
 
-Each :class:`KernelSpec` (a problem family + a candidate configuration) becomes one namespace
-holding the CUTLASS type definitions and one entry point
+Each [`KernelSpec`][loopir.codegen_cuda.cutlass.emit.KernelSpec] (a problem family + a candidate
+configuration) becomes one namespace holding the CUTLASS type definitions and one entry point
 
 .. code-block:: c++
 

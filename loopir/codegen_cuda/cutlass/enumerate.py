@@ -1,4 +1,5 @@
-"""Candidate CUTLASS kernels for a :class:`GemmProblem`, enumerated with ``cutlass_library``.
+"""Candidate CUTLASS kernels for a [`GemmProblem`][loopir.codegen_cuda.cutlass.problem.GemmProblem],
+enumerated with ``cutlass_library``.
 
 The candidates come from CUTLASS's own generator (``Manifest`` + ``GenerateSM90`` /
 ``GenerateSM80``), the same source of kernels the CUTLASS profiler and PyTorch Inductor use, and
@@ -34,8 +35,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: SM count used by the default heuristic when no device is queried (H100/H200 SXM: 132).
 DEFAULT_SM_COUNT = {90: 132, 80: 108}
+"""SM count used by the default heuristic when no device is queried (H100/H200 SXM: 132)."""
 
 # CUDA version string handed to the generator: it gates which kernels CUTLASS emits (12.x
 # enables every sm90 kernel this module uses); the real compile uses whatever nvcc is found.
@@ -215,7 +216,9 @@ def enumerate_candidates(problem: GemmProblem, arch: int = 90) -> list[GemmCandi
     Raises
     ------
     CodegenError
-        If the problem is not supported (see :func:`unsupported_reason`) or nothing matches.
+        If the problem is not supported (see
+        [`unsupported_reason`][loopir.codegen_cuda.cutlass.enumerate.unsupported_reason]) or nothing
+        matches.
     """
     reason = unsupported_reason(problem, arch)
     if reason is not None:
@@ -318,11 +321,11 @@ def _element_tag(dtype_name: str, arch: int) -> str:
     return {"f16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t"}[dtype_name]
 
 
-#: Most fp32 accumulator registers per consumer thread a sm90 kernel may need. Consumer
-#: warpgroups get 232-240 registers (``setmaxnreg``); a 256-register accumulator tile cannot fit
-#: and spills to local memory: on the H200 the 128x256 ping-pong kernel (256 accumulators per
-#: thread) ran 15x slower than the 128x256 cooperative one (docs/benchmarks.md, CUTLASS section).
 MAX_ACCUMULATOR_REGISTERS = 128
+"""Most fp32 accumulator registers per consumer thread a sm90 kernel may need. Consumer
+warpgroups get 232-240 registers (``setmaxnreg``); a 256-register accumulator tile cannot fit
+and spills to local memory: on the H200 the 128x256 ping-pong kernel (256 accumulators per
+thread) ran 15x slower than the 128x256 cooperative one (docs/benchmarks.md, CUTLASS section)."""
 
 
 def accumulator_registers(cand: GemmCandidate) -> int:
@@ -341,7 +344,8 @@ def accumulator_registers(cand: GemmCandidate) -> int:
 
 
 def fits_registers(cand: GemmCandidate) -> bool:
-    """Whether ``cand``'s accumulators fit in registers (see :data:`MAX_ACCUMULATOR_REGISTERS`).
+    """Whether ``cand``'s accumulators fit in registers (see
+    [`MAX_ACCUMULATOR_REGISTERS`][loopir.codegen_cuda.cutlass.enumerate.MAX_ACCUMULATOR_REGISTERS]).
 
     Only sm90 kernels are filtered: CUTLASS's 2.x generator configurations are already sized to
     fit (warp tiles of at most 64x64 fp32 accumulators).
@@ -415,10 +419,12 @@ def estimated_cost(problem: GemmProblem, cand: GemmCandidate, sm_count: int) -> 
 def rank_candidates(
     problem: GemmProblem, candidates: list[GemmCandidate], sm_count: int | None = None
 ) -> list[GemmCandidate]:
-    """``candidates`` ordered by the default heuristic (:func:`estimated_cost`), best first.
+    """``candidates`` ordered by the default heuristic
+    ([`estimated_cost`][loopir.codegen_cuda.cutlass.enumerate.estimated_cost]), best first.
 
     Candidates whose accumulators do not fit in registers are dropped (see
-    :func:`fits_registers`); ties are broken by the sort key, so the order is deterministic.
+    [`fits_registers`][loopir.codegen_cuda.cutlass.enumerate.fits_registers]); ties are broken by
+    the sort key, so the order is deterministic.
     """
     if not candidates:
         raise CodegenError("cutlass: rank_candidates got no candidates")
@@ -432,8 +438,8 @@ def rank_candidates(
     return sorted(fit, key=lambda c: (round(estimated_cost(problem, c, sms), 6), c.sort_key()))
 
 
-#: Candidates modelled within this factor of the best are "competitive" for tuning.
 _COMPETITIVE = 1.3
+"""Candidates modelled within this factor of the best are "competitive" for tuning."""
 
 
 def tuning_candidates(
@@ -499,11 +505,11 @@ def shared_tuning_candidates(
 ) -> list[GemmCandidate]:
     """One set of at most ``count`` kernels to tune several problems of one kernel family.
 
-    The problems must share element types, layouts and epilogue (they differ in shape), so
-    one compiled kernel serves all of them; only their shapes differ. Each problem's
-    :func:`tuning_candidates` list is merged round-robin (every default first, then every
-    problem's second choice, ...), so each shape class gets its best guesses compiled.
-    Deterministic for a given list of problems.
+    The problems must share element types, layouts and epilogue (they differ in shape), so one
+    compiled kernel serves all of them; only their shapes differ. Each problem's
+    [`tuning_candidates`][loopir.codegen_cuda.cutlass.enumerate.tuning_candidates] list is merged
+    round-robin (every default first, then every problem's second choice, ...), so each shape class
+    gets its best guesses compiled. Deterministic for a given list of problems.
 
     Raises
     ------
@@ -533,5 +539,6 @@ def shared_tuning_candidates(
 
 
 def default_candidate(problem: GemmProblem, arch: int = 90, sm_count: int | None = None) -> GemmCandidate:
-    """The configuration used without tuning: the best candidate by :func:`rank_candidates`."""
+    """The configuration used without tuning: the best candidate by
+    [`rank_candidates`][loopir.codegen_cuda.cutlass.enumerate.rank_candidates]."""
     return rank_candidates(problem, enumerate_candidates(problem, arch), sm_count)[0]

@@ -8,11 +8,11 @@ in ``func.attrs["loopir.library_calls"]``. The codegen:
    or the backend is ``"generated"``),
 2. treats each extern statement as a host step between kernel launches
    (``loopir.codegen_cuda.split.extern_call_id`` tells them apart from device code),
-3. plans one :class:`ExternGemms` per function: the CUTLASS configuration of each call (a
-   cached tuning choice, a fresh tuning run, or the default heuristic), the translation unit
-   holding their entry points (compiled to an object and linked into the function's shared
-   library), and the calls the generated host code makes
-   (:class:`~loopir.codegen_cuda.host.ExternCall`).
+3. plans one [`ExternGemms`][loopir.codegen_cuda.cutlass.hook.ExternGemms] per function: the CUTLASS
+   configuration of each call (a cached tuning choice, a fresh tuning run, or the default
+   heuristic), the translation unit holding their entry points (compiled to an object and linked
+   into the function's shared library), and the calls the generated host code makes
+   ([`ExternCall`][loopir.codegen_cuda.host.ExternCall]).
 
 ``ExternGemms.library_calls`` is what ``mod.library_calls`` shows.
 """
@@ -38,7 +38,8 @@ logger = logging.getLogger(__name__)
 
 
 def problem_from_signature(sig: Mapping[str, Any]) -> GemmProblem:
-    """Rebuild a :class:`GemmProblem` from ``GemmProblem.signature()`` (as stored in attrs)."""
+    """Rebuild a [`GemmProblem`][loopir.codegen_cuda.cutlass.problem.GemmProblem] from
+    ``GemmProblem.signature()`` (as stored in attrs)."""
     layout = sig["layout"]
     epi = dict(sig["epilogue"])
     return GemmProblem(

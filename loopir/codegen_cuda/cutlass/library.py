@@ -5,10 +5,11 @@ host entry points (see ``emit.py``). Libraries are cached on disk under a conten
 source, the nvcc flags, the nvcc version and the CUTLASS version, and written atomically, so
 a warm build is a hash plus a ``dlopen``.
 
-The CUDA runtime inside the library uses the CUDA context current on the calling thread (or
-the device's primary context when none is): :func:`ensure_context` makes pycuda's current
-context the device's primary context when nothing is current, so the generated kernels loaded
-by pycuda, the library and frameworks such as PyTorch all share one context.
+The CUDA runtime inside the library uses the CUDA context current on the calling thread (or the
+device's primary context when none is):
+[`ensure_context`][loopir.codegen_cuda.cutlass.library.ensure_context] makes pycuda's current
+context the device's primary context when nothing is current, so the generated kernels loaded by
+pycuda, the library and frameworks such as PyTorch all share one context.
 """
 
 from __future__ import annotations
@@ -118,7 +119,8 @@ def unit_flags() -> list[str]:
     """nvcc flags for the CUTLASS translation unit of a built module (an object file).
 
     The target architecture and ``-c``/``-fPIC`` come from the module's compile
-    (:func:`loopir.codegen_cuda.compile.compile_cuda`); these are what CUTLASS's headers need.
+    ([`loopir.codegen_cuda.compile.compile_cuda`][loopir.codegen_cuda.compile.compile_cuda]); these
+    are what CUTLASS's headers need.
     """
     return ["-DNDEBUG", "--expt-relaxed-constexpr", "-lineinfo",
             *(f"-I{inc}" for inc in cutlass_include_dirs())]  # fmt: skip
@@ -127,10 +129,11 @@ def unit_flags() -> list[str]:
 def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
     """Where built libraries are cached: ``override`` (used as is), else ``<cache root>/cutlass``.
 
-    The cache root is resolved by :mod:`loopir._cache_dir` (``loopir.runtime.set_cache_dir``,
-    ``$LOOPIR_CACHE_DIR``, ``$XDG_CACHE_HOME/loopir``, ``~/.cache/loopir``). The folder is
-    created with mode 0700; one owned by another user or writable by group/others is refused
-    with a CodegenError, since its libraries are loaded into this process.
+    The cache root is resolved by [`loopir._cache_dir`][loopir._cache_dir]
+    (``loopir.runtime.set_cache_dir``, ``$LOOPIR_CACHE_DIR``, ``$XDG_CACHE_HOME/loopir``,
+    ``~/.cache/loopir``). The folder is created with mode 0700; one owned by another user or
+    writable by group/others is refused with a CodegenError, since its libraries are loaded into
+    this process.
     """
     return _cache_dir.kind_dir("cutlass", override)
 
@@ -159,9 +162,9 @@ def build_library(
     Parameters
     ----------
     source
-        The C++/CUDA source (see :func:`~loopir.codegen_cuda.cutlass.emit.emit_module`).
+        The C++/CUDA source (see [`emit_module`][loopir.codegen_cuda.cutlass.emit.emit_module]).
     arch
-        90 or 80 (see :func:`compile_flags`).
+        90 or 80 (see [`compile_flags`][loopir.codegen_cuda.cutlass.library.compile_flags]).
     cache
         Cache folder override.
     extra_flags
@@ -266,8 +269,8 @@ def ensure_context() -> Any:
     primary context -- the one the CUDA runtime (CUTLASS, PyTorch) uses -- is retained and
     pushed once, and popped again at interpreter exit.
 
-    Returns the pycuda context, or raises :class:`~loopir.errors.LaunchError` when pycuda or a
-    GPU is missing.
+    Returns the pycuda context, or raises [`LaunchError`][loopir.errors.LaunchError] when pycuda or
+    a GPU is missing.
     """
     try:
         import pycuda.driver as drv
@@ -304,7 +307,7 @@ class CutlassLibrary:
     specs
         The kernels it holds.
     cache
-        Cache folder override (see :func:`cache_dir`).
+        Cache folder override (see [`cache_dir`][loopir.codegen_cuda.cutlass.library.cache_dir]).
     extra_flags
         More nvcc flags.
 
@@ -375,9 +378,10 @@ class CutlassLibrary:
     ) -> Callable[[], None]:
         """A zero-argument callable running entry ``name`` on fixed device pointers.
 
-        The entry point, the ctypes argument conversion and the CUDA context are resolved once,
-        so a repeated call costs one ctypes call plus the launch (what timing loops and
-        repeated launches on the same buffers want). Errors are raised as by :meth:`call`.
+        The entry point, the ctypes argument conversion and the CUDA context are resolved once, so a
+        repeated call costs one ctypes call plus the launch (what timing loops and repeated launches
+        on the same buffers want). Errors are raised as by
+        [`call`][loopir.codegen_cuda.cutlass.library.CutlassLibrary.call].
         """
         ensure_context()
         fn = self.entry(name)

@@ -15,8 +15,8 @@ extents and scalars). The full description of every call lives in the function a
 the CUDA codegen builds the CUTLASS module from it (``loopir.codegen_cuda.cutlass.hook``).
 
 Stages that do not match, or that CUTLASS cannot take (dtype, alignment, shape), stay generated
-code; the reason is logged (logger ``loopir.codegen_cuda.cutlass.offload``) and kept in
-:attr:`GemmOffload.report`.
+code; the reason is logged (logger ``loopir.codegen_cuda.cutlass.offload``) and kept in the
+``report`` of [`GemmOffload`][loopir.codegen_cuda.cutlass.offload.GemmOffload].
 
 Configuration keys:
 
@@ -126,7 +126,8 @@ class GemmOffload(Pass):
     Attributes
     ----------
     report
-        One :class:`OffloadDecision` per GEMM-like block of the last run.
+        One [`OffloadDecision`][loopir.codegen_cuda.cutlass.offload.OffloadDecision] per GEMM-like
+        block of the last run.
     """
 
     name = "GemmOffload"

@@ -1,12 +1,14 @@
 """The GEMM problem signature shared by the offload pass, the emitter and the tuner.
 
-A :class:`GemmProblem` describes ``D[b, i, j] = act(alpha * sum_k A[b, i, k] * B[b, k, j]
-+ beta * S[b, i, j] + bias[j])`` on compact row-major buffers, in the user's coordinates.
-``layout_a``/``layout_b`` say how A and B are stored: ``"row"`` is A as (M, K) and B as (K, N)
-(the plain NN product); ``"col"`` is A stored as (K, M) (TN) or B stored as (N, K) (NT).
+A [`GemmProblem`][loopir.codegen_cuda.cutlass.problem.GemmProblem] describes ``D[b, i, j] =
+act(alpha * sum_k A[b, i, k] * B[b, k, j] + beta * S[b, i, j] + bias[j])`` on compact row-major
+buffers, in the user's coordinates. ``layout_a``/``layout_b`` say how A and B are stored: ``"row"``
+is A as (M, K) and B as (K, N) (the plain NN product); ``"col"`` is A stored as (K, M) (TN) or B
+stored as (N, K) (NT).
 
 CUTLASS's generator describes kernels with a column-major output, so the emitter computes the
-transposed product ``D^T = B^T A^T`` (see :func:`cutlass_operands`): a row-major D of shape
+transposed product ``D^T = B^T A^T`` (see
+[`cutlass_operands`][loopir.codegen_cuda.cutlass.problem.cutlass_operands]): a row-major D of shape
 (M, N) is a column-major (N, M) matrix, and the per-column bias of D is a per-row bias there.
 """
 
@@ -29,20 +31,20 @@ __all__ = [
     "cutlass_version",
 ]
 
-#: loopir dtype -> (cutlass_library DataType name, C++ element type, bytes per element)
 DTYPES: dict[str, tuple[str, str, int]] = {
     "float16": ("f16", "cutlass::half_t", 2),
     "bfloat16": ("bf16", "cutlass::bfloat16_t", 2),
     "float32": ("f32", "float", 4),
 }
+"""loopir dtype -> (cutlass_library DataType name, C++ element type, bytes per element)"""
 
-#: activation name -> CUTLASS epilogue functor template (cutlass/epilogue/thread/activation.h)
 ACTIVATIONS: dict[str, str] = {
     "identity": "cutlass::epilogue::thread::Identity",
     "relu": "cutlass::epilogue::thread::ReLu",
     "gelu": "cutlass::epilogue::thread::GELU",
     "silu": "cutlass::epilogue::thread::SiLu",
 }
+"""activation name -> CUTLASS epilogue functor template (cutlass/epilogue/thread/activation.h)"""
 
 
 def _check_activation(_inst: Any, _a: Any, value: str) -> None:
@@ -153,7 +155,8 @@ class GemmProblem:
         }  # fmt: skip
 
     def key(self) -> str:
-        """A short stable hash of :meth:`signature`."""
+        """A short stable hash of
+        [`signature`][loopir.codegen_cuda.cutlass.problem.GemmProblem.signature]."""
         text = json.dumps(self.signature(), sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -2,7 +2,7 @@
 
 Arrays may be torch tensors on the GPU, objects with ``__cuda_array_interface__`` (used in
 place) or numpy arrays (copied to the device and, for outputs, back). Wrong dtype, shape,
-device or a non-contiguous array raises :class:`~loopir.errors.LaunchError` naming the
+device or a non-contiguous array raises [`LaunchError`][loopir.errors.LaunchError] naming the
 parameter.
 """
 

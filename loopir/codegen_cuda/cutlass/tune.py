@@ -1,12 +1,12 @@
 """Autotuning CUTLASS configurations: compile candidates in parallel, time them, cache the pick.
 
-:func:`tune` takes ``max_candidates`` candidates spread over kernel designs
-(``enumerate.tuning_candidates``: the heuristic's default first, never a configuration whose
-accumulators spill), compiles each in its own translation unit (one nvcc process per
-candidate, ``workers`` at a time, cached by content), times each on the real shape with CUDA events and keeps the
-fastest. The choice is stored in ``<cache>/tuning.json`` under a key made of the problem
-signature (dtypes, layouts, epilogue, shape), the arch and the CUTLASS version, and
-:func:`lookup` returns it to later builds.
+[`tune`][loopir.codegen_cuda.cutlass.tune.tune] takes ``max_candidates`` candidates spread over
+kernel designs (``enumerate.tuning_candidates``: the heuristic's default first, never a
+configuration whose accumulators spill), compiles each in its own translation unit (one nvcc process
+per candidate, ``workers`` at a time, cached by content), times each on the real shape with CUDA
+events and keeps the fastest. The choice is stored in ``<cache>/tuning.json`` under a key made of
+the problem signature (dtypes, layouts, epilogue, shape), the arch and the CUTLASS version, and
+[`lookup`][loopir.codegen_cuda.cutlass.tune.lookup] returns it to later builds.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ _LOCK = threading.Lock()
 
 @attrs.frozen
 class TuneResult:
-    """Outcome of :func:`tune`.
+    """Outcome of [`tune`][loopir.codegen_cuda.cutlass.tune.tune].
 
     Attributes
     ----------
@@ -113,8 +113,9 @@ def record_choice(
     timings: list[tuple[str, float | None]],
     cache: Any = None,
 ) -> None:
-    """Store ``candidate`` as the tuned choice for ``problem`` (what :func:`tune` does after
-    timing; public for callers that time candidates themselves, e.g. benchmarks/gemm.py)."""
+    """Store ``candidate`` as the tuned choice for ``problem`` (what
+    [`tune`][loopir.codegen_cuda.cutlass.tune.tune] does after timing; public for callers that time
+    candidates themselves, e.g. benchmarks/gemm.py)."""
     _store(
         cache,
         tuning_key(problem, arch),
