@@ -27,7 +27,7 @@ MLSys 2022; apache/tvm PR 11793) makes the tile computable unguarded by padding:
   padded value flow in as that identity (a factor of a product for sum, the whole term for
   max/min: ``max(acc, a * b)`` is refused), through casts that each map the identity of their
   operand type to the identity of their own type (``int32(int8(x))`` turns INT32_MIN into 0;
-  an int8 tile's -128 widened is not INT32_MIN: both refused; see :mod:`.local_pad_values`).
+  an int8 tile's -128 widened is not INT32_MIN: both refused; see `loopir.passes.local_pad_values`).
 - Compute: a conjunct is dropped only when the store stays in bounds without it and, whenever it
   is false, some operand provably reads a padded element of a fetch padded with the identity
   (the fetch's inlined conjunct, moved to the operand's element, implies the compute conjunct,

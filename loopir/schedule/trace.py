@@ -374,8 +374,9 @@ class Trace:
         Parameters
         ----------
         data
-            The dict :meth:`as_json` gives, its JSON text, or the path of a file holding that
-            text (an ``os.PathLike``, or a ``str`` naming an existing file).
+            The dict [`as_json`][loopir.schedule.trace.Trace.as_json] gives, its JSON text, or
+            the path of a file holding that text (an ``os.PathLike``, or a ``str`` naming an
+            existing file).
 
         Raises
         ------
