@@ -53,7 +53,7 @@ from loopir.ir.expr import (
     Sub,
     Var,
 )
-from loopir.ir.functor import Visitor, collect_vars
+from loopir.ir.functor import Visitor, collect_vars, substitute
 from loopir.ir.printer import script
 from loopir.ir.stmt import (
     Allocate,
@@ -721,11 +721,38 @@ def find_races(func: PrimFunc) -> RaceReport:
         for w, x in _pairs(k):
             n += 1
             verdict, msg = _check_pair(k, w, x)
+            if verdict == "unknown":
+                verdict, msg = _witness_at_sizes(func, root, k, w, x) or (verdict, msg)
             if verdict == "race":
                 races.append(msg)  # type: ignore[arg-type]
             elif verdict == "unknown":
                 unproven.append(msg)  # type: ignore[arg-type]
     return RaceReport(tuple(races), tuple(unproven), n)
+
+
+#: Values tried for a kernel's symbolic sizes when searching for a witness (a race at any
+#: size is a race of the kernel).
+WITNESS_SIZES = (1, 2, 3, 7, 33, 64)
+
+
+def _witness_at_sizes(func: PrimFunc, root: For, k: _Kernel, w: _Access, x: _Access
+                      ) -> tuple[str, str] | None:  # fmt: skip
+    """A race found by the bounded witness search after fixing every symbolic size of the
+    kernel to one of :data:`WITNESS_SIZES` (a symbolic extent cannot be enumerated)."""
+    bound = {f.loop_var for a in k.accesses for f in a.loops}
+    sizes = sorted({v for v in collect_vars(root) if v not in bound}, key=lambda v: v.name)
+    if not sizes:
+        return None
+    i, j = k.accesses.index(w), k.accesses.index(x)
+    for value in WITNESS_SIZES:
+        fixed = substitute(root, {v: IntImm(value, v.dtype) for v in sizes})
+        k2 = _Kernel(fixed, func)
+        w2, x2 = k2.accesses[i], k2.accesses[j]
+        verdict, msg = _check_pair(k2, w2, x2)
+        if verdict == "race":
+            names = ", ".join(f"{v.name} = {value}" for v in sizes)
+            return "race", f"(with {names}) {msg}"
+    return None
 
 
 def check_races(func: PrimFunc, ctx: PassContext | None = None) -> None:

@@ -330,3 +330,20 @@ def test_a_proof_over_a_symbolic_size_holds_at_every_size(rows, d, row_coefs, co
         return
     for n in (1, 64, 65, 200):
         assert not find_races(_fused_over_symbolic_columns(n, rows, row, col)).races, n
+
+
+def test_a_race_over_a_symbolic_grid_is_found_at_a_fixed_size() -> None:
+    # regression (found by the schedule fuzzer): every thread of a block accumulates into
+    # C[i, j] (the reduction left outside the thread loop) over a symbolic number of blocks;
+    # the grid could not be enumerated, so the race was only "unproven" and the random-order
+    # CPU run gave a wrong result. The witness search now fixes the sizes (n = 1, 2, ...).
+    from loopir.testing import workloads as wl
+    from loopir.testing.fuzz import bind_for_gpu
+
+    sch = loopir.Schedule(wl.symbolic_matmul().func)
+    c = sch.get_block("C")
+    a_shared = sch.cache_read(c, "A", "shared")
+    sch.compute_at(a_shared, sch.get_loops(c)[0])
+    assert bind_for_gpu(sch)
+    report = find_races(loopir.lower(sch.func))
+    assert report.races and "(with n = 1)" in report.races[0]
