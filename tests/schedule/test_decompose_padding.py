@@ -128,3 +128,19 @@ def test_decomposed_pads_compute_the_same(m: int, n: int, top: int, left: int, i
     sch.decompose_padding(b, j if inner else i)
     check_schedule(func, sch)
 
+
+def test_the_fill_cannot_move_past_the_in_bound_block() -> None:
+    """Regression (fuzz seed 221): compute_at of the fill under its consumer's loop put it after
+    the in-bound block, so the constant overwrote the copied values; two writers of a buffer
+    must keep their order."""
+    X = te.placeholder((4, 5), "float32", name="X")
+    P = te.compute((5, 5), lambda i, j: te.if_then_else(i >= 1, X[i - 1, j], 0.0), name="P")
+    Q = te.compute((5, 5), lambda i, j: P[i, j] + 1.0, name="Q")
+    func = te.create_prim_func([X, Q])
+    sch = loopir.Schedule(func)
+    p = sch.get_block("P")
+    fill = sch.decompose_padding(p, sch.get_loops(p)[0])
+    q_i = sch.get_loops(sch.get_block("Q"))[0]
+    with pytest.raises(ScheduleError, match="would run after 'P', which also writes 'P'"):
+        sch.compute_at(fill, q_i)
+    check_schedule(func, sch)
