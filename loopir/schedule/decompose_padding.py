@@ -94,17 +94,22 @@ def _bounds(func: PrimFunc, blk: Block, cond: PrimExpr) -> dict[Var, tuple[list[
         if lin is None or not isinstance(coef, IntImm) or coef.value not in (1, -1):
             raise _fail(f"padding condition term {term} is not v + c compared with a bound "
                         f"(iter var {v.name})", func, blk)  # fmt: skip
+        # the term is coef * v + base OP 0: a bound on v (inclusive below, exclusive above)
         base = lin[1]
         lo, hi = out.setdefault(v, ([], []))
-        up = coef.value == 1
-        if isinstance(term, LT):  # v < -base  /  v > base
-            (hi.append(-base) if up else lo.append(base + 1))
-        elif isinstance(term, LE):
-            (hi.append(-base + 1) if up else lo.append(base))
-        elif isinstance(term, GT):
-            (lo.append(-base + 1) if up else hi.append(base))
-        else:  # GE
-            (lo.append(-base) if up else hi.append(base + 1))
+        if coef.value == -1:  # -v + base OP 0  <=>  v OP' base
+            term_kind = {LT: GT, LE: GE, GT: LT, GE: LE}[type(term)]
+            bound = base
+        else:
+            term_kind, bound = type(term), -base
+        if term_kind is LT:
+            hi.append(bound)
+        elif term_kind is LE:
+            hi.append(bound + 1)
+        elif term_kind is GT:
+            lo.append(bound + 1)
+        else:
+            lo.append(bound)
     return out
 
 

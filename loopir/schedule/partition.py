@@ -84,7 +84,6 @@ class _Copy(Mutator):
         self.part_var = part_var
         self.dom = dom
         self.taken = taken
-        self.renamed: dict[str, str] = {}
 
     def visit_For(self, node: For) -> Stmt:
         new_var = Var(node.loop_var.name, node.loop_var.dtype)
@@ -106,7 +105,6 @@ class _Copy(Mutator):
         renamed = substitute(attrs.evolve(blk, iter_vars=tuple(ivs)), vmap)
         assert isinstance(renamed, Block)
         name = _fresh(f"{blk.name}_{self.suffix}", self.taken)
-        self.renamed[blk.name] = name
         inner = self.visit(renamed.body)
         init = None if renamed.init is None else self.visit(renamed.init)
         new_blk = attrs.evolve(renamed, name=name, body=inner, init=init)
@@ -144,10 +142,10 @@ def loop_partition(func: PrimFunc, loop_var: Var, factors: Sequence[int | None])
                 with T.block("B"):                     with T.block("B_i0"):
                     v_i = T.axis.spatial(10, i)            v_i = T.axis.spatial(3, i0)
                     v_j = T.axis.spatial(8, j)             ...
-                    ...                        for i1 in T.serial(3, 10):
+                    ...                        for i1 in T.serial(7):
                                                    for j_1 in T.serial(8):
                                                        with T.block("B_i1"):
-                                                           v_i = T.axis.spatial((3, 10), i1)
+                                                           v_i = T.axis.spatial((3, 10), i1 + 3)
 
     Returns
     -------

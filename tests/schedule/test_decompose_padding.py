@@ -144,3 +144,16 @@ def test_the_fill_cannot_move_past_the_in_bound_block() -> None:
     with pytest.raises(ScheduleError, match="would run after 'P', which also writes 'P'"):
         sch.compute_at(fill, q_i)
     check_schedule(func, sch)
+
+
+def test_every_comparison_form_bounds_its_iter_var() -> None:
+    """``>``, ``<=`` and constants on the left give the same in-bound box as ``>=`` / ``<``."""
+    X = te.placeholder((4, 5), "float32", name="X")
+    P = te.compute((6, 7), lambda i, j: te.if_then_else(
+        te.all(i > 0, i <= 4, 2 <= j), X[i - 1, j - 2], -1.0), name="P")  # fmt: skip
+    func = te.create_prim_func([X, P])
+    sch = loopir.Schedule(func)
+    b = sch.get_block("P")
+    sch.decompose_padding(b, sch.get_loops(b)[0])
+    assert [(int(iv.dom.min), int(iv.dom.extent)) for iv in sch.get(b).iter_vars] == [(0, 4), (0, 5)]
+    check_schedule(func, sch)
