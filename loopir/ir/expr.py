@@ -542,10 +542,20 @@ def make_const(value: int | float | bool, dtype: str) -> PrimExpr:
     return IntImm(int(value), d)
 
 
+def _python_scalar(value: Any) -> Any:
+    """A NumPy scalar (``np.int64(4)`` from an array's shape, ``np.float32(0.5)``) as the
+    Python scalar it holds; anything else unchanged (NumPy is not imported for this)."""
+    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
+        return value.item()
+    return value
+
+
 def convert(value: Any, dtype: str | None = None) -> PrimExpr:
-    """Turn a Python scalar into a constant (``dtype`` or int32/float32/bool by default)."""
+    """Turn a Python (or NumPy) scalar into a constant (``dtype`` or int32/float32/bool by
+    default)."""
     if isinstance(value, PrimExpr):
         return value
+    value = _python_scalar(value)
     if isinstance(value, bool):
         return IntImm(int(value), dtype or "bool")
     if isinstance(value, int):
@@ -569,6 +579,7 @@ def _match(a: Any, b: Any) -> tuple[PrimExpr, PrimExpr]:
 
 
 def _scalar_like(value: Any, dtype: str) -> PrimExpr:
+    value = _python_scalar(value)
     if isinstance(value, float) and not dt.is_float(dtype):
         return convert(value)  # promotion will make both sides float
     return make_const(value, dtype)

@@ -181,6 +181,7 @@ class PassContext:
         Names of optional passes to skip. Unknown names and required passes (LowerBlocks,
         ThreadSync, ... : needed for correct lowering) raise [`PassError`][loopir.errors.PassError];
         [`loopir.passes.base.known_passes`][loopir.passes.base.known_passes] lists which are which.
+        ``disabled_pass=`` (TVM's name) is the same.
 
     Examples
     --------
@@ -198,10 +199,19 @@ class PassContext:
         opt_level: int = 2,
         instruments: Sequence[PassInstrument] = (),
         disabled_passes: Iterable[str] = (),
+        *,
+        disabled_pass: Iterable[str] | None = None,
     ) -> None:
         _ensure_registered()
-        if not isinstance(opt_level, int) or isinstance(opt_level, bool) or not 0 <= opt_level <= 3:
+        if disabled_pass is not None:  # TVM's name
+            if disabled_passes:
+                raise PassError(
+                    "PassContext: give disabled_passes or its TVM name disabled_pass, not both"
+                )
+            disabled_passes = disabled_pass
+        if not _type_ok(opt_level, int) or not 0 <= opt_level <= 3:
             raise PassError(f"PassContext: opt_level must be an int in 0..3, got {opt_level!r}")
+        opt_level = int(opt_level)  # NumPy integers too
         if config is not None and not isinstance(config, Mapping):
             raise PassError(
                 f"PassContext: config must be a dict of key -> value, got {type(config).__name__}"

@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from typing import overload
 
 from loopir.errors import PassError
+from loopir.ir.module import IRModule
 from loopir.ir.stmt import PrimFunc
 from loopir.passes.base import Pass, Sequential
 from loopir.passes.compact import CompactBufferAllocation
@@ -135,8 +137,17 @@ def default_pipeline(
     return Sequential(passes, name="lower")
 
 
-def lower(func: PrimFunc, target: str | None = None) -> PrimFunc:
-    """Lower a (scheduled) PrimFunc to the loop form the backends consume.
+@overload
+def lower(func: PrimFunc, target: str | None = None) -> PrimFunc: ...
+
+
+@overload
+def lower(func: IRModule, target: str | None = None) -> IRModule: ...
+
+
+def lower(func: PrimFunc | IRModule, target: str | None = None) -> PrimFunc | IRModule:
+    """Lower a (scheduled) PrimFunc, or each function of an IRModule, to the loop form the
+    backends consume.
 
     Runs [`default_pipeline`][loopir.passes.pipeline.default_pipeline] under the current
     [`PassContext`][loopir.passes.context.PassContext]. The result has no Block/BlockRealize: only
@@ -147,16 +158,18 @@ def lower(func: PrimFunc, target: str | None = None) -> PrimFunc:
     Parameters
     ----------
     func
-        The function (typically ``sch.func``).
+        The function (typically ``sch.func``), or a :class:`loopir.IRModule` (``sch.mod``).
     target
         Run the target's own passes first (see
         [`default_pipeline`][loopir.passes.pipeline.default_pipeline]).
 
     Returns
     -------
-    PrimFunc
-        The lowered function.
+    PrimFunc or IRModule
+        The lowered function, or a module of the lowered functions under the same names.
     """
+    if isinstance(func, IRModule):
+        return IRModule({name: lower(func[name], target) for name in func.names})
     if not isinstance(func, PrimFunc):
-        raise PassError(f"lower: expected a PrimFunc, got {type(func).__name__}")
+        raise PassError(f"lower: expected a PrimFunc or an IRModule, got {type(func).__name__}")
     return default_pipeline(func=func, target=target)(func)

@@ -102,3 +102,40 @@ def get_consumers(func: PrimFunc, block: str) -> list[str]:
     return [
         b.name for b in siblings[here + 1:] if (_buffers(b.reads) | _buffers(b.writes)) & written
     ]
+
+
+def get_output_blocks(func: PrimFunc, scope_block: str) -> list[str]:
+    """Names of the blocks under ``scope_block`` that write a buffer their scope does not
+    allocate (TVM's ``get_output_blocks``).
+
+    Every block nested below ``scope_block`` (at any depth) is considered with its own scope,
+    the innermost block around it: it is an output block when one of its writes is not
+    allocated by that block (a parameter of the function, or a buffer allocated further out).
+
+    Parameters
+    ----------
+    func
+        The function.
+    scope_block
+        Name of the block whose body is searched (``"root"`` for the whole function).
+
+    Returns
+    -------
+    list of str
+        The output blocks in execution (pre-order) order.
+
+    Examples
+    --------
+    In ``C = A @ B; D = C + bias; E = max(D, 0)`` with ``C`` and ``D`` allocated in the root
+    block, ``get_output_blocks(func, "root") == ["E"]``.
+    """
+    realize, _ = rg.get_block(func, scope_block, "get_output_blocks")
+    out: list[str] = []
+    for node, anc in tree.walk(realize.block.body):
+        if not isinstance(node, Block):
+            continue
+        scope = tree.enclosing_block(anc) or realize.block
+        allocated = set(scope.alloc_buffers)
+        if any(r.buffer not in allocated for r in node.writes):
+            out.append(node.name)
+    return out

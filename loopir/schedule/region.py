@@ -181,6 +181,8 @@ def check_order(
     me = order[idx[block_name]].block
     here = idx[block_name]
     show = func if shown is None else shown
+    if shown is not None:
+        _check_writer_order(func, shown, order, me, here, primitive, node)
     for i, r in enumerate(order):
         other = r.block
         if other.name == block_name:
@@ -201,6 +203,32 @@ def check_order(
                     f"the buffer {reg.buffer.name!r} it writes",
                     primitive=primitive,
                     func=show,
+                    node=node,
+                )
+
+
+def _check_writer_order(
+    func: PrimFunc, before: PrimFunc, order: list[BlockRealize], me: Block, here: int,
+    primitive: str, node: Any,
+) -> None:  # fmt: skip
+    """Two writers of one buffer keep their order (``before`` is the function before the
+    move): the later write is the value that stays, and no read between them need notice a
+    swap (a constant fill followed by the in-bound copy of ``decompose_padding``)."""
+    old = {r.block.name: i for i, r in enumerate(leaf_blocks(before))}
+    if me.name not in old:
+        return
+    for i, r in enumerate(order):
+        other = r.block
+        if other.name == me.name or other.name not in old:
+            continue
+        for reg in me.writes:
+            if writes_buffer(other, reg.buffer) and (i < here) != (old[other.name] < old[me.name]):
+                raise ScheduleError(
+                    f"block {me.name!r} would run {'after' if i < here else 'before'} "
+                    f"{other.name!r}, which also writes {reg.buffer.name!r}; of two writes of "
+                    "an element the later one stays, so writers keep their order",
+                    primitive=primitive,
+                    func=before,
                     node=node,
                 )
 

@@ -1,35 +1,33 @@
-"""The traced Schedule: handles, the one recording decorator, and every primitive's entry point.
+"""The traced Schedule: handles and every primitive's entry point.
 
-Primitives are pure functions on PrimFunc (``loops.py`` here; ``cache.py``, ``compute_at.py``,
-... for data movement). A Schedule method only resolves handles to block names / loop Vars,
-calls the pure function and returns the targets it produced; the
-[`instruction`][loopir.schedule.schedule.instruction] decorator does everything else once for all
-primitives: argument checks, recording into the trace, making output handles, and committing the new
-function only when the primitive succeeded (a primitive that raises leaves func and trace
-unchanged).
+Primitives are pure functions on PrimFunc (``loops.py``, ``cache.py``, ``compute_at.py``, ...).
+A Schedule method only resolves handles to block names / loop Vars, calls the pure function
+and returns the targets it produced; the ``instruction`` decorator
+(``loopir.schedule.recording``) does everything else once for all primitives: argument checks,
+recording into the trace, making output handles, and committing the new function only when the
+primitive succeeded (a primitive that raises leaves func and trace unchanged). The primitives
+TVM users reach for beyond these (``reindex``, ``loop_partition``, ...) and TVM's API forms
+(``mod``, ``work_on``, ``get_sblock``, ``pad_einsum``) are in ``loopir.schedule.schedule_tvm``.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
 import logging
 import random
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 from loopir.errors import ScheduleError
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import Var
+from loopir.ir.module import IRModule
 from loopir.ir.stmt import Block, BlockRealize, For, PrimFunc, Stmt
 from loopir.schedule import sampling, tree
+from loopir.schedule.recording import Target, _result, check_bool, instruction
+from loopir.schedule.schedule_tvm import TVMForms, check_tvm_options, schedule_target
 from loopir.schedule.trace import (
     _RV,
-    ATTR,
-    HANDLE,
-    HANDLES,
     INSTRUCTION_KINDS,
-    VARHANDLES,
     BlockRV,
     ExprRV,
     Instruction,
@@ -37,160 +35,11 @@ from loopir.schedule.trace import (
     LoopRV,
     Param,
     Trace,
-    _is_literal,
-    map_refs,
 )
 
 logger = logging.getLogger(__name__)
 
-F = TypeVar("F", bound=Callable[..., Any])
-# What a handle resolves through: a block name, a loop Var, or a root/inline mark.
-Target = str | Var | sampling.Mark
-
-
-_ROLE_KINDS = {
-    "block": (HANDLE, "block"), "loop": (HANDLE, "loop"), "any": (HANDLE, "any"),
-    "blocks": (HANDLES, "block"), "loops": (HANDLES, "loop"),
-    "*blocks": (VARHANDLES, "block"), "*loops": (VARHANDLES, "loop"),
-}  # fmt: skip
-
-
-def _param_spec(p: inspect.Parameter, declared: str | None, kind: str) -> Param:
-    """The role of parameter ``p``: the handle kind ``declared`` in ``inputs=``, else a literal.
-
-    The declaration is checked against the signature, so that roles and annotations cannot
-    drift apart: a ``*args`` parameter must be declared ``"*blocks"``/``"*loops"``, and a
-    parameter annotated with a handle type must be declared.
-    """
-    ann = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
-    has_default = p.default is not inspect.Parameter.empty
-    default = p.default if has_default else None
-    if declared is None:
-        if "RV" in ann or p.kind is inspect.Parameter.VAR_POSITIONAL:
-            raise TypeError(f"instruction {kind}: parameter {p.name!r} ({ann}) takes handles; declare it in inputs=")
-        return Param(p.name, ATTR, has_default=has_default, default=default)
-    if declared not in _ROLE_KINDS:
-        raise TypeError(f"instruction {kind}: unknown input kind {declared!r} for {p.name!r}")
-    role, htype = _ROLE_KINDS[declared]
-    if (role == VARHANDLES) != (p.kind is inspect.Parameter.VAR_POSITIONAL):
-        raise TypeError(f"instruction {kind}: {p.name!r} is declared {declared!r} but is {p.kind.description}")
-    return Param(p.name, role, htype, has_default, default)
-
-
-def _normalize_literal(value: Any) -> Any:
-    """Tuples become lists so that recorded attributes are exactly their JSON form."""
-    if isinstance(value, tuple):
-        return [_normalize_literal(v) for v in value]
-    if isinstance(value, list):
-        return [_normalize_literal(v) for v in value]
-    return value
-
-
-def instruction(
-    inputs: Mapping[str, str] | None = None,
-    returns: str | None = None,
-    resolve: Callable[[Schedule, dict[str, Any]], None] | None = None,
-) -> Callable[[F], F]:
-    """The recording decorator: turns a method ``(self, ...) -> (func, targets)`` into a primitive.
-
-    The decorated method reads ``self.func``, calls a pure function and returns the new
-    PrimFunc and the targets (block names / loop Vars) of its output handles (None, one, or a
-    list, per ``returns``). The decorator registers the kind with the parameter roles declared
-    in ``inputs`` (the other parameters are literal attributes), checks attribute literals,
-    makes output handles, records the instruction and commits. Nothing is committed when the
-    method raises.
-
-    Parameters
-    ----------
-    inputs
-        ``{parameter: kind}`` for the handle inputs: ``"block"``, ``"loop"``, ``"any"`` (one
-        handle), ``"blocks"``, ``"loops"`` (a list) or ``"*blocks"``, ``"*loops"`` (``*args``).
-    returns
-        None, ``"block"``, ``"loop"``, ``"blocks"``, ``"loops"``, ``"expr"`` or ``"exprs"``
-        (sampled ints). A sampling method returns ``(func, targets, decision)``; the decision
-        is recorded as its ``decision`` attribute.
-    """
-
-    def deco(method: F) -> F:
-        kind = method.__name__
-        sig = inspect.signature(method)
-        declared = dict(inputs or {})
-        rest = list(sig.parameters.values())[1:]
-        unknown = set(declared) - {p.name for p in rest}
-        if unknown:
-            raise TypeError(f"instruction {kind}: inputs= names unknown parameters {sorted(unknown)}")
-        params = tuple(_param_spec(p, declared.get(p.name), kind) for p in rest)
-        spec = InstructionKind(kind, params, returns)
-        INSTRUCTION_KINDS[kind] = spec
-
-        @functools.wraps(method)
-        def wrapper(self: Schedule, *args: Any, **kwargs: Any) -> Any:
-            try:
-                bound = sig.bind(self, *args, **kwargs)
-            except TypeError as e:
-                raise ScheduleError(f"bad arguments: {e}", primitive=kind) from None
-            bound.apply_defaults()
-            if resolve is not None:  # e.g. a Buffer argument becomes the literal a trace records
-                resolve(self, bound.arguments)
-            inputs: dict[str, Any] = {}
-            attrs: dict[str, Any] = {}
-            for p in params:
-                value = bound.arguments[p.name]
-                if p.role == ATTR:
-                    # A sampled value of this schedule is recorded as a reference to it; one
-                    # from elsewhere is just its int.
-                    value = map_refs(_normalize_literal(value),
-                                     lambda r: r if id(r) in self._exprs else int(r))
-                    if not _is_literal(value):
-                        raise ScheduleError(
-                            f"argument {p.name}={value!r} must be None, a bool, int, float, str "
-                            "or a list of those",
-                            primitive=kind,
-                        )
-                    attrs[p.name] = value
-                    # The primitive sees plain ints: IR nodes never hold an ExprRV.
-                    bound.arguments[p.name] = map_refs(value, int)
-                    continue
-                if p.role == HANDLE:
-                    if value is not None or not (p.has_default and p.default is None):
-                        self._check_handle(value, p, kind)
-                    inputs[p.name] = value
-                    continue
-                if value is None and p.role == HANDLES and p.has_default and p.default is None:
-                    inputs[p.name] = None
-                    continue
-                if isinstance(value, _RV) or not isinstance(value, (list, tuple)):
-                    raise ScheduleError(
-                        f"argument {p.name} must be a list of handles, got {value!r}",
-                        primitive=kind,
-                    )
-                for v in value:
-                    self._check_handle(v, p, kind)
-                inputs[p.name] = tuple(value)
-            try:
-                new_func, targets, *decision = method(*bound.args, **bound.kwargs)
-            except ScheduleError as e:
-                if e.primitive is None:
-                    e.primitive = kind
-                raise
-            if decision:
-                attrs["decision"] = _normalize_literal(decision[0])
-            # Commit: nothing above touched self.
-            outputs = self._make_outputs(spec, targets)
-            index = len(self._instructions)
-            self._instructions.append(Instruction(kind, inputs, attrs, tuple(outputs)))
-            if new_func is not self._func:
-                self._func = new_func
-                self._mark_stale(index, kind)
-            logger.debug("schedule: %s -> %d outputs", kind, len(outputs))
-            if returns is None:
-                return None
-            return outputs if spec.returns_list else outputs[0]
-
-        return wrapper  # type: ignore[return-value]
-
-    return deco
-
+__all__ = ["INSTRUCTION_KINDS", "BlockRV", "ExprRV", "LoopRV", "Schedule", "Trace", "instruction"]
 
 def _cache_buffer_arg(param: str, primitive: str) -> Callable[[Schedule, dict[str, Any]], None]:
     """Resolve a Buffer (or te Tensor) given for ``param`` to its index in the block's
@@ -208,20 +57,49 @@ def _cache_buffer_arg(param: str, primitive: str) -> Callable[[Schedule, dict[st
 
 
 def _layout_args(sch: Schedule, args: dict[str, Any]) -> None:
-    """transform_layout: the buffer as its write index, the index map as its text."""
+    """transform_layout: the buffer as its write index (TVM's ``("write", i)`` too), the index
+    map as its text."""
     from loopir.schedule import cache, layout
+    from loopir.schedule.reindex import access_spec
 
     block = args["block"]
     if isinstance(block, BlockRV):
         name = sch._block_name(block, "transform_layout")
+        realize = sch._locations().blocks[name][0]
+        spec = access_spec(args["buffer"], "transform_layout")
+        if spec is not None:
+            args["buffer"] = _write_index(sch, realize.block, spec)
         args["buffer"] = cache.buffer_index(sch.func, name, args["buffer"], "transform_layout")
-        realize = sch._locations().blocks.get(name)
-        ndim = None
-        if realize is not None:
-            buf = cache._pick_buffer(sch.func, realize[0].block, args["buffer"], realize[0].block.writes,
-                                     "writes", "transform_layout")  # fmt: skip
-            ndim = len(buf.shape)
-        args["index_map"] = layout.index_map_text(args["index_map"], ndim if ndim is not None else 0)
+        buf = cache._pick_buffer(sch.func, realize.block, args["buffer"], realize.block.writes,
+                                 "writes", "transform_layout")  # fmt: skip
+        args["index_map"] = layout.index_map_text(args["index_map"], len(buf.shape))
+
+
+def _write_index(sch: Schedule, blk: Block, spec: tuple[str, int]) -> int:
+    """The index into ``blk``'s writes of the buffer a ``("read" | "write", i)`` specifier
+    names; a buffer the block only reads is refused, naming the block that writes it."""
+    from loopir.schedule import cache
+
+    kind, index = spec
+    regions = blk.reads if kind == "read" else blk.writes
+    buf = cache._pick_buffer(sch.func, blk, index, regions, f"{kind}s", "transform_layout")
+    for i, r in enumerate(blk.writes):
+        if r.buffer is buf:
+            return i
+    writers = [s.name for s, _ in tree.walk(sch.func) if isinstance(s, Block) and s is not blk
+               and any(w.buffer is buf for w in s.writes)]  # fmt: skip
+    hint = (
+        f"transform_layout(sch.get_block({writers[0]!r}), {buf.name!r}, ...)" if writers
+        else "the block that writes it"
+    )
+    raise ScheduleError(
+        f"({kind!r}, {index}) of block {blk.name!r} is {buf.name!r}, which the block does not "
+        f"write; loopir's transform_layout takes a buffer through a block that writes it: "
+        f"write {hint}",
+        primitive="transform_layout",
+        func=sch.func,
+        node=blk,
+    )
 
 
 def _check_unique_names(func: PrimFunc) -> None:
@@ -245,14 +123,7 @@ def _check_unique_names(func: PrimFunc) -> None:
             loops.add(s.loop_var)
 
 
-def _result(func: PrimFunc, targets: Any = None) -> Any:
-    """What a primitive's body returns to [`instruction`][loopir.schedule.schedule.instruction]: the
-    new function and the targets (block names / loop Vars) of its output handles. Typed ``Any``
-    because the decorator turns it into the handles the method's signature promises."""
-    return func, targets
-
-
-class Schedule:
+class Schedule(TVMForms):
     """A traced schedule of a PrimFunc (TensorIR style).
 
     The IR is immutable, so the schedule simply holds the current function: ``sch.func``. Handles
@@ -263,11 +134,16 @@ class Schedule:
 
     Parameters
     ----------
-    func
-        The function to schedule.
+    mod
+        The function to schedule, or a :class:`loopir.IRModule`: its only function, or its
+        ``"main"`` (:meth:`work_on` picks another before the first instruction); ``sch.mod``
+        is the module with the current function.
     seed
         Seed of the random state that sampling instructions draw from (``random.Random``);
         None means 0, so that an unseeded schedule is deterministic too.
+    debug_mask, error_render_level, enable_check
+        TVM's options, accepted with TVM's values: loopir checks every precondition and
+        shows the IR in every error whatever they say.
 
     Examples
     --------
@@ -281,28 +157,45 @@ class Schedule:
         l4, l5 = sch.split(l1, [None, 32], disable_predication=False)
     """
 
-    def __init__(self, func: PrimFunc, seed: int | None = None) -> None:
-        if not isinstance(func, PrimFunc):
-            raise ScheduleError(
-                f"Schedule needs a loopir.PrimFunc, got {type(func).__name__}", primitive="Schedule"
-            )
+    def __init__(
+        self,
+        mod: PrimFunc | IRModule,
+        seed: int | None = None,
+        *,
+        debug_mask: str | int = "none",
+        error_render_level: str = "detail",
+        enable_check: bool = True,
+    ) -> None:
         if seed is not None and (isinstance(seed, bool) or not hasattr(seed, "__index__")):
             raise ScheduleError(f"seed must be an int or None, got {seed!r}", primitive="Schedule")
-        _check_unique_names(func)
+        check_tvm_options(debug_mask, error_render_level, enable_check)
+        module, func = schedule_target(mod)
         self._rng = random.Random(0 if seed is None else seed.__index__())  # numpy ints too
         # Sampled values of this schedule, by identity (ExprRVs compare by value).
         self._exprs: dict[int, ExprRV] = {}
-        self._func = func
+        # The IRModule given (None for a PrimFunc) and the name of the function worked on
+        # (None until work_on picks one in a module of several functions without "main").
+        self._module: IRModule | None = module
+        self._func_name: str | None = None
+        if func is None:  # a placeholder: sch.func and get_block refuse until work_on
+            assert module is not None  # schedule_target gives a PrimFunc's own function
+            self._func = module[module.names[0]]
+        else:
+            self._func = func
         self._instructions: list[Instruction] = []
         self._symbols: dict[_RV, Target] = {}
         # Handles whose block/loop vanished: (instruction index, kind) that removed it.
         self._stale: dict[_RV, tuple[int, str]] = {}
         self._where: tree.Locations | None = None  # of self._func, see _locations
+        if func is not None:
+            _check_unique_names(func)
+            self._func_name = func.name
 
     # --- state -----------------------------------------------------------------------------
     @property
     def func(self) -> PrimFunc:
-        """The current function."""
+        """The current function (the one worked on, for a schedule of an IRModule)."""
+        self._require_function("func")
         return self._func
 
     @property
@@ -322,14 +215,12 @@ class Schedule:
         other._symbols = dict(self._symbols)
         other._stale = dict(self._stale)
         other._where = self._where  # of the same (immutable) function
+        other._module = self._module
+        other._func_name = self._func_name
         return other
 
     def __repr__(self) -> str:
         return f"<Schedule of {self._func.name}: {len(self._instructions)} instructions>"
-
-    def show(self) -> str:
-        """The current function as text."""
-        return self._func.script()
 
     # --- handles ---------------------------------------------------------------------------
     def _check_handle(self, rv: Any, p: Param, kind: str) -> None:
@@ -438,15 +329,23 @@ class Schedule:
                             primitive="get")
 
     # --- queries (recorded: they define handles) --------------------------------------------
-    @instruction(returns="block")
-    def get_block(self, name: str) -> BlockRV:
+    @instruction(returns="block", unrecorded=("func_name",))
+    def get_block(self, name: str, func_name: str | None = None) -> BlockRV:
         """Handle to the block called ``name`` (block names are unique).
+
+        ``func_name`` (TVM's ``get_sblock``) names the function of a module to look in: the
+        one the schedule works on (:meth:`work_on`); in a module of several functions
+        without ``"main"`` it picks that function as ``work_on`` does. It is not recorded:
+        a trace applies to the function its schedule works on.
 
         Raises
         ------
         ScheduleError
             When no block has that name (the message lists the blocks).
         """
+        if func_name is not None:
+            self._check_func_name(func_name)
+        self._require_function("get_block")
         if not isinstance(name, str):
             raise ScheduleError(f"block name must be a str, got {name!r}", primitive="get_block")
         if name not in self._locations().blocks:
@@ -512,9 +411,13 @@ class Schedule:
         return _result(self._func, deps.get_consumers(self._func, name))
 
     # --- loop primitives ---------------------------------------------------------------------
-    @instruction(inputs={"loop": "loop"}, returns="loops")
+    @instruction(inputs={"loop": "loop"}, returns="loops", unrecorded=("preserve_unit_iters",))
     def split(
-        self, loop: LoopRV, factors: list[int | None], disable_predication: bool = False
+        self,
+        loop: LoopRV,
+        factors: list[int | None],
+        preserve_unit_iters: bool = True,
+        disable_predication: bool = False,
     ) -> list[LoopRV]:
         """Split ``loop`` into ``len(factors)`` nested loops, outermost first.
 
@@ -526,6 +429,10 @@ class Schedule:
             Extents of the new loops; at most one None, inferred as ``ceildiv(extent,
             product of the others)``. The product must be at least the extent; when it is
             larger, the blocks below get the predicate ``fused < extent``.
+        preserve_unit_iters
+            Accepted for TVM compatibility and not recorded: loopir always simplifies an
+            extent-1 loop out of the block bindings (the form TVM gives with ``False``); the
+            computation is the same either way.
         disable_predication
             Add no predicate (TVM's flag): the caller asserts that the product divides a
             symbolic extent; a provably inexact split is then refused.
@@ -543,12 +450,15 @@ class Schedule:
         """
         from loopir.schedule import loops
 
+        check_bool(preserve_unit_iters, "preserve_unit_iters", "split")
         var = self._loop_var(loop, "split")
         return _result(*loops.split(self._func, var, factors, disable_predication))
 
-    @instruction(inputs={"loops": "*loops"}, returns="loop")
-    def fuse(self, *loops: LoopRV) -> LoopRV:
+    @instruction(inputs={"loops": "*loops"}, returns="loop", unrecorded=("preserve_unit_iters",))
+    def fuse(self, *loops: LoopRV, preserve_unit_iters: bool = True) -> LoopRV:
         """Fuse perfectly nested adjacent loops (outermost first) into one loop.
+
+        ``preserve_unit_iters`` is accepted (and not recorded) as for :meth:`split`.
 
         Returns
         -------
@@ -558,6 +468,7 @@ class Schedule:
         """
         from loopir.schedule import loops as L
 
+        check_bool(preserve_unit_iters, "preserve_unit_iters", "fuse")
         return _result(*L.fuse(self._func, [self._loop_var(lp, "fuse") for lp in loops]))
 
     @instruction(inputs={"ordered_loops": "*loops"})
@@ -716,18 +627,41 @@ class Schedule:
         name = self._block_name(block, "set_scope")
         return _result(scope.set_scope(self._func, name, buffer_index, storage_scope))
 
-    @instruction(inputs={"block": "block"}, resolve=_layout_args)
-    def transform_layout(self, block: BlockRV, buffer: str | int | Buffer, index_map: Any) -> None:
+    @instruction(inputs={"block": "block"}, resolve=_layout_args,
+                 unrecorded=("pad_value", "assume_injective_transform"))  # fmt: skip
+    def transform_layout(
+        self,
+        block: BlockRV,
+        buffer: str | int | Buffer | tuple[str, int],
+        index_map: Any,
+        pad_value: Any = None,
+        *,
+        assume_injective_transform: bool = False,
+    ) -> None:
         """Store a buffer ``block`` writes in the layout of ``index_map`` (TVM's
         ``transform_layout``), e.g. ``lambda i, j: (j // 4, i, j % 4)``.
 
-        The trace records the map as the text of a lambda (``"lambda i, j: ((j // 4), i, (j %
-        4))"``), read back by a parser that evaluates nothing; the text is accepted here too. See
+        ``buffer`` is a name, an index into the block's writes, the Buffer or TVM's
+        ``("write", i)`` (``("read", i)`` of a buffer the block also writes). The trace records
+        the buffer as its write index and the map as the text of a lambda (``"lambda i, j:
+        ((j // 4), i, (j % 4))"``), read back by a parser that evaluates nothing; the text is
+        accepted here too. ``pad_value`` must be None (maps are one-to-one, without padding);
+        ``assume_injective_transform`` is accepted and not recorded: the map is checked
+        whatever it says. See
         [`loopir.schedule.layout.transform_layout`][loopir.schedule.layout.transform_layout].
         """
         from loopir.schedule import layout
 
+        if pad_value is not None:
+            raise ScheduleError(
+                f"pad_value={pad_value!r}: loopir's transform_layout takes one-to-one maps "
+                "without padding; pad the block first (pad / pad_einsum) and use a map whose "
+                "image fills the new shape",
+                primitive="transform_layout",
+            )
+        check_bool(assume_injective_transform, "assume_injective_transform", "transform_layout")
         name = self._block_name(block, "transform_layout")
+        assert not isinstance(buffer, tuple)  # _layout_args made a specifier its write index
         return _result(layout.transform_layout(self._func, name, buffer, index_map))
 
     @instruction(inputs={"block": "block"}, resolve=_cache_buffer_arg("buffer_index", "storage_align"))
@@ -826,7 +760,8 @@ class Schedule:
 
     @instruction(inputs={"block": "block"})
     def pad(self, block: BlockRV, factors: list[int]) -> None:
-        """pad_einsum: round each block iter's extent up to a multiple of its factor."""
+        """pad_einsum: round each block iter's extent up to a multiple of its factor (also
+        callable by TVM's name, :meth:`pad_einsum`)."""
         from loopir.schedule import pad as P
 
         return _result(P.pad(self._func, self._block_name(block, "pad"), factors))

@@ -531,6 +531,23 @@ class Trace:
                 rv_map[id(old)] = new_rv
         logger.debug("replayed %d instructions", len(self.instructions))
 
+    # --- TVM's names -------------------------------------------------------------------------
+    def apply_to_schedule(self, sch: Schedule, remove_postproc: bool = False) -> None:
+        """TVM's name of :meth:`apply_to` (a loopir trace has no postprocessing part, so
+        ``remove_postproc`` changes nothing)."""
+        self.apply_to(sch)
+
+    @staticmethod
+    def apply_json_to_schedule(json_obj: Any, sch: Schedule) -> None:
+        """Replay the trace that :meth:`as_json` wrote (a dict or its JSON text) on ``sch``
+        (TVM's ``Trace.apply_json_to_schedule``)."""
+        Trace.from_json(json_obj).apply_to(sch)
+
+    def show(self, style: str | None = None, black_format: bool = False) -> None:
+        """Print the trace as Python (TVM's ``show``; ``style`` and ``black_format`` are
+        TVM's highlighting options: loopir prints plain text)."""
+        print(self.as_python())
+
 
 def _ensure_kinds() -> None:
     # The kinds are registered when the Schedule class is defined.

@@ -287,3 +287,13 @@ def child_blocks(root: Stmt) -> list[BlockRealize]:
             continue
         stack.extend(reversed(list(_stmt_children(node))))
     return out
+
+
+def replace_in(root: Stmt, old: Stmt, new: Stmt) -> Stmt:
+    """``root`` with statement ``old`` (identity) replaced by ``new``: :func:`replace` for a
+    subtree (a block or loop nest being rebuilt before it goes back into the function)."""
+    r = _Replace(old, new)
+    out = r.visit(root)
+    if not r.done or out is None:
+        raise ValueError("statement to replace is not in the subtree")
+    return out

@@ -40,7 +40,7 @@ class Inexact(Exception):
 def written_condition(
     realize: BlockRealize,
     ancestors: tuple[Stmt, ...],
-    loop: For,
+    loop: Stmt,
     write: BufferRegion,
     element: Sequence[PrimExpr],
     ana: Analyzer,
@@ -55,7 +55,8 @@ def written_condition(
         Its ancestors; the loops strictly below ``loop`` are the inner loops, which vary
         within one iteration of the position.
     loop
-        The position loop.
+        The position loop (or the block whose scope holds the producer's whole loop nest:
+        then every loop above the producer is an inner loop).
     write
         One of the producer's write regions (point accesses).
     element

@@ -41,6 +41,7 @@ from loopir.testing import (
     run_cpu,
     run_cpu_orders,
 )
+from loopir.testing.fuzz_tvm import TVMDraws
 from loopir.testing.workloads import Workload
 
 if TYPE_CHECKING:
@@ -69,12 +70,13 @@ PRIMITIVES: dict[str, int] = {
     "vectorize": 1, "unroll": 1, "parallel": 1, "cache_read": 3, "cache_write": 3,
     "compute_at": 4, "reverse_compute_at": 3, "compute_inline": 3, "reverse_compute_inline": 2,
     "decompose_reduction": 2, "pad": 2, "get_producers": 1, "get_consumers": 1, "set_scope": 2,
-    "storage_align": 1, "rfactor": 1, "transform_layout": 1,
+    "storage_align": 1, "rfactor": 1, "transform_layout": 1, "get_child_blocks": 1,
+    "get_output_blocks": 1, "add_unit_loop": 1, "loop_partition": 2, "reindex": 2,
+    "decompose_padding": 2,
 }  # fmt: skip
 """The primitives the fuzzer calls, with relative weights."""
 
 EXCLUDED: dict[str, str] = {
-    "get_child_blocks": "a pure query already exercised through get_loops/get_block",
     "annotate": "free-form keys; the annotation-driven passes have their own property tests",
     "unannotate": "the inverse of annotate",
     "sample_perfect_tile": "sampling instructions are drawn by design spaces (the tuner)",
@@ -155,7 +157,7 @@ class Call:
     text: str = ""
 
 
-class ScheduleFuzzer:
+class ScheduleFuzzer(TVMDraws):
     """Applies random primitives to a schedule of ``workload``, checking every step.
 
     Parameters
@@ -437,6 +439,17 @@ class ScheduleFuzzer:
             args = (block, 0, f"lambda {', '.join(names)}: ({', '.join(ch.choice(maps))},)")
         elif kind == "rfactor":
             args = (self._pick_loop(ch), ch.choice([0, 0, 1, -1, 5]))
+        elif kind in ("get_child_blocks", "add_unit_loop"):
+            args = (self._pick_loop(ch) if ch.integer(0, 1) else self._pick_block(ch),)
+        elif kind == "get_output_blocks":
+            args = (self._root(ch) if not _rare(ch, 3) else self._pick_block(ch),)
+        elif kind == "loop_partition":
+            loop = self._pick_loop(ch)
+            args = (loop, self._partition_factors(ch, self._extent(loop)))
+        elif kind == "reindex":
+            args = self._reindex_args(ch)
+        elif kind == "decompose_padding":
+            args = self._padding_args(ch)
         elif kind == "pad":
             block = self._pick_block(ch)
             node = self._block_node(block)

@@ -172,3 +172,25 @@ def assert_equivalent(before: PrimFunc, after: PrimFunc, seed: int = 0, rtol: fl
 
 def golden_pair(golden: Any, name: str, before: PrimFunc, after: PrimFunc) -> None:
     golden(f"schedule/{name}", f"# before\n{before.script()}\n\n# after\n{after.script()}")
+
+
+def check_schedule(func: PrimFunc, sch: loopir.Schedule) -> None:
+    """``sch.func`` computes what ``func`` does on the CPU executor, unlowered and lowered with
+    local padding off and on (random thread order), and ``sch``'s trace replays through its
+    JSON and through its Python text to a structurally equal function."""
+    import json
+
+    from loopir.testing import check_equivalent
+
+    check_equivalent(func, sch.func)
+    for pad in (False, True):
+        with loopir.PassContext(config={"tir.enable_local_pad": pad}):
+            check_equivalent(func, loopir.lower(sch.func))
+    replay = loopir.Schedule(func)
+    loopir.Trace.from_json(json.dumps(sch.trace.as_json())).apply_to(replay)
+    loopir.assert_structural_equal(sch.func, replay.func)
+    ns: dict[str, Any] = {}
+    exec(sch.trace.as_python(), ns)  # noqa: S102 - the trace's own Python text
+    again = loopir.Schedule(func)
+    ns["apply_trace"](again)
+    loopir.assert_structural_equal(sch.func, again.func)

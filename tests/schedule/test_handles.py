@@ -122,7 +122,7 @@ def test_copy_forks_with_trace() -> None:
 
 
 def test_schedule_needs_a_primfunc() -> None:
-    with pytest.raises(ScheduleError, match="Schedule needs a loopir.PrimFunc, got str"):
+    with pytest.raises(ScheduleError, match="Schedule needs a loopir.PrimFunc or a loopir.IRModule, got str"):
         loopir.Schedule("main")
 
 

@@ -1,0 +1,93 @@
+"""Argument draws of the schedule fuzzer for the primitives of issue 29 (``loop_partition``,
+``reindex``, ``decompose_padding``, ``get_output_blocks``): a mixin of
+:class:`loopir.testing.fuzz.ScheduleFuzzer`, which picks the primitive and checks the result.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from loopir.errors import ScheduleError
+
+if TYPE_CHECKING:
+    from loopir.ir.stmt import Block
+    from loopir.schedule import Schedule
+    from loopir.testing.fuzz import Chooser
+
+
+def _rare(ch: Chooser, n: int) -> bool:
+    """True with probability 1/n, False for the simplest draw (as ``fuzz._rare``)."""
+    return ch.integer(0, n - 1) == n - 1
+
+
+class TVMDraws:
+    """Draws (valid, and now and then invalid on purpose) for the issue-29 primitives."""
+
+    if TYPE_CHECKING:  # provided by ScheduleFuzzer
+        sch: Schedule
+
+        def _record_outputs(self, kind: str, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None: ...
+
+        def _pick_block(self, ch: Chooser) -> Any: ...
+
+        def _pick_loop(self, ch: Chooser) -> Any: ...
+
+        def _block_node(self, rv: Any) -> Block | None: ...
+
+    def _root(self, ch: Chooser) -> Any:
+        rv = self.sch.get_block("root")
+        self._record_outputs("get_block", rv, ("root",), {})
+        return rv
+
+    def _partition_factors(self, ch: Chooser, extent: int | None) -> list[Any]:
+        """Partition sizes summing to less than the extent (one None sometimes); invalid ones
+        on purpose now and then."""
+        if extent is None or extent < 2 or _rare(ch, 8):
+            return ch.choice([[0, None], [None, None], [-1], [], [2, "x"], [extent or 1], [1.5]])
+        n = ch.integer(1, min(3, extent - 1))
+        facs: list[Any] = []
+        left = extent - 1
+        for _ in range(n):
+            if left < 1:
+                break
+            facs.append(ch.integer(1, left))
+            left -= facs[-1]
+        if ch.integer(0, 1):
+            facs[ch.integer(0, len(facs) - 1)] = None
+        return facs
+
+    def _reindex_args(self, ch: Chooser) -> tuple[Any, ...]:
+        block = self._pick_block(ch)
+        node = self._block_node(block)
+        kind = ch.choice(["read", "write"])
+        regions = () if node is None else (node.reads if kind == "read" else node.writes)
+        r = ch.integer(0, 9)
+        if regions and r < 6:
+            spec: Any = (kind, ch.integer(0, len(regions) - 1))
+        elif regions and r < 8:
+            spec = regions[ch.integer(0, len(regions) - 1)].buffer.name
+        else:
+            spec = ch.choice([("read", 7), ("both", 0), "nope", 3])
+        return (block, spec)
+
+    def _padding_args(self, ch: Chooser) -> tuple[Any, ...]:
+        """A padding block (a store of a Select) with one of its loops when there is one."""
+        from loopir.ir.expr import Select
+        from loopir.ir.stmt import Block, BufferStore
+        from loopir.schedule import tree
+
+        pads = [s.name for s, _ in tree.walk(self.sch.func)
+                if isinstance(s, Block) and isinstance(s.body, BufferStore)
+                and isinstance(s.body.value, Select)]  # fmt: skip
+        if pads and not _rare(ch, 4):
+            name = ch.choice(pads)
+            try:
+                rv = self.sch.get_block(name)
+                loops = self.sch.get_loops(rv)
+            except ScheduleError:
+                return (self._pick_block(ch), self._pick_loop(ch))
+            self._record_outputs("get_block", rv, (name,), {})
+            self._record_outputs("get_loops", loops, (rv,), {})
+            if loops:
+                return (rv, ch.choice(list(loops)))
+        return (self._pick_block(ch), self._pick_loop(ch))
