@@ -158,7 +158,7 @@ def lower(func: PrimFunc | IRModule, target: str | None = None) -> PrimFunc | IR
     Parameters
     ----------
     func
-        The function (typically ``sch.func``), or a :class:`loopir.IRModule` (``sch.mod``).
+        The function (typically ``sch.func``), or a ``loopir.IRModule`` (``sch.mod``).
     target
         Run the target's own passes first (see
         [`default_pipeline`][loopir.passes.pipeline.default_pipeline]).

@@ -337,7 +337,7 @@ def _fresh_block(func: PrimFunc, base: str) -> str:
 
 
 def can_decompose_padding(func: PrimFunc, block: str, loop_var: Var) -> bool:
-    """Whether :func:`decompose_padding` applies (TVM's ``can_decompose_padding``)."""
+    """Whether ``decompose_padding`` applies (TVM's ``can_decompose_padding``)."""
     try:
         decompose_padding(func, block, loop_var)
     except ScheduleError:

@@ -1,6 +1,6 @@
-"""The one recording decorator behind every :class:`~loopir.schedule.Schedule` primitive.
+"""The one recording decorator behind every ``loopir.schedule.Schedule`` primitive.
 
-:func:`instruction` turns a method ``(self, ...) -> (func, targets)`` into a primitive: it
+``instruction`` turns a method ``(self, ...) -> (func, targets)`` into a primitive: it
 checks the arguments, records the call into the trace, makes the output handles and commits
 the new function only when the method returned. It lives in its own module so that the
 primitives can be spread over several modules (``schedule.py``, ``schedule_tvm.py``) that all
@@ -199,7 +199,7 @@ def instruction(
 
 
 def _result(func: PrimFunc, targets: Any = None) -> Any:
-    """What a primitive's body returns to :func:`instruction`: the new function and the
+    """What a primitive's body returns to ``instruction``: the new function and the
     targets (block names / loop Vars) of its output handles. Typed ``Any`` because the
     decorator turns it into the handles the method's signature promises."""
     return func, targets

@@ -135,8 +135,8 @@ class Schedule(TVMForms):
     Parameters
     ----------
     mod
-        The function to schedule, or a :class:`loopir.IRModule`: its only function, or its
-        ``"main"`` (:meth:`work_on` picks another before the first instruction); ``sch.mod``
+        The function to schedule, or a ``loopir.IRModule``: its only function, or its
+        ``"main"`` (``work_on`` picks another before the first instruction); ``sch.mod``
         is the module with the current function.
     seed
         Seed of the random state that sampling instructions draw from (``random.Random``);
@@ -334,7 +334,7 @@ class Schedule(TVMForms):
         """Handle to the block called ``name`` (block names are unique).
 
         ``func_name`` (TVM's ``get_sblock``) names the function of a module to look in: the
-        one the schedule works on (:meth:`work_on`); in a module of several functions
+        one the schedule works on (``work_on``); in a module of several functions
         without ``"main"`` it picks that function as ``work_on`` does. It is not recorded:
         a trace applies to the function its schedule works on.
 
@@ -458,7 +458,7 @@ class Schedule(TVMForms):
     def fuse(self, *loops: LoopRV, preserve_unit_iters: bool = True) -> LoopRV:
         """Fuse perfectly nested adjacent loops (outermost first) into one loop.
 
-        ``preserve_unit_iters`` is accepted (and not recorded) as for :meth:`split`.
+        ``preserve_unit_iters`` is accepted (and not recorded) as for ``split``.
 
         Returns
         -------
@@ -761,7 +761,7 @@ class Schedule(TVMForms):
     @instruction(inputs={"block": "block"})
     def pad(self, block: BlockRV, factors: list[int]) -> None:
         """pad_einsum: round each block iter's extent up to a multiple of its factor (also
-        callable by TVM's name, :meth:`pad_einsum`)."""
+        callable by TVM's name, ``pad_einsum``)."""
         from loopir.schedule import pad as P
 
         return _result(P.pad(self._func, self._block_name(block, "pad"), factors))

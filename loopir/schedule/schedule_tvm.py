@@ -1,14 +1,14 @@
-"""TVM's ``s_tir.Schedule`` forms on :class:`~loopir.schedule.Schedule`, and the primitives a
+"""TVM's ``s_tir.Schedule`` forms on ``loopir.schedule.Schedule``, and the primitives a
 TensorIR user reaches for beyond the core ones.
 
-:class:`TVMForms` is a mixin of :class:`~loopir.schedule.Schedule`: the IRModule a schedule
+``TVMForms`` is a mixin of ``loopir.schedule.Schedule``: the IRModule a schedule
 may be made of (``sch.mod``, ``work_on``, ``func_working_on``), TVM's names
 (``get_sblock``, ``pad_einsum``), the no-ops a pasted TVM trace calls (``enter_postproc``),
 ``show``, the random state (``seed``, ``fork_seed``), and the primitives ``reindex``,
 ``add_unit_loop``, ``get_output_blocks``, ``decompose_padding``, ``can_decompose_padding``
-and ``loop_partition`` (pure functions in :mod:`loopir.schedule.reindex`,
-:mod:`loopir.schedule.partition`, :mod:`loopir.schedule.decompose_padding`,
-:mod:`loopir.schedule.deps`). docs/tvm_differences.md lists every method of TVM 0.27's
+and ``loop_partition`` (pure functions in ``loopir.schedule.reindex``,
+``loopir.schedule.partition``, ``loopir.schedule.decompose_padding``,
+``loopir.schedule.deps``). docs/tvm_differences.md lists every method of TVM 0.27's
 ``s_tir.Schedule`` with its status here.
 """
 
@@ -109,7 +109,7 @@ class TVMForms:
     @property
     def func_working_on(self) -> str | None:
         """The name of the function worked on (TVM returns its GlobalVar); None while a
-        module of several functions without ``"main"`` waits for :meth:`work_on`."""
+        module of several functions without ``"main"`` waits for ``work_on``."""
         return self._func_name
 
     def work_on(self, func_name: str) -> None:
@@ -163,11 +163,11 @@ class TVMForms:
 
     # --- TVM's names and no-ops ------------------------------------------------------------
     def get_sblock(self, name: str, func_name: str | None = None) -> BlockRV:
-        """TVM 0.27's name of :meth:`get_block` (recorded as ``get_block``)."""
+        """TVM 0.27's name of ``get_block`` (recorded as ``get_block``)."""
         return self.get_block(name, func_name)
 
     def pad_einsum(self, block: BlockRV, padding: list[int]) -> None:
-        """TVM's name of :meth:`pad` (recorded as ``pad``)."""
+        """TVM's name of ``pad`` (recorded as ``pad``)."""
         self.pad(block, padding)
 
     def enter_postproc(self) -> None:
@@ -196,7 +196,7 @@ class TVMForms:
     @instruction(inputs={"scope_block": "block"}, returns="blocks")
     def get_output_blocks(self, scope_block: BlockRV) -> list[BlockRV]:
         """Handles to the blocks under ``scope_block`` that write a buffer their scope does not
-        allocate (TVM's ``get_output_blocks``); see :func:`loopir.schedule.deps.get_output_blocks`.
+        allocate (TVM's ``get_output_blocks``); see ``loopir.schedule.deps.get_output_blocks``.
 
         Examples
         --------
@@ -216,7 +216,7 @@ class TVMForms:
         Examples
         --------
         ``with T.block("C"): C[()] = A[()] + B[()]`` becomes ``for u in T.serial(1): with
-        T.block("C"): ...``; see :func:`loopir.schedule.partition.add_unit_loop`.
+        T.block("C"): ...``; see ``loopir.schedule.partition.add_unit_loop``.
         """
         from loopir.schedule import partition
 
@@ -253,7 +253,7 @@ class TVMForms:
         T.serial(3)`` over block ``B_i0`` and then ``for i1 in T.serial(7)`` over ``B_i1``
         (bound to ``i1 + 3``; TVM writes ``range(3, 10)`` and wraps each partition in a block
         ``B_i<k>_partition``; see
-        :func:`loopir.schedule.partition.loop_partition`).
+        ``loopir.schedule.partition.loop_partition``).
         """
         from loopir.schedule import partition
 
@@ -280,7 +280,7 @@ class TVMForms:
         --------
         On ``B[vi, vj] = A[vj, vi] * 2.0``, ``sch.reindex(b, ("read", 0))`` adds the block
         ``A_reindex_reindex``: ``A_reindex[v0, v1] = A[v1, v0]`` before B's loops, and B
-        reads ``A_reindex[vi, vj]``; see :func:`loopir.schedule.reindex.reindex`.
+        reads ``A_reindex[vi, vj]``; see ``loopir.schedule.reindex.reindex``.
         """
         from loopir.schedule import reindex as R
 
@@ -296,7 +296,7 @@ class TVMForms:
         --------
         ``y[vi] = T.if_then_else(vi >= 6 and vi < 134, x[vi - 6], 0)`` over 140 points
         becomes ``y[vi] = 0`` over 140 points (block ``block_pad_const``) then ``y[vi + 6] =
-        x[vi]`` over 128; see :func:`loopir.schedule.decompose_padding.decompose_padding`.
+        x[vi]`` over 128; see ``loopir.schedule.decompose_padding.decompose_padding``.
         """
         from loopir.schedule import decompose_padding as D
 
@@ -305,7 +305,7 @@ class TVMForms:
         return _result(*D.decompose_padding(self._func, name, var))
 
     def can_decompose_padding(self, block: BlockRV, loop: LoopRV) -> bool:
-        """Whether :meth:`decompose_padding` applies to ``block`` at ``loop`` (not recorded)."""
+        """Whether ``decompose_padding`` applies to ``block`` at ``loop`` (not recorded)."""
         from loopir.schedule import decompose_padding as D
 
         name = self._block_name(block, "can_decompose_padding")

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Version of the JSON format written by :meth:`Trace.as_json` for traces whose attributes
-#: refer to sampled values (:class:`ExprRV`, written ``{"rv": "v3"}``); a trace without such
+#: Version of the JSON format written by ``Trace.as_json`` for traces whose attributes
+#: refer to sampled values (``ExprRV``, written ``{"rv": "v3"}``); a trace without such
 #: references is written as version 1, which every loopir reads. Both versions load.
 TRACE_VERSION = 2
 _READ_VERSIONS = (1, 2)
@@ -533,13 +533,13 @@ class Trace:
 
     # --- TVM's names -------------------------------------------------------------------------
     def apply_to_schedule(self, sch: Schedule, remove_postproc: bool = False) -> None:
-        """TVM's name of :meth:`apply_to` (a loopir trace has no postprocessing part, so
+        """TVM's name of ``apply_to`` (a loopir trace has no postprocessing part, so
         ``remove_postproc`` changes nothing)."""
         self.apply_to(sch)
 
     @staticmethod
     def apply_json_to_schedule(json_obj: Any, sch: Schedule) -> None:
-        """Replay the trace that :meth:`as_json` wrote (a dict or its JSON text) on ``sch``
+        """Replay the trace that ``as_json`` wrote (a dict or its JSON text) on ``sch``
         (TVM's ``Trace.apply_json_to_schedule``)."""
         Trace.from_json(json_obj).apply_to(sch)
 
