@@ -5,8 +5,8 @@ Order (each is its own pass object; see their modules):
 0. the target's own passes, with ``target=`` (``"cuda"``: ``GemmOffload``, then
    ``DefaultGPUSchedule`` for blocks nobody scheduled; registered by the backend through
    :func:`register_target_passes`);
-1. ``LowerCrossThreadReduction`` -- reductions bound to ``threadIdx.x`` become per-thread
-   parts, a ``thread_allreduce`` and a write-back by thread 0.
+1. ``LowerCrossThreadReduction`` -- reductions bound to ``threadIdx`` loops become per-thread
+   parts, a combine (``thread_allreduce``, or a shared-memory tree) and a write-back by thread 0.
 2. ``LowerBlocks`` -- blocks become loops, guards (predicates), init ``if``\\ s, Allocates.
 3. ``UnifyThreadLoops`` -- cooperative-fetch thread loops share the outer thread index.
 4. ``CompactBufferAllocation`` -- shared/local buffers shrink to their tile and move to the
