@@ -238,7 +238,8 @@ def thread_allreduce(reducer: str, acc: PrimExpr, extent: int) -> PrimExpr:
     threads of a ``threadIdx.x`` row with ``reducer`` ("sum", "max", "min"), writing the
     row's total back into that element in every thread of the row.
 
-    Lowered IR only (``LowerCrossThreadReduction`` makes it). It synchronizes the thread
+    Lowered IR only (``LowerCrossThreadReduction`` makes it, for reductions over threadIdx.x
+    alone; other thread axes combine through shared memory in IR). It synchronizes the thread
     block like a barrier, so every thread of the block must reach it; the CUDA backend emits
     warp shuffles and a shared-memory combine across warps, the CPU executor runs it among
     the fibers of a thread region.

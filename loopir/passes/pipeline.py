@@ -7,8 +7,8 @@ Order (each is its own pass object; see their modules):
    ``DefaultGPUSchedule`` for blocks nobody scheduled; registered by the backend through
    [`register_target_passes`][loopir.passes.pipeline.register_target_passes], the backend
    imported by name on the target's first use);
-1. ``LowerCrossThreadReduction`` -- reductions bound to ``threadIdx.x`` become per-thread
-   parts, a ``thread_allreduce`` and a write-back by thread 0.
+1. ``LowerCrossThreadReduction`` -- reductions bound to ``threadIdx`` loops become per-thread
+   parts, a combine (``thread_allreduce``, or a shared-memory tree) and a write-back by thread 0.
 2. ``LowerBlocks`` -- blocks become loops, guards (predicates), init ``if``\\ s, Allocates.
 3. ``UnifyThreadLoops`` -- cooperative-fetch thread loops share the outer thread index.
 4. ``CompactBufferAllocation`` -- shared/local buffers shrink to their tile and move to the

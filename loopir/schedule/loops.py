@@ -399,20 +399,20 @@ def _check_no_mixed_reorder(func: PrimFunc, path: list[For], bottom: For) -> Non
 
 
 def _check_data_parallel(
-    func: PrimFunc, loop: For, primitive: str, what: str, cross_thread: bool = False
+    func: PrimFunc, loop: For, primitive: str, what: str, cross_thread: str | None = None
 ) -> None:
     """Refuse when a block below binds a non-spatial iter var to an expression of the loop.
 
     Running such a loop in parallel (threads, vector lanes, parallel workers) would race on the
     reduction; TVM's CheckLoopParallelizableInBlock refuses it the same way. With
-    ``cross_thread`` (binding to ``threadIdx.x``) a loop that feeds only reduce iter vars of a
-    sum/max/min reduction block is accepted: LowerCrossThreadReduction combines the threads'
-    parts (:mod:`loopir.passes.cross_thread`).
+    ``cross_thread`` (the ``threadIdx.x/y/z`` tag being bound) a loop that feeds only reduce
+    iter vars of a sum/max/min reduction block is accepted: LowerCrossThreadReduction combines
+    the threads' parts (:mod:`loopir.passes.cross_thread`).
     """
     for node, _ in tree.walk(loop.body):
         if not isinstance(node, BlockRealize):
             continue
-        if cross_thread and _cross_thread_ok(func, loop, node, primitive):
+        if cross_thread and _cross_thread_ok(func, loop, node, primitive, cross_thread):
             continue
         for iv, value in zip(node.block.iter_vars, node.iter_values):
             if iv.kind is IterKind.SPATIAL:
@@ -426,7 +426,7 @@ def _check_data_parallel(
                 )  # fmt: skip
 
 
-def _cross_thread_ok(func: PrimFunc, loop: For, node: BlockRealize, primitive: str) -> bool:
+def _cross_thread_ok(func: PrimFunc, loop: For, node: BlockRealize, primitive: str, tag: str) -> bool:
     """Whether ``loop`` may run ``node``'s reduction across threads (then lowered by
     LowerCrossThreadReduction); raises when it feeds the reduction in a way that cannot be."""
     fed = {
@@ -438,7 +438,7 @@ def _cross_thread_ok(func: PrimFunc, loop: For, node: BlockRealize, primitive: s
     reduce = next(name for kind, name in fed.items() if kind is not IterKind.SPATIAL)
     if IterKind.SPATIAL in fed:
         raise ScheduleError(
-            f"cannot bind loop {loop.loop_var.name} to threadIdx.x: it feeds spatial iter var "
+            f"cannot bind loop {loop.loop_var.name} to {tag}: it feeds spatial iter var "
             f"{fed[IterKind.SPATIAL]} and reduce iter var {reduce} of block {node.block.name!r} "
             "(a fused loop); a cross-thread reduction needs a loop of the reduction alone "
             "(split or fuse differently)",
@@ -447,7 +447,7 @@ def _cross_thread_ok(func: PrimFunc, loop: For, node: BlockRealize, primitive: s
     red = match_reducer(node.block)
     if isinstance(red, str):
         raise ScheduleError(
-            f"cannot bind loop {loop.loop_var.name} to threadIdx.x as a cross-thread reduction of "
+            f"cannot bind loop {loop.loop_var.name} to {tag} as a cross-thread reduction of "
             f"reduce iter var {reduce}: {red}",
             primitive=primitive, func=func, node=loop,
         )  # fmt: skip
@@ -485,7 +485,8 @@ def bind(func: PrimFunc, loop_var: Var, thread_axis: str) -> PrimFunc:
             f"{thread_axis}: thread extents must be constants",
             primitive=P, func=func, node=loop,
         )  # fmt: skip
-    _check_data_parallel(func, loop, P, f"bind to {thread_axis}", cross_thread=thread_axis == "threadIdx.x")
+    cross = thread_axis if thread_axis.startswith("threadIdx.") else None
+    _check_data_parallel(func, loop, P, f"bind to {thread_axis}", cross_thread=cross)
     _check_tag_limit(func, loop, thread_axis, P)
     new_loop = attrs.evolve(loop, kind=ForKind.THREAD_BINDING, thread_tag=thread_axis)
     new_func = tree.replace(func, loop, new_loop)

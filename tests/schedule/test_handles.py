@@ -98,7 +98,7 @@ def test_failed_primitive_leaves_schedule_unchanged() -> None:
     i, j, k = sch.get_loops(sch.get_block("C"))
     func, n = sch.func, len(sch.trace)
     for bad in (lambda: sch.split(i, [2, 2]), lambda: sch.fuse(i, k),
-                lambda: sch.bind(k, "threadIdx.y"), lambda: sch.reorder(i, i)):  # fmt: skip
+                lambda: sch.bind(k, "blockIdx.y"), lambda: sch.reorder(i, i)):  # fmt: skip
         with pytest.raises(ScheduleError):
             bad()
         assert sch.func is func and len(sch.trace) == n
