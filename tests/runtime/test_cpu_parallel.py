@@ -110,7 +110,7 @@ def shared_sum(n: int) -> PrimFunc:
 
 
 def test_shared_accumulator_runs_serially_with_the_sequential_sum() -> None:
-    n = 200_000
+    n = 4_000_000  # long enough for two threads to overlap (lost updates when parallel)
     mod = loopir.build(shared_sum(n), target="cpu", num_threads=2)
     assert not mod.program.parallel
     assert "parallel, run serially: two iterations may touch one element of S" in mod.source
@@ -229,14 +229,15 @@ def test_error_is_the_one_of_the_first_failing_iteration(threads: int) -> None:
 def test_overlapping_arguments_run_serially() -> None:
     """``B[i] = A[i + 1]`` with B and A views of one array: sequentially a shift left, which
     parallel chunks would break (a later chunk overwrites what an earlier one reads)."""
-    n = 100_000
+    n = 1_000_000  # long enough for the chunks to overlap in time (wrong when parallel)
     mod = loopir.build(shifted_copy(n, 1), target="cpu", num_threads=2)
     assert mod.program.parallel
-    arr = np.arange(n + 1, dtype=np.float32)
-    a, b = arr, arr[:n]
-    assert mod._aliased([a, b])
-    mod(a, b)
-    np.testing.assert_array_equal(arr[:n], np.arange(1, n + 1, dtype=np.float32))
+    for _ in range(3):
+        arr = np.arange(n + 1, dtype=np.float32)
+        a, b = arr, arr[:n]
+        assert mod._aliased([a, b])
+        mod(a, b)
+        np.testing.assert_array_equal(arr[:n], np.arange(1, n + 1, dtype=np.float32))
     assert not mod._aliased([np.zeros(n + 1, np.float32), np.zeros(n, np.float32)])
 
 
