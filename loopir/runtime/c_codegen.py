@@ -85,6 +85,15 @@ class CProgram:
         Block descriptions indexed by block ids: (name, iter var names).
     written
         Parameter buffers the function stores to (their arrays must be writeable).
+    thread_order
+        The ``thread_order`` it was generated for.
+    seeded
+        Whether the library exports the seed of a random thread order.
+    parallel
+        Whether some parallel loop runs as an OpenMP team (the library then needs
+        ``-fopenmp`` and exports the team size setter of :mod:`loopir.runtime.c_parallel`).
+    simd
+        Whether some vectorized loop is an ``omp simd`` loop.
     """
 
     source: str
