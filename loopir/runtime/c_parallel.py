@@ -16,10 +16,14 @@ when it can prove that this cannot change the result:
   iteration. For each pair (store, access) of one buffer, each side's loop variables inside the
   loop become variables of its own (the other iteration), block iter vars are replaced by their
   bindings, vector lanes by a lane variable and anything opaque in an index (a load, a call)
-  by an unknown value. The pair is separated when, in one dimension (or in the flattened
-  offset), both indices are ``c * v + r`` with the same constant-sign coefficient ``c`` of the
-  loop variable and ``|r' - r| < |c|`` is provable: equal elements then force equal
-  iterations. Guards are ignored (a store under ``if v == 0`` is not proven: conservative).
+  by an unknown value. The loop variable ``v`` is written with digits when it is used as
+  ``v // c`` and ``v % c`` (a fused loop). A digit is forced equal on both sides when, in one
+  dimension (or in the flattened offset), both indices are ``c * d + r`` with the same
+  constant-sign coefficient ``c`` and ``|r' - r| < |c|`` is provable, or ``r' - r`` is a
+  multiple of ``m`` and the digit's range is no longer than ``m / gcd(c, m)``; digits forced
+  already cancel out. The pair is separated when every digit is forced: equal elements then
+  mean equal iterations. Guards are ignored (a store under ``if v == 0`` is not proven:
+  conservative).
 
 A vectorized loop is also emitted as ``#pragma omp simd`` only without bounds checks (the
 checks keep the loop scalar anyway, and a check records its error in iteration order) and when
