@@ -9,7 +9,10 @@ sizes (in :attr:`CProgram.sym_vars` order) and ``err`` the error record of
 :data:`loopir.runtime.c_types.ERR_FIELDS`; the return value is the error code (0 = success).
 
 Semantics (see docs/semantics): the IR is a sequential program. Thread-bound, vthread,
-vectorized, unrolled and parallel loops run as ordinary loops; a BlockRealize binds its iter
+vectorized, unrolled and parallel loops run as ordinary loops, except that a parallel loop
+whose iterations are proven independent runs as an OpenMP ``parallel for`` loop, and without
+bounds checks a vectorized one as an ``omp simd`` loop (:mod:`loopir.runtime.c_parallel`:
+the result is the sequential one, errors included); a BlockRealize binds its iter
 vars and runs the block when its predicate holds, running ``init`` first when every reduce
 iter var is at its domain minimum; ``alloc_buffers`` and ``Allocate`` live for the statement
 they belong to. The one exception is lowered IR with barriers: a ``threadIdx`` loop whose body
@@ -28,7 +31,7 @@ import attrs
 
 from loopir.errors import CodegenError
 from loopir.ir import dtype as dt
-from loopir.ir.buffer import Buffer
+from loopir.ir.buffer import Buffer, Range
 from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr, Var
 from loopir.ir.functor import post_order_visit
 from loopir.ir.reducer import identity
@@ -54,7 +57,8 @@ from loopir.runtime.c_fibers import (
     fiber_prelude,
     thread_extents,
 )
-from loopir.runtime.c_types import PRELUDE, expr_ctype, storage_bytes, storage_ctype
+from loopir.runtime.c_parallel import OMP_PRELUDE, concurrency_problem
+from loopir.runtime.c_types import ERR_FIELDS, PRELUDE, expr_ctype, storage_bytes, storage_ctype
 
 __all__ = ["CProgram", "generate_c", "ENTRY"]
 
@@ -81,6 +85,15 @@ class CProgram:
         Block descriptions indexed by block ids: (name, iter var names).
     written
         Parameter buffers the function stores to (their arrays must be writeable).
+    thread_order
+        The ``thread_order`` it was generated for.
+    seeded
+        Whether the library exports the seed of a random thread order.
+    parallel
+        Whether some parallel loop runs as an OpenMP team (the library then needs
+        ``-fopenmp`` and exports the team size setter of :mod:`loopir.runtime.c_parallel`).
+    simd
+        Whether some vectorized loop is an ``omp simd`` loop.
     """
 
     source: str
@@ -90,6 +103,8 @@ class CProgram:
     written: frozenset[int]
     thread_order: str = "sequential"
     seeded: bool = False
+    parallel: bool = False
+    simd: bool = False
 
 
 def _const_int(e: PrimExpr) -> int | None:
@@ -114,6 +129,10 @@ class _StmtEmitter(ExprEmitter):
         self.uses_fibers = False
         self.functions: list[str] = []  # thread-region functions, emitted before the entry
         self.in_region = False
+        self.loop_ranges: dict[Var, Range] = {}  # the enclosing loops and block iter vars
+        self.concurrent: ForKind | None = None  # inside an OpenMP parallel / simd loop
+        self.uses_parallel = False
+        self.uses_simd = False
 
     # --- helpers ----------------------------------------------------------------------------
     def emit(self, line: str) -> None:
@@ -339,27 +358,119 @@ class _StmtEmitter(ExprEmitter):
             if self.thread_regions and contains_sync(s.body):
                 self._thread_region(s)
                 return
-        self._serial_for(s)
+        note = None
+        if s.kind in (ForKind.PARALLEL, ForKind.VECTORIZED):
+            note = self._concurrent_for(s)
+            if note is None:
+                return
+        self._serial_for(s, note)
 
-    def _serial_for(self, s: For) -> None:
+    def _loop_head(self, s: For) -> tuple[str, str]:
+        """Open a loop's scope: ``{``, its min and extent; returns their C names."""
         ext, mn = self.fresh("ext"), self.fresh("lo")
-        cnt = self.fresh("it")
         self.emit("{")
         self.indent += 1
         self.emit(f"const int64_t {mn} = {self.index64(s.min)};")
         self.emit(f"const int64_t {ext} = {self.index64(s.extent)};")
+        return mn, ext
+
+    def _loop_body(self, s: For, mn: str, cnt: str) -> None:
+        """The loop variable (from the iteration count ``cnt``) and the body."""
         name, old = self.define_var(s.loop_var)
-        tag = f" /* {s.kind.value}{' ' + s.thread_tag if s.thread_tag else ''} */"
-        self.emit(f"for (int64_t {cnt} = 0; {cnt} < {ext}; ++{cnt}) {{{tag}")
+        t = expr_ctype(s.loop_var.dtype)
+        self.emit(f"const {t} {name} = ({t})({mn} + {cnt});")
+        self.loop_ranges[s.loop_var] = Range(s.min, s.extent)
+        self.stmt(s.body)
+        self.loop_ranges.pop(s.loop_var, None)
+        self.undefine_var(s.loop_var, old)
+
+    def _serial_for(self, s: For, note: str | None = None) -> None:
+        mn, ext = self._loop_head(s)
+        cnt = self.fresh("it")
+        tag = f"{s.kind.value}{' ' + s.thread_tag if s.thread_tag else ''}"
+        if note is not None:
+            tag += f", run serially: {note}".replace("*/", "* /")
+        self.emit(f"for (int64_t {cnt} = 0; {cnt} < {ext}; ++{cnt}) {{ /* {tag} */")
         self.indent += 1
         # stop early once an error is recorded (loops wind down; allocations are freed)
         self.emit("if (__builtin_expect(err[0] != 0, 0)) break;")
-        self.emit(f"const {expr_ctype(s.loop_var.dtype)} {name} = "
-                  f"({expr_ctype(s.loop_var.dtype)})({mn} + {cnt});")  # fmt: skip
-        self.stmt(s.body)
+        self._loop_body(s, mn, cnt)
         self.indent -= 1
         self.emit("}")
-        self.undefine_var(s.loop_var, old)
+        self.indent -= 1
+        self.emit("}")
+
+    # --- OpenMP (see c_parallel) ------------------------------------------------------------
+    def _concurrent_for(self, s: For) -> str | None:
+        """Emit a parallel (vectorized) loop as ``omp parallel for`` (``omp simd``) when its
+        iterations are proven independent (:mod:`loopir.runtime.c_parallel`); otherwise emit
+        nothing and return why it runs serially."""
+        simd = s.kind is ForKind.VECTORIZED
+        if self.in_region:
+            return "inside a thread region"
+        if self.concurrent is not None and (not simd or self.concurrent is ForKind.VECTORIZED):
+            return f"inside a {self.concurrent.value} loop that already runs concurrently"
+        if simd and self.check_bounds:
+            return "bounds checks keep it scalar (build with check_bounds=False)"
+        why = concurrency_problem(s, self.loop_ranges, simd=simd)
+        if why is not None:
+            return why
+        outer, self.concurrent = self.concurrent, s.kind
+        try:
+            (self._simd_for if simd else self._parallel_for)(s)
+        finally:
+            self.concurrent = outer
+        return None
+
+    def _simd_for(self, s: For) -> None:
+        """A vectorized loop whose body can record no error: no early exit needed."""
+        self.uses_simd = True
+        mn, ext = self._loop_head(s)
+        cnt = self.fresh("it")
+        self.emit("if (!err[0]) {")
+        self.emit("#pragma omp simd")
+        self.emit(f"for (int64_t {cnt} = 0; {cnt} < {ext}; ++{cnt}) {{ /* vectorized: omp simd */")
+        self.indent += 1
+        self._loop_body(s, mn, cnt)
+        self.indent -= 1
+        self.emit("}")
+        self.emit("}")
+        self.indent -= 1
+        self.emit("}")
+
+    def _parallel_for(self, s: For) -> None:
+        """A parallel loop as an OpenMP team. Each thread records errors in its own record
+        and stops at its first; the error of the lowest failing iteration is kept, which is
+        the one sequential execution records (the iterations are independent)."""
+        self.uses_parallel = True
+        mn, ext = self._loop_head(s)
+        out, best, nt = self.fresh("err_out"), self.fresh("first_err"), self.fresh("team")
+        mine, first, cnt = self.fresh("err_mine"), self.fresh("first"), self.fresh("it")
+        self.emit(f"int64_t* const {out} = err;")
+        self.emit(f"int64_t {best} = INT64_MAX;")
+        self.emit(f"const int {nt} = lir_team({ext});")
+        self.emit("if (!err[0]) {")
+        self.emit(f"#pragma omp parallel num_threads({nt}) if({nt} > 1)")
+        self.emit("{")
+        self.indent += 1
+        self.emit(f"int64_t {mine}[{len(ERR_FIELDS)}] = {{0}};")
+        self.emit(f"int64_t* const err = {mine};  /* this thread's error record */")
+        self.emit(f"int64_t {first} = -1;")
+        self.emit("#pragma omp for schedule(static)")
+        self.emit(f"for (int64_t {cnt} = 0; {cnt} < {ext}; ++{cnt}) {{ /* parallel: omp parallel for */")
+        self.indent += 1
+        self.emit("if (__builtin_expect(err[0] != 0, 0)) continue;")
+        self._loop_body(s, mn, cnt)
+        self.emit(f"if (__builtin_expect(err[0] != 0, 0)) {first} = {cnt};")
+        self.indent -= 1
+        self.emit("}")
+        self.emit("if (err[0]) {")
+        self.emit("#pragma omp critical(lir_error)")
+        self.emit(f"if ({first} < {best}) {{ {best} = {first}; memcpy({out}, err, sizeof({mine})); }}")
+        self.emit("}")
+        self.indent -= 1
+        self.emit("}")
+        self.emit("}")
         self.indent -= 1
         self.emit("}")
 
@@ -506,6 +617,7 @@ class _StmtEmitter(ExprEmitter):
         # Bindings are evaluated in the enclosing scope, before any iter var is visible.
         values = [self.expr(v) for v in s.iter_values]
         defined: list[tuple[Var, str | None]] = []
+        self.loop_ranges.update((iv.var, iv.dom) for iv in b.iter_vars)
         for k, (iv, code) in enumerate(zip(b.iter_vars, values)):
             name, old = self.define_var(iv.var)
             defined.append((iv.var, old))
@@ -519,6 +631,7 @@ class _StmtEmitter(ExprEmitter):
         self._block_body(b, [iv for iv in b.iter_vars if iv.kind is IterKind.REDUCE])
         for v, old in reversed(defined):
             self.undefine_var(v, old)
+            self.loop_ranges.pop(v, None)
         self.indent -= 1
         self.emit("}")
 
@@ -617,6 +730,8 @@ def generate_c(
     em.emit("return (int32_t)err[0];")
     if em.uses_fibers:
         header[1:1] = [fiber_prelude(random_order), *em.functions]
+    if em.uses_parallel:
+        header[1:1] = [OMP_PRELUDE]
     body = "\n".join(header + em.lines + ["}", ""])
     written = frozenset(k for k, b in enumerate(func.params) if b in em.written)
     return CProgram(
@@ -627,4 +742,6 @@ def generate_c(
         written=written,
         thread_order=thread_order,
         seeded=random_order and em.uses_fibers,
+        parallel=em.uses_parallel,
+        simd=em.uses_simd,
     )

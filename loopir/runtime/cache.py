@@ -34,7 +34,10 @@ from loopir.errors import CodegenError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["set_cache_dir", "get_cache_dir", "compile_shared", "CompileResult", "DEFAULT_FLAGS"]
+__all__ = [
+    "set_cache_dir", "get_cache_dir", "compile_shared", "CompileResult", "DEFAULT_FLAGS",
+    "find_compiler", "supports_flag",
+]  # fmt: skip
 
 # -fno-aggressive-loop-optimizations: gcc 12 at -O2 derived wrong loop bounds from the sizes of
 # stack-allocated intermediate buffers and produced zeros for a twice-padded batch matmul (fuzz
@@ -72,6 +75,39 @@ def _compiler_version(compiler: str) -> str:
     return out.stdout.strip() or out.stderr.strip()
 
 
+def find_compiler(compiler: str | None = None) -> str:
+    """The C compiler to use: ``compiler``, else ``$CC``, then gcc, then cc."""
+    cc = compiler or os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if not cc:
+        raise CodegenError("build(target='cpu'): no C compiler found (install gcc or set CC)")
+    return cc
+
+
+_PROBES = {
+    # OpenMP: the runtime library must link too (clang without libomp has the flag but no omp.h)
+    "-fopenmp": "#include <omp.h>\nint lir_probe(void) { return omp_get_max_threads(); }\n",
+    "-fopenmp-simd": "int lir_probe(int* a) {\n#pragma omp simd\nfor (int i = 0; i < 8; ++i) a[i] += 1;\nreturn 0; }\n",
+}
+
+
+@functools.lru_cache(maxsize=16)
+def supports_flag(compiler: str, flag: str) -> bool:
+    """Whether ``compiler`` builds a shared library with ``flag`` (``-fopenmp`` or
+    ``-fopenmp-simd``): one small compile per compiler and flag in a process."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "probe.c"
+        src.write_text(_PROBES[flag])
+        cmd = [compiler, flag, "-shared", "-fPIC", "-o", str(Path(tmp) / "probe.so"), str(src)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+    if proc.returncode != 0:
+        logger.warning("C compiler %s does not support %s; parallel/vectorized loops run serially: %s",
+                       compiler, flag, proc.stderr.strip()[:500])  # fmt: skip
+    return proc.returncode == 0
+
+
 class CompileResult:
     """Where the library is, how long compiling took (0 on a cache hit) and whether it hit."""
 
@@ -97,9 +133,7 @@ def compile_shared(
         If no compiler is found or compilation fails (the message has the compiler log and
         the path of the saved source).
     """
-    cc = compiler or os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
-    if not cc:
-        raise CodegenError("build(target='cpu'): no C compiler found (install gcc or set CC)")
+    cc = find_compiler(compiler)
     version = _compiler_version(cc)
     key = hashlib.sha256("\0".join([source, " ".join(flags), cc, version]).encode()).hexdigest()
     directory = _cache_dir.kind_dir("cpu", root=cache_dir)

@@ -7,6 +7,10 @@ called through ctypes. Calling the module checks the arguments against the param
 argument shapes, runs the function in place and turns any error the generated code recorded
 (out-of-bounds access, integer division by zero, a block iter var outside its domain) into a
 [`LaunchError`][loopir.errors.LaunchError].
+
+``parallel`` loops whose iterations are proven independent run as OpenMP ``parallel for``
+loops (``num_threads``), and without bounds checks ``vectorized`` loops as ``omp simd`` loops
+(``loopir.runtime.c_parallel``); the library is then compiled with ``-fopenmp``.
 """
 
 from __future__ import annotations
@@ -40,8 +44,9 @@ from loopir.ir.expr import (
 from loopir.ir.stmt import PrimFunc
 from loopir.runtime.c_codegen import ENTRY, CProgram, generate_c
 from loopir.runtime.c_fibers import ERR_DIVERGENCE, SEED_ENTRY
+from loopir.runtime.c_parallel import THREADS_ENTRY
 from loopir.runtime.c_types import ERR_ALLOC, ERR_DIV_ZERO, ERR_FIELDS, ERR_ITER_DOMAIN, ERR_OOB
-from loopir.runtime.cache import DEFAULT_FLAGS, compile_shared
+from loopir.runtime.cache import DEFAULT_FLAGS, compile_shared, find_compiler, supports_flag
 from loopir.runtime.module import bind_arguments
 
 logger = logging.getLogger(__name__)
@@ -50,10 +55,11 @@ __all__ = ["CPUModule", "build_cpu", "THREAD_ORDERS"]
 
 _LIB_LOCKS: dict[str, threading.Lock] = {}
 _LOCKS_GUARD = threading.Lock()
+_PINNED: dict[str, ctypes.CDLL] = {}  # OpenMP runtimes, loaded for the life of the process
 
 _OPTIONS = (
     "check_bounds", "thread_regions", "thread_order", "seed", "cache_dir", "compiler", "opt_level",
-    "extra_flags",
+    "extra_flags", "num_threads",
 )  # fmt: skip
 
 #: Values of the ``thread_order`` build option.
@@ -100,6 +106,9 @@ class CPUModule:
         Time spent generating the C source.
     cache_hit
         Whether the library was found in the cache.
+    compile_flags
+        The C compiler flags (part of the cache key): ``-fopenmp`` when the function has
+        parallel loops that run concurrently.
     check_bounds
         Whether every buffer access is bounds-checked.
     thread_order
@@ -108,6 +117,9 @@ class CPUModule:
         Seed of the random thread order; settable between calls (``mod.seed = 3``), which
         reruns the same library with another order. Every call with one seed runs the same
         order.
+    num_threads
+        OpenMP threads of the parallel loops (0: OpenMP's default, ``OMP_NUM_THREADS`` or
+        the number of cores; 1: serial); settable between calls without rebuilding.
     """
 
     def __init__(self, func: PrimFunc, program: CProgram, lib_path: str, *, check_bounds: bool,
@@ -120,9 +132,12 @@ class CPUModule:
         self.compile_seconds = compile_seconds
         self.codegen_seconds = codegen_seconds
         self.cache_hit = cache_hit
+        self.compile_flags: tuple[str, ...] = ()
         self.thread_order = program.thread_order
         self._seed = 0
         self._seed_fn: Any = None
+        self._num_threads = 0
+        self._threads_fn: Any = None
         try:
             self._lib = ctypes.CDLL(lib_path)
             self._fn = getattr(self._lib, ENTRY)
@@ -137,6 +152,11 @@ class CPUModule:
             self._seed_fn = getattr(self._lib, SEED_ENTRY)
             self._seed_fn.restype = None
             self._seed_fn.argtypes = [ctypes.c_uint64]
+        if program.parallel:
+            self._threads_fn = getattr(self._lib, THREADS_ENTRY)
+            self._threads_fn.restype = None
+            self._threads_fn.argtypes = [ctypes.c_int]
+            _pin_openmp_runtime(self._lib, lib_path)
         # The generated code keeps thread-region (fiber) state in static variables, shared
         # by every module loaded from the same library file: serialize calls per library.
         with _LOCKS_GUARD:
@@ -154,6 +174,22 @@ class CPUModule:
     @seed.setter
     def seed(self, value: Any) -> None:
         self._seed = _check_seed(value, "CPUModule.seed")
+
+    @property
+    def num_threads(self) -> int:
+        return self._num_threads
+
+    @num_threads.setter
+    def num_threads(self, value: Any) -> None:
+        self._num_threads = _check_threads(value, "CPUModule.num_threads")
+
+    def _aliased(self, arrays: list[np.ndarray]) -> bool:
+        """Whether an array the function writes may overlap another argument: the proof
+        that parallel iterations are independent assumed distinct buffers."""
+        return any(
+            k != m and np.may_share_memory(arrays[k], arrays[m])
+            for k in self.program.written for m in range(len(arrays))
+        )  # fmt: skip
 
     # --- argument handling ------------------------------------------------------------------
     def _check_args(self, args: tuple[Any, ...]) -> tuple[list[np.ndarray], dict[Var, int]]:
@@ -238,6 +274,8 @@ class CPUModule:
             if self._seed_fn is not None:
                 # reseed at every call: the order depends on the seed only, not on history
                 self._seed_fn(self._seed)
+            if self._threads_fn is not None:
+                self._threads_fn(1 if self._aliased(arrays) else self._num_threads)
             code = self._fn(ptrs, syms, err)
         if code:
             raise self._error(list(err))
@@ -287,9 +325,45 @@ class CPUModule:
         return LaunchError(f"{name}: the compiled function failed with error record {rec}")
 
 
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]  # fmt: skip
+
+
+def _pin_openmp_runtime(lib: ctypes.CDLL, lib_path: str) -> None:
+    """Keep the OpenMP runtime that ``lib`` uses loaded until the process exits.
+
+    Its worker threads outlive a parallel region, waiting in the runtime's code; unloading
+    a module's library (``loopir.testing`` does, to bound the memory of fuzz runs) would
+    otherwise unload the runtime with it and crash them. Where the runtime cannot be found,
+    the module's own library is pinned instead.
+    """
+    with _LOCKS_GUARD:
+        try:
+            addr = ctypes.cast(lib.omp_get_max_threads, ctypes.c_void_p)
+        except AttributeError:
+            return  # compiled without OpenMP: no runtime, no threads
+        info = _DlInfo()
+        try:
+            found = ctypes.CDLL(None).dladdr(addr, ctypes.byref(info))
+        except AttributeError:
+            found = 0
+        path = info.dli_fname.decode() if found and info.dli_fname else lib_path
+        if path not in _PINNED:
+            _PINNED[path] = ctypes.CDLL(path)
+
+
 def _check_seed(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < 2**64:
         raise CodegenError(f"{what}: seed must be an integer in [0, 2**64), got {value!r}")
+    return int(value)
+
+
+def _check_threads(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= 4096:
+        raise CodegenError(
+            f"{what}: num_threads must be an integer in [0, 4096] (0: OpenMP's default), got {value!r}"
+        )
     return int(value)
 
 
@@ -348,6 +422,14 @@ def build_cpu(func: PrimFunc, **options: Any) -> CPUModule:
         Optimization flag.
     extra_flags : sequence of str, optional
         Further compiler flags.
+    num_threads : int, default 0
+        Threads of the OpenMP team that runs a parallel loop: 0 is OpenMP's default
+        (``OMP_NUM_THREADS``, else the number of cores), 1 runs everything serially; settable
+        later as ``CPUModule.num_threads``. A ``parallel`` loop runs concurrently only when
+        its iterations are proven independent and nothing under it is thread-bound (see
+        :mod:`loopir.runtime.c_parallel`); the C source says in a comment why a loop runs
+        serially. With ``check_bounds=False``, a ``vectorized`` loop whose body cannot fail
+        becomes an ``omp simd`` loop. An error is the one sequential execution reports.
 
     Raises
     ------
@@ -363,6 +445,7 @@ def build_cpu(func: PrimFunc, **options: Any) -> CPUModule:
         raise CodegenError(f"build(target='cpu'): expected a PrimFunc, got {type(func).__name__}")
     check = bool(options.get("check_bounds", True))
     order, regions, seed = _check_thread_order(options)
+    threads = _check_threads(options.get("num_threads", 0), "build(target='cpu')")
     t0 = time.perf_counter()
     program = generate_c(func, check_bounds=check, thread_regions=regions, thread_order=order)
     codegen_s = time.perf_counter() - t0
@@ -371,10 +454,12 @@ def build_cpu(func: PrimFunc, **options: Any) -> CPUModule:
         opt = f"-O{opt}"
     if not (isinstance(opt, str) and opt.startswith("-O")):
         raise CodegenError(f"build(target='cpu'): opt_level must be 0-3 or '-O<n>', got {opt!r}")
-    flags = tuple(opt if f == "-O2" else f for f in DEFAULT_FLAGS) + tuple(options.get("extra_flags", ()))
+    cc = find_compiler(options.get("compiler"))
+    flags = tuple(opt if f == "-O2" else f for f in DEFAULT_FLAGS) + _openmp_flags(program, cc)
+    flags += tuple(options.get("extra_flags", ()))
     res = compile_shared(
         program.source,
-        compiler=options.get("compiler"),
+        compiler=cc,
         flags=flags,
         cache_dir=options.get("cache_dir"),
     )
@@ -386,4 +471,16 @@ def build_cpu(func: PrimFunc, **options: Any) -> CPUModule:
                     compile_seconds=res.seconds, codegen_seconds=codegen_s,
                     cache_hit=res.cache_hit)  # fmt: skip
     mod.seed = seed
+    mod.num_threads = threads
+    mod.compile_flags = flags
     return mod
+
+
+def _openmp_flags(program: CProgram, cc: str) -> tuple[str, ...]:
+    """``-fopenmp`` for parallel loops, ``-fopenmp-simd`` (no runtime library) for simd loops
+    only; nothing when the compiler lacks it (the pragmas are then ignored: serial loops)."""
+    if program.parallel and supports_flag(cc, "-fopenmp"):
+        return ("-fopenmp",)
+    if (program.simd or program.parallel) and supports_flag(cc, "-fopenmp-simd"):
+        return ("-fopenmp-simd",)
+    return ()
