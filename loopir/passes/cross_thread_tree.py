@@ -1,4 +1,4 @@
-"""The combine step of a cross-thread reduction (see :mod:`loopir.passes.cross_thread`).
+"""The combine step of a cross-thread reduction (see ``loopir.passes.cross_thread``).
 
 Two forms. When the reduction runs over ``threadIdx.x`` alone, ``thread_allreduce`` combines
 each row of ``threadIdx.x`` threads (warp shuffles on CUDA). Otherwise (over ``threadIdx.y`` or

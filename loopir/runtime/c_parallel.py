@@ -389,7 +389,7 @@ def _separated(w: _Access, x: _Access, loop: For, outer: Mapping[Var, Range]) ->
 
     The loop variable is written with digits (one when it is used only linearly); each
     dimension, and the flattened offset, may force a digit to be equal on both sides (see
-    :func:`_apart`; digits forced already cancel out). Proven when every digit is forced.
+    ``_apart``; digits forced already cancel out). Proven when every digit is forced.
     """
     v = loop.loop_var
     v2 = Var(v.name + "_other", v.dtype)

@@ -260,7 +260,7 @@ class CPUModule:
         """Run the function on ``args`` (numpy arrays, one per parameter; outputs in place).
 
         Arrays may also be passed by parameter (buffer) name, ``mod(A=a, B=b, C=c)``, or
-        both ways, as Python binds a call (see :func:`~loopir.runtime.module.bind_arguments`).
+        both ways, as Python binds a call (see ``loopir.runtime.module.bind_arguments``).
         """
         if named:
             args = bind_arguments(self.func.name, [b.name for b in self.func.params], args, named)
@@ -427,7 +427,7 @@ def build_cpu(func: PrimFunc, **options: Any) -> CPUModule:
         (``OMP_NUM_THREADS``, else the number of cores), 1 runs everything serially; settable
         later as ``CPUModule.num_threads``. A ``parallel`` loop runs concurrently only when
         its iterations are proven independent and nothing under it is thread-bound (see
-        :mod:`loopir.runtime.c_parallel`); the C source says in a comment why a loop runs
+        ``loopir.runtime.c_parallel``); the C source says in a comment why a loop runs
         serially. With ``check_bounds=False``, a ``vectorized`` loop whose body cannot fail
         becomes an ``omp simd`` loop. An error is the one sequential execution reports.
 
