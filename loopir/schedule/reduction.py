@@ -102,6 +102,18 @@ def decompose_reduction(func: PrimFunc, block: str, loop_var: Var) -> tuple[Prim
     reduce_vals = [v for iv, v in zip(blk.iter_vars, realize.iter_values)
                    if iv.kind is IterKind.REDUCE]
     reduce_uses = {v for e in reduce_vals for v in collect_vars(e)}
+    for lp in loops:
+        if lp.loop_var in reduce_uses and str(lp.thread_tag or "").startswith("threadIdx."):
+            # a cross-thread reduction: LowerCrossThreadReduction writes the init itself (per
+            # thread, then the write-back); split off, the block would be no reduction to lower
+            raise ScheduleError(
+                f"loop {lp.loop_var.name!r} feeding a reduction iter var of {block!r} is bound "
+                f"to {lp.thread_tag}: a cross-thread reduction keeps its init (lowering writes "
+                "it per thread); decompose before binding, or do not decompose",
+                primitive=prim,
+                func=func,
+                node=lp,
+            )
     for lp in loops[:pos]:
         if lp.loop_var in reduce_uses:
             raise ScheduleError(
