@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import event, given, settings
+from test_compact_global import _allocs
 
 import loopir
 from loopir.ir.buffer import Buffer
@@ -133,25 +134,7 @@ def sometimes_written(how: str) -> PrimFunc:
     return PrimFunc((A, B), Allocate(L, _loop(j, M, _loop(i, N, body))))
 
 
-def allocations(func: PrimFunc) -> dict[str, tuple[list[int], list[str]]]:
-    """Allocated buffer name -> (shape, names of the loops around its Allocate)."""
-    out: dict[str, tuple[list[int], list[str]]] = {}
-
-    def walk(node: object, loops: list[str]) -> None:
-        if isinstance(node, Allocate):
-            out[node.buffer.name] = ([int(e.value) for e in node.buffer.shape], list(loops))
-            walk(node.body, loops)
-        elif isinstance(node, For):
-            walk(node.body, [*loops, node.loop_var.name])
-        else:
-            for child in getattr(node, "seq", ()) or ():
-                walk(child, loops)
-            for attr in ("then_case", "else_case"):
-                if getattr(node, attr, None) is not None:
-                    walk(getattr(node, attr), loops)
-
-    walk(func.body, [])
-    return out
+allocations = _allocs  # allocated buffer name -> (shape, loops around its Allocate)
 
 
 def run_io(func: PrimFunc) -> np.ndarray:
