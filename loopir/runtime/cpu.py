@@ -44,7 +44,7 @@ from loopir.ir.expr import (
 from loopir.ir.stmt import PrimFunc
 from loopir.runtime.c_codegen import ENTRY, CProgram, generate_c
 from loopir.runtime.c_fibers import ERR_DIVERGENCE, SEED_ENTRY
-from loopir.runtime.c_parallel import THREADS_ENTRY
+from loopir.runtime.c_parallel import SIMD_ENTRY, THREADS_ENTRY
 from loopir.runtime.c_types import ERR_ALLOC, ERR_DIV_ZERO, ERR_FIELDS, ERR_ITER_DOMAIN, ERR_OOB
 from loopir.runtime.cache import DEFAULT_FLAGS, compile_shared, find_compiler, supports_flag
 
@@ -137,6 +137,7 @@ class CPUModule:
         self._seed_fn: Any = None
         self._num_threads = 0
         self._threads_fn: Any = None
+        self._simd_fn: Any = None
         try:
             self._lib = ctypes.CDLL(lib_path)
             self._fn = getattr(self._lib, ENTRY)
@@ -156,6 +157,10 @@ class CPUModule:
             self._threads_fn.restype = None
             self._threads_fn.argtypes = [ctypes.c_int]
             _pin_openmp_runtime(self._lib, lib_path)
+        if program.simd:
+            self._simd_fn = getattr(self._lib, SIMD_ENTRY)
+            self._simd_fn.restype = None
+            self._simd_fn.argtypes = [ctypes.c_int]
         # The generated code keeps thread-region (fiber) state in static variables, shared
         # by every module loaded from the same library file: serialize calls per library.
         with _LOCKS_GUARD:
@@ -184,7 +189,7 @@ class CPUModule:
 
     def _aliased(self, arrays: list[np.ndarray]) -> bool:
         """Whether an array the function writes may overlap another argument: the proof
-        that parallel iterations are independent assumed distinct buffers."""
+        that parallel (simd) iterations are independent assumed distinct buffers."""
         return any(
             k != m and np.may_share_memory(arrays[k], arrays[m])
             for k in self.program.written for m in range(len(arrays))
@@ -267,8 +272,12 @@ class CPUModule:
             if self._seed_fn is not None:
                 # reseed at every call: the order depends on the seed only, not on history
                 self._seed_fn(self._seed)
-            if self._threads_fn is not None:
-                self._threads_fn(1 if self._aliased(arrays) else self._num_threads)
+            if self._threads_fn is not None or self._simd_fn is not None:
+                aliased = self._aliased(arrays)
+                if self._threads_fn is not None:
+                    self._threads_fn(1 if aliased else self._num_threads)
+                if self._simd_fn is not None:
+                    self._simd_fn(0 if aliased else 1)
             code = self._fn(ptrs, syms, err)
         if code:
             raise self._error(list(err))
@@ -422,7 +431,8 @@ def build_cpu(func: PrimFunc, **options: Any) -> CPUModule:
         its iterations are proven independent and nothing under it is thread-bound (see
         :mod:`loopir.runtime.c_parallel`); the C source says in a comment why a loop runs
         serially. With ``check_bounds=False``, a ``vectorized`` loop whose body cannot fail
-        becomes an ``omp simd`` loop. An error is the one sequential execution reports.
+        becomes an ``omp simd`` loop. An error is the one sequential execution reports, and
+        a call whose written arrays overlap other arguments runs on one thread without simd.
 
     Raises
     ------

@@ -61,11 +61,11 @@ def test_parallel_and_vectorized_loops_emit_pragmas() -> None:
     fast = loopir.build(sch.func, target="cpu", check_bounds=False)
     assert re.fullmatch(r"#pragma omp parallel num_threads\((team_\d+)\) if\(\1 > 1\)", pragma_lines(fast)[0])
     assert "#pragma omp for schedule(static)" in pragma_lines(fast)
-    assert "#pragma omp simd" in pragma_lines(fast)
+    assert "#pragma omp simd if(lir_simd)" in pragma_lines(fast)
     assert fast.program.parallel and fast.program.simd
     assert "-fopenmp" in fast.compile_flags
     checked = loopir.build(sch.func, target="cpu")
-    assert "#pragma omp simd" not in pragma_lines(checked)
+    assert not any(p.startswith("#pragma omp simd") for p in pragma_lines(checked))
     assert "vectorized, run serially: bounds checks keep it scalar" in checked.source
     assert any(p.startswith("#pragma omp parallel") for p in pragma_lines(checked))
     plain = loopir.build(matmul(64, 16, 32), target="cpu")
@@ -78,7 +78,7 @@ def test_simd_alone_needs_no_openmp_runtime() -> None:
     _, j1 = sch.split(j, [None, 8])
     sch.vectorize(j1)
     mod = loopir.build(sch.func, target="cpu", check_bounds=False)
-    assert pragma_lines(mod) == ["#pragma omp simd"]
+    assert pragma_lines(mod) == ["#pragma omp simd if(lir_simd)"]
     assert "-fopenmp-simd" in mod.compile_flags and "-fopenmp" not in mod.compile_flags
     check_equivalent(matmul(8, 4, 16), sch.func, build_options={"check_bounds": False})
 
@@ -239,6 +239,24 @@ def test_overlapping_arguments_run_serially() -> None:
         mod(a, b)
         np.testing.assert_array_equal(arr[:n], np.arange(1, n + 1, dtype=np.float32))
     assert not mod._aliased([np.zeros(n + 1, np.float32), np.zeros(n, np.float32)])
+
+
+def test_overlapping_arguments_keep_simd_loops_sequential() -> None:
+    """``B[i] = A[i] * 2`` vectorized, with B one element after A in one array: sequentially
+    every element doubles the one before it; SIMD lanes would all read the old values."""
+    n = 64
+    A, B = Buffer("A", (n,), "float32"), Buffer("B", (n,), "float32")
+    i = Var("i")
+    body = BufferStore(B, BufferLoad(A, (i,)) * 2.0, (i,))
+    func = PrimFunc((A, B), For(i, 0, n, ForKind.VECTORIZED, body), name="doubling")
+    mod = loopir.build(func, target="cpu", check_bounds=False)
+    assert mod.program.simd
+    arr = np.ones(n + 1, np.float32)
+    mod(arr[:n], arr[1:])
+    np.testing.assert_array_equal(arr, 2.0 ** np.arange(n + 1, dtype=np.float32))
+    separate = np.ones(n, np.float32), np.zeros(n, np.float32)
+    mod(*separate)
+    np.testing.assert_array_equal(separate[1], np.full(n, 2.0, np.float32))
 
 
 def test_num_threads_option_and_attribute() -> None:
