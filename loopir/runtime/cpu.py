@@ -55,6 +55,17 @@ __all__ = ["CPUModule", "build_cpu", "THREAD_ORDERS"]
 _LIB_LOCKS: dict[str, threading.Lock] = {}
 _LOCKS_GUARD = threading.Lock()
 _PINNED: dict[str, ctypes.CDLL] = {}  # OpenMP runtimes, loaded for the life of the process
+# Set in a child forked after an OpenMP runtime was loaded: the runtime's worker threads did
+# not survive the fork, and a team of more than one thread would wait for them forever.
+_FORKED_AFTER_OPENMP = False
+
+
+def _after_fork_in_child() -> None:
+    global _FORKED_AFTER_OPENMP
+    _FORKED_AFTER_OPENMP = _FORKED_AFTER_OPENMP or bool(_PINNED)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 _OPTIONS = (
     "check_bounds", "thread_regions", "thread_order", "seed", "cache_dir", "compiler", "opt_level",
@@ -118,7 +129,9 @@ class CPUModule:
         order.
     num_threads
         OpenMP threads of the parallel loops (0: OpenMP's default, ``OMP_NUM_THREADS`` or
-        the number of cores; 1: serial); settable between calls without rebuilding.
+        the number of cores; 1: serial); settable between calls without rebuilding. In a
+        process forked after OpenMP was used, parallel loops run on one thread (OpenMP's
+        worker threads do not survive ``fork()``).
     """
 
     def __init__(self, func: PrimFunc, program: CProgram, lib_path: str, *, check_bounds: bool,
@@ -275,7 +288,8 @@ class CPUModule:
             if self._threads_fn is not None or self._simd_fn is not None:
                 aliased = self._aliased(arrays)
                 if self._threads_fn is not None:
-                    self._threads_fn(1 if aliased else self._num_threads)
+                    serial = aliased or _FORKED_AFTER_OPENMP
+                    self._threads_fn(1 if serial else self._num_threads)
                 if self._simd_fn is not None:
                     self._simd_fn(0 if aliased else 1)
             code = self._fn(ptrs, syms, err)

@@ -315,6 +315,38 @@ def test_unloading_a_module_keeps_the_openmp_runtime(tmp_path: Path) -> None:
     assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr[-2000:]
 
 
+def test_a_forked_child_runs_parallel_loops_on_one_thread(tmp_path: Path) -> None:
+    """libgomp's worker threads do not survive fork(): a team of two in the child waits for
+    them forever. A child forked after OpenMP was used runs parallel loops on one thread."""
+    script = tmp_path / "fork.py"
+    script.write_text(textwrap.dedent("""
+        import os
+        import signal
+        import numpy as np
+        import loopir
+        from loopir import te
+        A = te.placeholder((256, 64), "float32", name="A")
+        B = te.compute((256, 64), lambda i, j: A[i, j] * 2.0, name="B")
+        sch = loopir.Schedule(te.create_prim_func([A, B]))
+        sch.parallel(sch.get_loops(sch.get_block("B"))[0])
+        mod = loopir.build(sch.func, target="cpu", num_threads=2)
+        a, b = np.ones((256, 64), np.float32), np.zeros((256, 64), np.float32)
+        mod(a, b)
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(30)  # a hung child must not outlive the test
+            b[:] = 0
+            mod(a, b)
+            os._exit(0 if (b == 2).all() else 3)
+        _, status = os.waitpid(pid, 0)
+        mod(a, b)
+        print("child", os.waitstatus_to_exitcode(status))
+    """))
+    proc = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout.strip() == "child 0", (proc.stdout, proc.stderr[-2000:])
+
+
 # --- the proof against enumeration ---------------------------------------------------------------
 
 
