@@ -57,7 +57,7 @@ from loopir.runtime.c_fibers import (
     fiber_prelude,
     thread_extents,
 )
-from loopir.runtime.c_parallel import OMP_PRELUDE, concurrency_problem
+from loopir.runtime.c_parallel import OMP_PRELUDE, SIMD_PRELUDE, concurrency_problem
 from loopir.runtime.c_types import ERR_FIELDS, PRELUDE, expr_ctype, storage_bytes, storage_ctype
 
 __all__ = ["CProgram", "generate_c", "ENTRY"]
@@ -93,7 +93,8 @@ class CProgram:
         Whether some parallel loop runs as an OpenMP team (the library then needs
         ``-fopenmp`` and exports the team size setter of :mod:`loopir.runtime.c_parallel`).
     simd
-        Whether some vectorized loop is an ``omp simd`` loop.
+        Whether some vectorized loop is an ``omp simd`` loop (the library then exports the
+        switch of :data:`~loopir.runtime.c_parallel.SIMD_ENTRY`).
     """
 
     source: str
@@ -428,7 +429,7 @@ class _StmtEmitter(ExprEmitter):
         mn, ext = self._loop_head(s)
         cnt = self.fresh("it")
         self.emit("if (!err[0]) {")
-        self.emit("#pragma omp simd")
+        self.emit("#pragma omp simd if(lir_simd)")
         self.emit(f"for (int64_t {cnt} = 0; {cnt} < {ext}; ++{cnt}) {{ /* vectorized: omp simd */")
         self.indent += 1
         self._loop_body(s, mn, cnt)
@@ -732,6 +733,8 @@ def generate_c(
         header[1:1] = [fiber_prelude(random_order), *em.functions]
     if em.uses_parallel:
         header[1:1] = [OMP_PRELUDE]
+    if em.uses_simd:
+        header[1:1] = [SIMD_PRELUDE]
     body = "\n".join(header + em.lines + ["}", ""])
     written = frozenset(k for k, b in enumerate(func.params) if b in em.written)
     return CProgram(

@@ -69,10 +69,13 @@ from loopir.ir.stmt import (
     Stmt,
 )
 
-__all__ = ["concurrency_problem", "OMP_PRELUDE", "THREADS_ENTRY"]
+__all__ = ["concurrency_problem", "OMP_PRELUDE", "SIMD_PRELUDE", "SIMD_ENTRY", "THREADS_ENTRY"]
 
 # Exported by libraries with parallel loops: sets the team size (0: OpenMP's default).
 THREADS_ENTRY = "loopir_set_num_threads"
+# Exported by libraries with simd loops: 0 runs them one iteration at a time (the proof of
+# independence assumed distinct buffers; overlapping arguments turn it off for a call).
+SIMD_ENTRY = "loopir_set_simd"
 
 # More store/access pairs than this in one loop are not worth proving at build time.
 _MAX_PAIRS = 4096
@@ -95,6 +98,12 @@ static inline int lir_team(int64_t ext) {
 #endif
 }
 """.replace("@ENTRY@", THREADS_ENTRY)
+
+SIMD_PRELUDE = f"""
+/* ---- simd loops (see loopir/runtime/c_parallel.py) ---- */
+static int lir_simd = 1;
+void {SIMD_ENTRY}(int on) {{ lir_simd = on; }}
+"""
 
 
 class _Refused(Exception):

@@ -44,7 +44,7 @@ from loopir.ir.expr import (
 from loopir.ir.stmt import PrimFunc
 from loopir.runtime.c_codegen import ENTRY, CProgram, generate_c
 from loopir.runtime.c_fibers import ERR_DIVERGENCE, SEED_ENTRY
-from loopir.runtime.c_parallel import THREADS_ENTRY
+from loopir.runtime.c_parallel import SIMD_ENTRY, THREADS_ENTRY
 from loopir.runtime.c_types import ERR_ALLOC, ERR_DIV_ZERO, ERR_FIELDS, ERR_ITER_DOMAIN, ERR_OOB
 from loopir.runtime.cache import DEFAULT_FLAGS, compile_shared, find_compiler, supports_flag
 from loopir.runtime.module import bind_arguments
@@ -56,6 +56,17 @@ __all__ = ["CPUModule", "build_cpu", "THREAD_ORDERS"]
 _LIB_LOCKS: dict[str, threading.Lock] = {}
 _LOCKS_GUARD = threading.Lock()
 _PINNED: dict[str, ctypes.CDLL] = {}  # OpenMP runtimes, loaded for the life of the process
+# Set in a child forked after an OpenMP runtime was loaded: the runtime's worker threads did
+# not survive the fork, and a team of more than one thread would wait for them forever.
+_FORKED_AFTER_OPENMP = False
+
+
+def _after_fork_in_child() -> None:
+    global _FORKED_AFTER_OPENMP
+    _FORKED_AFTER_OPENMP = _FORKED_AFTER_OPENMP or bool(_PINNED)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 _OPTIONS = (
     "check_bounds", "thread_regions", "thread_order", "seed", "cache_dir", "compiler", "opt_level",
@@ -119,7 +130,9 @@ class CPUModule:
         order.
     num_threads
         OpenMP threads of the parallel loops (0: OpenMP's default, ``OMP_NUM_THREADS`` or
-        the number of cores; 1: serial); settable between calls without rebuilding.
+        the number of cores; 1: serial); settable between calls without rebuilding. In a
+        process forked after OpenMP was used, parallel loops run on one thread (OpenMP's
+        worker threads do not survive ``fork()``).
     """
 
     def __init__(self, func: PrimFunc, program: CProgram, lib_path: str, *, check_bounds: bool,
@@ -138,6 +151,7 @@ class CPUModule:
         self._seed_fn: Any = None
         self._num_threads = 0
         self._threads_fn: Any = None
+        self._simd_fn: Any = None
         try:
             self._lib = ctypes.CDLL(lib_path)
             self._fn = getattr(self._lib, ENTRY)
@@ -157,6 +171,10 @@ class CPUModule:
             self._threads_fn.restype = None
             self._threads_fn.argtypes = [ctypes.c_int]
             _pin_openmp_runtime(self._lib, lib_path)
+        if program.simd:
+            self._simd_fn = getattr(self._lib, SIMD_ENTRY)
+            self._simd_fn.restype = None
+            self._simd_fn.argtypes = [ctypes.c_int]
         # The generated code keeps thread-region (fiber) state in static variables, shared
         # by every module loaded from the same library file: serialize calls per library.
         with _LOCKS_GUARD:
@@ -185,7 +203,7 @@ class CPUModule:
 
     def _aliased(self, arrays: list[np.ndarray]) -> bool:
         """Whether an array the function writes may overlap another argument: the proof
-        that parallel iterations are independent assumed distinct buffers."""
+        that parallel (simd) iterations are independent assumed distinct buffers."""
         return any(
             k != m and np.may_share_memory(arrays[k], arrays[m])
             for k in self.program.written for m in range(len(arrays))
@@ -274,8 +292,13 @@ class CPUModule:
             if self._seed_fn is not None:
                 # reseed at every call: the order depends on the seed only, not on history
                 self._seed_fn(self._seed)
-            if self._threads_fn is not None:
-                self._threads_fn(1 if self._aliased(arrays) else self._num_threads)
+            if self._threads_fn is not None or self._simd_fn is not None:
+                aliased = self._aliased(arrays)
+                if self._threads_fn is not None:
+                    serial = aliased or _FORKED_AFTER_OPENMP
+                    self._threads_fn(1 if serial else self._num_threads)
+                if self._simd_fn is not None:
+                    self._simd_fn(0 if aliased else 1)
             code = self._fn(ptrs, syms, err)
         if code:
             raise self._error(list(err))
@@ -429,7 +452,8 @@ def build_cpu(func: PrimFunc, **options: Any) -> CPUModule:
         its iterations are proven independent and nothing under it is thread-bound (see
         ``loopir.runtime.c_parallel``); the C source says in a comment why a loop runs
         serially. With ``check_bounds=False``, a ``vectorized`` loop whose body cannot fail
-        becomes an ``omp simd`` loop. An error is the one sequential execution reports.
+        becomes an ``omp simd`` loop. An error is the one sequential execution reports, and
+        a call whose written arrays overlap other arguments runs on one thread without simd.
 
     Raises
     ------

@@ -61,11 +61,11 @@ def test_parallel_and_vectorized_loops_emit_pragmas() -> None:
     fast = loopir.build(sch.func, target="cpu", check_bounds=False)
     assert re.fullmatch(r"#pragma omp parallel num_threads\((team_\d+)\) if\(\1 > 1\)", pragma_lines(fast)[0])
     assert "#pragma omp for schedule(static)" in pragma_lines(fast)
-    assert "#pragma omp simd" in pragma_lines(fast)
+    assert "#pragma omp simd if(lir_simd)" in pragma_lines(fast)
     assert fast.program.parallel and fast.program.simd
     assert "-fopenmp" in fast.compile_flags
     checked = loopir.build(sch.func, target="cpu")
-    assert "#pragma omp simd" not in pragma_lines(checked)
+    assert not any(p.startswith("#pragma omp simd") for p in pragma_lines(checked))
     assert "vectorized, run serially: bounds checks keep it scalar" in checked.source
     assert any(p.startswith("#pragma omp parallel") for p in pragma_lines(checked))
     plain = loopir.build(matmul(64, 16, 32), target="cpu")
@@ -78,7 +78,7 @@ def test_simd_alone_needs_no_openmp_runtime() -> None:
     _, j1 = sch.split(j, [None, 8])
     sch.vectorize(j1)
     mod = loopir.build(sch.func, target="cpu", check_bounds=False)
-    assert pragma_lines(mod) == ["#pragma omp simd"]
+    assert pragma_lines(mod) == ["#pragma omp simd if(lir_simd)"]
     assert "-fopenmp-simd" in mod.compile_flags and "-fopenmp" not in mod.compile_flags
     check_equivalent(matmul(8, 4, 16), sch.func, build_options={"check_bounds": False})
 
@@ -241,6 +241,24 @@ def test_overlapping_arguments_run_serially() -> None:
     assert not mod._aliased([np.zeros(n + 1, np.float32), np.zeros(n, np.float32)])
 
 
+def test_overlapping_arguments_keep_simd_loops_sequential() -> None:
+    """``B[i] = A[i] * 2`` vectorized, with B one element after A in one array: sequentially
+    every element doubles the one before it; SIMD lanes would all read the old values."""
+    n = 64
+    A, B = Buffer("A", (n,), "float32"), Buffer("B", (n,), "float32")
+    i = Var("i")
+    body = BufferStore(B, BufferLoad(A, (i,)) * 2.0, (i,))
+    func = PrimFunc((A, B), For(i, 0, n, ForKind.VECTORIZED, body), name="doubling")
+    mod = loopir.build(func, target="cpu", check_bounds=False)
+    assert mod.program.simd
+    arr = np.ones(n + 1, np.float32)
+    mod(arr[:n], arr[1:])
+    np.testing.assert_array_equal(arr, 2.0 ** np.arange(n + 1, dtype=np.float32))
+    separate = np.ones(n, np.float32), np.zeros(n, np.float32)
+    mod(*separate)
+    np.testing.assert_array_equal(separate[1], np.full(n, 2.0, np.float32))
+
+
 def test_num_threads_option_and_attribute() -> None:
     sch = loopir.Schedule(elementwise(32, 8))
     i, _ = sch.get_loops(sch.get_block("B"))
@@ -295,6 +313,38 @@ def test_unloading_a_module_keeps_the_openmp_runtime(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
     assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr[-2000:]
+
+
+def test_a_forked_child_runs_parallel_loops_on_one_thread(tmp_path: Path) -> None:
+    """libgomp's worker threads do not survive fork(): a team of two in the child waits for
+    them forever. A child forked after OpenMP was used runs parallel loops on one thread."""
+    script = tmp_path / "fork.py"
+    script.write_text(textwrap.dedent("""
+        import os
+        import signal
+        import numpy as np
+        import loopir
+        from loopir import te
+        A = te.placeholder((256, 64), "float32", name="A")
+        B = te.compute((256, 64), lambda i, j: A[i, j] * 2.0, name="B")
+        sch = loopir.Schedule(te.create_prim_func([A, B]))
+        sch.parallel(sch.get_loops(sch.get_block("B"))[0])
+        mod = loopir.build(sch.func, target="cpu", num_threads=2)
+        a, b = np.ones((256, 64), np.float32), np.zeros((256, 64), np.float32)
+        mod(a, b)
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(30)  # a hung child must not outlive the test
+            b[:] = 0
+            mod(a, b)
+            os._exit(0 if (b == 2).all() else 3)
+        _, status = os.waitpid(pid, 0)
+        mod(a, b)
+        print("child", os.waitstatus_to_exitcode(status))
+    """))
+    proc = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout.strip() == "child 0", (proc.stdout, proc.stderr[-2000:])
 
 
 # --- the proof against enumeration ---------------------------------------------------------------
