@@ -56,7 +56,7 @@ from loopir.ir.expr import (
     Var,
 )
 
-__all__ = ["MAX_POINTS", "NotEnumerable", "domain", "evaluate"]
+__all__ = ["MAX_POINTS", "NotEnumerable", "domain", "evaluate", "hull"]
 
 MAX_POINTS = 1 << 18
 """Largest iteration domain [`domain`][loopir.arith.vectorized.domain] enumerates (keeps every proof
@@ -89,6 +89,103 @@ def domain(ranges: Sequence[tuple[Var, int, int]]) -> dict[Var, np.ndarray]:
     axes = [np.arange(lo, lo + max(int(ext), 0), dtype=np.int64) for _, lo, ext in ranges]
     grids = np.meshgrid(*axes, indexing="ij")
     return {v: g.reshape(-1) for (v, _, _), g in zip(ranges, grids)}
+
+
+def _terms(e: PrimExpr, sign: int, out: list[tuple[int, PrimExpr]]) -> None:
+    if isinstance(e, Add):
+        _terms(e.a, sign, out)
+        _terms(e.b, sign, out)
+    elif isinstance(e, Sub):
+        _terms(e.a, sign, out)
+        _terms(e.b, -sign, out)
+    else:
+        out.append((sign, e))
+
+
+def _components(parts: Sequence[list[Var]]) -> list[set[Var]]:
+    """The connected components of the variables, two being connected when one part uses both."""
+    parent: dict[Var, Var] = {}
+
+    def find(v: Var) -> Var:
+        while parent.setdefault(v, v) is not v:
+            v = parent[v]
+        return v
+
+    for vs in parts:
+        for v in vs[1:]:
+            a, b = find(vs[0]), find(v)
+            if a is not b:
+                parent[a] = b
+        if vs:
+            find(vs[0])
+    groups: dict[Var, set[Var]] = {}
+    for v in parent:
+        groups.setdefault(find(v), set()).add(v)
+    return list(groups.values())
+
+
+def hull(e: PrimExpr, ranges: Sequence[tuple[Var, int, int]],
+         conds: Sequence[PrimExpr] = ()) -> tuple[int, int] | None:  # fmt: skip
+    """Exact ``(min, max)`` of integer expression ``e`` over the box ``ranges`` (as for
+    [`domain`][loopir.arith.vectorized.domain]) restricted to the points where every ``conds``
+    holds; None when no point does.
+
+    ``e`` is split into its additive terms and the box into independent parts: variables are
+    grouped when a term or a condition uses them together, and each group is enumerated on its
+    own (the extremes of a sum of terms over disjoint variables of a box are the sums of the
+    terms' extremes). A tile index such as ``b // 18 * 128 + t // 32 * 16 + i * 4 + k`` costs
+    the sum of its variables' extents, not their product.
+
+    Raises
+    ------
+    NotEnumerable
+        As [`evaluate`][loopir.arith.evaluate], or when a group has more than ``MAX_POINTS``
+        points.
+    """
+    from loopir.ir.functor import collect_vars
+
+    known = {v: (lo, ext) for v, lo, ext in ranges}
+    terms: list[tuple[int, PrimExpr]] = []
+    _terms(e, 1, terms)
+    term_vars = [collect_vars(t) for _, t in terms]
+    cond_vars = [collect_vars(c) for c in conds]
+    for vs in (*term_vars, *cond_vars):
+        for v in vs:
+            if v not in known:
+                raise NotEnumerable(f"hull: variable {v.name} has no range")
+    lo_total = hi_total = 0
+    empty = False  # decided after every group is evaluated: each may still refuse
+    for group in _components([*term_vars, *cond_vars]):
+        box = [(v, *known[v]) for v, _, _ in ranges if v in group]
+        env = domain(box)
+        size = next(iter(env.values())).size if env else 1
+        mask: np.ndarray | None = None
+        for c, vs in zip(conds, cond_vars):
+            if vs and vs[0] in group:
+                m = evaluate(c, env, size) != 0
+                mask = m if mask is None else mask & m
+        vals = np.zeros(size, dtype=np.int64)
+        for (sign, t), vs in zip(terms, term_vars):
+            if vs and vs[0] in group:
+                tv = evaluate(t, env, size)
+                vals = vals + tv if sign > 0 else vals - tv
+        if mask is not None:
+            vals = vals[mask]
+        if vals.size == 0:
+            empty = True
+            continue
+        lo_total += int(vals.min())
+        hi_total += int(vals.max())
+    env0: dict[Var, np.ndarray] = {}
+    for (sign, t), vs in zip(terms, term_vars):
+        if not vs:  # constant terms
+            c0 = int(evaluate(t, env0, 1)[0]) * sign
+            lo_total += c0
+            hi_total += c0
+    for c, vs in zip(conds, cond_vars):
+        if not vs and not bool(evaluate(c, env0, 1)[0]):
+            empty = True
+    return None if empty else (lo_total, hi_total)
 
 
 def evaluate(e: PrimExpr, env: Mapping[Var, np.ndarray], size: int) -> np.ndarray:

@@ -46,6 +46,28 @@ def _is_node(value: Any) -> bool:
     return isinstance(value, (PrimExpr, Stmt, Buffer, Range, BufferRegion, IterVar, PrimFunc))
 
 
+_NO_METHOD: Any = object()
+_CACHE_ATTR = "_dispatch_cache"
+
+
+def _method_for(owner: type, node_type: type) -> Any:
+    """The ``visit_<ClassName>`` function of visitor class ``owner`` for ``node_type`` (None:
+    ``generic_visit``), cached in ``owner``'s own dict: dispatch runs for every node of every
+    pass, and building the name and looking it up each time was a tenth of lowering."""
+    cache: dict[type, Any] | None = owner.__dict__.get(_CACHE_ATTR)
+    if cache is None:
+        cache = {}
+        setattr(owner, _CACHE_ATTR, cache)
+    got = cache.get(node_type, _NO_METHOD)
+    if got is _NO_METHOD:
+        got = getattr(owner, "visit_" + node_type.__name__, None)
+        if got is None and issubclass(node_type, Var):
+            # a Var subclass (te's reduce axes) is a variable to every visitor
+            got = getattr(owner, "visit_Var", None)
+        cache[node_type] = got
+    return got
+
+
 class Visitor:
     """Read-only traversal. ``visit`` dispatches to ``visit_<ClassName>`` or ``generic_visit``.
 
@@ -56,12 +78,9 @@ class Visitor:
     visit_buffer_shapes = False
 
     def visit(self, node: Node) -> None:
-        method = getattr(self, "visit_" + type(node).__name__, None)
-        if method is None and isinstance(node, Var):
-            # a Var subclass (te's reduce axes) is a variable to every visitor
-            method = getattr(self, "visit_Var", None)
+        method = _method_for(type(self), type(node))
         if method is not None:
-            method(node)
+            method(self, node)
         else:
             self.generic_visit(node)
 
@@ -87,11 +106,9 @@ class Mutator:
     """
 
     def visit(self, node: Node) -> Node:
-        method = getattr(self, "visit_" + type(node).__name__, None)
-        if method is None and isinstance(node, Var):
-            method = getattr(self, "visit_Var", None)  # as in Visitor.visit
+        method = _method_for(type(self), type(node))
         if method is not None:
-            return method(node)
+            return method(self, node)
         return self.generic_visit(node)
 
     def visit_Buffer(self, node: Buffer) -> Buffer:
@@ -148,26 +165,37 @@ def substitute(node: Node, vmap: Mapping[Var, PrimExpr] | Callable[[Var], PrimEx
     return _Substitute(vmap).visit(node)
 
 
+class _PostOrder(Visitor):
+    def __init__(self, fn: Callable[[Node], None]) -> None:
+        self.fn = fn
+
+    def visit(self, node: Node) -> None:
+        self.generic_visit(node)
+        self.fn(node)
+
+
 def post_order_visit(node: Node, fn: Callable[[Node], None]) -> None:
     """Call ``fn`` on every node below and including ``node``, children first."""
+    _PostOrder(fn).visit(node)
 
-    class _V(Visitor):
-        def visit(self, n: Node) -> None:
-            self.generic_visit(n)
-            fn(n)
 
-    _V().visit(node)
+def _gather_vars(value: Any, seen: dict[Var, None]) -> None:
+    # post-order, as post_order_visit: a Var subclass's fields (a reduce axis's domain) first
+    if isinstance(value, tuple):
+        for v in value:
+            _gather_vars(v, seen)
+    elif _is_node(value) and not isinstance(value, Buffer):
+        for name in _child_fields(type(value)):
+            _gather_vars(getattr(value, name), seen)
+        if isinstance(value, Var):
+            seen.setdefault(value, None)
 
 
 def collect_vars(node: Node) -> list[Var]:
-    """Variables used in ``node`` (in first-use order, without duplicates)."""
+    """Variables used in ``node`` (in first-use order, without duplicates; buffer shapes are not
+    walked, as for every [`Visitor`][loopir.ir.functor.Visitor])."""
     seen: dict[Var, None] = {}
-
-    def f(n: Node) -> None:
-        if isinstance(n, Var):
-            seen.setdefault(n, None)
-
-    post_order_visit(node, f)
+    _gather_vars(node, seen)
     return list(seen)
 
 

@@ -119,20 +119,12 @@ def _enum_interval(
         return False
     usable = [c for c in conds if set(collect_vars(c)) <= rvars]
     try:
-        env = _enum.domain(ranges)
-        size = next(iter(env.values())).size if env else 1
-        vals = _enum.evaluate(g, env, size)
-        mask = None
-        for c in usable:
-            m = _enum.evaluate(c, env, size) != 0
-            mask = m if mask is None else mask & m
+        got = _enum.hull(g, ranges, usable)
     except _enum.NotEnumerable:
         return False
-    if mask is not None:
-        vals = vals[mask]
-    if vals.size == 0:
+    if got is None:
         return None
-    return h, int(vals.min()), int(vals.max())
+    return h, got[0], got[1]
 
 
 # An index's hull (lo, hi), then (h, lo - h, hi - h) when _enum_interval found them (else Nones)

@@ -66,11 +66,13 @@ from loopir.passes.context import PassContext, register_config
 from loopir.passes.local_pad_analysis import (
     ElementPred,
     ElementSet,
+    StoreChecker,
     always_true,
     analyzer,
     atomic_reason,
     common_prefix,
     element_image,
+    image_within,
     index_use,
     loads_of,
     normalize_lt0,
@@ -133,6 +135,9 @@ class _Analysis:
         self.params = set(params)
         # Symbolic buffer sizes: never negative (what the definedness proofs may assume).
         self.sizes = {v for b in params for d in b.shape for v in collect_vars(d)}
+        # _written_before's fetch images, asked again for every reader of one fetch; keyed by
+        # id()s, the values keep the keyed objects alive
+        self._fetch_images: dict[tuple[int, ...], tuple[tuple[object, ...], ElementSet | None]] = {}
         v = Sites()
         v.visit(body)
         self.sites = v.sites
@@ -449,10 +454,7 @@ class _Analysis:
         used = {v for e in writes for v in collect_vars(e)}
         ctx = [f for f in fetch.loops[:shared] if f not in domain and f.loop_var in used]
         keys = tuple(f.loop_var for f in ctx)
-        fetch_img = element_image(
-            (*keys, *fetch.store.indices), buf, [*kept, *fetch.outer_conds], [*ctx, *domain],
-            fetch.loops, exact=True,
-        )
+        fetch_img = self._fetch_image(fetch, kept, ctx, domain)
         if fetch_img is None:
             return False
         shape = [const_value(d) for d in buf.shape]
@@ -461,8 +463,29 @@ class _Analysis:
             return True  # the fetch writes the whole buffer and the read stays inside it
         rdomain = [f for i, f in enumerate(reader.loops) if i >= n or is_thread_loop(f)]
         rdomain = [*ctx, *(f for f in rdomain if f not in ctx)]
+        box = fetch_img.box()
+        if box is not None:  # the usual tile: compare ranges, not enumerated element sets
+            inside = image_within((*keys, *ld.indices), assumed, rdomain, reader.loops, box)
+            if inside is not None:
+                return inside
         read_img = element_image((*keys, *ld.indices), buf, assumed, rdomain, reader.loops)
         return fetch_img is not None and read_img is not None and read_img <= fetch_img
+
+    def _fetch_image(self, fetch: Site, kept: Sequence[PrimExpr], ctx: Sequence[For],
+                     domain: Sequence[For]) -> ElementSet | None:  # fmt: skip
+        """The (context loop values, element) pairs ``fetch`` surely writes (exact)."""
+        held = (fetch, *kept, None, *ctx, None, *domain)
+        key = tuple(map(id, held))
+        hit = self._fetch_images.get(key)
+        if hit is None:
+            keys = tuple(f.loop_var for f in ctx)
+            img = element_image(
+                (*keys, *fetch.store.indices), fetch.store.buffer, [*kept, *fetch.outer_conds],
+                [*ctx, *domain], fetch.loops, exact=True,
+            )
+            hit = (held, img)
+            self._fetch_images[key] = hit
+        return hit[1]
 
     def split_guard(
         self,
@@ -476,15 +499,14 @@ class _Analysis:
         """Greedily drop conjuncts whose removal keeps the store provably safe (and, with
         ``extra``, passes that additional check); returns (kept, dropped)."""
         kept = list(s.conds)
+        check = StoreChecker(s.store.indices, s.store.buffer, domain, s.loops, injective)
         for c in s.conds:
             why = atomic_reason(c)
             if why is not None:
                 rep.conjuncts.append(ConjunctDecision(node_text(c), False, why))
                 continue
             trial = [k for k in kept if k is not c]
-            ok, reason = store_safe(
-                s.store.indices, s.store.buffer, trial, domain, s.loops, injective
-            )
+            ok, reason = check(trial)
             if ok and extra is not None:
                 ok, reason = extra(c, trial)
             if ok:

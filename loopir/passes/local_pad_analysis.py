@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ElementPred",
     "always_true",
+    "image_within",
     "written_where",
     "analyzer",
     "atomic_reason",
@@ -51,6 +52,7 @@ __all__ = [
     "element_image",
     "index_use",
     "normalize_lt0",
+    "StoreChecker",
     "store_safe",
     "strip_casts",
 ]
@@ -179,33 +181,78 @@ def store_safe(
     (bool, str)
         The verdict and, when unsafe or unproven, the reason.
     """
-    from loopir.ir import dtype as dt
+    return StoreChecker(indices, buffer, domain_loops, all_loops, injective)(assumed)
 
-    if any(isinstance(i, Ramp) or not dt.is_int(i.dtype) or dt.lanes(i.dtype) != 1 for i in indices):
-        return False, "vector store index: not analysed"
-    ana = analyzer(all_loops)
-    idx = [ana.simplify(i) for i in indices]
-    ranges = _const_ranges(domain_loops)
-    if ranges is not None:
-        xs = {v for v, _, _ in ranges}
+
+class StoreChecker:
+    """[`store_safe`][loopir.passes.local_pad_analysis.store_safe] for one store under many
+    candidate guards: the domain, the index values and each condition's mask are computed once
+    (LocalPadding tries the guard without each of its conjuncts in turn)."""
+
+    def __init__(self, indices: Sequence[PrimExpr], buffer: Buffer, domain_loops: Sequence[For],
+                 all_loops: Sequence[For], injective: bool) -> None:  # fmt: skip
+        from loopir.ir import dtype as dt
+
+        self.buffer, self.injective = buffer, injective
+        self.vector = any(
+            isinstance(i, Ramp) or not dt.is_int(i.dtype) or dt.lanes(i.dtype) != 1 for i in indices
+        )
+        self.ana = analyzer(all_loops)
+        self.idx = [] if self.vector else [self.ana.simplify(i) for i in indices]
+        self.enumerated: tuple[Mapping[Var, np.ndarray], int, list[np.ndarray], list[int]] | None = None
+        self.masks: dict[int, tuple[PrimExpr, np.ndarray | None]] = {}
+        ranges = _const_ranges(domain_loops)
+        if ranges is None or self.vector:
+            return
+        self.xs = {v for v, _, _ in ranges}
         try:
+            shape = []
+            for d in buffer.shape:
+                if not isinstance(d, IntImm):
+                    raise _enum.NotEnumerable("symbolic buffer shape")
+                shape.append(d.value)
             env = _enum.domain(ranges)
             size = next(iter(env.values())).size if env else 1
-            vals = [_enum.evaluate(i, env, size) for i in idx]
-            mask = _mask(assumed, xs, env, size)
-            shape = []
-            for s in buffer.shape:
-                if not isinstance(s, IntImm):
-                    raise _enum.NotEnumerable("symbolic buffer shape")
-                shape.append(s.value)
+            vals = [_enum.evaluate(i, env, size) for i in self.idx]
+        except _enum.NotEnumerable:
+            return
+        self.enumerated = (env, size, vals, shape)
+
+    def _mask(self, assumed: Sequence[PrimExpr]) -> np.ndarray | None:
+        assert self.enumerated is not None
+        env, size, _, _ = self.enumerated
+        mask = np.ones(size, dtype=bool)
+        for c in assumed:
+            hit = self.masks.get(id(c))
+            if hit is None or hit[0] is not c:
+                m = None
+                if set(collect_vars(c)) <= self.xs:
+                    try:
+                        m = _enum.evaluate(c, env, size) != 0
+                    except _enum.NotEnumerable:
+                        return None
+                # else: dropped from the assumptions (a proof over a larger domain still holds)
+                hit = (c, m)
+                self.masks[id(c)] = hit
+            if hit[1] is not None:
+                mask &= hit[1]
+        return mask
+
+    def __call__(self, assumed: Sequence[PrimExpr]) -> tuple[bool, str]:
+        if self.vector:
+            return False, "vector store index: not analysed"
+        buffer = self.buffer
+        mask = None if self.enumerated is None else self._mask(assumed)
+        if self.enumerated is not None and mask is not None:
+            _, _, vals, shape = self.enumerated
             for d, (v, n) in enumerate(zip(vals, shape)):
                 vv = v[mask]
                 if vv.size and (vv.min() < 0 or vv.max() >= n):
                     return False, (
-                        f"without it the store index {idx[d]} of {buffer.name} could leave "
+                        f"without it the store index {self.idx[d]} of {buffer.name} could leave "
                         f"[0, {n}) (reaches {int(vv.min())}..{int(vv.max())})"
                     )
-            if injective:
+            if self.injective:
                 lin = np.zeros(int(mask.sum()), dtype=np.int64)
                 for v, n in zip(vals, shape):
                     lin = lin * n + v[mask]
@@ -214,17 +261,15 @@ def store_safe(
                         f"without it two iterations could write the same element of {buffer.name}"
                     )
             return True, ""
-        except _enum.NotEnumerable:
-            pass
-    for d, (i, dim) in enumerate(zip(idx, buffer.shape)):
-        if not (ana.can_prove(i >= 0) and ana.can_prove(i < dim)):
-            return False, f"cannot prove the store index {idx[d]} of {buffer.name} stays in [0, {dim})"
-    if injective:
-        return False, (
-            f"cannot prove that no two iterations write the same element of {buffer.name} "
-            "(iteration domain not enumerable)"
-        )
-    return True, ""
+        for d, (i, dim) in enumerate(zip(self.idx, buffer.shape)):
+            if not (self.ana.can_prove(i >= 0) and self.ana.can_prove(i < dim)):
+                return False, f"cannot prove the store index {self.idx[d]} of {buffer.name} stays in [0, {dim})"
+        if self.injective:
+            return False, (
+                f"cannot prove that no two iterations write the same element of {buffer.name} "
+                "(iteration domain not enumerable)"
+            )
+        return True, ""
 
 
 @attrs.frozen(eq=False)
@@ -270,6 +315,22 @@ class ElementSet:
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def box(self) -> list[tuple[int, int]] | None:
+        """Per column ``(lo, hi)`` when the set is every tuple of that box (else None)."""
+        rows = self.rows
+        if not len(rows):
+            return None
+        lo, hi = rows.min(axis=0), rows.max(axis=0)
+        volume = 1
+        for a, b in zip(lo, hi):
+            volume *= int(b) - int(a) + 1
+            if volume > len(rows):  # fewer rows than points: not the whole box
+                return None
+        distinct = len(np.unique(rows, axis=0)) if rows.shape[1] else 1
+        if volume != distinct:
+            return None
+        return [(int(a), int(b)) for a, b in zip(lo, hi)]
 
     def is_whole(self, shape: Sequence[int]) -> bool:
         """Whether the set is every element of a buffer of ``shape`` (and nothing else)."""
@@ -325,6 +386,37 @@ def element_image(
     except _enum.NotEnumerable:
         return None
     return _rows(vals, mask)
+
+
+def image_within(
+    indices: Sequence[PrimExpr],
+    assumed: Sequence[PrimExpr],
+    domain_loops: Sequence[For],
+    all_loops: Sequence[For],
+    box: Sequence[tuple[int, int]],
+) -> bool | None:
+    """Whether [`element_image`][loopir.passes.local_pad_analysis.element_image] of ``indices``
+    lies inside ``box`` (per index, an inclusive ``(lo, hi)``); None when it cannot be evaluated.
+
+    A tuple set lies inside a box exactly when each column's range does, and each column's
+    exact range over the domain costs the sum of its independent variables' extents
+    ([`hull`][loopir.arith.vectorized.hull]), not the product of all of them."""
+    ranges = _const_ranges(domain_loops)
+    if ranges is None:
+        return None
+    ana = analyzer(all_loops)
+    xs = {v for v, _, _ in ranges}
+    usable = [c for c in assumed if set(collect_vars(c)) <= xs]
+    try:
+        for i, (lo, hi) in zip(indices, box):
+            got = _enum.hull(ana.simplify(i), ranges, usable)
+            if got is None:
+                return True  # no point of the domain reads anything
+            if got[0] < lo or got[1] > hi:
+                return False
+    except _enum.NotEnumerable:
+        return None
+    return True
 
 
 def written_where(

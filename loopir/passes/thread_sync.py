@@ -85,18 +85,22 @@ class _Planner:
         self.inserted = 0
         self.loops: list[For] = []
         self.conds: list[PrimExpr] = []
-        # keyed by id(); the values keep the keyed objects alive, so ids are not reused
-        self._summaries: dict[tuple[int, int, int], tuple[Stmt, _State]] = {}
+        # keyed by id()s; the values keep the keyed objects alive, so ids are not reused. A
+        # summary depends on the statement and its context (the enclosing loops and
+        # conditions: one statement object may sit in two places). Shared with the planners
+        # _check_no_internal_sync makes, which revisit the same statements and access pairs.
+        self._summaries: dict[tuple[int, ...], tuple[tuple[object, ...], _State]] = {}
         self._pairs: dict[tuple[int, int], tuple[Any, Any, bool]] = {}
 
     def _summary(self, s: Stmt) -> _State:
-        key = (id(s), len(self.loops), len(self.conds))
+        context = (s, *self.loops, *self.conds)
+        key = (len(self.loops), *map(id, context))
         hit = self._summaries.get(key)
-        if hit is None or hit[0] is not s:
+        if hit is None:
             # a barrier also orders the block's global-memory accesses (an intermediate
             # written by one thread loop nest and read by a sibling nest)
             accs = collect_accesses(s, self.loops, self.conds)
-            hit = (s, _State(tuple(accs)))
+            hit = (context, _State(tuple(accs)))
             self._summaries[key] = hit
         return hit[1]
 
@@ -204,6 +208,7 @@ class _Planner:
 
     def _check_no_internal_sync(self, s: For | IfThenElse) -> None:
         inner = _Planner(set(self.thread_vars), self.launch, self.written)
+        inner._summaries, inner._pairs = self._summaries, self._pairs
         inner.loops = [*self.loops, *([s] if isinstance(s, For) else [])]
         inner.conds = list(self.conds)
         if isinstance(s, IfThenElse):
