@@ -61,7 +61,8 @@ def test_every_listed_case_has_a_unique_name_and_the_default_set_covers_the_exam
     names = [c.name for c in ct.cases()]
     assert len(names) == len(set(names))
     chosen = {c.example for c in ct.select(ct.cases(), None)}
-    for example in ("dense", "pipelined_gemm", "softmax", "layernorm", "rmsnorm", "transpose"):
+    for example in ("dense (tiles divide)", "dense (tiles do not divide)", "pipelined_gemm", "softmax",
+                    "layernorm", "rmsnorm", "transpose"):
         assert example in chosen
     assert sum(e.startswith("default/") for e in chosen) == 5
     assert ct.DIETCODE in names
