@@ -105,7 +105,10 @@ def reverse_compute_at(
         The function.
     block
         Name of the consumer block; it must sit alone in its own loop nest. Every producer of
-        the buffers it reads must be inside the loop.
+        the buffers it reads must be inside the loop. A block without producers (it reads
+        only the function's inputs) is computed whole in each iteration of the loops around
+        the position, as in TVM; it must then be the only writer of its output, and its
+        consumers must still run after it.
     loop_var
         Loop variable of the target loop. No loop at or above it is relaxed (whatever its
         thread binding): the block covers what the producers under the loop write in the
@@ -241,7 +244,7 @@ def _move(
         for b in hits:
             if b not in linked_used:
                 linked_used.append(b)
-    if not partners:
+    if not partners and not reverse:
         raise ScheduleError(
             f"no {other_role} of block {block!r} is inside loop {loop_var.name!r}; the "
             f"{role} must be moved to a loop enclosing its {other_role}s",
@@ -249,6 +252,9 @@ def _move(
             func=func,
             node=loop,
         )
+
+    if not partners:  # reverse_compute_at of a block without producers
+        _check_sole_writer(func, realize, loop, prim)
 
     # Region needed (or provided) under the loop, relaxed per storage scope.
     outer = tree.enclosing_loops(anc_l) + [loop]
@@ -387,6 +393,33 @@ def _insertion_index(
             node=loop,
         )
     return index
+
+
+def _check_sole_writer(func: PrimFunc, realize: BlockRealize, loop: For, prim: str) -> None:
+    """Refuse to recompute a block without producers whose output another block writes.
+
+    A block whose inputs no block writes is computed whole (its full domain) under the loop,
+    again in each iteration of the loops around it, as TVM 0.27 does; that is right when the
+    recomputation writes the same values again, i.e. when no other block writes its output
+    (TVM requires a complete or reduction block: the only writer of its output). A
+    decomposed init moved under its update's loop would reset what the update accumulated.
+    """
+    blk = realize.block
+    written = [w.buffer for w in blk.writes]
+    for other in rg.leaf_blocks(func):
+        if other is realize:
+            continue
+        for w in other.block.writes:
+            if w.buffer in written:
+                raise ScheduleError(
+                    f"block {blk.name!r} has no producer, so under loop "
+                    f"{loop.loop_var.name!r} it would be computed whole in every iteration of "
+                    f"the loops around it; block {other.block.name!r} also writes "
+                    f"{w.buffer.name}, whose values each recomputation would overwrite",
+                    primitive=prim,
+                    func=func,
+                    node=other.block,
+                )
 
 
 def _check_not_repeated(

@@ -366,6 +366,40 @@ def tvm_driver(inp: str, out: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# step 4: loopir again (after a refusal was lifted)
+# --------------------------------------------------------------------------------------------
+
+
+def recheck(inp: str, out: str) -> None:
+    """Each case of ``inp`` (TVM's outcomes) replayed in loopir: ``loopir`` becomes
+    ``refused`` (with the new message), ``right`` or ``wrong`` (CPU executor)."""
+    import loopir
+    from loopir.errors import ScheduleError
+    from loopir.testing import EquivalenceError, check_equivalent
+    from loopir.testing.workloads import make_workload
+
+    with open(inp) as f, open(out, "w") as g:
+        for line in f:
+            rec = json.loads(line)
+            w = make_workload(rec["workload"], **rec["args"])
+            func = w.func
+            sch = loopir.Schedule(func)
+            trace = {"version": rec["trace"]["version"],
+                     "instructions": [*rec["trace"]["instructions"], {**rec["call"], "outputs": []}]}
+            try:
+                loopir.Trace.from_json(trace).apply_to(sch)
+            except ScheduleError as e:
+                rec["loopir"] = {"outcome": "refused", "detail": e.message.splitlines()[0]}
+            else:
+                try:
+                    check_equivalent(func, sch.func, sizes=dict(w.sizes))
+                    rec["loopir"] = {"outcome": "right"}
+                except EquivalenceError as e:
+                    rec["loopir"] = {"outcome": "wrong", "detail": str(e)[:300]}
+            g.write(json.dumps(rec) + "\n")
+
+
+# --------------------------------------------------------------------------------------------
 # step 3: report
 # --------------------------------------------------------------------------------------------
 
@@ -384,9 +418,10 @@ def report(inp: str) -> None:
     with open(inp) as f:
         for line in f:
             rec = json.loads(line)
-            per[(rec["call"]["kind"], _bucket(rec["message"]), rec["tvm"]["outcome"])] += 1
-    for (kind, b, o), c in sorted(per.items()):
-        print(f"{c:5d}  {kind:20s} {o:12s} {b}")
+            now = rec.get("loopir", {}).get("outcome", "")
+            per[(rec["call"]["kind"], _bucket(rec["message"]), rec["tvm"]["outcome"], now)] += 1
+    for (kind, b, o, now), c in sorted(per.items()):
+        print(f"{c:5d}  {kind:20s} {o:12s} {now:8s} {b}")
 
 
 if __name__ == "__main__":
@@ -396,6 +431,8 @@ if __name__ == "__main__":
             int(sys.argv[5]) if len(sys.argv) > 5 else 0)  # fmt: skip
     elif mode == "tvm":
         tvm_driver(sys.argv[2], sys.argv[3])
+    elif mode == "recheck":
+        recheck(sys.argv[2], sys.argv[3])
     elif mode == "tvm-from":
         tvm_all(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     else:
