@@ -37,12 +37,48 @@ def rca_no_producer_after_consumer(sch: Any) -> None:
     sch.reverse_compute_at(sch.get_sblock("C"), i)
 
 
+def pad_after_split(sch: Any) -> None:
+    """An inexact split of i, then pad i (7 -> 8) and k (5 -> 8): the split loops and their
+    predicate stay; the block's domains and buffers grow."""
+    i, _, _ = sch.get_loops(sch.get_sblock("C"))
+    sch.split(i, [None, 4])
+    sch.pad_einsum(sch.get_sblock("C"), [4, 1, 4])
+
+
+def pad_after_split_k(sch: Any) -> None:
+    """The reduction loop split (5 = 2 * 3 inexact) and padded to 6: the k loops stay, j (own
+    loop, 6 -> 8) grows."""
+    _, _, k = sch.get_loops(sch.get_sblock("C"))
+    sch.split(k, [None, 3])
+    sch.pad_einsum(sch.get_sblock("C"), [1, 4, 3])
+
+
+def pad_after_fuse(sch: Any) -> None:
+    """B's loops fused (symbolic n): the fused loop stays, B's domain is padded."""
+    sch.fuse(*sch.get_loops(sch.get_sblock("B")))
+    sch.pad_einsum(sch.get_sblock("B"), [4, 2])
+
+
+def pad_under_shared_loop(sch: Any) -> None:
+    """T1 computed at T2's row loop, then T2 padded: TVM grows the row loop that T1 shares
+    and writes T1 into T1_pad; its build then computes a wrong T2 (T1's values). loopir
+    grows no loop another block shares and copies under it."""
+    i, _ = sch.get_loops(sch.get_sblock("T2"))
+    sch.compute_at(sch.get_sblock("T1"), i, preserve_unit_loops=True)
+    sch.pad_einsum(sch.get_sblock("T2"), [4, 1])
+
+
 CASES: dict[str, Case] = {
+    "pad_after_split": ("matmul", dict(M=7, K=5, N=6), pad_after_split),
+    "pad_after_split_k": ("matmul", dict(M=4, K=5, N=6), pad_after_split_k),
+    "pad_after_fuse": ("symbolic_elementwise", dict(n=9, N=5), pad_after_fuse),
     "rca_no_producer": ("reduce_max", dict(M=4, K=3), rca_no_producer),
     "rca_no_producer_split": ("reduce_min", dict(M=7, K=2), rca_no_producer_split),
 }
 
 TVM_WRONG: dict[str, Case] = {
+    "pad_under_shared_loop": ("elementwise_chain", dict(M=1, N=2, stages=2),
+                              pad_under_shared_loop),
     "rca_no_producer_after_consumer": ("matmul_bias_relu", dict(M=4, K=3, N=5),
                                        rca_no_producer_after_consumer),
 }  # fmt: skip

@@ -3,7 +3,9 @@
 Printers differ (TVM folds loops into ``T.grid`` and bindings into ``T.axis.remap``, names
 buffers ``R_1``, prints ``range``), so functions are compared by what a schedule decides: the
 loops (variable, extent, kind) and their nesting, the blocks, their bindings (values in iter
-var order) and predicates.
+var order) and predicates. ``canonical_loops`` renames the loop variables ``l0, l1, ...`` in
+order of appearance (in bindings and predicates too), for new loops that the two name
+differently (``pad``'s copies: TVM ``i0``, loopir ``ax0``).
 """
 
 from __future__ import annotations
@@ -32,10 +34,38 @@ def _split_top(text: str) -> list[str]:
     return [*out, cur.strip()] if cur.strip() else out
 
 
-def skeleton(text: str) -> list[str]:
+def skeleton(text: str, canonical_loops: bool = False) -> list[str]:
     """One line per loop (``for VAR EXTENT KIND``), block (``block NAME``), block binding
     (``bind VALUE, ...``, the values in iter var order) and predicate (``where COND``),
     indented by depth."""
+    out = _skeleton(text)
+    return _canonical(out) if canonical_loops else out
+
+
+def _canonical(lines: list[str]) -> list[str]:
+    """Loop variables renamed ``l0, l1, ...`` per loop, in order; a name refers to the
+    innermost enclosing loop of that name (TVM's printer reuses ``i0`` in sibling nests)."""
+    out: list[str] = []
+    stack: list[tuple[int, str, str]] = []  # (depth, printed name, canonical name)
+    count = 0
+    for line in lines:
+        depth = (len(line) - len(line.lstrip())) // 2
+        parts = line.split()
+        if parts[0] in ("for", "block"):
+            while stack and stack[-1][0] >= depth:
+                stack.pop()
+        if parts[0] == "for":
+            stack.append((depth, parts[1], f"l{count}"))
+            count += 1
+        names = {name: canon for _, name, canon in stack}
+        if names:
+            pattern = re.compile(r"\b(" + "|".join(re.escape(n) for n in names) + r")\b")
+            line = pattern.sub(lambda m, table=names: table[m[1]], line)
+        out.append(line)
+    return out
+
+
+def _skeleton(text: str) -> list[str]:
     out: list[str] = []
     stack: list[tuple[int, int]] = []  # (indent, depth of the last node at it)
     block_depth: int | None = None  # depth of the block whose header lines are being read
