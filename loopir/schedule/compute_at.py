@@ -24,7 +24,7 @@ import attrs
 from loopir.errors import ScheduleError
 from loopir.ir.buffer import Buffer, Range
 from loopir.ir.equality import structural_equal
-from loopir.ir.expr import IntImm, Or, PrimExpr, Var
+from loopir.ir.expr import FloorDiv, FloorMod, IntImm, Or, PrimExpr, Var
 from loopir.ir.functor import collect_vars, substitute
 from loopir.ir.stmt import Block, BlockRealize, For, IterKind, PrimFunc, Stmt, seq
 from loopir.schedule import region as rg
@@ -278,29 +278,7 @@ def _move(
     logger.debug("%s %s at %s: regions %s", prim, block, loop_var.name, need)
 
     # Solve the moved block's iter var ranges from its accesses of the linked buffers.
-    own = blk.reads if reverse else blk.writes
-    iv_range: dict[Var, rg.Interval] = {}
-    iter_set = {iv.var for iv in blk.iter_vars}
-    for reg in own:
-        if reg.buffer not in need:
-            continue
-        for dim, (rng, want) in enumerate(zip(reg.region, need[reg.buffer])):
-            if isinstance(rng.min, IntImm):
-                continue
-            if not (isinstance(rng.min, Var) and rng.min in iter_set and _is_one(rng.extent)):
-                raise ScheduleError(
-                    f"block {block!r} accesses {reg.buffer.name!r} at dimension {dim} with "
-                    f"index {rng.min} (extent {rng.extent}); {prim} needs each index to be a "
-                    "single block iter var",
-                    primitive=prim,
-                    func=func,
-                    node=blk,
-                )
-            v = rng.min
-            if v in iv_range:
-                iv_range[v] = rg.union_intervals([iv_range[v]], [want], ana)[0]
-            else:
-                iv_range[v] = want
+    iv_range = _solve_iter_ranges(func, blk, need, ana, prim, reverse)
 
     if reverse:
         _check_consumer_covered(func, blk, iv_range, outer, ana, prim)
@@ -362,6 +340,81 @@ def _move(
     out = tree.replace(out, loop_now, new_loop)
     rg.check_order(out, block, prim, node=loop, shown=func)
     return out
+
+
+def _solve_iter_ranges(
+    func: PrimFunc, blk: Block, need: dict[Buffer, list[rg.Interval]], ana: Analyzer,
+    prim: str, reverse: bool,
+) -> dict[Var, rg.Interval]:
+    """The range of each iter var of the moved block that indexes a linked buffer.
+
+    Each index (other than a plain iter var), simplified over the iter vars' domains
+    (``v // 2`` is 0 when ``v < 2``), is a constant, one iter var (its range is the dimension's), or one of the pair ``v // c``,
+    ``v % c`` that ``transform_layout`` splits a dimension into: then ``v`` ranges over
+    ``[c * q.lo + r.lo, c * q.hi + r.hi]`` for the ranges ``q`` and ``r`` of the two
+    dimensions. compute_at takes the whole ``[c * q.lo, c * q.hi + c - 1]`` instead (as TVM
+    0.27: the rows the quotient holds, a superset the producer may recompute);
+    reverse_compute_at the exact hull (the consumer must not read what was not produced).
+    """
+    own = blk.reads if reverse else blk.writes
+    dom_ana = rg.make_analyzer()
+    for iv in blk.iter_vars:
+        dom_ana.bind(iv.var, iv.dom)
+    iter_set = {iv.var for iv in blk.iter_vars}
+    out: dict[Var, rg.Interval] = {}
+
+    def add(v: Var, want: rg.Interval) -> None:
+        out[v] = rg.union_intervals([out[v]], [want], ana)[0] if v in out else want
+
+    for reg in own:
+        if reg.buffer not in need:
+            continue
+        splits: dict[tuple[Var, int], dict[str, rg.Interval]] = {}
+        for dim, (rng, want) in enumerate(zip(reg.region, need[reg.buffer])):
+            index = rng.min
+            if not isinstance(index, (Var, IntImm)):  # a plain iter var keeps its range
+                index = dom_ana.simplify(index)
+            if isinstance(index, IntImm):
+                continue
+            part = _split_part(index, iter_set) if _is_one(rng.extent) else None
+            if _is_one(rng.extent) and isinstance(index, Var) and index in iter_set:
+                add(index, want)
+            elif part is not None:
+                splits.setdefault((part[1], part[2]), {})[part[0]] = want
+            else:
+                raise ScheduleError(
+                    f"block {blk.name!r} accesses {reg.buffer.name!r} at dimension {dim} with "
+                    f"index {rng.min} (extent {rng.extent}); {prim} needs each index to be a "
+                    "single block iter var, a constant, or one of the pair v // c, v % c of "
+                    "transform_layout",
+                    primitive=prim,
+                    func=func,
+                    node=blk,
+                )
+        for (v, c), parts in splits.items():
+            if set(parts) != {"div", "mod"}:
+                raise ScheduleError(
+                    f"block {blk.name!r} accesses {reg.buffer.name!r} with {v.name} // {c} or "
+                    f"{v.name} % {c} without the other; {prim} cannot solve {v.name}'s range",
+                    primitive=prim,
+                    func=func,
+                    node=blk,
+                )
+            q, r = parts["div"], parts["mod"]
+            lo = c * q.lo + (r.lo if reverse else 0)
+            hi = c * q.hi + (r.hi if reverse else c - 1)
+            add(v, rg.Interval(ana.simplify(lo), ana.simplify(hi)))
+    return out
+
+
+def _split_part(index: PrimExpr, iter_set: set[Var]) -> tuple[str, Var, int] | None:
+    """``("div", v, c)`` for ``v // c``, ``("mod", v, c)`` for ``v % c`` (v an iter var, c a
+    positive constant), else None."""
+    if isinstance(index, (FloorDiv, FloorMod)) and isinstance(index.a, Var) and (
+        index.a in iter_set and isinstance(index.b, IntImm) and index.b.value > 0
+    ):
+        return ("div" if isinstance(index, FloorDiv) else "mod", index.a, index.b.value)
+    return None
 
 
 def _insertion_index(

@@ -68,7 +68,34 @@ def pad_under_shared_loop(sch: Any) -> None:
     sch.pad_einsum(sch.get_sblock("T2"), [4, 1])
 
 
+def ca_after_layout(sch: Any) -> None:
+    """C stored as C[i // 2, j, i % 2], then computed at BiasAdd's row loop: C's rows are
+    solved from the two dimensions the layout split i into (TVM computes the pair of rows
+    i // 2 holds, relaxing the i % 2 dimension)."""
+    sch.transform_layout(sch.get_sblock("C"), ("write", 0), lambda i, j: (i // 2, j, i % 2))
+    i, _ = sch.get_loops(sch.get_sblock("BiasAdd"))
+    sch.compute_at(sch.get_sblock("C"), i)
+
+
+def rca_after_layout(sch: Any) -> None:
+    """The consumer moved under C's row loop reads C[i // 2, j, i % 2]: exactly row i."""
+    sch.transform_layout(sch.get_sblock("C"), ("write", 0), lambda i, j: (i // 2, j, i % 2))
+    i, _, _ = sch.get_loops(sch.get_sblock("C"))
+    sch.reverse_compute_at(sch.get_sblock("BiasAdd"), i)
+
+
+def ca_after_layout_unit(sch: Any) -> None:
+    """R (2 rows) stored as R[i // 2, i % 2]: with i < 2 that is R[0, i] (TVM simplifies the
+    indices at transform_layout; loopir when solving the rows)."""
+    sch.transform_layout(sch.get_sblock("R"), ("write", 0), lambda i: (i // 2, i % 2))
+    (i,) = sch.get_loops(sch.get_sblock("S"))
+    sch.compute_at(sch.get_sblock("R"), i)
+
+
 CASES: dict[str, Case] = {
+    "ca_after_layout": ("matmul_bias_relu", dict(M=4, K=3, N=6), ca_after_layout),
+    "rca_after_layout": ("matmul_bias_relu", dict(M=4, K=3, N=6), rca_after_layout),
+    "ca_after_layout_unit": ("reduce_max", dict(M=2, K=3), ca_after_layout_unit),
     "pad_after_split": ("matmul", dict(M=7, K=5, N=6), pad_after_split),
     "pad_after_split_k": ("matmul", dict(M=4, K=5, N=6), pad_after_split_k),
     "pad_after_fuse": ("symbolic_elementwise", dict(n=9, N=5), pad_after_fuse),
