@@ -348,11 +348,11 @@ def _solve_iter_ranges(
 ) -> dict[Var, rg.Interval]:
     """The range of each iter var of the moved block that indexes a linked buffer.
 
-    Each index (other than a plain iter var), simplified over the iter vars' domains
-    (``v // 2`` is 0 when ``v < 2``), is a constant, one iter var (its range is the dimension's), or one of the pair ``v // c``,
-    ``v % c`` that ``transform_layout`` splits a dimension into: then ``v`` ranges over
-    ``[c * q.lo + r.lo, c * q.hi + r.hi]`` for the ranges ``q`` and ``r`` of the two
-    dimensions. compute_at takes the whole ``[c * q.lo, c * q.hi + c - 1]`` instead (as TVM
+    Each index (other than a plain iter var) is simplified over the iter vars' domains
+    (``v // 2`` is 0 when ``v < 2``). It must then be a constant, one iter var (whose range is
+    the dimension's), or one of the pair ``v // c``, ``v % c`` that ``transform_layout``
+    splits a dimension into: ``v`` ranges over ``[c * q.lo + r.lo, c * q.hi + r.hi]`` for
+    the ranges ``q`` and ``r`` of the two dimensions. compute_at takes the whole ``[c * q.lo, c * q.hi + c - 1]`` instead (as TVM
     0.27: the rows the quotient holds, a superset the producer may recompute);
     reverse_compute_at the exact hull (the consumer must not read what was not produced).
     """

@@ -99,8 +99,8 @@ def pad(func: PrimFunc, block: str, factors: Sequence[int]) -> PrimFunc:
     The block is a spatial einsum ``Y[v] = f(X[v'], ...)`` (a cache copy, an elementwise op;
     as in TVM) or a single-reduction einsum: ``C[s] = C[s] + prod(loads)`` (sum) or
     ``C[s] = max/min(C[s], load)``, every access index a block iter var, every accessed
-    dimension spanning its iter var's whole extent, and the block the only writer of its
-    output. Padding is correct because padded input elements hold the reduction identity (0
+    dimension spanning its iter var's whole extent, and any other writer of its output
+    running after it, outside its loops. Padding is correct because padded input elements hold the reduction identity (0
     for sum: one zero factor zeroes the product; -inf / +inf for max / min), so padded
     reduction points contribute nothing, and padded output points are never copied back.
 

@@ -125,3 +125,21 @@ def test_reverse_compute_at_without_producers_under_a_thread_loop(scope: str) ->
     lowered = loopir.lower(sch.func)
     check_equivalent(func, lowered, thread_order="random")
     assert bool(find_races(lowered).races) == (scope == "global")
+
+
+def test_pad_under_a_shared_thread_loop_is_a_race_for_the_cuda_build() -> None:
+    """pad's copies under a blockIdx loop the block shares run in every thread block: right on
+    the CPU executor, and the race check (which the CUDA build runs) refuses the copies into
+    the shared global pad buffers."""
+    from loopir.passes.race_check import find_races
+    from loopir.testing import check_equivalent
+
+    func = make_workload("elementwise_chain", M=5, N=2, stages=2).func
+    sch = loopir.Schedule(func)
+    i, _ = sch.get_loops(sch.get_block("T2"))
+    sch.compute_at(sch.get_block("T1"), i)
+    sch.bind(i, "blockIdx.x")
+    sch.pad(sch.get_block("T2"), [4, 1])
+    lowered = loopir.lower(sch.func)
+    check_equivalent(func, lowered, thread_order="random")
+    assert find_races(lowered).races
