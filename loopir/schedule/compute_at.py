@@ -24,7 +24,7 @@ import attrs
 from loopir.errors import ScheduleError
 from loopir.ir.buffer import Buffer, Range
 from loopir.ir.equality import structural_equal
-from loopir.ir.expr import IntImm, Or, PrimExpr, Var
+from loopir.ir.expr import FloorDiv, FloorMod, IntImm, Or, PrimExpr, Var
 from loopir.ir.functor import collect_vars, substitute
 from loopir.ir.stmt import Block, BlockRealize, For, IterKind, PrimFunc, Stmt, seq
 from loopir.schedule import region as rg
@@ -105,7 +105,10 @@ def reverse_compute_at(
         The function.
     block
         Name of the consumer block; it must sit alone in its own loop nest. Every producer of
-        the buffers it reads must be inside the loop.
+        the buffers it reads must be inside the loop. A block without producers (it reads
+        only the function's inputs) is computed whole in each iteration of the loops around
+        the position, as in TVM; it must then be the only writer of its output, and its
+        consumers must still run after it.
     loop_var
         Loop variable of the target loop. No loop at or above it is relaxed (whatever its
         thread binding): the block covers what the producers under the loop write in the
@@ -241,7 +244,7 @@ def _move(
         for b in hits:
             if b not in linked_used:
                 linked_used.append(b)
-    if not partners:
+    if not partners and not reverse:
         raise ScheduleError(
             f"no {other_role} of block {block!r} is inside loop {loop_var.name!r}; the "
             f"{role} must be moved to a loop enclosing its {other_role}s",
@@ -249,6 +252,9 @@ def _move(
             func=func,
             node=loop,
         )
+
+    if not partners:  # reverse_compute_at of a block without producers
+        _check_sole_writer(func, realize, loop, prim)
 
     # Region needed (or provided) under the loop, relaxed per storage scope.
     outer = tree.enclosing_loops(anc_l) + [loop]
@@ -272,29 +278,7 @@ def _move(
     logger.debug("%s %s at %s: regions %s", prim, block, loop_var.name, need)
 
     # Solve the moved block's iter var ranges from its accesses of the linked buffers.
-    own = blk.reads if reverse else blk.writes
-    iv_range: dict[Var, rg.Interval] = {}
-    iter_set = {iv.var for iv in blk.iter_vars}
-    for reg in own:
-        if reg.buffer not in need:
-            continue
-        for dim, (rng, want) in enumerate(zip(reg.region, need[reg.buffer])):
-            if isinstance(rng.min, IntImm):
-                continue
-            if not (isinstance(rng.min, Var) and rng.min in iter_set and _is_one(rng.extent)):
-                raise ScheduleError(
-                    f"block {block!r} accesses {reg.buffer.name!r} at dimension {dim} with "
-                    f"index {rng.min} (extent {rng.extent}); {prim} needs each index to be a "
-                    "single block iter var",
-                    primitive=prim,
-                    func=func,
-                    node=blk,
-                )
-            v = rng.min
-            if v in iv_range:
-                iv_range[v] = rg.union_intervals([iv_range[v]], [want], ana)[0]
-            else:
-                iv_range[v] = want
+    iv_range = _solve_iter_ranges(func, blk, need, ana, prim, reverse)
 
     if reverse:
         _check_consumer_covered(func, blk, iv_range, outer, ana, prim)
@@ -358,6 +342,81 @@ def _move(
     return out
 
 
+def _solve_iter_ranges(
+    func: PrimFunc, blk: Block, need: dict[Buffer, list[rg.Interval]], ana: Analyzer,
+    prim: str, reverse: bool,
+) -> dict[Var, rg.Interval]:
+    """The range of each iter var of the moved block that indexes a linked buffer.
+
+    Each index (other than a plain iter var) is simplified over the iter vars' domains
+    (``v // 2`` is 0 when ``v < 2``). It must then be a constant, one iter var (whose range is
+    the dimension's), or one of the pair ``v // c``, ``v % c`` that ``transform_layout``
+    splits a dimension into: ``v`` ranges over ``[c * q.lo + r.lo, c * q.hi + r.hi]`` for
+    the ranges ``q`` and ``r`` of the two dimensions. compute_at takes the whole ``[c * q.lo, c * q.hi + c - 1]`` instead (as TVM
+    0.27: the rows the quotient holds, a superset the producer may recompute);
+    reverse_compute_at the exact hull (the consumer must not read what was not produced).
+    """
+    own = blk.reads if reverse else blk.writes
+    dom_ana = rg.make_analyzer()
+    for iv in blk.iter_vars:
+        dom_ana.bind(iv.var, iv.dom)
+    iter_set = {iv.var for iv in blk.iter_vars}
+    out: dict[Var, rg.Interval] = {}
+
+    def add(v: Var, want: rg.Interval) -> None:
+        out[v] = rg.union_intervals([out[v]], [want], ana)[0] if v in out else want
+
+    for reg in own:
+        if reg.buffer not in need:
+            continue
+        splits: dict[tuple[Var, int], dict[str, rg.Interval]] = {}
+        for dim, (rng, want) in enumerate(zip(reg.region, need[reg.buffer])):
+            index = rng.min
+            if not isinstance(index, (Var, IntImm)):  # a plain iter var keeps its range
+                index = dom_ana.simplify(index)
+            if isinstance(index, IntImm):
+                continue
+            part = _split_part(index, iter_set) if _is_one(rng.extent) else None
+            if _is_one(rng.extent) and isinstance(index, Var) and index in iter_set:
+                add(index, want)
+            elif part is not None:
+                splits.setdefault((part[1], part[2]), {})[part[0]] = want
+            else:
+                raise ScheduleError(
+                    f"block {blk.name!r} accesses {reg.buffer.name!r} at dimension {dim} with "
+                    f"index {rng.min} (extent {rng.extent}); {prim} needs each index to be a "
+                    "single block iter var, a constant, or one of the pair v // c, v % c of "
+                    "transform_layout",
+                    primitive=prim,
+                    func=func,
+                    node=blk,
+                )
+        for (v, c), parts in splits.items():
+            if set(parts) != {"div", "mod"}:
+                raise ScheduleError(
+                    f"block {blk.name!r} accesses {reg.buffer.name!r} with {v.name} // {c} or "
+                    f"{v.name} % {c} without the other; {prim} cannot solve {v.name}'s range",
+                    primitive=prim,
+                    func=func,
+                    node=blk,
+                )
+            q, r = parts["div"], parts["mod"]
+            lo = c * q.lo + (r.lo if reverse else 0)
+            hi = c * q.hi + (r.hi if reverse else c - 1)
+            add(v, rg.Interval(ana.simplify(lo), ana.simplify(hi)))
+    return out
+
+
+def _split_part(index: PrimExpr, iter_set: set[Var]) -> tuple[str, Var, int] | None:
+    """``("div", v, c)`` for ``v // c``, ``("mod", v, c)`` for ``v % c`` (v an iter var, c a
+    positive constant), else None."""
+    if isinstance(index, (FloorDiv, FloorMod)) and isinstance(index.a, Var) and (
+        index.a in iter_set and isinstance(index.b, IntImm) and index.b.value > 0
+    ):
+        return ("div" if isinstance(index, FloorDiv) else "mod", index.a, index.b.value)
+    return None
+
+
 def _insertion_index(
     kids: list[Stmt], producers: set[str], consumers: set[str], index: int, prim: str,
     func: PrimFunc, loop: For,
@@ -387,6 +446,33 @@ def _insertion_index(
             node=loop,
         )
     return index
+
+
+def _check_sole_writer(func: PrimFunc, realize: BlockRealize, loop: For, prim: str) -> None:
+    """Refuse to recompute a block without producers whose output another block writes.
+
+    A block whose inputs no block writes is computed whole (its full domain) under the loop,
+    again in each iteration of the loops around it, as TVM 0.27 does; that is right when the
+    recomputation writes the same values again, i.e. when no other block writes its output
+    (TVM requires a complete or reduction block: the only writer of its output). A
+    decomposed init moved under its update's loop would reset what the update accumulated.
+    """
+    blk = realize.block
+    written = [w.buffer for w in blk.writes]
+    for other in rg.leaf_blocks(func):
+        if other is realize:
+            continue
+        for w in other.block.writes:
+            if w.buffer in written:
+                raise ScheduleError(
+                    f"block {blk.name!r} has no producer, so under loop "
+                    f"{loop.loop_var.name!r} it would be computed whole in every iteration of "
+                    f"the loops around it; block {other.block.name!r} also writes "
+                    f"{w.buffer.name}, whose values each recomputation would overwrite",
+                    primitive=prim,
+                    func=func,
+                    node=other.block,
+                )
 
 
 def _check_not_repeated(

@@ -9,8 +9,9 @@ into a padded buffer (``C_pad``) that a write-back block copies to the real outp
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Sequence
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import attrs
 
@@ -33,7 +34,7 @@ from loopir.ir.expr import (
     Var,
     make_const,
 )
-from loopir.ir.functor import post_order_visit
+from loopir.ir.functor import collect_vars, post_order_visit
 from loopir.ir.stmt import (
     Block,
     BlockRealize,
@@ -48,6 +49,9 @@ from loopir.ir.stmt import (
 )
 from loopir.schedule import region as rg
 from loopir.schedule import tree
+
+if TYPE_CHECKING:
+    from loopir.arith import Analyzer
 
 logger = logging.getLogger(__name__)
 
@@ -95,11 +99,17 @@ def pad(func: PrimFunc, block: str, factors: Sequence[int]) -> PrimFunc:
     The block is a spatial einsum ``Y[v] = f(X[v'], ...)`` (a cache copy, an elementwise op;
     as in TVM) or a single-reduction einsum: ``C[s] = C[s] + prod(loads)`` (sum) or
     ``C[s] = max/min(C[s], load)``, every access index a block iter var, every accessed
-    dimension spanning its iter var's whole extent, and the block alone in a loop nest whose
-    loops bind its iter vars one to one. Padding is correct because padded input elements
-    hold the reduction identity (0 for sum: one zero factor zeroes the product; -inf / +inf
-    for max / min), so padded reduction points contribute nothing, and padded output points
-    are never copied back.
+    dimension spanning its iter var's whole extent, and any other writer of its output
+    running after it, outside its loops. Padding is correct because padded input elements hold the reduction identity (0
+    for sum: one zero factor zeroes the product; -inf / +inf for max / min), so padded
+    reduction points contribute nothing, and padded output points are never copied back.
+
+    As TVM's pad_einsum, a loop grows with its iter var only where it binds it one to one
+    (its variable is the whole binding, it runs over the whole domain, and no other block is
+    under it); split, fused, compute_at-offset or shared loops stay as they are, with their
+    predicate, and visit only the real points. The copies sit right around the block's own
+    loops (inside loops it shares with other blocks, so that they see what those blocks
+    produced in the same iteration).
 
     Parameters
     ----------
@@ -182,34 +192,10 @@ def pad(func: PrimFunc, block: str, factors: Sequence[int]) -> PrimFunc:
                     func,
                     blk,
                 )
-    # --- loops bind iter vars one to one --------------------------------------------------
+    # --- the loops that grow with their iter var ----------------------------------------
     top = rg.highest_own_stmt(realize, anc)
-    own_loops = _own_loops(top, realize)
-    loop_of: dict[Var, For] = {}
-    for iv, v in zip(blk.iter_vars, realize.iter_values):
-        lp = next((x for x in own_loops if x.loop_var is v), None)
-        if lp is None or lp in loop_of.values() or not (
-            ana.can_prove_equal(lp.min, 0) and ana.can_prove_equal(lp.extent, iv.dom.extent)
-        ):
-            raise _fail(
-                f"block {block!r}: iter var {iv.var.name} must be bound to its own loop over "
-                f"its whole domain (got binding {v}); pad before splitting or fusing loops "
-                "(padding grows each iter var's own loop; a split or fused binding would need "
-                "its loops and predicate rebuilt, which TVM's pad_einsum gets wrong in some "
-                "of the cases it accepts)",
-                func,
-                blk,
-            )
-        loop_of[iv.var] = lp
-    if not _is_true(realize.predicate):
-        raise _fail(
-            f"block {block!r} has a predicate; pad before splitting loops (an inexact split's "
-            "predicate would hide the padded points)",
-            func,
-            blk,
-        )
-    if len(own_loops) != len(blk.iter_vars):
-        raise _fail(f"block {block!r}'s loop nest has loops not bound to its iter vars", func, blk)
+    loop_of = _grown_loops(blk, realize, _own_loops(top, realize), ana)
+    _check_other_writers(func, realize, top, out_buf)
     # every padded reduction var must index at least one (identity-padded) factor
     padded: dict[Var, PrimExpr] = {}
     for iv, f in zip(blk.iter_vars, facs):
@@ -223,6 +209,14 @@ def pad(func: PrimFunc, block: str, factors: Sequence[int]) -> PrimFunc:
             raise _fail(
                 f"block {block!r}: reduction iter var {v.name} indexes none of the loads, so "
                 "padding it would add terms to the reduction",
+                func,
+                blk,
+            )
+        if ivs[v].kind is IterKind.SPATIAL and not any(e is v for e in body.indices):
+            raise _fail(
+                f"block {block!r}: spatial iter var {v.name} does not index the output "
+                f"{out_buf.name}, so its padded points would write (or accumulate into) the "
+                "real output elements",
                 func,
                 blk,
             )
@@ -360,6 +354,67 @@ def _reduction_leaves(func: PrimFunc, blk: Block, body: BufferStore) -> tuple[li
     return leaves, identity
 
 
+def _grown_loops(
+    blk: Block, realize: BlockRealize, own_loops: list[For], ana: Analyzer
+) -> dict[Var, For]:
+    """The loops that grow with their iter var (as TVM's pad_einsum): per iter var, the loop
+    of the block's own nest (no other block under it) whose variable is the iter var's whole
+    binding, running from 0 over the iter var's domain, and used by no other binding nor the
+    predicate.
+
+    The other iter vars keep their loops (split, fused, shared with other blocks, offset by
+    compute_at, constant): the loops then visit only the real points. That is right as well:
+    padded output points are never copied back, and a padded reduction point would add only
+    the identity.
+    """
+    used: Counter[Var] = Counter()
+    for e in (*realize.iter_values, realize.predicate):
+        used.update(set(collect_vars(e)))
+    out: dict[Var, For] = {}
+    for iv, v in zip(blk.iter_vars, realize.iter_values):
+        lp = next((x for x in own_loops if x.loop_var is v), None)
+        # used once: in this binding alone (the predicate counts too)
+        if lp is not None and used[lp.loop_var] == 1 and (
+            ana.can_prove_equal(lp.min, 0) and ana.can_prove_equal(lp.extent, iv.dom.extent)
+        ):
+            out[iv.var] = lp
+    return out
+
+
+def _check_other_writers(
+    func: PrimFunc, realize: BlockRealize, top: Stmt, out_buf: Buffer
+) -> None:
+    """Refuse a block whose output another block also writes, unless the write-back cannot
+    overwrite that block's elements: the block's nest runs once (at the root) and every other
+    writer runs after it (a decomposed init and its update). Otherwise the write-back, which
+    copies the whole padded buffer, would copy over what the other block wrote (a decomposed
+    init under a loop it shares with its update, or the in-bound part of a decomposed
+    padding that leaves the border to a fill)."""
+    others = [
+        r.block.name for r in rg.leaf_blocks(func)
+        if r is not realize and rg.writes_buffer(r.block, out_buf)
+    ]  # fmt: skip
+    if not others:
+        return
+    root = rg.root_block(func, PRIM)
+    kids = rg.body_children(root.body)
+    at = next((i for i, k in enumerate(kids) if k is top), None)
+    before = [
+        n for n in others
+        if at is None or any(rg.contains_block(k, {n}) for k in kids[: at + 1])
+    ]  # fmt: skip
+    if before or rg.is_param(func, out_buf):
+        name = (before or others)[0]
+        raise _fail(
+            f"block {realize.block.name!r} is not the only writer of {out_buf.name} (block "
+            f"{name!r} writes it too, "
+            + ("before it or in a loop they share" if before else "and it is a parameter")
+            + "); the write-back of the padded buffer would overwrite what that block writes",
+            func,
+            realize.block,
+        )
+
+
 def _own_loops(top: object, realize: BlockRealize) -> list[For]:
     out = []
     node = top
@@ -409,8 +464,3 @@ def _copy(
     )
     realize = BlockRealize(tuple(loops), IntImm(1, "bool"), blk)
     return rg.make_loop_nest(list(zip(loops, extents)), realize)
-
-
-def _is_true(e: PrimExpr) -> bool:
-    return isinstance(e, IntImm) and e.value == 1
-

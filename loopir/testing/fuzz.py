@@ -53,7 +53,7 @@ T = TypeVar("T")
 
 __all__ = [
     "Chooser", "RandomChooser", "FuzzFinding", "Call", "ScheduleFuzzer", "PRIMITIVES", "EXCLUDED",
-    "draw_workload", "fuzz_many", "bind_for_gpu",
+    "draw_workload", "fuzz_many", "bind_for_gpu", "cross_thread_refusal",
 ]  # fmt: skip
 
 GOOD_TAGS = (
@@ -215,6 +215,9 @@ class ScheduleFuzzer(TVMDraws):
         #: gpu-bound copies whose lowering refused with a PassError (see
         #: [`finish`][loopir.testing.fuzz.ScheduleFuzzer.finish]).
         self.gpu_refused = 0
+        #: lowerings (local padding off or on, of the schedule or its gpu-bound copy) that
+        #: LowerCrossThreadReduction refused with a PassError saying why.
+        self.lowering_refused = 0
         # Start as a user would: a handle to every block and its loops.
         for name in self._block_names():
             rv = self.sch.get_block(name)
@@ -647,6 +650,13 @@ class ScheduleFuzzer(TVMDraws):
                 with loopir.PassContext(config={"tir.enable_local_pad": pad}):
                     lowered = loopir.lower(func)
             except PassError as e:
+                if cross_thread_refusal(e):
+                    # bind accepts a thread-bound reduction loop that LowerCrossThreadReduction
+                    # then refuses, saying why (a spatial loop among the reduction loops,
+                    # another statement beside the block...): a refusal, not a finding
+                    self.lowering_refused += 1
+                    logger.debug("cross-thread reduction refused at lowering: %s", e)
+                    continue
                 if not prefix:
                     raise FuzzFinding(
                         "lower", f"lower (local pad {pad}) raised PassError: {e}",
@@ -707,6 +717,13 @@ class ScheduleFuzzer(TVMDraws):
                 f"of the function before lowering ({limit} elements allowed)",
                 self.reproducer(extra=extra),
             )
+
+
+def cross_thread_refusal(e: PassError) -> bool:
+    """Whether ``e`` is LowerCrossThreadReduction refusing a thread-bound reduction."""
+    from loopir.passes.cross_thread import LowerCrossThreadReduction
+
+    return str(e).startswith(f"pass {LowerCrossThreadReduction.__name__}:")
 
 
 def bind_for_gpu(sch: Any) -> int:

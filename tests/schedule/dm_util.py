@@ -174,18 +174,19 @@ def golden_pair(golden: Any, name: str, before: PrimFunc, after: PrimFunc) -> No
     golden(f"schedule/{name}", f"# before\n{before.script()}\n\n# after\n{after.script()}")
 
 
-def check_schedule(func: PrimFunc, sch: loopir.Schedule) -> None:
+def check_schedule(func: PrimFunc, sch: loopir.Schedule, sizes: dict[str, int] | None = None) -> None:
     """``sch.func`` computes what ``func`` does on the CPU executor, unlowered and lowered with
     local padding off and on (random thread order), and ``sch``'s trace replays through its
-    JSON and through its Python text to a structurally equal function."""
+    JSON and through its Python text to a structurally equal function. ``sizes``: values of
+    symbolic sizes."""
     import json
 
     from loopir.testing import check_equivalent
 
-    check_equivalent(func, sch.func)
+    check_equivalent(func, sch.func, sizes=sizes)
     for pad in (False, True):
         with loopir.PassContext(config={"tir.enable_local_pad": pad}):
-            check_equivalent(func, loopir.lower(sch.func))
+            check_equivalent(func, loopir.lower(sch.func), sizes=sizes)
     replay = loopir.Schedule(func)
     loopir.Trace.from_json(json.dumps(sch.trace.as_json())).apply_to(replay)
     loopir.assert_structural_equal(sch.func, replay.func)

@@ -20,6 +20,7 @@ from tests.schedule.dm_util import (
     golden_pair,
     loop_vars,
     matmul,
+    matmul_bias_relu,
     matmul_max,
     tile,
 )
@@ -128,11 +129,16 @@ def test_pad_refuses_non_einsum() -> None:
         P.pad(te.create_prim_func([Y, U]), "U", [1, 4])
 
 
-def test_pad_refuses_tiled_block() -> None:
-    f = matmul(10, 6, 8)
+def test_pad_tiled_block_keeps_the_split_loops() -> None:
+    """As TVM's pad_einsum (issue 29): the split loops of i (10 = 3 x 4, inexact) stay with
+    their predicate, only i's domain grows; j and k, bound one to one, grow their loops."""
+    f = matmul(10, 6, 7)
     g, _ = tile(f, "C", [[None, 4], None, None])
-    with pytest.raises(ScheduleError, match=r"must be bound to its own loop over its whole domain"):
-        P.pad(g, "C", [4, 4, 4])
+    h = P.pad(g, "C", [4, 4, 4])
+    assert extents(h, "C") == [3, 4, 8, 8]
+    assert [iv.dom.extent.value for iv in block_of(h, "C").iter_vars] == [12, 8, 8]
+    assert _shapes(h) == {"A_pad": [12, 8], "B_pad": [8, 8], "C_pad": [12, 8]}
+    assert_equivalent(f, h)
     i, j, k = loop_vars(f, "C")
     with pytest.raises(ScheduleError, match=r"no block named 'Q'"):
         P.pad(f, "Q", [4, 4, 4])
@@ -191,12 +197,44 @@ def test_pad_spatial_refuses_integer_division_by_a_load() -> None:
         P.pad(te.create_prim_func([X, Y, Z]), "Z", [4])
 
 
-def test_pad_after_split_refused_with_reason() -> None:
+def test_pad_after_split_and_fuse() -> None:
+    """Split i, fuse j and k: no loop is grown (each is split or fused), the domains and
+    buffers are, and the result is right (the padded points are not visited)."""
+    import loopir
+    from loopir.testing import check_equivalent
+
+    f = matmul(10, 5, 6)
+    sch = loopir.Schedule(f)
+    i, j, k = sch.get_loops(sch.get_block("C"))
+    sch.split(i, [None, 4])
+    sch.fuse(j, k)
+    sch.pad(sch.get_block("C"), [8, 4, 4])
+    assert extents(sch.func, "C") == [3, 4, 30]
+    assert _shapes(sch.func) == {"A_pad": [16, 8], "B_pad": [8, 8], "C_pad": [16, 8]}
+    check_equivalent(f, sch.func)
+
+
+def test_pad_refuses_a_block_sharing_its_output() -> None:
+    """C_init (decomposed at k) shares loops i and j with C's update: padded, its write-back
+    would copy the whole of C_pad (zeros) over what the update accumulated in the rows
+    before."""
+    f = matmul(5, 3, 6)
+    i, j, k = loop_vars(f, "C")
+    g, _ = reduction.decompose_reduction(f, "C", k)
+    with pytest.raises(ScheduleError, match=r"'C_init' is not the only writer of C \(block 'C'"):
+        P.pad(g, "C_init", [4, 4])
+
+
+def test_pad_refuses_a_padded_spatial_var_missing_from_the_output() -> None:
+    """Regression (differential seeds 813, 1387): after reindex of C[0, j] (M = 1), C_reindex[v_j]
+    no longer depends on the spatial v_i; padding v_i (1 -> 4) ran the update for four rows
+    into one element, the padded rows re-running the init (6 of 7 outputs wrong)."""
     import loopir
 
-    sch = loopir.Schedule(matmul(10, 4, 6))
-    i = sch.get_loops(sch.get_block("C"))[0]
-    sch.split(i, [None, 4])
-    with pytest.raises(ScheduleError, match=r"pad before splitting or fusing loops \(padding grows "
-                       r"each iter var's own loop"):
-        sch.pad(sch.get_block("C"), [8, 8, 8])
+    sch = loopir.Schedule(matmul_bias_relu(1, 7, 7))
+    c = sch.get_block("C")
+    sch.reindex(c, ("write", 0))
+    with pytest.raises(ScheduleError, match=r"spatial iter var v_i does not index the output "
+                       r"C_reindex"):
+        sch.pad(c, [4, 3, 1])
+    sch.pad(c, [1, 3, 1])  # v_i not padded: fine

@@ -193,3 +193,35 @@ def test_the_fuzzer_draws_every_primitive_it_lists() -> None:
         for _ in range(12):
             seen.add(fz.draw(ch).kind)
     assert seen == set(PRIMITIVES)
+
+
+def _bound_reduction(fz: ScheduleFuzzer) -> None:
+    """matmul with k reordered outside j and bound to threadIdx.y: bind accepts it, and
+    LowerCrossThreadReduction refuses it (j, a spatial loop, lies between k and the block)."""
+    i, j, k = fz.loops[:3]
+    assert fz.step(Call("reorder", (k, j), {}, "sch.reorder(l3, l2)"))
+    assert fz.step(Call("bind", (k, "threadIdx.y"), {}, "sch.bind(l3, 'threadIdx.y')"))
+
+
+def test_a_cross_thread_reduction_refused_at_lowering_is_not_a_finding() -> None:
+    """Fuzz finding (issue 29): random schedules that bind a reduction loop in a way
+    LowerCrossThreadReduction refuses, with a PassError that says why, made the CI fuzz
+    test fail with a "lower" finding. The refusal is counted instead."""
+    fz = ScheduleFuzzer(matmul(6, 4, 5), gpu_lowering=False)
+    _bound_reduction(fz)
+    with pytest.raises(loopir.errors.PassError, match="LowerCrossThreadReduction"):
+        loopir.lower(fz.sch.func)
+    fz.finish()
+    assert fz.lowering_refused == 2  # local padding off and on
+
+
+def test_other_pass_errors_stay_findings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from loopir.errors import PassError
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise PassError("pass Simplify: oops")
+
+    fz = _fuzzer()
+    monkeypatch.setattr(loopir, "lower", broken)
+    with pytest.raises(FuzzFinding, match=r"\[lower\].*pass Simplify: oops"):
+        fz.finish()
