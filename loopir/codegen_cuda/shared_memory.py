@@ -46,25 +46,25 @@ __all__ = [
     "shared_allocations",
 ]
 
-#: Static shared memory a block may declare (every architecture).
 STATIC_LIMIT = 48 * 1024
+"""Static shared memory a block may declare (every architecture)."""
 
-#: Shared memory one block may opt in to, by compute capability (the CUDA C++ Programming
-#: Guide's "maximum amount of shared memory per thread block"; the device attribute
-#: ``cudaDevAttrMaxSharedMemoryPerBlockOptin`` gives the same numbers).
 OPTIN_LIMITS: dict[int, int] = {
     70: 96 * 1024, 72: 96 * 1024, 75: 64 * 1024,
     80: 163 * 1024, 86: 99 * 1024, 87: 163 * 1024, 89: 99 * 1024,
     90: 227 * 1024, 100: 227 * 1024, 101: 227 * 1024, 103: 227 * 1024, 110: 227 * 1024,
     120: 99 * 1024, 121: 99 * 1024,
 }  # fmt: skip
+"""Shared memory one block may opt in to, by compute capability (the CUDA C++ Programming
+Guide's "maximum amount of shared memory per thread block"; the device attribute
+``cudaDevAttrMaxSharedMemoryPerBlockOptin`` gives the same numbers)."""
 
-#: The most any architecture allows (sm_90's 227 KB).
 MAX_OPTIN = max(OPTIN_LIMITS.values())
+"""The most any architecture allows (sm_90's 227 KB)."""
 
-#: Alignment of each buffer's offset in the dynamic array (the static arrays'
-#: ``__align__(16)``: 16-byte vector accesses, ``cp.async`` of 16 bytes and ``ldmatrix`` rows).
 DYNAMIC_ALIGN = 16
+"""Alignment of each buffer's offset in the dynamic array (the static arrays'
+``__align__(16)``: 16-byte vector accesses, ``cp.async`` of 16 bytes and ``ldmatrix`` rows)."""
 
 
 def optin_limit(arch: str) -> tuple[int, str]:

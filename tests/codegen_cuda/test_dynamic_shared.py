@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 
 import loopir
-from loopir.codegen_cuda import build_cuda, emit_cuda, lower_for_cuda, prepare_function
+from loopir.codegen_cuda import (
+    build_cuda,
+    describe_resources,
+    emit_cuda,
+    lower_for_cuda,
+    prepare_function,
+)
 from loopir.codegen_cuda import shared_memory as smem
 from loopir.errors import CodegenError, LaunchError
 from loopir.examples import dense_func, pipelined_gemm
@@ -153,6 +159,7 @@ def test_pipelined_gemm_compiles_and_allows_its_size_once(tmp_path, arch: str, s
     launches = [x for x in lines if x.startswith("launch")]
     assert len(launches) == 2 and all(f" smem={dyn} args=" in x for x in launches)
     assert lines.index(f"smem_optin main_kernel0 {dyn}") < lines.index(launches[0])
+    assert f" B smem + {dyn} B dynamic, " in describe_resources(mod)
 
 
 @pytest.mark.nvcc
