@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 import attrs
 
+from loopir.arith.bitwise import apply_bitwise, is_bitwise, shift_in_range
 from loopir.errors import ArithError
 from loopir.ir import dtype as dt
 from loopir.ir.buffer import Range
@@ -31,6 +32,7 @@ from loopir.ir.expr import (
     NE,
     Add,
     And,
+    Call,
     Cast,
     FloorDiv,
     FloorMod,
@@ -436,6 +438,50 @@ def _h_cast(ev: BoundEvaluator, e: Any) -> ConstIntBound:
     return dtype_bound(e.dtype)
 
 
+def _ones_below(hi: int) -> int:
+    """``2**k - 1`` for the least ``k`` with ``hi < 2**k`` (``hi >= 0``): every value whose bits
+    are all below ``hi``'s highest bit or at it."""
+    return POS_INF if hi >= POS_INF else (1 << hi.bit_length()) - 1
+
+
+def bound_bitwise(op: str, xs: list[ConstIntBound], dtype: str) -> ConstIntBound:
+    """Bound of a bitwise intrinsic (``loopir.arith.bitwise``) on operands of bounds ``xs``.
+
+    Exact for constants. Otherwise: for non-negative operands ``a & b`` lies in ``[0, min(a, b)]``
+    (one non-negative operand bounds it alone), ``a | b`` in ``[max(a, b), 2**k - 1]`` and
+    ``a ^ b`` in ``[0, 2**k - 1]`` for the least ``k`` with both below ``2**k``; ``~a`` is
+    ``-a - 1``; shifts by an amount in ``[0, bits)`` scale or floor-divide by powers of two
+    (extremes at the amount's ends). Anything else: the dtype's range.
+    """
+    if all(x.is_const for x in xs):
+        args = [x.min_value for x in xs]
+        if op not in ("shift_left", "shift_right") or shift_in_range(args[1], dtype):
+            return bound_const(apply_bitwise(op, args, dtype))
+    if op == "bitwise_not":
+        return bound_sub(bound_neg(xs[0]), bound_const(1))
+    a, b = xs
+    nonneg_a, nonneg_b = a.min_value >= 0, b.min_value >= 0
+    if op == "bitwise_and" and (nonneg_a or nonneg_b):
+        his = [x.max_value for x, nn in ((a, nonneg_a), (b, nonneg_b)) if nn]
+        return ConstIntBound(0, min(his))
+    if op in ("bitwise_or", "bitwise_xor") and nonneg_a and nonneg_b:
+        top = _ones_below(max(a.max_value, b.max_value))
+        lo = max(a.min_value, b.min_value) if op == "bitwise_or" else 0
+        return ConstIntBound(lo, top)
+    if op in ("shift_left", "shift_right") and b.min_value >= 0 and b.max_value < dt.bits(dtype):
+        ends = [1 << b.min_value, 1 << b.max_value]
+        if op == "shift_left":
+            return bound_union(bound_scale(a, ends[0]), bound_scale(a, ends[1]))
+        return bound_union(*(bound_floordiv(a, bound_const(c)) for c in ends))
+    return dtype_bound(dtype)
+
+
+def _h_call(ev: BoundEvaluator, e: Any) -> ConstIntBound:
+    if is_bitwise(e):
+        return bound_bitwise(e.op, [ev(a) for a in e.args], e.dtype)
+    return dtype_bound(e.dtype)
+
+
 _HANDLERS: dict[type, Callable[[BoundEvaluator, Any], ConstIntBound]] = {
     IntImm: _h_intimm,
     Var: _h_var,
@@ -457,11 +503,12 @@ _HANDLERS: dict[type, Callable[[BoundEvaluator, Any], ConstIntBound]] = {
     Not: _h_not,
     Select: _h_select,
     Cast: _h_cast,
+    Call: _h_call,
 }
 
 __all__ = [
     "POS_INF", "NEG_INF", "ConstIntBound", "EVERYTHING", "BOOL_BOUND", "BoundEvaluator",
     "bound_add", "bound_sub", "bound_neg", "bound_mul", "bound_scale", "bound_floordiv",
     "bound_floormod", "bound_min", "bound_max", "bound_union", "bound_intersect", "bound_const",
-    "dtype_bound", "decide_compare", "range_bound", "clamp",
+    "dtype_bound", "decide_compare", "range_bound", "clamp", "bound_bitwise",
 ]  # fmt: skip

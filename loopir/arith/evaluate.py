@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from loopir.arith.bitwise import apply_bitwise, is_bitwise
 from loopir.errors import ArithError
 from loopir.ir import dtype as dt
 from loopir.ir.expr import (
@@ -24,6 +25,7 @@ from loopir.ir.expr import (
     Add,
     And,
     BinaryOp,
+    Call,
     Cast,
     Div,
     FloatImm,
@@ -93,7 +95,7 @@ def evaluate(expr: PrimExpr, env: Mapping[Var, Value]) -> Value:
     ----------
     expr
         A scalar expression over IntImm/FloatImm/Var, arithmetic, comparisons, logic,
-        Select and Cast.
+        Select, Cast and the bitwise intrinsics (``loopir.arith.bitwise``).
     env
         Value of every variable in ``expr``.
 
@@ -163,6 +165,8 @@ def evaluate(expr: PrimExpr, env: Mapping[Var, Value]) -> Value:
 def _children(e: PrimExpr) -> tuple[PrimExpr, ...]:
     if isinstance(e, BinaryOp):  # the _BIN operators, FloorDiv, FloorMod, Div
         return (e.a, e.b)
+    if isinstance(e, Call) and is_bitwise(e):
+        return e.args
     if isinstance(e, Not):
         return (e.a,)
     if isinstance(e, Cast):
@@ -205,6 +209,8 @@ def _eval_node(e: PrimExpr, args: list[Value], env: Mapping[Var, Value]) -> Valu
         return not args[0]
     if t is Cast:
         return _cast(args[0], e.dtype)
+    if isinstance(e, Call) and is_bitwise(e):
+        return apply_bitwise(e.op, [int(a) for a in args], e.dtype)
     raise ArithError(f"evaluate: cannot evaluate a {t.__name__} node ({e})")
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import attrs
 
 from loopir.arith import divmod as dm
+from loopir.arith.bitwise import is_bitwise, shift_in_range
 from loopir.arith.bound import (
     BoundEvaluator,
     ConstIntBound,
@@ -44,6 +45,7 @@ from loopir.ir.expr import (
     NE,
     Add,
     And,
+    Call,
     Cast,
     CmpOp,
     FloatImm,
@@ -73,6 +75,13 @@ def is_index(dtype: str) -> bool:
 @functools.cache
 def _is_scalar_bool(dtype: str) -> bool:
     return dt.is_bool(dtype) and dt.lanes(dtype) == 1
+
+
+def _power_of_two_dividing(s: Sum) -> int:
+    """The largest power of two dividing every value of ``s`` (its coefficients and constant);
+    0 for the sum 0, which every power divides."""
+    g = math.gcd(s.const, *(c for _, c in s.terms.values()))
+    return g & -g
 
 
 def true_() -> IntImm:
@@ -307,6 +316,8 @@ class Simplifier:
             return self._select(e)
         if isinstance(e, Cast):
             return self._cast(e)
+        if isinstance(e, Call) and is_bitwise(e):
+            return self._bitwise(e)
         return self.make_atom(self.simplify_children(e))
 
     def merge_divmod(self, s: Sum) -> Sum:
@@ -376,6 +387,40 @@ class Simplifier:
         if st.key() == sf.key():
             return st
         return self.make_atom(Select(cond, self.to_expr(st), self.to_expr(sf)))
+
+    def _bitwise(self, e: Call) -> Sum:
+        """Shifts by constants become arithmetic (``a << c`` is ``a * 2**c``, ``a >> c`` is
+        ``a // 2**c``), a mask ``a & (2**k - 1)`` is ``a % 2**k`` (two's complement: also for
+        negative ``a``), ``^``/``|`` with 0 and ``&`` with -1 vanish, so that the analyses see
+        them; other calls are atoms, folded when their bound is one value (constants)."""
+        args = tuple(self.simplify(a) for a in e.args)
+        consts = [a.value if type(a) is IntImm else None for a in args]
+        op, d = e.op, e.dtype
+        if op in ("shift_left", "shift_right") and consts[1] is not None and \
+                shift_in_range(consts[1], d):  # fmt: skip
+            sa = self.canon(args[0])
+            if op == "shift_left":
+                return sa.scale(1 << consts[1])
+            return dm.floordiv(self, sa, Sum.constant(1 << consts[1], d))
+        if op in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+            for k in (0, 1):
+                c, other = consts[k], args[1 - k]
+                if c is None:
+                    continue
+                if (c == 0 and op != "bitwise_and") or (c == -1 and op == "bitwise_and"):
+                    return self.canon(other)
+                if op == "bitwise_and" and c >= 0 and c & (c + 1) == 0:
+                    return dm.floormod(self, self.canon(other), Sum.constant(c + 1, d))
+            for k in (0, 1):
+                # disjoint bits: a multiple of 2**p and a value in [0, 2**p)
+                sa, b = self.canon(args[k]), self.expr_bound(args[1 - k])
+                p = _power_of_two_dividing(sa)
+                if b.min_value >= 0 and b.max_value < p:
+                    if op == "bitwise_and":
+                        return Sum.constant(0, d)
+                    return sa.add(self.canon(args[1 - k]))
+        same = all(a is b for a, b in zip(args, e.args))
+        return self.make_atom(e if same else Call(d, op, args))
 
     def _cast(self, e: Cast) -> Sum:
         src = e.value.dtype

@@ -17,7 +17,8 @@ implement:
 * arithmetic is exact: values that could leave the exact range of int64 raise
   [`NotEnumerable`][loopir.arith.vectorized.NotEnumerable] instead of wrapping silently.
 
-The result is a proof by exhaustion; anything it cannot evaluate (loads, calls, floats, vectors, a
+The bitwise intrinsics (``loopir.arith.bitwise``) evaluate as in C on two's complement values.
+The result is a proof by exhaustion; anything it cannot evaluate (loads, other calls, floats, vectors, a
 division by zero at a point that evaluates it) raises
 [`NotEnumerable`][loopir.arith.vectorized.NotEnumerable], and callers fall back to the symbolic
 analyzer or to the conservative answer.
@@ -29,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from loopir.arith.bitwise import is_bitwise
 from loopir.errors import ArithError
 from loopir.ir import dtype as dt
 from loopir.ir.expr import (
@@ -40,6 +42,7 @@ from loopir.ir.expr import (
     NE,
     Add,
     And,
+    Call,
     Cast,
     CmpOp,
     FloorDiv,
@@ -288,7 +291,29 @@ class _Eval:
             return self._select(e, idx)
         if isinstance(e, Cast):
             return self._cast(e, idx)
+        if isinstance(e, Call) and is_bitwise(e):
+            return self._bitwise(e, idx)
         raise NotEnumerable(f"vectorized evaluate: cannot evaluate a {type(e).__name__} node ({e})")
+
+    def _bitwise(self, e: Call, idx: np.ndarray | None) -> np.ndarray:
+        """The bitwise intrinsics with ``loopir.arith.bitwise``'s semantics (numpy's operators
+        on int64 are two's complement, ``>>`` arithmetic)."""
+        args = [self.run(a, idx).astype(np.int64) for a in e.args]
+        if e.op == "bitwise_not":
+            return np.invert(args[0])
+        a, b = args
+        if e.op in ("shift_left", "shift_right"):
+            if b.size and (int(b.min()) < 0 or int(b.max()) >= dt.bits(e.dtype)):
+                raise NotEnumerable(f"vectorized evaluate: a shift amount of {e} leaves [0, bits)")
+            if e.op == "shift_right":
+                return np.right_shift(a, b)
+            if b.size and _mag(a) * (1 << int(b.max())) >= _SAFE:
+                raise NotEnumerable(f"vectorized evaluate: {e} may leave the exact int64 range")
+            return np.left_shift(a, b)
+        fn = {"bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or,
+              "bitwise_xor": np.bitwise_xor}[e.op]  # fmt: skip
+        out: np.ndarray = fn(a, b)
+        return out
 
     def _sub(self, idx: np.ndarray | None, keep: np.ndarray) -> np.ndarray:
         """The points of ``idx`` where ``keep`` holds."""

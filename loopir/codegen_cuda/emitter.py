@@ -15,8 +15,12 @@ Mapping (kernel side):
 * serial loops that index a register array (``local`` buffer) and run at most
   ``AUTO_UNROLL_MAX_TRIPS`` innermost iterations get ``#pragma unroll``: a run-time index
   would move the array to local memory;
-* ``shared`` Allocates become ``__shared__ __align__(16)`` arrays, ``local`` ones register
-  arrays; global buffers are ``__restrict__`` pointer parameters (``const`` when only read);
+* ``shared`` Allocates become ``__shared__ __align__(16)`` arrays, or, in a kernel whose
+  shared buffers exceed the 48 KB of static shared memory, pointers at aligned offsets of one
+  ``extern __shared__`` array sized at launch
+  ([`loopir.codegen_cuda.shared_memory`][loopir.codegen_cuda.shared_memory]); ``local`` ones
+  register arrays; global buffers are ``__restrict__`` pointer parameters (``const`` when only
+  read);
 * ``floordiv``/``floormod`` print as ``/`` and ``%`` only when both operands are provably
   non-negative, otherwise as floor-correct helpers;
 * ``tvm_storage_sync("shared")`` is ``__syncthreads()``;
@@ -37,6 +41,7 @@ from contextlib import contextmanager
 import attrs
 
 from loopir.codegen_cuda import analysis as an
+from loopir.codegen_cuda import shared_memory as smem
 from loopir.codegen_cuda.allreduce import ALLREDUCE_HELPERS, emit_allreduce
 from loopir.codegen_cuda.async_copy import (
     ASYNC_HELPERS,
@@ -113,12 +118,16 @@ class KernelSource:
         Byte alignment each global buffer's pointer must have (vector accesses).
     shared_bytes
         Static shared memory the kernel declares.
+    dynamic_shared_bytes
+        Dynamic shared memory it takes at launch (0: none; see
+        [`loopir.codegen_cuda.shared_memory`][loopir.codegen_cuda.shared_memory]).
     """
 
     spec: KernelSpec
     params: tuple[str, ...]
     alignment: Mapping[Buffer, int]
     shared_bytes: int
+    dynamic_shared_bytes: int = 0
 
     @property
     def name(self) -> str:
@@ -165,6 +174,9 @@ class NameTable:
         self.names[key] = name
         return name
 
+
+#: The extern array of a kernel's dynamic shared memory.
+DYNAMIC_SMEM = "loopir_smem"
 
 # Serial loops that index a register array are unrolled up to this many innermost iterations:
 # a run-time index moves the array to (slow) local memory.
@@ -243,12 +255,17 @@ class KernelEmitter(CodeWriter):
     """Prints one kernel."""
 
     def __init__(
-        self, func: PrimFunc, spec: KernelSpec, size_vars: set[Var], min_blocks: int | None = None
+        self, func: PrimFunc, spec: KernelSpec, size_vars: set[Var], min_blocks: int | None = None,
+        dynamic: tuple[dict[Allocate, int], int] = ({}, 0),
     ) -> None:
         self.func = func
         self.min_blocks = min_blocks
         self.spec = spec
         self.names = NameTable()
+        self.names.used.add(DYNAMIC_SMEM)
+        # dynamic shared memory: the byte offset of each shared Allocate placed in the extern
+        # array, and its size
+        self.dynamic_offsets, self.dynamic_bytes = dynamic
         self.lines: list[str] = []
         self.indent = 1
         # variable bounds for the floordiv / alignment proofs
@@ -349,12 +366,15 @@ class KernelEmitter(CodeWriter):
             bounds = f"__launch_bounds__({threads}) "
         head = f'extern "C" __global__ void {bounds}{spec.name}('
         sig = head + (",\n" + " " * len(head)).join(decls) + ") {" if decls else head + ") {"
+        if self.dynamic_offsets:
+            self.lines.insert(0, f"  extern __shared__ __align__({smem.DYNAMIC_ALIGN}) unsigned char {DYNAMIC_SMEM}[];")
         text = "\n".join([sig, *self.lines, "}"])
         return text, KernelSource(
             spec=spec,
             params=tuple(params),
             alignment=dict(self.alignment),
             shared_bytes=self.shared_bytes,
+            dynamic_shared_bytes=self.dynamic_bytes,
         )
 
     # -- statements --------------------------------------------------------------------------
@@ -446,8 +466,12 @@ class KernelEmitter(CodeWriter):
         strides = None if b.strides is None else [st.value for st in b.strides if isinstance(st, IntImm)]
         size = allocation_size(shape, strides)  # padded strides included
         name = self.buffer_name(b)
-        if b.scope == "shared":
-            self.shared_bytes += size * max(1, dt.bits(b.dtype) // 8)
+        if b.scope == "shared" and s in self.dynamic_offsets:
+            t, off = ctype(b.dtype), self.dynamic_offsets[s]
+            base = f"{DYNAMIC_SMEM} + {off}" if off else DYNAMIC_SMEM
+            self.line(f"{t}* {name} = reinterpret_cast<{t}*>({base});")
+        elif b.scope == "shared":
+            self.shared_bytes += smem.allocation_bytes(s)
             self.line(f"__shared__ __align__(16) {ctype(b.dtype)} {name}[{size}];")
         elif b.scope == "local":
             self.line(f"{ctype(b.dtype)} {name}[{size}];")
@@ -752,6 +776,34 @@ __host__ __device__ __forceinline__ T loopir_floormod(T a, T b) {
 """
 
 
+def _emit_kernel(func: PrimFunc, spec: KernelSpec, size_vars: set[Var], min_blocks: int | None
+                 ) -> tuple[KernelEmitter, str, KernelSource]:  # fmt: skip
+    """One kernel: on static shared memory when it fits the 48 KB, else emitted again with its
+    largest shared buffers in dynamic shared memory; refused beyond what any device allows."""
+    em = KernelEmitter(func, spec, size_vars, min_blocks)
+    text, info = em.emit()
+    if info.shared_bytes > smem.STATIC_LIMIT:
+        allocs = smem.shared_allocations(spec.body)
+        scratch = info.shared_bytes - sum(smem.allocation_bytes(a) for a in allocs)  # reductions'
+        plan = smem.plan_dynamic(allocs, smem.STATIC_LIMIT - scratch)
+        em = KernelEmitter(func, spec, size_vars, min_blocks, dynamic=plan)
+        text, info = em.emit()
+    if info.shared_bytes > smem.STATIC_LIMIT:  # a static part no buffer can be moved from
+        raise CodegenError(
+            f"CUDA codegen: kernel {spec.name} declares {info.shared_bytes} bytes of static shared "
+            f"memory outside its shared buffers (cross-thread reductions), over the "
+            f"{smem.STATIC_LIMIT}-byte static limit"
+        )
+    total = info.shared_bytes + info.dynamic_shared_bytes
+    if total > smem.MAX_OPTIN:
+        raise CodegenError(
+            f"CUDA codegen: kernel {spec.name} needs {total} bytes of shared memory per block "
+            f"({info.dynamic_shared_bytes} dynamic + {info.shared_bytes} static), over the "
+            f"{smem.MAX_OPTIN}-byte limit of every CUDA device (the sm_90 opt-in maximum)"
+        )
+    return em, text, info
+
+
 def emit_cuda(func: PrimFunc, min_blocks_per_sm: int | None = None) -> EmitResult:
     """Emit CUDA C++ for the lowered function ``func``.
 
@@ -798,13 +850,7 @@ def emit_cuda(func: PrimFunc, min_blocks_per_sm: int | None = None) -> EmitResul
     fp16 = bf16 = False
     helpers = allreduce = async_copies = False
     for spec in splitter.kernels:
-        em = KernelEmitter(func, spec, size_vars, min_blocks_per_sm)
-        text, info = em.emit()
-        if info.shared_bytes > 48 * 1024:
-            raise CodegenError(
-                f"CUDA codegen: kernel {spec.name} declares {info.shared_bytes} bytes of static "
-                "shared memory; the limit is 49152 bytes"
-            )
+        em, text, info = _emit_kernel(func, spec, size_vars, min_blocks_per_sm)
         fp16 |= em.uses_fp16
         bf16 |= em.uses_bf16
         helpers |= em.printer.uses_floor_helpers

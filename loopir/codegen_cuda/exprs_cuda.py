@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
+from loopir.arith.bitwise import BITWISE
 from loopir.codegen_cuda import analysis as an
 from loopir.codegen_cuda.ctypes import MATH_F32, MATH_F64, SCALAR_CTYPES, float_literal, int_literal
 from loopir.errors import CodegenError
@@ -161,6 +162,8 @@ class ExprPrinter(CPrinter):
         op = e.op
         if op == "tvm_storage_sync":
             raise CodegenError("CUDA codegen: storage_sync used as a value; use Evaluate")
+        if op in BITWISE:
+            return self._bitwise(e)
         d = dt.element(e.dtype) if op != "isnan" else dt.element(e.args[0].dtype)
         args = [self.print(a) for a in e.args]
         if op == "isnan":
@@ -188,6 +191,20 @@ class ExprPrinter(CPrinter):
             conv = "__float2half" if d == "float16" else "__float2bfloat16"
             return f"{conv}({res})"
         return res
+
+    def _bitwise(self, e: Call) -> str:
+        """``& | ^ ~ >>`` as C++'s operators on the dtype's type; ``<<`` of a signed value
+        through its unsigned type (no undefined behaviour for a negative one)."""
+        d = dt.element(e.dtype)
+        if not dt.is_int(d):
+            raise CodegenError(f"CUDA codegen: bitwise intrinsic {e.op!r} on {e.dtype}: {e}")
+        t = SCALAR_CTYPES[d]
+        if e.op == "shift_left" and not dt.is_uint(d):
+            a, b = self.print(e.args[0]), self.wrap(e.args[1], P_MUL)
+            return f"(({t})(({SCALAR_CTYPES['u' + d]})({a}) << {b}))"
+        text = self.bitwise_infix(e)[0]
+        # C++ computes narrow integers as int: convert back; 32 and 64 bits keep their type
+        return f"(({t})({text}))" if dt.bits(d) < 32 else f"({text})"
 
 
 def lane_of(e: PrimExpr, i: int) -> PrimExpr:

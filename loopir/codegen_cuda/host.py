@@ -116,6 +116,7 @@ class _HostEmitter(CodeWriter):
                             "workspace", "device", "offsets", "total", f"{func.name}_layout"}
         self.names.used |= {f"p_{i}" for i in range(n)} | {f"s_{i}" for i in range(n)}
         self.names.used |= {k.name for k in emitted.kernels}
+        self.names.used |= {f"{k.name}_smem" for k in emitted.kernels}
         self.env: dict[Var, an.Bound] = {}
         self.printer = ExprPrinter(self)
         self.lines: list[str] = []
@@ -319,7 +320,19 @@ class _HostEmitter(CodeWriter):
                 args = [self.buffer_name(b) for b in spec.buffers]
                 args += [self.var_name(v) for v in spec.scalars]
                 self.line("const dim3 grid(g[0], g[1], g[2]), block(t[0], t[1], t[2]);")
-                self.line(f"LOOPIR_LAUNCH({k.name}, grid, block, stream{''.join(', ' + a for a in args)});")
+                rest = "".join(", " + a for a in args)
+                dyn = k.dynamic_shared_bytes
+                if dyn:
+                    # allowed once per kernel and device (a function-local static remembers it)
+                    self.line(f"static loopir_rt::SharedOptIn {k.name}_smem;")
+                    self.line(
+                        f'if (int rc = loopir_rt::opt_in_shared({k.name}_smem, '
+                        f'reinterpret_cast<const void*>(&{k.name}), "{fn}", "{k.name}", {dyn}, '
+                        f"{k.shared_bytes}, device)) return rc;"
+                    )
+                    self.line(f"LOOPIR_LAUNCH_DYN({k.name}, grid, block, {dyn}, stream{rest});")
+                else:
+                    self.line(f"LOOPIR_LAUNCH({k.name}, grid, block, stream{rest});")
                 sync = "true" if self.sync else "false"
                 self.line(
                     f'if (int rc = loopir_rt::check_launch("{fn}", "{k.name}", stream, {sync})) '

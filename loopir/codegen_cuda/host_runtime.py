@@ -7,7 +7,14 @@ the ``loopir_rt_*`` exports the Python runtime calls: allocation, copies, events
 whether a stream is capturing a CUDA graph, the last error message). A trace build
 (``-DLOOPIR_HOST_TRACE``) records launches, library calls and copies instead of running them, hands
 out fake device pointers, and answers the capture query as a test set it
-(``loopir_rt_set_capture_status``), so the host program runs without a GPU.
+(``loopir_rt_set_capture_status``) and the shared memory limit as one set it
+(``loopir_rt_set_fake_smem_optin``, default sm_90's 227 KB), so the host program runs without a
+GPU.
+
+A kernel on dynamic shared memory (``loopir.codegen_cuda.shared_memory``) is launched by
+``LOOPIR_LAUNCH_DYN`` after ``opt_in_shared``, which checks its bytes against the device's
+``cudaDevAttrMaxSharedMemoryPerBlockOptin`` and sets its
+``cudaFuncAttributeMaxDynamicSharedMemorySize`` once per kernel and device.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ namespace loopir_py {
 static void* ptr(PyObject* o) { return o == Py_None ? nullptr : PyLong_AsVoidPtr(o); }
 }  // namespace loopir_py
 #endif
+#include <atomic>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
@@ -52,11 +60,13 @@ inline void trace_arg(T v) {
   trace += b;
 }
 template <class... A>
-inline void record(const char* kernel, dim3 g, dim3 t, A... args) {
+inline void record(const char* kernel, dim3 g, dim3 t, long long smem, A... args) {
   char b[256];
-  std::snprintf(b, sizeof b, "launch %s grid=(%u,%u,%u) block=(%u,%u,%u) args=", kernel, g.x, g.y,
+  std::snprintf(b, sizeof b, "launch %s grid=(%u,%u,%u) block=(%u,%u,%u) ", kernel, g.x, g.y,
                 g.z, t.x, t.y, t.z);
   trace += b;
+  if (smem) trace += "smem=" + std::to_string(smem) + " ";
+  trace += "args=";
   (trace_arg(args), ...);
   trace += "\n";
 }
@@ -67,18 +77,30 @@ inline int record_call(const char* entry, A... args) {
   trace += "\n";
   return 0;
 }
-#define LOOPIR_LAUNCH(K, G, T, S, ...) loopir_rt::record(#K, G, T, ##__VA_ARGS__)
+#define LOOPIR_LAUNCH(K, G, T, S, ...) loopir_rt::record(#K, G, T, 0, ##__VA_ARGS__)
+#define LOOPIR_LAUNCH_DYN(K, G, T, M, S, ...) loopir_rt::record(#K, G, T, M, ##__VA_ARGS__)
 #define LOOPIR_EXTERN(E, ...) loopir_rt::record_call(#E, __VA_ARGS__)
 #else
 #define LOOPIR_LAUNCH(K, G, T, S, ...) K<<<G, T, 0, S>>>(__VA_ARGS__)
+// a kernel on dynamic shared memory: M bytes of it (allowed first by opt_in_shared)
+#define LOOPIR_LAUNCH_DYN(K, G, T, M, S, ...) K<<<G, T, M, S>>>(__VA_ARGS__)
 #define LOOPIR_EXTERN(E, ...) E(__VA_ARGS__)
 #endif
+
+// Whether a kernel on dynamic shared memory has been allowed its size, per device (a static
+// of the launching code: zero-initialized, so "not yet" everywhere).
+constexpr int kMaxDevices = 64;
+struct SharedOptIn {
+  std::atomic<int> ready[kMaxDevices];
+};
 
 int fail(int code, const char* fmt, ...);
 int cuda_fail(int code, const char* what, cudaError_t err);
 int use_device(int device);
 int check_dims(const char* fn, const char* kernel, const int64_t* g, const int64_t* t);
 int check_launch(const char* fn, const char* kernel, cudaStream_t stream, bool sync);
+int opt_in_shared(SharedOptIn& state, const void* kernel_fn, const char* fn, const char* kernel,
+                  long long dynamic_bytes, long long static_bytes, int device);
 }  // namespace loopir_rt
 """
 
@@ -88,6 +110,7 @@ thread_local char last_error[2048] = "";
 #ifdef LOOPIR_HOST_TRACE
 std::string trace;
 uintptr_t next_fake = 0x70000000;
+int fake_smem_optin = 227 * 1024;  // the device attribute the trace build answers (sm_90's)
 void* fake_capture_stream = nullptr;  // the stream the trace build says is capturing
 int fake_capture_status = 0;
 #endif
@@ -145,12 +168,54 @@ int check_launch(const char* fn, const char* kernel, cudaStream_t stream, bool s
               config || sync ? "" : " -- an earlier asynchronous kernel may have caused it; "
               "build with PassContext(config={'cuda.sync_after_launch': True}) to find it");
 }
+
+// Before a launch on dynamic shared memory: check the block's shared memory against the device's
+// opt-in maximum and allow the kernel its dynamic size, once per kernel and device (`state`); a
+// CUDA graph capture may run it (it is no stream operation).
+int opt_in_shared(SharedOptIn& state, const void* kernel_fn, const char* fn, const char* kernel,
+                  long long dynamic_bytes, long long static_bytes, int device) {
+  const bool cached = device >= 0 && device < kMaxDevices;
+  if (cached && state.ready[device].load(std::memory_order_acquire)) return 0;
+  int limit = 0;
+#ifdef LOOPIR_HOST_TRACE
+  (void)kernel_fn;
+  limit = fake_smem_optin;
+#else
+  cudaError_t err = cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return fail(3, "%s: kernel %s: cannot read the device's shared memory limit "
+                "(cudaDevAttrMaxSharedMemoryPerBlockOptin): %s (%s)", fn, kernel,
+                cudaGetErrorString(err), cudaGetErrorName(err));
+  }
+#endif
+  if (dynamic_bytes + static_bytes > limit)
+    return fail(3, "%s: kernel %s needs %lld bytes of shared memory per block (%lld dynamic + "
+                "%lld static); device %d allows at most %d "
+                "(cudaDevAttrMaxSharedMemoryPerBlockOptin)", fn, kernel,
+                dynamic_bytes + static_bytes, dynamic_bytes, static_bytes, device, limit);
+#ifdef LOOPIR_HOST_TRACE
+  trace += std::string("smem_optin ") + kernel + " " + std::to_string(dynamic_bytes) + "\n";
+#else
+  err = cudaFuncSetAttribute(kernel_fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(dynamic_bytes));
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // not the next launch's error
+    return fail(3, "%s: kernel %s: cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize, "
+                "%lld) failed: %s (%s)", fn, kernel, dynamic_bytes, cudaGetErrorString(err),
+                cudaGetErrorName(err));
+  }
+#endif
+  if (cached) state.ready[device].store(1, std::memory_order_release);
+  return 0;
+}
 }  // namespace loopir_rt
 
 extern "C" const char* loopir_rt_last_error(void) { return loopir_rt::last_error; }
 
 #ifdef LOOPIR_HOST_TRACE
 extern "C" const char* loopir_rt_trace(void) { return loopir_rt::trace.c_str(); }
+extern "C" void loopir_rt_set_fake_smem_optin(int bytes) { loopir_rt::fake_smem_optin = bytes; }
 extern "C" int loopir_rt_malloc(void** out, int64_t bytes, int) {
   *out = reinterpret_cast<void*>(loopir_rt::next_fake);
   loopir_rt::next_fake += (bytes + 255) / 256 * 256 + 256;

@@ -512,11 +512,14 @@ def _torch_fast_path(mod: CUDAModule, torch: Any) -> Any:
 
 
 def describe_resources(mod: CUDAModule) -> str:
-    """One line per kernel: registers, shared memory, stack and spills."""
+    """One line per kernel: registers, shared memory (ptxas' static figure, plus the dynamic
+    shared memory the launch gives), stack and spills."""
     lines = []
+    dynamic = {k.name: k.dynamic_shared_bytes for k in mod.kernels}
     for name, r in mod.resource_usage.items():
+        dyn = f" + {dynamic[name]} B dynamic" if dynamic.get(name) else ""
         lines.append(
-            f"{name}: {r.registers} registers, {r.shared_bytes} B smem, "
+            f"{name}: {r.registers} registers, {r.shared_bytes} B smem{dyn}, "
             f"{r.stack_frame_bytes} B stack, {r.spill_store_bytes}/{r.spill_load_bytes} B "
             "spill stores/loads"
         )

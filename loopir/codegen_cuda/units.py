@@ -32,10 +32,11 @@ from typing import Any
 import attrs
 
 from loopir._progress import progress
-from loopir.codegen_cuda.compile import CompiledBinary, compile_cuda
+from loopir.codegen_cuda.compile import CompiledBinary, compile_cuda, normalize_arch
 from loopir.codegen_cuda.emitter import FLOOR_HELPERS, EmitResult
 from loopir.codegen_cuda.host import ExternCall, HostCode, extern_declarations
 from loopir.codegen_cuda.host_runtime import RUNTIME_DECL, RUNTIME_DEF
+from loopir.codegen_cuda.shared_memory import check_arch_limits
 from loopir.errors import CodegenError
 from loopir.ir.stmt import PrimFunc
 
@@ -154,7 +155,8 @@ def build_library(
     Raises
     ------
     CodegenError
-        For an unknown strategy, or when nvcc fails.
+        For an unknown strategy, a kernel whose shared memory exceeds the target architecture's
+        limit (``loopir.codegen_cuda.shared_memory``), or when nvcc fails.
     """
     if strategy not in STRATEGIES:
         raise CodegenError(f"build: strategy must be one of {STRATEGIES}, got {strategy!r}")
@@ -164,7 +166,11 @@ def build_library(
     if specs and arch is None:  # the newest kernel family decides (sm_90a for CUTLASS 3.x)
         family = max(s.candidate.arch for s in specs.values())
         arch = "sm_90a" if family == 90 else f"sm_{family}"
-    cutlass_jobs, cutlass_source = _cutlass_units(specs, arch or "", cache_dir, use_cache,
+    arch = normalize_arch(arch)
+    # each kernel's shared memory against the target's limit, before any nvcc run
+    check_arch_limits(((f.func.name, k.name, k.shared_bytes, k.dynamic_shared_bytes)
+                       for f in functions for k in f.emitted.kernels), arch)  # fmt: skip
+    cutlass_jobs, cutlass_source = _cutlass_units(specs, arch, cache_dir, use_cache,
                                                   per_config=strategy == "units")  # fmt: skip
     link: list[CompiledBinary] = []
     if strategy == "single":

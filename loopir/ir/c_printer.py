@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 from loopir.errors import CodegenError
 from loopir.ir.expr import (
+    BITWISE_OPS,
     EQ,
     GE,
     GT,
@@ -36,6 +37,7 @@ from loopir.ir.expr import (
     Add,
     And,
     BinaryOp,
+    Call,
     Div,
     FloorDiv,
     FloorMod,
@@ -52,13 +54,18 @@ __all__ = [
     "CPrinter",
     "Printed",
     "PRECEDENCE",
+    "BITWISE_PRECEDENCE",
     "c_operator",
     "P_ATOM",
     "P_UNARY",
     "P_MUL",
     "P_ADD",
+    "P_SHIFT",
     "P_REL",
     "P_EQ",
+    "P_BAND",
+    "P_BXOR",
+    "P_BOR",
     "P_AND",
     "P_OR",
     "P_COND",
@@ -69,8 +76,12 @@ P_ATOM = 100
 P_UNARY = 90
 P_MUL = 80
 P_ADD = 70
+P_SHIFT = 65
 P_REL = 60
 P_EQ = 55
+P_BAND = 50
+P_BXOR = 47
+P_BOR = 44
 P_AND = 40
 P_OR = 30
 P_COND = 20
@@ -91,6 +102,14 @@ def _precedence() -> dict[type[PrimExpr], int]:
 
 PRECEDENCE: dict[type[PrimExpr], int] = _precedence()
 """C precedence of each class printed infix; the operator is the class's own symbol."""
+
+
+BITWISE_PRECEDENCE: dict[str, int] = {
+    "bitwise_and": P_BAND, "bitwise_or": P_BOR, "bitwise_xor": P_BXOR, "shift_left": P_SHIFT,
+    "shift_right": P_SHIFT,
+}  # fmt: skip
+"""C precedence of the binary bitwise intrinsics, printed infix with their
+[`BITWISE_OPS`][loopir.ir.expr.BITWISE_OPS] symbol."""
 
 
 def c_operator(cls: type[BinaryOp] | type[And] | type[Or]) -> str:
@@ -140,6 +159,17 @@ class CPrinter:
         return f"{self.wrap(e.a, prec)} {c_operator(type(e))} {self.wrap(e.b, prec + 1)}", prec
 
     visit_Add = visit_Sub = visit_Mul = visit_Div = visit_CmpOp = visit_And = visit_Or = infix
+
+    def bitwise_infix(self, e: Call) -> Printed:
+        """A bitwise intrinsic as C's operator (``a ^ b``, ``~a``); a dialect adds the
+        conversions its types need (shifts of signed values, narrow types). Operands looser than
+        ``*`` are parenthesised, more than C needs: ``(i + 1) ^ j`` reads as meant (and compilers
+        warn about ``i + 1 ^ j``)."""
+        if e.op == "bitwise_not":
+            return f"~{self.wrap(e.args[0], P_UNARY)}", P_UNARY
+        a, b = e.args
+        return f"{self.wrap(a, P_MUL)} {BITWISE_OPS[e.op]} {self.wrap(b, P_MUL)}", \
+            BITWISE_PRECEDENCE[e.op]
 
     def visit_Not(self, e: Not) -> Printed:
         return f"!{self.wrap(e.a, P_UNARY)}", P_UNARY

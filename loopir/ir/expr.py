@@ -108,19 +108,41 @@ class PrimExpr:
     def __ge__(self, o: ExprLike) -> PrimExpr:
         return _binop(GE, self, o)
 
+    # ``& | ~`` are logical on bool expressions and bitwise on integers (see _logic_or_bits);
+    # ``^ << >>`` are bitwise (``^`` of two bools is their inequality)
     def __and__(self, o: ExprLike) -> PrimExpr:
-        return And(convert(self), convert(o))
+        return _logic_or_bits("bitwise_and", self, o)
 
     def __rand__(self, o: ExprLike) -> PrimExpr:
-        return And(convert(o), convert(self))
+        return _logic_or_bits("bitwise_and", o, self)
 
     def __or__(self, o: ExprLike) -> PrimExpr:
-        return Or(convert(self), convert(o))
+        return _logic_or_bits("bitwise_or", self, o)
 
     def __ror__(self, o: ExprLike) -> PrimExpr:
-        return Or(convert(o), convert(self))
+        return _logic_or_bits("bitwise_or", o, self)
+
+    def __xor__(self, o: ExprLike) -> PrimExpr:
+        return _logic_or_bits("bitwise_xor", self, o)
+
+    def __rxor__(self, o: ExprLike) -> PrimExpr:
+        return _logic_or_bits("bitwise_xor", o, self)
+
+    def __lshift__(self, o: ExprLike) -> PrimExpr:
+        return bitwise("shift_left", self, o)
+
+    def __rlshift__(self, o: ExprLike) -> PrimExpr:
+        return bitwise("shift_left", o, self)
+
+    def __rshift__(self, o: ExprLike) -> PrimExpr:
+        return bitwise("shift_right", self, o)
+
+    def __rrshift__(self, o: ExprLike) -> PrimExpr:
+        return bitwise("shift_right", o, self)
 
     def __invert__(self) -> PrimExpr:
+        if dt.is_int(self.dtype):
+            return Call(self.dtype, "bitwise_not", (self,))
         return Not(self)
 
     def __bool__(self) -> bool:
@@ -597,3 +619,50 @@ def _div(a: Any, b: Any) -> PrimExpr:
             f"'/' on integer expressions ({x} / {y}) is ambiguous; use '//' (floor division)"
         )
     return Div(x, y)
+
+
+# --------------------------------------------------------------------------------------------
+# Bitwise operations on integers: calls of TVM's names (``tir.bitwise_xor`` ...)
+# --------------------------------------------------------------------------------------------
+
+BITWISE_OPS: dict[str, str] = {
+    "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^", "shift_left": "<<",
+    "shift_right": ">>",
+}  # fmt: skip
+"""The binary bitwise intrinsics and their Python operators. Their operands are integers of one
+dtype (lane-wise for vectors) and the result has that dtype; two's complement, as in C: ``>>`` of
+a signed value is arithmetic (``a >> b == a // 2**b``), ``a << b == a * 2**b`` wrapped to the
+dtype, and a shift amount must be in ``[0, bits)``. ``bitwise_not`` (``~``) is unary."""
+for _n in BITWISE_OPS:
+    register_intrinsic(_n, 2)
+register_intrinsic("bitwise_not", 1)
+
+
+def bitwise(op: str, a: Any, b: Any) -> Call:
+    """The call ``op(a, b)`` of a [`BITWISE_OPS`][loopir.ir.expr.BITWISE_OPS] intrinsic, the operands
+    matched as for arithmetic (a Python int takes the other side's dtype).
+
+    Raises
+    ------
+    TypeError
+        Unless both operands are integers.
+    """
+    x, y = _match(a, b)
+    if not dt.is_int(x.dtype):
+        raise TypeError(
+            f"{op} ({BITWISE_OPS.get(op, op)}) needs integer operands, got {x.dtype}: {x}, {y}"
+        )
+    return Call(x.dtype, op, (x, y))
+
+
+def _logic_or_bits(op: str, a: Any, b: Any) -> PrimExpr:
+    """``a & b`` / ``a | b`` / ``a ^ b``: logical on two bool expressions (``^``: their
+    inequality), bitwise on integers."""
+    x, y = convert(a), convert(b)
+    if dt.is_bool(x.dtype) and dt.is_bool(y.dtype):
+        if op == "bitwise_and":
+            return And(x, y)
+        if op == "bitwise_or":
+            return Or(x, y)
+        return NE(x, y)
+    return bitwise(op, a, b)

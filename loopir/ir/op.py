@@ -20,6 +20,7 @@ from loopir.ir.expr import (
     PrimExpr,
     Select,
     _match,
+    bitwise,
     convert,
     make_const,
 )
@@ -257,9 +258,45 @@ def is_barrier(expr: object) -> bool:
     return isinstance(expr, Call) and expr.op in ("tvm_storage_sync", "loopir.thread_allreduce")
 
 
+def bitwise_and(a: ExprLike, b: ExprLike) -> PrimExpr:
+    """``a & b`` of integers (TVM's ``tir.bitwise_and``); see
+    [`BITWISE_OPS`][loopir.ir.expr.BITWISE_OPS]."""
+    return bitwise("bitwise_and", a, b)
+
+
+def bitwise_or(a: ExprLike, b: ExprLike) -> PrimExpr:
+    """``a | b`` of integers (TVM's ``tir.bitwise_or``)."""
+    return bitwise("bitwise_or", a, b)
+
+
+def bitwise_xor(a: ExprLike, b: ExprLike) -> PrimExpr:
+    """``a ^ b`` of integers (TVM's ``tir.bitwise_xor``): XOR swizzles of shared layouts."""
+    return bitwise("bitwise_xor", a, b)
+
+
+def bitwise_not(a: ExprLike) -> PrimExpr:
+    """``~a`` of an integer (TVM's ``tir.bitwise_not``)."""
+    x = convert(a)
+    if not dt.is_int(x.dtype):
+        raise TypeError(f"bitwise_not (~) needs an integer operand, got {x.dtype}: {x}")
+    return Call(x.dtype, "bitwise_not", (x,))
+
+
+def shift_left(a: ExprLike, b: ExprLike) -> PrimExpr:
+    """``a << b`` (TVM's ``tir.shift_left``): ``a * 2**b`` wrapped to the dtype, ``0 <= b <
+    bits``."""
+    return bitwise("shift_left", a, b)
+
+
+def shift_right(a: ExprLike, b: ExprLike) -> PrimExpr:
+    """``a >> b`` (TVM's ``tir.shift_right``): arithmetic for signed values, ``a // 2**b``."""
+    return bitwise("shift_right", a, b)
+
+
 __all__ = [
     "const", "true", "false", "min_", "max_", "floordiv", "floormod", "ceildiv", "cast",
     "if_then_else", "all_", "any_", "not_", "call", "exp", "exp2", "log", "log2", "log1p",
     "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos", "floor", "ceil", "round", "fabs",
     "abs", "pow", "fma", "storage_sync", "make_const", "thread_allreduce", "is_barrier",
+    "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left", "shift_right",
 ]  # fmt: skip

@@ -26,6 +26,7 @@ from typing import Any
 from loopir.errors import register_ir_printer
 from loopir.ir.buffer import Buffer, BufferRegion, Range
 from loopir.ir.expr import (
+    BITWISE_OPS,
     EQ,
     GE,
     GT,
@@ -77,7 +78,14 @@ __all__ = ["script", "expr_to_str", "stmt_to_str", "Namer"]
 INDENT = "    "
 
 # Python precedence levels (higher binds tighter).
-_P_OR, _P_AND, _P_NOT, _P_CMP, _P_ADD, _P_MUL, _P_UNARY, _P_ATOM = range(1, 9)
+(_P_OR, _P_AND, _P_NOT, _P_CMP, _P_BOR, _P_BXOR, _P_BAND, _P_SHIFT, _P_ADD, _P_MUL, _P_UNARY,
+ _P_ATOM) = range(1, 13)
+
+# Python precedence of the bitwise intrinsics, printed with Python's operators (BITWISE_OPS).
+_BITWISE_PREC = {
+    "bitwise_or": _P_BOR, "bitwise_xor": _P_BXOR, "bitwise_and": _P_BAND, "shift_left": _P_SHIFT,
+    "shift_right": _P_SHIFT,
+}  # fmt: skip
 
 # Python precedence of the classes printed infix; the operator is the class's own symbol.
 _BIN_PREC: dict[type[PrimExpr], int] = {
@@ -201,6 +209,12 @@ class _Printer:
         if isinstance(e, BufferLoad):
             return self.load(e.buffer, e.indices), _P_ATOM
         if isinstance(e, Call):
+            if e.op in _BITWISE_PREC and len(e.args) == 2:
+                bp = _BITWISE_PREC[e.op]
+                a, b = self._wrap(e.args[0], bp), self._wrap(e.args[1], bp + 1)
+                return f"{a} {BITWISE_OPS[e.op]} {b}", bp
+            if e.op == "bitwise_not" and len(e.args) == 1:
+                return f"~{self._wrap(e.args[0], _P_UNARY)}", _P_UNARY
             args = ", ".join(self.expr(a) for a in e.args)
             return f"T.{e.op}({args})", _P_ATOM
         if isinstance(e, Ramp):

@@ -71,17 +71,21 @@ __all__ = ["CompactBufferAllocation"]
 logger = logging.getLogger(__name__)
 
 
-#: Static shared memory a CUDA block may use without opting in (every device since sm_20).
-DEFAULT_MAX_SHARED = 48 * 1024
-#: The most a block can opt in to on sm_90 (H100/H200): 227 KB.
+#: The most a block can opt in to on any device (sm_90, H100/H200): 227 KB.
 SM90_MAX_SHARED = 227 * 1024
+#: The default limit: what some device allows. Lowering does not know the target; the CUDA
+#: build checks each kernel against its architecture's own limit (163 KB on sm_80, ...) and
+#: the launch against the device's (``loopir.codegen_cuda.shared_memory``). Beyond 48 KB the
+#: emitter puts buffers in dynamic shared memory.
+DEFAULT_MAX_SHARED = SM90_MAX_SHARED
 
 register_config(
     "cuda.max_shared_memory_per_block",
     int,
     DEFAULT_MAX_SHARED,
     "bytes of shared memory one kernel's block may allocate, checked by "
-    "CompactBufferAllocation after compaction (48 KB static; at most 227 KB opt-in on sm_90)",
+    "CompactBufferAllocation after compaction (default and maximum 227 KB, the sm_90 opt-in; "
+    "the CUDA build also checks the target architecture's own limit)",
 )
 
 #: Largest constant extent used for a compacted dimension of symbolic size; larger bounds of a
@@ -446,6 +450,6 @@ def _check_shared_memory(plans: Sequence[_Plan], accesses: Sequence[Access], ctx
                 f"CompactBufferAllocation: the kernel under loop {kernel.loop_var.name} "
                 f"({kernel.thread_tag}) needs {total} bytes of shared memory per block after "
                 f"compaction ({listing}), over the {limit}-byte limit {key}={limit} (CUDA: "
-                f"48 KB static, up to {SM90_MAX_SHARED} bytes opt-in on sm_90); use smaller "
-                "tiles or fewer shared caches"
+                f"at most {SM90_MAX_SHARED} bytes on sm_90, 163 KB on sm_80; more than 48 KB "
+                "is dynamic shared memory); use smaller tiles or fewer shared caches"
             )

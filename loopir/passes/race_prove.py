@@ -25,6 +25,9 @@ The proof never enumerates elements, so its cost does not grow with the tensor s
    that value is forced and the equation splits in two; an equation ``v - v' = 0`` between the
    two sides' copies of one variable makes them equal (and they are then one variable). A
    contradiction (no solution) proves the question too: the accesses never meet.
+6. A bitwise XOR (a swizzled layout, ``x ^ y``) is a non-affine part like any other (step 4), a
+   fresh variable over its bounds; in addition, ``x ^ y == x' ^ y'`` with ``y == y'`` known
+   gives ``x == x'``. Other bitwise operations stay opaque: the proof is then only weaker.
 
 The pair is proven when every coordinate in ``who`` is forced equal on both sides.
 """
@@ -36,6 +39,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from loopir import arith
+from loopir.arith.bitwise import BITWISE
+from loopir.ir import dtype as dt
 from loopir.ir.expr import (
     EQ,
     GE,
@@ -45,6 +50,7 @@ from loopir.ir.expr import (
     NE,
     Add,
     And,
+    Call,
     Cast,
     CmpOp,
     FloorDiv,
@@ -56,7 +62,7 @@ from loopir.ir.expr import (
     Sub,
     Var,
 )
-from loopir.ir.functor import Mutator, Visitor, collect_vars, substitute
+from loopir.ir.functor import Mutator, Visitor, collect_vars, post_order_visit, substitute
 from loopir.ir.stmt import ForKind
 
 __all__ = ["BLOCK_TAGS", "GRID_TAGS", "const_int", "prove_exclusive"]
@@ -106,6 +112,8 @@ class _Problem:
         self.grid_ext: dict[Var, PrimExpr] = {}  # coordinates of a symbolic grid extent
         self.keep: list[PrimExpr] = []  # expressions whose loops are modelled even if unused
         self.base: list[dict[Var, Var]] = [{}, {}]  # loop variable -> this side's variable
+        # opaque variable of ``x ^ y`` -> the affine forms of ``x`` and ``y`` (step 6)
+        self.xors: dict[Var, tuple[Eq, Eq]] = {}
 
     # -- variables ------------------------------------------------------------------------
     def new(self, name: str, lo: int, hi: int, side: int | None) -> Var:
@@ -358,7 +366,30 @@ class _Problem:
             return None
         side = next(iter(sides)) if len(sides) == 1 else None
         v = memo[key] = self.new("opaque", b.min_value, b.max_value, side)
+        if isinstance(n, Call) and n.op == "bitwise_xor" and dt.is_int(n.dtype):
+            fx, fy = (self.affine(a, memo, ana) for a in n.args)
+            if fx is not None and fy is not None:
+                self.xors[v] = (fx, fy)
         return v
+
+
+def _has_bitwise(e: PrimExpr) -> bool:
+    found = False
+
+    def f(n: object) -> None:
+        nonlocal found
+        found = found or (isinstance(n, Call) and n.op in BITWISE)
+
+    post_order_visit(e, f)
+    return found
+
+
+def _minus(a: Eq, b: Eq) -> Eq:
+    """The equation ``a - b == 0`` of two affine forms."""
+    coef = dict(a[0])
+    for v, k in b[0].items():
+        coef[v] = coef.get(v, 0) - k
+    return {v: k for v, k in coef.items() if k}, a[1] - b[1]
 
 
 def _max_extent(e: PrimExpr) -> int | None:
@@ -489,6 +520,9 @@ class _Solver:
                 if pair is not None:
                     self._merge(*pair)
                     return []
+                cancelled = self._xor_cancel(u, v)
+                if cancelled is not None:
+                    return cancelled
         mags = sorted({abs(a) for a in coef.values()})
         for m in mags[:-1]:
             low = {v: a for v, a in coef.items() if abs(a) <= m}
@@ -502,6 +536,32 @@ class _Solver:
             if first + g > hi:  # the low terms' sum is forced to ``first``
                 return [(low, -first), (high, const + first)]
         return None
+
+    def _xor_cancel(self, u: Var, v: Var) -> list[Eq] | None:
+        """``x ^ y == x' ^ y'`` with ``y == y'`` known: then ``x == x'`` (and the XORs are then
+        equal, so that equation says nothing more). None while no operand pair is known equal."""
+        du, dv = self.p.xors.get(u), self.p.xors.get(v)
+        if du is None or dv is None:
+            return None
+        for x0, y0 in (du, du[::-1]):
+            for x1, y1 in (dv, dv[::-1]):
+                if self._known_equal(y0, y1):
+                    return [_minus(x0, x1)]
+        return None
+
+    def _known_equal(self, a: Eq, b: Eq) -> bool:
+        """Whether two affine forms are equal under what the solver knows (twins merged,
+        values pinned); never raises."""
+        coef: dict[Var, int] = {}
+        const = a[1] - b[1]
+        for form, sign in ((a, 1), (b, -1)):
+            for v, k in form[0].items():
+                r = self.find(v)
+                if r in self.value:
+                    const += sign * k * self.value[r]
+                else:
+                    coef[r] = coef.get(r, 0) + sign * k
+        return const == 0 and not any(coef.values())
 
     def solve(self, eqs: list[Eq]) -> None:
         pending = list(eqs)
@@ -581,6 +641,10 @@ def prove_exclusive(
         sides = [p.access(s, acc, counts, loop_vars) for s, acc in enumerate((w, x))]
         ndim = len(w.indices)
         flat_in = [e for exprs, conds in sides for e in (*exprs, *conds)]
+        if any(_has_bitwise(e) for e in flat_in):
+            # shifts and masks by constants become // and % (digits), disjoint bits a sum
+            pre = arith.Analyzer({v: (p.lo[v], p.hi[v] + 1) for v in p.lo})
+            flat_in = [pre.simplify(e) for e in flat_in]
         flat_out = p.split_digits(flat_in)
         ana = arith.Analyzer({v: (p.lo[v], p.hi[v] + 1) for v in p.lo})
         for v in p.sizes:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from loopir.arith.bitwise import BITWISE
 from loopir.errors import CodegenError
 from loopir.ir import dtype as dt
 from loopir.ir.buffer import Buffer
@@ -209,6 +210,8 @@ class ExprEmitter(CPrinter):
         op = e.op
         if op == "tvm_storage_sync":  # a barrier: sequential execution needs none
             return "0"
+        if op in BITWISE:
+            return self._bitwise(e)
         if op not in _MATH1 and op not in ("isnan", "rsqrt", "sigmoid", "pow", "fma"):
             raise CodegenError(f"cpu codegen: no C translation for intrinsic {op!r} in {e}")
         args = [self.print(a) for a in e.args]
@@ -240,6 +243,21 @@ class ExprEmitter(CPrinter):
         else:  # pragma: no cover - excluded by the check at the top
             raise CodegenError(f"cpu codegen: no C translation for intrinsic {op!r} in {e}")
         return code if d in ("float32", "float64") else round_to(d, code)
+
+    def _bitwise(self, e: Call) -> str:
+        """``& | ^ ~`` as C's operators, wrapped back to narrow types; shifts on 64-bit values
+        (a left shift through unsigned: no undefined behaviour for negative values, the result
+        wrapped to the dtype; a right shift of a signed value is arithmetic)."""
+        d = dt.element(e.dtype)
+        if not dt.is_int(d):
+            raise CodegenError(f"cpu codegen: bitwise intrinsic {e.op!r} on {e.dtype}: {e}")
+        if e.op not in ("shift_left", "shift_right"):
+            return op_result(d, self.bitwise_infix(e)[0])
+        a, b = self.print(e.args[0]), self.print(e.args[1])
+        wide = "uint64_t" if dt.is_uint(d) else "int64_t"
+        if e.op == "shift_left":
+            return round_to(d, f"({wide})((uint64_t)({wide})({a}) << ({b}))")
+        return round_to(d, f"({wide})({a}) >> ({b})")
 
     # --- buffer addressing ------------------------------------------------------------------
     def flat_index(

@@ -1,10 +1,15 @@
 """``transform_layout``: store a buffer in another layout, given as an index map (TVM semantics).
 
 The index map is a Python lambda from the old indices to the new ones, e.g.
-``lambda i, j: (j // 4, i, j % 4)``. Traces record it as the text of such a lambda, printed
-from the expressions the lambda builds, and read it back with a restricted parser (integer
-constants, the lambda's parameters, ``+ - * // %`` and unary minus only; nothing is
-evaluated), so that a stored trace can never run code.
+``lambda i, j: (j // 4, i, j % 4)`` or the XOR swizzle ``lambda i, j: (i, (j // 8 ^ i % 8) * 8 +
+j % 8)``. Traces record it as the text of such a lambda, printed from the expressions the lambda
+builds, and read it back with a restricted parser (integer constants, the lambda's parameters,
+``+ - * // %``, the bitwise ``^ & | << >>`` and unary minus only; nothing is evaluated), so that
+a stored trace can never run code.
+
+The map must be a bijection of the buffer's index space onto the new shape (the box of its
+image): proven symbolically for permutations, splits, fusions and XOR swizzles
+(``loopir.schedule.layout_map``), else checked by enumerating the elements (up to 2**24).
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import ast
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -21,11 +26,14 @@ import numpy as np
 from loopir import arith
 from loopir.arith import vectorized as vec
 from loopir.errors import ScheduleError
+from loopir.ir import dtype as dt
 from loopir.ir.buffer import Buffer, BufferRegion, Range
 from loopir.ir.expr import (
+    BITWISE_OPS,
     Add,
     BinaryOp,
     BufferLoad,
+    Call,
     FloorDiv,
     FloorMod,
     IntImm,
@@ -37,9 +45,10 @@ from loopir.ir.expr import (
 from loopir.ir.functor import Mutator, substitute
 from loopir.ir.stmt import Block, BufferStore, PrimFunc
 from loopir.schedule import cache
+from loopir.schedule.layout_map import prove_bijective
 from loopir.schedule.scope import allocated_written
 
-__all__ = ["index_map_text", "parse_index_map", "transform_layout"]
+__all__ = ["index_map_text", "inverse_index_map", "parse_index_map", "transform_layout"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +60,11 @@ _BINOPS: dict[type, Callable[[PrimExpr, PrimExpr], PrimExpr]] = {
     ast.Mult: lambda a, b: a * b,
     ast.FloorDiv: lambda a, b: a // b,
     ast.Mod: lambda a, b: a % b,
+    ast.BitXor: lambda a, b: a ^ b,
+    ast.BitAnd: lambda a, b: a & b,
+    ast.BitOr: lambda a, b: a | b,
+    ast.LShift: lambda a, b: a << b,
+    ast.RShift: lambda a, b: a >> b,
 }
 _SYMBOLS: dict[type[PrimExpr], str] = {Add: "+", Sub: "-", Mul: "*", FloorDiv: "//", FloorMod: "%"}
 
@@ -60,12 +74,14 @@ def _text(e: PrimExpr) -> str:
         return str(e.value) if e.value >= 0 else f"({e.value})"
     if isinstance(e, Var):
         return e.name
+    if isinstance(e, Call) and e.op in BITWISE_OPS and dt.is_int(e.dtype):
+        return f"({_text(e.args[0])} {BITWISE_OPS[e.op]} {_text(e.args[1])})"
     sym = _SYMBOLS.get(type(e))
     # The isinstance only narrows: every key of _SYMBOLS is a BinaryOp subclass.
     if sym is None or not isinstance(e, BinaryOp):
         raise ScheduleError(
-            f"the index map may use + - * // % of the indices and integer constants only; got "
-            f"{type(e).__name__} in {e}",
+            f"the index map may use + - * // % ^ & | << >> of the indices and integer constants "
+            f"only; got {type(e).__name__} in {e}",
             primitive=_P,
         )
     return f"({_text(e.a)} {sym} {_text(e.b)})"
@@ -131,7 +147,7 @@ def parse_index_map(text: str) -> tuple[list[str], list[PrimExpr]]:
             return IntImm(0, "int32") - conv(node.operand)
         raise ScheduleError(
             f"index map {text!r}: {ast.dump(node)[:60]} is not allowed (integer constants, the "
-            "parameters, + - * // % only)",
+            "parameters, + - * // % ^ & | << >> only)",
             primitive=_P,
         )
 
@@ -181,8 +197,10 @@ def transform_layout(func: PrimFunc, block: str, buffer: cache.BufferArg, index_
     """Store a buffer ``block`` writes in the layout ``index_map`` gives (TVM semantics).
 
     Every load, store and region of the buffer is rewritten through the map, and the buffer
-    gets the shape that holds the image of its old index space. The map must be one-to-one on
-    that space (checked by enumerating it, up to 2**24 elements).
+    gets the shape that holds the image of its old index space. The map must be a bijection
+    of that space onto the new shape: proven symbolically for permutations, splits, fusions and
+    XOR swizzles (``loopir.schedule.layout_map``), else checked by enumerating the elements (up
+    to 2**24).
 
     Parameters
     ----------
@@ -201,7 +219,8 @@ def transform_layout(func: PrimFunc, block: str, buffer: cache.BufferArg, index_
     ------
     ScheduleError
         A parameter, a symbolic shape, a map with the wrong number of indices, using other
-        operations, with negative results, or not one-to-one.
+        operations, with negative results, not one-to-one, or leaving places of the new shape
+        unused (the message names the primitive and the map).
 
     Examples
     --------
@@ -254,32 +273,66 @@ def _params_of(exprs: list[PrimExpr], names: list[str]) -> list[Var]:
 
 def _image_shape(func: PrimFunc, blk: Block, buf: Buffer, names: list[str], exprs: list[PrimExpr],
                  shape: list[int]) -> list[int]:  # fmt: skip
-    """The shape holding the map's image, after checking it is one-to-one and non-negative."""
+    """The new shape: the box the map sends ``shape`` onto, after proving (``layout_map``) or
+    checking by enumeration that the map is a bijection onto it."""
+    params = _params_of(exprs, names)
+    proof = prove_bijective(params, exprs, shape)
+    if proof is not None:
+        return list(proof.new_shape)
     size = int(np.prod(shape))
+    where = f"index map {_fmt(names, exprs)} on {buf.name!r} {shape}"
     if size > _MAX_CHECK:
         raise ScheduleError(
-            f"buffer {buf.name!r} has {size} elements, too many to check that the index map is "
-            f"one-to-one (at most {_MAX_CHECK})", primitive=_P, func=func, node=blk,
+            f"{where}: the map is not of a form proven one-to-one (permutations, splits, fusions, "
+            f"XOR swizzles), and {size} elements are too many to check by enumeration (at most "
+            f"{_MAX_CHECK})", primitive=_P, func=func, node=blk,
         )  # fmt: skip
     grids = np.meshgrid(*(np.arange(s, dtype=np.int64) for s in shape), indexing="ij")
-    env = dict(zip(_params_of(exprs, names), (g.ravel() for g in grids)))
+    env = dict(zip(params, (g.ravel() for g in grids)))
     try:
         cols = [np.broadcast_to(np.asarray(vec.evaluate(e, env, size), dtype=np.int64), (size,)) for e in exprs]
     except vec.NotEnumerable as exc:
         raise ScheduleError(f"index map {_fmt(names, exprs)}: {exc}", primitive=_P, func=func, node=blk) from None
     if any((c < 0).any() for c in cols):
-        raise ScheduleError(
-            f"index map {_fmt(names, exprs)} gives negative indices on {buf.name!r} {shape}",
-            primitive=_P, func=func, node=blk,
-        )  # fmt: skip
+        raise ScheduleError(f"{where} gives negative indices", primitive=_P, func=func, node=blk)
     new_shape = [int(c.max()) + 1 if size else 1 for c in cols]
     flat = np.ravel_multi_index(tuple(cols), new_shape) if cols else np.zeros(size, np.int64)
     if len(np.unique(flat)) != size:
         raise ScheduleError(
-            f"index map {_fmt(names, exprs)} is not one-to-one on {buf.name!r} {shape}: two "
-            "elements would share a place", primitive=_P, func=func, node=blk,
+            f"{where} is not one-to-one: two elements would share a place",
+            primitive=_P, func=func, node=blk,
+        )  # fmt: skip
+    places = int(np.prod(new_shape))
+    if places != size:
+        raise ScheduleError(
+            f"{where} is one-to-one but not onto its image's shape {new_shape}: it would leave "
+            f"{places - size} of {places} places unused (maps must be bijective; pad the block "
+            "first, or use a map whose image fills the new shape)",
+            primitive=_P, func=func, node=blk,
         )  # fmt: skip
     return new_shape
+
+
+def inverse_index_map(index_map: Callable[..., Any] | str, shape: Sequence[int]
+                      ) -> tuple[list[Var], list[PrimExpr]]:  # fmt: skip
+    """The inverse of a bijective index map on ``shape``: variables of the new indices and the
+    old indices as expressions of them (an XOR-swizzled digit is its own inverse given the rest).
+
+    Raises
+    ------
+    ScheduleError
+        When the map is not proven bijective symbolically (``loopir.schedule.layout_map``).
+    """
+    names, exprs = parse_index_map(index_map_text(index_map, len(shape)))
+    params = _params_of(exprs, names)
+    proof = prove_bijective(params, exprs, list(shape))
+    if proof is None:
+        raise ScheduleError(
+            f"index map {_fmt(names, exprs)} on {list(shape)}: no inverse (not proven a bijection: "
+            "permutations, splits, fusions and XOR swizzles are)", primitive=_P,
+        )  # fmt: skip
+    ys, inv = proof.inverse()
+    return list(ys), list(inv)
 
 
 def _fmt(names: list[str], exprs: list[PrimExpr]) -> str:

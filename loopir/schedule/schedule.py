@@ -639,13 +639,17 @@ class Schedule(TVMForms):
         assume_injective_transform: bool = False,
     ) -> None:
         """Store a buffer ``block`` writes in the layout of ``index_map`` (TVM's
-        ``transform_layout``), e.g. ``lambda i, j: (j // 4, i, j % 4)``.
+        ``transform_layout``), e.g. ``lambda i, j: (j // 4, i, j % 4)``, or the XOR swizzle of a
+        64-column fp16 tile free of bank conflicts for ``ldmatrix``, ``lambda i, j: (i, (j // 8
+        ^ i % 8) * 8 + j % 8)``.
 
         ``buffer`` is a name, an index into the block's writes, the Buffer or TVM's
         ``("write", i)`` (``("read", i)`` of a buffer the block also writes). The trace records
         the buffer as its write index and the map as the text of a lambda (``"lambda i, j:
         ((j // 4), i, (j % 4))"``), read back by a parser that evaluates nothing; the text is
-        accepted here too. ``pad_value`` must be None (maps are one-to-one, without padding);
+        accepted here too. ``pad_value`` must be None (maps are bijections onto the new shape,
+        without padding: proven for permutations, splits, fusions and XOR swizzles, else
+        checked element by element);
         ``assume_injective_transform`` is accepted and not recorded: the map is checked
         whatever it says. See
         [`loopir.schedule.layout.transform_layout`][loopir.schedule.layout.transform_layout].

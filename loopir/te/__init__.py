@@ -17,7 +17,8 @@ What ``te`` offers (the names mirror ``tvm.te``):
 | casts and constants | [`cast`][loopir.te.cast], [`const`][loopir.te.const], [`max_value`][loopir.te.max_value], [`min_value`][loopir.te.min_value] |
 | conditions | [`if_then_else`][loopir.te.if_then_else], [`all`][loopir.te.all], [`any`][loopir.te.any] |
 
-Python operators build the rest: ``+ - * // %``, ``/`` for floats, comparisons, and
+Python operators build the rest: ``+ - * // %``, ``/`` for floats, comparisons, the bitwise
+``^ & | << >> ~`` on integers (``& | ~`` are logical on bool conditions), and
 ``x.astype(dtype)`` for a cast.
 """
 from loopir.ir.expr import Var

@@ -41,7 +41,8 @@ def const_ranges(draw: st.DrawFn, n: int) -> dict[Var, Range]:
 
 
 def int_expr(draw: st.DrawFn, vs: list[Var], depth: int) -> PrimExpr:
-    """A random integer expression over ``vs`` (affine-heavy, with // % min max select)."""
+    """A random integer expression over ``vs`` (affine-heavy, with // % min max select and the
+    bitwise ``^ & | << >> ~``)."""
     if depth <= 0 or draw(st.integers(0, 5)) == 0:
         if draw(st.booleans()):
             return draw(st.sampled_from(vs))
@@ -49,10 +50,18 @@ def int_expr(draw: st.DrawFn, vs: list[Var], depth: int) -> PrimExpr:
     kind = draw(
         st.sampled_from(
             ["add", "sub", "mulc", "mulc", "mul", "divc", "modc", "divc", "modc", "divn", "modn",
-             "divv", "modv", "min", "max", "select", "add", "sub"]
+             "divv", "modv", "min", "max", "select", "add", "sub", "xor", "and", "or", "shlc",
+             "shrc", "maskc", "not"]
         )
     )
     a = int_expr(draw, vs, depth - 1)
+    if kind in ("shlc", "shrc"):  # bitwise intrinsics (issue 31): shifts by defined amounts
+        c = draw(st.integers(0, 5))
+        return a << c if kind == "shlc" else a >> c
+    if kind == "maskc":
+        return a & draw(st.sampled_from([0, 1, 3, 7, 15, 31, -1, -8, 6]))
+    if kind == "not":
+        return ~a
     if kind in ("mulc", "divc", "modc"):
         c = draw(st.sampled_from([1, 2, 3, 4, 8, 16, 32, 5, 6, 7]))
         if kind == "mulc":
@@ -68,6 +77,8 @@ def int_expr(draw: st.DrawFn, vs: list[Var], depth: int) -> PrimExpr:
         return a - b
     if kind == "mul":
         return a * b
+    if kind in ("xor", "and", "or"):
+        return a ^ b if kind == "xor" else (a & b if kind == "and" else a | b)
     if kind == "divv":
         return op.floordiv(a, b)
     if kind == "modv":

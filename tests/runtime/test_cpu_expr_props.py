@@ -1,7 +1,7 @@
 """Property test of the C translation of integer expressions against a Python evaluator.
 
-Random expression trees over a loop variable and two loaded values, with + - * // % min max
-and comparisons feeding Selects, are compiled together (one function, many outputs) and
+Random expression trees over a loop variable and two loaded values, with + - * // % min max,
+the bitwise ^ & | << >> and comparisons feeding Selects, are compiled together (one function, many outputs) and
 compared element by element with exact Python integer arithmetic wrapped to the dtype after
 every operation (the IR's semantics: two's-complement wrap-around, floor division).
 """
@@ -42,7 +42,10 @@ def expr_trees(dtype: str) -> st.SearchStrategy[Any]:
             st.one_of(st.just("b"), st.integers(-7, 7).filter(bool).map(lambda c: ("c", c))),
         )
         sel = st.tuples(st.just("sel"), st.sampled_from(["<", "<=", "==", "!="]), children, children, children, children)
-        return st.one_of(binary, div, sel)
+        # the bitwise intrinsics (issue 31): shifts by constant amounts in [0, 8)
+        bits = st.tuples(st.sampled_from(["^", "&", "|"]), children, children)
+        shift = st.tuples(st.sampled_from(["<<", ">>"]), children, st.integers(0, 7).map(lambda c: ("c", c)))
+        return st.one_of(binary, div, sel, bits, shift)
 
     return st.recursive(leaves, extend, max_leaves=10)
 
@@ -62,6 +65,8 @@ def build(tree: Any, env: dict[str, PrimExpr], dtype: str) -> PrimExpr:
     return {
         "+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "min": lambda: min_(a, b),
         "max": lambda: max_(a, b), "//": lambda: floordiv(a, b), "%": lambda: floormod(a, b),
+        "^": lambda: a ^ b, "&": lambda: a & b, "|": lambda: a | b, "<<": lambda: a << b,
+        ">>": lambda: a >> b,
     }[op]()  # fmt: skip
 
 
@@ -81,7 +86,8 @@ def evaluate(tree: Any, env: dict[str, int], dtype: str) -> int:
         raise ZeroDivisionError
     res = {
         "+": a + b, "-": a - b, "*": a * b, "min": min(a, b), "max": max(a, b),
-        "//": a // b if b else 0, "%": a % b if b else 0,
+        "//": a // b if b else 0, "%": a % b if b else 0, "^": a ^ b, "&": a & b, "|": a | b,
+        "<<": a << b if 0 <= b < 64 else 0, ">>": a >> b if 0 <= b < 64 else 0,
     }[op]  # fmt: skip
     return wrap(res, dtype)
 

@@ -64,7 +64,7 @@ def test_errors_name_the_primitive() -> None:
         sch.transform_layout(b, 0, lambda i, j: (i - 1, j))
     with pytest.raises(ScheduleError, match="is a parameter"):
         sch.transform_layout(sch.get_block("C"), "C", lambda i, j: (j, i))
-    with pytest.raises(ScheduleError, match=r"\+ - \* // % of the indices"):
+    with pytest.raises(ScheduleError, match=r"\+ - \* // % \^ & \| << >> of the indices"):
         sch.transform_layout(b, 0, lambda i, j: (te.max(i, j), j))
     assert len(sch.trace) == 2  # the failed calls left nothing behind
 
