@@ -388,6 +388,16 @@ class Evaluator:
         return Select(c, t, f)
 
     def _Call(self, node: ast.Call) -> Any:
+        if (
+            isinstance(node.func, ast.Name) and node.func.id == "float"
+            and not self.lookup("float")[0] and len(node.args) == 1 and not node.keywords
+            and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+        ):  # fmt: skip
+            # float("inf"): how the printer writes a non-finite Python float (annotations)
+            try:
+                return float(node.args[0].value)
+            except ValueError:
+                return self.fail(f"float({node.args[0].value!r}) is not a number", node)
         fn = self.eval(node.func)
         if not isinstance(fn, NS):
             return self.fail(
