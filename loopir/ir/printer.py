@@ -27,9 +27,9 @@ from loopir.errors import register_ir_printer
 from loopir.ir.buffer import Buffer, BufferRegion, Range
 from loopir.ir.expr import (
     EQ,
-    INTRINSICS,
     GE,
     GT,
+    INTRINSICS,
     LE,
     LT,
     NE,
