@@ -123,3 +123,12 @@ def test_annotation_values_keep_their_types() -> None:
     anns = {"py": 1, "ir": IntImm(1), "flag": True, "irflag": IntImm(1, "bool"), "f": 0.5,
             "s": "x", "l": [1, 2], "t": (1, (2, 3)), "inf": float("inf")}  # fmt: skip
     roundtrip(PrimFunc((A, B), For(i, 0, 4, ForKind.SERIAL, store(), annotations=anns)))
+
+
+def test_nested_sequences() -> None:
+    # lowering a reduction block inside a sequence once nested its init and update in the
+    # sequence (the printer shows one flat list: the parse was flat)
+    i = Var("i")
+    inner = SeqStmt((SeqStmt((store(value=1.0), store(value=2.0))), store(value=3.0)))
+    roundtrip(PrimFunc((A, B), For(i, 0, 4, ForKind.SERIAL, inner)))
+    assert len(inner.seq) == 3
