@@ -8,6 +8,8 @@ parsed function also prints to the same text, so printing is a fixed point.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +20,7 @@ from loopir import examples as E
 from loopir.errors import PassError
 from loopir.ir.stmt import PrimFunc
 from loopir.schedule import Schedule
-from loopir.script import from_source
+from loopir.script import T, from_source
 from loopir.testing.gpu_fuzz import GpuCase
 from loopir.testing.strategies import gpu_schedules, schedules, te_functions, workloads
 from loopir.testing.workloads import Workload
@@ -104,3 +106,52 @@ def test_examples(name: str) -> None:
 def test_example_functions(name: str) -> None:
     sizes = (37, 64, 45) if name == "dense_func" else (37, 64)
     roundtrip(getattr(E, name)(*sizes))
+
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+
+
+def _printed_functions(path: Path) -> list[str]:
+    """The functions printed into a golden file (several in "# before" / "# after" files)."""
+    out: list[list[str]] = []
+    for line in path.read_text().splitlines():
+        if line.startswith("@T.prim_func"):
+            out.append([line])
+        elif out and out[-1] is not None and not line.startswith("#"):
+            out[-1].append(line)
+        elif line.startswith("#") and not line.startswith("    "):
+            out.append(None)  # type: ignore[arg-type]  # a header ends the function
+    return ["\n".join(f).rstrip() for f in out if f]
+
+
+_SCRIPTS = sorted(
+    p for p in GOLDEN.rglob("*.txt")
+    if "tvm" not in p.parts and "^^^" not in p.read_text() and _printed_functions(p)
+)  # fmt: skip
+
+
+def test_golden_scripts_are_found() -> None:
+    assert len(_SCRIPTS) > 60
+
+
+@pytest.mark.parametrize("path", _SCRIPTS, ids=lambda p: str(p.relative_to(GOLDEN)))
+def test_golden_scripts_parse_back_to_themselves(path: Path) -> None:
+    """Every function printed into a golden file parses, and prints the same again."""
+    import loopir.codegen_cuda.cutlass.offload  # noqa: F401 - registers loopir.extern_gemm
+
+    for text in _printed_functions(path):
+        assert from_source(text, file=str(path)).script() == text
+
+
+def test_the_namespace_covers_what_the_printer_prints() -> None:
+    from loopir.ir.expr import INTRINSICS
+    from loopir.script import CONSTRUCTS
+    from loopir.script.exprs import _is_dtype
+
+    used = set()
+    for p in _SCRIPTS:
+        used |= set(re.findall(r"\bT\.([A-Za-z_][\w.]*)", p.read_text()))
+    for name in used:
+        assert (name in CONSTRUCTS or name.split(".")[0] in CONSTRUCTS or _is_dtype(name)
+                or name in INTRINSICS or name == "prim_func"), name  # fmt: skip
+        assert getattr(T, name.split(".")[0]) is not None
