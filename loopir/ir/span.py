@@ -77,14 +77,14 @@ def span_of(node: Any) -> Span | None:
         return None
 
 
-def locate(root: Any, node: Any) -> tuple[Span, Any] | None:
-    """The innermost node on the path from ``root`` down to ``node`` (itself included) that has a
-    source location, with that location; None when ``node`` is not under ``root`` or nothing on
-    the path was parsed from a script."""
+def locate(root: Any, node: Any) -> list[tuple[Any, Span]]:
+    """The nodes on the path from ``root`` down to ``node`` (itself included) that were parsed
+    from a script, innermost first, with their locations; empty when ``node`` is not under
+    ``root`` or nothing on the path has a location."""
     from loopir.ir.functor import _child_fields, _is_node
 
-    if not _SPANS:
-        return None
+    if not _SPANS or node is None:
+        return []
     path: list[Any] = []
 
     def walk(n: Any) -> bool:
@@ -102,9 +102,10 @@ def locate(root: Any, node: Any) -> tuple[Span, Any] | None:
         return False
 
     if not walk(root):
-        return None
+        return []
+    out = []
     for n in path:  # innermost first
         span = span_of(n)
         if span is not None:
-            return span, n
-    return None
+            out.append((n, span))
+    return out
