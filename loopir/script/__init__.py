@@ -49,10 +49,13 @@ from loopir.script.parser import from_source, prim_func
 tir = T
 """The same as ``T``, for ``from loopir.script import tir as T`` (TVM's import, renamed)."""
 
+tirx = T
+"""The same as ``T``, for ``from loopir.script import tirx as T`` (TVM 0.27's import, renamed)."""
+
 ir = I
 """The same as ``I``, for ``from loopir.script import ir as I``."""
 
-__all__ = ["T", "I", "tir", "ir", "prim_func", "from_source", "CONSTRUCTS", "TNamespace"]
+__all__ = ["T", "I", "tir", "tirx", "ir", "prim_func", "from_source", "CONSTRUCTS", "TNamespace"]
 
 
 class _CallableModule(types.ModuleType):

@@ -81,7 +81,7 @@ class BlockParser(StmtParser):
             if call is not None and call[0].startswith("axis."):
                 self.axis(x.targets[0], call[0], call[1], parts)
                 return True
-            if call is not None and call[0] == "alloc_buffer":
+            if call is not None and call[0] in ("alloc_buffer", "sblock_alloc_buffer"):
                 parts.allocs.append(self.alloc_buffer(x, call[1]))
                 return True
             return False

@@ -106,7 +106,7 @@ _NOT_EXPRESSIONS = {
     "axis": "an assignment in a block", "reads": "a statement in a block",
     "writes": "a statement in a block", "where": "a statement in a block",
     "block_attr": "a statement in a block", "func_attr": "a statement of the function",
-    "alloc_buffer": "an assignment", "allocate": "an assignment or a with statement",
+    "alloc_buffer": "an assignment", "sblock_alloc_buffer": "an assignment", "allocate": "an assignment or a with statement",
     "match_buffer": "an assignment of the function", "Buffer": "a parameter annotation",
     "handle": "a parameter annotation", "evaluate": "a statement", "Range": "an axis domain",
 }  # fmt: skip

@@ -25,6 +25,7 @@ CONSTRUCTS: dict[str, str] = {
     "handle": "a parameter bound by ``T.match_buffer``",
     "match_buffer": "``A = T.match_buffer(a, shape, dtype)``: the buffer of handle parameter ``a``",
     "alloc_buffer": "``X = T.alloc_buffer(shape, dtype, scope=...)``: a block's (or the root's) buffer",
+    "sblock_alloc_buffer": "TVM 0.27's name of ``T.alloc_buffer``",
     "allocate": "``X = T.allocate(shape, dtype, scope)``: lowered IR's allocation (the rest of the "
     "body is its scope; ``with T.allocate(...) as X:`` scopes it to the indented body)",
     # loops

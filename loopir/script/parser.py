@@ -64,7 +64,7 @@ class Parser(BlockParser):
                 if not isinstance(args[0], dict):
                     self.fail("T.func_attr takes a dict", s)
                 attrs_.update(args[0])
-            elif name == "alloc_buffer" and isinstance(s, ast.Assign) and len(s.targets) == 1:
+            elif name in ("alloc_buffer", "sblock_alloc_buffer") and isinstance(s, ast.Assign) and len(s.targets) == 1:
                 root.allocs.append(self.alloc_buffer(s, call[1]))  # type: ignore[index]
             else:
                 body_nodes.append(s)
@@ -235,7 +235,7 @@ def prim_func(func: Callable[..., Any] | None = None, **options: Any) -> Any:
     func
         The decorated function.
     options
-        ``private`` and ``check_well_formed`` (TVM's options) are accepted and ignored: call
+        TVM's ``private``, ``check_well_formed`` and ``s_tir`` are accepted and ignored: call
         ``loopir.verify`` on the result to check it.
 
     Returns
@@ -248,7 +248,7 @@ def prim_func(func: Callable[..., Any] | None = None, **options: Any) -> Any:
     ScriptError
         With the file, line and column of the offending construct.
     """
-    unknown = set(options) - {"private", "check_well_formed"}
+    unknown = set(options) - {"private", "check_well_formed", "s_tir"}
     if unknown:
         raise ScriptError(f"@T.prim_func: unknown options {sorted(unknown)}")
     if func is None:

@@ -36,7 +36,7 @@ _AUG: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
 }  # fmt: skip
 
-_BLOCK_ONLY = ("reads", "writes", "where", "block_attr", "alloc_buffer", "init", "axis")
+_BLOCK_ONLY = ("reads", "writes", "where", "block_attr", "alloc_buffer", "sblock_alloc_buffer", "init", "axis")
 
 _UNSUPPORTED: dict[str, str] = {
     "While": "loopir has no while loop; write a for loop",
@@ -191,7 +191,7 @@ class StmtParser:
         call = self.ns_call(s.value)
         if call is not None:
             head = call[0].split(".")[0]
-            if head in ("alloc_buffer", "axis"):
+            if head in ("alloc_buffer", "sblock_alloc_buffer", "axis"):
                 return self.fail(f"T.{call[0]} belongs directly in a block (or, T.alloc_buffer, at the function's top level)", s)  # type: ignore[no-any-return]
             if head == "match_buffer" or (len(call[0].split(".")) == 1 and not call[1].args):
                 return self.fail(f"T.{call[0]} belongs at the function's top level", s)  # type: ignore[no-any-return]

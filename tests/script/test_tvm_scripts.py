@@ -230,3 +230,33 @@ def test_mm_relu_gpu_schedule_on_the_cpu() -> None:
 def test_mm_relu_runs_on_the_gpu() -> None:
     got, want = _run(_mm_relu_gpu().func, "cuda")
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+# --- text TVM 0.27 printed ------------------------------------------------------------------
+
+
+def test_text_printed_by_tvm_parses() -> None:
+    """TVM 0.27's LowerCrossThreadReduction output (kept as a golden reference): its printer's
+    idioms parse (T.sblock, the root as a comment, T.sblock_alloc_buffer without a dtype,
+    range loops, @T.prim_func(s_tir=True)); the one TVM-only statement, T.attr with a
+    comm_reducer around tvm_thread_allreduce, is refused at its line."""
+    from pathlib import Path
+
+    from loopir.errors import ScriptError
+    from loopir.script import from_source
+
+    path = Path(__file__).resolve().parents[1] / "golden" / "passes" / "tvm" / "cross_thread_k_outside.txt"
+    text = path.read_text()
+    with pytest.raises(ScriptError, match=r"T.attr is not a construct") as info:
+        from_source(text, file=str(path))
+    assert "T.attr(T.comm_reducer" in str(info.value)
+    # without the TVM-lowered block
+    lines = text.splitlines()
+    start = next(n for n, ln in enumerate(lines) if 'T.sblock("S_cross_thread")' in ln)
+    end = next(n for n in range(start + 1, len(lines)) if "T.sblock(" in lines[n])
+    f = from_source("\n".join(lines[:start] + lines[end:]), file=str(path))
+    assert f.attrs["tirx.noalias"] is True
+    root = f.body.block
+    assert [(b.name, b.dtype, b.scope) for b in root.alloc_buffers] == [
+        ("cross_thread_S", "float32", "local"), ("in_thread_S", "float32", "local")]  # fmt: skip
+    loopir.verify(f)
