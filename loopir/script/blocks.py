@@ -68,7 +68,7 @@ class BlockParser(StmtParser):
             pred = parts.predicate if parts.predicate is not None else IntImm(1, "bool")
             realize = BlockRealize(parts.values, pred, block)
         except (TypeError, ValueError) as e:
-            return self.fail(f"block {name!r}: {e}", node)  # type: ignore[no-any-return]
+            return self.fail(f"block {name!r}: {e}", node)
         self.src.mark(block, node)
         self.src.mark(realize, node)
         return realize
@@ -120,7 +120,7 @@ class BlockParser(StmtParser):
     def alloc_buffer(self, x: ast.Assign, call: ast.Call) -> Buffer:
         target = x.targets[0]
         if not isinstance(target, ast.Name):
-            return self.fail("T.alloc_buffer is assigned to one name", x)  # type: ignore[no-any-return]
+            return self.fail("T.alloc_buffer is assigned to one name", x)
         args, kw = self.ev.expect(call, 1, 2, ("dtype", "scope", "strides", "align", "offset_factor"))
         dtype = args[1] if len(args) > 1 else kw.get("dtype", "float32")
         buf = self.make_buffer(target.id, args[0], dtype, kw.get("scope", "global"), kw.get("strides"),
@@ -151,7 +151,7 @@ class BlockParser(StmtParser):
     def region(self, a: ast.Subscript) -> BufferRegion:
         buf = self.ev.eval(a.value)
         if not isinstance(buf, Buffer):
-            return self.fail(f"{ast.unparse(a.value)} is not a buffer", a.value)  # type: ignore[no-any-return]
+            return self.fail(f"{ast.unparse(a.value)} is not a buffer", a.value)
         idx = self.ev.indices(a.slice)
         if len(idx) != buf.ndim:
             self.fail(f"buffer {buf.name} has {buf.ndim} dimensions, the region gives {len(idx)}", a)
@@ -168,7 +168,7 @@ class BlockParser(StmtParser):
         try:
             return BufferRegion(buf, tuple(ranges))
         except (TypeError, ValueError) as e:
-            return self.fail(str(e), a)  # type: ignore[no-any-return]
+            return self.fail(str(e), a)
 
     # --- axes -------------------------------------------------------------------------------
     def axis(self, target: ast.expr, name: str, call: ast.Call, parts: _BlockParts) -> None:

@@ -14,7 +14,7 @@ import ast
 import operator
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NoReturn
 
 from loopir.ir import dtype as dt
 from loopir.ir import op
@@ -34,6 +34,7 @@ from loopir.ir.expr import (
     BufferLoad,
     Call,
     Cast,
+    CmpOp,
     IntImm,
     Max,
     Min,
@@ -86,7 +87,7 @@ _ARITH: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.LShift: operator.lshift, ast.RShift: operator.rshift, ast.Pow: operator.pow,
 }  # fmt: skip
 
-_CMP: dict[type[ast.cmpop], tuple[Callable[[Any, Any], Any], type[PrimExpr]]] = {
+_CMP: dict[type[ast.cmpop], tuple[Callable[[Any, Any], Any], type[CmpOp]]] = {
     ast.Lt: (operator.lt, LT), ast.LtE: (operator.le, LE), ast.Gt: (operator.gt, GT),
     ast.GtE: (operator.ge, GE), ast.Eq: (operator.eq, EQ), ast.NotEq: (operator.ne, NE),
 }  # fmt: skip
@@ -166,7 +167,7 @@ class Evaluator:
         return v
 
     # --- conversions ------------------------------------------------------------------------
-    def fail(self, message: str, node: ast.AST | None) -> Any:
+    def fail(self, message: str, node: ast.AST | None) -> NoReturn:
         self.src.error(message, node)
 
     def to_expr(self, v: Any, node: ast.AST, dtype: str | None = None, what: str = "an expression") -> PrimExpr:
@@ -331,7 +332,7 @@ class Evaluator:
         try:
             return _match(a, b)
         except (TypeError, ValueError) as e:
-            return self.fail(f"{what}: {e}", node)  # type: ignore[no-any-return]
+            return self.fail(f"{what}: {e}", node)
 
     def _UnaryOp(self, node: ast.UnaryOp) -> Any:
         v = self.eval(node.operand)
@@ -490,7 +491,7 @@ class Evaluator:
         try:
             return Call(dtype, name, tuple(conv))
         except (TypeError, ValueError) as e:
-            return self.fail(f"T.{name}: {e}", node)  # type: ignore[no-any-return]
+            return self.fail(f"T.{name}: {e}", node)
 
     def bounds(self, lo: Any, hi: Any, node: ast.AST, hi_node: ast.AST | None) -> Range:
         """The Range printed as ``lo, hi`` (loops, axis domains) or ``lo:hi`` (regions).

@@ -121,13 +121,13 @@ class Parser(BlockParser):
         """A buffer parameter, a handle's name, or None for a symbolic size (``n: T.int32``)."""
         ann = arg.annotation
         if ann is None:
-            return self.fail(f"parameter {arg.arg!r} needs a type: T.Buffer(shape, dtype) or T.handle", arg)  # type: ignore[no-any-return]
+            return self.fail(f"parameter {arg.arg!r} needs a type: T.Buffer(shape, dtype) or T.handle", arg)
         if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
             try:  # a string annotation (from __future__ import annotations keeps the AST anyway)
                 ann = ast.parse(ann.value, mode="eval").body
                 ann = ast.copy_location(ann, arg.annotation)  # type: ignore[arg-type]
             except SyntaxError:
-                return self.fail(f"parameter {arg.arg!r}: cannot read its type", arg)  # type: ignore[no-any-return]
+                return self.fail(f"parameter {arg.arg!r}: cannot read its type", arg)
         kind = self.ev.eval(ann) if not isinstance(ann, (ast.Call, ast.Subscript)) else None
         if isinstance(kind, NS) and kind.path == ("handle",):
             return arg.arg
@@ -156,11 +156,11 @@ class Parser(BlockParser):
                 args, kw = self.ev.expect(ann, 1, 2, _BUFFER_KWARGS)
                 call_node = ann
             else:
-                return self.fail("a parameter's type is T.Buffer(shape, dtype) or T.handle", ann)  # type: ignore[no-any-return]
+                return self.fail("a parameter's type is T.Buffer(shape, dtype) or T.handle", ann)
         finally:
             self.ev.on_undefined = None
         if not (isinstance(head, NS) and head.path == ("Buffer",)):
-            return self.fail("a parameter's type is T.Buffer(shape, dtype) or T.handle", ann)  # type: ignore[no-any-return]
+            return self.fail("a parameter's type is T.Buffer(shape, dtype) or T.handle", ann)
         dtype = args[1] if len(args) > 1 else kw.get("dtype", "float32")
         return self.make_buffer(name, args[0], dtype, kw.get("scope", "global"), kw.get("strides"),
                                 call_node, "T.Buffer")  # fmt: skip
@@ -172,7 +172,7 @@ class Parser(BlockParser):
         assert isinstance(target, ast.Name)
         if not call.args or not isinstance(call.args[0], ast.Name) or call.args[0].id not in params:
             self.fail("T.match_buffer's first argument is a T.handle parameter of the function", call)
-        handle = call.args[0].id  # type: ignore[attr-defined]
+        handle = call.args[0].id
         rest = ast.copy_location(ast.Call(func=call.func, args=call.args[1:], keywords=call.keywords), call)
         self.ev.on_undefined = self.declare
         try:

@@ -19,7 +19,17 @@ from loopir.ir import dtype as dt
 from loopir.ir.buffer import Buffer, BufferRegion, Range
 from loopir.ir.expr import BufferLoad, IntImm, PrimExpr, Var, make_const
 from loopir.ir.functor import collect_vars, post_order_visit, substitute
-from loopir.ir.stmt import Allocate, Block, BlockRealize, BufferStore, For, IfThenElse, Stmt
+from loopir.ir.stmt import (
+    Allocate,
+    Block,
+    BlockRealize,
+    BufferStore,
+    Evaluate,
+    For,
+    IfThenElse,
+    SeqStmt,
+    Stmt,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -89,12 +99,11 @@ class _Collector:
             self.stmt(s.body)
         elif isinstance(s, BlockRealize):
             self.nested(s)
-        else:
-            for child in _children(s):
-                if isinstance(child, Stmt):
-                    self.stmt(child)
-                elif isinstance(child, PrimExpr):
-                    self.expr(child)
+        elif isinstance(s, SeqStmt):
+            for child in s.seq:
+                self.stmt(child)
+        elif isinstance(s, Evaluate):
+            self.expr(s.value)
 
     def nested(self, s: BlockRealize) -> None:
         for v in s.iter_values:
@@ -115,19 +124,6 @@ class _Collector:
 
 
 _WHOLE = Var("<whole>")  # marks a dimension that could not be bounded
-
-
-def _children(s: Stmt) -> list[Any]:
-    import attrs
-
-    out: list[Any] = []
-    for f in attrs.fields(type(s)):
-        v = getattr(s, f.name)
-        if isinstance(v, tuple):
-            out.extend(v)
-        else:
-            out.append(v)
-    return out
 
 
 def _dim(buf: Buffer, d: int, ivs: list[_Interval], ana: Analyzer) -> Range:

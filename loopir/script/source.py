@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import inspect
-import linecache
 import textwrap
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -106,5 +105,4 @@ def function_source(func: Callable[..., Any]) -> Source:
     first_text = next((ln for ln in lines if ln.strip()), "")
     first_dedented = next((ln for ln in dedented.splitlines() if ln.strip()), "")
     shift = len(first_text) - len(first_text.lstrip()) - (len(first_dedented) - len(first_dedented.lstrip()))
-    linecache.checkcache(file)
     return Source(dedented, file, max(first, 1), shift)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import operator
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from loopir.ir import dtype as dt
 from loopir.ir.buffer import Buffer, Range
@@ -68,7 +68,7 @@ class StmtParser:
     loops: dict[Var, Range]
 
     # --- helpers ----------------------------------------------------------------------------
-    def fail(self, message: str, node: ast.AST | None) -> Any:
+    def fail(self, message: str, node: ast.AST | None) -> NoReturn:
         self.src.error(message, node)
 
     def ns_call(self, node: ast.AST) -> tuple[str, ast.Call] | None:
@@ -113,9 +113,10 @@ class StmtParser:
         return SeqStmt(tuple(items))
 
     def allocation(self, s: ast.Assign, call: ast.Call) -> Buffer:
-        if len(s.targets) != 1 or not isinstance(s.targets[0], ast.Name):
+        target = s.targets[0]
+        if len(s.targets) != 1 or not isinstance(target, ast.Name):
             self.fail("T.allocate is assigned to one name: X = T.allocate(...)", s)
-        name = s.targets[0].id  # type: ignore[union-attr]
+        name = target.id
         buf = self.allocate_buffer(name, call)
         self.ev.define(name, buf)
         self.src.mark(buf, s)
@@ -135,7 +136,7 @@ class StmtParser:
         try:
             return Buffer(name, dims, d, sc, st)
         except (TypeError, ValueError) as e:
-            return self.fail(f"{what}: {e}", node)  # type: ignore[no-any-return]
+            return self.fail(f"{what}: {e}", node)
 
     def shape(self, shape: Any, node: ast.AST, what: str) -> tuple[PrimExpr, ...]:
         items = shape if isinstance(shape, (tuple, list)) else (shape,)
@@ -151,10 +152,10 @@ class StmtParser:
     def stmt(self, s: ast.stmt) -> Stmt:
         kind = type(s).__name__
         if kind in _UNSUPPORTED:
-            return self.fail(_UNSUPPORTED[kind], s)  # type: ignore[no-any-return]
+            return self.fail(_UNSUPPORTED[kind], s)
         method = getattr(self, "stmt_" + kind, None)
         if method is None:
-            return self.fail(f"{kind} statements are not part of the script language", s)  # type: ignore[no-any-return]
+            return self.fail(f"{kind} statements are not part of the script language", s)
         out: Stmt = method(s)
         if not isinstance(out, SeqStmt):
             self.src.mark(out, s)
@@ -172,19 +173,19 @@ class StmtParser:
                 return Evaluate(self.ev.to_expr(args[0], node.args[0]))
             head = name.split(".")[0]
             if head in _BLOCK_ONLY:
-                return self.fail(f"T.{name} belongs directly in a block (with T.block(...):)", s)  # type: ignore[no-any-return]
+                return self.fail(f"T.{name} belongs directly in a block (with T.block(...):)", s)
             if head == "func_attr":
-                return self.fail("T.func_attr belongs at the function's top level", s)  # type: ignore[no-any-return]
+                return self.fail("T.func_attr belongs at the function's top level", s)
         value = self.ev.eval(s.value)
         if isinstance(value, Call):
             return Evaluate(value)
-        return self.fail(  # type: ignore[no-any-return]
+        return self.fail(
             "an expression statement must be T.evaluate(...) or a call of an intrinsic", s
         )
 
     def stmt_Assign(self, s: ast.Assign) -> Stmt:
         if len(s.targets) != 1:
-            return self.fail("chained assignment is not part of the script language", s)  # type: ignore[no-any-return]
+            return self.fail("chained assignment is not part of the script language", s)
         target = s.targets[0]
         if isinstance(target, ast.Subscript):
             return self.store(target, self.ev.eval(s.value), s.value)
@@ -192,33 +193,33 @@ class StmtParser:
         if call is not None:
             head = call[0].split(".")[0]
             if head in ("alloc_buffer", "sblock_alloc_buffer", "axis"):
-                return self.fail(f"T.{call[0]} belongs directly in a block (or, T.alloc_buffer, at the function's top level)", s)  # type: ignore[no-any-return]
+                return self.fail(f"T.{call[0]} belongs directly in a block (or, T.alloc_buffer, at the function's top level)", s)
             if head == "match_buffer" or (len(call[0].split(".")) == 1 and not call[1].args):
-                return self.fail(f"T.{call[0]} belongs at the function's top level", s)  # type: ignore[no-any-return]
-        return self.fail(  # type: ignore[no-any-return]
+                return self.fail(f"T.{call[0]} belongs at the function's top level", s)
+        return self.fail(
             "loopir has no let binding: `name = expr` is not a statement; write the expression "
             "where it is used, or store it in a buffer (T.alloc_buffer / T.allocate)", s
         )
 
     def stmt_AugAssign(self, s: ast.AugAssign) -> Stmt:
         if not isinstance(s.target, ast.Subscript):
-            return self.fail("only a buffer element can be updated in place (A[i] += x)", s)  # type: ignore[no-any-return]
+            return self.fail("only a buffer element can be updated in place (A[i] += x)", s)
         fn = _AUG.get(type(s.op))
         if fn is None:
-            return self.fail(f"operator {type(s.op).__name__} in an augmented assignment is not supported", s)  # type: ignore[no-any-return]
+            return self.fail(f"operator {type(s.op).__name__} in an augmented assignment is not supported", s)
         old = self.ev.eval(s.target)
         rhs = self.ev.eval(s.value)
         a, b = self.ev.operands(old, rhs, s, "an augmented assignment")
         try:
             value = fn(a, b)
         except (TypeError, ValueError) as e:
-            return self.fail(str(e), s)  # type: ignore[no-any-return]
+            return self.fail(str(e), s)
         return self.store(s.target, value, s.value)
 
     def store(self, target: ast.Subscript, value: Any, value_node: ast.AST) -> Stmt:
         buf = self.ev.eval(target.value)
         if not isinstance(buf, Buffer):
-            return self.fail(f"only buffer elements can be assigned, not {ast.unparse(target.value)}", target)  # type: ignore[no-any-return]
+            return self.fail(f"only buffer elements can be assigned, not {ast.unparse(target.value)}", target)
         idx = self.ev.indices(target.slice)
         if len(idx) != buf.ndim:
             self.fail(f"buffer {buf.name} has {buf.ndim} dimensions, indexed with {len(idx)}", target)
@@ -243,7 +244,7 @@ class StmtParser:
 
     def stmt_With(self, s: ast.With) -> Stmt:
         if len(s.items) != 1:
-            return self.fail("a with statement takes one T.block / T.init / T.allocate", s)  # type: ignore[no-any-return]
+            return self.fail("a with statement takes one T.block / T.init / T.allocate", s)
         item = s.items[0]
         call = self.ns_call(item.context_expr)
         name = call[0] if call is not None else ""
@@ -253,32 +254,32 @@ class StmtParser:
             return self.block_stmt(s)
         if name == "allocate" and call is not None:
             if not isinstance(item.optional_vars, ast.Name):
-                return self.fail("with T.allocate(...) as X: names its buffer", s)  # type: ignore[no-any-return]
+                return self.fail("with T.allocate(...) as X: names its buffer", s)
             buf = self.allocate_buffer(item.optional_vars.id, call[1])
             self.src.mark(buf, s)
             with self.ev.scope():
                 self.ev.define(item.optional_vars.id, buf)
                 return Allocate(buf, self.body(s.body))
         if name == "init":
-            return self.fail("with T.init(): belongs directly in a block", s)  # type: ignore[no-any-return]
-        return self.fail(  # type: ignore[no-any-return]
+            return self.fail("with T.init(): belongs directly in a block", s)
+        return self.fail(
             f"with {ast.unparse(item.context_expr)}: is not a T.block, T.init or T.allocate", item.context_expr
         )
 
     # --- loops ------------------------------------------------------------------------------
     def stmt_For(self, s: ast.For) -> Stmt:
         if s.orelse:
-            return self.fail("for ... else is not part of the script language", s.orelse[0])  # type: ignore[no-any-return]
+            return self.fail("for ... else is not part of the script language", s.orelse[0])
         it = s.iter
         if not isinstance(it, ast.Call):
-            return self.fail("a loop iterates over range(...), T.grid(...) or a T loop kind (T.serial, ...)", it)  # type: ignore[no-any-return]
+            return self.fail("a loop iterates over range(...), T.grid(...) or a T loop kind (T.serial, ...)", it)
         call = self.ns_call(it)
         if call is None:
             if isinstance(it.func, ast.Name) and it.func.id == "range":
                 found, value = self.ev.lookup("range")
                 if not found or value is range:
                     return self.loop(s, "serial", it)
-            return self.fail(  # type: ignore[no-any-return]
+            return self.fail(
                 f"{ast.unparse(it.func)} is not a loop kind: use range, T.grid, T.serial, T.parallel, "
                 "T.vectorized, T.unroll or T.thread_binding", it.func
             )
@@ -286,12 +287,12 @@ class StmtParser:
         if name == "grid":
             return self.grid(s, it)
         if name not in LOOP_KINDS:
-            return self.fail(f"T.{name} is not a loop kind", it.func)  # type: ignore[no-any-return]
+            return self.fail(f"T.{name} is not a loop kind", it.func)
         return self.loop(s, name, it)
 
     def loop_var(self, target: ast.expr, rng: Range) -> Var:
         if not isinstance(target, ast.Name):
-            return self.fail("a loop variable is a plain name", target)  # type: ignore[no-any-return]
+            return self.fail("a loop variable is a plain name", target)
         return Var(target.id, rng.extent.dtype)
 
     def loop(self, s: ast.For, kind: str, it: ast.Call) -> Stmt:
@@ -324,7 +325,7 @@ class StmtParser:
         try:
             return For(var, rng.min, rng.extent, LOOP_KINDS[kind], body, tag, anns)
         except (TypeError, ValueError) as e:
-            return self.fail(str(e), s)  # type: ignore[no-any-return]
+            return self.fail(str(e), s)
 
     def loop_range(self, args: list[Any], it: ast.Call) -> Range:
         if len(args) == 1:

@@ -460,7 +460,8 @@ def te_functions(draw: Any, max_stages: int = 3) -> PrimFunc:
                                      "math", "cast", "divmod"]))  # fmt: skip
         if kind == "load":
             t = draw(st.sampled_from(tensors))
-            return t[idx].astype(dtype)
+            load: PrimExpr = t[idx]
+            return load.astype(dtype)
         if kind == "const":
             return const(dtype)
         if kind == "math" and dtype.startswith("float"):
