@@ -13,6 +13,16 @@ deterministic and never raises on valid IR. Conventions:
 * ``mark=node`` underlines the line(s) that show ``node`` with ``^^^^`` (a loop or block header, an
   ``if`` line, a store, the definition of a buffer or loop var, or the statement containing a marked
   expression), for error messages such as [`ScheduleError`][loopir.errors.ScheduleError].
+
+The text of a function is a script: [`loopir.script.from_source`][loopir.script.parser.from_source]
+reads it back into a structurally equal function. So the printer spells out what the parser
+would otherwise guess differently: every block's ``T.reads``/``T.writes`` (absent, they are
+inferred), the root block unless it is the one the parser adds (shown as the comment
+``# with T.block("root"):``), ``with T.allocate(...) as X:`` for an allocation whose scope ends
+before the statements that follow it (``X = T.allocate(...)`` scopes the rest of the list),
+``pass`` for an empty sequence, ``T.int32(2) + 3`` where two bare numbers would be computed in
+Python, ``n = T.int64()`` for a size that is not an int32, and ``T.call_intrin(dtype, ...)`` for a
+call whose type is not its intrinsic's default.
 """
 
 from __future__ import annotations
@@ -101,7 +111,8 @@ class Namer:
     def __init__(self) -> None:
         # keyed by id(); the object is kept in the value so that its id stays valid.
         self._names: dict[int, tuple[Any, str]] = {}
-        self._used: set[str] = {"T"}
+        # T is the namespace; range and float are what scripts read as Python's builtins
+        self._used: set[str] = {"T", "range", "float"}
 
     def name(self, obj: Var | Buffer) -> str:
         hit = self._names.get(id(obj))

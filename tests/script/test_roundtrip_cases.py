@@ -132,3 +132,13 @@ def test_nested_sequences() -> None:
     inner = SeqStmt((SeqStmt((store(value=1.0), store(value=2.0))), store(value=3.0)))
     roundtrip(PrimFunc((A, B), For(i, 0, 4, ForKind.SERIAL, inner)))
     assert len(inner.seq) == 3
+
+
+def test_names_a_script_reads_specially() -> None:
+    # a loop var named range, a buffer named float, a var named T, keywords
+    r, t, kw = Var("range"), Var("T"), Var("lambda")
+    F = Buffer("float", (4,), "float32")
+    body = For(r, 0, 4, ForKind.SERIAL, For(t, 0, 1, ForKind.SERIAL, For(
+        kw, 0, 1, ForKind.SERIAL, BufferStore(F, FloatImm(1.0), (r + t + kw,)),
+        annotations={"inf": float("-inf")})))  # fmt: skip
+    roundtrip(PrimFunc((F,), body))
