@@ -190,8 +190,10 @@ class BlockParser(StmtParser):
         if is_weak(value):
             value = make_const(value, dom.extent.dtype) if dt.is_int(dom.extent.dtype) else value
         v = self.ev.to_expr(value, value_node, what="the axis' value")
-        if isinstance(dom.extent, IntImm) and dom.extent.dtype != v.dtype and _is_weak_node(dom_node):
-            dom = Range(make_const(dom.min.value, v.dtype), make_const(dom.extent.value, v.dtype))  # type: ignore[attr-defined]
+        lo, ext = dom.min, dom.extent
+        if isinstance(lo, IntImm) and isinstance(ext, IntImm) and ext.dtype != v.dtype and _is_weak_node(dom_node):
+            # a domain written as plain numbers takes the bound value's type
+            dom = Range(make_const(lo.value, v.dtype), make_const(ext.value, v.dtype))
         self.add_axis(target.id, dom, AXIS_KINDS[kind], v, target, parts)
 
     def domain(self, node: ast.expr) -> Range:

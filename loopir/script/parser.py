@@ -56,16 +56,19 @@ class Parser(BlockParser):
         body_nodes: list[ast.stmt] = []
         for s in stmts:
             call = self.ns_call(s.value) if isinstance(s, (ast.Assign, ast.Expr)) else None
-            name = call[0] if call is not None else ""
+            if call is None:
+                body_nodes.append(s)
+                continue
+            name, node = call
             if name == "match_buffer" and isinstance(s, ast.Assign):
-                self.match_buffer(s, call[1], params)  # type: ignore[index]
+                self.match_buffer(s, node, params)
             elif name == "func_attr" and isinstance(s, ast.Expr):
-                args, _ = self.ev.expect(call[1], 1, 1)  # type: ignore[index]
+                args, _ = self.ev.expect(node, 1, 1)
                 if not isinstance(args[0], dict):
                     self.fail("T.func_attr takes a dict", s)
                 attrs_.update(args[0])
             elif name in ("alloc_buffer", "sblock_alloc_buffer") and isinstance(s, ast.Assign) and len(s.targets) == 1:
-                root.allocs.append(self.alloc_buffer(s, call[1]))  # type: ignore[index]
+                root.allocs.append(self.alloc_buffer(s, node))
             else:
                 body_nodes.append(s)
         for p in params:
@@ -124,8 +127,7 @@ class Parser(BlockParser):
             return self.fail(f"parameter {arg.arg!r} needs a type: T.Buffer(shape, dtype) or T.handle", arg)
         if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
             try:  # a string annotation (from __future__ import annotations keeps the AST anyway)
-                ann = ast.parse(ann.value, mode="eval").body
-                ann = ast.copy_location(ann, arg.annotation)  # type: ignore[arg-type]
+                ann = ast.copy_location(ast.parse(ann.value, mode="eval").body, ann)
             except SyntaxError:
                 return self.fail(f"parameter {arg.arg!r}: cannot read its type", arg)
         kind = self.ev.eval(ann) if not isinstance(ann, (ast.Call, ast.Subscript)) else None

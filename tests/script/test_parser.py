@@ -336,3 +336,18 @@ def test_the_parsed_function_keeps_its_positions() -> None:
     assert str(span_of(loop)) == "k.py:2:5"
     assert str(span_of(loop.body)) == "k.py:3:9"  # type: ignore[attr-defined]
     assert span_of(attrs.evolve(loop)) is None
+
+
+def test_int64_loops_give_int64_axes() -> None:
+    f = from_source('''
+def f(A: T.Buffer((T.int64(8),), "float32")):
+    for i in T.serial(T.int64(8)):
+        with T.block("A"):
+            vi = T.axis.spatial(8, i)
+            vj = T.axis.spatial((0, 8), i)
+            A[vi] = T.float32(vj)
+''')
+    blk = body_of(f).body.block  # type: ignore[attr-defined]
+    for iv in blk.iter_vars:
+        assert iv.var.dtype == iv.dom.min.dtype == iv.dom.extent.dtype == "int64"
+    loopir.verify(f)
