@@ -31,7 +31,9 @@ _LAZY = {
     "verify": ("loopir.analysis.verifier", "verify"),
     "structural_equal": ("loopir.ir.equality", "structural_equal"),
     "assert_structural_equal": ("loopir.ir.equality", "assert_structural_equal"),
-    "script": ("loopir.ir.printer", "script"),
+    # the package loopir.script (the parser); calling it prints, as loopir.ir.printer.script
+    "script": ("loopir.script", None),
+    "prim_func": ("loopir.script", "prim_func"),
     "IRModule": ("loopir.ir.module", "IRModule"),
     "Schedule": ("loopir.schedule", "Schedule"),
     "BlockRV": ("loopir.schedule", "BlockRV"),

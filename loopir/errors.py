@@ -34,6 +34,7 @@ class IRValidationError(LoopIRError):
     def __init__(self, message: str, *, check: str | None = None, node: Any = None) -> None:
         self.check = check
         self.node = node
+        self.message = message
         text = message if check is None else f"[{check}] {message}"
         if node is not None:
             try:
@@ -94,6 +95,31 @@ class StructuralEqualError(LoopIRError, AssertionError):
 
     Also an AssertionError so that test frameworks report it as a failed assertion.
     """
+
+
+class ScriptError(LoopIRError):
+    """A script (``@T.prim_func`` source or printed text) cannot be parsed into IR.
+
+    ``str()`` gives the message, then the file, line and column with the source line and the
+    offending construct underlined, like a compiler's diagnostic.
+
+    Attributes
+    ----------
+    message
+        What is wrong, naming the construct (``T.axis.spatial``, ``for``...).
+    span
+        Where (a [`loopir.ir.span.Span`][loopir.ir.span.Span]), or None.
+    """
+
+    def __init__(self, message: str, span: Any = None) -> None:
+        self.message = message
+        self.span = span
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        if self.span is None:
+            return self.message
+        return f"{self.message}\n{self.span.show()}"
 
 
 class TraceError(ScheduleError):

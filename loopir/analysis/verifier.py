@@ -49,6 +49,7 @@ from loopir.ir import verifier_limits as limits
 from loopir.ir.buffer import Buffer, BufferRegion, Range
 from loopir.ir.expr import BufferLoad, IntImm, PrimExpr, Select, Var
 from loopir.ir.functor import Visitor, collect_vars
+from loopir.ir.span import locate
 from loopir.ir.stmt import (
     Allocate,
     Block,
@@ -404,5 +405,26 @@ def verify(func: PrimFunc) -> None:
         raise IRValidationError(
             f"verify expects a PrimFunc, got {type(func).__name__}", check="input"
         )
-    _Verifier(func).run()
+    try:
+        _Verifier(func).run()
+    except IRValidationError as e:
+        located = _with_source(func, e)
+        if located is None:
+            raise
+        raise located from None
     logger.debug("verify: %s is well-formed", func.name)
+
+
+def _with_source(func: PrimFunc, e: IRValidationError) -> IRValidationError | None:
+    """``e`` with the script lines of its node and block, for a function parsed from a script
+    (``loopir.script``); None when the offending node has no source."""
+    hits = locate(func, e.node)
+    if not hits:
+        return None
+    node, span = hits[0]
+    text = f"{e.message}\n{span.show()}"
+    block = next(((n, s) for n, s in hits if isinstance(n, (Block, BlockRealize))), None)
+    if block is not None and block[0] is not node:
+        b = block[0].block if isinstance(block[0], BlockRealize) else block[0]
+        text += f"\n  in block {b.name!r} written at {block[1]}"
+    return IRValidationError(text, check=e.check, node=e.node)

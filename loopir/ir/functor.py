@@ -19,7 +19,7 @@ import attrs
 
 from loopir.ir.buffer import Buffer, BufferRegion, Range
 from loopir.ir.expr import BufferLoad, PrimExpr, Var
-from loopir.ir.stmt import Allocate, Block, BufferStore, IterVar, PrimFunc, Stmt
+from loopir.ir.stmt import Allocate, Block, BufferStore, For, IterVar, PrimFunc, Stmt
 
 Node = Any
 
@@ -228,4 +228,18 @@ def all_buffers(func: PrimFunc) -> list[Buffer]:
             out.append(n.buffer)
 
     post_order_visit(func.body, visit)
+    return out
+
+
+class _FreshLoops(Mutator):
+    def visit_For(self, node: For) -> Stmt:
+        new = Var(node.loop_var.name, node.loop_var.dtype)
+        body = self.visit(substitute(node.body, {node.loop_var: new}))
+        return attrs.evolve(node, loop_var=new, body=body)
+
+
+def fresh_loop_vars(stmt: Stmt) -> Stmt:
+    """``stmt`` with a new Var for each of its loops: a copy that can sit next to the original
+    (each loop defines its own Var; ``loopir.verify`` rejects one Var defined twice)."""
+    out: Stmt = _FreshLoops().visit(stmt)
     return out

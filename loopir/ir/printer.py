@@ -13,6 +13,16 @@ deterministic and never raises on valid IR. Conventions:
 * ``mark=node`` underlines the line(s) that show ``node`` with ``^^^^`` (a loop or block header, an
   ``if`` line, a store, the definition of a buffer or loop var, or the statement containing a marked
   expression), for error messages such as [`ScheduleError`][loopir.errors.ScheduleError].
+
+The text of a function is a script: [`loopir.script.from_source`][loopir.script.parser.from_source]
+reads it back into a structurally equal function. So the printer spells out what the parser
+would otherwise guess differently: every block's ``T.reads``/``T.writes`` (absent, they are
+inferred), the root block unless it is the one the parser adds (shown as the comment
+``# with T.block("root"):``), ``with T.allocate(...) as X:`` for an allocation whose scope ends
+before the statements that follow it (``X = T.allocate(...)`` scopes the rest of the list),
+``pass`` for an empty sequence, ``T.int32(2) + 3`` where two bare numbers would be computed in
+Python, ``n = T.int64()`` for a size that is not an int32, and ``T.call_intrin(dtype, ...)`` for a
+call whose type is not its intrinsic's default.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ from loopir.ir.expr import (
     EQ,
     GE,
     GT,
+    INTRINSICS,
     LE,
     LT,
     NE,
@@ -57,6 +68,7 @@ from loopir.ir.expr import (
     Sub,
     Var,
 )
+from loopir.ir.functor import collect_vars, post_order_visit
 from loopir.ir.stmt import (
     Allocate,
     Block,
@@ -107,7 +119,8 @@ class Namer:
     def __init__(self) -> None:
         # keyed by id(); the object is kept in the value so that its id stays valid.
         self._names: dict[int, tuple[Any, str]] = {}
-        self._used: set[str] = {"T"}
+        # T is the namespace; range and float are what scripts read as Python's builtins
+        self._used: set[str] = {"T", "range", "float"}
 
     def name(self, obj: Var | Buffer) -> str:
         hit = self._names.get(id(obj))
@@ -193,11 +206,16 @@ class _Printer:
         if prec is not None:
             assert isinstance(e, (BinaryOp, And, Or))  # the classes of _BIN_PREC
             # comparisons chain in Python: both sides must bind tighter.
-            left = self._wrap(e.a, prec + 1 if prec == _P_CMP else prec)
+            if _is_weak(e.a) and _is_weak(e.b):
+                # two bare numbers would be computed by the parser: keep the node
+                left = self.strong(e.a)
+            else:
+                left = self._wrap(e.a, prec + 1 if prec == _P_CMP else prec)
             right = self._wrap(e.b, prec + 1)
             return f"{left} {type(e).symbol} {right}", prec
         if isinstance(e, Not):
-            return f"not {self._wrap(e.a, _P_NOT)}", _P_NOT
+            operand = self.strong(e.a) if _is_weak(e.a) else self._wrap(e.a, _P_NOT)
+            return f"not {operand}", _P_NOT
         if isinstance(e, (Min, Max)):
             fn = "min" if isinstance(e, Min) else "max"
             return f"T.{fn}({self.expr(e.a)}, {self.expr(e.b)})", _P_ATOM
@@ -216,13 +234,23 @@ class _Printer:
             if e.op == "bitwise_not" and len(e.args) == 1:
                 return f"~{self._wrap(e.args[0], _P_UNARY)}", _P_UNARY
             args = ", ".join(self.expr(a) for a in e.args)
-            return f"T.{e.op}({args})", _P_ATOM
+            if e.dtype == _call_dtype(e) and _DOTTED.match(e.op):
+                return f"T.{e.op}({args})", _P_ATOM
+            # a result type of its own (or a name that is no attribute path): say it
+            return f'T.call_intrin("{e.dtype}", {_quote(e.op)}{", " if args else ""}{args})', _P_ATOM
         if isinstance(e, Ramp):
             return f"T.Ramp({self.expr(e.base)}, {self.expr(e.stride)}, {e.lanes})", _P_ATOM
         if isinstance(e, Broadcast):
             return f"T.Broadcast({self.expr(e.value)}, {e.lanes})", _P_ATOM
         # Unknown expression kinds (added later by other modules) still print.
         return f"<{type(e).__name__}>", _P_ATOM
+
+    def strong(self, e: PrimExpr) -> str:
+        """A constant with its type spelled out (``T.int32(2)``, ``T.bool(True)``): what the
+        parser keeps as a node where a bare number would be a Python value."""
+        self._note(e)
+        assert isinstance(e, IntImm)
+        return f"T.{e.dtype}({self.expr(e)})"
 
     def load(self, buffer: Buffer, indices: tuple[PrimExpr, ...]) -> str:
         self._note(buffer)
@@ -268,7 +296,10 @@ class _Printer:
     def value(self, v: Any) -> str:
         """Annotation / attribute values: expressions printed, containers recursively."""
         if isinstance(v, PrimExpr):
-            return self.expr(v)
+            # a bare number here is a Python value: an IR constant says its type
+            return self.strong(v) if _is_weak(v) else self.expr(v)
+        if isinstance(v, float) and not math.isfinite(v):
+            return f'float("{v}")'
         if isinstance(v, (Var, Buffer)):
             return self.namer.name(v)
         if isinstance(v, Mapping):
@@ -293,13 +324,15 @@ class _Printer:
     def is_marked(self, *nodes: Any) -> bool:
         return any(n is m for n in nodes for m in self.marks)
 
-    def stmt(self, s: Stmt, depth: int) -> None:
+    def stmt(self, s: Stmt, depth: int, tail: bool = True) -> None:
+        """Print ``s``; ``tail``: nothing follows it in its sequence (an Allocate there takes
+        the short form, its body unindented)."""
         if isinstance(s, SeqStmt):
             if not s.seq:
-                self.emit(depth, "T.evaluate(0)", self.is_marked(s))
+                self.emit(depth, "pass", self.is_marked(s))
             for i, x in enumerate(s.seq):
                 start = len(self.lines)
-                self.stmt(x, depth)
+                self.stmt(x, depth, tail and i == len(s.seq) - 1)
                 if i == 0 and self.is_marked(s) and len(self.lines) > start:
                     self.marked.add(start)
             return
@@ -325,9 +358,14 @@ class _Printer:
             args = f'{self.shape(b.shape)}, "{b.dtype}", "{b.scope}"'
             if b.strides is not None:
                 args += f", strides={self.shape(b.strides)}"
-            self.emit(depth, f"{name} = T.allocate({args})", self.is_marked(s))
-            # As in TVMScript, the allocation's body follows at the same indentation.
-            self.stmt(s.body, depth)
+            if tail:
+                # As in TVMScript, the allocation's body follows at the same indentation.
+                self.emit(depth, f"{name} = T.allocate({args})", self.is_marked(s))
+                self.stmt(s.body, depth)
+            else:
+                # statements follow that are not in its scope
+                self.emit(depth, f"with T.allocate({args}) as {name}:", self.is_marked(s))
+                self.stmt(s.body, depth + 1)
         elif isinstance(s, BlockRealize):
             self.block(s.block, s, depth)
         elif isinstance(s, Block):
@@ -366,16 +404,16 @@ class _Printer:
         bound = "" if value is None else f", {self.expr(value)}"
         self.emit(depth, f"{name} = T.axis.{kind}({dom}{bound})", self.is_marked(iv))
 
-    def block_items(self, blk: Block, realize: BlockRealize | None, depth: int) -> None:
-        """Everything inside ``with T.block(...)``: axes, where, regions, allocs, init, body."""
+    def block_items(self, blk: Block, realize: BlockRealize | None, depth: int, root: bool = False) -> None:
+        """Everything inside ``with T.block(...)``: axes, where, regions, allocs, init, body
+        (``root``: the implicit root block, which has no regions)."""
         values = realize.iter_values if realize is not None else (None,) * len(blk.iter_vars)
         for iv, v in zip(blk.iter_vars, values):
             self.iter_var_line(iv, v, depth)
         if realize is not None and not _is_true(realize.predicate):
             self.emit(depth, f"T.where({self.expr(realize.predicate)})")
-        if blk.reads or blk.iter_vars:
+        if not root:  # always shown: absent, the parser would infer them
             self.emit(depth, f"T.reads({', '.join(self.region(r) for r in blk.reads)})")
-        if blk.writes or blk.iter_vars:
             self.emit(depth, f"T.writes({', '.join(self.region(r) for r in blk.writes)})")
         if blk.annotations:
             self.emit(depth, f"T.block_attr({self.value(dict(blk.annotations))})")
@@ -408,18 +446,17 @@ class _Printer:
         self.emit(0, f"def {f.name}({', '.join(params)}):", self.is_marked(f))
         if span is not None:
             self.spans[len(self.lines) - 1] = span
+        for v in _shape_vars(f):
+            if v.dtype != "int32":  # an undeclared size is an int32
+                self.emit(1, f"{self.namer.name(v)} = T.{v.dtype}()")
         if f.attrs:
             self.emit(1, f"T.func_attr({self.value(dict(f.attrs))})")
         body = f.body
-        if (
-            isinstance(body, BlockRealize)
-            and body.block.name == "root"
-            and not body.block.iter_vars
-            and _is_true(body.predicate)
-        ):
+        if _is_implicit_root(body):
             # The implicit root block: shown as a comment with its contents unindented.
+            assert isinstance(body, BlockRealize)
             self.emit(1, '# with T.block("root"):', self.is_marked(body, body.block))
-            self.block_items(body.block, body, 1)
+            self.block_items(body.block, body, 1, root=True)
         else:
             self.stmt(body, 1)
 
@@ -435,6 +472,61 @@ class _Printer:
                 pad = len(line) - len(stripped)
                 out.append(" " * pad + "^" * max(len(stripped), 1))
         return "\n".join(out)
+
+
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def _is_weak(e: Any) -> bool:
+    """An IntImm the printer writes as a bare Python number (int32) or True/False (bool)."""
+    return isinstance(e, IntImm) and e.dtype in ("int32", "bool")
+
+
+def _call_dtype(e: Call) -> str:
+    """The result type a script's ``T.<op>(...)`` gets (the intrinsic's, else its first
+    argument's)."""
+    spec = INTRINSICS.get(e.op)
+    if spec is not None and spec.result != "same":
+        return spec.result
+    return e.args[0].dtype if e.args else "int32"
+
+
+def _shape_vars(f: PrimFunc) -> list[Var]:
+    """The symbolic sizes of ``f``'s parameters, in order of appearance."""
+    out: dict[int, Var] = {}
+    for b in f.params:
+        for e in (*b.shape, *(b.strides or ())):
+            for v in collect_vars(e):
+                out.setdefault(id(v), v)
+    return list(out.values())
+
+
+def _is_implicit_root(body: Stmt) -> bool:
+    """Whether ``body`` is the root block a script parser adds by itself (TVM's rule): named
+    "root", nothing but allocations and a body, and the body holds blocks or there are
+    allocations, but the body is not itself one block without iter vars (which the parser
+    would take for the root)."""
+    if not (isinstance(body, BlockRealize) and _is_true(body.predicate)):
+        return False
+    blk = body.block
+    if blk.name != "root" or blk.iter_vars or blk.reads or blk.writes or blk.annotations or blk.init:
+        return False
+    inner = blk.body
+    if not blk.alloc_buffers:
+        explicit = isinstance(inner, BlockRealize) and not inner.block.iter_vars and _is_true(inner.predicate)
+        return not explicit and _has_block(inner)
+    return True
+
+
+def _has_block(s: Stmt) -> bool:
+    found: list[bool] = []
+
+    def visit(n: Any) -> None:
+        if isinstance(n, Block):
+            found.append(True)
+
+    post_order_visit(s, visit)
+    return bool(found)
 
 
 def _quote(s: str) -> str:

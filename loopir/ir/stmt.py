@@ -107,17 +107,24 @@ class Evaluate(Stmt):
 
 
 def _stmt_tuple(value: Any) -> tuple[Stmt, ...]:
-    out = tuple(value)
-    for s in out:
+    out: list[Stmt] = []
+    for s in value:
         if not isinstance(s, Stmt):
             raise TypeError(f"SeqStmt entries must be Stmt, got {type(s).__name__}")
-    return out
+        # a sequence in a sequence is the same as its statements, in place (as TVM's SeqStmt
+        # flattens): a mutator replacing one entry by a sequence keeps the list flat
+        if isinstance(s, SeqStmt) and s.seq:
+            out.extend(s.seq)
+        else:
+            out.append(s)
+    return tuple(out)
 
 
 @attrs.frozen(eq=False, repr=False)
 class SeqStmt(Stmt):
-    """Statements run in order. Use [`seq`][loopir.ir.stmt.seq] to build one (it flattens and
-    unwraps)."""
+    """Statements run in order. Entries that are sequences themselves are flattened into it
+    (an empty one stays: it is a statement that does nothing). Use [`seq`][loopir.ir.stmt.seq]
+    to build one (it also drops empty ones and unwraps a single statement)."""
 
     seq: tuple[Stmt, ...] = attrs.field(converter=_stmt_tuple)
 

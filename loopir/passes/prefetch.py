@@ -46,8 +46,8 @@ from loopir import arith
 from loopir.errors import PassError
 from loopir.ir import dtype as dt
 from loopir.ir.buffer import Buffer
-from loopir.ir.expr import And, BufferLoad, Call, IntImm, PrimExpr, Ramp, Var
-from loopir.ir.functor import Mutator, post_order_visit, substitute
+from loopir.ir.expr import And, BufferLoad, Call, IntImm, PrimExpr, Ramp
+from loopir.ir.functor import Mutator, fresh_loop_vars, post_order_visit, substitute
 from loopir.ir.stmt import (
     Allocate,
     BufferStore,
@@ -193,15 +193,6 @@ def _stores_shared(s: Stmt) -> bool:
 
     post_order_visit(s, f)
     return found
-
-
-class _Rename(Mutator):
-    """Fresh Vars for the loops of a copied statement (each loop defines its own Var)."""
-
-    def visit_For(self, node: For) -> Stmt:
-        new = Var(node.loop_var.name, node.loop_var.dtype)
-        body = self.visit(substitute(node.body, {node.loop_var: new}))
-        return attrs.evolve(node, loop_var=new, body=body)
 
 
 def _guard_first(chain: Stmt, cond: PrimExpr) -> Stmt:
@@ -389,7 +380,7 @@ class InjectSharedPrefetch(Pass):
             out = []
             for x, leaf in loads:
                 chain = _ReplaceLeaf(x.store, leaf).visit(x.stmt)
-                chain = _simplify_conds(_Rename().visit(substitute(chain, {L: it})))
+                chain = _simplify_conds(fresh_loop_vars(substitute(chain, {L: it})))
                 out.append(chain if cond is None else _guard_first(chain, cond))
             return seq(*out)
 

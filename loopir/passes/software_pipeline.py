@@ -54,7 +54,7 @@ from loopir.ir import dtype as dt
 from loopir.ir import op
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import GE, LT, BufferLoad, Call, FloorMod, IntImm, Max, PrimExpr, Var
-from loopir.ir.functor import Mutator, post_order_visit, substitute
+from loopir.ir.functor import Mutator, fresh_loop_vars, post_order_visit, substitute
 from loopir.ir.stmt import (
     Allocate,
     BufferStore,
@@ -259,7 +259,8 @@ class _Rewrite(Mutator):
         last_async = max((p for p, i in enumerate(order) if stages[i] == async_src), default=None)
 
         def at(i: int, step: PrimExpr) -> Stmt:
-            s: Stmt = substitute(stmts[i], {var: lo + (step - stages[i])})
+            # each copy of a statement (prologue, steady state, epilogue) defines its own loops
+            s: Stmt = fresh_loop_vars(substitute(stmts[i], {var: lo + (step - stages[i])}))
             if stages[i] == async_src:
                 s = _mark_async(s)
             return s

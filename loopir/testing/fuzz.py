@@ -13,7 +13,8 @@ primitive and its arguments -- often valid, sometimes deliberately wrong -- and
 - any other exception is a bug.
 
 [`ScheduleFuzzer.finish`][loopir.testing.fuzz.ScheduleFuzzer.finish] then replays the trace through
-its Python text and its JSON form (both must give a structurally equal function) and lowers the
+its Python text and its JSON form (both must give a structurally equal function), parses the
+function's printed text back (``loopir.script``; also each lowered function's) and lowers the
 function with ``tir.enable_local_pad`` off and on (both lowered functions must compute the same
 outputs).
 
@@ -136,7 +137,7 @@ class FuzzFinding(LoopIRError, AssertionError):
     ----------
     category
         Short label: ``"crash"``, ``"changed-on-error"``, ``"verify"``, ``"wrong-output"``,
-        ``"replay-python"``, ``"replay-json"``, ``"lower"``, ``"local-pad"``.
+        ``"replay-python"``, ``"replay-json"``, ``"script"``, ``"lower"``, ``"local-pad"``.
     reproducer
         Python that reproduces it.
     """
@@ -619,6 +620,7 @@ class ScheduleFuzzer(TVMDraws):
                 "replay-json", f"{type(e).__name__}: {e}\ntrace:\n{trace.as_python()}",
                 self.reproducer(),
             ) from e  # fmt: skip
+        self._check_script(self.sch.func, "the scheduled function", "")
         self._check_lowering(self.sch.func, "")
         if self.gpu_lowering:
             # The same schedule with its loop nests bound to blocks and threads: lowering then
@@ -674,6 +676,7 @@ class ScheduleFuzzer(TVMDraws):
                     self.reproducer(extra=extra),
                 ) from e  # fmt: skip
             self._check_allocations(lowered, pad, extra)
+            self._check_script(lowered, f"lowered ({where}local pad {pad})", extra)
             if prefix and self._proven_race(lowered):
                 # the CUDA build refuses it (the race checker found two threads that race):
                 # a refusal; what the checker lets through must be right in every thread order
@@ -682,6 +685,19 @@ class ScheduleFuzzer(TVMDraws):
             self._check_outputs(
                 lowered, f"lowered ({where}local pad {pad})", "local-pad" if pad else "lower", extra
             )
+
+    def _check_script(self, func: Any, what: str, extra: str) -> None:
+        """``func``'s printed text parses back to a structurally equal function."""
+        import loopir
+        from loopir.script import from_source
+
+        try:
+            loopir.assert_structural_equal(func, from_source(func.script()))
+        except Exception as e:  # noqa: BLE001
+            raise FuzzFinding(
+                "script", f"{what}: its printed text does not parse back to it: "
+                f"{type(e).__name__}: {e}", self.reproducer(extra=extra),
+            ) from e  # fmt: skip
 
     @staticmethod
     def _proven_race(lowered: Any) -> bool:

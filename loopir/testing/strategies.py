@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -59,7 +59,8 @@ T = TypeVar("T")
 
 __all__ = [
     "DrawChooser", "extents", "shapes", "split_factors", "tile_factors", "workloads", "schedules",
-    "gpu_schedules", "schedule_state_machine", "carried_values", "COUNTER_ENV", "FINDINGS_ENV",
+    "gpu_schedules", "schedule_state_machine", "carried_values", "te_functions", "COUNTER_ENV",
+    "FINDINGS_ENV",
 ]  # fmt: skip
 
 COUNTER_ENV = "LOOPIR_FUZZ_COUNTER"
@@ -419,3 +420,97 @@ def carried_values(draw: Any, scopes: Sequence[str] = ("local", "shared", "globa
     kind = ForKind.THREAD_BINDING if threads else ForKind.SERIAL
     outer = For(j, c(0), c(rows), kind, inner, thread_tag="threadIdx.x" if threads else None)
     return PrimFunc((A, B), Allocate(L, outer))
+
+
+_TE_DTYPES = ("float32", "float16", "float64", "int32", "int8", "int64", "uint8")
+_TE_MATH = ("exp", "log", "sqrt", "tanh", "sigmoid", "erf", "sin", "floor", "round", "fabs")
+
+
+@st.composite
+def te_functions(draw: Any, max_stages: int = 3) -> PrimFunc:
+    """A random te function: one or two inputs of random dtypes (the first size sometimes
+    symbolic), then 1..``max_stages`` compute stages whose elements are random expressions
+    over the earlier tensors: arithmetic, ``//``/``%`` by constants, min/max, comparisons under
+    ``if_then_else``, math intrinsics, casts, constants (negative, infinite), and sometimes a
+    ``sum``/``max``/``min`` reduction over the last dimension (with a ``where``).
+
+    Meant for properties of whole functions that do not run them (printing and parsing,
+    structural checks): values may overflow or be NaN.
+    """
+    from loopir import te
+    from loopir.ir import op
+
+    ndim = draw(st.integers(1, 3))
+    shape: list[Any] = [draw(st.integers(1, 6)) for _ in range(ndim)]
+    if draw(st.booleans()):
+        shape[0] = te.var("n")
+    tensors = [te.placeholder(tuple(shape), draw(st.sampled_from(_TE_DTYPES)), name=f"X{k}")
+               for k in range(draw(st.integers(1, 2)))]  # fmt: skip
+
+    def const(dtype: str) -> PrimExpr:
+        if dtype.startswith("float") and draw(st.integers(0, 5)) == 0:
+            return op.const(float(draw(st.sampled_from(["inf", "-inf"]))), dtype)
+        lo = 0 if dtype.startswith("uint") else -9
+        value = draw(st.integers(lo, 9))
+        return op.const(value if not dtype.startswith("float") else value / 2, dtype)
+
+    def expr(idx: tuple[Any, ...], dtype: str, depth: int) -> PrimExpr:
+        kind = draw(st.sampled_from(["load", "const"] if depth == 0 else
+                                    ["load", "const", "binary", "binary", "minmax", "select",
+                                     "math", "cast", "divmod"]))  # fmt: skip
+        if kind == "load":
+            t = draw(st.sampled_from(tensors))
+            load: PrimExpr = t[idx]
+            return load.astype(dtype)
+        if kind == "const":
+            return const(dtype)
+        if kind == "math" and dtype.startswith("float"):
+            fn = getattr(op, draw(st.sampled_from(_TE_MATH)))
+            return fn(expr(idx, dtype, depth - 1))  # type: ignore[no-any-return]
+        if kind == "cast":
+            other = draw(st.sampled_from(_TE_DTYPES))
+            return op.cast(expr(idx, other, depth - 1), dtype)
+        if kind == "divmod" and not dtype.startswith("float"):
+            a = expr(idx, dtype, depth - 1)
+            d = op.const(draw(st.integers(1, 5)), dtype)
+            return op.floordiv(a, d) if draw(st.booleans()) else op.floormod(a, d)
+        a, b = expr(idx, dtype, depth - 1), expr(idx, dtype, depth - 1)
+        if kind == "minmax":
+            return op.min_(a, b) if draw(st.booleans()) else op.max_(a, b)
+        if kind == "select":
+            c = draw(st.sampled_from(["lt", "eq", "ge"]))
+            cond = {"lt": a < b, "eq": a == b, "ge": a >= b}[c]
+            if draw(st.booleans()):
+                cond = op.not_(cond) if draw(st.booleans()) else op.all_(cond, idx[-1] < 2)
+            return op.if_then_else(cond, a, b)
+        sym = draw(st.sampled_from(["+", "-", "*", "/"] if dtype.startswith("float") else ["+", "-", "*"]))
+        return {"+": a + b, "-": a - b, "*": a * b, "/": a / b if sym == "/" else a}[sym]
+
+    def reduction(dtype: str, depth: int) -> Callable[..., PrimExpr]:
+        k = te.reduce_axis(shape[-1], name="k")
+        red = getattr(te, draw(st.sampled_from(["sum", "max", "min"])))
+        where = (k < 3) if draw(st.booleans()) else None
+
+        def fcompute(*i: Any) -> PrimExpr:
+            idx = (*i[: ndim - 1], k)  # a 1-d input reduces to one element
+            return red(expr(idx, dtype, depth), axis=k, where=where)  # type: ignore[no-any-return]
+
+        return fcompute
+
+    def elementwise(dtype: str, depth: int) -> Callable[..., PrimExpr]:
+        def fcompute(*i: Any) -> PrimExpr:
+            return expr(tuple(i), dtype, depth)
+
+        return fcompute
+
+    last = tensors[0]
+    for s in range(draw(st.integers(1, max_stages))):
+        dtype = draw(st.sampled_from(_TE_DTYPES))
+        depth = draw(st.integers(0, 3))
+        if draw(st.integers(0, 2)) == 0:
+            last = te.compute(tuple(shape[:-1]) or (1,), reduction(dtype, depth), name=f"S{s}")
+        else:
+            last = te.compute(tuple(shape), elementwise(dtype, depth), name=f"S{s}")
+            tensors.append(last)  # later stages load it at their own indices
+    inputs = [t for t in tensors if t.op.__class__.__name__ == "PlaceholderOp"]
+    return te.create_prim_func([*inputs, last])

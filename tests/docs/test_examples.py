@@ -1,7 +1,8 @@
 """Every Python example in README.md, docs/*.md and docs/concepts/*.md runs.
 
 The blocks of one page run in order in one namespace, like a notebook, in a temporary working
-directory. IR listings (``@T.prim_func`` ...) are checked to parse; blocks marked as needing a
+directory. IR listings (``@T.prim_func`` ...) are checked to parse (a whole function with the
+script parser, ``loopir.script.from_source``); blocks marked as needing a
 GPU run only when one is visible, blocks marked as needing nvcc only when it is found (see
 ``tests/docs/mdcode.py``).
 """
@@ -9,6 +10,7 @@ GPU run only when one is visible, blocks marked as needing nvcc only when it is 
 from __future__ import annotations
 
 import ast
+import linecache
 import textwrap
 import traceback
 from pathlib import Path
@@ -16,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from loopir.cli.env import probe_gpu, probe_nvcc
+from loopir.errors import ScriptError
+from loopir.script import from_source
 
 from .mdcode import code_blocks
 
@@ -51,12 +55,21 @@ def test_code_blocks_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
                 ast.parse(textwrap.dedent(block.text))
             except SyntaxError as exc:
                 pytest.fail(f"{block.where}: IR listing does not parse as Python: {exc}")
+            if block.text.lstrip().startswith("@T.prim_func"):
+                # a whole printed function: it must be IR the script parser reads back
+                try:
+                    from_source(textwrap.dedent(block.text), file=block.where)
+                except ScriptError as exc:
+                    pytest.fail(f"{block.where}: IR listing is not a valid script:\n{exc}")
             continue
         ok, why = _available(block.requirement())
         if not ok:
             skipped.append(f"{block.where} ({why})")
             continue
-        code = compile(block.text, f"{path}:{block.line}", "exec")
+        filename = f"{path}:{block.line}"
+        # @T.prim_func reads a function's text with inspect: let it find this block's
+        linecache.cache[filename] = (len(block.text), None, block.text.splitlines(True), filename)
+        code = compile(block.text, filename, "exec")
         try:
             exec(code, ns)
         except Exception as exc:

@@ -41,6 +41,17 @@ def test_golden_pipelines(stages: int, golden) -> None:
     assert f"T.loopir.cp_async_wait({stages - 1})" in text
 
 
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("pad", [False, True])
+def test_pipelined_loops_define_their_own_vars(stages: int, pad: bool) -> None:
+    # the prologue and epilogue copies of a step once reused the fetch loops' Vars: IR that
+    # loopir.verify rejects (duplicate-var) and a script cannot say
+    with loopir.PassContext(config={"tir.enable_local_pad": pad}):
+        low = loopir.lower(_piped(130, 12, 150, stages).func)
+    loopir.verify(low)
+    loopir.assert_structural_equal(low, loopir.script.from_source(low.script()))
+
+
 @settings(max_examples=25, deadline=None)
 @given(M=st.integers(1, 140), K=st.integers(1, 24), N=st.integers(1, 140), stages=st.sampled_from([2, 3]),
        asynchronous=st.booleans(), pad=st.booleans(), order=st.sampled_from([None, [0, 1, 2], [1, 0, 2]]))  # fmt: skip

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 
 import loopir
 import loopir.schedule.loops as loops_mod
 from loopir.errors import ScheduleError
-from loopir.ir.stmt import For
+from loopir.ir.stmt import For, ForKind
 from loopir.schedule import Schedule
 from loopir.testing.fuzz import Call, FuzzFinding, RandomChooser, ScheduleFuzzer, fuzz_many
 from loopir.testing.workloads import matmul
@@ -111,6 +112,21 @@ def test_bad_json_replay_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     fz.step(_split_call(fz, [None, 4]))
     monkeypatch.setattr(loopir.Trace, "as_json", drop_attr)
     with pytest.raises(FuzzFinding, match=r"\[replay-json\].*StructuralEqualError"):
+        fz.finish()
+
+
+def test_a_script_that_does_not_read_back_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    import loopir.ir.printer as printer
+
+    real = printer._Printer.for_
+
+    def wrong_kind(self: Any, s: Any, depth: int) -> None:  # every loop printed as unrolled
+        real(self, attrs.evolve(s, kind=ForKind.UNROLLED) if s.kind is ForKind.SERIAL else s, depth)
+
+    fz = _fuzzer()
+    fz.step(_split_call(fz, [None, 4]))
+    monkeypatch.setattr(printer._Printer, "for_", wrong_kind)
+    with pytest.raises(FuzzFinding, match=r"\[script\].*StructuralEqualError"):
         fz.finish()
 
 
