@@ -336,3 +336,14 @@ def test_bitwise_expressions_on_the_gpu() -> None:
     mod(a, b)
     kk = np.arange(n, dtype="int32")
     np.testing.assert_array_equal(b, ((a ^ kk) & 0x5A | (a >> 2)) + (a << 1) + ~a)
+
+
+@pytest.mark.parametrize("which", ["transpose", "gemm_fp16"])
+def test_swizzled_functions_read_back_from_their_script(which: str) -> None:
+    # the XORs print as Python operators the script parser reads back (before and after lowering)
+    from loopir.script import from_source
+
+    sch = _swizzled_transpose() if which == "transpose" else _swizzled_gemm(fp16=True)
+    for f in (sch.func, _lower_quietly(sch.func)):
+        assert "^" in f.script()
+        loopir.assert_structural_equal(from_source(f.script()), f)
