@@ -11,7 +11,8 @@ As in TVM's ``tir/tensor_intrin``, an intrinsic is data, not a special case in a
   ``mma.sync``), or any other loop nest that computes the same thing.
 
 Users register their own with [`register`][loopir.tensor_intrin.register]; the built-in CUDA
-intrinsics are registered when this package is imported.
+intrinsics ([`loopir.tensor_intrin.cuda`][loopir.tensor_intrin.cuda]: ``ldmatrix``, ``mma.sync``,
+fragment fill and store, under TVM's names) are registered when this package is imported.
 
 Examples
 --------
@@ -117,3 +118,7 @@ def get(name: str) -> TensorIntrin:
 def names() -> tuple[str, ...]:
     """The registered intrinsics' names, sorted."""
     return tuple(sorted(_REGISTRY))
+
+
+# The built-in CUDA tensor-core intrinsics (last: the module registers through this one).
+from loopir.tensor_intrin import cuda as cuda  # noqa: E402
