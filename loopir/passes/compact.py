@@ -58,6 +58,7 @@ from loopir.passes._walk import (
     int_of,
     is_thread_loop,
     loop_range,
+    outside_footprints,
 )
 from loopir.passes.base import Pass, require_lowered
 from loopir.passes.compact_carry import CarryProver, PathAccess, collect_paths
@@ -162,6 +163,7 @@ def _plan(alloc: Allocate, accesses: list[Access], paths: Mapping[Buffer, Sequen
         while n < len(prefix) and n < len(a.loops) and prefix[n] is a.loops[n]:
             n += 1
         del prefix[n:]
+    prefix = outside_footprints(prefix)
     glob = buf.scope == "global"
     if glob:
         # Global memory is shared by the whole grid: every thread-bound loop is relaxed, so

@@ -28,6 +28,8 @@ mma_store        reads its fragment elements; writes their places in the tile (C
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import attrs
 
 from loopir.ir import op
@@ -36,7 +38,11 @@ from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr, Var
 from loopir.ir.stmt import BufferStore, For, ForKind, Stmt
 from loopir.tensor_intrin.layouts import LDMATRIX_ROW, WARP_SIZE, accumulator_layout
 
-__all__ = ["Touch", "fragment_lane", "per_lane_stmt", "touches"]
+__all__ = ["FOOTPRINT_KEY", "Touch", "fragment_lane", "hardware_lane", "per_lane_stmt", "touches"]
+
+#: Annotation of the serial loops :meth:`Touch.loops` makes: they are not in the IR (an
+#: analysis must not place anything inside them).
+FOOTPRINT_KEY = "loopir.call_footprint"
 
 
 @attrs.frozen(eq=False)
@@ -55,8 +61,22 @@ class Touch:
     cond: PrimExpr | None = None
 
     def loops(self, body: Stmt) -> tuple[For, ...]:
-        """The iteration variables as serial loops (outermost first) around ``body``."""
-        return tuple(For(v, 0, n, ForKind.SERIAL, body) for v, n in self.iters)
+        """The iteration variables as serial loops (outermost first; each around ``body``,
+        annotated with ``FOOTPRINT_KEY``)."""
+        return tuple(For(v, 0, n, ForKind.SERIAL, body, annotations={FOOTPRINT_KEY: True})
+                     for v, n in self.iters)  # fmt: skip
+
+
+def hardware_lane(loops: Sequence[For]) -> PrimExpr | None:
+    """The lane of a thread under ``loops`` (outermost first), from the innermost
+    ``threadIdx.x`` loop: its variable, modulo 32 when its extent may exceed 32 (right when the
+    block's x extent is a multiple of 32, as ``LowerWarpMemory`` requires); None without one."""
+    for f in reversed(loops):
+        if f.kind is ForKind.THREAD_BINDING and f.thread_tag == "threadIdx.x":
+            small = isinstance(f.extent, IntImm) and isinstance(f.min, IntImm) and \
+                f.min.value + f.extent.value <= WARP_SIZE
+            return f.loop_var if small else f.loop_var % WARP_SIZE
+    return None
 
 
 def fragment_lane(load: PrimExpr) -> PrimExpr | None:
