@@ -12,8 +12,9 @@ from loopir.ir.expr import BufferLoad, PrimExpr, convert
 SCOPES = ("global", "shared", "local", "warp")
 """Storage scopes. ``warp`` holds tensor-core fragments: one array per warp of a thread block,
 shaped ``[..., 32, L]`` with the lane (``threadIdx.x % 32``) as its second-to-last index and a
-lane's ``L`` register elements as its last (see :mod:`loopir.tensor_intrin.layouts`); CUDA
-lowering makes each lane's row its own registers (``LowerWarpMemory``)."""
+lane's ``L`` register elements as its last (see
+[`loopir.tensor_intrin.layouts`][loopir.tensor_intrin.layouts]); CUDA lowering makes each lane's
+row its own registers (``LowerWarpMemory``)."""
 
 
 def _shape(value: Any) -> tuple[PrimExpr, ...]:

@@ -313,8 +313,8 @@ def ptx_mma(a: PrimExpr, b: PrimExpr, c: PrimExpr, shape: str = "m16n8k16") -> P
     ``a``, ``b`` and ``c`` are this lane's fragments (loads ``W[..., lane, v]`` of ``warp``
     buffers, or of ``local`` ones after ``LowerWarpMemory``): 8 elements of the 16x16 A, 4 of
     the 16x8 B and 4 of the 16x8 C starting at ``v``, laid out as PTX's fragments
-    (:mod:`loopir.tensor_intrin.layouts`). A and B are both ``float16`` or both ``bfloat16``;
-    C is ``float32``, or ``float16`` with ``float16`` inputs.
+    ([`loopir.tensor_intrin.layouts`][loopir.tensor_intrin.layouts]). A and B are both
+    ``float16`` or both ``bfloat16``; C is ``float32``, or ``float16`` with ``float16`` inputs.
     """
     from loopir.ir.expr import StringImm
 

@@ -217,7 +217,7 @@ class _Collector(Visitor):
 
     def _tensor_core(self, node: Evaluate) -> None:
         """The elements a lane's tensor-core call touches, each as an access nested in loops
-        over the call's footprint (:func:`loopir.tensor_intrin.calls.touches`)."""
+        over the call's footprint (``loopir.tensor_intrin.calls.touches``)."""
         assert isinstance(node.value, Call)
         for t in touches(node.value, hardware_lane(self.loops)):
             loops = t.loops(node)

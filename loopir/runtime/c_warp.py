@@ -1,16 +1,16 @@
 """Tensor-core calls on the CPU executor: their exact sequential meaning.
 
 * ``mma_fill`` and ``mma_store`` act on one lane's fragment row: they run as the loops
-  :func:`loopir.tensor_intrin.calls.per_lane_stmt` gives (the lane is the fragment's lane
-  index), so they need no thread region.
+  ``loopir.tensor_intrin.calls.per_lane_stmt`` gives (the lane is the fragment's lane index),
+  so they need no thread region.
 * ``ptx_ldmatrix`` and ``ptx_mma`` are warp-collective: they run inside a thread region (a
   ``threadIdx`` loop containing one becomes a region, like one containing a barrier) as a
-  rendezvous of the warp's 32 fibers (:mod:`loopir.runtime.c_fibers`). Each lane leaves the
+  rendezvous of the warp's 32 fibers (``loopir.runtime.c_fibers``). Each lane leaves the
   addresses of its operands in its slots; the last lane to arrive computes the whole warp-level
   operation once, reading every lane's operands, per the PTX ISA:
 
   - ``ldmatrix``: element ``2q + h`` of lane ``l`` comes from the row whose address lane
-    ``ldmatrix_source(l, q, h)[0]`` supplied (:mod:`loopir.tensor_intrin.layouts`);
+    ``ldmatrix_source(l, q, h)[0]`` supplied (``loopir.tensor_intrin.layouts``);
   - ``mma.m16n8k16``: the 16x16 A, 16x8 B and 16x8 C tiles are gathered from the lanes'
     fragments by the PTX layouts, and every ``C[i, j]`` becomes
     ``C[i, j] + A[i, k] * B[k, j]`` accumulated for ``k = 0 .. 15`` in order, each step
@@ -18,7 +18,7 @@
     ``C + cast(A) * cast(B)`` is by this executor; so the implementation and the description
     of an intrinsic give bit-identical results here (the hardware sums in another order).
 
-The layout tables are generated from :mod:`loopir.tensor_intrin.layouts`.
+The layout tables are generated from ``loopir.tensor_intrin.layouts``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """What one lane's tensor-core call touches, and the per-lane calls as the loops they stand for.
 
 The analyses (ThreadSync, the race checker, compaction) see every buffer element a call reads or
-writes through :func:`touches`; the CPU executor and ``LowerWarpMemory`` run ``mma_fill`` and
-``mma_store`` as the statement :func:`per_lane_stmt` returns, so the three agree by
-construction. The conventions (see the builders in :mod:`loopir.ir.op`):
+writes through [`touches`][loopir.tensor_intrin.calls.touches]; the CPU executor and
+``LowerWarpMemory`` run ``mma_fill`` and ``mma_store`` as the statement
+[`per_lane_stmt`][loopir.tensor_intrin.calls.per_lane_stmt] returns, so the three agree by
+construction. The conventions (see the builders in [`loopir.ir.op`][loopir.ir.op]):
 
 * a *fragment* operand is ``W[..., lane, v]``, a load of a ``warp`` buffer: lane ``lane``'s
   elements from ``v`` on (after ``LowerWarpMemory``, ``W[..., v]`` of a ``local`` buffer: the
@@ -40,8 +41,8 @@ from loopir.tensor_intrin.layouts import LDMATRIX_ROW, WARP_SIZE, accumulator_la
 
 __all__ = ["FOOTPRINT_KEY", "Touch", "fragment_lane", "hardware_lane", "per_lane_stmt", "touches"]
 
-#: Annotation of the serial loops :meth:`Touch.loops` makes: they are not in the IR (an
-#: analysis must not place anything inside them).
+#: Annotation of the serial loops ``Touch.loops`` makes: they are not in the IR (an analysis
+#: must not place anything inside them).
 FOOTPRINT_KEY = "loopir.call_footprint"
 
 

@@ -1,8 +1,9 @@
 """The built-in CUDA tensor-core intrinsics (sm_80+), registered under TVM's names.
 
 Each is a description PrimFunc (what one call computes, a sequential TensorIR nest over the
-fragment layouts of :mod:`loopir.tensor_intrin.layouts`) and an implementation PrimFunc (the
-calls of :mod:`loopir.ir.op` that do it, under ``threadIdx.x`` bound to the 32 lanes of a warp).
+fragment layouts of [`loopir.tensor_intrin.layouts`][loopir.tensor_intrin.layouts]) and an
+implementation PrimFunc (the calls of [`loopir.ir.op`][loopir.ir.op] that do it, under
+``threadIdx.x`` bound to the 32 lanes of a warp).
 Fragments are ``warp`` buffers ``[32, 8]``: lane, then the lane's 8 elements.
 
 =============================  =====================================  ==========================

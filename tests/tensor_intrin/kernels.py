@@ -77,7 +77,8 @@ def serial(var: Var, extent: int | PrimExpr, body: Stmt) -> For:
 
 @attrs.frozen
 class Gemm:
-    """``C[M, N] = A[M, K] @ B`` (B ``[K, N]``, or ``[N, K]`` when ``b_trans``) on tensor cores:
+    """``C[M, N] = A @ B`` (A ``[M, K]``, or ``[K, M]`` when ``a_trans``; B ``[K, N]``, or
+    ``[N, K]`` when ``b_trans``) on tensor cores:
     blocks of ``warps_m x warps_n`` warps (threadIdx.y, threadIdx.z), each warp one 16x16 tile
     of C per block, K in steps of 16 through shared tiles."""
 
@@ -89,6 +90,7 @@ class Gemm:
     warps_m: int = 1
     warps_n: int = 2
     b_trans: bool = False
+    a_trans: bool = False
     store: str = "global"  # where mma_store writes: "global", or "shared" then copied out
 
     @property
@@ -96,7 +98,7 @@ class Gemm:
         t = {"float16": "f16", "bfloat16": "bf16"}[self.dtype]
         a = {"float32": "f32", "float16": "f16"}[self.acc]
         return {
-            "ld_a": f"mma_ldmatrix_{t}_a",
+            "ld_a": f"mma_ldmatrix_{t}_a" + ("_trans" if self.a_trans else ""),
             "ld_b": f"mma_ldmatrix_{t}_b" + ("_trans" if self.b_trans else ""),
             "mma": f"mma_{t}{t}{a}",
             "fill": f"mma_fill_{a}",
@@ -107,10 +109,10 @@ class Gemm:
         M, N, K, wm, wn = self.M, self.N, self.K, self.warps_m, self.warps_n
         BM, BN = 16 * wm, 16 * wn
         assert M % BM == 0 and N % BN == 0 and K % 16 == 0
-        A = Buffer("A", (M, K), self.dtype)
+        A = Buffer("A", (K, M) if self.a_trans else (M, K), self.dtype)
         B = Buffer("B", (N, K) if self.b_trans else (K, N), self.dtype)
         C = Buffer("C", (M, N), self.acc)
-        As = Buffer("A_shared", (BM, 16), self.dtype, scope="shared")
+        As = Buffer("A_shared", (16, BM) if self.a_trans else (BM, 16), self.dtype, scope="shared")
         Bs = Buffer("B_shared", (BN, 16) if self.b_trans else (16, BN), self.dtype, scope="shared")
         Cw = Buffer("C_warp", (wm, wn, 32, 8), self.acc, scope="warp")
         Aw = Buffer("A_warp", (32, 8), self.dtype, scope="warp")
@@ -135,11 +137,12 @@ class Gemm:
         fill = warps(lambda ty, tz: inline_impl(n["fill"], (Cw, (ty, tz, 0, 0))))
         b_src = (bx * BN, ko * 16) if self.b_trans else (ko * 16, bx * BN)
         step = warps(lambda ty, tz: Allocate(Aw, Allocate(Bw, seq(
-            inline_impl(n["ld_a"], (As, (ty * 16, 0)), (Aw, (0, 0))),
+            inline_impl(n["ld_a"], (As, (0, ty * 16) if self.a_trans else (ty * 16, 0)), (Aw, (0, 0))),
             inline_impl(n["ld_b"], (Bs, (tz * 16, 0) if self.b_trans else (0, tz * 16)), (Bw, (0, 0))),
             inline_impl(n["mma"], (Aw, (0, 0)), (Bw, (0, 0)), (Cw, (ty, tz, 0, 0))),
         ))))  # fmt: skip
-        kloop = serial(ko, K // 16, seq(copy(As, A, by * BM, ko * 16), copy(Bs, B, *b_src), step))
+        a_src = (ko * 16, by * BM) if self.a_trans else (by * BM, ko * 16)
+        kloop = serial(ko, K // 16, seq(copy(As, A, *a_src), copy(Bs, B, *b_src), step))
         if self.store == "global":
             out = warps(lambda ty, tz: inline_impl(
                 n["store"], (Cw, (ty, tz, 0, 0)), (C, (by * BM + ty * 16, bx * BN + tz * 16))))
@@ -153,15 +156,15 @@ class Gemm:
         return PrimFunc((A, B, C), grid, name="tc_gemm")
 
     def inputs(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        a = to_storage(rng.standard_normal((self.M, self.K)), self.dtype)
+        a = to_storage(rng.standard_normal((self.K, self.M) if self.a_trans else (self.M, self.K)), self.dtype)
         b_shape = (self.N, self.K) if self.b_trans else (self.K, self.N)
         b = to_storage(rng.standard_normal(b_shape), self.dtype)
         c = np.full((self.M, self.N), np.nan, dtype=dt.to_numpy(self.acc))
         return a, b, c
 
     def reference(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        bm = from_storage(b, self.dtype)
-        return from_storage(a, self.dtype) @ (bm.T if self.b_trans else bm)
+        am, bm = from_storage(a, self.dtype), from_storage(b, self.dtype)
+        return (am.T if self.a_trans else am) @ (bm.T if self.b_trans else bm)
 
 
 def _copy_out(C: Buffer, Cs: Buffer, r0: PrimExpr, c0: PrimExpr, wm: int, wn: int) -> Stmt:

@@ -126,12 +126,15 @@ def test_ldmatrix_and_mma_fragments_follow_ptx() -> None:
     np.testing.assert_allclose(_logical(c, ptx_c, 16, 8, 4), want, rtol=1e-5, atol=1e-5)
 
 
-def _emulate(a: np.ndarray, b: np.ndarray, dtype: str, acc: str, b_trans: bool = False) -> np.ndarray:
+def _emulate(a: np.ndarray, b: np.ndarray, dtype: str, acc: str, b_trans: bool = False,
+             a_trans: bool = False) -> np.ndarray:  # fmt: skip
     """``A @ B`` as the description computes it: from 0, for k in order, ``c + cast(a) * cast(b)``
     with every operation rounded to ``acc`` (numpy does float32 / float16 elementwise in those
     types; float16 through float32 and back, as the executor's C does)."""
     af = from_storage(a, dtype).astype(np.float32)
     bf = from_storage(b, dtype).astype(np.float32)
+    if a_trans:
+        af = af.T
     if b_trans:
         bf = bf.T
     out = np.zeros((af.shape[0], bf.shape[1]), dt.to_numpy(acc))
@@ -148,6 +151,8 @@ GEMMS = [
     Gemm(),
     Gemm(M=64, N=32, K=48, warps_m=2, warps_n=1),
     Gemm(dtype="bfloat16", b_trans=True),
+    Gemm(a_trans=True, warps_m=2, warps_n=1, M=64),
+    Gemm(dtype="bfloat16", a_trans=True, b_trans=True),
     Gemm(acc="float16", store="shared"),
     Gemm(dtype="bfloat16", warps_m=2, warps_n=2, M=32, N=64, K=16, store="shared"),
 ]
@@ -163,7 +168,7 @@ def test_gemm_through_the_implementations(gemm: Gemm, order: str) -> None:
         a, b, c = gemm.inputs(rng)
         mod.seed = seed
         mod(a, b, c)
-        assert np.array_equal(c, _emulate(a, b, gemm.dtype, gemm.acc, gemm.b_trans))
+        assert np.array_equal(c, _emulate(a, b, gemm.dtype, gemm.acc, gemm.b_trans, gemm.a_trans))
         tol = 5e-2 if gemm.acc == "float16" else 1e-5
         np.testing.assert_allclose(from_storage(c, gemm.acc), gemm.reference(a, b), rtol=tol, atol=tol)
 
