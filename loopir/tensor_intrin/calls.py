@@ -39,7 +39,10 @@ from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr, Var
 from loopir.ir.stmt import BufferStore, For, ForKind, Stmt
 from loopir.tensor_intrin.layouts import LDMATRIX_ROW, WARP_SIZE, accumulator_layout
 
-__all__ = ["FOOTPRINT_KEY", "Touch", "fragment_lane", "hardware_lane", "per_lane_stmt", "touches"]
+__all__ = [
+    "FOOTPRINT_KEY", "Touch", "fragment_lane", "hardware_lane", "per_lane_stmt", "touches",
+    "written_operands",
+]  # fmt: skip
 
 #: Annotation of the serial loops ``Touch.loops`` makes: they are not in the IR (an analysis
 #: must not place anything inside them).
@@ -78,6 +81,14 @@ def hardware_lane(loops: Sequence[For]) -> PrimExpr | None:
                 f.min.value + f.extent.value <= WARP_SIZE
             return f.loop_var if small else f.loop_var % WARP_SIZE
     return None
+
+
+def written_operands(call: Call) -> list[BufferLoad]:
+    """The operands a tensor-core call writes through (``ptx_mma``'s accumulator it also
+    reads: a read-modify-write)."""
+    out = {"ptx_ldmatrix": call.args[2:3], "ptx_mma": call.args[3:4], "mma_fill": call.args[1:2],
+           "mma_store": call.args[2:3]}.get(call.op, ())  # fmt: skip
+    return [a for a in out if isinstance(a, BufferLoad)]
 
 
 def fragment_lane(load: PrimExpr) -> PrimExpr | None:

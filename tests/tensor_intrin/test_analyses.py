@@ -115,3 +115,61 @@ def test_accesses_cover_the_whole_footprint() -> None:
     assert len(reads) == 1 and len(reads[0].loops) == 3  # bx, t2 and the row's 8 elements
     race = [a for a in collect_accesses(func.body) if a.buffer is S and not a.is_store]
     assert len(race) == 1 and race[0].loops[-1].extent.value == 8
+
+
+def _vthread_tiles(inside: bool) -> PrimFunc:
+    """Two virtual threads, each a 16x16 tile of C = A @ B through one warp fragment A_warp
+    (allocated above the vthread loop, or ``inside`` it: then expanded per virtual thread):
+    the ldmatrix into A_warp and the mma reading it must stay together per virtual thread."""
+    from loopir.ir.stmt import IfThenElse
+
+    A = Buffer("A", (32, 16), "float16")
+    B = Buffer("B", (16, 16), "float16")
+    C = Buffer("C", (32, 16), "float32")
+    As = Buffer("As", (32, 16), "float16", scope="shared")
+    Bs = Buffer("Bs", (16, 16), "float16", scope="shared")
+    Aw = Buffer("A_warp", (32, 8), "float16", scope="warp")
+    Bw = Buffer("B_warp", (32, 8), "float16", scope="warp")
+    Cw = Buffer("C_warp", (2, 32, 8), "float32", scope="warp")
+    tx, t0, v, i = Var("tx"), Var("t0"), Var("v"), Var("i")
+    copy = _lanes(t0, For(i, 0, 16, ForKind.SERIAL, seq(
+        BufferStore(As, A[t0, i], (t0, i)),
+        IfThenElse(t0 < 16, BufferStore(Bs, B[t0, i], (t0, i))),
+    )))  # fmt: skip
+    lanes = _lanes(tx, seq(
+        Evaluate(op.mma_fill(Cw[v, tx, 0], 8, 0.0)),
+        Evaluate(op.ptx_ldmatrix(Aw[tx, 0], As[16 * v + tx % 16, 8 * (tx // 16)])),
+        Evaluate(op.ptx_ldmatrix(Bw[tx, 0], Bs[tx % 16, 8 * (tx // 16)], trans=True)),
+        Evaluate(op.ptx_mma(Aw[tx, 0], Bw[tx, 0], Cw[v, tx, 0])),
+        Evaluate(op.ptx_mma(Aw[tx, 0], Bw[tx, 4], Cw[v, tx, 4])),
+        Evaluate(op.mma_store(C[16 * v, 0], Cw[v, tx, 0])),
+    ))  # fmt: skip
+    compute = For(v, 0, 2, ForKind.THREAD_BINDING, Allocate(Aw, lanes) if inside else lanes,
+                  thread_tag="vthread.x")  # fmt: skip
+    rest = seq(copy, Evaluate(op.storage_sync("shared")), compute)
+    body = Allocate(As, Allocate(Bs, Allocate(Bw, Allocate(Cw, rest if inside else Allocate(Aw, rest)))))
+    return PrimFunc((A, B, C), _kernel(body))
+
+
+@pytest.mark.parametrize("inside", [False, True])
+def test_inject_virtual_thread_keeps_fragment_writes_with_their_reads(inside: bool) -> None:
+    import numpy as np
+
+    import loopir
+    from loopir.passes import InjectVirtualThread
+
+    func = _vthread_tiles(inside)
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((32, 16)).astype(np.float16)
+    b = rng.standard_normal((16, 16)).astype(np.float16)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    injected = InjectVirtualThread()(func)
+    for f in (func, injected):
+        c = np.full((32, 16), np.nan, np.float32)
+        loopir.build(f, target="cpu")(a, b, c)
+        np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5)
+    if inside:  # one fragment per virtual thread
+        shapes = []
+        post_order_visit(injected.body, lambda n: shapes.append(tuple(int(x) for x in n.buffer.shape))
+                         if isinstance(n, Allocate) and n.buffer.name == "A_warp" else None)  # fmt: skip
+        assert shapes == [(2, 32, 8)]
