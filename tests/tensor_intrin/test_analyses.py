@@ -173,3 +173,58 @@ def test_inject_virtual_thread_keeps_fragment_writes_with_their_reads(inside: bo
         post_order_visit(injected.body, lambda n: shapes.append(tuple(int(x) for x in n.buffer.shape))
                          if isinstance(n, Allocate) and n.buffer.name == "A_warp" else None)  # fmt: skip
         assert shapes == [(2, 32, 8)]
+
+
+def _pipelined_fragments() -> PrimFunc:
+    """C = sum over k of A[16k:16k+16, :] @ B, the ldmatrix of A_warp in stage 0 and the mma
+    reading it in stage 1: A_warp passes between stages and needs two versions."""
+    from loopir.ir.stmt import IfThenElse
+
+    A = Buffer("A", (64, 16), "float16")
+    B = Buffer("B", (16, 16), "float16")
+    C = Buffer("C", (16, 16), "float32")
+    As = Buffer("As", (64, 16), "float16", scope="shared")
+    Bs = Buffer("Bs", (16, 16), "float16", scope="shared")
+    Aw = Buffer("A_warp", (32, 8), "float16", scope="warp")
+    Bw = Buffer("B_warp", (32, 8), "float16", scope="warp")
+    Cw = Buffer("C_warp", (32, 8), "float32", scope="warp")
+    t = [Var(f"t{n}") for n in range(6)]
+    i, k = Var("i"), Var("k")
+    copy = _lanes(t[0], For(i, 0, 32, ForKind.SERIAL, seq(
+        BufferStore(As, A[t[0] * 2 + i // 16, i % 16], (t[0] * 2 + i // 16, i % 16)),
+        IfThenElse(t[0] < 16, IfThenElse(i < 16, BufferStore(Bs, B[t[0], i], (t[0], i)))),
+    )))  # fmt: skip
+    init = _lanes(t[1], seq(Evaluate(op.mma_fill(Cw[t[1], 0], 8, 0.0)),
+                            Evaluate(op.ptx_ldmatrix(Bw[t[1], 0], Bs[t[1] % 16, 8 * (t[1] // 16)], trans=True))))  # fmt: skip
+    load = _lanes(t[2], Evaluate(op.ptx_ldmatrix(Aw[t[2], 0], As[16 * k + t[2] % 16, 8 * (t[2] // 16)])))
+    mma = _lanes(t[3], seq(Evaluate(op.ptx_mma(Aw[t[3], 0], Bw[t[3], 0], Cw[t[3], 0])),
+                           Evaluate(op.ptx_mma(Aw[t[3], 0], Bw[t[3], 4], Cw[t[3], 4]))))  # fmt: skip
+    kloop = For(k, 0, 4, ForKind.SERIAL, seq(load, mma),
+                annotations={"software_pipeline_stage": [0, 1], "software_pipeline_order": [0, 1]})
+    store = _lanes(t[4], Evaluate(op.mma_store(C[0, 0], Cw[t[4], 0])))
+    body = Allocate(As, Allocate(Bs, Allocate(Aw, Allocate(Bw, Allocate(Cw, seq(
+        copy, Evaluate(op.storage_sync("shared")), init, kloop, store))))))  # fmt: skip
+    return PrimFunc((A, B, C), _kernel(body))
+
+
+def test_software_pipeline_versions_a_fragment_passed_between_stages() -> None:
+    import numpy as np
+
+    import loopir
+    from loopir.passes import InjectSoftwarePipeline
+
+    func = _pipelined_fragments()
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((64, 16)).astype(np.float16)
+    b = rng.standard_normal((16, 16)).astype(np.float16)
+    a64 = a.astype(np.float64)
+    want = sum(a64[16 * k : 16 * k + 16] for k in range(4)) @ b.astype(np.float64)
+    piped = InjectSoftwarePipeline()(func)
+    for f in (func, piped):
+        c = np.full((16, 16), np.nan, np.float32)
+        loopir.build(f, target="cpu")(a, b, c)
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
+    shapes = []
+    post_order_visit(piped.body, lambda n: shapes.append(tuple(int(x) for x in n.buffer.shape))
+                     if isinstance(n, Allocate) and n.buffer.name == "A_warp" else None)  # fmt: skip
+    assert shapes == [(2, 32, 8)]
