@@ -43,11 +43,13 @@ import numpy as np
 
 from loopir.arith import Analyzer, StructuralKey, structural_key
 from loopir.arith import vectorized as _enum
+from loopir.ir import op
 from loopir.ir.buffer import Buffer, Range
-from loopir.ir.expr import GE, Broadcast, BufferLoad, IntImm, Not, PrimExpr, Ramp, Var
+from loopir.ir.expr import GE, Broadcast, BufferLoad, Call, IntImm, Not, PrimExpr, Ramp, Var
 from loopir.ir.functor import Mutator, Node, Visitor, collect_vars, post_order_visit, substitute
-from loopir.ir.stmt import BufferStore, For, ForKind, IfThenElse, Stmt
+from loopir.ir.stmt import BufferStore, Evaluate, For, ForKind, IfThenElse, Stmt
 from loopir.passes._walk import conjuncts, is_thread_loop, loop_range
+from loopir.tensor_intrin.calls import hardware_lane, touches
 
 __all__ = ["Guard", "PathAccess", "CarryProver", "collect_paths"]
 
@@ -116,6 +118,19 @@ class _Paths(Visitor):
         for i in node.indices:
             self.visit(i)
         self._add(node.buffer, node.indices, False)
+
+    def visit_Evaluate(self, node: Evaluate) -> None:
+        if not (isinstance(node.value, Call) and op.is_tensor_core_call(node.value)):
+            self.generic_visit(node)
+            return
+        # what a lane's tensor-core call touches, inside loops over its footprint (the
+        # loads before the stores, as for a BufferStore)
+        touched = touches(node.value, hardware_lane([e for e in self.path if isinstance(e, For)]))
+        for t in sorted(touched, key=lambda t: t.is_store):
+            loops = t.loops(node)
+            self.path.extend(loops)
+            self._add(t.buffer, t.indices, t.is_store)
+            del self.path[len(self.path) - len(loops):]
 
 
 def collect_paths(body: Stmt) -> dict[Buffer, list[PathAccess]]:

@@ -228,3 +228,15 @@ def test_software_pipeline_versions_a_fragment_passed_between_stages() -> None:
     post_order_visit(piped.body, lambda n: shapes.append(tuple(int(x) for x in n.buffer.shape))
                      if isinstance(n, Allocate) and n.buffer.name == "A_warp" else None)  # fmt: skip
     assert shapes == [(2, 32, 8)]
+
+
+def test_compaction_carry_paths_see_the_call_stores() -> None:
+    """The carry prover of compaction sees mma_store's writes of the shared tile (and its read
+    of the fragment before them), not only the plain loads that follow."""
+    from loopir.passes.compact_carry import collect_paths
+
+    paths = collect_paths(_store_then_read().body)
+    stores = [a for a in paths[SC] if a.is_store]
+    assert len(stores) == 1 and stores[0].path[-1].extent.value == 8
+    fragment = [a.is_store for a in paths[CW]]
+    assert fragment == [True, False]  # mma_fill writes it, mma_store reads it
