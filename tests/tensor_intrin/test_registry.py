@@ -78,3 +78,15 @@ def test_tensor_core_predicates() -> None:
     assert op.is_warp_collective(ld) and not op.is_warp_collective(fill)
     assert op.is_tensor_core_call(fill) and not op.is_tensor_core_call(op.storage_sync())
     assert not op.is_barrier(ld)
+
+
+def test_verify_refuses_a_malformed_call_built_directly() -> None:
+    from loopir.errors import IRValidationError
+    from loopir.ir.expr import Call, IntImm
+    from loopir.ir.stmt import Evaluate, For, ForKind, PrimFunc
+
+    bad = Call("int32", "ptx_ldmatrix", (IntImm(0, "bool"), IntImm(3, "int32"), W16[tx, 0], S16[tx % 16, 0]))
+    func = PrimFunc((W16, S16), For(tx, 0, 32, ForKind.THREAD_BINDING, Evaluate(bad), thread_tag="threadIdx.x"))
+    with pytest.raises(IRValidationError, match="num 1, 2 or 4") as info:
+        loopir.verify(func)
+    assert info.value.check == "tensor-core-call"
