@@ -12,7 +12,8 @@ loops by then. What is left:
   ``mma.sync.aligned.m16n8k16.row.col.{f32.f16.f16.f32 | f32.bf16.bf16.f32 | f16.f16.f16.f16}``
   accumulating into ``c`` in place.
 
-Fragments go through ``memcpy`` to and from 32-bit registers, so a fragment needs no more
+The ldmatrix asm clobbers ``memory``: the compiler must not move this thread's own shared
+stores past it (a lane may supply the row it just wrote). Fragments go through ``memcpy`` to and from 32-bit registers, so a fragment needs no more
 alignment than its element type; after inlining with constant offsets (the fragment loops are
 unrolled) nvcc keeps it all in registers. ``ldmatrix`` rows must be 16-byte aligned: the emitter
 refuses a source whose element offset it cannot prove a multiple of 8. Kernels using these need
@@ -39,7 +40,7 @@ def _ldmatrix_asm(n: int, trans: bool) -> str:
     outs = ", ".join(f'"=r"(r[{i}])' for i in range(n))
     t = ".trans" if trans else ""
     return (f'asm volatile("ldmatrix.sync.aligned.m8n8.x{n}{t}.shared.b16 {{{regs}}}, [%{n}];\\n" '
-            f': {outs} : "r"(addr));')  # fmt: skip
+            f': {outs} : "r"(addr) : "memory");')  # fmt: skip
 
 
 def _ldmatrix_helper() -> str:

@@ -130,3 +130,15 @@ def test_tile_16x8_on_the_gpu_matches_the_cpu(tile: str) -> None:
     loopir.build(func, target="cpu")(a, b, cpu)
     loopir.build(func, target="cuda")(a, b, gpu)
     np.testing.assert_allclose(gpu, cpu, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_fragments_stay_in_registers(arch: str, cuda_cache: Path) -> None:
+    """With constant offsets, the fragment arrays (and the memcpy to and from the 32-bit
+    registers of the PTX) compile to registers: no stack frame, no spills."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH")
+    binary = compile_cuda(_source(tile_16x8(2, True)), arch=arch, cache_dir=cuda_cache, output="cubin")
+    (res,) = binary.resources.values()
+    assert (res.stack_frame_bytes, res.spill_store_bytes, res.spill_load_bytes) == (0, 0, 0)
