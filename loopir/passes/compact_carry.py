@@ -175,6 +175,7 @@ class CarryProver:
         self.stores = [a for a in accesses if a.is_store]
         self.shared = scope == "shared"
         self.local = scope == "local"
+        self.warp = scope == "warp"
         self.ana = Analyzer()
         bound: set[Var] = set()
         for a in accesses:
@@ -204,7 +205,11 @@ class CarryProver:
         return any(self._carried(w, r, f, run, earlier) for w in self.stores for run in self._runs(w, r, f))
 
     def _relaxed(self, e: Entry) -> bool:
-        return self.shared and isinstance(e, For) and is_thread_loop(e)
+        """A loop whose every iteration's stores count (threads sharing the buffer): the
+        thread loops of a shared buffer, the lanes (threadIdx.x) of a warp buffer."""
+        if not isinstance(e, For):
+            return False
+        return (self.shared and is_thread_loop(e)) or (self.warp and is_thread_loop(e, ("threadIdx.x",)))
 
     def _loops(self, a: PathAccess, start: int, pick: Callable[[int, For], bool]) -> list[For]:
         """The loops of ``a`` to enumerate: those from ``start`` on that ``pick`` takes, and

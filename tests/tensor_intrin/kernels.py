@@ -167,6 +167,48 @@ class Gemm:
         return (am.T if self.a_trans else am) @ (bm.T if self.b_trans else bm)
 
 
+def gemm_one_nest(M: int = 64, N: int = 64, K: int = 32, warps_m: int = 2, warps_n: int = 2,
+                  dtype: str = "float16") -> PrimFunc:
+    """``C = A @ B`` in TVM's tensorized structure: one ``threadIdx.y/z`` nest per block holding
+    the whole warp's work (fill, the K loop with its cooperative copies, store), every buffer
+    allocated at the root with its full shape (as lowering leaves a schedule's cache buffers):
+    CompactBufferAllocation shrinks the warp fragments to one warp's tile, inside the nest."""
+    BM, BN = 16 * warps_m, 16 * warps_n
+    t = {"float16": "f16", "bfloat16": "bf16"}[dtype]
+    A, B, C = Buffer("A", (M, K), dtype), Buffer("B", (K, N), dtype), Buffer("C", (M, N), "float32")
+    As = Buffer("A_shared", (M, K), dtype, scope="shared")
+    Bs = Buffer("B_shared", (K, N), dtype, scope="shared")
+    Cw = Buffer("C_warp", (M // 16, N // 16, 32, 8), "float32", scope="warp")
+    Aw = Buffer("A_warp", (M // 16, K // 16, 32, 8), dtype, scope="warp")
+    Bw = Buffer("B_warp", (K // 16, N // 16, 32, 8), dtype, scope="warp")
+    by, bx, ty, tz, ko = (Var(n) for n in ("by", "bx", "ty", "tz", "ko"))
+    mi, ni = by * warps_m + ty, bx * warps_n + tz  # this warp's 16x16 tile of C
+    threads = 32 * warps_m * warps_n
+
+    def copy(dst: Buffer, src: Buffer, r0: PrimExpr, c0: PrimExpr, rows: int, cols: int) -> Stmt:
+        tx, f = Var("tx"), Var("f")
+        flat = f * threads + (ty * warps_n + tz) * 32 + tx
+        r, c = flat // cols, flat % cols
+        body = IfThenElse(flat < rows * cols, BufferStore(dst, src[r0 + r, c0 + c], (r0 + r, c0 + c)))
+        return bind(tx, 32, "threadIdx.x", serial(f, (rows * cols + threads - 1) // threads, body))
+
+    step = seq(
+        copy(As, A, by * BM, ko * 16, BM, 16),
+        copy(Bs, B, ko * 16, bx * BN, 16, BN),
+        inline_impl(f"mma_ldmatrix_{t}_a", (As, (mi * 16, ko * 16)), (Aw, (mi, ko, 0, 0))),
+        inline_impl(f"mma_ldmatrix_{t}_b", (Bs, (ko * 16, ni * 16)), (Bw, (ko, ni, 0, 0))),
+        inline_impl(f"mma_{t}{t}f32", (Aw, (mi, ko, 0, 0)), (Bw, (ko, ni, 0, 0)), (Cw, (mi, ni, 0, 0))),
+    )
+    nest = bind(ty, warps_m, "threadIdx.y", bind(tz, warps_n, "threadIdx.z", seq(
+        inline_impl("mma_fill_f32", (Cw, (mi, ni, 0, 0))),
+        serial(ko, K // 16, step),
+        inline_impl("mma_store_f32_global", (Cw, (mi, ni, 0, 0)), (C, (mi * 16, ni * 16))),
+    )))  # fmt: skip
+    grid = bind(by, M // BM, "blockIdx.y", bind(bx, N // BN, "blockIdx.x", nest))
+    body = Allocate(As, Allocate(Bs, Allocate(Aw, Allocate(Bw, Allocate(Cw, grid)))))
+    return PrimFunc((A, B, C), body, name="tc_gemm_one_nest")
+
+
 def _copy_out(C: Buffer, Cs: Buffer, r0: PrimExpr, c0: PrimExpr, wm: int, wn: int) -> Stmt:
     rows, cols = (int(x) for x in Cs.shape)
     ty, tz, tx, f = Var("ty"), Var("tz"), Var("tx"), Var("f")
@@ -232,5 +274,5 @@ def tile_16x8(x_steps: int = 1, b_x1: bool = False, dtype: str = "float16") -> P
     return PrimFunc((A, B, C), bind(bx, 1, "blockIdx.x", alloc), name="tile_16x8")
 
 
-__all__ = ["Gemm", "from_storage", "inline_impl", "tile_16x8", "to_storage", "MMA_A", "MMA_B_16x8",
+__all__ = ["Gemm", "from_storage", "gemm_one_nest", "inline_impl", "tile_16x8", "to_storage", "MMA_A", "MMA_B_16x8",
            "MMA_C_16x8"]  # fmt: skip

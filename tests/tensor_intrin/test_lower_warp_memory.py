@@ -141,3 +141,33 @@ def test_a_warp_parameter_is_refused() -> None:
 def test_tile_16x8_lowers() -> None:
     out = LowerWarpMemory()(tile_16x8(2, True))
     assert _scopes(out)["B_warp"] == {"local"}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_compaction_gives_each_warp_its_fragments(dtype: str) -> None:
+    """Root-allocated fragments of the whole problem shrink to one warp's tile inside the warp
+    nest (the lanes relaxed, the lane dimension whole); ldmatrix's 8-wide rows keep the shared
+    tile 16 columns wide. The CPU result is unchanged, in either thread order, and the CUDA
+    lowering gives per-thread registers of 8."""
+    from .kernels import from_storage, gemm_one_nest, to_storage
+
+    func = gemm_one_nest(dtype=dtype)
+    low = loopir.lower(func)
+    shapes: dict[str, tuple[int, ...]] = {}
+    post_order_visit(low.body, lambda n: shapes.setdefault(n.buffer.name, tuple(int(x) for x in n.buffer.shape))
+                     if isinstance(n, Allocate) else None)  # fmt: skip
+    assert shapes == {"A_shared": (32, 16), "B_shared": (16, 32), "C_warp": (1, 1, 32, 8),
+                      "A_warp": (1, 1, 32, 8), "B_warp": (1, 1, 32, 8)}  # fmt: skip
+    rng = np.random.default_rng(0)
+    a = to_storage(rng.standard_normal((64, 32)), dtype)
+    b = to_storage(rng.standard_normal((32, 64)), dtype)
+    want = from_storage(a, dtype) @ from_storage(b, dtype)
+    for g, order in ((ThreadSync()(func), "sequential"), (low, "sequential"), (low, "random")):
+        c = np.full((64, 64), np.nan, np.float32)
+        loopir.build(g, target="cpu", thread_order=order)(a, b, c)
+        np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5)
+    cuda = loopir.lower(func, target="cuda")
+    regs: dict[str, tuple[int, ...]] = {}
+    post_order_visit(cuda.body, lambda n: regs.setdefault(n.buffer.name, tuple(int(x) for x in n.buffer.shape))
+                     if isinstance(n, Allocate) and n.buffer.scope == "local" else None)  # fmt: skip
+    assert regs == {"C_warp": (1, 1, 8), "A_warp": (1, 1, 8), "B_warp": (1, 1, 8)}
