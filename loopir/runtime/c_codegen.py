@@ -34,7 +34,7 @@ from loopir.ir import dtype as dt
 from loopir.ir.buffer import Buffer, Range
 from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr, Var
 from loopir.ir.functor import post_order_visit
-from loopir.ir.op import is_tensor_core_call, is_warp_collective, tensor_core_problem
+from loopir.ir.op import is_tensor_core_call
 from loopir.ir.reducer import identity
 from loopir.ir.stmt import (
     Allocate,
@@ -60,8 +60,7 @@ from loopir.runtime.c_fibers import (
 )
 from loopir.runtime.c_parallel import OMP_PRELUDE, SIMD_PRELUDE, concurrency_problem
 from loopir.runtime.c_types import ERR_FIELDS, PRELUDE, expr_ctype, storage_bytes, storage_ctype
-from loopir.runtime.c_warp import WARP_TABLES, emit_collective
-from loopir.tensor_intrin.calls import per_lane_stmt
+from loopir.runtime.c_warp import WARP_TABLES, emit_tensor_core
 
 __all__ = ["CProgram", "generate_c", "ENTRY"]
 
@@ -265,7 +264,7 @@ class _StmtEmitter(ExprEmitter):
         if isinstance(s.value, Call) and s.value.op in ("loopir.cp_async_commit", "loopir.cp_async_wait"):
             return  # the executor's copies are synchronous: nothing is in flight
         if isinstance(s.value, Call) and is_tensor_core_call(s.value):
-            self._tensor_core(s.value)
+            emit_tensor_core(self, s.value)
             return
         code = self.expr(s.value)
         if code != "0":
@@ -304,24 +303,6 @@ class _StmtEmitter(ExprEmitter):
         self.emit(f"{guard}{info.cname}[{where}] = {self.storage_value(acc.buffer, tot)};")
         self.indent -= 1
         self.emit("}")
-
-    def _tensor_core(self, call: Call) -> None:
-        """A tensor-core call (see :mod:`loopir.runtime.c_warp`)."""
-        if is_warp_collective(call):
-            emit_collective(self, call)
-            return
-        problem = tensor_core_problem(call)
-        try:
-            if problem is not None:
-                raise ValueError(problem)
-            stmt = per_lane_stmt(call)
-        except ValueError as exc:
-            raise CodegenError(
-                f"cpu codegen: {exc} (the executor runs tensor-core calls on warp fragments, "
-                "before LowerWarpMemory)"
-            ) from None
-        self.emit(f"/* {call.op} of one lane */")
-        self.stmt(stmt)
 
     def visit_IfThenElse(self, s: IfThenElse) -> None:
         self.emit(f"if ({self.expr(s.condition)}) {{")

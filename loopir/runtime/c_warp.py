@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING
 from loopir.errors import CodegenError
 from loopir.ir import dtype as dt
 from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr, Var
-from loopir.ir.op import tensor_core_problem
+from loopir.ir.op import is_warp_collective, tensor_core_problem
 from loopir.runtime.c_fibers import WARP_SLOTS
 from loopir.runtime.c_types import expr_ctype, storage_ctype
+from loopir.tensor_intrin.calls import per_lane_stmt
 from loopir.tensor_intrin.layouts import (
     LDMATRIX_ROW,
     MMA_A,
@@ -44,7 +45,7 @@ from loopir.tensor_intrin.layouts import (
 if TYPE_CHECKING:
     from loopir.runtime.c_codegen import _StmtEmitter
 
-__all__ = ["WARP_TABLES", "emit_collective"]
+__all__ = ["WARP_TABLES", "emit_collective", "emit_tensor_core"]
 
 
 def _table(name: str, values: list[int]) -> str:
@@ -102,6 +103,25 @@ def _ptr(em: _StmtEmitter, load: PrimExpr, span: int, store: bool) -> str:
 def _value(dtype: str, ref: str) -> str:
     """A stored element as a value of its expression type."""
     return f"lir_bf16_to_f32({ref})" if dt.element(dtype) == "bfloat16" else ref
+
+
+def emit_tensor_core(em: _StmtEmitter, call: Call) -> None:
+    """Any tensor-core call (module doc)."""
+    if is_warp_collective(call):
+        emit_collective(em, call)
+        return
+    problem = tensor_core_problem(call)
+    try:
+        if problem is not None:
+            raise ValueError(problem)
+        stmt = per_lane_stmt(call)
+    except ValueError as exc:
+        raise CodegenError(
+            f"cpu codegen: {exc} (the executor runs tensor-core calls on warp fragments, "
+            "before LowerWarpMemory)"
+        ) from None
+    em.emit(f"/* {call.op} of one lane */")
+    em.stmt(stmt)
 
 
 def emit_collective(em: _StmtEmitter, call: Call) -> None:

@@ -33,6 +33,7 @@ Differences from TVM: the B fragment's layout does not depend on how B is stored
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from loopir.ir import op
@@ -51,7 +52,7 @@ from loopir.ir.stmt import (
     Stmt,
     seq,
 )
-from loopir.tensor_intrin import register
+from loopir.tensor_intrin import _register_builtin
 from loopir.tensor_intrin.layouts import MMA_A, MMA_B, MMA_C, WARP_SIZE, FragmentLayout
 
 __all__ = ["DTYPE_ABBREV", "INTRIN_NAMES"]
@@ -188,8 +189,9 @@ def _store(name: str, dtype: str, scope: str) -> tuple[PrimFunc, PrimFunc]:
             PrimFunc((c, dst), _root([c], [dst], impl), name=f"{name}_impl"))  # fmt: skip
 
 
-def _register(name: str, pair: tuple[PrimFunc, PrimFunc]) -> None:
-    register(name, *pair)
+def _register(name: str, make: Callable[[str], tuple[PrimFunc, PrimFunc]]) -> None:
+    # built on the first lookup of the name (tensor_intrin.get): importing stays cheap
+    _register_builtin(name, functools.partial(make, name))
     INTRIN_NAMES.append(name)
 
 
@@ -197,16 +199,15 @@ def _register_all() -> None:
     for dtype in ("float16", "bfloat16"):
         t = DTYPE_ABBREV[dtype]
         for which in _LDMATRIX:
-            name = f"mma_ldmatrix_{t}_{which}"
-            _register(name, _ldmatrix(name, dtype, which))
+            _register(f"mma_ldmatrix_{t}_{which}", functools.partial(_ldmatrix, dtype=dtype, which=which))
     for in_dtype, out_dtype in (("float16", "float32"), ("bfloat16", "float32"), ("float16", "float16")):
         i, o = DTYPE_ABBREV[in_dtype], DTYPE_ABBREV[out_dtype]
-        _register(f"mma_{i}{i}{o}", _mma(f"mma_{i}{i}{o}", in_dtype, out_dtype))
+        _register(f"mma_{i}{i}{o}", functools.partial(_mma, in_dtype=in_dtype, out_dtype=out_dtype))
     for dtype in ("float32", "float16"):
         a = DTYPE_ABBREV[dtype]
-        _register(f"mma_fill_{a}", _fill(f"mma_fill_{a}", dtype))
+        _register(f"mma_fill_{a}", functools.partial(_fill, dtype=dtype))
         for scope in ("shared", "global"):
-            _register(f"mma_store_{a}_{scope}", _store(f"mma_store_{a}_{scope}", dtype, scope))
+            _register(f"mma_store_{a}_{scope}", functools.partial(_store, dtype=dtype, scope=scope))
 
 
 _register_all()
