@@ -17,7 +17,7 @@ lane (see [`loopir.tensor_intrin.calls`][loopir.tensor_intrin.calls]): lane ``l`
   explicit;
 * the warp-collective ``ptx_ldmatrix`` and ``ptx_mma`` stay calls, on the registers; they must
   be reached by whole warps: not under a ``threadIdx.x`` loop whose extent is not a multiple
-  of 32;
+  of 32, nor under a condition on ``threadIdx.x``;
 * a warp buffer allocated outside the kernels (the root allocation of a function lowered
   without compaction) is allocated at the top of the one kernel that uses it: registers do
   not outlive a kernel, so a warp buffer used by two kernels is refused.
@@ -38,8 +38,8 @@ from loopir.errors import PassError
 from loopir.ir import op
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import BufferLoad, Call, FloorMod, IntImm, PrimExpr, Var
-from loopir.ir.functor import Mutator, post_order_visit
-from loopir.ir.stmt import Allocate, BufferStore, Evaluate, For, ForKind, PrimFunc, Stmt
+from loopir.ir.functor import Mutator, collect_vars, post_order_visit
+from loopir.ir.stmt import Allocate, BufferStore, Evaluate, For, ForKind, IfThenElse, PrimFunc, Stmt
 from loopir.passes.base import Pass, require_lowered
 from loopir.passes.context import PassContext
 from loopir.passes.simplify import simplify_stmt
@@ -108,6 +108,7 @@ class _Rewrite(Mutator):
         self.kernel = kernel
         self.locals = locals_
         self.loops: list[For] = []
+        self.conds: list[PrimExpr] = []  # enclosing if conditions (both branches)
         self.x_extent = _x_extent(kernel)
 
     def visit_For(self, node: For) -> Stmt:
@@ -116,6 +117,14 @@ class _Rewrite(Mutator):
             out: Stmt = self.generic_visit(node)
         finally:
             self.loops.pop()
+        return out
+
+    def visit_IfThenElse(self, node: IfThenElse) -> Stmt:
+        self.conds.append(node.condition)
+        try:
+            out: Stmt = self.generic_visit(node)
+        finally:
+            self.conds.pop()
         return out
 
     def visit_Allocate(self, node: Allocate) -> Stmt:
@@ -144,6 +153,13 @@ class _Rewrite(Mutator):
         return out
 
     def _check_whole_warps(self, call: Call) -> None:
+        lanes = {f.loop_var for f in self.loops if f.thread_tag == "threadIdx.x"}
+        split = next((c for c in self.conds if lanes & set(collect_vars(c))), None)
+        if split is not None:
+            raise _fail(
+                f"{call.op} is warp-collective, but it is under the condition {split}, which "
+                f"depends on threadIdx.x: the lanes of a warp could disagree:\n  {call}"
+            )
         x = next((f for f in reversed(self.loops) if f.thread_tag == "threadIdx.x"), None)
         if x is None or not (isinstance(x.extent, IntImm) and x.extent.value % WARP_SIZE == 0):
             where = "outside any threadIdx.x loop" if x is None else (

@@ -11,7 +11,17 @@ from loopir.ir import op
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import BufferLoad, Var
 from loopir.ir.functor import post_order_visit
-from loopir.ir.stmt import Allocate, BufferStore, Evaluate, For, ForKind, PrimFunc, Stmt, seq
+from loopir.ir.stmt import (
+    Allocate,
+    BufferStore,
+    Evaluate,
+    For,
+    ForKind,
+    IfThenElse,
+    PrimFunc,
+    Stmt,
+    seq,
+)
 from loopir.passes import LowerWarpMemory, ThreadSync
 from loopir.passes.lower_warp_memory import WARP_REGISTERS_ATTR
 from loopir.passes.pipeline import default_pipeline
@@ -110,8 +120,11 @@ def _kernel(body: Stmt, tx_extent: int = 32, alloc: Buffer = W) -> PrimFunc:
                  tx_extent=16), "warp-collective"),  # fmt: skip
         (_kernel(BufferStore(G, W[tx, 0], (tx, 0)), alloc=Buffer("V", (16, 8), "float32", scope="warp")),
          "second-to-last"),  # fmt: skip
+        (_kernel(IfThenElse(tx < 16, Evaluate(op.ptx_mma(Buffer("A", (32, 8), "float16", scope="warp")[tx, 0],
+                                                         Buffer("B", (32, 8), "float16", scope="warp")[tx, 0],
+                                                         W[tx, 0])))), "depends on threadIdx.x"),  # fmt: skip
     ],
-    ids=["lane moved", "lane not modulo", "block of 48", "partial warp", "no lane dim"],
+    ids=["lane moved", "lane not modulo", "block of 48", "partial warp", "no lane dim", "lane condition"],
 )
 def test_refusals(func: PrimFunc, match: str) -> None:
     with pytest.raises(PassError, match=match):
