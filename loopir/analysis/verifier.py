@@ -32,6 +32,10 @@ Each failed check raises [`loopir.errors.IRValidationError`][loopir.errors.IRVal
     A thread-bound loop exceeds a CUDA launch limit (``loopir.ir.verifier_limits``): a constant
     extent over its tag's limit (threadIdx.x/y 1024, threadIdx.z 64, blockIdx.x 2**31 - 1,
     blockIdx.y/z 65535), or a kernel whose threadIdx extents multiply to more than 1024.
+``tensor-core-call``
+    A tensor-core call (``ptx_ldmatrix``, ``ptx_mma``, ``mma_fill``, ``mma_store``) whose
+    operands break its conventions (``loopir.ir.op.tensor_core_problem``: operand kinds,
+    scopes, dtypes, constants).
 
 Checks that cannot be decided cheaply (symbolic extents, huge spaces) are accepted rather
 than guessed: the verifier never rejects valid IR.
@@ -45,9 +49,10 @@ from typing import Any
 from loopir.analysis.verifier_regions import check_binding_range, check_coverage, const_ranges
 from loopir.errors import IRValidationError
 from loopir.ir import dtype as dt
+from loopir.ir import op
 from loopir.ir import verifier_limits as limits
 from loopir.ir.buffer import Buffer, BufferRegion, Range
-from loopir.ir.expr import BufferLoad, IntImm, PrimExpr, Select, Var
+from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr, Select, Var
 from loopir.ir.functor import Visitor, collect_vars
 from loopir.ir.span import locate
 from loopir.ir.stmt import (
@@ -185,6 +190,13 @@ class _Verifier(Visitor):
             self.check_expr(i)
         # the statement holding the load is the more helpful node to show
         self.record(e.buffer, e.indices, False, self.stmt_stack[-1])
+
+    def visit_Call(self, e: Call) -> None:
+        if op.is_tensor_core_call(e):
+            problem = op.tensor_core_problem(e)
+            if problem is not None:
+                raise _err("tensor-core-call", problem, self.stmt_stack[-1])
+        self.generic_visit(e)
 
     def visit_Select(self, e: Select) -> None:
         # Loads in a branch happen only under its condition (for region coverage).

@@ -58,10 +58,18 @@ def lower_for_cuda(func: PrimFunc) -> PrimFunc:
     Scheduled TensorIR goes through ``loopir.lower(func, target="cuda")``, whose first pass
     hands GEMM stages to CUTLASS (``GemmOffload``). IR that is already in loop form (written
     by hand, or lowered before) still gets the passes every kernel needs -- virtual-thread
-    injection, barrier planning, and the annotation-driven register prefetch when asked for:
-    each is idempotent on IR it has already run on, so the emitter only prints.
+    injection, barrier planning, the annotation-driven register prefetch when asked for, and
+    warp buffers as registers (LowerWarpMemory): each is idempotent on IR it has already run
+    on, so the emitter only prints.
     """
-    from loopir.passes import InjectVirtualThread, PassContext, Sequential, ThreadSync, lower
+    from loopir.passes import (
+        InjectVirtualThread,
+        LowerWarpMemory,
+        PassContext,
+        Sequential,
+        ThreadSync,
+        lower,
+    )
     from loopir.passes.prefetch import InjectSharedPrefetch, prefetch_requested
 
     if not isinstance(func, PrimFunc):
@@ -71,6 +79,7 @@ def lower_for_cuda(func: PrimFunc) -> PrimFunc:
     tail = [InjectVirtualThread(), ThreadSync()]
     if prefetch_requested(func, PassContext.current()):
         tail.append(InjectSharedPrefetch())
+    tail.append(LowerWarpMemory())
     return Sequential(tail, name="lower_for_cuda")(func)
 
 

@@ -39,6 +39,7 @@ from loopir.ir.stmt import (
     SeqStmt,
     Stmt,
 )
+from loopir.passes.lower_warp_memory import WARP_REGISTERS_ATTR
 
 GRID_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 BLOCK_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
@@ -177,7 +178,7 @@ class _LocalAccesses(Visitor):
         self.generic_visit(node)
 
 
-def _check_thread_private_locals(body: Stmt, kernel: str) -> None:
+def _check_thread_private_locals(body: Stmt, kernel: str, lane_rows: frozenset[str] = frozenset()) -> None:
     """Refuse a local buffer that different threads' code would share.
 
     Local memory is private to a CUDA thread. A local buffer allocated above a threadIdx loop
@@ -185,11 +186,13 @@ def _check_thread_private_locals(body: Stmt, kernel: str) -> None:
     sequential meaning of the IR, that one thread reads what other threads wrote: on the GPU it
     would read its own uninitialized copy. Such schedules (e.g. a local cache_read whose copy
     loop is bound to threads while its consumer is not) must use shared memory instead.
+    ``lane_rows`` names the registers ``LowerWarpMemory`` made of warp buffers: each thread's
+    holds its lane's row (proven there), whichever sibling threadIdx loop accesses it.
     """
     acc = _LocalAccesses()
     acc.visit(body)
     for buf, keys in acc.keys.items():
-        if len(keys) > 1:
+        if len(keys) > 1 and buf.name not in lane_rows:
             where = sorted(
                 "outside any threadIdx loop" if not k else "under threadIdx loop "
                 + ", ".join(v.name for v in k)
@@ -411,7 +414,7 @@ class HostDeviceSplitter:
                 )
         buffers = tuple(sorted(globals_, key=lambda b: order[b]))
 
-        _check_thread_private_locals(body, name)
+        _check_thread_private_locals(body, name, frozenset(self.func.attrs.get(WARP_REGISTERS_ATTR, ())))
         ext = _ThreadExtents()
         ext.visit(body)
         one = IntImm(1, "int32")

@@ -9,7 +9,12 @@ import attrs
 from loopir.ir import dtype as dt
 from loopir.ir.expr import BufferLoad, PrimExpr, convert
 
-SCOPES = ("global", "shared", "local")
+SCOPES = ("global", "shared", "local", "warp")
+"""Storage scopes. ``warp`` holds tensor-core fragments: one array per warp of a thread block,
+shaped ``[..., 32, L]`` with the lane (``threadIdx.x % 32``) as its second-to-last index and a
+lane's ``L`` register elements as its last (see
+[`loopir.tensor_intrin.layouts`][loopir.tensor_intrin.layouts]); CUDA lowering makes each lane's
+row its own registers (``LowerWarpMemory``)."""
 
 
 def _shape(value: Any) -> tuple[PrimExpr, ...]:
@@ -39,7 +44,7 @@ class Buffer:
     dtype
         Element type.
     scope
-        ``"global"``, ``"shared"`` or ``"local"``.
+        ``"global"``, ``"shared"``, ``"local"`` or ``"warp"`` (see ``SCOPES``).
     strides
         Element strides per dimension, or None for a compact row-major layout.
     """

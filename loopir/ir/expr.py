@@ -501,6 +501,13 @@ register_intrinsic("loopir.thread_allreduce", 3, pure=False, result="int32")
 # Asynchronous copies (loopir.passes.software_pipeline): close a group; wait for all but N.
 register_intrinsic("loopir.cp_async_commit", 0, pure=False, result="int32")
 register_intrinsic("loopir.cp_async_wait", 1, pure=False, result="int32")
+# Tensor cores (sm_80+; builders and conventions in loopir.ir.op, layouts in
+# loopir.tensor_intrin.layouts). Warp-collective: ptx_ldmatrix, ptx_mma. Per lane: mma_fill,
+# mma_store.
+register_intrinsic("ptx_ldmatrix", 4, pure=False, result="int32")
+register_intrinsic("ptx_mma", 4, pure=False, result="int32")
+register_intrinsic("mma_fill", 3, pure=False, result="int32")
+register_intrinsic("mma_store", 4, pure=False, result="int32")
 
 
 def _check_call_args(inst: Call, _a: Any, value: tuple[PrimExpr, ...]) -> None:

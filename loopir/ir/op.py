@@ -293,10 +293,190 @@ def shift_right(a: ExprLike, b: ExprLike) -> PrimExpr:
     return bitwise("shift_right", a, b)
 
 
+# --------------------------------------------------------------------------------------------
+# Tensor cores (sm_80+)
+# --------------------------------------------------------------------------------------------
+
+#: Calls that all 32 lanes of a warp execute together (``.sync.aligned`` in PTX).
+WARP_COLLECTIVES = ("ptx_ldmatrix", "ptx_mma")
+#: Every tensor-core call: the collectives and the per-lane ``mma_fill`` / ``mma_store``.
+TENSOR_CORE_OPS = (*WARP_COLLECTIVES, "mma_fill", "mma_store")
+#: ``ptx_mma`` shapes.
+MMA_SHAPES = ("m16n8k16",)
+_FRAGMENT_SCOPES = ("warp", "local")
+
+
+def is_warp_collective(expr: object) -> bool:
+    """Whether ``expr`` is a call that the 32 lanes of a warp execute together
+    (``ptx_ldmatrix``, ``ptx_mma``)."""
+    return isinstance(expr, Call) and expr.op in WARP_COLLECTIVES
+
+
+def is_tensor_core_call(expr: object) -> bool:
+    """Whether ``expr`` is a tensor-core call (see ``TENSOR_CORE_OPS``)."""
+    return isinstance(expr, Call) and expr.op in TENSOR_CORE_OPS
+
+
+def ptx_ldmatrix(dst: PrimExpr, src: PrimExpr, num: int = 4, trans: bool = False) -> PrimExpr:
+    """``ldmatrix.sync.aligned.m8n8.x{num}[.trans].shared.b16``: load ``num`` 8x8 matrices of
+    16-bit elements from shared memory into the fragments of a warp (warp-collective).
+
+    Parameters
+    ----------
+    dst
+        This lane's fragment: a load ``W[..., lane, v]`` of a ``warp`` buffer (or ``W[..., v]``
+        of a ``local`` one after ``LowerWarpMemory``); the lane receives ``2 * num`` elements
+        at ``v, v + 1, ...``: from matrix ``q`` the elements ``2q`` and ``2q + 1``.
+    src
+        The row this lane supplies: a load ``S[..., r, c]`` of a ``shared`` buffer; the row is
+        the 8 elements ``S[..., r, c:c + 8]`` (16 bytes, 16-byte aligned). Lanes ``8q`` to
+        ``8q + 7`` supply the rows of matrix ``q``; lanes from ``8 * num`` on supply none.
+    num
+        1, 2 or 4 matrices.
+    trans
+        Transpose each matrix: lane ``l`` receives rows ``2 * (l % 4)`` and ``2 * (l % 4) + 1``
+        of column ``l // 4`` instead of columns ``2 * (l % 4) + {0, 1}`` of row ``l // 4``.
+    """
+    call = Call("int32", "ptx_ldmatrix", (IntImm(int(bool(trans)), "bool"), IntImm(num, "int32"), dst, src))
+    _raise_if_bad(call)
+    return call
+
+
+def ptx_mma(a: PrimExpr, b: PrimExpr, c: PrimExpr, shape: str = "m16n8k16") -> PrimExpr:
+    """``mma.sync.aligned.m16n8k16.row.col``: ``C += A @ B`` on one warp's fragments
+    (warp-collective), accumulating in place.
+
+    ``a``, ``b`` and ``c`` are this lane's fragments (loads ``W[..., lane, v]`` of ``warp``
+    buffers, or of ``local`` ones after ``LowerWarpMemory``): 8 elements of the 16x16 A, 4 of
+    the 16x8 B and 4 of the 16x8 C starting at ``v``, laid out as PTX's fragments
+    ([`loopir.tensor_intrin.layouts`][loopir.tensor_intrin.layouts]). A and B are both
+    ``float16`` or both ``bfloat16``; C is ``float32``, or ``float16`` with ``float16`` inputs.
+    """
+    from loopir.ir.expr import StringImm
+
+    call = Call("int32", "ptx_mma", (StringImm(shape), a, b, c))
+    _raise_if_bad(call)
+    return call
+
+
+def mma_fill(dst: PrimExpr, count: int, value: ExprLike) -> PrimExpr:
+    """Set ``count`` elements of this lane's fragment, from ``dst`` (``W[..., lane, v]``) on,
+    to ``value`` (per lane, not collective): the init of an accumulator fragment."""
+    call = Call("int32", "mma_fill", (IntImm(count, "int32"), dst, cast(value, dst.dtype)))
+    _raise_if_bad(call)
+    return call
+
+
+def mma_store(dst: PrimExpr, src: PrimExpr, rows: int = 16, cols: int = 16) -> PrimExpr:
+    """Store this lane's part of an accumulator fragment into a ``rows`` x ``cols`` tile (per
+    lane, not collective; the 32 lanes together write the whole tile).
+
+    ``dst`` is the tile's first element, a load ``D[..., r0, c0]`` of a ``shared`` or
+    ``global`` buffer (the tile is ``D[..., r0:r0 + rows, c0:c0 + cols]``); ``src`` is the
+    lane's fragment ``W[..., lane, v]``: its ``rows * cols / 32`` elements from ``v`` on go to
+    their places in the tile by the C fragment layout of the lane ``lane``.
+    """
+    call = Call("int32", "mma_store", (IntImm(rows, "int32"), IntImm(cols, "int32"), dst, src))
+    _raise_if_bad(call)
+    return call
+
+
+def _raise_if_bad(call: Call) -> None:
+    problem = tensor_core_problem(call)
+    if problem is not None:
+        raise TypeError(problem)
+
+
+def _const_arg(e: PrimExpr) -> int | None:
+    return e.value if isinstance(e, IntImm) else None
+
+
+def _fragment_problem(what: str, e: PrimExpr) -> str | None:
+    from loopir.ir.expr import BufferLoad
+
+    if not isinstance(e, BufferLoad) or e.buffer.scope not in _FRAGMENT_SCOPES:
+        return f"{what} must be a load of a warp (or local) fragment buffer, got {e}"
+    b = e.buffer
+    if dt.lanes(e.dtype) != 1:
+        return f"{what} must be a scalar load (the fragment's first element), got {e}"
+    if b.strides is not None:
+        return f"{what}: fragment buffer {b.name} must be compact (no explicit strides)"
+    if b.scope == "warp":
+        lanes = b.shape[-2] if len(b.shape) >= 2 else None
+        if not (isinstance(lanes, IntImm) and lanes.value == 32):
+            return (
+                f"{what}: warp buffer {b.name} must have the lane (extent 32) as its "
+                f"second-to-last dimension, got shape ({', '.join(str(x) for x in b.shape)})"
+            )
+    return None
+
+
+def _tile_problem(what: str, e: PrimExpr, scopes: tuple[str, ...]) -> str | None:
+    from loopir.ir.expr import BufferLoad
+
+    if not isinstance(e, BufferLoad) or e.buffer.scope not in scopes or len(e.indices) < 2:
+        return f"{what} must be a load of a {' or '.join(scopes)} buffer of rank >= 2, got {e}"
+    if dt.lanes(e.dtype) != 1:
+        return f"{what} must be a scalar load (the first element), got {e}"
+    st = e.buffer.strides
+    if st is not None and not (isinstance(st[-1], IntImm) and st[-1].value == 1):
+        return f"{what}: the last dimension of {e.buffer.name} must be contiguous (stride 1)"
+    return None
+
+
+def tensor_core_problem(call: Call) -> str | None:
+    """Why ``call`` is not a well-formed tensor-core call (None when it is): the argument
+    kinds, scopes, dtypes and constants documented by the builders of this module."""
+    args = call.args
+    prob: str | None
+    if call.op == "ptx_ldmatrix":
+        trans, num, dst, src = args
+        if not (isinstance(trans, IntImm) and trans.dtype == "bool") or _const_arg(num) not in (1, 2, 4):
+            return f"ptx_ldmatrix: trans must be a bool constant and num 1, 2 or 4, got {trans}, {num}"
+        prob = _fragment_problem("ptx_ldmatrix dst", dst) or _tile_problem("ptx_ldmatrix src", src, ("shared",))
+        if prob is None and (dst.dtype != src.dtype or dt.bits(dst.dtype) != 16):
+            prob = f"ptx_ldmatrix: dst and src must have one 16-bit dtype, got {dst.dtype} and {src.dtype}"
+        return prob
+    if call.op == "ptx_mma":
+        shape, a, b, c = args
+        if getattr(shape, "value", None) not in MMA_SHAPES:
+            return f"ptx_mma: shape must be one of {MMA_SHAPES}, got {shape}"
+        for what, e in (("a", a), ("b", b), ("c", c)):
+            if (prob := _fragment_problem(f"ptx_mma {what}", e)) is not None:
+                return prob
+        ok_in = a.dtype == b.dtype and a.dtype in ("float16", "bfloat16")
+        ok_out = c.dtype == "float32" or (c.dtype == "float16" and a.dtype == "float16")
+        if not (ok_in and ok_out):
+            return (
+                f"ptx_mma: inputs must be float16 or bfloat16 (both alike) and the accumulator "
+                f"float32 (or float16 with float16 inputs), got {a.dtype}, {b.dtype}, {c.dtype}"
+            )
+        return None
+    if call.op == "mma_fill":
+        count, dst, value = args
+        if (_const_arg(count) or 0) < 1:
+            return f"mma_fill: count must be a positive constant, got {count}"
+        prob = _fragment_problem("mma_fill dst", dst)
+        if prob is None and value.dtype != dst.dtype:
+            prob = f"mma_fill: the value's dtype {value.dtype} differs from the fragment's {dst.dtype}"
+        return prob
+    if call.op == "mma_store":
+        rows, cols, dst, src = args
+        if _const_arg(rows) != 16 or _const_arg(cols) not in (8, 16):
+            return f"mma_store: the tile must be 16 x 8 or 16 x 16, got {rows} x {cols}"
+        prob = _tile_problem("mma_store dst", dst, ("shared", "global")) or _fragment_problem("mma_store src", src)
+        if prob is None and dst.dtype != src.dtype:
+            prob = f"mma_store: dst and src dtypes differ: {dst.dtype} and {src.dtype}"
+        return prob
+    return f"{call.op} is not a tensor-core call"
+
+
 __all__ = [
     "const", "true", "false", "min_", "max_", "floordiv", "floormod", "ceildiv", "cast",
     "if_then_else", "all_", "any_", "not_", "call", "exp", "exp2", "log", "log2", "log1p",
     "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos", "floor", "ceil", "round", "fabs",
     "abs", "pow", "fma", "storage_sync", "make_const", "thread_allreduce", "is_barrier",
     "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left", "shift_right",
+    "WARP_COLLECTIVES", "TENSOR_CORE_OPS", "MMA_SHAPES", "is_warp_collective", "is_tensor_core_call",
+    "ptx_ldmatrix", "ptx_mma", "mma_fill", "mma_store", "tensor_core_problem",
 ]  # fmt: skip

@@ -19,6 +19,7 @@ from loopir.passes.cross_thread import LowerCrossThreadReduction
 from loopir.passes.inject_vthread import InjectVirtualThread
 from loopir.passes.local_pad import LocalPadding, LocalPaddingReport
 from loopir.passes.lower_blocks import LowerBlocks
+from loopir.passes.lower_warp_memory import LowerWarpMemory
 from loopir.passes.pipeline import default_pipeline, lower
 from loopir.passes.prefetch import InjectSharedPrefetch
 from loopir.passes.simplify import Simplify
@@ -28,7 +29,7 @@ from loopir.passes.unify_threads import UnifyThreadLoops
 
 __all__ = [
     "CompactBufferAllocation", "ConfigEntry", "FunctionPass", "InjectSharedPrefetch", "InjectSoftwarePipeline", "InjectVirtualThread", "LocalPadding",
-    "LocalPaddingReport", "LowerBlocks", "LowerCrossThreadReduction", "Pass", "PassContext", "PassInstrument",
+    "LocalPaddingReport", "LowerBlocks", "LowerWarpMemory", "LowerCrossThreadReduction", "Pass", "PassContext", "PassInstrument",
     "PrintIRInstrument", "RecordIRInstrument", "Sequential", "Simplify", "ThreadSync",
     "UnifyThreadLoops", "default_pipeline", "lower", "register_config",
 ]  # fmt: skip

@@ -8,9 +8,10 @@ import attrs
 
 from loopir.ir import op
 from loopir.ir.buffer import Buffer, Range
-from loopir.ir.expr import And, BufferLoad, IntImm, PrimExpr, Ramp, Var
+from loopir.ir.expr import And, BufferLoad, Call, IntImm, PrimExpr, Ramp, Var
 from loopir.ir.functor import Visitor
-from loopir.ir.stmt import Allocate, BufferStore, For, ForKind, IfThenElse, Stmt
+from loopir.ir.stmt import Allocate, BufferStore, Evaluate, For, ForKind, IfThenElse, Stmt
+from loopir.tensor_intrin.calls import FOOTPRINT_KEY, hardware_lane, touches
 
 __all__ = [
     "Access",
@@ -18,6 +19,7 @@ __all__ = [
     "conjuncts",
     "is_thread_loop",
     "loop_range",
+    "outside_footprints",
     "index_bounds_exprs",
     "int_of",
 ]
@@ -35,6 +37,15 @@ def is_thread_loop(f: For, prefixes: Iterable[str] = ("threadIdx.", "vthread."))
     return f.kind is ForKind.THREAD_BINDING and any(
         (f.thread_tag or "").startswith(p) for p in prefixes
     )
+
+
+def outside_footprints(loops: list[For]) -> list[For]:
+    """``loops`` without the trailing loops over a tensor-core call's footprint (which are not
+    in the IR: nothing can be placed inside them)."""
+    n = len(loops)
+    while n and loops[n - 1].annotations.get(FOOTPRINT_KEY):
+        n -= 1
+    return loops[:n]
 
 
 def loop_range(f: For) -> Range:
@@ -130,10 +141,26 @@ class _Collector(Visitor):
             self.visit(i)
         self.stmt = prev
 
-    def visit_Evaluate(self, node: Stmt) -> None:
+    def visit_Evaluate(self, node: Evaluate) -> None:
         prev, self.stmt = self.stmt, node
-        self.generic_visit(node)
+        if op.is_tensor_core_call(node.value):
+            self._tensor_core(node)
+        else:
+            self.generic_visit(node)
         self.stmt = prev
+
+    def _tensor_core(self, node: Evaluate) -> None:
+        """What a lane's tensor-core call touches, each as an access nested in loops over its
+        footprint (annotated ``FOOTPRINT_KEY``: they are not in the IR)."""
+        assert isinstance(node.value, Call)
+        for t in touches(node.value, hardware_lane(self.loops)):
+            loops = t.loops(node)
+            self.loops.extend(loops)
+            parts = conjuncts(t.cond) if t.cond is not None else []
+            self.conds.extend(parts)
+            self._add(t.buffer, t.indices, t.is_store)
+            del self.conds[len(self.conds) - len(parts):]
+            del self.loops[len(self.loops) - len(loops):]
 
     def visit_BufferLoad(self, node: BufferLoad) -> None:
         self._add(node.buffer, node.indices, False)

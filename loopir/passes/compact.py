@@ -1,16 +1,17 @@
 """CompactBufferAllocation: shrink allocated buffers to the region used, and move them.
 
-For every ``Allocate`` of a ``shared``, ``local`` or ``global`` buffer (the cache buffers and
-intermediates of a schedule, allocated at the root with the full tensor shape; parameters are
-never touched), as TVM's CompactBufferAllocation does:
+For every ``Allocate`` of a ``shared``, ``local``, ``warp`` or ``global`` buffer (the cache
+buffers and intermediates of a schedule, allocated at the root with the full tensor shape;
+parameters are never touched), as TVM's CompactBufferAllocation does:
 
 1. The lowest common ancestor (LCA) loop of all its accesses is found.
 2. The accessed region is computed per dimension, relaxing (following docs/semantics "Regions
    under compute_at depend on the storage scope") the loops inside the LCA, and for ``shared``
    buffers also every ``threadIdx.*``/``vthread.*`` loop, since all threads of a block share the
    buffer; a ``global`` buffer every thread-bound loop (its LCA is cut above the kernel: the
-   whole grid shares it); a ``local`` buffer relaxes nothing else: it is per (virtual) thread. The region is
-   derived exactly by enumeration when the relaxed loops are small and constant (enclosing
+   whole grid shares it); a ``warp`` buffer its ``threadIdx.x`` loops (its LCA is cut above
+   them: the lanes of a warp share it); a ``local`` buffer relaxes nothing else: it is per
+   (virtual) thread. The region is derived exactly by enumeration when the relaxed loops are small and constant (enclosing
    guards that only involve those loops narrow it, so a cooperative fetch whose fused loop
    overshoots the tile does not inflate the buffer), else by the arith analyzer's ``int_set``
    (guards ignored: an over-approximation, which is always safe).
@@ -58,6 +59,7 @@ from loopir.passes._walk import (
     int_of,
     is_thread_loop,
     loop_range,
+    outside_footprints,
 )
 from loopir.passes.base import Pass, require_lowered
 from loopir.passes.compact_carry import CarryProver, PathAccess, collect_paths
@@ -158,11 +160,17 @@ def _plan(alloc: Allocate, accesses: list[Access], paths: Mapping[Buffer, Sequen
         while n < len(prefix) and n < len(a.loops) and prefix[n] is a.loops[n]:
             n += 1
         del prefix[n:]
+    prefix = outside_footprints(prefix)
     glob = buf.scope == "global"
     if glob:
         # Global memory is shared by the whole grid: every thread-bound loop is relaxed, so
         # the region is taken per iteration of the host loops above the kernel only.
         cut = next((n for n, f in enumerate(prefix) if f.kind is ForKind.THREAD_BINDING), len(prefix))
+        del prefix[cut:]
+    if buf.scope == "warp":
+        # A warp's lanes share the buffer: the threadIdx.x loops are relaxed (the region is
+        # per warp, its lane dimension whole) and the allocation goes above them.
+        cut = next((n for n, f in enumerate(prefix) if is_thread_loop(f, ("threadIdx.x",))), len(prefix))
         del prefix[cut:]
     shared = buf.scope == "shared"
     at_root = glob and keep_global_at_root
@@ -390,7 +398,7 @@ class CompactBufferAllocation(Pass):
         plans = []
         aligns = storage_align.aligns_of(func)
         for alloc, _loops in allocs:
-            if alloc.buffer.scope not in ("shared", "local", "global"):
+            if alloc.buffer.scope not in ("shared", "local", "global", "warp"):
                 continue
             if alloc.buffer.scope == "global" and not any(a.buffer is alloc.buffer for a in accesses):
                 continue  # an unused device buffer keeps its allocation (as before; harmless)

@@ -43,11 +43,13 @@ import numpy as np
 
 from loopir.arith import Analyzer, StructuralKey, structural_key
 from loopir.arith import vectorized as _enum
+from loopir.ir import op
 from loopir.ir.buffer import Buffer, Range
-from loopir.ir.expr import GE, Broadcast, BufferLoad, IntImm, Not, PrimExpr, Ramp, Var
+from loopir.ir.expr import GE, Broadcast, BufferLoad, Call, IntImm, Not, PrimExpr, Ramp, Var
 from loopir.ir.functor import Mutator, Node, Visitor, collect_vars, post_order_visit, substitute
-from loopir.ir.stmt import BufferStore, For, ForKind, IfThenElse, Stmt
+from loopir.ir.stmt import BufferStore, Evaluate, For, ForKind, IfThenElse, Stmt
 from loopir.passes._walk import conjuncts, is_thread_loop, loop_range
+from loopir.tensor_intrin.calls import hardware_lane, touches
 
 __all__ = ["Guard", "PathAccess", "CarryProver", "collect_paths"]
 
@@ -117,6 +119,19 @@ class _Paths(Visitor):
             self.visit(i)
         self._add(node.buffer, node.indices, False)
 
+    def visit_Evaluate(self, node: Evaluate) -> None:
+        if not (isinstance(node.value, Call) and op.is_tensor_core_call(node.value)):
+            self.generic_visit(node)
+            return
+        # what a lane's tensor-core call touches, inside loops over its footprint (the
+        # loads before the stores, as for a BufferStore)
+        touched = touches(node.value, hardware_lane([e for e in self.path if isinstance(e, For)]))
+        for t in sorted(touched, key=lambda t: t.is_store):
+            loops = t.loops(node)
+            self.path.extend(loops)
+            self._add(t.buffer, t.indices, t.is_store)
+            del self.path[len(self.path) - len(loops):]
+
 
 def collect_paths(body: Stmt) -> dict[Buffer, list[PathAccess]]:
     """Every buffer's accesses in ``body`` with their paths, in program order."""
@@ -160,6 +175,7 @@ class CarryProver:
         self.stores = [a for a in accesses if a.is_store]
         self.shared = scope == "shared"
         self.local = scope == "local"
+        self.warp = scope == "warp"
         self.ana = Analyzer()
         bound: set[Var] = set()
         for a in accesses:
@@ -189,7 +205,11 @@ class CarryProver:
         return any(self._carried(w, r, f, run, earlier) for w in self.stores for run in self._runs(w, r, f))
 
     def _relaxed(self, e: Entry) -> bool:
-        return self.shared and isinstance(e, For) and is_thread_loop(e)
+        """A loop whose every iteration's stores count (threads sharing the buffer): the
+        thread loops of a shared buffer, the lanes (threadIdx.x) of a warp buffer."""
+        if not isinstance(e, For):
+            return False
+        return (self.shared and is_thread_loop(e)) or (self.warp and is_thread_loop(e, ("threadIdx.x",)))
 
     def _loops(self, a: PathAccess, start: int, pick: Callable[[int, For], bool]) -> list[For]:
         """The loops of ``a`` to enumerate: those from ``start`` on that ``pick`` takes, and

@@ -12,8 +12,8 @@ This pass instead pushes the virtual-thread loop inward, as far as the statement
 - a statement that neither uses the variable nor touches an expanded buffer and only copies
   (no read-modify-write of what it stores) runs once: every virtual thread would store the
   same values (the cooperative fetch, barriers);
-- ``local`` buffers allocated under the vthread loop and written by statements that depend on
-  it are expanded with a leading dimension of the vthread extent (``C_local[16, 2]`` becomes
+- ``local`` (and ``warp``) buffers allocated under the vthread loop and written by statements
+  that depend on it (a tensor-core call writes through its fragment operand) are expanded with a leading dimension of the vthread extent (``C_local[16, 2]`` becomes
   ``C_local[2, 16, 2]`` indexed by the virtual thread: 64 accumulators per real thread);
 - every remaining statement gets its own small ``unroll`` loop over the virtual threads, unless
   two of them in one sequence share a buffer that is not private to a virtual thread and one
@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import attrs
 
+from loopir.ir import op
 from loopir.ir.buffer import Buffer
-from loopir.ir.expr import BufferLoad, IntImm, PrimExpr, Var
+from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr, Var
 from loopir.ir.functor import Mutator, collect_vars, post_order_visit
 from loopir.ir.stmt import (
     Allocate,
@@ -45,6 +46,7 @@ from loopir.passes import storage_align
 from loopir.passes._walk import int_of, is_thread_loop
 from loopir.passes.base import Pass, require_lowered
 from loopir.passes.context import PassContext
+from loopir.tensor_intrin.calls import written_operands
 
 __all__ = ["InjectVirtualThread"]
 
@@ -59,6 +61,19 @@ def _stores(s: Stmt) -> list[BufferStore]:
     return out
 
 
+def _written(s: Stmt) -> set[Buffer]:
+    """Buffers ``s`` stores to: by BufferStores, and through the operands of tensor-core calls
+    (an ldmatrix writes its fragment, an mma its accumulator)."""
+    out = {x.buffer for x in _stores(s)}
+
+    def f(n: object) -> None:
+        if isinstance(n, Evaluate) and isinstance(n.value, Call) and op.is_tensor_core_call(n.value):
+            out.update(a.buffer for a in written_operands(n.value))
+
+    post_order_visit(s, f)
+    return out
+
+
 def _loads(s: object) -> list[BufferLoad]:
     out: list[BufferLoad] = []
     post_order_visit(s, lambda n: out.append(n) if isinstance(n, BufferLoad) else None)
@@ -66,7 +81,14 @@ def _loads(s: object) -> list[BufferLoad]:
 
 
 def _touched(s: Stmt) -> set[Buffer]:
-    return {x.buffer for x in _stores(s)} | {x.buffer for x in _loads(s)}
+    return _written(s) | {x.buffer for x in _loads(s)}
+
+
+def _read_modify_write(leaf: Stmt) -> bool:
+    """A store reading the buffer it stores to, or an mma (its accumulator)."""
+    if isinstance(leaf, BufferStore):
+        return any(ld.buffer is leaf.buffer for ld in _loads(leaf.value))
+    return isinstance(leaf, Evaluate) and isinstance(leaf.value, Call) and leaf.value.op == "ptx_mma"
 
 
 class _Injector:
@@ -83,9 +105,7 @@ class _Injector:
         if _uses(leaf, self.v) or _touched(leaf) & (self.expanded | self.dep_written):
             return True
         # a read-modify-write must run once per virtual thread
-        return isinstance(leaf, BufferStore) and any(
-            ld.buffer is leaf.buffer for ld in _loads(leaf.value)
-        )
+        return _read_modify_write(leaf)
 
     def plan(self, body: Stmt) -> None:
         """Fixpoint over the leaves: which depend on v, which local buffers to expand.
@@ -106,10 +126,10 @@ class _Injector:
                     continue
                 self.dep_leaves.add(id(leaf))
                 changed = True
-                if isinstance(leaf, BufferStore):
-                    self.dep_written.add(leaf.buffer)
-                    if leaf.buffer in self.local_allocs:
-                        self.expanded.add(leaf.buffer)
+                for b in _written(leaf):
+                    self.dep_written.add(b)
+                    if b in self.local_allocs:
+                        self.expanded.add(b)
 
     def _expr_depends(self, e: PrimExpr) -> bool:
         return _uses(e, self.v) or any(
@@ -130,8 +150,8 @@ class _Injector:
     def _conflict(self, a: Stmt, b: Stmt) -> bool:
         """Whether ``a`` and ``b`` share a buffer that is not private to a virtual thread and
         that one of them writes."""
-        wa = {x.buffer for x in _stores(a)} - self.expanded
-        wb = {x.buffer for x in _stores(b)} - self.expanded
+        wa = _written(a) - self.expanded
+        wb = _written(b) - self.expanded
         return bool(wa & _touched(b) or wb & _touched(a))
 
     # --- rewriting ---------------------------------------------------------------------------
@@ -200,9 +220,11 @@ class _Expand(Mutator):
 
 
 def _local_allocs(s: Stmt) -> set[Buffer]:
+    """The per-thread buffers allocated in ``s``: local ones, and warp fragments (each
+    lane's row is its registers)."""
     out: set[Buffer] = set()
     post_order_visit(
-        s, lambda n: out.add(n.buffer) if isinstance(n, Allocate) and n.buffer.scope == "local" else None
+        s, lambda n: out.add(n.buffer) if isinstance(n, Allocate) and n.buffer.scope in ("local", "warp") else None
     )
     return out
 

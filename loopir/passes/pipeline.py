@@ -26,6 +26,8 @@ Order (each is its own pass object; see their modules):
 10. ``InjectSharedPrefetch`` -- register prefetch of the next shared tile, for loops annotated
    ``"loopir.prefetch_shared"`` or every eligible loop under ``tir.prefetch_shared``
    (docs/prefetch.md); it runs only when one of those asks for it.
+11. the target's late passes (``"cuda"``: ``LowerWarpMemory``, warp buffers of tensor-core
+   fragments -> each thread's registers).
 
 Vectorized loops are kept as loops: the CUDA backend emits them as vector accesses when it can.
 """
@@ -46,6 +48,7 @@ from loopir.passes.cross_thread import LowerCrossThreadReduction
 from loopir.passes.inject_vthread import InjectVirtualThread
 from loopir.passes.local_pad import LocalPadding
 from loopir.passes.lower_blocks import LowerBlocks
+from loopir.passes.lower_warp_memory import LowerWarpMemory
 from loopir.passes.prefetch import InjectSharedPrefetch, prefetch_requested
 from loopir.passes.simplify import Simplify
 from loopir.passes.software_pipeline import InjectSoftwarePipeline, pipeline_requested
@@ -53,13 +56,20 @@ from loopir.passes.thread_sync import ThreadSync
 from loopir.passes.unify_threads import UnifyThreadLoops
 
 __all__ = [
-    "default_pipeline", "lower", "register_target_backend", "register_target_passes", "target_passes",
+    "default_pipeline", "late_target_passes", "lower", "register_target_backend",
+    "register_target_passes", "target_passes",
 ]  # fmt: skip
 
 
 # Passes a target runs before the standard ones, registered by its backend when the backend is
 # imported (the CUDA backend registers GemmOffload), so that passes never import a backend.
 _TARGET_PASSES: dict[str, Callable[[PassContext], list[Pass]]] = {"cpu": lambda ctx: []}
+
+# Passes a target runs after the standard ones: lowering to the target's memory model (the CPU
+# executor runs IR without them: a warp buffer is an ordinary array there).
+_LATE_TARGET_PASSES: dict[str, Callable[[PassContext], list[Pass]]] = {
+    "cuda": lambda ctx: [LowerWarpMemory()],
+}
 
 # The backend module of each target, by name: imported on the target's first use, so that
 # ``lower(f, target="cuda")`` works before anything imported the backend (a name, not an import:
@@ -120,7 +130,9 @@ def default_pipeline(
     context) on ``func`` (``func`` only decides whether annotation-driven passes are included). With
     ``target`` (``"cpu"``, ``"cuda"``), the target's own passes come first: for CUDA,
     ``GemmOffload`` (registered by ``loopir.codegen_cuda``, which
-    [`target_passes`][loopir.passes.pipeline.target_passes] imports on first use)."""
+    [`target_passes`][loopir.passes.pipeline.target_passes] imports on first use); and its late
+    passes last ([`late_target_passes`][loopir.passes.pipeline.late_target_passes]: for CUDA,
+    ``LowerWarpMemory``)."""
     ctx = ctx or PassContext.current()
     passes: list[Pass] = []
     if target is not None:
@@ -134,7 +146,14 @@ def default_pipeline(
     passes.append(ThreadSync())
     if prefetch_requested(func, ctx):
         passes.append(InjectSharedPrefetch())
+    if target is not None:
+        passes += late_target_passes(target)(ctx)
     return Sequential(passes, name="lower")
+
+
+def late_target_passes(target: str) -> Callable[[PassContext], list[Pass]]:
+    """The passes ``target`` runs after the standard ones (none for most targets)."""
+    return _LATE_TARGET_PASSES.get(target, lambda ctx: [])
 
 
 @overload

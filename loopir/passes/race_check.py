@@ -69,6 +69,7 @@ from loopir.ir.stmt import (
 from loopir.passes.context import PassContext, register_config
 from loopir.passes.race_prove import BLOCK_TAGS, GRID_TAGS, prove_exclusive
 from loopir.passes.race_prove import const_int as _const
+from loopir.tensor_intrin.calls import hardware_lane, touches
 
 __all__ = [
     "RaceCheckWarning", "RaceReport", "check_races", "collect_accesses", "find_races",
@@ -208,8 +209,25 @@ class _Collector(Visitor):
             self.label = self.labels.new()
             return
         prev, self.stmt = self.stmt, node
-        self.generic_visit(node)
+        if op.is_tensor_core_call(node.value):
+            self._tensor_core(node)
+        else:
+            self.generic_visit(node)
         self.stmt = prev
+
+    def _tensor_core(self, node: Evaluate) -> None:
+        """The elements a lane's tensor-core call touches, each as an access nested in loops
+        over the call's footprint (``loopir.tensor_intrin.calls.touches``)."""
+        assert isinstance(node.value, Call)
+        for t in touches(node.value, hardware_lane(self.loops)):
+            loops = t.loops(node)
+            self.loops.extend(loops)
+            if t.cond is not None:
+                self.conds.append(t.cond)
+            self._add(t.buffer, t.indices, t.is_store)
+            if t.cond is not None:
+                self.conds.pop()
+            del self.loops[len(self.loops) - len(loops):]
 
     def visit_BufferStore(self, node: BufferStore) -> None:
         prev, self.stmt = self.stmt, node

@@ -71,6 +71,7 @@ from loopir.passes import storage_align
 from loopir.passes._walk import int_of
 from loopir.passes.base import Pass, require_lowered
 from loopir.passes.context import PassContext
+from loopir.tensor_intrin.calls import written_operands
 
 __all__ = [
     "ASYNC_KEY", "ASYNC_COPY_KEY", "DEPTH_KEY", "ORDER_KEY", "STAGE_KEY", "InjectSoftwarePipeline", "cp_async_commit",
@@ -128,6 +129,9 @@ def _accessed(stmt: Stmt) -> tuple[set[Buffer], set[Buffer]]:
             reads.add(n.buffer)
         elif isinstance(n, BufferStore):
             writes.add(n.buffer)
+        elif isinstance(n, Evaluate) and isinstance(n.value, Call) and op.is_tensor_core_call(n.value):
+            # a tensor-core call writes through an operand (an ldmatrix its fragment)
+            writes.update(a.buffer for a in written_operands(n.value))
 
     post_order_visit(stmt, visit)
     return reads, writes
@@ -245,9 +249,10 @@ class _Rewrite(Mutator):
                         raise PassError(f"pass InjectSoftwarePipeline: loop {name}: {b.name} is written in stage "
                                         f"{sw} and read in the earlier stage {sr}")  # fmt: skip
                     if sr > sw:
-                        if b not in self.allocs or b.scope not in ("shared", "local"):
+                        if b not in self.allocs or b.scope not in ("shared", "local", "warp"):
                             raise PassError(f"pass InjectSoftwarePipeline: loop {name}: {b.name} passes between "
-                                            "stages but is not a shared or local buffer allocated around the loop")  # fmt: skip
+                                            "stages but is not a shared, local or warp buffer allocated around "
+                                            "the loop")  # fmt: skip
                         out[b] = max(out.get(b, 1), sr - sw + 1)
         return out
 

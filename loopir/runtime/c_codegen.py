@@ -34,6 +34,7 @@ from loopir.ir import dtype as dt
 from loopir.ir.buffer import Buffer, Range
 from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr, Var
 from loopir.ir.functor import post_order_visit
+from loopir.ir.op import is_tensor_core_call
 from loopir.ir.reducer import identity
 from loopir.ir.stmt import (
     Allocate,
@@ -59,6 +60,7 @@ from loopir.runtime.c_fibers import (
 )
 from loopir.runtime.c_parallel import OMP_PRELUDE, SIMD_PRELUDE, concurrency_problem
 from loopir.runtime.c_types import ERR_FIELDS, PRELUDE, expr_ctype, storage_bytes, storage_ctype
+from loopir.runtime.c_warp import WARP_TABLES, emit_tensor_core
 
 __all__ = ["CProgram", "generate_c", "ENTRY"]
 
@@ -134,6 +136,8 @@ class _StmtEmitter(ExprEmitter):
         self.concurrent: ForKind | None = None  # inside an OpenMP parallel / simd loop
         self.uses_parallel = False
         self.uses_simd = False
+        self.uses_tensor_core = False  # a warp-collective call: the layout tables are needed
+        self.warp_spans: dict[str, str] = {}  # per-warp allocations of a region: cname -> span
 
     # --- helpers ----------------------------------------------------------------------------
     def emit(self, line: str) -> None:
@@ -259,6 +263,9 @@ class _StmtEmitter(ExprEmitter):
             return
         if isinstance(s.value, Call) and s.value.op in ("loopir.cp_async_commit", "loopir.cp_async_wait"):
             return  # the executor's copies are synchronous: nothing is in flight
+        if isinstance(s.value, Call) and is_tensor_core_call(s.value):
+            emit_tensor_core(self, s.value)
+            return
         code = self.expr(s.value)
         if code != "0":
             self.emit(f"(void)({code});")
@@ -500,33 +507,55 @@ class _StmtEmitter(ExprEmitter):
         self.undefine_var(s.loop_var, old)
         self.region_tags.pop()
 
-    def _hoist_allocations(self, s: Stmt) -> list[tuple[Buffer, BufferInfo, BufferInfo | None, bool]]:
-        """Allocate the non-local buffers of region ``s`` once, before its fibers start:
-        shared memory belongs to the thread block, not to one thread."""
+    def _hoist_allocations(self, s: Stmt, nwarps: str) -> list[tuple[Buffer, BufferInfo, BufferInfo | None, bool]]:
+        """Allocate the buffers of region ``s`` that its threads share, before its fibers
+        start: with ``gpu_regions`` the non-local ones (shared memory belongs to the thread
+        block, not to one thread), and always the ``warp`` ones, one instance per warp
+        (``nwarps``: C code), each fiber seeing its warp's (see :meth:`_thread_region`)."""
         found: list[Buffer] = []
 
         def visit(n: Any) -> None:
-            if isinstance(n, Allocate) and n.buffer.scope != "local" and n.buffer not in found:
-                found.append(n.buffer)
+            if isinstance(n, Allocate) and n.buffer not in found:
+                if n.buffer.scope == "warp" or (self.gpu_regions and n.buffer.scope != "local"):
+                    found.append(n.buffer)
 
         post_order_visit(s, visit)
         opened = []
         for b in found:
             try:
-                opened.append((b, *self.open_buffer(b)))
+                if b.scope == "warp":
+                    opened.append((b, *self._open_per_warp(b, nwarps)))
+                else:
+                    opened.append((b, *self.open_buffer(b)))
             except CodegenError as exc:
                 raise CodegenError(
-                    f"cpu codegen (thread_order='random'): the size of {b.scope} buffer {b.name} "
-                    f"must be known when its thread block starts ({exc})"
+                    f"cpu codegen: the size of {b.scope} buffer {b.name} must be known when its "
+                    f"thread region starts ({exc})"
                 ) from None
             self.hoisted.add(b)
         return opened
+
+    def _open_per_warp(self, b: Buffer, nwarps: str) -> tuple[BufferInfo, BufferInfo | None, bool]:
+        """A warp buffer of a region: ``nwarps`` instances on the heap, poisoned."""
+        if b.strides is not None:
+            raise CodegenError(f"warp buffer {b.name} has explicit strides")
+        cname = self.fresh(b.name)
+        info = self.register_buffer(b, cname)
+        st = storage_ctype(b.dtype)
+        span = self.product(b.shape)
+        self.emit(f"{st}* {cname} = ({st}*)lir_alloc(err, ({span}) * ({nwarps}) * (int64_t)sizeof({st}), "
+                  f"{info.id});  /* one {b.name} per warp */")  # fmt: skip
+        self.emit(f"if ({cname}) {{")
+        self.indent += 1
+        old = self.buffers.get(b)
+        self.buffers[b] = info
+        self.warp_spans[cname] = span
+        return info, old, True
 
     def _thread_region(self, s: Stmt) -> None:
         """Run ``s`` (a threadIdx loop containing barriers, or with ``gpu_regions`` a thread
         block's whole work) as one fiber per thread."""
         rid = self.fresh("lir_region")
-        hoisted = self._hoist_allocations(s) if self.gpu_regions else []
         dims = []
         for tag in THREAD_COORDS:
             exts = thread_extents(s).get(tag, [])
@@ -541,6 +570,7 @@ class _StmtEmitter(ExprEmitter):
             for c in codes:
                 code = c if code == "1" else f"lir_max_int64_t({code}, {c})"
             dims.append(code)
+        hoisted = self._hoist_allocations(s, f"({' * '.join(dims)} + 31) / 32")
         fields = [(cname, expr_ctype(v.dtype)) for v, cname in self.vars.items()]
         fields += [(info.cname, storage_ctype(b.dtype) + "*") for b, info in self.buffers.items()]
         env_t = f"{rid}_env"
@@ -559,7 +589,11 @@ class _StmtEmitter(ExprEmitter):
             self.emit("const int64_t lir_tz = lir_tid / (lir_fiber_dims[0] * lir_fiber_dims[1]);")
             self.emit("int64_t* err = env->err;")
             for n, t in fields:
-                self.emit(f"{t} const {n} = env->{n};")
+                if n not in self.warp_spans:
+                    self.emit(f"{t} const {n} = env->{n};")
+            for n, t in fields:  # the fiber's warp's instance of a per-warp buffer
+                if n in self.warp_spans:
+                    self.emit(f"{t} const {n} = env->{n} + (lir_tid / 32) * ({self.warp_spans[n]});")
             self.emit("(void)lir_tx; (void)lir_ty; (void)lir_tz;")
             if isinstance(s, For) and s.kind is ForKind.THREAD_BINDING and s.thread_tag in THREAD_COORDS:
                 self._thread_loop(s, s.thread_tag)
@@ -585,6 +619,7 @@ class _StmtEmitter(ExprEmitter):
         for b, info, old, heap in reversed(hoisted):
             self.close_buffer(b, info, old, heap)
             self.hoisted.discard(b)
+            self.warp_spans.pop(info.cname, None)
         self.uses_fibers = True
 
     def visit_Allocate(self, s: Allocate) -> None:
@@ -730,7 +765,8 @@ def generate_c(
     em.stmt(func.body)
     em.emit("return (int32_t)err[0];")
     if em.uses_fibers:
-        header[1:1] = [fiber_prelude(random_order), *em.functions]
+        tables = [WARP_TABLES] if em.uses_tensor_core else []
+        header[1:1] = [fiber_prelude(random_order), *tables, *em.functions]
     if em.uses_parallel:
         header[1:1] = [OMP_PRELUDE]
     if em.uses_simd:

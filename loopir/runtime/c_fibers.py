@@ -14,7 +14,17 @@ as a *thread region*, the way a GPU runs a thread block:
 * ``storage_sync`` suspends the fiber; the scheduler resumes the fibers round-robin, so no
   thread passes a barrier before all threads reached it;
 * threads that finish while others wait at a barrier are a barrier divergence (undefined on
-  a GPU) and are reported as an error.
+  a GPU) and are reported as an error;
+* a warp-collective call (``ptx_ldmatrix``, ``ptx_mma``) is a rendezvous of the 32 lanes of a
+  warp (the fibers ``32w .. 32w + 31``, as CUDA numbers a block's threads into warps): each
+  lane leaves its operands in its slots and waits; the last lane to arrive runs the warp's
+  whole operation once (per the PTX ISA) and releases the others. Lanes waiting there are not
+  at a barrier: the block's other warps go on. A region whose x extent is not a multiple of 32,
+  or a warp whose lanes do not all reach the call, is reported as an error (the call is
+  undefined on a GPU then).
+
+Barriers release their waiters only once no fiber can run any more (every live fiber waits at a
+barrier, or at a warp-collective call: then some warp can never complete and that is reported).
 
 Everything outside thread regions (including ``blockIdx`` and ``vthread`` loops) keeps its
 sequential meaning, and so do ``threadIdx`` loops without barriers (TensorIR functions have
@@ -31,10 +41,11 @@ result on the CPU too:
   region, and statements outside ``threadIdx`` loops run in every thread;
 * ``shared`` (and other non-``local``) allocations inside the region are made once per
   region run, before the fibers start, and poisoned (NaN / -1) like every allocation;
-* in each barrier phase the scheduler resumes the runnable fibers in a random permutation
+* in each round the scheduler resumes the runnable fibers in a random permutation
   (a splitmix64 stream seeded from ``seed`` at every call, so a call is reproducible) and
-  each runs to its next barrier, so a thread can read a tile element before the thread that
-  fetches it has run, or overwrite one that another thread still has to read.
+  each runs to its next barrier (or warp-collective call), so a thread can read a tile element
+  before the thread that fetches it has run, or overwrite one that another thread still has
+  to read.
 """
 
 from __future__ import annotations
@@ -42,15 +53,21 @@ from __future__ import annotations
 from typing import Any
 
 from loopir.ir.functor import post_order_visit
-from loopir.ir.op import is_barrier
+from loopir.ir.op import is_barrier, is_warp_collective
 from loopir.ir.stmt import For, ForKind
 
 __all__ = [
     "FIBER_PRELUDE", "SEED_ENTRY", "contains_sync", "contains_tag", "fiber_prelude", "thread_extents",
-    "THREAD_COORDS", "ERR_DIVERGENCE",
+    "THREAD_COORDS", "ERR_DIVERGENCE", "ERR_WARP", "WARP_SLOTS",
 ]  # fmt: skip
 
 ERR_DIVERGENCE = 5
+#: A warp-collective call in a region whose x extent is not a multiple of 32 (id 0), or reached
+#: by only some lanes of a warp (id 1: dim = the warp, value = lanes arrived, lo = fibers at a
+#: barrier).
+ERR_WARP = 6
+#: Operand slots per fiber for a warp-collective call.
+WARP_SLOTS = 4
 
 # Fiber coordinates of the threadIdx tags (see lir_region_* functions).
 THREAD_COORDS = {"threadIdx.x": "lir_tx", "threadIdx.y": "lir_ty", "threadIdx.z": "lir_tz"}
@@ -92,6 +109,33 @@ static void lir_barrier(void) {
   lir_fstate[me] = 1;
   swapcontext(&lir_fctx[me], &lir_sched_ctx);
 }
+
+/* Warp-collective calls: each lane leaves its operands in its LIR_WARP_SLOTS slots and
+   arrives; lir_warp_arrive returns 1 in the last lane of the warp to arrive, which then runs
+   the warp's operation on the 32 lanes' slots and calls lir_warp_release; the other lanes
+   wait (state 3) until then and return 0. */
+#define LIR_WARP_SLOTS @SLOTS@
+static int64_t* lir_warp_count;       /* lanes arrived, per warp */
+static void** lir_warp_slot;          /* LIR_WARP_SLOTS operands per fiber */
+static int lir_warp_arrive(int64_t* err) {
+  int64_t me = lir_fiber_id;
+  if (lir_fiber_dims[0] % 32 != 0) {
+    lir_fail(err, @ERR_WARP@, 0, 0, lir_fiber_dims[0], 32, 0, 0);
+    return 0;
+  }
+  if (++lir_warp_count[me / 32] < 32) {
+    lir_fstate[me] = 3;
+    swapcontext(&lir_fctx[me], &lir_sched_ctx);
+    return 0;
+  }
+  lir_warp_count[me / 32] = 0;
+  return 1;
+}
+static void lir_warp_release(void) {
+  int64_t base = lir_fiber_id / 32 * 32;
+  for (int64_t l = base; l < base + 32; ++l) if (l != lir_fiber_id) lir_fstate[l] = 0;
+}
+
 static void lir_run_fibers(int64_t* err, void* env, const int64_t* dims, void (*fn)(void)) {
   int64_t n = dims[0] * dims[1] * dims[2];
   if (n <= 0) return;
@@ -99,12 +143,15 @@ static void lir_run_fibers(int64_t* err, void* env, const int64_t* dims, void (*
   int* state = (int*)calloc((size_t)n, sizeof(int));
   char* stacks = (char*)malloc((size_t)n * LIR_FIBER_STACK);
   int64_t* order = (int64_t*)malloc((size_t)n * sizeof(int64_t));
-  if (!ctx || !state || !stacks || !order) {
+  int64_t* wcount = (int64_t*)calloc((size_t)(n / 32 + 1), sizeof(int64_t));
+  void** wslot = (void**)calloc((size_t)n * LIR_WARP_SLOTS, sizeof(void*));
+  if (!ctx || !state || !stacks || !order || !wcount || !wslot) {
     lir_fail(err, 4, -1, 0, n * (int64_t)LIR_FIBER_STACK, 0, 0, 0);
-    free(ctx); free(state); free(stacks); free(order);
+    free(ctx); free(state); free(stacks); free(order); free(wcount); free(wslot);
     return;
   }
   lir_fctx = ctx; lir_fstate = state; lir_fiber_env = env; lir_fiber_fn = fn;
+  lir_warp_count = wcount; lir_warp_slot = wslot;
   lir_fiber_dims[0] = dims[0]; lir_fiber_dims[1] = dims[1]; lir_fiber_dims[2] = dims[2];
   for (int64_t i = 0; i < n; ++i) {
     getcontext(&ctx[i]);
@@ -113,31 +160,43 @@ static void lir_run_fibers(int64_t* err, void* env, const int64_t* dims, void (*
     ctx[i].uc_link = &lir_sched_ctx;
     makecontext(&ctx[i], lir_fiber_main, 0);
   }
-  int64_t live = n;
+  /* state: 0 runnable, 1 at a barrier, 2 finished, 3 at a warp-collective call */
+  int64_t live = n, finished = 0;
   while (live > 0) {
-    /* one barrier phase: every live fiber runs to its next barrier (or to its end) */
+    /* one round: every runnable fiber runs to its next barrier, collective call or end */
     int64_t m = 0;
-    for (int64_t i = 0; i < n; ++i) if (state[i] != 2) order[m++] = i;
+    for (int64_t i = 0; i < n; ++i) if (state[i] == 0) order[m++] = i;
+    if (m == 0) {   /* nobody can run: every live fiber waits */
+      int64_t at_barrier = 0, warp = -1;
+      for (int64_t i = 0; i < n; ++i) {
+        if (state[i] == 1) ++at_barrier;
+        if (state[i] == 3 && warp < 0) warp = i / 32;
+      }
+      if (warp >= 0) {  /* a warp whose lanes do not all reach its collective call */
+        lir_fail(err, @ERR_WARP@, 1, warp, wcount[warp], 32, 0, at_barrier);
+        break;
+      }
+      if (finished) {   /* some threads left while others wait at a barrier */
+        lir_fail(err, 5, 0, 0, at_barrier, n, 0, 0);
+        break;
+      }
+      for (int64_t i = 0; i < n; ++i) if (state[i] == 1) state[i] = 0;   /* all at the barrier */
+      continue;
+    }
 #if LIR_RANDOM_ORDER
-    for (int64_t k = m - 1; k > 0; --k) {  /* Fisher-Yates: a fresh permutation per phase */
+    for (int64_t k = m - 1; k > 0; --k) {  /* Fisher-Yates: a fresh permutation per round */
       int64_t j = (int64_t)(lir_rng_next() % (uint64_t)(k + 1));
       int64_t t = order[k]; order[k] = order[j]; order[j] = t;
     }
 #endif
-    int64_t waiting = 0, finished = 0;
     for (int64_t k = 0; k < m; ++k) {
       int64_t i = order[k];
-      state[i] = 0;
       lir_fiber_id = i;
       swapcontext(&lir_sched_ctx, &ctx[i]);
-      if (state[i] == 2) { --live; ++finished; } else { ++waiting; }
-    }
-    if (waiting && finished) {   /* some threads left while others wait at a barrier */
-      lir_fail(err, 5, 0, 0, waiting, n, 0, 0);
-      break;
+      if (state[i] == 2) { --live; ++finished; }
     }
   }
-  free(ctx); free(state); free(stacks); free(order);
+  free(ctx); free(state); free(stacks); free(order); free(wcount); free(wslot);
 }
 """
 
@@ -145,18 +204,22 @@ static void lir_run_fibers(int64_t* err, void* env, const int64_t* dims, void (*
 def fiber_prelude(random_order: bool = False) -> str:
     """The fiber runtime in C; ``random_order`` resumes the fibers of each barrier phase in a
     seeded random permutation (and exports :data:`SEED_ENTRY`) instead of in thread order."""
-    return _PRELUDE.replace("@RANDOM@", "1" if random_order else "0").replace("@SEED@", SEED_ENTRY)
+    return (
+        _PRELUDE.replace("@RANDOM@", "1" if random_order else "0").replace("@SEED@", SEED_ENTRY)
+        .replace("@SLOTS@", str(WARP_SLOTS)).replace("@ERR_WARP@", str(ERR_WARP))
+    )
 
 
 FIBER_PRELUDE = fiber_prelude(False)
 
 
 def _is_sync(node: Any) -> bool:
-    return is_barrier(node)
+    return is_barrier(node) or is_warp_collective(node)
 
 
 def contains_sync(stmt: Any) -> bool:
-    """Whether ``stmt`` contains a ``storage_sync`` barrier."""
+    """Whether ``stmt`` contains a ``storage_sync`` barrier (or another call that threads
+    execute together: a cross-thread reduction, a warp-collective call)."""
     found = False
 
     def visit(n: Any) -> None:

@@ -55,7 +55,7 @@ from loopir.ir.expr import (
     Var,
 )
 from loopir.ir.functor import Mutator, collect_vars, post_order_visit, substitute
-from loopir.ir.op import floordiv
+from loopir.ir.op import TENSOR_CORE_OPS, floordiv
 from loopir.ir.stmt import (
     Allocate,
     Block,
@@ -222,7 +222,10 @@ class _Collector:
 
     def _evaluate(self, s: Evaluate) -> None:
         v = s.value
-        if isinstance(v, Call) and v.op in ("tvm_storage_sync", "loopir.thread_allreduce"):
+        if isinstance(v, Call) and (v.op in ("tvm_storage_sync", "loopir.thread_allreduce")
+                                    or v.op in TENSOR_CORE_OPS):  # fmt: skip
+            # tensor-core calls: their stores are not BufferStores, and the collective ones
+            # keep their rendezvous in static variables
             raise _Refused(f"it contains {v.op}")
         if isinstance(v, Call) and v.op in ("loopir.cp_async_commit", "loopir.cp_async_wait"):
             return  # no-ops on the CPU

@@ -43,7 +43,7 @@ from loopir.ir.expr import (
 )
 from loopir.ir.stmt import PrimFunc
 from loopir.runtime.c_codegen import ENTRY, CProgram, generate_c
-from loopir.runtime.c_fibers import ERR_DIVERGENCE, SEED_ENTRY
+from loopir.runtime.c_fibers import ERR_DIVERGENCE, ERR_WARP, SEED_ENTRY
 from loopir.runtime.c_parallel import SIMD_ENTRY, THREADS_ENTRY
 from loopir.runtime.c_types import ERR_ALLOC, ERR_DIV_ZERO, ERR_FIELDS, ERR_ITER_DOMAIN, ERR_OOB
 from loopir.runtime.cache import DEFAULT_FLAGS, compile_shared, find_compiler, supports_flag
@@ -342,10 +342,29 @@ class CPUModule:
                 f"{rec['extent']} threads wait at a storage_sync that the others never reach "
                 "(undefined behaviour on a GPU; is a barrier under a thread-dependent condition?)"
             )
+        if rec["code"] == ERR_WARP:
+            return self._warp_error(rec)
         if rec["code"] == ERR_ALLOC:
             buf, shape = self.program.buffers[rec["id"]]
             return LaunchError(f"{name}: cannot allocate {rec['value']} bytes for buffer {buf}{shape}")
         return LaunchError(f"{name}: the compiled function failed with error record {rec}")
+
+
+    def _warp_error(self, rec: dict[str, int]) -> LaunchError:
+        name = self.func.name
+        if rec["id"] == 0:
+            return LaunchError(
+                f"{name}: a warp-collective call (ptx_ldmatrix / ptx_mma) in a thread region whose "
+                f"threadIdx.x extent {rec['value']} is not a multiple of 32: its warps would mix "
+                "threadIdx.y rows (LowerWarpMemory refuses this for CUDA too)"
+            )
+        return LaunchError(
+            f"{name}: only {rec['value']} of the 32 lanes of warp {rec['dim']} reach a "
+            f"warp-collective call (ptx_ldmatrix / ptx_mma); the others finished or wait at a "
+            f"barrier ({rec['lo']} threads). All 32 lanes must execute it together (undefined on a "
+            "GPU otherwise; is it under a lane-dependent condition or a threadIdx.x loop of extent "
+            "below 32?)"
+        )
 
 
 class _DlInfo(ctypes.Structure):

@@ -11,7 +11,8 @@ As in TVM's ``tir/tensor_intrin``, an intrinsic is data, not a special case in a
   ``mma.sync``), or any other loop nest that computes the same thing.
 
 Users register their own with [`register`][loopir.tensor_intrin.register]; the built-in CUDA
-intrinsics are registered when this package is imported.
+intrinsics ([`loopir.tensor_intrin.cuda`][loopir.tensor_intrin.cuda]: ``ldmatrix``, ``mma.sync``,
+fragment fill and store, under TVM's names) are registered when this package is imported.
 
 Examples
 --------
@@ -21,6 +22,8 @@ Examples
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import attrs
 
@@ -56,6 +59,24 @@ class TensorIntrin:
 
 
 _REGISTRY: dict[str, TensorIntrin] = {}
+# Built-ins not built yet: name -> a function making (desc, impl). Building them is deferred to
+# the first lookup, so that importing loopir (whose passes import this package) stays cheap.
+_PENDING: dict[str, Callable[[], tuple[PrimFunc, PrimFunc]]] = {}
+
+
+def _register_builtin(name: str, make: Callable[[], tuple[PrimFunc, PrimFunc]]) -> None:
+    """Register ``name`` to be built by ``make`` on its first lookup (built-in intrinsics)."""
+    if name in _REGISTRY or name in _PENDING:
+        raise TensorIntrinError(f"tensor_intrin: built-in {name!r} is registered twice")
+    _PENDING[name] = make
+
+
+def _materialize(name: str) -> None:
+    make = _PENDING.pop(name, None)
+    if make is not None:
+        desc, impl = make()
+        _check_params(name, desc, impl)
+        _REGISTRY[name] = TensorIntrin(name, desc, impl)
 
 
 def _check_params(name: str, desc: PrimFunc, impl: PrimFunc) -> None:
@@ -89,12 +110,13 @@ def register(name: str, desc: PrimFunc, impl: PrimFunc, *, override: bool = Fals
     """
     if not isinstance(name, str) or not name:
         raise TensorIntrinError(f"tensor_intrin.register: the name must be a non-empty str, got {name!r}")
-    if name in _REGISTRY and not override:
+    if (name in _REGISTRY or name in _PENDING) and not override:
         raise TensorIntrinError(
             f"tensor_intrin.register: {name!r} is already registered (pass override=True to replace it)"
         )
     _check_params(name, desc, impl)
     intrin = TensorIntrin(name, desc, impl)
+    _PENDING.pop(name, None)
     _REGISTRY[name] = intrin
     return intrin
 
@@ -107,13 +129,18 @@ def get(name: str) -> TensorIntrin:
     TensorIntrinError
         Naming ``name`` and the registered intrinsics, when ``name`` is unknown.
     """
+    _materialize(name)
     try:
         return _REGISTRY[name]
     except KeyError:
-        known = ", ".join(sorted(_REGISTRY)) or "none"
+        known = ", ".join(names()) or "none"
         raise TensorIntrinError(f"tensor_intrin.get: no tensor intrinsic named {name!r} (registered: {known})") from None
 
 
 def names() -> tuple[str, ...]:
     """The registered intrinsics' names, sorted."""
-    return tuple(sorted(_REGISTRY))
+    return tuple(sorted({*_REGISTRY, *_PENDING}))
+
+
+# The built-in CUDA tensor-core intrinsics (last: the module registers through this one).
+from loopir.tensor_intrin import cuda as cuda  # noqa: E402

@@ -1,0 +1,200 @@
+"""What one lane's tensor-core call touches, and the per-lane calls as the loops they stand for.
+
+The analyses (ThreadSync, the race checker, compaction) see every buffer element a call reads or
+writes through [`touches`][loopir.tensor_intrin.calls.touches]; the CPU executor and
+``LowerWarpMemory`` run ``mma_fill`` and ``mma_store`` as the statement
+[`per_lane_stmt`][loopir.tensor_intrin.calls.per_lane_stmt] returns, so the three agree by
+construction. The conventions (see the builders in [`loopir.ir.op`][loopir.ir.op]):
+
+* a *fragment* operand is ``W[..., lane, v]``, a load of a ``warp`` buffer: lane ``lane``'s
+  elements from ``v`` on (after ``LowerWarpMemory``, ``W[..., v]`` of a ``local`` buffer: the
+  thread's own registers, the lane then being the hardware lane);
+* a *tile* operand is a load of its first element (``mma_store``'s destination, the tile
+  extending over the last two dimensions) or of the row a lane supplies (``ptx_ldmatrix``'s
+  source: 8 elements along the last dimension).
+
+Per lane, as one lane's call instance (the lane being the fragment's lane index):
+
+===============  ============================================================================
+call             touches
+===============  ============================================================================
+ptx_ldmatrix     reads its row ``S[..., r, c:c + 8]`` (lanes below ``8 * num``); writes its
+                 ``2 * num`` fragment elements
+ptx_mma          reads the A and B fragments of all 32 lanes (8 and 4 elements each); reads and
+                 writes its own 4 C elements
+mma_fill         writes its ``count`` fragment elements
+mma_store        reads its fragment elements; writes their places in the tile (C layout)
+===============  ============================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from loopir.ir import op
+from loopir.ir.buffer import Buffer
+from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr, Var
+from loopir.ir.stmt import BufferStore, For, ForKind, Stmt
+from loopir.tensor_intrin.layouts import LDMATRIX_ROW, WARP_SIZE, accumulator_layout
+
+__all__ = [
+    "FOOTPRINT_KEY", "Touch", "fragment_lane", "hardware_lane", "per_lane_stmt", "touches",
+    "written_operands",
+]  # fmt: skip
+
+#: Annotation of the serial loops ``Touch.loops`` makes: they are not in the IR (an analysis
+#: must not place anything inside them).
+FOOTPRINT_KEY = "loopir.call_footprint"
+
+
+@attrs.frozen(eq=False)
+class Touch:
+    """Elements one lane's call reads or writes: ``buffer[indices]`` for every value of the
+    fresh variables ``iters`` (each from 0 to its extent), where ``cond`` holds.
+
+    ``loops()`` gives the variables as serial loops, so that an analysis can treat a touch
+    as an access nested in loops it already understands.
+    """
+
+    buffer: Buffer
+    indices: tuple[PrimExpr, ...]
+    is_store: bool
+    iters: tuple[tuple[Var, int], ...] = ()
+    cond: PrimExpr | None = None
+
+    def loops(self, body: Stmt) -> tuple[For, ...]:
+        """The iteration variables as serial loops (outermost first; each around ``body``,
+        annotated with ``FOOTPRINT_KEY``)."""
+        return tuple(For(v, 0, n, ForKind.SERIAL, body, annotations={FOOTPRINT_KEY: True})
+                     for v, n in self.iters)  # fmt: skip
+
+
+def hardware_lane(loops: Sequence[For]) -> PrimExpr | None:
+    """The lane of a thread under ``loops`` (outermost first), from the innermost
+    ``threadIdx.x`` loop: its variable, modulo 32 when its extent may exceed 32 (right when the
+    block's x extent is a multiple of 32, as ``LowerWarpMemory`` requires); None without one."""
+    for f in reversed(loops):
+        if f.kind is ForKind.THREAD_BINDING and f.thread_tag == "threadIdx.x":
+            small = isinstance(f.extent, IntImm) and isinstance(f.min, IntImm) and \
+                f.min.value + f.extent.value <= WARP_SIZE
+            return f.loop_var if small else f.loop_var % WARP_SIZE
+    return None
+
+
+def written_operands(call: Call) -> list[BufferLoad]:
+    """The operands a tensor-core call writes through (``ptx_mma``'s accumulator it also
+    reads: a read-modify-write)."""
+    out = {"ptx_ldmatrix": call.args[2:3], "ptx_mma": call.args[3:4], "mma_fill": call.args[1:2],
+           "mma_store": call.args[2:3]}.get(call.op, ())  # fmt: skip
+    return [a for a in out if isinstance(a, BufferLoad)]
+
+
+def fragment_lane(load: PrimExpr) -> PrimExpr | None:
+    """The lane index of a fragment operand ``W[..., lane, v]`` of a warp buffer (None for a
+    local fragment, whose lane is the thread's)."""
+    if isinstance(load, BufferLoad) and load.buffer.scope == "warp":
+        return load.indices[-2]
+    return None
+
+
+def _int(e: PrimExpr) -> int:
+    assert isinstance(e, IntImm), e
+    return e.value
+
+
+def _elem(load: BufferLoad, e: PrimExpr, lane: PrimExpr | None = None) -> tuple[PrimExpr, ...]:
+    """Indices of element ``v + e`` of a fragment row (of lane ``lane`` when given)."""
+    idx = list(load.indices)
+    idx[-1] = idx[-1] + e
+    if lane is not None:
+        idx[-2] = lane
+    return tuple(idx)
+
+
+def _row(load: PrimExpr, n: int, store: bool) -> Touch:
+    """The ``n`` fragment elements of the lane, from the operand on."""
+    assert isinstance(load, BufferLoad)
+    e = Var("e", "int32")
+    return Touch(load.buffer, _elem(load, e), store, ((e, n),))
+
+
+def _all_lanes(load: PrimExpr, n: int) -> Touch:
+    """The ``n`` elements of every lane's row (a warp fragment), or the lane's own (local)."""
+    assert isinstance(load, BufferLoad)
+    if load.buffer.scope != "warp":
+        return _row(load, n, False)
+    lane, e = Var("lane", "int32"), Var("e", "int32")
+    return Touch(load.buffer, _elem(load, e, lane), False, ((lane, WARP_SIZE), (e, n)))
+
+
+def touches(call: Call, lane: PrimExpr | None = None) -> list[Touch]:
+    """The elements one lane's instance of the tensor-core ``call`` touches (module doc).
+
+    ``lane`` is the lane executing it; by default the lane index of its warp fragment operand.
+    It is needed only by ``ptx_ldmatrix`` with fewer than 4 matrices (when unknown, every lane
+    is taken to read its row: more than the call reads) and by ``mma_store`` (a ValueError
+    without one).
+    """
+    if call.op == "ptx_ldmatrix":
+        _, num, dst, src = call.args
+        assert isinstance(src, BufferLoad)
+        n = _int(num)
+        lane = lane if lane is not None else fragment_lane(dst)
+        e = Var("e", "int32")
+        idx = list(src.indices)
+        idx[-1] = idx[-1] + e
+        cond = None if n == 4 or lane is None else lane < LDMATRIX_ROW * n
+        read = Touch(src.buffer, tuple(idx), False, ((e, LDMATRIX_ROW),), cond)
+        return [read, _row(dst, 2 * n, True)]
+    if call.op == "ptx_mma":
+        _, a, b, c = call.args
+        return [_all_lanes(a, 8), _all_lanes(b, 4), _row(c, 4, False), _row(c, 4, True)]
+    if call.op in ("mma_fill", "mma_store"):
+        out: list[Touch] = []
+        _collect(per_lane_stmt(call, lane), (), out)
+        return out
+    raise ValueError(f"touches: {call.op} is not a tensor-core call")
+
+
+def _collect(s: Stmt, iters: tuple[tuple[Var, int], ...], out: list[Touch]) -> None:
+    if isinstance(s, For):
+        _collect(s.body, (*iters, (s.loop_var, _int(s.extent))), out)
+        return
+    assert isinstance(s, BufferStore)
+    if isinstance(s.value, BufferLoad):
+        out.append(Touch(s.value.buffer, s.value.indices, False, iters))
+    out.append(Touch(s.buffer, s.indices, True, iters))
+
+
+def per_lane_stmt(call: Call, lane: PrimExpr | None = None, kind: ForKind = ForKind.SERIAL) -> Stmt:
+    """``mma_fill`` or ``mma_store`` of one lane as the loop it stands for (``kind``: the
+    loop's kind).
+
+    ``lane`` (default: the lane index of the fragment operand) places ``mma_store``'s
+    elements in the tile.
+
+    Raises
+    ------
+    ValueError
+        For another call, or an ``mma_store`` of a local fragment without ``lane``.
+    """
+    e = Var("e", "int32")
+    if call.op == "mma_fill":
+        count, dst, value = call.args
+        assert isinstance(dst, BufferLoad)
+        return For(e, 0, _int(count), kind, BufferStore(dst.buffer, value, _elem(dst, e)))
+    if call.op == "mma_store":
+        _rows, cols, dst, src = call.args
+        assert isinstance(dst, BufferLoad) and isinstance(src, BufferLoad)
+        lane = lane if lane is not None else fragment_lane(src)
+        if lane is None:
+            raise ValueError(f"per_lane_stmt: the lane of {call} is unknown (a local fragment)")
+        layout = accumulator_layout(_int(cols))
+        row, col = layout.to_row_col(lane, e)
+        idx = list(dst.indices)
+        idx[-2], idx[-1] = idx[-2] + row, idx[-1] + col
+        store = BufferStore(dst.buffer, BufferLoad(src.buffer, _elem(src, e)), tuple(idx))
+        return For(e, 0, layout.locals, kind, store)
+    raise ValueError(f"per_lane_stmt: {call.op} is not a per-lane tensor-core call ({op.TENSOR_CORE_OPS})")

@@ -1,0 +1,137 @@
+"""Fragment layouts of ``mma.sync.m16n8k16`` and the element routing of ``ldmatrix``: the one
+place where they are written down.
+
+A warp buffer holds a tile of a warp's fragment as ``[32 lanes, L locals]``: the element
+``(row, col)`` of the tile lives at ``[lane, local]``. The maps below take (and return) Python
+ints or loopir expressions alike (they only use ``+``, ``*``, ``//`` and ``%``), so the same
+function writes the index of a description PrimFunc, fills the CPU executor's tables and
+gives the emitted store its addresses. With ``g = lane // 4`` (PTX's ``groupID``) and
+``t = lane % 4`` (``threadID_in_group``), the PTX ISA ("Matrix Fragments for mma.m16n8k16 with
+floating point type") places:
+
+============  ======  =====================================================  ==============
+operand       tile    lane's element ``local``                               locals
+============  ======  =====================================================  ==============
+A (row)       16x16   ``(g + 8 * (v // 2 % 2), 2 * t + v % 2 + 8 * (v // 4))``  8
+B (col)       16x8    ``(k, n) = (2 * t + v % 2 + 8 * (v // 2), g)``          4
+C, D          16x8    ``(g + 8 * (v // 2), 2 * t + v % 2)``                    4
+============  ======  =====================================================  ==============
+
+The 16x16 B and C layouts are two 16x8 ones side by side, the first in locals 0-3 (columns
+0-7), the second in locals 4-7 (columns 8-15): what one 16x16x16 step (two ``mma.sync``, one per
+half of N) uses. ``MMA_A`` is TVM's ``shared_16x16_to_ldmatrix_32x8_layout``; ``MMA_C`` is the
+same map. B's tile is indexed ``(k, n)`` whichever way B is stored: the fragment of a
+transposed B (stored ``[n, k]``) is the same, only ``ldmatrix`` reads it differently.
+
+``ldmatrix`` (PTX ISA, "Warp-level matrix load instruction: ldmatrix"): lanes ``8q .. 8q + 7``
+supply the addresses of the 8 rows (8 elements of 16 bits each) of matrix ``q``; lane ``l``
+receives, in its elements ``2q`` and ``2q + 1``, the elements ``(l // 4, 2 * (l % 4) + h)`` of
+matrix ``q`` (``h`` = 0, 1), or with ``.trans`` the elements ``(2 * (l % 4) + h, l // 4)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+__all__ = [
+    "FragmentLayout", "LDMATRIX_ROW", "MMA_A", "MMA_B", "MMA_B_16x8", "MMA_C", "MMA_C_16x8",
+    "WARP_SIZE", "accumulator_layout", "ldmatrix_source",
+]  # fmt: skip
+
+WARP_SIZE = 32
+#: Elements of one row that a lane's ``ldmatrix`` address supplies (16 bytes of b16).
+LDMATRIX_ROW = 8
+
+Index = Any  # an int or a loopir PrimExpr
+_Map = Callable[[Index, Index], tuple[Index, Index]]
+
+
+@attrs.frozen
+class FragmentLayout:
+    """How a ``rows`` x ``cols`` tile is spread over the 32 lanes of a warp.
+
+    Attributes
+    ----------
+    name
+        For messages.
+    rows, cols
+        The tile.
+    to_lane_local
+        ``(row, col) -> (lane, local)``.
+    to_row_col
+        ``(lane, local) -> (row, col)``, its inverse.
+    """
+
+    name: str
+    rows: int
+    cols: int
+    to_lane_local: _Map
+    to_row_col: _Map
+
+    @property
+    def locals(self) -> int:
+        """Elements per lane."""
+        return self.rows * self.cols // WARP_SIZE
+
+
+def _a_lane_local(i: Index, j: Index) -> tuple[Index, Index]:
+    return 4 * (i % 8) + j % 8 // 2, 4 * (j // 8) + 2 * (i // 8) + j % 2
+
+
+def _a_row_col(lane: Index, v: Index) -> tuple[Index, Index]:
+    return lane // 4 + 8 * (v // 2 % 2), 2 * (lane % 4) + v % 2 + 8 * (v // 4)
+
+
+def _b_lane_local(k: Index, n: Index) -> tuple[Index, Index]:
+    return 4 * (n % 8) + k % 8 // 2, 4 * (n // 8) + 2 * (k // 8) + k % 2
+
+
+def _b_row_col(lane: Index, v: Index) -> tuple[Index, Index]:
+    return 2 * (lane % 4) + v % 2 + 8 * (v // 2 % 2), lane // 4 + 8 * (v // 4)
+
+
+def _b8_lane_local(k: Index, n: Index) -> tuple[Index, Index]:
+    return 4 * n + k % 8 // 2, 2 * (k // 8) + k % 2
+
+
+def _b8_row_col(lane: Index, v: Index) -> tuple[Index, Index]:
+    return 2 * (lane % 4) + v % 2 + 8 * (v // 2), lane // 4
+
+
+def _c8_lane_local(i: Index, j: Index) -> tuple[Index, Index]:
+    return 4 * (i % 8) + j // 2, 2 * (i // 8) + j % 2
+
+
+def _c8_row_col(lane: Index, v: Index) -> tuple[Index, Index]:
+    return lane // 4 + 8 * (v // 2), 2 * (lane % 4) + v % 2
+
+
+#: A of ``m16n8k16`` (``(m, k)``, row-major operand), 8 elements per lane.
+MMA_A = FragmentLayout("A 16x16", 16, 16, _a_lane_local, _a_row_col)
+#: B of two ``m16n8k16`` steps (``(k, n)``, n-halves in locals 0-3 and 4-7).
+MMA_B = FragmentLayout("B 16x16", 16, 16, _b_lane_local, _b_row_col)
+#: B of one ``m16n8k16`` (``(k, n)``), 4 elements per lane.
+MMA_B_16x8 = FragmentLayout("B 16x8", 16, 8, _b8_lane_local, _b8_row_col)
+#: C/D of two ``m16n8k16`` steps (``(m, n)``, n-halves in locals 0-3 and 4-7).
+MMA_C = FragmentLayout("C 16x16", 16, 16, _a_lane_local, _a_row_col)
+#: C/D of one ``m16n8k16`` (``(m, n)``), 4 elements per lane.
+MMA_C_16x8 = FragmentLayout("C 16x8", 16, 8, _c8_lane_local, _c8_row_col)
+
+
+def accumulator_layout(cols: int) -> FragmentLayout:
+    """The C layout of a 16 x ``cols`` tile (8 or 16)."""
+    if cols == 8:
+        return MMA_C_16x8
+    if cols == 16:
+        return MMA_C
+    raise ValueError(f"accumulator_layout: no C fragment of 16 x {cols} (8 or 16)")
+
+
+def ldmatrix_source(lane: Index, q: Index, h: Index, trans: bool) -> tuple[Index, Index]:
+    """Where ``ldmatrix`` takes element ``2 * q + h`` of lane ``lane``: ``(provider, col)``,
+    the lane that supplies the row's address and the column within that 8-element row."""
+    row, col = (2 * (lane % 4) + h, lane // 4) if trans else (lane // 4, 2 * (lane % 4) + h)
+    return LDMATRIX_ROW * q + row, col
