@@ -247,15 +247,15 @@ def tile_16x8(x_steps: int = 1, b_x1: bool = False, dtype: str = "float16") -> P
     Aw = Buffer("A_warp", (x_steps, 32, 8), dtype, scope="warp")
     Bw = Buffer("B_warp", (x_steps, 32, 4), dtype, scope="warp")
     Cw = Buffer("C_warp", (32, 4), "float32", scope="warp")
-    tx, i, s = Var("tx"), Var("i"), Var("s")
+    tx, i, ib, s = Var("tx"), Var("i"), Var("ib"), Var("s")  # a Var per loop (loopir.verify)
 
     def lanes(body: Stmt) -> Stmt:
         return bind(tx, 32, "threadIdx.x", body)
 
     copy_a = serial(i, 16 * K // 32, BufferStore(As, A[(i * 32 + tx) // K, (i * 32 + tx) % K],
                                                  ((i * 32 + tx) // K, (i * 32 + tx) % K)))  # fmt: skip
-    copy_b = serial(i, 8 * K // 32, BufferStore(Bs, B[(i * 32 + tx) // 8, (i * 32 + tx) % 8],
-                                                ((i * 32 + tx) // 8, (i * 32 + tx) % 8)))  # fmt: skip
+    copy_b = serial(ib, 8 * K // 32, BufferStore(Bs, B[(ib * 32 + tx) // 8, (ib * 32 + tx) % 8],
+                                                 ((ib * 32 + tx) // 8, (ib * 32 + tx) % 8)))  # fmt: skip
     if b_x1:
         load_b = seq(Evaluate(op.ptx_ldmatrix(Bw[s, tx, 0], Bs[16 * s + tx % 8, 0], num=1, trans=True)),
                      Evaluate(op.ptx_ldmatrix(Bw[s, tx, 2], Bs[16 * s + 8 + tx % 8, 0], num=1, trans=True)))  # fmt: skip

@@ -90,3 +90,17 @@ def test_verify_refuses_a_malformed_call_built_directly() -> None:
     with pytest.raises(IRValidationError, match="num 1, 2 or 4") as info:
         loopir.verify(func)
     assert info.value.check == "tensor-core-call"
+
+
+def test_tensor_core_functions_read_back_from_their_script() -> None:
+    # every built-in description and implementation, and whole kernels of the calls, print as
+    # scripts the parser reads back to the same function
+    from loopir import tensor_intrin
+    from loopir.script import from_source
+    from tests.tensor_intrin import kernels
+
+    funcs = [kernels.gemm_one_nest(), kernels.tile_16x8(), kernels.tile_16x8(b_x1=True, dtype="bfloat16")]
+    for name in tensor_intrin.names():
+        funcs += [tensor_intrin.get(name).desc, tensor_intrin.get(name).impl]
+    for f in funcs:
+        loopir.assert_structural_equal(from_source(f.script()), f)
