@@ -50,6 +50,7 @@ class _Parts:
     subst: dict[Var, PrimExpr]
     inner_doms: dict[Var, Range]
     block: Block  # the old block with its iter vars substituted
+    division: Division
 
 
 def _chain_to_block(loop: For, func: PrimFunc) -> tuple[list[For], BlockRealize]:
@@ -116,6 +117,10 @@ def _divide_block(
     subst: dict[Var, PrimExpr] = {}
     ana = Analyzer()
     for iv, d in zip(blk.iter_vars, div.iters):
+        if iv.kind is IterKind.REDUCE and d.inner is None and not ana.can_prove_equal(d.outer_dom.min, iv.dom.min):
+            # the outer binding is the old one: so is the domain, whose minimum is where
+            # the init runs (a tile of a partitioned reduction may not start there)
+            d = attrs.evolve(d, outer_dom=iv.dom)
         vo = IterVar(_iter_name(iv, "_o"), d.outer_dom, iv.kind)
         outer_vars.append(vo)
         one_outer = _is_one(d.outer_dom.extent)
@@ -141,7 +146,7 @@ def _divide_block(
     return _Parts(
         tuple(outer_vars), tuple(d.outer for d in div.iters),
         rg.conjunction(list(div.outer_predicate)), inner_r, subst,
-        {v.var: v.dom for v in inner_vars}, new_blk,
+        {v.var: v.dom for v in inner_vars}, new_blk, div,
     )  # fmt: skip
 
 
@@ -215,30 +220,81 @@ def _clip(iv: rg.Interval, extent: PrimExpr, ana: Analyzer) -> rg.Interval:
     return rg.Interval(zero if past_lo else iv.lo, hi if past_hi else iv.hi)
 
 
+def _check_init_hoist(
+    realize: BlockRealize, parts: _Parts, loops: Sequence[For], func: PrimFunc
+) -> None:
+    """The init moves from the block (run at every spatial point when the reduce iter vars
+    are at their minimum) to the outer block (run for the whole tile when the outer reduce
+    iter vars are at theirs): the same points, when every loop of the subtree feeds a binding
+    or the predicate and each reduce iter var's tile starts at its domain's minimum."""
+    blk = realize.block
+    fed = {v for e in (*realize.iter_values, realize.predicate) for v in collect_vars(e)}
+    for lp in loops:
+        if lp.loop_var not in fed and not _is_one(lp.extent):
+            raise ScheduleError(
+                f"loop {lp.loop_var.name} feeds no iter var of reduction block {blk.name!r}, so "
+                "it repeats the reduction, initializing each time; the init moved to the outer "
+                "block would run once (blockize at a loop below it)",
+                primitive=_P, func=func, node=lp,
+            )  # fmt: skip
+    ana = Analyzer()
+    for iv, d, vo in zip(blk.iter_vars, parts.division.iters, parts.outer_vars):
+        if iv.kind is not IterKind.REDUCE:
+            continue
+        ext = d.inner_dom.extent if d.inner_dom is not None else IntImm(1, iv.var.dtype)
+        lo = d.inner_dom.min if d.inner_dom is not None else IntImm(0, iv.var.dtype)
+        if not (d.reaches_min and ana.can_prove_equal(vo.dom.min * ext + lo, iv.dom.min)):
+            raise ScheduleError(
+                f"the reduction over {iv.var.name} of block {blk.name!r} does not start at the "
+                f"minimum of its domain {iv.dom} in the outer block's first iteration; its "
+                "init cannot move to the outer block",
+                primitive=_P, func=func, node=realize,
+            )  # fmt: skip
+
+
 def _outer_init(
-    init: Stmt, inner: BlockRealize, loops: Sequence[For], name: str
+    init: Stmt, inner: BlockRealize, loops: Sequence[For], name: str, func: PrimFunc
 ) -> Stmt:
     """TVM's GenerateOuterInit: the init as a block over the inner spatial iter vars it uses
-    (renamed ``<v>_init``), under copies of the subtree loops its bindings use."""
+    (renamed ``<v>_init``), under copies of the subtree loops its bindings use. Of the inner
+    predicate, the init keeps the conjuncts over those loops and drops those over reduce
+    loops (as ``decompose_reduction``; TVM keeps all, referring to loops it did not copy)."""
     blk = inner.block
     used = set(collect_vars(init))
     ivs: list[IterVar] = []
     values: list[PrimExpr] = []
     vmap: dict[Var, PrimExpr] = {}
+    reduce_uses: set[Var] = set()
     for iv, value in zip(blk.iter_vars, inner.iter_values):
         if iv.kind is IterKind.SPATIAL and iv.var in used:
             nv = IterVar(Var(iv.var.name + "_init", iv.var.dtype), iv.dom, iv.kind)
             vmap[iv.var] = nv.var
             ivs.append(nv)
             values.append(value)
+        elif iv.kind is IterKind.REDUCE:
+            reduce_uses |= set(collect_vars(value))
+    loop_vars = {lp.loop_var for lp in loops}
+    copied = {v for e in values for v in collect_vars(e)} & loop_vars
+    copied |= (set(collect_vars(inner.predicate)) & loop_vars) - reduce_uses
+    kept: list[PrimExpr] = []
+    for c in rg.conjuncts(inner.predicate):
+        over = set(collect_vars(c)) & loop_vars
+        if over <= copied:
+            kept.append(c)
+        elif over & copied:
+            raise ScheduleError(
+                f"the predicate {c} of block {blk.name!r} mixes reduction loops with spatial "
+                "ones; it cannot be split between the init and the update",
+                primitive=_P, func=func, node=inner,
+            )  # fmt: skip
     writes = tuple(substitute(w, vmap) for w in blk.writes)
     stmt: Stmt = BlockRealize(
-        tuple(values), inner.predicate,
+        tuple(values), rg.conjunction(kept),
         Block(name, tuple(ivs), (), writes, substitute(init, vmap)),
     )  # fmt: skip
     lvmap: dict[Var, PrimExpr] = {}
     for lp in reversed(loops):
-        if any(lp.loop_var in set(collect_vars(v)) for v in values):
+        if lp.loop_var in copied:
             copy = Var(lp.loop_var.name, lp.loop_var.dtype)
             lvmap[lp.loop_var] = copy
             stmt = attrs.evolve(lp, loop_var=copy, body=stmt)
@@ -303,8 +359,9 @@ def blockize(func: PrimFunc, loop_var: Var, preserve_unit_iters: bool = True) ->
     name = tree.fresh_name(func, blk.name + "_o")
     init = None
     if blk.init is not None:
+        _check_init_hoist(realize, parts, inner_loops, func)
         init_name = tree.fresh_name(func, blk.name + "_init", taken | {name})
-        init = _outer_init(blk.init, parts.inner, inner_loops, init_name)
+        init = _outer_init(blk.init, parts.inner, inner_loops, init_name, func)
     outer_blk = Block(
         name, parts.outer_vars,
         _relaxed_regions(blk.reads, parts.inner_doms, parts.outer_vars),

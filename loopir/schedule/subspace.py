@@ -52,6 +52,8 @@ class IterDivision:
     outer_dom: Range
     inner: PrimExpr | None
     inner_dom: Range | None
+    # the inner binding takes the least value of inner_dom (False: not known to)
+    reaches_min: bool = True
 
     @property
     def inner_extent(self) -> PrimExpr | None:
@@ -158,7 +160,9 @@ def _divide_one(
     if not outer_l:
         parts = _affine_parts(value, inner_l, ana)
         dom = iv.dom if parts is None else _dense_dom(parts[0], parts[1], iv.dom, ana)
-        return IterDivision(zero, Range(zero, one), value, dom)
+        # affine with positive coefficients: its least value is taken (all loops at their min)
+        reaches = parts is not None and ana.can_prove_equal(_low(parts[0], parts[1], ana), dom.min)
+        return IterDivision(zero, Range(zero, one), value, dom, reaches)
     return _divide_mixed(value, iv, outer_l, inner_l, ana)
 
 
