@@ -98,3 +98,66 @@ class TensorizeForms:
             )  # fmt: skip
         names = [self._block_name(b, "blockize") for b in target]
         return _result(*B.blockize_blocks(self._func, names, pui))
+
+    @instruction(inputs={"block_or_loop": "any"})
+    def tensorize(
+        self, block_or_loop: BlockRV | LoopRV, tensor_intrin: str, preserve_unit_iters: bool = True
+    ) -> None:
+        """Replace a block (or a loop's subtree) by a tensor intrinsic (TVM's ``tensorize``).
+
+        A loop is blockized first (``preserve_unit_iters`` is passed on). The block must match
+        the description of the intrinsic registered as ``tensor_intrin``
+        (``loopir.tensor_intrin.register``) structurally: the same loops, block structure,
+        dtypes, scopes and index pattern relative to its tile; its body then becomes the
+        implementation's, the implementation's parameters bound to the matched regions of the
+        real buffers (substituted at the tile's start). The block is annotated
+        ``"loopir.tensorized": tensor_intrin``. As in TVM, the tile must be exact (no
+        predicate): split by divisors, or pad first.
+
+        Parameters
+        ----------
+        block_or_loop
+            The block (e.g. from ``blockize``) or the loop whose subtree to tensorize.
+        tensor_intrin
+            The registered intrinsic's name.
+        preserve_unit_iters
+            Passed to ``blockize`` for a loop.
+
+        Raises
+        ------
+        ScheduleError
+            For an unknown intrinsic, or a block that does not match the description: the
+            message names what differs (dtype, scope, extent, index pattern, ...), shows the
+            description with its differing node marked, and the function with the block's.
+
+        Examples
+        --------
+        With the 4x4x4 ``C += A @ B`` tile registered as ``"test.mm4"`` (its implementation
+        a ``k``-outer loop nest; ``loopir.testing.intrinsics``), on a 16x16x16 matmul tiled by
+        4 and decomposed, ``sch.tensorize(i_1, "test.mm4")`` makes the update block (as TVM
+        0.27, with the implementation's parameters substituted where TVM has
+        ``T.match_buffer``)::
+
+            with T.block("C_o"):
+                v_i_o = T.axis.spatial(4, i_0)
+                v_j_o = T.axis.spatial(4, j_0)
+                v_k_o = T.axis.reduce(4, k_0)
+                T.reads(C[v_i_o * 4:v_i_o * 4 + 4, v_j_o * 4:v_j_o * 4 + 4], A[...], B[...])
+                T.writes(C[v_i_o * 4:v_i_o * 4 + 4, v_j_o * 4:v_j_o * 4 + 4])
+                T.block_attr({"loopir.tensorized": "test.mm4"})
+                for k in T.serial(4):
+                    for ij in T.unroll(16):
+                        C[v_i_o * 4 + ij // 4, v_j_o * 4 + ij % 4] = ...
+
+        (tests/golden/schedule/tensorize_mm4.txt has the whole function.)
+        """
+        from loopir.schedule import tensorize as TZ
+
+        pui = check_bool(preserve_unit_iters, "preserve_unit_iters", "tensorize")
+        target: Any
+        if isinstance(block_or_loop, BlockRV):
+            target = self._block_name(block_or_loop, "tensorize")
+        else:
+            target = self._loop_var(block_or_loop, "tensorize")
+        func, _ = TZ.tensorize(self._func, target, tensor_intrin, pui)
+        return _result(func)
