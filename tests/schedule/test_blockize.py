@@ -301,3 +301,55 @@ def test_init_refuses_a_reduction_tile_that_does_not_start_the_reduction() -> No
     first = sch.get_loops(sch.get_block("C_k0"))[-1]
     sch.blockize(first)
     check_schedule(func, sch)
+
+
+# --------------------------------------------------------------------------------------------
+# Other primitives on blockized functions (schedule fuzzer findings)
+# --------------------------------------------------------------------------------------------
+
+
+def test_bind_refuses_a_loop_inside_the_block_under_the_same_tag() -> None:
+    """Fuzzer seed 190: the outer block is bound to a blockIdx.x loop ``i``; binding a loop
+    inside it to blockIdx.x too makes one index of both, and the inner block depends on ``i``
+    through the outer block's binding (the check looked at the inner block's bindings only,
+    and lowering then computed the diagonal)."""
+    func = mm(3, 3, 3)
+    sch = loopir.Schedule(func)
+    i, j, _ = sch.get_loops(sch.get_block("C"))
+    sch.blockize(j)
+    sch.bind(i, "blockIdx.x")
+    with pytest.raises(ScheduleError, match="depends on the outer one") as info:
+        sch.bind(sch.get_loops(sch.get_block("C"))[0], "blockIdx.x")
+    assert info.value.primitive == "bind"
+    check_schedule(func, sch)
+
+
+def test_dependences_of_a_block_that_is_the_whole_root_body() -> None:
+    """Fuzzer seed 178: blockize at the outermost loop makes the new block the root block's
+    whole body; get_consumers / get_producers looked for it among the blocks *below* it."""
+    sch = loopir.Schedule(chain(4, 4))
+    sch.blockize([sch.get_block("B"), sch.get_block("C")])
+    i, _ = sch.get_loops(sch.get_block("D"))
+    top = sch.blockize(i)
+    assert [sch.get(b).name for b in sch.get_producers(top)] == ["outer_B_C_"]
+    assert [sch.get(b).name for b in sch.get_consumers(sch.get_block("outer_B_C_"))] == ["D_o"]
+    only = loopir.Schedule(ew(4, 4))
+    whole = only.blockize(only.get_loops(only.get_block("B"))[0])
+    assert only.get_consumers(whole) == [] and only.get_producers(whole) == []
+
+
+def test_compute_inline_into_a_consumer_inside_a_blockized_block() -> None:
+    """Fuzzer seeds 147 / 228: the consumer of the inlined block is the inner block of a
+    blockized one; the outer block (which lists the buffer in its reads) was rewritten with
+    the inner one inside, then the old inner block was not found to be replaced."""
+    from tests.schedule.dm_util import matmul_bias_relu
+
+    func = matmul_bias_relu(7, 8, 8)
+    sch = loopir.Schedule(func)
+    i, j = sch.get_loops(sch.get_block("E"))
+    sch.blockize(sch.fuse(i, j))
+    sch.compute_inline(sch.get_block("D"))
+    text = sch.func.script()
+    assert "D[" not in text
+    assert "T.reads(C[0:7, 0:8], bias[0:8])" in text  # the outer block's regions follow
+    check_schedule(func, sch)
