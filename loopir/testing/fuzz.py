@@ -72,7 +72,7 @@ PRIMITIVES: dict[str, int] = {
     "decompose_reduction": 2, "pad": 2, "get_producers": 1, "get_consumers": 1, "set_scope": 2,
     "storage_align": 1, "rfactor": 1, "transform_layout": 1, "get_child_blocks": 1,
     "get_output_blocks": 1, "add_unit_loop": 1, "loop_partition": 2, "reindex": 2,
-    "decompose_padding": 2, "blockize": 2, "tensorize": 1,
+    "decompose_padding": 2, "blockize": 2, "tensorize": 2,
 }  # fmt: skip
 """The primitives the fuzzer calls, with relative weights."""
 

@@ -115,8 +115,9 @@ class TVMDraws:
 
     def _tensorize_args(self, ch: Chooser) -> tuple[Any, ...]:
         """A loop of extent 4 (the test intrinsics' tile) when there is one, with the intrinsic
-        that suits its block (a copy for a cache copy, else the 4x4x4 matmul or the dot
-        product); else any loop or block; now and then an unknown intrinsic."""
+        that suits its block (a copy for a cache copy, the multiply-add for another spatial
+        block, the 4x4x4 matmul or the dot product for a reduction); else any loop or block;
+        now and then an unknown intrinsic."""
         from loopir.ir.expr import IntImm
         from loopir.ir.stmt import For
         from loopir.schedule import tree
@@ -135,8 +136,12 @@ class TVMDraws:
         block: Block | None = blocks[0].block if blocks else None
         if block is not None and intrin != "test.nope" and not _rare(ch, 3):
             scope = block.writes[0].buffer.scope if block.writes else "global"
-            copy = block.init is None and len(block.reads) == 1
-            intrin = {"shared": "test.copy4", "local": "test.copy4_local"}.get(scope, "test.mm4") if copy else ch.choice(["test.mm4", "test.dot4"])
+            if block.init is None and len(block.reads) == 1:  # a copy
+                intrin = {"shared": "test.copy4", "local": "test.copy4_local"}.get(scope, intrin)
+            elif block.init is None:
+                intrin = "test.muladd4"
+            else:
+                intrin = ch.choice(["test.mm4", "test.dot4"])
         rv = next((rv for rv, t in self._loop_targets() if t is var), None)
         if rv is None:
             return (self._pick_loop(ch), intrin)

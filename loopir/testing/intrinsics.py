@@ -11,6 +11,8 @@ the same as the untensorized one:
 - ``"test.copy4"``: ``dst[0:4] = src[0:4]`` from global to shared memory (float32); the
   implementation is one 4-lane vector access.
 - ``"test.copy4_local"``: the same into local memory.
+- ``"test.muladd4"``: ``T[0:4] = A[0:4] * B[0:4] + 1`` (the first stage of
+  ``loopir.testing.workloads.elementwise_chain``); the implementation is 4-lane vector code.
 
 [`register_test_intrinsics`][loopir.testing.intrinsics.register_test_intrinsics] registers them
 (idempotent); [`intrinsic_pair`][loopir.testing.intrinsics.intrinsic_pair] builds a
@@ -23,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 from loopir import tensor_intrin
 from loopir.ir.buffer import Buffer, BufferRegion, Range
-from loopir.ir.expr import IntImm, PrimExpr, Ramp, Var
+from loopir.ir.expr import IntImm, PrimExpr, Ramp, Var, make_const
 from loopir.ir.stmt import (
     Block,
     BlockRealize,
@@ -171,11 +173,29 @@ def copy4(dst_scope: str = "shared", dtype: str = "float32") -> tuple[PrimFunc, 
     return intrinsic_pair([src, dst], [0], [1], [("v", 4, "S")], compute, impl, f"copy4_{dst_scope}")
 
 
+def muladd4(dtype: str = "float32") -> tuple[PrimFunc, PrimFunc]:
+    """``T[0:4] = A[0:4] * B[0:4] + 1``; implementation: 4-lane vector accesses."""
+    A, B, T = (Buffer(x, (4,), dtype) for x in ("A", "B", "T"))
+
+    def compute(p: Sequence[Buffer], v: Sequence[Var]) -> tuple[Buffer, tuple[PrimExpr, ...], PrimExpr]:
+        a, b, t = p
+        (i,) = v
+        return t, (i,), a[i] * b[i] + make_const(1.0, dtype)
+
+    def impl(p: Sequence[Buffer]) -> Stmt:
+        a, b, t = p
+        lanes = Ramp(IntImm(0), IntImm(1), 4)
+        return BufferStore(t, a[lanes] * b[lanes] + make_const(1.0, f"{dtype}x4"), (lanes,))
+
+    return intrinsic_pair([A, B, T], [0, 1], [2], [("v", 4, "S")], compute, impl, "muladd4")
+
+
 TEST_INTRINSICS: dict[str, Callable[[], tuple[PrimFunc, PrimFunc]]] = {
     "test.mm4": mm4,
     "test.dot4": dot4,
     "test.copy4": copy4,
     "test.copy4_local": lambda: copy4("local"),
+    "test.muladd4": muladd4,
 }
 """The test intrinsics by name, as builders of (description, implementation)."""
 

@@ -312,3 +312,23 @@ def test_registry_intrinsic_parameters_match() -> None:
     for name in ("test.mm4", "test.dot4", "test.copy4"):
         intrin = tensor_intrin.get(name)
         assert [b.shape for b in intrin.desc.params] == [b.shape for b in intrin.impl.params]
+
+
+@given(m=st.integers(1, 4), n=st.sampled_from([4, 8, 12, 6]), stages=st.integers(1, 3))
+def test_muladd4_on_the_first_stage_of_a_chain(m: int, n: int, stages: int) -> None:
+    """The fuzzer's intrinsic for elementwise stages: a 4-lane vector multiply-add bound to
+    each row tile of T1 (n = 6 leaves an inexact tile: refused)."""
+    from loopir.testing.workloads import make_workload
+
+    w = make_workload("elementwise_chain", M=m, N=n, stages=stages)
+    sch = loopir.Schedule(w.func)
+    _, j = sch.get_loops(sch.get_block("T1"))
+    _, j1 = sch.split(j, [None, 4])
+    try:
+        sch.tensorize(j1, "test.muladd4")
+    except ScheduleError as e:
+        assert n % 4 and "predicate" in e.message, e
+        return
+    assert n % 4 == 0
+    assert "T.Ramp(" in sch.func.script()
+    check_schedule(w.func, sch)
