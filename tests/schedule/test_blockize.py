@@ -353,3 +353,20 @@ def test_compute_inline_into_a_consumer_inside_a_blockized_block() -> None:
     assert "D[" not in text
     assert "T.reads(C[0:7, 0:8], bias[0:8])" in text  # the outer block's regions follow
     check_schedule(func, sch)
+
+
+def test_loop_partition_copies_buffers_allocated_in_a_nested_block() -> None:
+    """Fuzzer seed 686: reindex of a blockized inner block allocates the copy in the outer
+    block; loop_partition of a loop around the outer block copied the allocation itself
+    (one buffer defined twice)."""
+    func = chain(6, 5)
+    sch = loopir.Schedule(func)
+    i, _ = sch.get_loops(sch.get_block("B"))
+    outer = sch.blockize(i)
+    ci, cj = sch.get_loops(sch.get_block("C"))
+    sch.compute_at(outer, ci)
+    sch.reindex(sch.get_block("B"), ("read", 0))
+    assert "A_reindex = T.alloc_buffer" in loopir.script(sch.get(outer))
+    sch.loop_partition(ci, [2, None])
+    loopir.verify(sch.func)
+    check_schedule(func, sch)

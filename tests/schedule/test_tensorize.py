@@ -332,3 +332,15 @@ def test_muladd4_on_the_first_stage_of_a_chain(m: int, n: int, stages: int) -> N
     assert n % 4 == 0
     assert "T.Ramp(" in sch.func.script()
     check_schedule(w.func, sch)
+
+
+def test_tvm_keyword_forms() -> None:
+    """A TVM trace passes every argument by keyword: ``blockize(target=...)``,
+    ``tensorize(block_or_loop=..., tensor_intrin=...)``."""
+    func = mm(16, 16, 16)
+    sch = loopir.Schedule(func)
+    loops = tiled(sch)
+    block = sch.blockize(target=loops[3], preserve_unit_iters=True)
+    sch.tensorize(block_or_loop=block, tensor_intrin="test.mm4", preserve_unit_iters=True)
+    assert sch.get(block).annotations[TENSORIZED] == "test.mm4"
+    check_schedule(func, sch)
