@@ -221,13 +221,25 @@ def _clip(iv: rg.Interval, extent: PrimExpr, ana: Analyzer) -> rg.Interval:
 
 
 def _check_init_hoist(
-    realize: BlockRealize, parts: _Parts, loops: Sequence[For], func: PrimFunc
+    realize: BlockRealize, parts: _Parts, outer: Sequence[For], loops: Sequence[For], func: PrimFunc
 ) -> None:
     """The init moves from the block (run at every spatial point when the reduce iter vars
     are at their minimum) to the outer block (run for the whole tile when the outer reduce
     iter vars are at theirs): the same points, when every loop of the subtree feeds a binding
-    or the predicate and each reduce iter var's tile starts at its domain's minimum."""
+    or the predicate and each reduce iter var's tile starts at its domain's minimum; and no
+    reduction loop is bound to threadIdx (a cross-thread reduction keeps its init)."""
     blk = realize.block
+    reduce_uses = {v for iv, e in zip(blk.iter_vars, realize.iter_values)
+                   if iv.kind is IterKind.REDUCE for v in collect_vars(e)}  # fmt: skip
+    for lp in (*outer, *loops):
+        if lp.loop_var in reduce_uses and str(lp.thread_tag or "").startswith("threadIdx."):
+            # as decompose_reduction: LowerCrossThreadReduction writes this init per thread
+            raise ScheduleError(
+                f"loop {lp.loop_var.name} feeding a reduction iter var of {blk.name!r} is bound "
+                f"to {lp.thread_tag}: a cross-thread reduction keeps its init (lowering writes "
+                "it per thread); blockize before binding, or a loop inside the reduction",
+                primitive=_P, func=func, node=lp,
+            )  # fmt: skip
     fed = {v for e in (*realize.iter_values, realize.predicate) for v in collect_vars(e)}
     for lp in loops:
         if lp.loop_var not in fed and not _is_one(lp.extent):
@@ -359,7 +371,7 @@ def blockize(func: PrimFunc, loop_var: Var, preserve_unit_iters: bool = True) ->
     name = tree.fresh_name(func, blk.name + "_o")
     init = None
     if blk.init is not None:
-        _check_init_hoist(realize, parts, inner_loops, func)
+        _check_init_hoist(realize, parts, outer_loops, inner_loops, func)
         init_name = tree.fresh_name(func, blk.name + "_init", taken | {name})
         init = _outer_init(blk.init, parts.inner, inner_loops, init_name, func)
     outer_blk = Block(
@@ -445,10 +457,12 @@ def blockize_blocks(
             )  # fmt: skip
         _check_inner_loops(loops, outer_loops, func)
         parts = _divide_block(realize, outer_loops, loops, preserve_unit_iters, func, lca)
-        if parts.block.init is not None and any(v.kind is IterKind.REDUCE for v in parts.outer_vars):
+        if parts.block.init is not None:
+            # TVM's list form drops the init (its GenerateInner clears it) or stops on an
+            # outer reduce iter var; a block of several has no single init to move
             raise ScheduleError(
-                f"block {realize.block.name!r} is a reduction with a reduce iter var outside "
-                "the common loops; blockize of several blocks takes no outer reduction (as TVM)",
+                f"block {realize.block.name!r} is a reduction with an init; blockize of several "
+                "blocks takes no outer reduction and moves no init (decompose_reduction first)",
                 primitive=P, func=func, node=realize,
             )  # fmt: skip
         parts_list.append((parts, loops))

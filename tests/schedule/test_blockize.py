@@ -201,9 +201,10 @@ def test_blocks_with_different_outer_iterations_are_refused() -> None:
 
 
 def test_blocks_with_an_outer_reduction_are_refused() -> None:
-    """TVM refuses (an ICHECK) a reduction whose reduce iter var lands in the outer block."""
+    """TVM refuses (an ICHECK) a reduction whose reduce iter var lands in the outer block,
+    and drops the init otherwise (a sum never initialized)."""
     sch = loopir.Schedule(_row_stage(reduce=True))
-    _refuses(sch, "no outer reduction", [sch.get_block("B"), sch.get_block("D")])
+    _refuses(sch, "no outer reduction and moves no init", [sch.get_block("B"), sch.get_block("D")])
 
 
 @given(
@@ -369,4 +370,17 @@ def test_loop_partition_copies_buffers_allocated_in_a_nested_block() -> None:
     assert "A_reindex = T.alloc_buffer" in loopir.script(sch.get(outer))
     sch.loop_partition(ci, [2, None])
     loopir.verify(sch.func)
+    check_schedule(func, sch)
+
+
+@pytest.mark.parametrize("at", [1, 2])
+def test_refuses_to_move_the_init_of_a_cross_thread_reduction(at: int) -> None:
+    """Fuzzer seed 740: a reduction bound to threadIdx keeps its init (LowerCrossThreadReduction
+    writes it per thread, as for decompose_reduction); moved to the outer block, lowering
+    failed (a thread-bound reduction block without init)."""
+    func = mm(5, 3, 4)
+    sch = loopir.Schedule(func)
+    _, _, k = sch.get_loops(sch.get_block("C"))
+    sch.bind(k, "threadIdx.y")
+    _refuses(sch, "cross-thread reduction", sch.get_loops(sch.get_block("C"))[at])
     check_schedule(func, sch)
