@@ -114,34 +114,30 @@ class TVMDraws:
         return (rvs,), kwargs
 
     def _tensorize_args(self, ch: Chooser) -> tuple[Any, ...]:
-        """A loop of extent 4 (the test intrinsics' tile) when there is one, with the intrinsic
-        that suits its block (a copy for a cache copy, the multiply-add for another spatial
-        block, the 4x4x4 matmul or the dot product for a reduction); else any loop or block;
-        now and then an unknown intrinsic."""
+        """A loop of up to 8 iterations when there is one, with the test intrinsic that suits
+        its block (a copy of its extent for a cache copy, the multiply-add of its extent for
+        another spatial block, the 4x4x4 matmul or the dot product for a reduction); else any
+        loop or block; now and then an unknown intrinsic."""
         from loopir.ir.expr import IntImm
-        from loopir.ir.stmt import For
+        from loopir.ir.stmt import BlockRealize, For
         from loopir.schedule import tree
         from loopir.testing.intrinsics import TEST_INTRINSICS
 
         names = list(TEST_INTRINSICS)
         intrin = ch.choice(names) if not _rare(ch, 10) else "test.nope"
-        fours = [
-            (s.loop_var, tree.child_blocks(s)) for s, _ in tree.walk(self.sch.func)
-            if isinstance(s, For) and isinstance(s.extent, IntImm) and s.extent.value == 4
+        # innermost loops (right above a block) match the one-loop descriptions
+        small = [
+            (s.loop_var, s.extent.value, tree.child_blocks(s)) for s, _ in tree.walk(self.sch.func)
+            if isinstance(s, For) and isinstance(s.extent, IntImm) and 1 <= s.extent.value <= 8
+            and (isinstance(s.body, BlockRealize) or _rare(ch, 4))
         ]  # fmt: skip
-        if not fours or _rare(ch, 4):
+        if not small or _rare(ch, 4):
             target = self._pick_loop(ch) if ch.integer(0, 1) else self._pick_block(ch)
             return (target, intrin)
-        var, blocks = ch.choice(fours)
+        var, n, blocks = ch.choice(small)
         block: Block | None = blocks[0].block if blocks else None
         if block is not None and intrin != "test.nope" and not _rare(ch, 3):
-            scope = block.writes[0].buffer.scope if block.writes else "global"
-            if block.init is None and len(block.reads) == 1:  # a copy
-                intrin = {"shared": "test.copy4", "local": "test.copy4_local"}.get(scope, intrin)
-            elif block.init is None:
-                intrin = "test.muladd4"
-            else:
-                intrin = ch.choice(["test.mm4", "test.dot4"])
+            intrin = _suited(block, n) or intrin
         rv = next((rv for rv, t in self._loop_targets() if t is var), None)
         if rv is None:
             return (self._pick_loop(ch), intrin)
@@ -159,3 +155,20 @@ class TVMDraws:
                 out.append((rv, node.loop_var))
         return out
 
+
+def _suited(block: Block, n: int) -> str | None:
+    """The test intrinsic of extent ``n`` whose description has ``block``'s body: a copy
+    from global into shared or local memory, or ``T = A * B + 1``; None for other blocks."""
+    from loopir.ir.expr import Add, BufferLoad, FloatImm, Mul
+    from loopir.ir.stmt import BufferStore
+
+    store = block.body
+    if block.init is not None or not isinstance(store, BufferStore):
+        return None
+    v = store.value
+    if isinstance(v, BufferLoad) and v.buffer.scope == "global":
+        return {"shared": f"test.copy{n}", "local": f"test.copy{n}_local"}.get(store.buffer.scope)
+    if (isinstance(v, Add) and isinstance(v.a, Mul) and isinstance(v.b, FloatImm) and v.b.value == 1.0
+            and isinstance(v.a.a, BufferLoad) and isinstance(v.a.b, BufferLoad)):  # fmt: skip
+        return f"test.muladd{n}"
+    return None

@@ -13,6 +13,8 @@ the same as the untensorized one:
 - ``"test.copy4_local"``: the same into local memory.
 - ``"test.muladd4"``: ``T[0:4] = A[0:4] * B[0:4] + 1`` (the first stage of
   ``loopir.testing.workloads.elementwise_chain``); the implementation is 4-lane vector code.
+- the copies and the multiply-add for the other extents up to 8 (``"test.copy3"``,
+  ``"test.muladd8"``, ...), for the schedule fuzzer.
 
 [`register_test_intrinsics`][loopir.testing.intrinsics.register_test_intrinsics] registers them
 (idempotent); [`intrinsic_pair`][loopir.testing.intrinsics.intrinsic_pair] builds a
@@ -21,6 +23,7 @@ description/implementation pair from a compute for custom tests.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 from loopir import tensor_intrin
@@ -154,11 +157,11 @@ def dot4(dtype: str = "float32") -> tuple[PrimFunc, PrimFunc]:
     return intrinsic_pair([A, B, C], [2, 0, 1], [2], [("k", 4, "R")], compute, impl, "dot4")
 
 
-def copy4(dst_scope: str = "shared", dtype: str = "float32") -> tuple[PrimFunc, PrimFunc]:
-    """``dst[0:4] = src[0:4]`` from global to ``dst_scope``; implementation: one 4-lane
+def copy4(dst_scope: str = "shared", dtype: str = "float32", n: int = 4) -> tuple[PrimFunc, PrimFunc]:
+    """``dst[0:n] = src[0:n]`` from global to ``dst_scope``; implementation: one ``n``-lane
     vector access."""
-    src = Buffer("src", (4,), dtype)
-    dst = Buffer("dst", (4,), dtype, dst_scope)
+    src = Buffer("src", (n,), dtype)
+    dst = Buffer("dst", (n,), dtype, dst_scope)
 
     def compute(p: Sequence[Buffer], v: Sequence[Var]) -> tuple[Buffer, tuple[PrimExpr, ...], PrimExpr]:
         s, d = p
@@ -167,15 +170,15 @@ def copy4(dst_scope: str = "shared", dtype: str = "float32") -> tuple[PrimFunc, 
 
     def impl(p: Sequence[Buffer]) -> Stmt:
         s, d = p
-        lanes = Ramp(IntImm(0), IntImm(1), 4)
+        lanes = Ramp(IntImm(0), IntImm(1), n)
         return BufferStore(d, s[lanes], (lanes,))
 
-    return intrinsic_pair([src, dst], [0], [1], [("v", 4, "S")], compute, impl, f"copy4_{dst_scope}")
+    return intrinsic_pair([src, dst], [0], [1], [("v", n, "S")], compute, impl, f"copy{n}_{dst_scope}")
 
 
-def muladd4(dtype: str = "float32") -> tuple[PrimFunc, PrimFunc]:
-    """``T[0:4] = A[0:4] * B[0:4] + 1``; implementation: 4-lane vector accesses."""
-    A, B, T = (Buffer(x, (4,), dtype) for x in ("A", "B", "T"))
+def muladd4(dtype: str = "float32", n: int = 4) -> tuple[PrimFunc, PrimFunc]:
+    """``T[0:n] = A[0:n] * B[0:n] + 1``; implementation: ``n``-lane vector accesses."""
+    A, B, T = (Buffer(x, (n,), dtype) for x in ("A", "B", "T"))
 
     def compute(p: Sequence[Buffer], v: Sequence[Var]) -> tuple[Buffer, tuple[PrimExpr, ...], PrimExpr]:
         a, b, t = p
@@ -184,10 +187,10 @@ def muladd4(dtype: str = "float32") -> tuple[PrimFunc, PrimFunc]:
 
     def impl(p: Sequence[Buffer]) -> Stmt:
         a, b, t = p
-        lanes = Ramp(IntImm(0), IntImm(1), 4)
-        return BufferStore(t, a[lanes] * b[lanes] + make_const(1.0, f"{dtype}x4"), (lanes,))
+        lanes = Ramp(IntImm(0), IntImm(1), n)
+        return BufferStore(t, a[lanes] * b[lanes] + make_const(1.0, f"{dtype}x{n}"), (lanes,))
 
-    return intrinsic_pair([A, B, T], [0, 1], [2], [("v", 4, "S")], compute, impl, "muladd4")
+    return intrinsic_pair([A, B, T], [0, 1], [2], [("v", n, "S")], compute, impl, f"muladd{n}")
 
 
 TEST_INTRINSICS: dict[str, Callable[[], tuple[PrimFunc, PrimFunc]]] = {
@@ -198,6 +201,16 @@ TEST_INTRINSICS: dict[str, Callable[[], tuple[PrimFunc, PrimFunc]]] = {
     "test.muladd4": muladd4,
 }
 """The test intrinsics by name, as builders of (description, implementation)."""
+
+SIZED = (1, 2, 3, 5, 6, 7, 8)
+"""Other extents of the vector intrinsics the fuzzer draws (``test.copy<n>``,
+``test.copy<n>_local``, ``test.muladd<n>``): any innermost loop of up to 8 iterations over a
+copy or the first stage of a chain can be tensorized."""
+
+for _n in SIZED:
+    TEST_INTRINSICS[f"test.copy{_n}"] = functools.partial(copy4, "shared", n=_n)
+    TEST_INTRINSICS[f"test.copy{_n}_local"] = functools.partial(copy4, "local", n=_n)
+    TEST_INTRINSICS[f"test.muladd{_n}"] = functools.partial(muladd4, n=_n)
 
 
 def register_test_intrinsics() -> tuple[str, ...]:
