@@ -314,23 +314,26 @@ def test_registry_intrinsic_parameters_match() -> None:
         assert [b.shape for b in intrin.desc.params] == [b.shape for b in intrin.impl.params]
 
 
-@given(m=st.integers(1, 4), n=st.sampled_from([4, 8, 12, 6]), stages=st.integers(1, 3))
-def test_muladd4_on_the_first_stage_of_a_chain(m: int, n: int, stages: int) -> None:
-    """The fuzzer's intrinsic for elementwise stages: a 4-lane vector multiply-add bound to
-    each row tile of T1 (n = 6 leaves an inexact tile: refused)."""
+@given(m=st.integers(1, 4), n=st.integers(1, 17), t=st.integers(2, 8), stages=st.integers(1, 3))
+def test_muladd_tiles_of_any_size(m: int, n: int, t: int, stages: int) -> None:
+    """The vector multiply-add of ``t`` lanes on ``t``-tiles of T1's rows: tensorized and
+    computing what the chain does when ``t`` divides the row, refused when it does not (as
+    TVM: an inexact tile has a predicate that blockize cannot divide, or, in a row shorter
+    than a tile, a smaller extent)."""
     from loopir.testing.workloads import make_workload
 
     w = make_workload("elementwise_chain", M=m, N=n, stages=stages)
     sch = loopir.Schedule(w.func)
     _, j = sch.get_loops(sch.get_block("T1"))
-    _, j1 = sch.split(j, [None, 4])
+    _, j1 = sch.split(j, [None, t])
     try:
-        sch.tensorize(j1, "test.muladd4")
+        sch.tensorize(j1, f"test.muladd{t}")
     except ScheduleError as e:
-        assert n % 4 and "predicate" in e.message, e
+        assert n % t, e
+        assert "predicate" in e.message if n > t else "extent differs" in e.message, e
         return
-    assert n % 4 == 0
-    assert "T.Ramp(" in sch.func.script()
+    assert n % t == 0
+    assert f"T.Ramp(v_j_o * {t}, 1, {t})" in sch.func.script() or n == t
     check_schedule(w.func, sch)
 
 
@@ -344,3 +347,15 @@ def test_tvm_keyword_forms() -> None:
     sch.tensorize(block_or_loop=block, tensor_intrin="test.mm4", preserve_unit_iters=True)
     assert sch.get(block).annotations[TENSORIZED] == "test.mm4"
     check_schedule(func, sch)
+
+
+def test_unit_tile_has_no_iter_var_to_match() -> None:
+    """As TVM: blockize gives an inner block no iter var for a unit tile (its extent-1 iter
+    var is dropped), so a description with one does not match."""
+    from loopir.testing.workloads import make_workload
+
+    w = make_workload("elementwise_chain", M=2, N=3, stages=1)
+    sch = loopir.Schedule(w.func)
+    _, j = sch.get_loops(sch.get_block("T1"))
+    _, j1 = sch.split(j, [None, 1])
+    _refuses(sch, j1, "test.muladd1", "iter vars differ: block 'T1' has 0")
