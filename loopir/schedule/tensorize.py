@@ -114,10 +114,14 @@ def tensorize(
     except Mismatch as m:
         raise _mismatch_error(func, realize, intrin, m) from None
     blk = realize.block
-    new = attrs.evolve(blk, body=_implementation(func, blk, intrin), annotations=_annotations(blk, intrin))
-    impl_allocs = root_block(intrin.impl).alloc_buffers
-    if impl_allocs:
-        new = attrs.evolve(new, alloc_buffers=(*blk.alloc_buffers, *(attrs.evolve(b) for b in impl_allocs)))
+    # the implementation's own scratch buffers: new ones per use, in the block's allocations
+    scratch = {b: attrs.evolve(b, name=tree.fresh_name(func, b.name))
+               for b in root_block(intrin.impl).alloc_buffers}  # fmt: skip
+    body = rg.BufferRedirect(scratch).visit(_implementation(func, blk, intrin))
+    new = attrs.evolve(
+        blk, body=body, annotations=_annotations(blk, intrin),
+        alloc_buffers=(*blk.alloc_buffers, *scratch.values()),
+    )  # fmt: skip
     logger.debug("tensorize %s with %s", name, intrin.name)
     return tree.replace(func, realize, attrs.evolve(realize, block=new)), name
 

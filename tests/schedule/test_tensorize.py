@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -359,3 +360,33 @@ def test_unit_tile_has_no_iter_var_to_match() -> None:
     _, j = sch.get_loops(sch.get_block("T1"))
     _, j1 = sch.split(j, [None, 1])
     _refuses(sch, j1, "test.muladd1", "iter vars differ: block 'T1' has 0")
+
+
+def test_implementation_with_its_own_scratch_buffer() -> None:
+    """An implementation whose root block allocates a scratch buffer: each tensorized block
+    gets its own copy of it, which the implementation's body uses."""
+    from loopir.ir import Buffer, BufferStore, For, ForKind, Var
+    from loopir.testing.intrinsics import copy4, root, tile
+
+    desc, _ = copy4("shared")
+    src, dst = (Buffer(b.name, b.shape, b.dtype, b.scope) for b in desc.params)
+    tmp = Buffer("tmp", (4,), "float32", "local")
+    v, w = Var("v"), Var("w")
+    body = loopir.ir.seq(
+        For(v, 0, 4, ForKind.SERIAL, BufferStore(tmp, src[v] * 1.0, (v,))),
+        For(w, 0, 4, ForKind.SERIAL, BufferStore(dst, tmp[w], (w,))),
+    )
+    blk = root(body, [tile(src)], [tile(dst)])
+    impl = loopir.PrimFunc((src, dst), attrs.evolve(blk, block=attrs.evolve(blk.block, alloc_buffers=(tmp,))))
+    tensor_intrin.register("test.copy4_via_tmp", desc, impl, override=True)
+    func = mm(8, 4, 8)
+    sch = loopir.Schedule(func)
+    for buf in ("A", "B"):
+        cache = sch.cache_read(sch.get_block("C"), buf, "shared")
+        _, inner = sch.get_loops(cache)
+        _, inner = sch.split(inner, [None, 4])
+        sch.tensorize(inner, "test.copy4_via_tmp")
+    loopir.verify(sch.func)
+    allocated = [b for s, _ in tree.walk(sch.func) if isinstance(s, loopir.ir.Block) for b in s.alloc_buffers if b.name.startswith("tmp")]
+    assert len(allocated) == 2 and allocated[0] is not allocated[1]
+    check_schedule(func, sch)
