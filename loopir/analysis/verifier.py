@@ -5,10 +5,11 @@ Each failed check raises [`loopir.errors.IRValidationError`][loopir.errors.IRVal
 
 ``undefined-var``
     A variable is used where it is not defined. Defined are: the symbolic shape vars of the
-    parameters (everywhere), a loop's var (in its body), a block's iter vars (in the block).
-    As in TensorIR, a block is isolated: inside it only its own iter vars, the function's
-    shape vars and vars defined inside the block are visible (outer loop vars reach a block
-    only through its bindings).
+    parameters (everywhere), a loop's var (in its body), a block's iter vars (in the block,
+    nested blocks included). As in TensorIR, a block is isolated from the loops around it:
+    inside it only its own iter vars, those of the blocks enclosing it (the inner block of
+    ``blockize`` indexes with the outer block's), the function's shape vars and vars defined
+    inside the block are visible (outer loop vars reach a block only through its bindings).
 ``undefined-buffer``
     A buffer is accessed that is neither a parameter nor allocated (block ``alloc_buffers`` or
     ``Allocate``) around the access.
@@ -126,6 +127,8 @@ class _Verifier(Visitor):
         # vars defined outside the current block, for a helpful undefined-var message
         self.outer_vars: dict[int, Var] = {}
         self.block_names: list[str] = []
+        # iter vars of the enclosing blocks (visible in nested blocks), with their domains
+        self.block_iters: dict[int, tuple[Var, PrimExpr, PrimExpr]] = {}
 
     # --- definitions --------------------------------------------------------------------------
     def define_var(self, v: Var, where: str, node: Any) -> None:
@@ -336,10 +339,11 @@ class _Verifier(Visitor):
                 raise _err("block-binding", f"block {blk.name!r}: {problem}", s)
 
     def enter_block(self, blk: Block, realize: BlockRealize | None) -> None:
-        saved = (self.vars, self.loops, self.conds, self.block_ctx, self.outer_vars, self.threads)
+        saved = (self.vars, self.loops, self.conds, self.block_ctx, self.outer_vars, self.threads,
+                 self.block_iters)  # fmt: skip
         self.outer_vars = {**self.outer_vars, **self.vars}
-        self.vars = dict(self.func_vars)
-        self.loops = {}
+        self.vars = {**self.func_vars, **{k: v for k, (v, _, _) in self.block_iters.items()}}
+        self.loops = dict(self.block_iters)
         self.conds = []
         self.block_ctx = _BlockCtx(blk)
         self.block_names.append(blk.name)
@@ -349,6 +353,10 @@ class _Verifier(Visitor):
             for iv in blk.iter_vars:
                 self.define_var(iv.var, f"as iter var of block {blk.name!r}", realize or blk)
                 self.loops[id(iv.var)] = (iv.var, iv.dom.min, iv.dom.extent)
+            self.block_iters = {
+                **self.block_iters,
+                **{id(iv.var): (iv.var, iv.dom.min, iv.dom.extent) for iv in blk.iter_vars},
+            }
             for b in blk.alloc_buffers:
                 self.define_buffer(b, f"in alloc_buffers of block {blk.name!r}", realize or blk)
             for r in (*blk.reads, *blk.writes):
@@ -363,9 +371,8 @@ class _Verifier(Visitor):
             for b in blk.alloc_buffers:
                 del self.buffers[id(b)]
         finally:
-            (self.vars, self.loops, self.conds, self.block_ctx, self.outer_vars, self.threads) = (
-                saved
-            )
+            (self.vars, self.loops, self.conds, self.block_ctx, self.outer_vars, self.threads,
+             self.block_iters) = saved  # fmt: skip
             self.block_names.pop()
 
     # --- entry --------------------------------------------------------------------------------

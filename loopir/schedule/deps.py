@@ -29,7 +29,8 @@ def _scope_blocks(func: PrimFunc, block: str, primitive: str) -> tuple[list[Bloc
             func=func,
             node=realize.block,
         )
-    siblings = [r.block for r in tree.child_blocks(scope.body)]
+    # the scope block's children: its body may itself be a block (blockize of a whole nest)
+    siblings = [r.block for r in tree.child_blocks(scope)]
     index = next(i for i, b in enumerate(siblings) if b is realize.block)
     return siblings, index
 

@@ -94,6 +94,25 @@ class _InlineLoads(Mutator):
         return inlined
 
 
+class _InlineInto(_InlineLoads):
+    """Inline the loads of every block, and recompute the reads of each block that read the
+    buffer (by its regions or its loads)."""
+
+    def __init__(
+        self, buffer: Buffer, index_vars: list[Var], value: PrimExpr, producer: Block, ana: Analyzer
+    ) -> None:
+        super().__init__(buffer, index_vars, value)
+        self.producer = producer
+        self.ana = ana
+
+    def visit_Block(self, node: Block) -> Block:
+        out: Block = self.generic_visit(node)
+        if out is node and not rg.reads_buffer(node, self.buffer):
+            return node
+        reads = _reads_after_inline(node, self.buffer, self.producer, self.index_vars, self.ana)
+        return attrs.evolve(out, reads=reads)
+
+
 def _reads_after_inline(
     consumer: Block, buf: Buffer, producer: Block, index_vars: list[Var], ana: Analyzer
 ) -> tuple[BufferRegion, ...]:
@@ -213,18 +232,11 @@ def compute_inline(func: PrimFunc, block: str) -> PrimFunc:
             func=func,
             node=blk,
         )
-    ana = rg.make_analyzer()
-    inliner = _InlineLoads(buf, idx_vars, store.value)
     out = rg.remove_block(func, realize, anc, prim)
-    for r in realizes:
-        c = r.block
-        if c.name == block or not (rg.reads_buffer(c, buf) or _loads_buffer(c, buf)):
-            continue
-        new_c = attrs.evolve(
-            inliner.visit(c),
-            reads=_reads_after_inline(c, buf, blk, idx_vars, ana),
-        )
-        out = tree.replace(out, c, new_c)
+    # One pass, inner blocks first: a consumer nested in another block (blockize) is rewritten
+    # with the block around it, which lists the buffer among its reads too.
+    inliner = _InlineInto(buf, idx_vars, store.value, blk, rg.make_analyzer())
+    out = out.with_body(inliner.visit(out.body))
     out = rg.without_root_alloc(out, buf)
     logger.debug("compute_inline %s", block)
     return out
@@ -383,8 +395,4 @@ def _loads(node: object) -> list[BufferLoad]:
     post_order_visit(node, lambda n: found.append(n) if isinstance(n, BufferLoad) else None)
     return found
 
-
-def _loads_buffer(blk: Block, buf: Buffer) -> bool:
-    nodes: list[Stmt] = [blk.body] + ([blk.init] if blk.init is not None else [])
-    return any(ld.buffer is buf for n in nodes for ld in _loads(n))
 

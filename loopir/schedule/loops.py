@@ -546,13 +546,16 @@ def _check_nested_same_tag(func: PrimFunc, new_func: PrimFunc, kernel: For, prim
     That is only sound for work that does not depend on the outer loop (the cooperative fetch
     of semantics.md: sequentially the copy repeats identically per outer iteration, on the GPU
     each thread copies its share). A block under the inner loop whose bindings or predicate use
-    the outer loop would see only the diagonal of the two loops once lowered, so refuse it.
+    the outer loop (its own, or those of a block around it) would see only the diagonal of the
+    two loops once lowered, so refuse it.
     """
     for node, anc in tree.walk(kernel):
         if not isinstance(node, BlockRealize):
             continue
         bound = [a for a in anc if isinstance(a, For) and a.kind is ForKind.THREAD_BINDING]
-        used = {v for e in (*node.iter_values, node.predicate) for v in collect_vars(e)}
+        # a nested block depends on the outer loops through the blocks around it too
+        realizes = [node, *(a for a in anc if isinstance(a, BlockRealize))]
+        used = {v for r in realizes for e in (*r.iter_values, r.predicate) for v in collect_vars(e)}
         for k, outer in enumerate(bound):
             inner = next((b for b in bound[k + 1:] if b.thread_tag == outer.thread_tag), None)
             if inner is not None and outer.loop_var in used:

@@ -23,6 +23,7 @@ from loopir.ir.expr import IntImm, PrimExpr, Var
 from loopir.ir.functor import Mutator, substitute
 from loopir.ir.stmt import Block, BlockRealize, For, ForKind, IterKind, IterVar, PrimFunc, Stmt, seq
 from loopir.schedule import tree
+from loopir.schedule.region import BufferRedirect
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +76,8 @@ def _sizes(func: PrimFunc, loop: For, factors: Any) -> list[int]:
 
 class _Copy(Mutator):
     """A copy of a loop body for one partition: new loop vars and iter vars (the IR defines
-    each variable once), blocks renamed ``<name>_<suffix>``, and the domain of an iter var
+    each variable once), blocks renamed ``<name>_<suffix>`` (buffers they allocate too), and
+    the domain of an iter var
     bound to the partition's loop var narrowed to the partition (as TVM)."""
 
     def __init__(self, suffix: str, part_var: PrimExpr, dom: Range, taken: set[str]) -> None:
@@ -104,6 +106,11 @@ class _Copy(Mutator):
         vmap = {iv.var: nv for iv, nv in zip(blk.iter_vars, new_vars)}
         renamed = substitute(attrs.evolve(blk, iter_vars=tuple(ivs)), vmap)
         assert isinstance(renamed, Block)
+        if blk.alloc_buffers:
+            # a block nested in another (blockize) may allocate: each copy its own buffers
+            bmap = {b: attrs.evolve(b, name=_fresh(f"{b.name}_{self.suffix}", self.taken))
+                    for b in blk.alloc_buffers}  # fmt: skip
+            renamed = BufferRedirect(bmap).visit(renamed)
         name = _fresh(f"{blk.name}_{self.suffix}", self.taken)
         inner = self.visit(renamed.body)
         init = None if renamed.init is None else self.visit(renamed.init)

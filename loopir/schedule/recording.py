@@ -22,6 +22,7 @@ from loopir.schedule import sampling
 from loopir.schedule.trace import (
     _RV,
     ATTR,
+    EITHER,
     HANDLE,
     HANDLES,
     INSTRUCTION_KINDS,
@@ -47,6 +48,7 @@ _ROLE_KINDS = {
     "block": (HANDLE, "block"), "loop": (HANDLE, "loop"), "any": (HANDLE, "any"),
     "blocks": (HANDLES, "block"), "loops": (HANDLES, "loop"),
     "*blocks": (VARHANDLES, "block"), "*loops": (VARHANDLES, "loop"),
+    "loop_or_blocks": (EITHER, "any"),
 }  # fmt: skip
 
 
@@ -102,7 +104,8 @@ def instruction(
     ----------
     inputs
         ``{parameter: kind}`` for the handle inputs: ``"block"``, ``"loop"``, ``"any"`` (one
-        handle), ``"blocks"``, ``"loops"`` (a list) or ``"*blocks"``, ``"*loops"`` (``*args``).
+        handle), ``"blocks"``, ``"loops"`` (a list), ``"*blocks"``, ``"*loops"`` (``*args``)
+        or ``"loop_or_blocks"`` (one handle or a list of them; the primitive checks which).
     returns
         None, ``"block"``, ``"loop"``, ``"blocks"``, ``"loops"``, ``"expr"`` or ``"exprs"``
         (sampled ints). A sampling method returns ``(func, targets, decision)``; the decision
@@ -160,6 +163,10 @@ def instruction(
                 if p.role == HANDLE:
                     if value is not None or not (p.has_default and p.default is None):
                         self._check_handle(value, p, kind)
+                    inputs[p.name] = value
+                    continue
+                if p.role == EITHER and not isinstance(value, (list, tuple)):
+                    self._check_handle(value, p, kind)
                     inputs[p.name] = value
                     continue
                 if value is None and p.role == HANDLES and p.has_default and p.default is None:

@@ -7,7 +7,8 @@ and returns the targets it produced; the ``instruction`` decorator
 recording into the trace, making output handles, and committing the new function only when the
 primitive succeeded (a primitive that raises leaves func and trace unchanged). The primitives
 TVM users reach for beyond these (``reindex``, ``loop_partition``, ...) and TVM's API forms
-(``mod``, ``work_on``, ``get_sblock``, ``pad_einsum``) are in ``loopir.schedule.schedule_tvm``.
+(``mod``, ``work_on``, ``get_sblock``, ``pad_einsum``) are in ``loopir.schedule.schedule_tvm``;
+``blockize`` and ``tensorize`` in ``loopir.schedule.schedule_tensorize``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from loopir.ir.module import IRModule
 from loopir.ir.stmt import Block, BlockRealize, For, PrimFunc, Stmt
 from loopir.schedule import sampling, tree
 from loopir.schedule.recording import Target, _result, check_bool, instruction
+from loopir.schedule.schedule_tensorize import TensorizeForms
 from loopir.schedule.schedule_tvm import TVMForms, check_tvm_options, schedule_target
 from loopir.schedule.trace import (
     _RV,
@@ -123,7 +125,7 @@ def _check_unique_names(func: PrimFunc) -> None:
             loops.add(s.loop_var)
 
 
-class Schedule(TVMForms):
+class Schedule(TVMForms, TensorizeForms):
     """A traced schedule of a PrimFunc (TensorIR style).
 
     The IR is immutable, so the schedule simply holds the current function: ``sch.func``. Handles

@@ -81,6 +81,7 @@ RV = BlockRV | LoopRV
 HANDLE = "handle"  # one handle (may be None when the default is None)
 HANDLES = "handles"  # a list of handles (may be None when the default is None)
 VARHANDLES = "varhandles"  # *args of handles
+EITHER = "either"  # one handle or a list of handles (blockize's loop or list of blocks)
 ATTR = "attr"  # a JSON-ready literal
 
 
@@ -627,7 +628,7 @@ def _instruction_from_json(
             if not (p.has_default and p.default is None):
                 raise fail(f"{kind}: input {name!r} may not be null")
             inputs[name] = None
-        elif p.role == HANDLE:
+        elif p.role == HANDLE or (p.role == EITHER and not isinstance(value, list)):
             inputs[name] = handle(value, p)
         else:
             if not isinstance(value, list):

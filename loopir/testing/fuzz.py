@@ -73,7 +73,7 @@ PRIMITIVES: dict[str, int] = {
     "decompose_reduction": 2, "pad": 2, "get_producers": 1, "get_consumers": 1, "set_scope": 2,
     "storage_align": 1, "rfactor": 1, "transform_layout": 1, "get_child_blocks": 1,
     "get_output_blocks": 1, "add_unit_loop": 1, "loop_partition": 2, "reindex": 2,
-    "decompose_padding": 2,
+    "decompose_padding": 2, "blockize": 2, "tensorize": 2,
 }  # fmt: skip
 """The primitives the fuzzer calls, with relative weights."""
 
@@ -194,7 +194,9 @@ class ScheduleFuzzer(TVMDraws):
         order_seeds: Sequence[int] | None = None,
     ) -> None:
         import loopir
+        from loopir.testing.intrinsics import register_test_intrinsics
 
+        register_test_intrinsics()  # what tensorize draws from
         self.workload = workload
         self.base = workload.func
         self.sch: Schedule = loopir.Schedule(self.base)
@@ -241,7 +243,8 @@ class ScheduleFuzzer(TVMDraws):
     def reproducer(self, failing: Call | None = None, extra: str = "") -> str:
         """Python that rebuilds the workload and replays the successful calls (then ``failing``)."""
         lines = [
-            "import loopir, loopir.testing.fuzz, loopir.testing.workloads",
+            "import loopir, loopir.testing.fuzz, loopir.testing.intrinsics, loopir.testing.workloads",
+            "loopir.testing.intrinsics.register_test_intrinsics()",
             f"w = {self.workload.source}",
             "sch = loopir.Schedule(w.func)",
             *self._lines,
@@ -454,6 +457,10 @@ class ScheduleFuzzer(TVMDraws):
             args = self._reindex_args(ch)
         elif kind == "decompose_padding":
             args = self._padding_args(ch)
+        elif kind == "blockize":
+            args, kwargs = self._blockize_args(ch)
+        elif kind == "tensorize":
+            args = self._tensorize_args(ch)
         elif kind == "pad":
             block = self._pick_block(ch)
             node = self._block_node(block)

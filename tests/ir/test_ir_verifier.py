@@ -531,3 +531,34 @@ def test_nested_blocks():
     rejects(
         _nested(use_outer_loop_var=True), "undefined-var", "'io' is defined outside block 'outer'"
     )
+
+
+def test_nested_block_sees_the_enclosing_blocks_iter_vars():
+    """As in TensorIR (the inner block of blockize indexes with the outer block's iter vars):
+    a nested block may use the iter vars of the blocks around it, not the loops between."""
+    A, B = Buffer("A", (16,)), Buffer("B", (16,))
+    io, ii, vo, vi = Var("io"), Var("ii"), Var("vo"), Var("vi")
+
+    def func(index_var: Var, shift: int = 0) -> PrimFunc:
+        inner = BlockRealize(
+            (ii,),
+            True,
+            Block(
+                "inner", [spatial(vi, 4)], [point(A, vo * 4 + vi)], [point(B, vo * 4 + vi)],
+                BufferStore(B, A[vo * 4 + vi], (index_var * 4 + vi + shift,)),
+            ),
+        )  # fmt: skip
+        outer = BlockRealize(
+            (io,),
+            True,
+            Block(
+                "outer", [spatial(vo, 4)], [BufferRegion(A, [Range(vo * 4, 4)])],
+                [BufferRegion(B, [Range(vo * 4, 4)])], loop(ii, 4, inner),
+            ),
+        )  # fmt: skip
+        return PrimFunc((A, B), root(loop(io, 4, outer)))
+
+    verify(func(vo))
+    rejects(func(ii), "undefined-var", "'ii' is defined outside block 'inner'")
+    # the region check knows the enclosing iter var: a store one past the declared point is out
+    rejects(func(vo, shift=1), "region-cover")
