@@ -205,7 +205,7 @@ def test_dtype_mismatch_names_the_dtypes() -> None:
     e = _refuses(sch, loops[3], "test.mm4", "dtype differs", "float16", "float32",
                  "the intrinsic's description (the differing node marked)")  # fmt: skip
     marked = _marked(str(e))
-    assert marked[0] == '# with T.block("root"):'  # the description's region of C
+    assert marked[0] == 'with T.block("root"):'  # the description's region of C (its root lists regions)
     assert marked[1] == 'with T.block("C_o"):'  # the block in the function
 
 
