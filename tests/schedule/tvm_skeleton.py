@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from tests.schedule.tvm_text import _split_args
+
 _FOR = re.compile(r"for (?P<vars>[\w, ]+) in (?P<call>[\w.]+)\((?P<args>.*)\):$")
 _BLOCK = re.compile(r'with T\.s?block\("(?P<name>\w+)"\):$')
 _REMAP = re.compile(r'T\.axis\.remap\("\w+", \[(?P<vals>.*)\]\)$')
@@ -20,18 +22,7 @@ _AXIS = re.compile(r"T\.axis\.(spatial|reduce)\((?P<args>.*)\)$")
 
 def _split_top(text: str) -> list[str]:
     """``text`` split at the commas outside parentheses and brackets."""
-    out, depth, cur = [], 0, ""
-    for ch in text:
-        if ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append(cur.strip())
-            cur = ""
-        else:
-            cur += ch
-    return [*out, cur.strip()] if cur.strip() else out
+    return _split_args(text)
 
 
 def skeleton(text: str, canonical_loops: bool = False) -> list[str]:
