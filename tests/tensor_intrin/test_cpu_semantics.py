@@ -27,7 +27,7 @@ from loopir.ir.stmt import PrimFunc
 from loopir.passes import ThreadSync
 from loopir.tensor_intrin.cuda import INTRIN_NAMES
 
-from .kernels import Gemm, from_storage, tile_16x8, to_storage
+from .kernels import Gemm, from_storage, gemm_one_nest, tile_16x8, to_storage
 from .test_layouts import ptx_a, ptx_b, ptx_c
 
 
@@ -185,6 +185,34 @@ def test_missing_barrier_shows_in_random_order() -> None:
         mod(a, b, c)
         wrong += not np.array_equal(c, _emulate(a, b, gemm.dtype, gemm.acc))
     assert wrong
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_one_nest_gemm_reference_needs_threadsync(dtype: str) -> None:
+    """The CPU reference of the GPU test of ``gemm_one_nest`` (its size and inputs).
+
+    The kernel is written without barriers: its warps copy their shares of the shared tiles and
+    ``ldmatrix`` reads all of them (``loopir.lower``'s ThreadSync inserts the barriers, and a
+    CUDA build lowers). The executor runs the ``threadIdx`` nest, which holds warp-collective
+    calls, as a thread region whose warps interleave at those calls, so as written warp 0 loads
+    ``A_shared`` before warps 1-3 stored their rows: C keeps NaN rows even in sequential order
+    (on the H200, the GPU result was compared to that and failed). With ThreadSync's barriers
+    the result is the description's arithmetic exactly, in either order."""
+    func = gemm_one_nest(M=128, N=64, K=64, dtype=dtype)
+    rng = np.random.default_rng(8)
+    a = to_storage(rng.standard_normal((128, 64)), dtype)
+    b = to_storage(rng.standard_normal((64, 64)), dtype)
+    racy = np.full((128, 64), np.nan, np.float32)
+    loopir.build(func, target="cpu")(a, b, racy)
+    assert np.isnan(racy).any()
+    synced = ThreadSync()(func)
+    for order in ("sequential", "random"):
+        for seed in (0, 1):
+            c = np.full((128, 64), np.nan, np.float32)
+            mod = loopir.build(synced, target="cpu", thread_order=order)
+            mod.seed = seed
+            mod(a, b, c)
+            assert np.array_equal(c, _emulate(a, b, dtype, "float32"))
 
 
 @pytest.mark.parametrize("x_steps,b_x1", [(1, False), (2, True), (3, False)])
