@@ -60,7 +60,7 @@ from loopir.runtime.c_fibers import (
 )
 from loopir.runtime.c_parallel import OMP_PRELUDE, SIMD_PRELUDE, concurrency_problem
 from loopir.runtime.c_types import ERR_FIELDS, PRELUDE, expr_ctype, storage_bytes, storage_ctype
-from loopir.runtime.c_warp import WARP_TABLES, emit_tensor_core
+from loopir.runtime.c_warp import WARP_TABLES, emit_tensor_core, merge_warp_copies, open_warp_copies
 
 __all__ = ["CProgram", "generate_c", "ENTRY"]
 
@@ -138,6 +138,7 @@ class _StmtEmitter(ExprEmitter):
         self.uses_simd = False
         self.uses_tensor_core = False  # a warp-collective call: the layout tables are needed
         self.warp_spans: dict[str, str] = {}  # per-warp allocations of a region: cname -> span
+        self.warp_copies: dict[str, str] = {}  # outer warp buffers' per-warp copies: cname -> copies
 
     # --- helpers ----------------------------------------------------------------------------
     def emit(self, line: str) -> None:
@@ -570,7 +571,9 @@ class _StmtEmitter(ExprEmitter):
             for c in codes:
                 code = c if code == "1" else f"lir_max_int64_t({code}, {c})"
             dims.append(code)
-        hoisted = self._hoist_allocations(s, f"({' * '.join(dims)} + 31) / 32")
+        nwarps = f"({' * '.join(dims)} + 31) / 32"
+        hoisted = self._hoist_allocations(s, nwarps)
+        copies = open_warp_copies(self, s, nwarps)
         fields = [(cname, expr_ctype(v.dtype)) for v, cname in self.vars.items()]
         fields += [(info.cname, storage_ctype(b.dtype) + "*") for b, info in self.buffers.items()]
         env_t = f"{rid}_env"
@@ -611,11 +614,12 @@ class _StmtEmitter(ExprEmitter):
         self.emit(f"{env_t} {env};")
         self.emit(f"{env}.err = err;")
         for n, _ in fields:
-            self.emit(f"{env}.{n} = {n};")
+            self.emit(f"{env}.{n} = {self.warp_copies.get(n, n)};")
         self.emit(f"const int64_t {env}_dims[3] = {{{', '.join(dims)}}};")
         self.emit(f"lir_run_fibers(err, &{env}, {env}_dims, {rid});")
         self.indent -= 1
         self.emit("}")
+        merge_warp_copies(self, copies, nwarps)
         for b, info, old, heap in reversed(hoisted):
             self.close_buffer(b, info, old, heap)
             self.hoisted.discard(b)

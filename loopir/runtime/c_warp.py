@@ -27,8 +27,11 @@ from typing import TYPE_CHECKING
 
 from loopir.errors import CodegenError
 from loopir.ir import dtype as dt
+from loopir.ir.buffer import Buffer
 from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr, Var
+from loopir.ir.functor import post_order_visit
 from loopir.ir.op import is_warp_collective, tensor_core_problem
+from loopir.ir.stmt import BufferStore, Stmt
 from loopir.runtime.c_fibers import WARP_SLOTS
 from loopir.runtime.c_types import expr_ctype, storage_ctype
 from loopir.tensor_intrin.calls import per_lane_stmt
@@ -45,7 +48,7 @@ from loopir.tensor_intrin.layouts import (
 if TYPE_CHECKING:
     from loopir.runtime.c_codegen import _StmtEmitter
 
-__all__ = ["WARP_TABLES", "emit_collective", "emit_tensor_core"]
+__all__ = ["WARP_TABLES", "emit_collective", "emit_tensor_core", "merge_warp_copies", "open_warp_copies"]
 
 
 def _table(name: str, values: list[int]) -> str:
@@ -210,3 +213,62 @@ def _mma(em: _StmtEmitter, call: Call) -> None:
     for v in names:
         em.vars.pop(v, None)
     _close(em)
+
+
+# --- warp buffers allocated outside a thread region -------------------------------------------
+#: A warp's copy of a warp buffer open outside a region: (outer C name, copies' C name, element
+#: type, elements of one instance).
+WarpCopy = tuple[str, str, str, str]
+
+
+def open_warp_copies(em: _StmtEmitter, region: Stmt, nwarps: str) -> list[WarpCopy]:
+    """Give each warp of ``region`` its own instance of the ``warp`` buffers that are open
+    around it (allocated outside, or parameters) and that it accesses.
+
+    A ``warp`` buffer is one per warp, as its fragments are a warp's registers on a GPU. Outside
+    a region the IR runs sequentially and one instance is that meaning; in a region the warps
+    interleave at their collective calls, so a shared instance let one warp's ``ldmatrix``
+    overwrite the fragment another warp's ``mma`` was still to read. Each warp's copy starts as
+    the outer instance (what the code before wrote); :func:`merge_warp_copies` writes back
+    what the warps changed. The region reads its warp's copy (``em.warp_spans``).
+    """
+    used: set[Buffer] = set()
+
+    def visit(n: object) -> None:
+        if isinstance(n, (BufferLoad, BufferStore)) and n.buffer.scope == "warp":
+            used.add(n.buffer)
+
+    post_order_visit(region, visit)
+    copies = []
+    for b, info in em.buffers.items():
+        if b not in used or b in em.hoisted:
+            continue
+        st, span, pw = storage_ctype(b.dtype), em.product(b.shape), em.fresh(b.name + "_per_warp")
+        em.emit(f"{st}* {pw} = ({st}*)lir_alloc(err, ({span}) * ({nwarps}) * (int64_t)sizeof({st}), "
+                f"{info.id});  /* one {b.name} per warp, from the one outside the region */")  # fmt: skip
+        em.emit(f"if ({pw}) {{")
+        em.indent += 1
+        em.emit(f"for (int64_t w = 0; w < ({nwarps}); ++w) "
+                f"memcpy({pw} + w * ({span}), {info.cname}, ({span}) * sizeof({st}));")  # fmt: skip
+        em.warp_spans[info.cname] = span
+        em.warp_copies[info.cname] = pw
+        copies.append((info.cname, pw, st, span))
+    return copies
+
+
+def merge_warp_copies(em: _StmtEmitter, copies: list[WarpCopy], nwarps: str) -> None:
+    """After the region: each element of the outer instance takes the value of the last warp
+    (in warp order, the sequential order of the warps) whose copy changed it (bitwise)."""
+    for outer, pw, st, span in reversed(copies):
+        em.emit(f"for (int64_t e = 0; e < ({span}); ++e) {{")
+        em.emit(f"  {st} v = {outer}[e];")
+        em.emit(f"  for (int64_t w = 0; w < ({nwarps}); ++w) "
+                f"if (memcmp(&{pw}[w * ({span}) + e], &{outer}[e], sizeof({st}))) v = {pw}[w * ({span}) + e];")  # fmt: skip
+        em.emit(f"  {outer}[e] = v;")
+        em.emit("}")
+        em.emit(f"free({pw});")
+        em.indent -= 1
+        em.emit("}")
+        em.warp_spans.pop(outer, None)
+        em.warp_copies.pop(outer, None)
+

@@ -174,7 +174,12 @@ def test_one_nest_gemm_on_the_gpu_matches_the_cpu(dtype: str) -> None:
     a = to_storage(rng.standard_normal((128, 64)), dtype)
     b = to_storage(rng.standard_normal((64, 64)), dtype)
     cpu = np.full((128, 64), np.nan, np.float32)
-    loopir.build(func, target="cpu")(a, b, cpu)
+    # the kernel is written without barriers (lowering inserts them, and a CUDA build lowers):
+    # the CPU reference needs ThreadSync's, or its warps read shared tiles too early
+    # (tests/tensor_intrin/test_cpu_semantics.py::test_one_nest_gemm_reference_needs_threadsync)
+    loopir.build(ThreadSync()(func), target="cpu")(a, b, cpu)
+    assert not np.isnan(cpu).any()  # assert_allclose takes NaN == NaN
+    np.testing.assert_allclose(cpu, from_storage(a, dtype) @ from_storage(b, dtype), rtol=1e-5, atol=1e-4)
     for f in (func, loopir.lower(func)):  # as written, and compacted (one warp's fragments)
         gpu = np.full((128, 64), np.nan, np.float32)
         loopir.build(f, target="cuda")(a, b, gpu)

@@ -27,7 +27,7 @@ from loopir.ir.stmt import PrimFunc
 from loopir.passes import ThreadSync
 from loopir.tensor_intrin.cuda import INTRIN_NAMES
 
-from .kernels import Gemm, from_storage, tile_16x8, to_storage
+from .kernels import Gemm, from_storage, gemm_one_nest, tile_16x8, to_storage
 from .test_layouts import ptx_a, ptx_b, ptx_c
 
 
@@ -185,6 +185,83 @@ def test_missing_barrier_shows_in_random_order() -> None:
         mod(a, b, c)
         wrong += not np.array_equal(c, _emulate(a, b, gemm.dtype, gemm.acc))
     assert wrong
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_one_nest_gemm_reference_needs_threadsync(dtype: str) -> None:
+    """The CPU reference of the GPU test of ``gemm_one_nest`` (its size and inputs).
+
+    The kernel is written without barriers: its warps copy their shares of the shared tiles and
+    ``ldmatrix`` reads all of them (``loopir.lower``'s ThreadSync inserts the barriers, and a
+    CUDA build lowers). The executor runs the ``threadIdx`` nest, which holds warp-collective
+    calls, as a thread region whose warps interleave at those calls, so as written warp 0 loads
+    ``A_shared`` before warps 1-3 stored their rows: C keeps NaN rows even in sequential order
+    (on the H200, the GPU result was compared to that and failed). With ThreadSync's barriers
+    the result is the description's arithmetic exactly, in either order."""
+    func = gemm_one_nest(M=128, N=64, K=64, dtype=dtype)
+    rng = np.random.default_rng(8)
+    a = to_storage(rng.standard_normal((128, 64)), dtype)
+    b = to_storage(rng.standard_normal((64, 64)), dtype)
+    racy = np.full((128, 64), np.nan, np.float32)
+    loopir.build(func, target="cpu")(a, b, racy)
+    assert np.isnan(racy).any()
+    synced = ThreadSync()(func)
+    for order in ("sequential", "random"):
+        for seed in (0, 1):
+            c = np.full((128, 64), np.nan, np.float32)
+            mod = loopir.build(synced, target="cpu", thread_order=order)
+            mod.seed = seed
+            mod(a, b, c)
+            assert np.array_equal(c, _emulate(a, b, dtype, "float32"))
+
+
+def _two_warps_one_fragment() -> PrimFunc:
+    """Two warps (threadIdx.y), each ``C[16 ty : 16 ty + 16, :] = A[16 ty : ..., :] @ B``, with
+    the fragments allocated at the root and not indexed by the warp: a ``warp`` buffer is one
+    per warp (on a GPU, registers), whatever the loops around its allocation."""
+    from loopir.ir import op
+    from loopir.ir.buffer import Buffer
+    from loopir.ir.expr import Var
+    from loopir.ir.stmt import Allocate, BufferStore, Evaluate, seq
+
+    from .kernels import bind, serial
+
+    A, B, C = Buffer("A", (32, 16), "float16"), Buffer("B", (16, 8), "float16"), Buffer("C", (32, 8), "float32")
+    As = Buffer("A_shared", (32, 16), "float16", scope="shared")
+    Bs = Buffer("B_shared", (16, 8), "float16", scope="shared")
+    Aw = Buffer("A_warp", (32, 8), "float16", scope="warp")
+    Bw = Buffer("B_warp", (32, 4), "float16", scope="warp")
+    Cw = Buffer("C_warp", (32, 4), "float32", scope="warp")
+    bx, ty, tx, i, j = (Var(n) for n in ("bx", "ty", "tx", "i", "j"))
+    fa, fb = i * 32 + tx, j * 32 + tx
+    body = seq(
+        serial(i, 8, BufferStore(As, A[16 * ty + fa // 16, fa % 16], (16 * ty + fa // 16, fa % 16))),
+        serial(j, 4, BufferStore(Bs, B[fb // 8, fb % 8], (fb // 8, fb % 8))),
+        Evaluate(op.storage_sync("shared")),
+        Evaluate(op.mma_fill(Cw[tx, 0], 4, 0.0)),
+        Evaluate(op.ptx_ldmatrix(Aw[tx, 0], As[16 * ty + tx % 16, 8 * (tx // 16)])),
+        Evaluate(op.ptx_ldmatrix(Bw[tx, 0], Bs[tx % 16, 0], num=2, trans=True)),
+        Evaluate(op.ptx_mma(Aw[tx, 0], Bw[tx, 0], Cw[tx, 0])),
+        Evaluate(op.mma_store(C[16 * ty, 0], Cw[tx, 0], 16, 8)),
+    )  # fmt: skip
+    grid = bind(bx, 1, "blockIdx.x", bind(ty, 2, "threadIdx.y", bind(tx, 32, "threadIdx.x", body)))
+    return PrimFunc((A, B, C), Allocate(As, Allocate(Bs, Allocate(Aw, Allocate(Bw, Allocate(Cw, grid))))))
+
+
+@pytest.mark.parametrize("order", ["sequential", "random"])
+def test_a_root_allocated_fragment_is_one_per_warp(order: str) -> None:
+    """Warps meet only at their own collective calls, so in a region warp 1's ldmatrix came
+    between warp 0's ldmatrix and mma: with one instance of the root-allocated ``A_warp`` for
+    both, warp 0 multiplied warp 1's rows (lowering, which moves the allocation into the
+    nest, hid it)."""
+    func = _two_warps_one_fragment()
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((32, 16)).astype(np.float16)
+    b = rng.standard_normal((16, 8)).astype(np.float16)
+    for g in (func, loopir.lower(func)):
+        c = np.full((32, 8), np.nan, np.float32)
+        loopir.build(g, target="cpu", thread_order=order)(a, b, c)
+        assert np.array_equal(c, _emulate(a, b, "float16", "float32"))
 
 
 @pytest.mark.parametrize("x_steps,b_x1", [(1, False), (2, True), (3, False)])
