@@ -109,23 +109,23 @@ def written_condition(
         terms.sort(key=lambda t: t[0])
         stride = 1
         lo = base
-        for coef, ext, lp in terms:
+        for coef, ext, digit in terms:
             if coef != stride:
-                what = "the tile" if lp is None else lp.loop_var.name
+                what = "the tile" if digit is None else digit.loop_var.name
                 raise Inexact(f"index {e} skips or repeats elements (coefficient {coef} of "
                               f"{what}, expected {stride})")  # fmt: skip
             stride *= ext
-            if lp is not None:
-                lo = lo + coef * lp.min
+            if digit is not None:
+                lo = lo + coef * digit.min
         lo = ana.simplify(lo)
         off = x - lo
         conds.append(off >= 0)
         conds.append(off < stride)
-        for coef, ext, lp in terms:
-            if lp is None:
+        for coef, ext, digit in terms:
+            if digit is None:
                 continue
             # the unique inner iteration that writes the element (mixed radix digits)
-            solved[lp.loop_var] = ana.simplify(lp.min + (off // coef) % ext)
+            solved[digit.loop_var] = ana.simplify(digit.min + (off // coef) % ext)
     unused = [v for v in inner_vars if v not in solved]
     seen: set[Var] = set()
     for c in rg.conjuncts(realize.predicate):
