@@ -60,7 +60,7 @@ def _fail(msg: str) -> ScheduleError:
 
 
 def _check(M: Any, K: Any, N: Any, dtype: str, acc: str, block: tuple[int, int, int],
-           warp: tuple[int, int], stages: int, vec: int) -> None:  # fmt: skip
+           warp: tuple[int, int], stages: int, vec: int, pad: bool) -> None:  # fmt: skip
     if dtype not in ("float16", "bfloat16"):
         raise _fail(f"dtype must be 'float16' or 'bfloat16', got {dtype!r}")
     if acc not in ("float32", "float16") or (acc == "float16" and dtype != "float16"):
@@ -79,16 +79,22 @@ def _check(M: Any, K: Any, N: Any, dtype: str, acc: str, block: tuple[int, int, 
     if warps * WARP_SIZE > 1024:
         raise _fail(f"{warps} warps per block ({warps * WARP_SIZE} threads); at most 1024 threads")
     for name, size, tile in (("M", M, bm), ("N", N, bn), ("K", K, bk)):
-        if size % tile:
+        if size % tile and not pad:
             raise _fail(
                 f"{name} = {size} is not a multiple of the block tile's {tile}: the 16x16x16 tiles "
                 "are tensorized whole (an inexact tile carries a predicate that blockize cannot "
-                "divide); pick a block tile dividing the sizes, or pad the operands"
+                "divide); pass pad=True (the tiles of A and B are fetched with zeros past the "
+                "sizes, C is stored through shared memory with guards) or pick a block tile "
+                "dividing the sizes"
             )
     if isinstance(stages, bool) or not isinstance(stages, int) or not 1 <= stages <= 4:
         raise _fail(f"stages must be an int in 1..4, got {stages!r}")
     if vec not in (1, 2, 4, 8):
         raise _fail(f"vec must be 1, 2, 4 or 8 elements (at most 16 bytes), got {vec!r}")
+
+
+def _ints(*sizes: Any) -> bool:
+    return all(isinstance(x, int) and not isinstance(x, bool) for x in sizes)
 
 
 def _fragment_map(layout: FragmentLayout, transposed: bool = False) -> Any:
@@ -114,7 +120,7 @@ def ldmatrix_swizzle(cols: int) -> str | None:
 def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float32",
             b_trans: bool = False, block: tuple[int, int, int] = (128, 128, 32),
             warp: tuple[int, int] = (64, 64), stages: int = 3, swizzle: bool = True,
-            vec: int = 8) -> Schedule:  # fmt: skip
+            vec: int = 8, pad: bool | None = None) -> Schedule:  # fmt: skip
     """``C = A @ B`` on tensor cores (``mma.sync.m16n8k16``, sm_80+), scheduled with loopir's
     primitives (module docstring).
 
@@ -139,19 +145,30 @@ def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float
         XOR-swizzle the shared tiles for conflict-free ``ldmatrix`` (else pad the rows by 8).
     vec
         Elements per thread and copy of the cooperative fetch (8: 16 bytes, ``cp.async.cg``).
+    pad
+        Pad the iteration space to multiples of the block tile (``pad_einsum``): the padded
+        copies of A and B are inlined into the shared fetches (zeros past the sizes), and C is
+        stored from the fragments to a shared tile, then copied out with guards. Default: when
+        a size is not a multiple of the block tile; False refuses such sizes.
 
     Returns
     -------
     Schedule
         ``sch.func`` is the scheduled function, ``sch.trace`` its trace.
     """
-    _check(M, K, N, dtype, acc, block, warp, stages, vec)
+    if pad is None:
+        pad = bool(M % block[0] or N % block[1] or K % block[2]) if _ints(M, K, N) else False
+    _check(M, K, N, dtype, acc, block, warp, stages, vec, pad)
     bm, bn, bk = block
     wm, wn = warp
     wy, wz = bm // wm, bn // wn
     t, a = DTYPE_ABBREV[dtype], DTYPE_ABBREV[acc]
     sch = Schedule(tc_gemm_func(M, K, N, dtype, acc, b_trans))
     c = sch.get_block("C")
+    # the buffers pad_einsum grows (A_pad, B_pad, C_pad)
+    grown = (bool(M % bm or K % bk), bool(K % bk or N % bn), bool(M % bm or N % bn)) if pad else (False,) * 3
+    if any(grown):
+        sch.pad(c, [bm, bn, bk])
     i, j, k = sch.get_loops(c)
     i, i_tc = sch.split(i, [None, _TILE])
     j, j_tc = sch.split(j, [None, _TILE])
@@ -171,6 +188,8 @@ def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float
     for idx in (0, 1):
         copy = sch.cache_read(outer, idx, "shared")
         sch.compute_at(copy, k0)
+        if grown[idx]:  # the zero-padded copy of the operand, read in the fetch
+            sch.compute_inline(sch.get_block(("A", "B")[idx] + "_pad"))
         fused = sch.fuse(*sch.get_loops(copy)[-2:])
         _, fz, fy, fx, fv = sch.split(fused, [None, wz, wy, WARP_SIZE, vec])
         sch.bind(fz, "threadIdx.z")
@@ -184,7 +203,19 @@ def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float
     sch.compute_at(a_warp, k1)
     sch.compute_at(b_warp, k1)
     c_warp = sch.cache_write(outer, 0, "warp")
+    if grown[2]:
+        # C_pad becomes the block's shared tile of C, copied out by every thread with guards
+        sch.set_scope(c_warp, 0, "shared")
     sch.reverse_compute_at(c_warp, j1)
+    if grown[2]:
+        out = sch.get_block("C_pad")
+        # unit loops kept: a 1-row C still has a row loop to spread over the threads
+        sch.reverse_compute_at(out, j0, preserve_unit_loops=True)
+        fused = sch.fuse(*sch.get_loops(out)[2:])
+        _, fz, fy, fx = sch.split(fused, [None, wz, wy, WARP_SIZE])
+        sch.bind(fz, "threadIdx.z")
+        sch.bind(fy, "threadIdx.y")
+        sch.bind(fx, "threadIdx.x")
     sch.decompose_reduction(outer, k0)
 
     def fragments(block: Any) -> Any:
@@ -203,7 +234,7 @@ def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float
     sch.tensorize(lb, f"mma_ldmatrix_{t}_b" + ("_trans" if b_trans else ""))
     sch.tensorize(sch.get_loops(c)[-3], f"mma_{t}{t}{a}")
     sch.tensorize(sch.get_loops(sch.get_block("C_init"))[-2], f"mma_fill_{a}")
-    sch.tensorize(lc, f"mma_store_{a}_global")
+    sch.tensorize(lc, f"mma_store_{a}_" + ("shared" if grown[2] else "global"))
 
     for copy, cols in zip(shared, (bk, bk if b_trans else bn)):
         swz = ldmatrix_swizzle(cols) if swizzle else None

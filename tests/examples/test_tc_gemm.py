@@ -4,7 +4,9 @@
   thread order, for fp16 / bf16, B row- and column-major, fp32 and fp16 accumulation, with and
   without the swizzle and the cp.async pipeline; and the TensorIR (blocks) with the
   descriptions in place of the implementations equals the unscheduled function.
-* Sizes that are not multiples of the block tile, and bad parameters, are refused by name.
+* Sizes that are not multiples of the block tile are padded (``pad_einsum``: zero-filled
+  fetches, C stored through a shared tile with guards), or refused by name with ``pad=False``;
+  bad parameters are refused by name.
 * It lowers with no RaceCheckWarning and compiles with nvcc for sm_80 and sm_90a, without
   spills, with ldmatrix / mma.sync / cp.async in the source.
 * On a GPU: the same numbers as the CPU executor, and as torch.matmul at a larger size.
@@ -18,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import loopir
 from loopir.errors import ScheduleError
@@ -40,6 +44,12 @@ CASES = {
     "f16_acc16": ((64, 64, 64), dict(SMALL, acc="float16", stages=1)),
     "f16_plain": ((64, 64, 64), dict(SMALL, swizzle=False, stages=1)),
     "f16_defaults": ((128, 64, 128), {}),
+    # sizes off the block tile: pad_einsum, zero-filled fetches, C through a shared tile
+    "pad_40x40x24": ((40, 40, 24), dict(SMALL)),
+    "pad_97x100x50_btrans": ((97, 100, 50), dict(SMALL, b_trans=True)),
+    "pad_k_only": ((64, 100, 64), dict(SMALL, stages=2)),
+    "pad_bf16_33x70x129": ((33, 70, 129), dict(block=(32, 64, 64), warp=(16, 32), dtype="bfloat16")),
+    "pad_acc16_mn_only": ((50, 64, 70), dict(SMALL, acc="float16")),
 }
 
 
@@ -116,11 +126,23 @@ def test_schedule_structure() -> None:
     ((128, 64, 96), "N = 96 is not a multiple of the block tile's 128"),
     ((128, 100, 128), "K = 100 is not a multiple of the block tile's 32"),
 ])  # fmt: skip
-def test_sizes_off_the_block_tile_are_refused(shape, what: str) -> None:
+def test_sizes_off_the_block_tile_are_refused_without_padding(shape, what: str) -> None:
     with pytest.raises(ScheduleError, match=what) as info:
-        tc_gemm(*shape)
+        tc_gemm(*shape, pad=False)
     assert info.value.primitive == "examples.tc_gemm"
     assert "predicate that blockize cannot divide" in str(info.value)
+
+
+def test_padding_only_where_needed() -> None:
+    """pad_einsum grows only what a size off the tile needs: K alone pads A and B (C is stored
+    straight to global memory); M pads A and C (stored through a shared tile)."""
+    k_only = tc_gemm(128, 100, 128).func.script()
+    assert "A_pad" in k_only and "B_pad" in k_only and "C_pad" not in k_only
+    assert '"loopir.tensorized": "mma_store_f32_global"' in k_only
+    m_only = tc_gemm(100, 64, 128).func.script()
+    assert "A_pad" in m_only and "C_pad" in m_only and "B_pad" not in m_only
+    assert '"loopir.tensorized": "mma_store_f32_shared"' in m_only
+    assert "C_pad" not in tc_gemm(128, 64, 128).func.script()
 
 
 @pytest.mark.parametrize("params, what", [
@@ -152,6 +174,8 @@ NVCC_CASES = {
     "defaults": ((512, 256, 512), {}),
     "bf16_btrans_4stages": ((256, 128, 256), dict(dtype="bfloat16", b_trans=True, stages=4)),
     "f16_acc16_64k": ((256, 128, 256), dict(acc="float16", block=(128, 128, 64))),
+    "pad_k100": ((256, 100, 256), {}),
+    "pad_300x200x260": ((300, 200, 260), {}),
 }
 
 
@@ -166,7 +190,7 @@ def test_compiles_with_nvcc(name: str, arch: str, tmp_path: Path) -> None:
     shape, params = NVCC_CASES[name]
     src = _source(tc_gemm(*shape, **params))
     assert "ldmatrix.sync.aligned.m8n8.x4" in src and "mma.sync.aligned.m16n8k16" in src
-    assert "loopir_cp_async<16>" in src
+    assert "loopir_cp_async<" in src
     binary = compile_cuda(src, arch=arch, cache_dir=tmp_path)
     for res in binary.resources.values():
         assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0, binary.log
@@ -176,7 +200,8 @@ def test_compiles_with_nvcc(name: str, arch: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["f16_128x96x64", "f16_btrans", "bf16", "f16_acc16", "f16_defaults"])
+@pytest.mark.parametrize("name", ["f16_128x96x64", "f16_btrans", "bf16", "f16_acc16", "f16_defaults",
+                                  "pad_97x100x50_btrans", "pad_bf16_33x70x129", "pad_acc16_mn_only"])
 def test_gpu_matches_the_cpu(name: str) -> None:
     shape, params = CASES[name]
     sch = tc_gemm(*shape, **params)
@@ -205,3 +230,17 @@ def test_gpu_matches_torch(dtype: str, b_trans: bool) -> None:
     mod(a, b, c)
     want = a.float() @ (b.float().T if b_trans else b.float())
     torch.testing.assert_close(c, want, rtol=1e-3, atol=1e-2)
+
+
+@settings(max_examples=4, deadline=None)
+@given(M=st.integers(1, 80), K=st.integers(1, 80), N=st.integers(1, 80), b_trans=st.booleans(),
+       stages=st.integers(1, 3))  # fmt: skip
+def test_any_shape_equals_numpy(M: int, K: int, N: int, b_trans: bool, stages: int) -> None:
+    """Hypothesis-drawn sizes, most of them off the 16x16x16 tiles: padded, and equal to numpy
+    in random thread order."""
+    params = dict(SMALL, b_trans=b_trans, stages=stages)
+    func = _lowered(tc_gemm(M, K, N, **params))
+    a, b, c = _inputs((M, K, N), params, seed=M * 10000 + K * 100 + N)
+    loopir.build(func, target="cpu", thread_order="random")(a, b, c)
+    want = _reference(a, b, params)
+    np.testing.assert_allclose(c.astype(np.float64), want, rtol=1e-5, atol=1e-5 * max(np.abs(want).max(), 1.0))
