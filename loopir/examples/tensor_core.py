@@ -38,20 +38,23 @@ _TILE = 16
 
 
 def tc_gemm_func(M: int, K: int, N: int, dtype: str = "float16", acc: str = "float32",
-                 b_trans: bool = False) -> PrimFunc:  # fmt: skip
+                 b_trans: bool = False, batch: int | None = None) -> PrimFunc:  # fmt: skip
     """The unscheduled ``C[M, N] = A[M, K] @ B`` (B ``[K, N]``, or ``[N, K]`` when
-    ``b_trans``), the products of ``dtype`` inputs summed in ``acc``."""
+    ``b_trans``), the products of ``dtype`` inputs summed in ``acc``; with ``batch``, every
+    buffer has a leading batch dimension of that size."""
     from loopir import te
 
-    A = te.placeholder((M, K), dtype, name="A")
-    B = te.placeholder((N, K) if b_trans else (K, N), dtype, name="B")
+    lead: tuple[int, ...] = () if batch is None else (batch,)
+    A = te.placeholder((*lead, M, K), dtype, name="A")
+    B = te.placeholder((*lead, *((N, K) if b_trans else (K, N))), dtype, name="B")
     k = te.reduce_axis(K, name="k")
 
-    def body(i: Any, j: Any) -> Any:
-        b = B[j, k] if b_trans else B[k, j]
-        return te.sum(A[i, k].astype(acc) * b.astype(acc), axis=k)
+    def body(*idx: Any) -> Any:
+        *bt, i, j = idx
+        b = B[(*bt, j, k)] if b_trans else B[(*bt, k, j)]
+        return te.sum(A[(*bt, i, k)].astype(acc) * b.astype(acc), axis=k)
 
-    C = te.compute((M, N), body, name="C")
+    C = te.compute((*lead, M, N), body, name="C")
     return te.create_prim_func([A, B, C])
 
 
@@ -97,30 +100,38 @@ def _ints(*sizes: Any) -> bool:
     return all(isinstance(x, int) and not isinstance(x, bool) for x in sizes)
 
 
-def _fragment_map(layout: FragmentLayout, transposed: bool = False) -> Any:
+def _fragment_map(layout: FragmentLayout, transposed: bool = False, batched: bool = False) -> Any:
     """``(i, j) -> (i // 16, j // 16, lane, local)``: a warp buffer in ``layout``'s fragments
-    (``transposed``: the buffer is indexed ``(col, row)`` of the layout, as B ``[N, K]``)."""
-    if transposed:
-        return lambda i, j: (i // _TILE, j // _TILE, *layout.to_lane_local(j % _TILE, i % _TILE))
-    return lambda i, j: (i // _TILE, j // _TILE, *layout.to_lane_local(i % _TILE, j % _TILE))
+    (``transposed``: the buffer is indexed ``(col, row)`` of the layout, as B ``[N, K]``;
+    ``batched``: a leading batch index is kept)."""
+
+    def tiles(i: Any, j: Any) -> tuple[Any, ...]:
+        row, col = (j, i) if transposed else (i, j)
+        return (i // _TILE, j // _TILE, *layout.to_lane_local(row % _TILE, col % _TILE))
+
+    if batched:
+        return lambda b, i, j: (b, *tiles(i, j))
+    return tiles
 
 
-def ldmatrix_swizzle(cols: int) -> str | None:
+def ldmatrix_swizzle(cols: int, batched: bool = False) -> str | None:
     """The XOR swizzle of a shared tile of ``cols`` 16-bit columns (rows of ``cols // 8`` chunks
     of 16 bytes) free of bank conflicts for ``ldmatrix``: the chunk index XOR the row, over the
-    chunks of one 128-byte line (None for tiles narrower than 32 columns)."""
+    chunks of one 128-byte line (None for tiles narrower than 32 columns). ``batched``: the
+    tile has a leading batch index, kept."""
     chunks = cols // 8
+    b = "b, " if batched else ""
     if chunks >= 8:
-        return "lambda i, j: (i, j // 64 * 64 + (j // 8 % 8 ^ i % 8) * 8 + j % 8)"
+        return f"lambda {b}i, j: ({b}i, j // 64 * 64 + (j // 8 % 8 ^ i % 8) * 8 + j % 8)"
     if chunks == 4:  # 64-byte rows: two rows per 128-byte line
-        return "lambda i, j: (i, j // 32 * 32 + (j // 8 % 4 ^ i // 2 % 4) * 8 + j % 8)"
+        return f"lambda {b}i, j: ({b}i, j // 32 * 32 + (j // 8 % 4 ^ i // 2 % 4) * 8 + j % 8)"
     return None
 
 
 def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float32",
             b_trans: bool = False, block: tuple[int, int, int] = (128, 128, 32),
             warp: tuple[int, int] = (64, 64), stages: int = 3, swizzle: bool = True,
-            vec: int = 8, pad: bool | None = None) -> Schedule:  # fmt: skip
+            vec: int = 8, pad: bool | None = None, batch: int | None = None) -> Schedule:  # fmt: skip
     """``C = A @ B`` on tensor cores (``mma.sync.m16n8k16``, sm_80+), scheduled with loopir's
     primitives (module docstring).
 
@@ -150,6 +161,8 @@ def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float
         copies of A and B are inlined into the shared fetches (zeros past the sizes), and C is
         stored from the fragments to a shared tile, then copied out with guards. Default: when
         a size is not a multiple of the block tile; False refuses such sizes.
+    batch
+        A leading batch dimension of A, B and C of this size (``blockIdx.z``); None: none.
 
     Returns
     -------
@@ -159,17 +172,20 @@ def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float
     if pad is None:
         pad = bool(M % block[0] or N % block[1] or K % block[2]) if _ints(M, K, N) else False
     _check(M, K, N, dtype, acc, block, warp, stages, vec, pad)
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0):
+        raise _fail(f"batch must be a positive int or None, got {batch!r}")
     bm, bn, bk = block
     wm, wn = warp
     wy, wz = bm // wm, bn // wn
     t, a = DTYPE_ABBREV[dtype], DTYPE_ABBREV[acc]
-    sch = Schedule(tc_gemm_func(M, K, N, dtype, acc, b_trans))
+    sch = Schedule(tc_gemm_func(M, K, N, dtype, acc, b_trans, batch))
+    lead = 0 if batch is None else 1  # loops above the block's i0 and j0
     c = sch.get_block("C")
     # the buffers pad_einsum grows (A_pad, B_pad, C_pad)
     grown = (bool(M % bm or K % bk), bool(K % bk or N % bn), bool(M % bm or N % bn)) if pad else (False,) * 3
     if any(grown):
-        sch.pad(c, [bm, bn, bk])
-    i, j, k = sch.get_loops(c)
+        sch.pad(c, [1] * lead + [bm, bn, bk])
+    *bl, i, j, k = sch.get_loops(c)
     i, i_tc = sch.split(i, [None, _TILE])
     j, j_tc = sch.split(j, [None, _TILE])
     k, k_tc = sch.split(k, [None, _TILE])
@@ -178,7 +194,9 @@ def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float
     i0, i1, i2 = sch.split(i, [None, wy, wm // _TILE])
     j0, j1, j2 = sch.split(j, [None, wz, wn // _TILE])
     k0, k1 = sch.split(k, [None, bk // _TILE])
-    sch.reorder(i0, j0, i1, j1, k0, k1, i2, j2)
+    sch.reorder(*bl, i0, j0, i1, j1, k0, k1, i2, j2)
+    if bl:
+        sch.bind(bl[0], "blockIdx.z")
     sch.bind(i0, "blockIdx.y")
     sch.bind(j0, "blockIdx.x")
     sch.bind(i1, "threadIdx.y")
@@ -211,7 +229,7 @@ def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float
         out = sch.get_block("C_pad")
         # unit loops kept: a 1-row C still has a row loop to spread over the threads
         sch.reverse_compute_at(out, j0, preserve_unit_loops=True)
-        fused = sch.fuse(*sch.get_loops(out)[2:])
+        fused = sch.fuse(*sch.get_loops(out)[2 + lead:])
         _, fz, fy, fx = sch.split(fused, [None, wz, wy, WARP_SIZE])
         sch.bind(fz, "threadIdx.z")
         sch.bind(fy, "threadIdx.y")
@@ -227,9 +245,9 @@ def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float
         return r1
 
     la, lb, lc = fragments(a_warp), fragments(b_warp), fragments(c_warp)
-    sch.transform_layout(a_warp, 0, _fragment_map(MMA_A))
-    sch.transform_layout(b_warp, 0, _fragment_map(MMA_B, b_trans))
-    sch.transform_layout(outer, 0, _fragment_map(MMA_C))
+    sch.transform_layout(a_warp, 0, _fragment_map(MMA_A, batched=bool(lead)))
+    sch.transform_layout(b_warp, 0, _fragment_map(MMA_B, b_trans, batched=bool(lead)))
+    sch.transform_layout(outer, 0, _fragment_map(MMA_C, batched=bool(lead)))
     sch.tensorize(la, f"mma_ldmatrix_{t}_a")
     sch.tensorize(lb, f"mma_ldmatrix_{t}_b" + ("_trans" if b_trans else ""))
     sch.tensorize(sch.get_loops(c)[-3], f"mma_{t}{t}{a}")
@@ -237,11 +255,11 @@ def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float
     sch.tensorize(lc, f"mma_store_{a}_" + ("shared" if grown[2] else "global"))
 
     for copy, cols in zip(shared, (bk, bk if b_trans else bn)):
-        swz = ldmatrix_swizzle(cols) if swizzle else None
+        swz = ldmatrix_swizzle(cols, batched=bool(lead)) if swizzle else None
         if swz is not None:
             sch.transform_layout(copy, 0, swz)
         else:
-            sch.storage_align(copy, 0, 0, 32, 8)
+            sch.storage_align(copy, 0, lead, 32, 8)
     if stages > 1:
         sch.annotate(k0, "software_pipeline_stage", [0, 0, stages - 1])
         sch.annotate(k0, "software_pipeline_async_stages", [0])

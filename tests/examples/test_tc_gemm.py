@@ -9,6 +9,7 @@
   bad parameters are refused by name.
 * It lowers with no RaceCheckWarning and compiles with nvcc for sm_80 and sm_90a, without
   spills, with ldmatrix / mma.sync / cp.async in the source.
+* A leading batch dimension (``blockIdx.z``), padded or not.
 * On a GPU: the same numbers as the CPU executor, and as torch.matmul at a larger size.
 """
 
@@ -50,23 +51,28 @@ CASES = {
     "pad_k_only": ((64, 100, 64), dict(SMALL, stages=2)),
     "pad_bf16_33x70x129": ((33, 70, 129), dict(block=(32, 64, 64), warp=(16, 32), dtype="bfloat16")),
     "pad_acc16_mn_only": ((50, 64, 70), dict(SMALL, acc="float16")),
+    # a leading batch dimension on blockIdx.z
+    "batch3": ((64, 64, 32), dict(SMALL, batch=3)),
+    "batch2_pad_btrans": ((40, 70, 24), dict(SMALL, batch=2, b_trans=True)),
+    "batch2_bf16_plain": ((64, 64, 32), dict(SMALL, batch=2, dtype="bfloat16", swizzle=False)),
 }
 
 
 def _inputs(shape: tuple[int, int, int], params: dict, seed: int = 0) -> tuple[np.ndarray, ...]:
     M, K, N = shape
     dtype = params.get("dtype", "float16")
+    lead = () if params.get("batch") is None else (params["batch"],)
     rng = np.random.default_rng(seed)
-    a = to_storage(rng.standard_normal((M, K)), dtype)
-    b = to_storage(rng.standard_normal((N, K) if params.get("b_trans") else (K, N)), dtype)
-    c = np.full((M, N), np.nan, np.float16 if params.get("acc") == "float16" else np.float32)
+    a = to_storage(rng.standard_normal((*lead, M, K)), dtype)
+    b = to_storage(rng.standard_normal((*lead, *((N, K) if params.get("b_trans") else (K, N)))), dtype)
+    c = np.full((*lead, M, N), np.nan, np.float16 if params.get("acc") == "float16" else np.float32)
     return a, b, c
 
 
 def _reference(a: np.ndarray, b: np.ndarray, params: dict) -> np.ndarray:
     dtype = params.get("dtype", "float16")
     am, bm = from_storage(a, dtype), from_storage(b, dtype)
-    return am @ (bm.T if params.get("b_trans") else bm)
+    return am @ (np.swapaxes(bm, -1, -2) if params.get("b_trans") else bm)
 
 
 def _lowered(sch: loopir.Schedule) -> loopir.PrimFunc:
@@ -90,7 +96,7 @@ def test_equals_numpy_on_the_cpu(name: str, order: str) -> None:
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
 
 
-@pytest.mark.parametrize("name", ["f16_128x96x64", "f16_btrans", "bf16"])
+@pytest.mark.parametrize("name", ["f16_128x96x64", "f16_btrans", "bf16", "batch2_pad_btrans"])
 def test_tensorir_with_descriptions_equals_the_unscheduled_function(name: str) -> None:
     """Before lowering, the schedule's blocks with each intrinsic's description (a sequential
     nest) compute what the unscheduled function does. Without the swizzle: it is applied after
@@ -99,7 +105,8 @@ def test_tensorir_with_descriptions_equals_the_unscheduled_function(name: str) -
     shape, params = CASES[name]
     sch = tc_gemm(*shape, **params, swizzle=False)
     loopir.verify(sch.func)
-    func = tc_gemm_func(*shape, params.get("dtype", "float16"), b_trans=params.get("b_trans", False))
+    func = tc_gemm_func(*shape, params.get("dtype", "float16"), b_trans=params.get("b_trans", False),
+                        batch=params.get("batch"))
     check_equivalent(func, with_descriptions(sch.func))
 
 
@@ -153,6 +160,7 @@ def test_padding_only_where_needed() -> None:
     (dict(stages=0), "stages must be an int in 1..4"),
     (dict(vec=16), "vec must be 1, 2, 4 or 8"),
     (dict(block=(256, 256, 32), warp=(32, 32)), "64 warps per block"),
+    (dict(batch=0), "batch must be a positive int or None"),
 ])  # fmt: skip
 def test_bad_parameters_are_refused(params: dict, what: str) -> None:
     with pytest.raises(ScheduleError, match=what):
@@ -176,6 +184,7 @@ NVCC_CASES = {
     "f16_acc16_64k": ((256, 128, 256), dict(acc="float16", block=(128, 128, 64))),
     "pad_k100": ((256, 100, 256), {}),
     "pad_300x200x260": ((300, 200, 260), {}),
+    "batch32_512x128x512": ((512, 128, 512), dict(batch=32)),
 }
 
 
@@ -201,7 +210,8 @@ def test_compiles_with_nvcc(name: str, arch: str, tmp_path: Path) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["f16_128x96x64", "f16_btrans", "bf16", "f16_acc16", "f16_defaults",
-                                  "pad_97x100x50_btrans", "pad_bf16_33x70x129", "pad_acc16_mn_only"])
+                                  "pad_97x100x50_btrans", "pad_bf16_33x70x129", "pad_acc16_mn_only",
+                                  "batch2_pad_btrans"])
 def test_gpu_matches_the_cpu(name: str) -> None:
     shape, params = CASES[name]
     sch = tc_gemm(*shape, **params)
