@@ -177,7 +177,6 @@ def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float
     bm, bn, bk = block
     wm, wn = warp
     wy, wz = bm // wm, bn // wn
-    t, a = DTYPE_ABBREV[dtype], DTYPE_ABBREV[acc]
     sch = Schedule(tc_gemm_func(M, K, N, dtype, acc, b_trans, batch))
     lead = 0 if batch is None else 1  # loops above the block's i0 and j0
     c = sch.get_block("C")
@@ -202,20 +201,7 @@ def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float
     sch.bind(i1, "threadIdx.y")
     sch.bind(j1, "threadIdx.z")
 
-    shared = []
-    for idx in (0, 1):
-        copy = sch.cache_read(outer, idx, "shared")
-        sch.compute_at(copy, k0)
-        if grown[idx]:  # the zero-padded copy of the operand, read in the fetch
-            sch.compute_inline(sch.get_block(("A", "B")[idx] + "_pad"))
-        fused = sch.fuse(*sch.get_loops(copy)[-2:])
-        _, fz, fy, fx, fv = sch.split(fused, [None, wz, wy, WARP_SIZE, vec])
-        sch.bind(fz, "threadIdx.z")
-        sch.bind(fy, "threadIdx.y")
-        sch.bind(fx, "threadIdx.x")
-        sch.vectorize(fv)
-        shared.append(copy)
-
+    shared = [_fetch(sch, outer, idx, k0, grown[idx], (wy, wz), vec) for idx in (0, 1)]
     a_warp = sch.cache_read(outer, 0, "warp")
     b_warp = sch.cache_read(outer, 1, "warp")
     sch.compute_at(a_warp, k1)
@@ -226,34 +212,9 @@ def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float
         sch.set_scope(c_warp, 0, "shared")
     sch.reverse_compute_at(c_warp, j1)
     if grown[2]:
-        out = sch.get_block("C_pad")
-        # unit loops kept: a 1-row C still has a row loop to spread over the threads
-        sch.reverse_compute_at(out, j0, preserve_unit_loops=True)
-        fused = sch.fuse(*sch.get_loops(out)[2 + lead:])
-        _, fz, fy, fx = sch.split(fused, [None, wz, wy, WARP_SIZE])
-        sch.bind(fz, "threadIdx.z")
-        sch.bind(fy, "threadIdx.y")
-        sch.bind(fx, "threadIdx.x")
+        _copy_out(sch, j0, 2 + lead, (wy, wz))
     sch.decompose_reduction(outer, k0)
-
-    def fragments(block: Any) -> Any:
-        """Split the copy's two innermost loops into 16x16 tiles; the tile's first loop."""
-        r, s = sch.get_loops(block)[-2:]
-        r0, r1 = sch.split(r, [None, _TILE])
-        s0, s1 = sch.split(s, [None, _TILE])
-        sch.reorder(r0, s0, r1, s1)
-        return r1
-
-    la, lb, lc = fragments(a_warp), fragments(b_warp), fragments(c_warp)
-    sch.transform_layout(a_warp, 0, _fragment_map(MMA_A, batched=bool(lead)))
-    sch.transform_layout(b_warp, 0, _fragment_map(MMA_B, b_trans, batched=bool(lead)))
-    sch.transform_layout(outer, 0, _fragment_map(MMA_C, batched=bool(lead)))
-    sch.tensorize(la, f"mma_ldmatrix_{t}_a")
-    sch.tensorize(lb, f"mma_ldmatrix_{t}_b" + ("_trans" if b_trans else ""))
-    sch.tensorize(sch.get_loops(c)[-3], f"mma_{t}{t}{a}")
-    sch.tensorize(sch.get_loops(sch.get_block("C_init"))[-2], f"mma_fill_{a}")
-    sch.tensorize(lc, f"mma_store_{a}_" + ("shared" if grown[2] else "global"))
-
+    _tensorize(sch, outer, (a_warp, b_warp, c_warp), dtype, acc, b_trans, bool(lead), grown[2])
     for copy, cols in zip(shared, (bk, bk if b_trans else bn)):
         swz = ldmatrix_swizzle(cols, batched=bool(lead)) if swizzle else None
         if swz is not None:
@@ -264,3 +225,60 @@ def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float
         sch.annotate(k0, "software_pipeline_stage", [0, 0, stages - 1])
         sch.annotate(k0, "software_pipeline_async_stages", [0])
     return sch
+
+
+def _bind_threads(sch: Schedule, loop: Any, warps: tuple[int, int], vec: int = 1) -> None:
+    """Spread ``loop`` over the block's threads (``threadIdx.z/y/x``), ``vec``-wide vectors."""
+    wy, wz = warps
+    if vec > 1:
+        _, fz, fy, fx, fv = sch.split(loop, [None, wz, wy, WARP_SIZE, vec])
+        sch.vectorize(fv)
+    else:
+        _, fz, fy, fx = sch.split(loop, [None, wz, wy, WARP_SIZE])
+    sch.bind(fz, "threadIdx.z")
+    sch.bind(fy, "threadIdx.y")
+    sch.bind(fx, "threadIdx.x")
+
+
+def _fetch(sch: Schedule, outer: Any, idx: int, k0: Any, padded: bool, warps: tuple[int, int],
+           vec: int) -> Any:  # fmt: skip
+    """The shared tile of operand ``idx`` fetched at ``k0`` by all threads; its copy block."""
+    copy = sch.cache_read(outer, idx, "shared")
+    sch.compute_at(copy, k0)
+    if padded:  # the zero-padded copy of the operand, read in the fetch
+        sch.compute_inline(sch.get_block(("A", "B")[idx] + "_pad"))
+    _bind_threads(sch, sch.fuse(*sch.get_loops(copy)[-2:]), warps, vec)
+    return copy
+
+
+def _copy_out(sch: Schedule, j0: Any, above: int, warps: tuple[int, int]) -> None:
+    """The padded C's write-back at the block's loop ``j0`` (``above`` loops down to it), by
+    all threads; unit loops kept: a 1-row C still has a row loop to spread over the threads."""
+    out = sch.get_block("C_pad")
+    sch.reverse_compute_at(out, j0, preserve_unit_loops=True)
+    _bind_threads(sch, sch.fuse(*sch.get_loops(out)[above:]), warps)
+
+
+def _tensorize(sch: Schedule, outer: Any, warp_blocks: tuple[Any, Any, Any], dtype: str, acc: str,
+               b_trans: bool, batched: bool, c_shared: bool) -> None:  # fmt: skip
+    """Fragment layouts on the warp buffers, then every 16x16 tile tensorized."""
+    t, a = DTYPE_ABBREV[dtype], DTYPE_ABBREV[acc]
+    a_warp, b_warp, c_warp = warp_blocks
+
+    def fragments(block: Any) -> Any:
+        """Split the copy's two innermost loops into 16x16 tiles; the tile's first loop."""
+        r, c = sch.get_loops(block)[-2:]
+        r0, r1 = sch.split(r, [None, _TILE])
+        c0, c1 = sch.split(c, [None, _TILE])
+        sch.reorder(r0, c0, r1, c1)
+        return r1
+
+    la, lb, lc = fragments(a_warp), fragments(b_warp), fragments(c_warp)
+    sch.transform_layout(a_warp, 0, _fragment_map(MMA_A, batched=batched))
+    sch.transform_layout(b_warp, 0, _fragment_map(MMA_B, b_trans, batched=batched))
+    sch.transform_layout(outer, 0, _fragment_map(MMA_C, batched=batched))
+    sch.tensorize(la, f"mma_ldmatrix_{t}_a")
+    sch.tensorize(lb, f"mma_ldmatrix_{t}_b" + ("_trans" if b_trans else ""))
+    sch.tensorize(sch.get_loops(sch.get_block("C"))[-3], f"mma_{t}{t}{a}")
+    sch.tensorize(sch.get_loops(sch.get_block("C_init"))[-2], f"mma_fill_{a}")
+    sch.tensorize(lc, f"mma_store_{a}_" + ("shared" if c_shared else "global"))

@@ -254,3 +254,23 @@ def test_any_shape_equals_numpy(M: int, K: int, N: int, b_trans: bool, stages: i
     loopir.build(func, target="cpu", thread_order="random")(a, b, c)
     want = _reference(a, b, params)
     np.testing.assert_allclose(c.astype(np.float64), want, rtol=1e-5, atol=1e-5 * max(np.abs(want).max(), 1.0))
+
+
+@pytest.mark.parametrize("name", ["pad_97x100x50_btrans", "batch2_pad_btrans", "bf16"])
+def test_trace_replays(name: str) -> None:
+    """The schedule's trace (fragment maps and swizzles recorded as lambda text) replays through
+    its JSON and its Python text to the same function."""
+    import json
+
+    shape, params = CASES[name]
+    sch = tc_gemm(*shape, **params)
+    func = tc_gemm_func(*shape, params.get("dtype", "float16"), b_trans=params.get("b_trans", False),
+                        batch=params.get("batch"))
+    replay = loopir.Schedule(func)
+    loopir.Trace.from_json(json.dumps(sch.trace.as_json())).apply_to(replay)
+    loopir.assert_structural_equal(sch.func, replay.func)
+    ns: dict = {}
+    exec(sch.trace.as_python(), ns)  # noqa: S102 - the trace's own Python text
+    again = loopir.Schedule(func)
+    ns["apply_trace"](again)
+    loopir.assert_structural_equal(sch.func, again.func)
