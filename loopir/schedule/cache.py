@@ -299,7 +299,11 @@ def cache_write(
     rg.check_scope(scope, prim, func)
     rg.root_block(func, prim)
     buf = _pick_buffer(func, blk, buffer, blk.writes, "writes", prim)
-    writers = {r.block.name for r in rg.leaf_blocks(func) if rg.writes_buffer(r.block, buf)}
+    # the blocks nested in a blockized writer are its own (TVM sees the outer block only)
+    nested = {r.block.name for r in rg.leaf_blocks(blk.body)}
+    if blk.init is not None:
+        nested |= {r.block.name for r in rg.leaf_blocks(blk.init)}
+    writers = {r.block.name for r in rg.leaf_blocks(func) if rg.writes_buffer(r.block, buf)} - nested
     if writers != {block}:
         others = ", ".join(sorted(writers - {block}))
         raise ScheduleError(
@@ -311,7 +315,7 @@ def cache_write(
         )
     readers = {
         r.block.name for r in rg.leaf_blocks(func)
-        if rg.reads_buffer(r.block, buf) and r.block.name != block
+        if rg.reads_buffer(r.block, buf) and r.block.name != block and r.block.name not in nested
     }
     direct = _direct_consumers(func, block, buf, consumer_blocks, prim)
     name = tree.fresh_name(func, f"{buf.name}_{scope}")

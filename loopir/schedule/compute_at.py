@@ -228,6 +228,10 @@ def _move(
     for s, anc in tree.walk(func):
         if not isinstance(s, BlockRealize) or s is realize or not anc:
             continue
+        if tree.enclosing_block(anc) is not scope_b:
+            # as TVM: only the blocks of the same scope are producers/consumers; a block
+            # nested in a blockized one is covered by its outer block's regions
+            continue
         hits = [b for b in linked if partners_fn(s.block, b)]
         if not hits:
             continue

@@ -250,7 +250,9 @@ def pad(func: PrimFunc, block: str, factors: Sequence[int]) -> PrimFunc:
             grown = [e in padded for e in acc.indices]
             # A spatial block's padded points are never written back: any fill works, 0 of the
             # input's own dtype keeps the copy well-typed.
-            fill = identity if blk.init is not None else make_const(0, buf.dtype)
+            # The identity in the input's own dtype (an fp16 operand of an fp32 sum holds an
+            # fp16 zero).
+            fill = _as_dtype(identity, buf.dtype) if blk.init is not None else make_const(0, buf.dtype)
             pre.append(_copy(name, buf, pbuf, pbuf.shape, (buf.shape, grown), fill))
     redirect = rg.BufferRedirect(mapping)
     new_ivars = tuple(
@@ -437,6 +439,15 @@ def _rebuild(
         if lp is node and v in padded:
             ext = padded[v]
     return attrs.evolve(node, extent=ext, body=_rebuild(node.body, realize, new_realize, padded, loop_of))
+
+
+def _as_dtype(value: PrimExpr, dtype: str) -> PrimExpr:
+    """The constant ``value`` as a ``dtype`` constant (a Cast of anything else)."""
+    if value.dtype == dtype:
+        return value
+    if isinstance(value, (IntImm, FloatImm)):
+        return make_const(value.value, dtype)
+    return Cast(dtype, value)
 
 
 def _copy(

@@ -58,7 +58,8 @@ def written_condition(
         The position loop (or the block whose scope holds the producer's whole loop nest:
         then every loop above the producer is an inner loop).
     write
-        One of the producer's write regions (point accesses).
+        One of the producer's write regions (point accesses, or tiles of constant extent
+        starting at such points: a blockized producer's).
     element
         The consumer's index per dimension, over the position's loops and its new loops.
     ana
@@ -83,14 +84,19 @@ def written_condition(
     conds: list[PrimExpr] = []
     solved: dict[Var, PrimExpr] = {}  # inner var -> its value for the consumer's element
     for dim, (rng, x) in enumerate(zip(write.region, element)):
-        if not _is_one(rng.extent):
+        if not (isinstance(rng.extent, IntImm) and rng.extent.value >= 1):
             raise Inexact(f"{write.buffer.name} is written with extent {rng.extent} at dim {dim}")
         e = ana.simplify(substitute(rng.min, bindings))
         lin = ana.detect_linear(e, inner_vars) if inner_vars else [e]
         if lin is None:
             raise Inexact(f"index {e} of {write.buffer.name} is not linear in the inner loops")
         base = lin[-1]
-        terms: list[tuple[int, int, For]] = []  # (coefficient, constant extent, loop)
+        # (coefficient, constant extent, loop); a region of a blockized producer (a tile of
+        # constant extent) is a dense innermost digit of coefficient 1 without a loop
+        terms: list[tuple[int, int, For | None]] = []
+        if not _is_one(rng.extent):
+            assert isinstance(rng.extent, IntImm)
+            terms.append((1, rng.extent.value, None))
         for v, c in zip(inner_vars, lin[:-1]):
             if isinstance(c, IntImm) and c.value == 0:
                 continue
@@ -103,19 +109,23 @@ def written_condition(
         terms.sort(key=lambda t: t[0])
         stride = 1
         lo = base
-        for coef, ext, lp in terms:
+        for coef, ext, digit in terms:
             if coef != stride:
+                what = "the tile" if digit is None else digit.loop_var.name
                 raise Inexact(f"index {e} skips or repeats elements (coefficient {coef} of "
-                              f"{lp.loop_var.name}, expected {stride})")  # fmt: skip
+                              f"{what}, expected {stride})")  # fmt: skip
             stride *= ext
-            lo = lo + coef * lp.min
+            if digit is not None:
+                lo = lo + coef * digit.min
         lo = ana.simplify(lo)
         off = x - lo
         conds.append(off >= 0)
         conds.append(off < stride)
-        for coef, ext, lp in terms:
+        for coef, ext, digit in terms:
+            if digit is None:
+                continue
             # the unique inner iteration that writes the element (mixed radix digits)
-            solved[lp.loop_var] = ana.simplify(lp.min + (off // coef) % ext)
+            solved[digit.loop_var] = ana.simplify(digit.min + (off // coef) % ext)
     unused = [v for v in inner_vars if v not in solved]
     seen: set[Var] = set()
     for c in rg.conjuncts(realize.predicate):

@@ -238,3 +238,28 @@ def test_pad_refuses_a_padded_spatial_var_missing_from_the_output() -> None:
                        r"C_reindex"):
         sch.pad(c, [4, 3, 1])
     sch.pad(c, [1, 3, 1])  # v_i not padded: fine
+
+
+def test_pad_of_a_mixed_precision_einsum_fills_inputs_in_their_own_dtype() -> None:
+    """fp16 operands summed in fp32: the padded copies of A and B hold a float16 zero (the
+    identity was the accumulator's float32 zero, which made the copy's store ill-typed and
+    compute_inline of it fail on the Select of a float16 and a float32 branch)."""
+    import loopir
+    from loopir.ir.stmt import BufferStore
+    from loopir.schedule import tree
+    from tests.schedule.dm_util import check_schedule
+
+    A = te.placeholder((6, 5), "float16", name="A")
+    B = te.placeholder((5, 7), "float16", name="B")
+    k = te.reduce_axis(5, name="k")
+    C = te.compute((6, 7), lambda i, j: te.sum(A[i, k].astype("float32") * B[k, j].astype("float32"), axis=k),
+                   name="C")  # fmt: skip
+    func = te.create_prim_func([A, B, C])
+    sch = loopir.Schedule(func)
+    sch.pad(sch.get_block("C"), [4, 4, 4])
+    for s, _ in tree.walk(sch.func):
+        if isinstance(s, BufferStore):
+            assert s.value.dtype == s.buffer.dtype, s
+    sch.compute_inline(sch.get_block("A_pad"))
+    sch.compute_inline(sch.get_block("B_pad"))
+    check_schedule(func, sch)

@@ -1,0 +1,239 @@
+"""Tensor-core GEMMs through ``mod()``: loopir ``examples.tc_gemm`` vs torch.matmul (cuBLAS) vs a
+Triton ``tl.dot`` GEMM autotuned over a few configurations (issue 31).
+
+One command on the GPU machine::
+
+    python benchmarks/tensor_core.py --json tensor_core.json
+
+Cases (``M x K x N``), fp16 and bf16 inputs, fp32 accumulation: 4096^3, 8192^3 and
+4096 x 4096 x 11008 (K = 4096, N = 11008: a LLaMA-7B MLP up-projection with 4096 tokens); then
+fp16 with K = 100 (padded by tc_gemm: zero-filled fetches) and 32 batches of 512 x 128 x 512
+(``batch=32``, on ``blockIdx.z``). Every implementation is first checked against a float32 reference on random data
+(max abs error over max abs reference), then timed with CUDA events around ``--calls``
+back-to-back calls (median of ``--repeat`` samples). loopir writes C in float32 (its
+accumulator), torch and Triton in the input type.
+
+``--smoke`` builds what it can without a GPU: every loopir schedule of the run, lowered, race
+checked and emitted as CUDA, and compiled with nvcc for ``--arch`` when nvcc is on PATH; it
+imports neither torch nor Triton.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shutil
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import loopir
+from loopir.errors import ScheduleError
+from loopir.examples import tc_gemm
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import events_per_call  # noqa: E402
+
+#: (M, K, N)
+SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 4096, 11008)]
+#: the cases CUTLASS refuses: (name, M, K, N, batch)
+EXTRA = [("fp16 K=100", 4096, 100, 4096, 1), ("fp16 32 x 512x128x512", 512, 128, 512, 32)]
+DTYPES = ["float16", "bfloat16"]
+#: the schedule's parameters (the defaults of tc_gemm, spelled out for the record)
+PARAMS: dict[str, Any] = dict(block=(128, 128, 32), warp=(64, 64), stages=3, swizzle=True, vec=8)
+
+
+def schedule(M: int, K: int, N: int, dtype: str, batch: int = 1) -> loopir.Schedule:
+    return tc_gemm(M, K, N, dtype, **PARAMS, batch=batch if batch > 1 else None)
+
+
+def smoke(arch: str) -> int:
+    """Build every loopir schedule of the run (no GPU needed)."""
+    from loopir.codegen_cuda import compile_cuda, prepare_function
+
+    nvcc = shutil.which("nvcc") is not None
+    for dtype in DTYPES:
+        for M, K, N in SHAPES:
+            sch = schedule(M, K, N, dtype)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # a RaceCheckWarning fails the smoke run
+                src = prepare_function(sch.func).emitted.source
+            line = f"{dtype} {M}x{K}x{N}: {len(src)} chars of CUDA"
+            if nvcc:
+                binary = compile_cuda(src, arch=arch)
+                res = next(iter(binary.resources.values()))
+                line += (f", {arch}: {res.registers} registers, {res.shared_bytes} B shared, "
+                         f"spills {res.spill_store_bytes}/{res.spill_load_bytes}")  # fmt: skip
+            print(line, flush=True)
+    for name, M, K, N, batch in EXTRA:
+        why = _refusal(M, K, N, batch)
+        if why is None:
+            src = prepare_function(schedule(M, K, N, "float16", batch).func).emitted.source
+            why = f"loopir supported ({len(src)} chars of CUDA)"
+        print(f"{name}: {why}", flush=True)
+    return 0
+
+
+def _refusal(M: int, K: int, N: int, batch: int) -> str | None:
+    """Why loopir cannot run the case (None: it can)."""
+    try:
+        schedule(M, K, N, "float16", batch)
+    except ScheduleError as e:
+        return f"loopir skipped: {e.message}"
+    return None
+
+
+def _triton_matmul() -> Any:
+    """``c = a @ b`` with ``tl.dot``, autotuned over 4 configurations (None without Triton)."""
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None
+
+    configs = [
+        triton.Config({"BM": 128, "BN": 256, "BK": 64, "G": 8}, num_stages=3, num_warps=8),
+        triton.Config({"BM": 128, "BN": 128, "BK": 64, "G": 8}, num_stages=4, num_warps=4),
+        triton.Config({"BM": 128, "BN": 128, "BK": 32, "G": 8}, num_stages=4, num_warps=4),
+        triton.Config({"BM": 64, "BN": 128, "BK": 32, "G": 8}, num_stages=4, num_warps=4),
+    ]
+
+    @triton.autotune(configs=configs, key=["M", "N", "K"])
+    @triton.jit
+    def kernel(a_ptr, b_ptr, c_ptr, M, N, K, sab, sam, sak, sbb, sbk, sbn, scb, scm, scn,  # type: ignore[no-untyped-def]
+               BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr):  # fmt: skip
+        pid = tl.program_id(0)
+        batch = tl.program_id(1)
+        num_m, num_n = tl.cdiv(M, BM), tl.cdiv(N, BN)
+        group = pid // (G * num_n)
+        first_m = group * G
+        size_m = min(num_m - first_m, G)
+        pm = first_m + (pid % size_m)
+        pn = (pid % (G * num_n)) // size_m
+        rm = pm * BM + tl.arange(0, BM)
+        rn = pn * BN + tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        a_ptrs = a_ptr + batch * sab + rm[:, None] * sam + rk[None, :] * sak
+        b_ptrs = b_ptr + batch * sbb + rk[:, None] * sbk + rn[None, :] * sbn
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, tl.cdiv(K, BK)):
+            kk = k * BK + rk
+            a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+            b = tl.load(b_ptrs, mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+            acc += tl.dot(a, b)
+            a_ptrs += BK * sak
+            b_ptrs += BK * sbk
+        c_ptrs = c_ptr + batch * scb + rm[:, None] * scm + rn[None, :] * scn
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+    def matmul(a: Any, b: Any, c: Any) -> Any:
+        a3, b3, c3 = (x if x.dim() == 3 else x.unsqueeze(0) for x in (a, b, c))
+        B, M, K = a3.shape
+        N = b3.shape[2]
+
+        def grid(meta: dict[str, int]) -> tuple[int, int]:
+            return (triton.cdiv(M, meta["BM"]) * triton.cdiv(N, meta["BN"]), B)
+
+        kernel[grid](a3, b3, c3, M, N, K, a3.stride(0), a3.stride(1), a3.stride(2), b3.stride(0),
+                     b3.stride(1), b3.stride(2), c3.stride(0), c3.stride(1), c3.stride(2))  # fmt: skip
+        return c
+
+    return matmul
+
+
+def _err(got: Any, ref: Any) -> float:
+    return float((got.float() - ref).abs().max() / ref.abs().max())
+
+
+def run_case(torch: Any, args: argparse.Namespace, name: str, flops: float, ref: Any,
+             impls: dict[str, tuple[Any, Any]]) -> dict[str, Any]:  # fmt: skip
+    """Check then time each ``label: (fn, out)``; TFLOP/s and ratios to loopir."""
+    row: dict[str, Any] = {"case": name, "flops": flops}
+    for label, (fn, out) in impls.items():
+        out.fill_(float("nan"))
+        fn()
+        torch.cuda.synchronize()
+        err = _err(out, ref)
+        if not err < args.tol:
+            raise AssertionError(f"{name} {label}: max error {err} >= {args.tol} of the largest |C|")
+        ms = events_per_call(torch, fn, args.calls, args.repeat, warmup=3)
+        row[label] = {"ms": ms, "TFLOP/s": flops / ms / 1e9, "err": err}
+    line = "  ".join(f"{k} {v['ms']:.3f} ms {v['TFLOP/s']:.0f} TFLOP/s" for k, v in row.items()
+                     if isinstance(v, dict))  # fmt: skip
+    base = row.get("loopir", {}).get("ms")
+    if base:
+        for k, v in list(row.items()):
+            if isinstance(v, dict) and k != "loopir":
+                row[f"loopir_vs_{k}"] = v["ms"] / base  # > 1: loopir is faster
+        line += "  " + "  ".join(f"loopir/{k} {v:.2f}x" for k, v in row.items() if k.startswith("loopir_vs_"))
+    print(f"{name}: {line}", flush=True)
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--calls", type=int, default=10)
+    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--tol", type=float, default=1e-2, help="max error over the largest |C|")
+    ap.add_argument("--smoke", action="store_true", help="build the loopir modules only (no GPU)")
+    ap.add_argument("--arch", default="sm_90a", help="nvcc architecture of --smoke")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        return smoke(args.arch)
+
+    import torch
+
+    out: dict[str, Any] = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "command": " ".join(sys.argv), "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
+        "params": {k: list(v) if isinstance(v, tuple) else v for k, v in PARAMS.items()}, "cases": [],
+    }  # fmt: skip
+    triton_mm = _triton_matmul()
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for dtype in DTYPES:
+        tdt = getattr(torch, dtype)
+        for M, K, N in SHAPES:
+            a = torch.randn(M, K, device="cuda", dtype=tdt, generator=gen)
+            b = torch.randn(K, N, device="cuda", dtype=tdt, generator=gen)
+            ref = a.float() @ b.float()
+            mod = loopir.build(schedule(M, K, N, dtype).func, target="cuda")
+            c32 = torch.empty(M, N, device="cuda", dtype=torch.float32)
+            c = torch.empty(M, N, device="cuda", dtype=tdt)
+            impls = {"loopir": (lambda mod=mod, a=a, b=b, c32=c32: mod(a, b, c32), c32),
+                     "torch": (lambda a=a, b=b, c=c: torch.matmul(a, b, out=c), c)}  # fmt: skip
+            if triton_mm is not None:
+                ct = torch.empty(M, N, device="cuda", dtype=tdt)
+                impls["triton"] = (lambda a=a, b=b, ct=ct: triton_mm(a, b, ct), ct)
+            out["cases"].append(run_case(torch, args, f"{dtype} {M}x{K}x{N}", 2.0 * M * N * K, ref, impls))
+            del a, b, c, c32, ref
+    for name, M, K, N, batch in EXTRA:
+        shape = (batch, M, K) if batch > 1 else (M, K)
+        a = torch.randn(*shape, device="cuda", dtype=torch.float16, generator=gen)
+        b = torch.randn(*((batch, K, N) if batch > 1 else (K, N)), device="cuda", dtype=torch.float16, generator=gen)
+        ref = a.float() @ b.float()
+        c = torch.empty(ref.shape, device="cuda", dtype=torch.float16)
+        impls: dict[str, tuple[Any, Any]] = {}
+        why = _refusal(M, K, N, batch)
+        if why is None:
+            mod = loopir.build(schedule(M, K, N, "float16", batch).func, target="cuda")
+            c32 = torch.empty(ref.shape, device="cuda", dtype=torch.float32)
+            impls["loopir"] = (lambda mod=mod, a=a, b=b, c32=c32: mod(a, b, c32), c32)
+        impls["torch"] = (lambda a=a, b=b, c=c: torch.matmul(a, b, out=c), c)
+        if triton_mm is not None:
+            ct = torch.empty_like(c)
+            impls["triton"] = (lambda a=a, b=b, ct=ct: triton_mm(a, b, ct), ct)
+        row = run_case(torch, args, name, 2.0 * batch * M * N * K, ref, impls)
+        if why is not None:
+            row["loopir"] = why
+            print(f"  {why}")
+        out["cases"].append(row)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
