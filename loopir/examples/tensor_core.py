@@ -27,11 +27,12 @@ from typing import Any
 
 from loopir.errors import ScheduleError
 from loopir.ir.stmt import PrimFunc
+from loopir.passes.software_pipeline import DEPTH_KEY
 from loopir.schedule import Schedule
 from loopir.tensor_intrin.cuda import DTYPE_ABBREV
 from loopir.tensor_intrin.layouts import MMA_A, MMA_B, MMA_C, WARP_SIZE, FragmentLayout
 
-__all__ = ["tc_gemm", "tc_gemm_func"]
+__all__ = ["tc_gemm", "tc_gemm_func", "tc_gemm_space"]
 
 _PRIM = "examples.tc_gemm"
 _TILE = 16
@@ -71,6 +72,7 @@ def _check(M: Any, K: Any, N: Any, dtype: str, acc: str, block: tuple[int, int, 
                     "bfloat16 in float32, and float16 in float16")  # fmt: skip
     for name, v in (("M", M), ("K", K), ("N", N)):
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            # a Var too: transform_layout of the warp fragments needs constant shapes
             raise _fail(f"{name} must be a positive int, got {v!r}")
     bm, bn, bk = block
     wm, wn = warp
@@ -176,23 +178,39 @@ def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float
         raise _fail(f"batch must be a positive int or None, got {batch!r}")
     bm, bn, bk = block
     wm, wn = warp
-    wy, wz = bm // wm, bn // wn
     sch = Schedule(tc_gemm_func(M, K, N, dtype, acc, b_trans, batch))
-    lead = 0 if batch is None else 1  # loops above the block's i0 and j0
-    c = sch.get_block("C")
+    lead = 0 if batch is None else 1
     # the buffers pad_einsum grows (A_pad, B_pad, C_pad)
     grown = (bool(M % bm or K % bk), bool(K % bk or N % bn), bool(M % bm or N % bn)) if pad else (False,) * 3
     if any(grown):
-        sch.pad(c, [1] * lead + [bm, bn, bk])
+        sch.pad(sch.get_block("C"), [1] * lead + [bm, bn, bk])
+    swizzles = (ldmatrix_swizzle(bk, bool(lead)), ldmatrix_swizzle(bk if b_trans else bn, bool(lead)))
+    _schedule(sch, (bm // wm, bn // wn, wm // _TILE, wn // _TILE, bk // _TILE), stages,
+              swizzles if swizzle else (None, None), vec, b_trans, grown)  # fmt: skip
+    return sch
+
+
+def _schedule(sch: Schedule, tiles: tuple[Any, Any, Any, Any, Any], stages: Any,
+              swizzles: tuple[str | None, str | None], vec: int, b_trans: bool,
+              grown: tuple[bool, bool, bool]) -> None:  # fmt: skip
+    """The schedule of block ``C`` of a (padded) ``tc_gemm_func``. ``tiles``: warps ``wy, wz``
+    per block, 16x16 tiles ``mi, nj`` per warp, ``kf`` 16-steps per K step (ints or sampled
+    values); ``stages`` an int or a sampled pipeline depth; ``swizzles``: the shared tiles'
+    maps (None: rows padded by 8 instead); ``grown``: which of A, B, C ``pad`` grew."""
+    wy, wz, mi, nj, kf = tiles
+    params = sch.func.params
+    dtype, acc = params[0].dtype, params[2].dtype
+    lead = len(params[2].shape) - 2  # the batch loop above the block's i0 and j0
+    c = sch.get_block("C")
     *bl, i, j, k = sch.get_loops(c)
     i, i_tc = sch.split(i, [None, _TILE])
     j, j_tc = sch.split(j, [None, _TILE])
     k, k_tc = sch.split(k, [None, _TILE])
     sch.reorder(i, j, k, i_tc, j_tc, k_tc)
     outer = sch.blockize(i_tc)  # "C_o": one 16x16x16 tile; "C" inside is the mma
-    i0, i1, i2 = sch.split(i, [None, wy, wm // _TILE])
-    j0, j1, j2 = sch.split(j, [None, wz, wn // _TILE])
-    k0, k1 = sch.split(k, [None, bk // _TILE])
+    i0, i1, i2 = sch.split(i, [None, wy, mi])
+    j0, j1, j2 = sch.split(j, [None, wz, nj])
+    k0, k1 = sch.split(k, [None, kf])
     sch.reorder(*bl, i0, j0, i1, j1, k0, k1, i2, j2)
     if bl:
         sch.bind(bl[0], "blockIdx.z")
@@ -215,16 +233,17 @@ def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float
         _copy_out(sch, j0, 2 + lead, (wy, wz))
     sch.decompose_reduction(outer, k0)
     _tensorize(sch, outer, (a_warp, b_warp, c_warp), dtype, acc, b_trans, bool(lead), grown[2])
-    for copy, cols in zip(shared, (bk, bk if b_trans else bn)):
-        swz = ldmatrix_swizzle(cols, batched=bool(lead)) if swizzle else None
+    for copy, swz in zip(shared, swizzles):
         if swz is not None:
             sch.transform_layout(copy, 0, swz)
         else:
             sch.storage_align(copy, 0, lead, 32, 8)
-    if stages > 1:
-        sch.annotate(k0, "software_pipeline_stage", [0, 0, stages - 1])
-        sch.annotate(k0, "software_pipeline_async_stages", [0])
-    return sch
+    if isinstance(stages, int):
+        if stages > 1:
+            sch.annotate(k0, "software_pipeline_stage", [0, 0, stages - 1])
+            sch.annotate(k0, "software_pipeline_async_stages", [0])
+    else:  # a sampled depth: every statement but the compute in stage 0, async
+        sch.annotate(k0, DEPTH_KEY, stages)
 
 
 def _bind_threads(sch: Schedule, loop: Any, warps: tuple[int, int], vec: int = 1) -> None:
@@ -282,3 +301,23 @@ def _tensorize(sch: Schedule, outer: Any, warp_blocks: tuple[Any, Any, Any], dty
     sch.tensorize(sch.get_loops(sch.get_block("C"))[-3], f"mma_{t}{t}{a}")
     sch.tensorize(sch.get_loops(sch.get_block("C_init"))[-2], f"mma_fill_{a}")
     sch.tensorize(lc, f"mma_store_{a}_" + ("shared" if c_shared else "global"))
+
+
+def tc_gemm_space(sch: Schedule, b_trans: bool = False) -> None:
+    """A design space for [`loopir.tune`][loopir.tune.search.tune] around ``tc_gemm``, applied to
+    ``Schedule(tc_gemm_func(...))``: warps per block ``wy`` (1, 2, 4) x ``wz`` (1, 2), 16x16 tiles
+    per warp ``mi`` (2, 4) x ``nj`` (4, 8), and the ``cp.async`` pipeline depth (2-4) sampled;
+    K steps of 32, 16-byte fetches and the swizzles fixed (the swizzle maps depend on the tile
+    widths: the B tile is at least 64 columns wide in every candidate). The sizes must be
+    multiples of every candidate's block tile (M of 256, N of 256, K of 32; batched or not):
+    candidates that do not divide them are refused (tensorize needs whole tiles).
+    ``b_trans``: B is stored ``[N, K]`` (bind with `functools.partial`).
+    """
+
+    def uniform(candidates: list[int]) -> Any:
+        return sch.sample_categorical(candidates, [1.0] * len(candidates))
+
+    batched = len(sch.func.params[2].shape) == 3
+    tiles = (uniform([1, 2, 4]), uniform([1, 2]), uniform([2, 4]), uniform([4, 8]), 2)
+    swizzles = (ldmatrix_swizzle(32, batched), ldmatrix_swizzle(32 if b_trans else 64, batched))
+    _schedule(sch, tiles, uniform([2, 3, 4]), swizzles, 8, b_trans, (False, False, False))

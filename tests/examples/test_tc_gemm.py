@@ -274,3 +274,24 @@ def test_trace_replays(name: str) -> None:
     again = loopir.Schedule(func)
     ns["apply_trace"](again)
     loopir.assert_structural_equal(sch.func, again.func)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("b_trans, batch", [(False, None), (True, 2)])
+def test_design_space_candidates_are_correct_and_replay(seed: int, b_trans: bool, batch: int | None) -> None:
+    """``tc_gemm_space``: sampled warps, warp tiles and pipeline depth; each candidate replays
+    through its trace's JSON, lowers race-free and computes what the unscheduled function does."""
+    import functools
+    import json
+
+    from loopir.examples.tensor_core import tc_gemm_space
+
+    func = tc_gemm_func(256, 64, 256, b_trans=b_trans, batch=batch)
+    sch = loopir.Schedule(func, seed=seed)
+    functools.partial(tc_gemm_space, b_trans=b_trans)(sch)
+    kinds = [i.kind for i in sch.trace.instructions]
+    assert kinds.count("sample_categorical") == 5
+    replay = loopir.Schedule(func)
+    loopir.Trace.from_json(json.dumps(sch.trace.as_json())).apply_to(replay)
+    loopir.assert_structural_equal(sch.func, replay.func)
+    check_equivalent(func, _lowered(sch), thread_order="random")
