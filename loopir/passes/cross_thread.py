@@ -39,10 +39,14 @@ shuffles and, above 32 threads, a shared-memory combine across warps; the CPU ex
 it among a thread region's fibers). A reduction over ``threadIdx.y``/``z``, over several
 thread axes, or over ``threadIdx.x`` rows that would share warps combines through shared
 memory instead (``loopir.passes.cross_thread_tree``), and the write-back reads the total
-from there. A non-identity ``init`` is combined into the written value. Thread-bound spatial
+from there. A non-identity ``init`` is combined into the written value. A block whose init
+never runs within its reduction loops (the copy of a later partition of ``loop_partition``, whose
+reduce iter var starts past its minimum) combines the total with the stored value instead.
+Thread-bound spatial
 loops and unit loops may lie among the reduction loops (the threads run in parallel anyway).
 Refused, with a ``loopir.errors.PassError`` naming the block: a reducer that is not
-sum/max/min; a ``blockIdx`` or ``vthread`` loop among the reduction loops (which includes a
+sum/max/min; an init that may run at another iteration than the first or only for some
+values of other variables; a ``blockIdx`` or ``vthread`` loop among the reduction loops (which includes a
 reduction loop outside the kernel), or a serial one that feeds a spatial iter var (reorder it
 outside); a loop among them that feeds no iter var (it would repeat the reduction); other
 statements among them, except beside the block under thread loops with no serial reduction
@@ -55,6 +59,7 @@ from __future__ import annotations
 
 import attrs
 
+from loopir.arith import Analyzer
 from loopir.errors import PassError
 from loopir.ir.buffer import Buffer, BufferRegion, Range
 from loopir.ir.expr import EQ, BufferLoad, IntImm, PrimExpr, Var
@@ -236,6 +241,44 @@ def _role(lp: For, feeds: set[Var], spatial: set[Var], outer: For, name: str) ->
     )
 
 
+def _init_runs(realize: BlockRealize, levels: list[_Level]) -> bool:
+    """Whether the block's init runs within its reduction loops (else it accumulates onto the
+    stored value throughout, as the copy of a later partition of ``loop_partition`` does).
+
+    The init runs where every reduce iter var is at the minimum of its domain. Each iter
+    var's value must be smallest at the first iteration of the reduction loops (then, bindings
+    being one-to-one, the init runs there or nowhere); the predicate there must be provably
+    true or provably false. Raises a PassError naming the block when either cannot be shown.
+    """
+    block, name = realize.block, realize.block.name
+    loops = [lv.loop for lv in levels if lv.role != "spatial"]
+    first: dict[Var, PrimExpr] = {lp.loop_var: lp.min for lp in loops}
+    ana = Analyzer({lp.loop_var: Range(lp.min, lp.extent) for lp in loops})
+    loop_names = ", ".join(lp.loop_var.name for lp in loops)
+    conds: list[PrimExpr] = []
+    for iv, value in zip(block.iter_vars, realize.iter_values):
+        if iv.kind is IterKind.SPATIAL:
+            continue
+        start = ana.simplify(substitute(value, first))
+        if not ana.can_prove(value >= start):
+            raise PassError(
+                f"{_P}: reduce iter var {iv.var.name} of block {name!r} (bound to {value}) is not "
+                f"smallest at the first iteration of its reduction loops {loop_names}, so where "
+                "its init runs cannot be placed before the cross-thread combine"
+            )
+        conds.append(EQ(start, iv.dom.min))
+    feeds = set(first)
+    conds += [substitute(cj, first) for cj in conjuncts(realize.predicate) if set(collect_vars(cj)) & feeds]
+    cond = ana.simplify(all_true(conds))
+    if isinstance(cond, IntImm):
+        return cond.value != 0
+    raise PassError(
+        f"{_P}: whether the init of block {name!r} runs within its reduction loops {loop_names} "
+        f"depends on other values ({cond}); a cross-thread reduction needs it to run always or "
+        "never (keep its reduction loops serial, or bind them so that it does)"
+    )
+
+
 def _check_siblings(lp: For, role: str, serial_above: For | None, others: tuple[Stmt, ...],
                     realize: BlockRealize) -> None:  # fmt: skip
     name = realize.block.name
@@ -334,7 +377,7 @@ class _Lower(Mutator):
             self.init_block(acc, red.op, name),
             self.in_thread(acc, realize, red, [lv.loop for lv in levels if lv.role == "serial"]),
             BlockRealize((), block=cross),
-            self.write_back(realize, red, total, levels),
+            self.write_back(realize, red, total, levels, _init_runs(realize, levels)),
         )
         body = core
         for k in reversed(range(len(shell))):
@@ -402,10 +445,12 @@ class _Lower(Mutator):
         self.new_buffers.append(buf)
         return stmts, total
 
-    def write_back(self, realize: BlockRealize, red: Reducer, total: BufferLoad, levels: list[_Level]) -> Stmt:
+    def write_back(self, realize: BlockRealize, red: Reducer, total: BufferLoad, levels: list[_Level],
+                   init_runs: bool) -> Stmt:  # fmt: skip
         """The block's result stored by the threads at index 0 of the reduced thread axes:
         its spatial iter vars only, with the predicate's conjuncts that do not involve the
-        reduction."""
+        reduction. The total is combined with the init value where the init runs, else with
+        the value already stored (see [`_init_runs`][loopir.passes.cross_thread._init_runs])."""
         block, c = realize.block, red.store.buffer
         spatial = [(iv, v) for iv, v in zip(block.iter_vars, realize.iter_values)
                    if iv.kind is IterKind.SPATIAL]  # fmt: skip
@@ -415,18 +460,20 @@ class _Lower(Mutator):
         reduce_vars |= {iv.var for iv in block.iter_vars if iv.kind is not IterKind.SPATIAL}
         kept = [cj for cj in conjuncts(realize.predicate)
                 if not set(collect_vars(cj)) & reduce_vars and not is_const_true(cj)]  # fmt: skip
-        init_value = substitute(red.init_value, vmap)
-        value = total if is_identity(red.op, red.init_value) else combine(red.op, init_value, total)
         indices = tuple(substitute(i, vmap) for i in red.store.indices)
+        writes = tuple(attrs.evolve(w, region=tuple(substitute(x, vmap) for x in w.region)) for w in block.writes)
         total_region = BufferRegion(total.buffer, tuple(Range(IntImm(0, "int32"), e) for e in total.buffer.shape))
-        init_reads = [r for r in block.reads if r.buffer is not c and touches_buffer(red.init_value, r.buffer)]
-        back = Block(
-            self.fresh(f"{block.name}_write_back"), tuple(new_ivs),
-            (total_region, *(attrs.evolve(r, region=tuple(substitute(x, vmap) for x in r.region))
-                             for r in init_reads)),
-            tuple(attrs.evolve(w, region=tuple(substitute(x, vmap) for x in w.region)) for w in block.writes),
-            BufferStore(c, value, indices),
-        )  # fmt: skip
+        if init_runs:
+            init_value = substitute(red.init_value, vmap)
+            value = total if is_identity(red.op, red.init_value) else combine(red.op, init_value, total)
+            init_reads = [r for r in block.reads if r.buffer is not c and touches_buffer(red.init_value, r.buffer)]
+            reads = (total_region, *(attrs.evolve(r, region=tuple(substitute(x, vmap) for x in r.region))
+                                     for r in init_reads))  # fmt: skip
+        else:  # the block accumulates onto what is stored (a later partition of its loop)
+            value = combine(red.op, BufferLoad(c, indices), total)
+            reads = (total_region, *(w for w in writes if w.buffer is c))
+        back = Block(self.fresh(f"{block.name}_write_back"), tuple(new_ivs), reads, writes,
+                     BufferStore(c, value, indices))  # fmt: skip
         zeros = [EQ(lv.loop.loop_var, IntImm(0, lv.loop.loop_var.dtype)) for lv in levels if lv.role == "reduce"]
         return BlockRealize(tuple(v for _, v in spatial), all_true([*zeros, *kept]), back)
 

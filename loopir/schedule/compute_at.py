@@ -30,6 +30,7 @@ from loopir.ir.stmt import Block, BlockRealize, For, IterKind, PrimFunc, Stmt, s
 from loopir.schedule import region as rg
 from loopir.schedule import tree
 from loopir.schedule import written as wr
+from loopir.schedule.cross_thread_consumers import check_no_new_conflict
 
 if TYPE_CHECKING:
     from loopir.arith import Analyzer
@@ -133,7 +134,9 @@ def reverse_compute_at(
     ScheduleError
         On a violated precondition, or when under a thread-bound loop the elements a
         producer writes in one iteration cannot be described exactly (e.g. a fused-then-split
-        tile: the block would copy elements another thread computes).
+        tile: the block would copy elements another thread computes), or when the block
+        would lie among the loops of a cross-thread reduction whose output it accesses
+        (:mod:`loopir.schedule.cross_thread_consumers`; TVM accepts it and fails in lowering).
 
     Examples
     --------
@@ -343,6 +346,7 @@ def _move(
     )
     out = tree.replace(out, loop_now, new_loop)
     rg.check_order(out, block, prim, node=loop, shown=func)
+    check_no_new_conflict(func, out, prim, loop)
     return out
 
 

@@ -23,6 +23,7 @@ from loopir.ir.functor import collect_vars, substitute
 from loopir.ir.reducer import match_reducer
 from loopir.ir.stmt import THREAD_TAGS, BlockRealize, For, ForKind, IterKind, PrimFunc, Stmt
 from loopir.schedule import tree
+from loopir.schedule.cross_thread_consumers import check_no_new_conflict
 
 
 def _loop(func: PrimFunc, loop_var: Any, primitive: str) -> tuple[For, tuple[Stmt, ...]]:
@@ -464,7 +465,9 @@ def bind(func: PrimFunc, loop_var: Var, thread_axis: str) -> PrimFunc:
     subtree of the outermost thread-bound loop) every loop with this tag has the same extent;
     and the CUDA launch limits (:mod:`loopir.ir.verifier_limits`): a constant extent at most
     the tag's limit (threadIdx.x/y 1024, threadIdx.z 64, blockIdx.x 2**31 - 1, blockIdx.y/z
-    65535) and at most 1024 threads per block over the kernel's threadIdx loops.
+    65535) and at most 1024 threads per block over the kernel's threadIdx loops. A reduction
+    made cross-thread may not have a block accessing its output among its reduction loops
+    (:mod:`loopir.schedule.cross_thread_consumers`).
 
     Before / after ``bind(i, "threadIdx.x")``::
 
@@ -519,6 +522,8 @@ def bind(func: PrimFunc, loop_var: Var, thread_axis: str) -> PrimFunc:
             primitive=P, func=func, node=_same_loop_in(func, other),
         )  # fmt: skip
     _check_nested_same_tag(func, new_func, kernel, P)
+    if cross is not None:
+        check_no_new_conflict(func, new_func, P, loop)
     problem = limits.block_threads_problem({t: lp.extent for t, lp in first.items()})
     if problem is not None:
         raise ScheduleError(
