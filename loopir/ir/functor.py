@@ -232,14 +232,29 @@ def all_buffers(func: PrimFunc) -> list[Buffer]:
 
 
 class _FreshLoops(Mutator):
+    def __init__(self) -> None:
+        self.buffers: dict[int, tuple[Buffer, Buffer]] = {}  # id(old) -> (old, new)
+
     def visit_For(self, node: For) -> Stmt:
         new = Var(node.loop_var.name, node.loop_var.dtype)
         body = self.visit(substitute(node.body, {node.loop_var: new}))
         return attrs.evolve(node, loop_var=new, body=body)
 
+    def visit_Allocate(self, node: Allocate) -> Stmt:
+        # a buffer allocated in the copy is the copy's own (one allocation per Buffer object)
+        self.buffers[id(node.buffer)] = (node.buffer, attrs.evolve(node.buffer))
+        out: Stmt = self.generic_visit(node)
+        return out
+
+    def visit_Buffer(self, node: Buffer) -> Buffer:
+        hit = self.buffers.get(id(node))
+        return hit[1] if hit is not None and hit[0] is node else node
+
 
 def fresh_loop_vars(stmt: Stmt) -> Stmt:
-    """``stmt`` with a new Var for each of its loops: a copy that can sit next to the original
-    (each loop defines its own Var; ``loopir.verify`` rejects one Var defined twice)."""
+    """``stmt`` with a new Var for each of its loops and a new Buffer for each of its
+    allocations: a copy that can sit next to the original (each loop defines its own Var, each
+    Allocate its own Buffer; ``loopir.verify`` rejects one Var defined twice, and a script
+    reads two allocations as two buffers)."""
     out: Stmt = _FreshLoops().visit(stmt)
     return out

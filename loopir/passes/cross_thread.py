@@ -270,6 +270,14 @@ def _init_runs(realize: BlockRealize, levels: list[_Level]) -> bool:
     feeds = set(first)
     conds += [substitute(cj, first) for cj in conjuncts(realize.predicate) if set(collect_vars(cj)) & feeds]
     cond = ana.simplify(all_true(conds))
+    if not isinstance(cond, IntImm):
+        # A symbolic size of 0 empties the reduction (``0 < cols`` at the first iteration):
+        # then no iteration runs the block and nothing is combined; decide for sizes >= 1,
+        # where the block runs (the write-back of an empty reduction stores the identity).
+        sizes = [v for v in collect_vars(cond) if v not in feeds]
+        for v in sizes:
+            ana.bind(v, Range(IntImm(1, v.dtype), IntImm(2**31 - 2, v.dtype)))
+        cond = ana.simplify(all_true(conds))
     if isinstance(cond, IntImm):
         return cond.value != 0
     raise PassError(

@@ -82,6 +82,8 @@ def _examples() -> dict[str, Any]:
         "row_sum": lambda: E.row_sum(2, 5000),
         "transpose": lambda: E.transpose(67, 45),
         "transpose_nopad": lambda: E.transpose(64, 32, pad=False),
+        "tc_gemm": lambda: E.tc_gemm(128, 64, 128),
+        "tc_gemm_padded": lambda: E.tc_gemm(97, 100, 50),
     }
 
 
@@ -89,6 +91,7 @@ def test_every_example_is_listed() -> None:
     # a new example must join the round trip
     made = {n for n in E.__all__ if not n.endswith("_func")}
     covered = {n.split("_")[0] if n.startswith(("dense", "transpose")) else n for n in _examples()}
+    covered |= {n for n in _examples() if n.startswith("tc_gemm")}
     assert made <= covered | {"pipelined_gemm"}, sorted(made - covered)
 
 
@@ -104,7 +107,7 @@ def test_examples(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(n for n in E.__all__ if n.endswith("_func")))
 def test_example_functions(name: str) -> None:
-    sizes = (37, 64, 45) if name == "dense_func" else (37, 64)
+    sizes = (37, 64, 45) if name in ("dense_func", "tc_gemm_func") else (37, 64)
     roundtrip(getattr(E, name)(*sizes))
 
 
