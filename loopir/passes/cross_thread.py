@@ -57,6 +57,8 @@ not enclose (its threads would store the same parts).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import attrs
 
 from loopir.arith import Analyzer
@@ -241,7 +243,7 @@ def _role(lp: For, feeds: set[Var], spatial: set[Var], outer: For, name: str) ->
     )
 
 
-def _init_runs(realize: BlockRealize, levels: list[_Level]) -> bool:
+def _init_runs(realize: BlockRealize, levels: list[_Level], enclosing: Sequence[For]) -> bool:
     """Whether the block's init runs within its reduction loops (else it accumulates onto the
     stored value throughout, as the copy of a later partition of ``loop_partition`` does).
 
@@ -249,6 +251,7 @@ def _init_runs(realize: BlockRealize, levels: list[_Level]) -> bool:
     var's value must be smallest at the first iteration of the reduction loops (then, bindings
     being one-to-one, the init runs there or nowhere); the predicate there must be provably
     true or provably false. Raises a PassError naming the block when either cannot be shown.
+    ``enclosing``: the loops around ``levels`` (their variables are not sizes).
     """
     block, name = realize.block, realize.block.name
     loops = [lv.loop for lv in levels if lv.role != "spatial"]
@@ -274,7 +277,8 @@ def _init_runs(realize: BlockRealize, levels: list[_Level]) -> bool:
         # A symbolic size of 0 empties the reduction (``0 < cols`` at the first iteration):
         # then no iteration runs the block and nothing is combined; decide for sizes >= 1,
         # where the block runs (the write-back of an empty reduction stores the identity).
-        sizes = [v for v in collect_vars(cond) if v not in feeds]
+        loop_vars = {lp.loop_var for lp in (*enclosing, *(lv.loop for lv in levels))}
+        sizes = [v for v in collect_vars(cond) if v not in loop_vars]
         for v in sizes:
             ana.bind(v, Range(IntImm(1, v.dtype), IntImm(2**31 - 2, v.dtype)))
         cond = ana.simplify(all_true(conds))
@@ -385,7 +389,7 @@ class _Lower(Mutator):
             self.init_block(acc, red.op, name),
             self.in_thread(acc, realize, red, [lv.loop for lv in levels if lv.role == "serial"]),
             BlockRealize((), block=cross),
-            self.write_back(realize, red, total, levels, _init_runs(realize, levels)),
+            self.write_back(realize, red, total, levels, _init_runs(realize, levels, self.loops)),
         )
         body = core
         for k in reversed(range(len(shell))):

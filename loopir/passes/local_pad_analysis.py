@@ -200,7 +200,7 @@ class StoreChecker:
         self.ana = analyzer(all_loops)
         self.idx = [] if self.vector else [self.ana.simplify(i) for i in indices]
         self.enumerated: tuple[Mapping[Var, np.ndarray], int, list[np.ndarray], list[int]] | None = None
-        self.masks: dict[int, tuple[PrimExpr, np.ndarray | None]] = {}
+        self.masks: dict[int, tuple[PrimExpr, np.ndarray]] = {}
         ranges = _const_ranges(domain_loops)
         if ranges is None or self.vector:
             return
@@ -219,23 +219,20 @@ class StoreChecker:
         self.enumerated = (env, size, vals, shape)
 
     def _mask(self, assumed: Sequence[PrimExpr]) -> np.ndarray | None:
+        """Where ``assumed`` holds (each condition's mask computed once, by ``_mask``'s rule:
+        a condition on variables outside the domain is dropped); None: not evaluable."""
         assert self.enumerated is not None
         env, size, _, _ = self.enumerated
         mask = np.ones(size, dtype=bool)
-        for c in assumed:
-            hit = self.masks.get(id(c))
-            if hit is None or hit[0] is not c:
-                m = None
-                if set(collect_vars(c)) <= self.xs:
-                    try:
-                        m = _enum.evaluate(c, env, size) != 0
-                    except _enum.NotEnumerable:
-                        return None
-                # else: dropped from the assumptions (a proof over a larger domain still holds)
-                hit = (c, m)
-                self.masks[id(c)] = hit
-            if hit[1] is not None:
+        try:
+            for c in assumed:
+                hit = self.masks.get(id(c))
+                if hit is None or hit[0] is not c:
+                    hit = (c, _mask([c], self.xs, env, size))
+                    self.masks[id(c)] = hit
                 mask &= hit[1]
+        except _enum.NotEnumerable:
+            return None
         return mask
 
     def __call__(self, assumed: Sequence[PrimExpr]) -> tuple[bool, str]:
