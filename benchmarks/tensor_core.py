@@ -5,13 +5,15 @@ One command on the GPU machine::
 
     python benchmarks/tensor_core.py --json tensor_core.json
 
-Cases (``M x K x N``), fp16 and bf16 inputs, fp32 accumulation: 4096^3, 8192^3 and
-4096 x 4096 x 11008 (K = 4096, N = 11008: a LLaMA-7B MLP up-projection with 4096 tokens); then
-fp16 with K = 100 (padded by tc_gemm: zero-filled fetches) and 32 batches of 512 x 128 x 512
-(``batch=32``, on ``blockIdx.z``). Every implementation is first checked against a float32 reference on random data
+Cases (``M x K x N``), fp16 and bf16 inputs, fp32 accumulation, C written in the input type
+by all: 4096^3, 8192^3 and 4096 x 4096 x 11008 (K = 4096, N = 11008: a LLaMA-7B MLP
+up-projection with 4096 tokens); then GEMMs CUTLASS does not take, also timed as
+``loopir.build`` builds them unscheduled (``loopir_default``): fp16 with K = 100 (padded by
+tc_gemm: zero-filled fetches), 32 batches of 512 x 128 x 512 (``batch=32``, on
+``blockIdx.z``), and the same with a ReLU on A fused as a prologue (``a_prologue``; torch runs
+``relu`` then ``matmul``, Triton applies it to the loaded tile). Every implementation is first checked against a float32 reference on random data
 (max abs error over max abs reference), then timed with CUDA events around ``--calls``
-back-to-back calls (median of ``--repeat`` samples). loopir writes C in float32 (its
-accumulator), torch and Triton in the input type.
+back-to-back calls (median of ``--repeat`` samples).
 
 ``--smoke`` builds what it can without a GPU: every loopir schedule of the run, lowered, race
 checked and emitted as CUDA, and compiled with nvcc for ``--arch`` when nvcc is on PATH; it
@@ -31,22 +33,38 @@ from typing import Any
 
 import loopir
 from loopir.errors import ScheduleError
-from loopir.examples import tc_gemm
+from loopir.examples import tc_gemm, tc_gemm_func
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import events_per_call  # noqa: E402
 
 #: (M, K, N)
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 4096, 11008)]
-#: the cases CUTLASS refuses: (name, M, K, N, batch)
-EXTRA = [("fp16 K=100", 4096, 100, 4096, 1), ("fp16 32 x 512x128x512", 512, 128, 512, 32)]
+#: the GEMMs CUTLASS does not take: (name, M, K, N, batch, ReLU prologue on A)
+EXTRA = [("fp16 K=100", 4096, 100, 4096, 1, False), ("fp16 32 x 512x128x512", 512, 128, 512, 32, False),
+         ("fp16 32 x relu(A) 512x128x512", 512, 128, 512, 32, True)]  # fmt: skip
 DTYPES = ["float16", "bfloat16"]
-#: the schedule's parameters (the defaults of tc_gemm, spelled out for the record)
+#: the schedule's parameters (the defaults of tc_gemm, spelled out for the record); every
+#: implementation writes C in the input type (fp32 accumulation)
 PARAMS: dict[str, Any] = dict(block=(128, 128, 32), warp=(64, 64), stages=3, swizzle=True, vec=8)
 
 
-def schedule(M: int, K: int, N: int, dtype: str, batch: int = 1) -> loopir.Schedule:
-    return tc_gemm(M, K, N, dtype, **PARAMS, batch=batch if batch > 1 else None)
+def relu(x: Any) -> Any:
+    from loopir.ir import op
+
+    return op.max_(x, op.const(0, x.dtype))
+
+
+def schedule(M: int, K: int, N: int, dtype: str, batch: int = 1, prologue: bool = False) -> loopir.Schedule:
+    return tc_gemm(M, K, N, dtype, **PARAMS, batch=batch if batch > 1 else None, out_dtype=dtype,
+                   a_prologue=relu if prologue else None)  # fmt: skip
+
+
+def default_func(M: int, K: int, N: int, dtype: str, batch: int = 1, prologue: bool = False) -> Any:
+    """The same GEMM unscheduled: what ``loopir.build`` gives without a schedule (CUTLASS when
+    its matcher takes it, else the default GPU schedule)."""
+    return tc_gemm_func(M, K, N, dtype, batch=batch if batch > 1 else None, out_dtype=dtype,
+                        a_prologue=relu if prologue else None)  # fmt: skip
 
 
 def smoke(arch: str) -> int:
@@ -67,19 +85,19 @@ def smoke(arch: str) -> int:
                 line += (f", {arch}: {res.registers} registers, {res.shared_bytes} B shared, "
                          f"spills {res.spill_store_bytes}/{res.spill_load_bytes}")  # fmt: skip
             print(line, flush=True)
-    for name, M, K, N, batch in EXTRA:
-        why = _refusal(M, K, N, batch)
+    for name, M, K, N, batch, pro in EXTRA:
+        why = _refusal(M, K, N, batch, pro)
         if why is None:
-            src = prepare_function(schedule(M, K, N, "float16", batch).func).emitted.source
+            src = prepare_function(schedule(M, K, N, "float16", batch, pro).func).emitted.source
             why = f"loopir supported ({len(src)} chars of CUDA)"
         print(f"{name}: {why}", flush=True)
     return 0
 
 
-def _refusal(M: int, K: int, N: int, batch: int) -> str | None:
+def _refusal(M: int, K: int, N: int, batch: int, prologue: bool = False) -> str | None:
     """Why loopir cannot run the case (None: it can)."""
     try:
-        schedule(M, K, N, "float16", batch)
+        schedule(M, K, N, "float16", batch, prologue)
     except ScheduleError as e:
         return f"loopir skipped: {e.message}"
     return None
@@ -100,10 +118,10 @@ def _triton_matmul() -> Any:
         triton.Config({"BM": 64, "BN": 128, "BK": 32, "G": 8}, num_stages=4, num_warps=4),
     ]
 
-    @triton.autotune(configs=configs, key=["M", "N", "K"])
+    @triton.autotune(configs=configs, key=["M", "N", "K", "RELU"])
     @triton.jit
     def kernel(a_ptr, b_ptr, c_ptr, M, N, K, sab, sam, sak, sbb, sbk, sbn, scb, scm, scn,  # type: ignore[no-untyped-def]
-               BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr):  # fmt: skip
+               RELU: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr):  # fmt: skip
         pid = tl.program_id(0)
         batch = tl.program_id(1)
         num_m, num_n = tl.cdiv(M, BM), tl.cdiv(N, BN)
@@ -121,6 +139,8 @@ def _triton_matmul() -> Any:
         for k in range(0, tl.cdiv(K, BK)):
             kk = k * BK + rk
             a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+            if RELU:
+                a = tl.maximum(a, 0.0).to(a.dtype)
             b = tl.load(b_ptrs, mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
             acc += tl.dot(a, b)
             a_ptrs += BK * sak
@@ -128,7 +148,7 @@ def _triton_matmul() -> Any:
         c_ptrs = c_ptr + batch * scb + rm[:, None] * scm + rn[None, :] * scn
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
 
-    def matmul(a: Any, b: Any, c: Any) -> Any:
+    def matmul(a: Any, b: Any, c: Any, relu: bool = False) -> Any:
         a3, b3, c3 = (x if x.dim() == 3 else x.unsqueeze(0) for x in (a, b, c))
         B, M, K = a3.shape
         N = b3.shape[2]
@@ -137,7 +157,7 @@ def _triton_matmul() -> Any:
             return (triton.cdiv(M, meta["BM"]) * triton.cdiv(N, meta["BN"]), B)
 
         kernel[grid](a3, b3, c3, M, N, K, a3.stride(0), a3.stride(1), a3.stride(2), b3.stride(0),
-                     b3.stride(1), b3.stride(2), c3.stride(0), c3.stride(1), c3.stride(2))  # fmt: skip
+                     b3.stride(1), b3.stride(2), c3.stride(0), c3.stride(1), c3.stride(2), relu)  # fmt: skip
         return c
 
     return matmul
@@ -180,7 +200,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tol", type=float, default=1e-2, help="max error over the largest |C|")
     ap.add_argument("--smoke", action="store_true", help="build the loopir modules only (no GPU)")
     ap.add_argument("--arch", default="sm_90a", help="nvcc architecture of --smoke")
+    ap.add_argument("--params", type=json.loads, default=None,
+                    help="JSON of tc_gemm parameters replacing PARAMS (block, warp, stages, ...)")
     args = ap.parse_args(argv)
+    if args.params:
+        PARAMS.update({k: tuple(v) if isinstance(v, list) else v for k, v in args.params.items()})
     if args.smoke:
         return smoke(args.arch)
 
@@ -200,32 +224,41 @@ def main(argv: list[str] | None = None) -> int:
             b = torch.randn(K, N, device="cuda", dtype=tdt, generator=gen)
             ref = a.float() @ b.float()
             mod = loopir.build(schedule(M, K, N, dtype).func, target="cuda")
-            c32 = torch.empty(M, N, device="cuda", dtype=torch.float32)
+            cl = torch.empty(M, N, device="cuda", dtype=tdt)
             c = torch.empty(M, N, device="cuda", dtype=tdt)
-            impls = {"loopir": (lambda mod=mod, a=a, b=b, c32=c32: mod(a, b, c32), c32),
+            impls = {"loopir": (lambda mod=mod, a=a, b=b, cl=cl: mod(a, b, cl), cl),
                      "torch": (lambda a=a, b=b, c=c: torch.matmul(a, b, out=c), c)}  # fmt: skip
             if triton_mm is not None:
                 ct = torch.empty(M, N, device="cuda", dtype=tdt)
                 impls["triton"] = (lambda a=a, b=b, ct=ct: triton_mm(a, b, ct), ct)
             out["cases"].append(run_case(torch, args, f"{dtype} {M}x{K}x{N}", 2.0 * M * N * K, ref, impls))
-            del a, b, c, c32, ref
-    for name, M, K, N, batch in EXTRA:
+            del a, b, c, cl, ref
+    for name, M, K, N, batch, pro in EXTRA:
         shape = (batch, M, K) if batch > 1 else (M, K)
         a = torch.randn(*shape, device="cuda", dtype=torch.float16, generator=gen)
         b = torch.randn(*((batch, K, N) if batch > 1 else (K, N)), device="cuda", dtype=torch.float16, generator=gen)
-        ref = a.float() @ b.float()
+        ref = (a.float().relu() if pro else a.float()) @ b.float()
         c = torch.empty(ref.shape, device="cuda", dtype=torch.float16)
         impls: dict[str, tuple[Any, Any]] = {}
-        why = _refusal(M, K, N, batch)
+        why = _refusal(M, K, N, batch, pro)
         if why is None:
-            mod = loopir.build(schedule(M, K, N, "float16", batch).func, target="cuda")
-            c32 = torch.empty(ref.shape, device="cuda", dtype=torch.float32)
-            impls["loopir"] = (lambda mod=mod, a=a, b=b, c32=c32: mod(a, b, c32), c32)
-        impls["torch"] = (lambda a=a, b=b, c=c: torch.matmul(a, b, out=c), c)
+            mod = loopir.build(schedule(M, K, N, "float16", batch, pro).func, target="cuda")
+            cl = torch.empty_like(c)
+            impls["loopir"] = (lambda mod=mod, a=a, b=b, cl=cl: mod(a, b, cl), cl)
+        # what loopir.build does with no schedule (CUTLASS, or the default GPU schedule)
+        dmod = loopir.build(default_func(M, K, N, "float16", batch, pro), target="cuda")
+        cd = torch.empty_like(c)
+        impls["loopir_default"] = (lambda dmod=dmod, a=a, b=b, cd=cd: dmod(a, b, cd), cd)
+        if pro:
+            impls["torch"] = (lambda a=a, b=b, c=c: torch.matmul(torch.relu(a), b, out=c), c)
+        else:
+            impls["torch"] = (lambda a=a, b=b, c=c: torch.matmul(a, b, out=c), c)
         if triton_mm is not None:
             ct = torch.empty_like(c)
-            impls["triton"] = (lambda a=a, b=b, ct=ct: triton_mm(a, b, ct), ct)
+            impls["triton"] = (lambda a=a, b=b, ct=ct, pro=pro: triton_mm(a, b, ct, pro), ct)
         row = run_case(torch, args, name, 2.0 * batch * M * N * K, ref, impls)
+        cutlass = "cutlass" in str(getattr(dmod, "source", "")).lower()
+        row["loopir_default_is"] = "CUTLASS" if cutlass else "the default GPU schedule"
         if why is not None:
             row["loopir"] = why
             print(f"  {why}")

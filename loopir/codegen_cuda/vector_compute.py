@@ -9,9 +9,9 @@
     Y_l[0] = f(X_l[0], B_l[0], s); ... Y_l[3] = ...;
     *(float4*)(Y + b) = Y_v;
 
-Every load that depends on the lane must be contiguous in it and aligned (the same proof as
-for copies); loads that do not are evaluated once per lane as written (they are the same
-element). Loads in a branch of a ``Select`` (or under ``&&`` / ``||``) are evaluated lazily by
+Every load from memory that depends on the lane must be contiguous in it and aligned (the same
+proof as for copies); loads that do not, and loads of register arrays (a fragment converted as
+it is stored), are evaluated once per lane as written. Loads in a branch of a ``Select`` (or under ``&&`` / ``||``) are evaluated lazily by
 the scalar code, so a loop with one stays scalar. The lanes' values are computed by the ordinary scalar printer, so a vectorized
 loop means exactly what the scalar one means. 16-bit floats use the same carriers as copies
 (``uint2`` / ``uint4`` for 4 / 8 halves).
@@ -31,17 +31,17 @@ from loopir.ir.stmt import BufferStore
 __all__ = ["vector_compute"]
 
 
-def _lane_loads(value: PrimExpr, v: Var) -> list[BufferLoad] | None:
-    """The distinct loads of ``value`` whose indices use ``v`` (None for a vector load)."""
+def _lane_loads(value: PrimExpr, v: Var) -> list[BufferLoad]:
+    """The distinct loads of ``value`` from memory whose indices use ``v``. Loads of register
+    arrays are left to the lanes' scalar values (each lane's element by a constant index once
+    unrolled): pointer-casting a register array would force it into local memory."""
     found: list[BufferLoad] = []
-    bad = False
 
     def visit(n: object) -> None:
-        nonlocal bad
         if not isinstance(n, BufferLoad) or not any(v in collect_vars(i) for i in n.indices):
             return
         if n.buffer.scope == "local":
-            bad = True  # pointer-casting register arrays would force them into local memory
+            return
         if not any(
             f.buffer is n.buffer and all(structural_equal(a, b) for a, b in zip(f.indices, n.indices))
             for f in found
@@ -49,7 +49,7 @@ def _lane_loads(value: PrimExpr, v: Var) -> list[BufferLoad] | None:
             found.append(n)
 
     post_order_visit(value, visit)
-    return None if bad else found
+    return found
 
 
 def _reads_other_elements_of(store: BufferStore) -> bool:
@@ -109,7 +109,7 @@ def vector_compute(em: Any, store: BufferStore, v: Var, lanes: int) -> str | Non
         return None
     carrier = vector_carrier(dst.dtype, lanes)
     loads = _lane_loads(store.value, v)
-    if carrier is None or loads is None:
+    if carrier is None:
         return None
     doff = em._vector_access_ok(dst, store.indices, v, lanes)
     if doff is None or _reads_other_elements_of(store) or _guarded_lane_load(store.value, v):

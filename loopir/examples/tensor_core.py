@@ -23,12 +23,16 @@ bf16 inputs, fp32 accumulation (fp16 too). The schedule:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from loopir.errors import ScheduleError
-from loopir.ir.stmt import PrimFunc
+from loopir.ir.expr import convert
+from loopir.ir.op import STORE_CASTS
+from loopir.ir.stmt import Block, PrimFunc
 from loopir.passes.software_pipeline import DEPTH_KEY
 from loopir.schedule import Schedule
+from loopir.schedule.tree import block_names
 from loopir.tensor_intrin.cuda import DTYPE_ABBREV
 from loopir.tensor_intrin.layouts import MMA_A, MMA_B, MMA_C, WARP_SIZE, FragmentLayout
 
@@ -39,24 +43,35 @@ _TILE = 16
 
 
 def tc_gemm_func(M: int, K: int, N: int, dtype: str = "float16", acc: str = "float32",
-                 b_trans: bool = False, batch: int | None = None) -> PrimFunc:  # fmt: skip
+                 b_trans: bool = False, batch: int | None = None, out_dtype: str | None = None,
+                 a_prologue: Callable[[Any], Any] | None = None) -> PrimFunc:  # fmt: skip
     """The unscheduled ``C[M, N] = A[M, K] @ B`` (B ``[K, N]``, or ``[N, K]`` when
     ``b_trans``), the products of ``dtype`` inputs summed in ``acc``; with ``batch``, every
-    buffer has a leading batch dimension of that size."""
+    buffer has a leading batch dimension of that size. With an ``out_dtype`` other than
+    ``acc``, ``C`` is an intermediate and the output is ``D = C.astype(out_dtype)`` (block
+    ``D``). ``a_prologue`` (a function of one ``dtype`` element, returning one) makes the
+    GEMM read ``A_prologue = a_prologue(A)``, an elementwise producer block (say a ReLU or a
+    scale): a GEMM that CUTLASS does not take."""
     from loopir import te
 
     lead: tuple[int, ...] = () if batch is None else (batch,)
     A = te.placeholder((*lead, M, K), dtype, name="A")
     B = te.placeholder((*lead, *((N, K) if b_trans else (K, N))), dtype, name="B")
     k = te.reduce_axis(K, name="k")
+    fa = A
+    if a_prologue is not None:
+        fa = te.compute(A.shape, lambda *idx: convert(a_prologue(A[idx])).astype(dtype), name="A_prologue")
 
     def body(*idx: Any) -> Any:
         *bt, i, j = idx
         b = B[(*bt, j, k)] if b_trans else B[(*bt, k, j)]
-        return te.sum(A[(*bt, i, k)].astype(acc) * b.astype(acc), axis=k)
+        return te.sum(fa[(*bt, i, k)].astype(acc) * b.astype(acc), axis=k)
 
     C = te.compute((*lead, M, N), body, name="C")
-    return te.create_prim_func([A, B, C])
+    if out_dtype is None or out_dtype == acc:
+        return te.create_prim_func([A, B, C])
+    D = te.compute((*lead, M, N), lambda *idx: C[idx].astype(out_dtype), name="D")
+    return te.create_prim_func([A, B, D])
 
 
 def _fail(msg: str) -> ScheduleError:
@@ -64,12 +79,16 @@ def _fail(msg: str) -> ScheduleError:
 
 
 def _check(M: Any, K: Any, N: Any, dtype: str, acc: str, block: tuple[int, int, int],
-           warp: tuple[int, int], stages: int, vec: int, pad: bool) -> None:  # fmt: skip
+           warp: tuple[int, int], stages: int, vec: int, pad: bool,
+           out_dtype: str | None = None) -> None:  # fmt: skip
     if dtype not in ("float16", "bfloat16"):
         raise _fail(f"dtype must be 'float16' or 'bfloat16', got {dtype!r}")
     if acc not in ("float32", "float16") or (acc == "float16" and dtype != "float16"):
         raise _fail(f"acc {acc!r} with dtype {dtype!r}: the mma intrinsics accumulate float16 or "
                     "bfloat16 in float32, and float16 in float16")  # fmt: skip
+    if out_dtype not in (None, acc) and (acc, out_dtype) not in STORE_CASTS:
+        raise _fail(f"out_dtype {out_dtype!r} with acc {acc!r}: the result is stored as the "
+                    "accumulator's type, or a float32 accumulator as 'float16' or 'bfloat16'")  # fmt: skip
     for name, v in (("M", M), ("K", K), ("N", N)):
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             # a Var too: transform_layout of the warp fragments needs constant shapes
@@ -133,7 +152,9 @@ def ldmatrix_swizzle(cols: int, batched: bool = False) -> str | None:
 def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float32",
             b_trans: bool = False, block: tuple[int, int, int] = (128, 128, 32),
             warp: tuple[int, int] = (64, 64), stages: int = 3, swizzle: bool = True,
-            vec: int = 8, pad: bool | None = None, batch: int | None = None) -> Schedule:  # fmt: skip
+            vec: int = 8, pad: bool | None = None, batch: int | None = None,
+            out_dtype: str | None = None, fragment_stages: int = 1,
+            a_prologue: Callable[[Any], Any] | None = None) -> Schedule:  # fmt: skip
     """``C = A @ B`` on tensor cores (``mma.sync.m16n8k16``, sm_80+), scheduled with loopir's
     primitives (module docstring).
 
@@ -165,6 +186,20 @@ def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float
         a size is not a multiple of the block tile; False refuses such sizes.
     batch
         A leading batch dimension of A, B and C of this size (``blockIdx.z``); None: none.
+    a_prologue
+        An elementwise function applied to A's elements (``tc_gemm_func``): computed as A's
+        tiles are fetched to shared memory (the producer inlined into the fetch; synchronous
+        loads then, as a computed value is no ``cp.async`` copy).
+    fragment_stages
+        1: each 16-wide K step loads its fragments (``ldmatrix``), then multiplies; 2: the K
+        steps of one shared tile are a software pipeline too, the fragments double-buffered in
+        registers (step ``k + 1``'s loaded while step ``k``'s ``mma`` run). ptxas already
+        hoists the loads of an unrolled step over the previous step's ``mma`` (SASS in
+        docs/benchmarks.md), so 2 measured the same on the H200.
+    out_dtype
+        The output's type: None or ``acc`` (C itself), or ``"float16"`` / ``"bfloat16"`` for a
+        float32 accumulator: the result ``D`` is converted as the fragments are stored (half
+        the bytes written; what ``torch.matmul`` of half-precision inputs returns).
 
     Returns
     -------
@@ -173,12 +208,14 @@ def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float
     """
     if pad is None:
         pad = bool(M % block[0] or N % block[1] or K % block[2]) if _ints(M, K, N) else False
-    _check(M, K, N, dtype, acc, block, warp, stages, vec, pad)
+    _check(M, K, N, dtype, acc, block, warp, stages, vec, pad, out_dtype)
+    if fragment_stages not in (1, 2) or isinstance(fragment_stages, bool):
+        raise _fail(f"fragment_stages must be 1 or 2, got {fragment_stages!r}")
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0):
         raise _fail(f"batch must be a positive int or None, got {batch!r}")
     bm, bn, bk = block
     wm, wn = warp
-    sch = Schedule(tc_gemm_func(M, K, N, dtype, acc, b_trans, batch))
+    sch = Schedule(tc_gemm_func(M, K, N, dtype, acc, b_trans, batch, out_dtype, a_prologue))
     lead = 0 if batch is None else 1
     # the buffers pad_einsum grows (A_pad, B_pad, C_pad)
     grown = (bool(M % bm or K % bk), bool(K % bk or N % bn), bool(M % bm or N % bn)) if pad else (False,) * 3
@@ -187,6 +224,10 @@ def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float
     swizzles = (ldmatrix_swizzle(bk, bool(lead)), ldmatrix_swizzle(bk if b_trans else bn, bool(lead)))
     _schedule(sch, (bm // wm, bn // wn, wm // _TILE, wn // _TILE, bk // _TILE), stages,
               swizzles if swizzle else (None, None), vec, b_trans, grown)  # fmt: skip
+    if fragment_stages == 2:
+        # k1: the fragment loads of A and B, then the mma (the loop under k0)
+        k1 = sch.get_loops(sch.get_block("C_o"))[lead + 5]
+        sch.annotate(k1, "software_pipeline_stage", [0, 0, 1])
     return sch
 
 
@@ -199,9 +240,12 @@ def _schedule(sch: Schedule, tiles: tuple[Any, Any, Any, Any, Any], stages: Any,
     maps (None: rows padded by 8 instead); ``grown``: which of A, B, C ``pad`` grew."""
     wy, wz, mi, nj, kf = tiles
     params = sch.func.params
-    dtype, acc = params[0].dtype, params[2].dtype
-    lead = len(params[2].shape) - 2  # the batch loop above the block's i0 and j0
+    dtype, out = params[0].dtype, params[2].dtype
     c = sch.get_block("C")
+    block = sch.get(c)
+    assert isinstance(block, Block)
+    acc = block.writes[0].buffer.dtype  # C's: the output's, or the intermediate's before D
+    lead = len(params[2].shape) - 2  # the batch loop above the block's i0 and j0
     *bl, i, j, k = sch.get_loops(c)
     i, i_tc = sch.split(i, [None, _TILE])
     j, j_tc = sch.split(j, [None, _TILE])
@@ -225,6 +269,10 @@ def _schedule(sch: Schedule, tiles: tuple[Any, Any, Any, Any, Any], stages: Any,
     sch.compute_at(a_warp, k1)
     sch.compute_at(b_warp, k1)
     c_warp = sch.cache_write(outer, 0, "warp")
+    if out != acc:
+        # D = C.astype(out) folded into C's write-back: the fragments are converted as they are
+        # stored (or, padded, as the shared tile is copied out)
+        sch.reverse_compute_inline(sch.get_block("D"))
     if grown[2]:
         # C_pad becomes the block's shared tile of C, copied out by every thread with guards
         sch.set_scope(c_warp, 0, "shared")
@@ -232,7 +280,7 @@ def _schedule(sch: Schedule, tiles: tuple[Any, Any, Any, Any, Any], stages: Any,
     if grown[2]:
         _copy_out(sch, j0, 2 + lead, (wy, wz))
     sch.decompose_reduction(outer, k0)
-    _tensorize(sch, outer, (a_warp, b_warp, c_warp), dtype, acc, b_trans, bool(lead), grown[2])
+    _tensorize(sch, outer, (a_warp, b_warp, c_warp), (dtype, acc, out), b_trans, bool(lead), grown[2])
     for copy, swz in zip(shared, swizzles):
         if swz is not None:
             sch.transform_layout(copy, 0, swz)
@@ -264,8 +312,11 @@ def _fetch(sch: Schedule, outer: Any, idx: int, k0: Any, padded: bool, warps: tu
     """The shared tile of operand ``idx`` fetched at ``k0`` by all threads; its copy block."""
     copy = sch.cache_read(outer, idx, "shared")
     sch.compute_at(copy, k0)
+    operand = ("A_prologue" if idx == 0 and "A_prologue" in block_names(sch.func) else ("A", "B")[idx])
     if padded:  # the zero-padded copy of the operand, read in the fetch
-        sch.compute_inline(sch.get_block(("A", "B")[idx] + "_pad"))
+        sch.compute_inline(sch.get_block(operand + "_pad"))
+    if operand == "A_prologue":  # an elementwise producer of A, computed as A is fetched
+        sch.compute_inline(sch.get_block(operand))
     _bind_threads(sch, sch.fuse(*sch.get_loops(copy)[-2:]), warps, vec)
     return copy
 
@@ -278,10 +329,14 @@ def _copy_out(sch: Schedule, j0: Any, above: int, warps: tuple[int, int]) -> Non
     _bind_threads(sch, sch.fuse(*sch.get_loops(out)[above:]), warps)
 
 
-def _tensorize(sch: Schedule, outer: Any, warp_blocks: tuple[Any, Any, Any], dtype: str, acc: str,
+def _tensorize(sch: Schedule, outer: Any, warp_blocks: tuple[Any, Any, Any], dtypes: tuple[str, str, str],
                b_trans: bool, batched: bool, c_shared: bool) -> None:  # fmt: skip
-    """Fragment layouts on the warp buffers, then every 16x16 tile tensorized."""
+    """Fragment layouts on the warp buffers, then every 16x16 tile tensorized (``dtypes``: the
+    inputs', the accumulator's and the output's)."""
+    dtype, acc, out = dtypes
     t, a = DTYPE_ABBREV[dtype], DTYPE_ABBREV[acc]
+    # a converting store, unless the tile goes to shared memory first (the copy-out converts)
+    store = a if out == acc or c_shared else f"{a}_{DTYPE_ABBREV[out]}"
     a_warp, b_warp, c_warp = warp_blocks
 
     def fragments(block: Any) -> Any:
@@ -300,7 +355,7 @@ def _tensorize(sch: Schedule, outer: Any, warp_blocks: tuple[Any, Any, Any], dty
     sch.tensorize(lb, f"mma_ldmatrix_{t}_b" + ("_trans" if b_trans else ""))
     sch.tensorize(sch.get_loops(sch.get_block("C"))[-3], f"mma_{t}{t}{a}")
     sch.tensorize(sch.get_loops(sch.get_block("C_init"))[-2], f"mma_fill_{a}")
-    sch.tensorize(lc, f"mma_store_{a}_" + ("shared" if c_shared else "global"))
+    sch.tensorize(lc, f"mma_store_{store}_" + ("shared" if c_shared else "global"))
 
 
 def tc_gemm_space(sch: Schedule, b_trans: bool = False) -> None:

@@ -367,9 +367,16 @@ def mma_fill(dst: PrimExpr, count: int, value: ExprLike) -> PrimExpr:
     return call
 
 
+#: ``(fragment dtype, tile dtype)`` pairs ``mma_store`` converts between (a float32 accumulator
+#: stored as a half-precision result, rounded to nearest as a ``Cast`` is).
+STORE_CASTS = frozenset({("float32", "float16"), ("float32", "bfloat16")})
+
+
 def mma_store(dst: PrimExpr, src: PrimExpr, rows: int = 16, cols: int = 16) -> PrimExpr:
     """Store this lane's part of an accumulator fragment into a ``rows`` x ``cols`` tile (per
-    lane, not collective; the 32 lanes together write the whole tile).
+    lane, not collective; the 32 lanes together write the whole tile). A ``float32`` fragment
+    may be stored into a ``float16`` or ``bfloat16`` tile: each element is then converted
+    ([`STORE_CASTS`][loopir.ir.op.STORE_CASTS]).
 
     ``dst`` is the tile's first element, a load ``D[..., r0, c0]`` of a ``shared`` or
     ``global`` buffer (the tile is ``D[..., r0:r0 + rows, c0:c0 + cols]``); ``src`` is the
@@ -465,8 +472,9 @@ def tensor_core_problem(call: Call) -> str | None:
         if _const_arg(rows) != 16 or _const_arg(cols) not in (8, 16):
             return f"mma_store: the tile must be 16 x 8 or 16 x 16, got {rows} x {cols}"
         prob = _tile_problem("mma_store dst", dst, ("shared", "global")) or _fragment_problem("mma_store src", src)
-        if prob is None and dst.dtype != src.dtype:
-            prob = f"mma_store: dst and src dtypes differ: {dst.dtype} and {src.dtype}"
+        if prob is None and dst.dtype != src.dtype and (src.dtype, dst.dtype) not in STORE_CASTS:
+            prob = (f"mma_store: a {src.dtype} fragment cannot be stored as {dst.dtype} (same dtype, or "
+                    f"one of the converting stores {sorted(STORE_CASTS)})")
         return prob
     return f"{call.op} is not a tensor-core call"
 

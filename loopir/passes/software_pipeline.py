@@ -17,7 +17,10 @@ stage, the loop ``for k in range(n): S0(k); S1(k); C(k)`` with stages ``[0, 0, 1
 A buffer written in stage ``s_w`` and read in a later stage ``s_r`` gets ``s_r - s_w + 1``
 versions (a new leading axis, indexed by the iteration modulo the versions), so that the copy
 of iteration ``k + 1`` does not overwrite what ``C(k)`` reads. ThreadSync then orders what is
-left (the reuse of a version one step later).
+left (the reuse of a version one step later). Buffers allocated in the loop's body (caches
+placed at that loop, such as the register fragments of a tensor-core K step) are allocated
+around the pipelined loop instead, versioned like the others when they pass between stages:
+``fragment_stages=2`` of ``examples.tc_gemm`` double-buffers its fragments so.
 
 Async stages: their global-to-shared copies are emitted by the CUDA backend as ``cp.async``
 (16-byte ``.cg`` for whole vectors, 4/8-byte ``.ca`` otherwise, a predicated fetch as a
@@ -214,7 +217,15 @@ class _Rewrite(Mutator):
         name = loop.loop_var.name
         if loop.kind is not ForKind.SERIAL:
             raise PassError(f"pass InjectSoftwarePipeline: loop {name} is {loop.kind.value}; only serial loops pipeline")
-        stmts = list(loop.body.seq) if isinstance(loop.body, SeqStmt) else [loop.body]
+        # buffers allocated in the body (fragments cached at this loop) are hoisted around
+        # the pipelined loop, so that they can carry values between stages
+        inner: list[Allocate] = []
+        body = loop.body
+        while isinstance(body, Allocate):
+            inner.append(body)
+            self.allocs[body.buffer] = body
+            body = body.body
+        stmts = list(body.seq) if isinstance(body, SeqStmt) else [body]
         stages = _ints(loop.annotations[STAGE_KEY], STAGE_KEY, loop)
         order = _ints(loop.annotations.get(ORDER_KEY, list(range(len(stmts)))), ORDER_KEY, loop)
         async_stages = set(_ints(loop.annotations.get(ASYNC_KEY, []), ASYNC_KEY, loop))
@@ -238,7 +249,10 @@ class _Rewrite(Mutator):
         stmts = [_Versioned(new, loop).visit(s) for s in stmts]
         producers = {b for s, (_, w) in zip(stages, accesses) if s in async_stages for b in w}
         async_src = next(iter(async_stages), None)
-        return self._steps(loop, stmts, stages, order, async_src, producers, accesses)
+        out = self._steps(loop, stmts, stages, order, async_src, producers, accesses)
+        for a in reversed(inner):
+            out = Allocate(new.get(a.buffer, (a.buffer, 1))[0], out)
+        return out
 
     def _versions(self, name: str, stages: list[int], accesses: list[tuple[set[Buffer], set[Buffer]]]) -> dict[Buffer, int]:
         out: dict[Buffer, int] = {}

@@ -37,7 +37,7 @@ from loopir.ir import op
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr, Var
 from loopir.ir.stmt import BufferStore, For, ForKind, Stmt
-from loopir.tensor_intrin.layouts import LDMATRIX_ROW, WARP_SIZE, accumulator_layout
+from loopir.tensor_intrin.layouts import LDMATRIX_ROW, WARP_SIZE, FragmentLayout, accumulator_layout
 
 __all__ = [
     "FOOTPRINT_KEY", "Touch", "fragment_lane", "hardware_lane", "per_lane_stmt", "touches",
@@ -158,6 +158,15 @@ def touches(call: Call, lane: PrimExpr | None = None) -> list[Touch]:
     raise ValueError(f"touches: {call.op} is not a tensor-core call")
 
 
+def _store_at(dst: BufferLoad, src: BufferLoad, lane: PrimExpr, layout: FragmentLayout,
+              e: PrimExpr) -> BufferStore:  # fmt: skip
+    """``dst``'s tile element of the lane's fragment element ``e`` := that element."""
+    row, col = layout.to_row_col(lane, e)
+    idx = list(dst.indices)
+    idx[-2], idx[-1] = idx[-2] + row, idx[-1] + col
+    return BufferStore(dst.buffer, op.cast(BufferLoad(src.buffer, _elem(src, e)), dst.dtype), tuple(idx))
+
+
 def _collect(s: Stmt, iters: tuple[tuple[Var, int], ...], out: list[Touch]) -> None:
     if isinstance(s, For):
         _collect(s.body, (*iters, (s.loop_var, _int(s.extent))), out)
@@ -192,9 +201,11 @@ def per_lane_stmt(call: Call, lane: PrimExpr | None = None, kind: ForKind = ForK
         if lane is None:
             raise ValueError(f"per_lane_stmt: the lane of {call} is unknown (a local fragment)")
         layout = accumulator_layout(_int(cols))
-        row, col = layout.to_row_col(lane, e)
-        idx = list(dst.indices)
-        idx[-2], idx[-1] = idx[-2] + row, idx[-1] + col
-        store = BufferStore(dst.buffer, BufferLoad(src.buffer, _elem(src, e)), tuple(idx))
-        return For(e, 0, layout.locals, kind, store)
+        if kind is ForKind.UNROLLED and layout.pairs_adjacent:
+            # for the emitted code: neighbouring pairs as one 2-element vector store (a lane's
+            # pair shares a sector: half the store instructions, no partly written sectors)
+            e0, e1 = Var("e_pair", "int32"), Var("e_lane", "int32")
+            inner = For(e1, 0, 2, ForKind.VECTORIZED, _store_at(dst, src, lane, layout, e0 * 2 + e1))
+            return For(e0, 0, layout.locals // 2, kind, inner)
+        return For(e, 0, layout.locals, kind, _store_at(dst, src, lane, layout, e))
     raise ValueError(f"per_lane_stmt: {call.op} is not a per-lane tensor-core call ({op.TENSOR_CORE_OPS})")

@@ -18,9 +18,12 @@ mma_f16f16f16                  (fp32 / fp16 accumulation)             (one per h
 mma_fill_f32, mma_fill_f16     ``C_warp[MMA_C(i, j)] = 0``             ``mma_fill``
 mma_store_{a}_shared           ``C_s[i, j] = C_warp[MMA_C(i, j)]``     ``mma_store``
 mma_store_{a}_global           ``C_g[i, j] = C_warp[MMA_C(i, j)]``     ``mma_store``
+mma_store_f32_{o}_{scope}      ``D[i, j] = o(C_warp[MMA_C(i, j)])``    ``mma_store`` (converting)
 =============================  =====================================  ==========================
 
-with ``{t}`` one of ``f16``, ``bf16`` and ``{a}`` one of ``f32``, ``f16``. Parameters, in order:
+with ``{t}`` one of ``f16``, ``bf16``, ``{a}`` one of ``f32``, ``f16``, ``{o}`` one of ``f16``,
+``bf16`` (a float32 accumulator stored as the half-precision result) and ``{scope}`` one of
+``shared``, ``global``. Parameters, in order:
 ldmatrix ``(shared [16, 16], warp [32, 8])``; mma ``(A warp, B warp, C warp)``; fill
 ``(C warp,)``; store ``(C warp, destination [16, 16])``. The shared source of a ldmatrix and the
 destination of a store may have any row stride (a tile of a larger buffer): the
@@ -174,13 +177,14 @@ def _fill(name: str, dtype: str) -> tuple[PrimFunc, PrimFunc]:
             PrimFunc((c,), _root([], [c], impl), name=f"{name}_impl"))  # fmt: skip
 
 
-def _store(name: str, dtype: str, scope: str) -> tuple[PrimFunc, PrimFunc]:
+def _store(name: str, dtype: str, scope: str, out: str | None = None) -> tuple[PrimFunc, PrimFunc]:
+    """``dst[i, j] = C_warp[MMA_C(i, j)]``, converted to ``out`` when given."""
     c = _warp("C", dtype)
-    dst = Buffer("dst", (16, 16), dtype, scope=scope)
+    dst = Buffer("dst", (16, 16), out or dtype, scope=scope)
 
     def make(v: list[Var]) -> tuple[Stmt, list[BufferRegion], list[BufferRegion]]:
         ci = MMA_C.to_lane_local(v[0], v[1])
-        return (BufferStore(dst, c[ci], (v[0], v[1])), [_region(c, ci)],
+        return (BufferStore(dst, op.cast(c[ci], dst.dtype), (v[0], v[1])), [_region(c, ci)],
                 [_region(dst, (v[0], v[1]))])  # fmt: skip
 
     desc = _grid("C_store", (16, 16), "SS", make)
@@ -208,6 +212,10 @@ def _register_all() -> None:
         _register(f"mma_fill_{a}", functools.partial(_fill, dtype=dtype))
         for scope in ("shared", "global"):
             _register(f"mma_store_{a}_{scope}", functools.partial(_store, dtype=dtype, scope=scope))
+    for src, out in sorted(op.STORE_CASTS):
+        a, o = DTYPE_ABBREV[src], DTYPE_ABBREV[out]
+        for scope in ("shared", "global"):
+            _register(f"mma_store_{a}_{o}_{scope}", functools.partial(_store, dtype=src, scope=scope, out=out))
 
 
 _register_all()

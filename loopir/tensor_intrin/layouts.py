@@ -76,6 +76,19 @@ class FragmentLayout:
         """Elements per lane."""
         return self.rows * self.cols // WARP_SIZE
 
+    @property
+    def pairs_adjacent(self) -> bool:
+        """Whether every lane's locals ``2v`` and ``2v + 1`` are neighbours in one row (column
+        ``c`` and ``c + 1``, ``c`` even): a lane can then move them with one 2-element vector
+        access."""
+        for lane in range(WARP_SIZE):
+            for v in range(0, self.locals - 1, 2):
+                r0, c0 = self.to_row_col(lane, v)
+                r1, c1 = self.to_row_col(lane, v + 1)
+                if r1 != r0 or c1 != c0 + 1 or c0 % 2:
+                    return False
+        return self.locals % 2 == 0
+
 
 def _a_lane_local(i: Index, j: Index) -> tuple[Index, Index]:
     return 4 * (i % 8) + j % 8 // 2, 4 * (j // 8) + 2 * (i // 8) + j % 2

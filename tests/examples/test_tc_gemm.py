@@ -55,6 +55,16 @@ CASES = {
     "batch3": ((64, 64, 32), dict(SMALL, batch=3)),
     "batch2_pad_btrans": ((40, 70, 24), dict(SMALL, batch=2, b_trans=True)),
     "batch2_bf16_plain": ((64, 64, 32), dict(SMALL, batch=2, dtype="bfloat16", swizzle=False)),
+    # fragments double-buffered in registers (the K steps of a shared tile pipelined)
+    "f16_frag2": ((64, 64, 64), dict(SMALL, fragment_stages=2)),
+    "pad_frag2_kstep64_btrans": ((40, 130, 50), dict(block=(32, 64, 64), warp=(16, 32), b_trans=True,
+                                                     fragment_stages=2)),  # fmt: skip
+    "batch2_frag2": ((64, 64, 32), dict(SMALL, batch=2, fragment_stages=2, stages=1)),
+    # a float32 accumulator stored as the half-precision result D (converting stores)
+    "f16_out16": ((64, 64, 64), dict(SMALL, out_dtype="float16")),
+    "bf16_outbf16_btrans": ((64, 64, 64), dict(SMALL, dtype="bfloat16", out_dtype="bfloat16", b_trans=True)),
+    "pad_out16_97x100x50": ((97, 100, 50), dict(SMALL, out_dtype="float16")),
+    "batch2_pad_outbf16": ((40, 70, 24), dict(SMALL, batch=2, dtype="bfloat16", out_dtype="bfloat16")),
 }
 
 
@@ -65,8 +75,22 @@ def _inputs(shape: tuple[int, int, int], params: dict, seed: int = 0) -> tuple[n
     rng = np.random.default_rng(seed)
     a = to_storage(rng.standard_normal((*lead, M, K)), dtype)
     b = to_storage(rng.standard_normal((*lead, *((N, K) if params.get("b_trans") else (K, N)))), dtype)
-    c = np.full((*lead, M, N), np.nan, np.float16 if params.get("acc") == "float16" else np.float32)
+    out = params.get("out_dtype") or params.get("acc", "float32")
+    c = to_storage(np.full((*lead, M, N), np.nan), out)
     return a, b, c
+
+
+def _out_tol(params: dict) -> float:
+    """Relative tolerance of the result: fp32 accumulation of exact products differs from
+    float64 only in the summation order; an fp16 accumulator, or a half-precision result,
+    rounds (bf16 keeps 8 bits)."""
+    out = params.get("out_dtype") or params.get("acc", "float32")
+    return {"float32": 1e-5, "float16": 2e-2 if params.get("acc") == "float16" else 2e-3,
+            "bfloat16": 1e-2}[out]  # fmt: skip
+
+
+def _result(c: np.ndarray, params: dict) -> np.ndarray:
+    return from_storage(c, params.get("out_dtype") or params.get("acc", "float32"))
 
 
 def _reference(a: np.ndarray, b: np.ndarray, params: dict) -> np.ndarray:
@@ -89,10 +113,9 @@ def test_equals_numpy_on_the_cpu(name: str, order: str) -> None:
     a, b, c = _inputs(shape, params)
     loopir.build(func, target="cpu", thread_order=order)(a, b, c)
     want = _reference(a, b, params)
-    got = c.astype(np.float64)
+    got = _result(c, params)
     assert not np.isnan(got).any()
-    # fp32 accumulation of exact fp16 products: only the summation order differs
-    tol = 2e-2 if params.get("acc") == "float16" else 1e-5
+    tol = _out_tol(params)
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
 
 
@@ -152,6 +175,33 @@ def test_padding_only_where_needed() -> None:
     assert "C_pad" not in tc_gemm(128, 64, 128).func.script()
 
 
+def test_fragment_double_buffering() -> None:
+    """fragment_stages=2 pipelines the K steps of a shared tile: the warp buffers allocated
+    in that loop get two versions (hoisted around it), and step k + 1's ldmatrix comes before
+    step k's mma."""
+    src = _source(tc_gemm(128, 256, 128, block=(64, 64, 64), warp=(32, 32), fragment_stages=2))
+    assert "half A_shared_warp[32];" in src and "half B_shared_warp[32];" in src  # 2 x 16 per lane
+    steady = src[src.index("k_0_1_steady"):]
+    next_load = steady.index("&A_shared_warp[(k_0_1_steady + 1) % 2 * 16")
+    this_mma = steady.index("loopir_mma_m16n8k16(&C_warp")
+    assert next_load < this_mma
+    assert "&A_shared_warp[k_0_1_steady % 2 * 16" in steady[this_mma:]
+
+
+def test_half_precision_result_is_converted_as_it_is_stored() -> None:
+    """``out_dtype``: D = C.astype(out) is folded into the fragments' stores (a converting
+    mma_store, vectorized in pairs), or into the padded tile's copy-out; no float32 C is left
+    in global memory."""
+    plain = tc_gemm(128, 64, 128, out_dtype="float16")
+    assert [p.name for p in plain.func.params] == ["A", "B", "D"]
+    assert '"loopir.tensorized": "mma_store_f32_f16_global"' in plain.func.script()
+    src = _source(plain)
+    assert "*(uint1*)(D + " in src or "*(half2*)(D + " in src
+    padded = tc_gemm(100, 64, 128, out_dtype="bfloat16", dtype="bfloat16").func.script()
+    assert '"loopir.tensorized": "mma_store_f32_shared"' in padded
+    assert "T.Cast(\"bfloat16\", C_pad_shared" in padded or 'T.Cast("bfloat16", C_pad' in padded
+
+
 @pytest.mark.parametrize("params, what", [
     (dict(dtype="float32"), "dtype must be 'float16' or 'bfloat16'"),
     (dict(dtype="bfloat16", acc="float16"), "acc 'float16' with dtype 'bfloat16'"),
@@ -161,6 +211,9 @@ def test_padding_only_where_needed() -> None:
     (dict(vec=16), "vec must be 1, 2, 4 or 8"),
     (dict(block=(256, 256, 32), warp=(32, 32)), "64 warps per block"),
     (dict(batch=0), "batch must be a positive int or None"),
+    (dict(out_dtype="float32", acc="float16"), "out_dtype 'float32' with acc 'float16'"),
+    (dict(out_dtype="int8"), "out_dtype 'int8' with acc 'float32'"),
+    (dict(fragment_stages=3), "fragment_stages must be 1 or 2"),
 ])  # fmt: skip
 def test_bad_parameters_are_refused(params: dict, what: str) -> None:
     with pytest.raises(ScheduleError, match=what):
@@ -185,6 +238,8 @@ NVCC_CASES = {
     "pad_k100": ((256, 100, 256), {}),
     "pad_300x200x260": ((300, 200, 260), {}),
     "batch32_512x128x512": ((512, 128, 512), dict(batch=32)),
+    "out16_512x256x512": ((512, 256, 512), dict(out_dtype="float16")),
+    "pad_outbf16_300x200x260": ((300, 200, 260), dict(dtype="bfloat16", out_dtype="bfloat16")),
 }
 
 
@@ -211,7 +266,9 @@ def test_compiles_with_nvcc(name: str, arch: str, tmp_path: Path) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["f16_128x96x64", "f16_btrans", "bf16", "f16_acc16", "f16_defaults",
                                   "pad_97x100x50_btrans", "pad_bf16_33x70x129", "pad_acc16_mn_only",
-                                  "batch2_pad_btrans"])
+                                  "batch2_pad_btrans", "f16_out16", "bf16_outbf16_btrans",
+                                  "pad_out16_97x100x50", "batch2_pad_outbf16", "f16_frag2",
+                                  "pad_frag2_kstep64_btrans"])
 def test_gpu_matches_the_cpu(name: str) -> None:
     shape, params = CASES[name]
     sch = tc_gemm(*shape, **params)
@@ -219,9 +276,9 @@ def test_gpu_matches_the_cpu(name: str) -> None:
     cpu = c.copy()
     loopir.build(loopir.lower(sch.func), target="cpu")(a, b, cpu)
     loopir.build(sch.func, target="cuda")(a, b, c)
-    tol = 2e-2 if params.get("acc") == "float16" else 1e-4
-    want = cpu.astype(np.float64)
-    np.testing.assert_allclose(c.astype(np.float64), want, rtol=tol, atol=tol * np.abs(want).max())
+    tol = max(_out_tol(params), 1e-4)
+    want = _result(cpu, params)
+    np.testing.assert_allclose(_result(c, params), want, rtol=tol, atol=tol * np.abs(want).max())
 
 
 @pytest.mark.gpu

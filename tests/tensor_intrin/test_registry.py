@@ -17,6 +17,7 @@ EXPECTED = {
     "mma_f16f16f32", "mma_bf16bf16f32", "mma_f16f16f16",
     "mma_fill_f32", "mma_fill_f16",
     *(f"mma_store_{a}_{s}" for a in ("f32", "f16") for s in ("shared", "global")),
+    *(f"mma_store_f32_{o}_{s}" for o in ("f16", "bf16") for s in ("shared", "global")),
 }  # fmt: skip
 
 
@@ -64,12 +65,17 @@ G32 = Buffer("G", (16, 16), "float32")
         (lambda: op.ptx_mma(W32[tx, 0], W32[tx, 0], W32[tx, 0]), "float16 or bfloat16"),
         (lambda: op.mma_fill(W32[tx, 0], 0, 0.0), "positive"),
         (lambda: op.mma_store(G32[0, 0], W32[tx, 0], rows=8), "16 x 8 or 16 x 16"),
-        (lambda: op.mma_store(S16[0, 0], W32[tx, 0]), "dtypes differ"),
+        (lambda: op.mma_store(G32[0, 0], W16[tx, 0]), "float16 fragment cannot be stored as float32"),
     ],
 )
 def test_builders_refuse_malformed_calls(build, match: str) -> None:
     with pytest.raises(TypeError, match=match):
         build()
+
+
+def test_a_float32_fragment_is_stored_as_half_precision() -> None:
+    store = op.mma_store(S16[0, 0], W32[tx, 0])
+    assert op.tensor_core_problem(store) is None
 
 
 def test_tensor_core_predicates() -> None:
