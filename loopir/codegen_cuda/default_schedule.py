@@ -3,7 +3,8 @@
 The CUDA target's second pass, after ``GemmOffload`` (a GEMM CUTLASS takes needs no schedule). Each
 root-level block none of whose loops is bound to a thread axis gets the schedule of
 [`loopir.schedule.default_gpu.default_gpu_schedule`][loopir.schedule.default_gpu.default_gpu_schedule]
-(fused elementwise kernels, one thread block per row for softmax-like rows, cross-thread reductions,
+(GEMMs on float16/bfloat16 on tensor cores unless ``cuda.default_schedule.tensor_cores`` is
+False, fused elementwise kernels, one thread block per row for softmax-like rows, cross-thread reductions,
 a shared tile for transposes, 256 threads per block otherwise), and the pass logs what it did at
 INFO level. Disable it with ``PassContext(disabled_passes=["DefaultGPUSchedule"])`` to get the error
 about unbound loops instead.
@@ -22,11 +23,19 @@ import logging
 from loopir.errors import PassError, ScheduleError
 from loopir.ir.stmt import PrimFunc
 from loopir.passes.base import Pass
-from loopir.passes.context import PassContext
+from loopir.passes.context import PassContext, register_config
 from loopir.schedule import Schedule
 from loopir.schedule.default_gpu import default_gpu_schedule, unscheduled_blocks
 
-__all__ = ["DefaultGPUSchedule"]
+__all__ = ["TENSOR_CORES_KEY", "DefaultGPUSchedule"]
+
+#: PassContext key: may the default schedule put GEMMs on tensor cores (sm_80+)?
+TENSOR_CORES_KEY = "cuda.default_schedule.tensor_cores"
+register_config(
+    TENSOR_CORES_KEY, bool, True,
+    "DefaultGPUSchedule: schedule float16/bfloat16 GEMMs that CUTLASS does not take on tensor cores "
+    "(ldmatrix + mma.sync, sm_80 or newer); False keeps them on CUDA cores (for an older -arch).",
+)  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +62,7 @@ class DefaultGPUSchedule(Pass):
         if not unscheduled_blocks(sch):
             return func
         try:
-            self.applied = default_gpu_schedule(sch)
+            self.applied = default_gpu_schedule(sch, tensor_cores=bool(ctx.get(TENSOR_CORES_KEY)))
         except ScheduleError as exc:
             raise PassError(f"pass {self.name}: {exc}") from exc
         logger.info(

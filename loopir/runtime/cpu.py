@@ -30,6 +30,7 @@ from loopir.ir import dtype as dt
 from loopir.ir.expr import (
     Add,
     BinaryOp,
+    Call,
     Cast,
     FloorDiv,
     FloorMod,
@@ -41,7 +42,9 @@ from loopir.ir.expr import (
     Sub,
     Var,
 )
-from loopir.ir.stmt import PrimFunc
+from loopir.ir.functor import post_order_visit
+from loopir.ir.op import is_warp_collective
+from loopir.ir.stmt import Block, BlockRealize, PrimFunc
 from loopir.runtime.c_codegen import ENTRY, CProgram, generate_c
 from loopir.runtime.c_fibers import ERR_DIVERGENCE, ERR_WARP, SEED_ENTRY
 from loopir.runtime.c_parallel import SIMD_ENTRY, THREADS_ENTRY
@@ -429,13 +432,43 @@ def _check_thread_order(options: dict[str, Any]) -> tuple[str, bool, int]:
     return order, regions, seed
 
 
+def _runnable(func: PrimFunc) -> PrimFunc:
+    """What the executor runs for ``func``: itself, or, for TensorIR (blocks) with
+    warp-collective calls, its lowered form (``loopir.lower``).
+
+    A collective (``ldmatrix``, ``mma.sync``) needs its warp's 32 lanes together, so the thread
+    loops around it run as fibers with GPU semantics: a nested thread loop (a cooperative
+    shared-memory fetch) then does only its fiber's part, and its readers must wait at the
+    barriers ThreadSync plans when lowering. Run unlowered, a warp read the rows of a shared
+    tile that another warp had not fetched yet.
+    """
+    blocks = collectives = False
+
+    def visit(n: object) -> None:
+        nonlocal blocks, collectives
+        if isinstance(n, (Block, BlockRealize)):
+            blocks = True
+        elif isinstance(n, Call) and is_warp_collective(n):
+            collectives = True
+
+    post_order_visit(func.body, visit)
+    if not (blocks and collectives):
+        return func
+    from loopir.passes import lower
+
+    logger.debug("build(target='cpu'): %s has blocks and warp-collective calls; running it lowered", func.name)
+    return lower(func)
+
+
 def build_cpu(func: PrimFunc, **options: Any) -> CPUModule:
     """Compile ``func`` for the CPU reference executor.
 
     Parameters
     ----------
     func
-        Any PrimFunc: TensorIR (blocks) or lowered.
+        Any PrimFunc: TensorIR (blocks) or lowered. TensorIR with warp-collective calls
+        (tensorized with ``ldmatrix`` / ``mma.sync``) runs as its lowered form: its thread
+        loops run as fibers, whose shared-memory accesses need the barriers lowering plans.
     check_bounds : bool, default True
         Check every buffer index (and every block binding against its iter var domain) and
         raise LaunchError naming the buffer and index instead of touching memory outside it.
@@ -490,7 +523,7 @@ def build_cpu(func: PrimFunc, **options: Any) -> CPUModule:
     order, regions, seed = _check_thread_order(options)
     threads = _check_threads(options.get("num_threads", 0), "build(target='cpu')")
     t0 = time.perf_counter()
-    program = generate_c(func, check_bounds=check, thread_regions=regions, thread_order=order)
+    program = generate_c(_runnable(func), check_bounds=check, thread_regions=regions, thread_order=order)
     codegen_s = time.perf_counter() - t0
     opt = options.get("opt_level", "-O2")
     if isinstance(opt, int) and not isinstance(opt, bool) and 0 <= opt <= 3:

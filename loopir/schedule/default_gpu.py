@@ -7,6 +7,14 @@ on the caller's [`Schedule`][loopir.schedule.schedule.Schedule], so what it did 
 rules, tried in this order (a rule whose primitives refuse the block is dropped and the next one
 tried on an unchanged schedule):
 
+``tensor_core`` (first, and only with ``tensor_cores``)
+    a GEMM on float16 / bfloat16 inputs with a float32 (or float16) accumulator that CUTLASS did
+    not take (``[batch,] i, j, k``, constant sizes, i and j at least 16): the tensor-core schedule
+    of [`loopir.schedule.tensor_core_gemm`][loopir.schedule.tensor_core_gemm] (``ldmatrix`` and
+    ``mma.sync``, sm_80+), tiles from
+    [`default_params`][loopir.schedule.tensor_core_gemm.default_params], padded where the sizes
+    are off the tiles; an elementwise producer of an operand is computed in its shared fetch and
+    a conversion of the result in its stores.
 ``inline``
     a spatial block that writes an intermediate buffer is inlined into its consumers
     (``compute_inline``), so that an elementwise chain is one kernel.
@@ -52,6 +60,7 @@ from loopir.errors import ScheduleError
 from loopir.ir.expr import IntImm
 from loopir.ir.stmt import Block, IterKind
 from loopir.schedule import gpu_patterns as pat
+from loopir.schedule import tensor_core_gemm as tcg
 from loopir.schedule.gpu_patterns import unscheduled_blocks
 from loopir.schedule.schedule import Schedule
 from loopir.schedule.trace import BlockRV, LoopRV
@@ -330,6 +339,18 @@ def _gemm(sch: Schedule, name: str) -> str | None:
     return f"gemm {name} (128 x 128 tiles, 256 threads)"
 
 
+def _tensor_core(sch: Schedule, name: str) -> str | None:
+    m = tcg.match(sch, name)
+    M, K, N = m.sizes if m is not None else (0, 0, 0)
+    if m is None or min(M, N, K) < tcg.TILE:
+        return None
+    params = tcg.default_params(m)
+    tcg.schedule_with_pad(sch, m, params["block"], params["warp"], params["stages"])
+    bm, bn, bk = params["block"]
+    pipe = f", {params['stages']}-stage cp.async pipeline" if params["stages"] > 1 else ""
+    return f"tensor_core {name} ({bm} x {bn} x {bk} tiles on mma.sync{pipe})"
+
+
 def _transpose(sch: Schedule, name: str) -> str | None:
     operand = pat.transpose_operand(sch, name)
     if operand is None:
@@ -388,13 +409,15 @@ def _attempt(sch: Schedule, rule: Callable[[Schedule], str | None]) -> str | Non
     return done
 
 
-def default_gpu_schedule(sch: Schedule) -> list[str]:
+def default_gpu_schedule(sch: Schedule, tensor_cores: bool = True) -> list[str]:
     """Schedule every unscheduled root-level block of ``sch`` for the GPU (rules above).
 
     Parameters
     ----------
     sch
         The schedule to extend; blocks under a thread-bound loop are left as they are.
+    tensor_cores
+        Try the ``tensor_core`` rule first (its kernels need sm_80 or newer).
 
     Returns
     -------
@@ -408,7 +431,16 @@ def default_gpu_schedule(sch: Schedule) -> list[str]:
         When a block cannot be scheduled by any rule (its loops hold other statements, or its
         reduction loops are not innermost), naming the block.
     """
-    done: list[str] = [f"inline {name}" for name in inline_all(sch)]
+    done: list[str] = []
+    if tensor_cores:
+        # before inlining: an elementwise producer of an operand goes into the GEMM's fetch
+        for name in pat.unscheduled_blocks(sch):
+            if name not in pat.unscheduled_blocks(sch):  # folded into a GEMM scheduled before
+                continue
+            line = _attempt(sch, functools.partial(_tensor_core, name=name))
+            if line:
+                done.append(line)
+    done += [f"inline {name}" for name in inline_all(sch)]
     pending = pat.unscheduled_blocks(sch)
     while pending:
         name = pending.pop()  # consumers first: a row's statistics go with their reader

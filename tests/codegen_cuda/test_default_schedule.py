@@ -51,6 +51,13 @@ def test_a_gemm_cutlass_takes_is_not_scheduled(caplog: pytest.LogCaptureFixture)
     assert "gemm_C" in lowered.script()
 
 
+def test_tensor_cores_can_be_turned_off() -> None:
+    f = make_workload("matmul", M=64, K=100, N=64, dtype="float16").func
+    assert "loopir_mma_m16n8k16" in prepare_function(f).emitted.source
+    with loopir.PassContext(config={"cuda.default_schedule.tensor_cores": False}):
+        assert "loopir_mma_m16n8k16" not in prepare_function(f).emitted.source
+
+
 def test_every_case_compiles_with_its_host_code(cuda_cache) -> None:
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is not on PATH")

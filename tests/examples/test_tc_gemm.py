@@ -119,6 +119,23 @@ def test_equals_numpy_on_the_cpu(name: str, order: str) -> None:
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
 
 
+@pytest.mark.parametrize("shape, params", [
+    ((32, 32, 16), dict(block=(32, 16, 32), warp=(16, 16), stages=1)),
+    ((32, 32, 32), dict(block=(32, 32, 32), warp=(16, 16), stages=1, swizzle=False, vec=1)),
+    ((96, 100, 80), dict(block=(64, 64, 32), warp=(32, 32))),
+])  # fmt: skip
+def test_scheduled_tensorir_equals_numpy_on_the_cpu(shape, params: dict) -> None:
+    """The scheduled TensorIR itself (not lowered by the test): its warp-collective calls make
+    its thread loops fiber regions on the CPU executor, which must then order a warp's
+    ldmatrix after the other warps' parts of the shared fetch. Regression: warp 0 read rows of
+    A that warp 1 had not fetched yet (K steps of 2+ fragments; 2+ warps)."""
+    sch = tc_gemm(*shape, **params)
+    a, b, c = _inputs(shape, params)
+    loopir.build(sch.func, target="cpu")(a, b, c)
+    want = _reference(a, b, params)
+    np.testing.assert_allclose(c.astype(np.float64), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
 @pytest.mark.parametrize("name", ["f16_128x96x64", "f16_btrans", "bf16", "batch2_pad_btrans"])
 def test_tensorir_with_descriptions_equals_the_unscheduled_function(name: str) -> None:
     """Before lowering, the schedule's blocks with each intrinsic's description (a sequential

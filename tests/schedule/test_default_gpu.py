@@ -9,6 +9,7 @@ from hypothesis import given, settings
 
 import loopir
 from loopir.errors import ScheduleError
+from loopir.examples import tc_gemm_func
 from loopir.examples.dense import dense_func
 from loopir.examples.reductions import layernorm_func, rmsnorm_func, row_sum_func, softmax_func
 from loopir.examples.transpose import transpose_func
@@ -35,7 +36,16 @@ def _examples() -> dict[str, tuple[object, dict[str, int]]]:
         "gemm_f32": (dense_func(200, 100, 300), {}),
         "gemm_symbolic_m": (dense_func(n, 64, 130), {"n": 77}),
         "gemm_batched": (make_workload("batch_matmul", Bt=2, M=70, K=20, N=65).func, {}),
+        # tensor cores: a ReLU prologue on A, a bfloat16 result of a float32 accumulator
+        "gemm_bf16_relu_batched": (tc_gemm_func(40, 48, 72, "bfloat16", batch=2, out_dtype="bfloat16",
+                                                a_prologue=_relu), {}),  # fmt: skip
     }
+
+
+def _relu(x: object) -> object:
+    from loopir.ir import op
+
+    return op.max_(x, op.const(0, x.dtype))  # type: ignore[attr-defined]
 
 
 CASES = {**{n: (make_workload(n).func, dict(make_workload(n).sizes)) for n in WORKLOADS}, **_examples()}
@@ -84,10 +94,31 @@ def test_a_large_elementwise_function_is_vectorized() -> None:
 
 
 def test_a_gemm_cutlass_cannot_take_gets_shared_tiles() -> None:
-    sch, lines = _scheduled(make_workload("matmul", M=64, K=100, N=64, dtype="float16").func)
+    # float32 inputs: CUDA cores, DietCode's tiles
+    sch, lines = _scheduled(make_workload("matmul", M=64, K=100, N=64).func)
     assert lines == ["gemm C (128 x 128 tiles, 256 threads)"]
     text = sch.func.script()
     assert text.count('scope="shared"') == 2 and 'scope="local"' in text
+    # float16 inputs without tensor cores: the same
+    sch = loopir.Schedule(make_workload("matmul", M=64, K=100, N=64, dtype="float16").func)
+    assert default_gpu_schedule(sch, tensor_cores=False) == ["gemm C (128 x 128 tiles, 256 threads)"]
+
+
+def test_a_half_precision_gemm_runs_on_tensor_cores() -> None:
+    """float16 / bfloat16 GEMMs CUTLASS does not take (K = 100, a ReLU prologue on A, an fp16
+    result of an fp32 accumulator): the tensor-core rule, padded where the sizes are off the
+    tiles; the prologue computed in A's fetch, the conversion in the fragments' stores."""
+    sch, lines = _scheduled(make_workload("matmul", M=64, K=100, N=64, dtype="float16").func)
+    assert lines == ["tensor_core C (64 x 64 x 32 tiles on mma.sync, 3-stage cp.async pipeline)"]
+    assert "mma_f16f16f16" in sch.func.script()  # float16 C: float16 accumulation, as written
+
+    func = CASES["gemm_bf16_relu_batched"][0]
+    sch, lines = _scheduled(func)
+    assert lines == ["tensor_core C (32 x 64 x 32 tiles on mma.sync)"]
+    text = sch.func.script()
+    assert 'T.block("A_prologue")' not in text and 'T.block("D")' not in text  # folded in
+    assert "mma_bf16bf16f32" in text
+    check_equivalent(func, sch.func)
 
 
 def test_a_small_gemm_is_one_output_per_thread() -> None:

@@ -1,0 +1,398 @@
+"""GEMMs on tensor cores from schedule primitives: the schedule behind ``examples.tc_gemm`` and
+the default GPU schedule's ``tensor_core`` rule (the TVM way,
+``tests/python/tir-schedule/test_tir_schedule_tensorize_ldmatrix_mma.py``).
+
+[`match`][loopir.schedule.tensor_core_gemm.match] recognizes a block that a tensor-core GEMM
+can take: ``C[b.., i, j] += acc(A[b.., i, k]) * acc(B[b.., k, j])`` (or ``B[b.., j, k]``) with
+``A``, ``B`` of one 16-bit float type, ``acc`` float32 (or float16 for float16 inputs), at most
+one batch index, constant sizes. It also finds what can be folded in: an elementwise block
+producing ``A`` or ``B`` (a ReLU, a scale) is computed as the operand's tiles are fetched, and
+a block ``D = C.astype(out)`` is converted as the fragments are stored.
+
+[`schedule`][loopir.schedule.tensor_core_gemm.schedule] is the schedule:
+
+1. split ``i, j, k`` into 16x16x16 tiles and ``blockize`` the tile (``<C>_o``; the tile's
+   block ``C`` is what ``mma`` replaces);
+2. ``blockIdx.y`` / ``blockIdx.x`` over the block tile, warps on ``threadIdx.y`` (rows) and
+   ``threadIdx.z`` (columns), each warp ``mi x nj`` 16x16 tiles; K in steps of ``kf`` tiles
+   (``k0``), each step ``kf`` fragment steps (``k1``);
+3. ``cache_read`` of A and B to ``shared`` at ``k0`` (a cooperative fetch over all threads,
+   ``vec``-wide vectors; padded copies and elementwise producers inlined into it), then to
+   ``warp`` at ``k1``; ``cache_write`` of C to ``warp`` at the warp's loop (or, where ``pad``
+   grew C, to a shared tile copied out by all threads with guards);
+4. ``transform_layout`` of the warp buffers to the fragment layouts (``MMA_A``, ``MMA_B``,
+   ``MMA_C``), ``decompose_reduction`` at ``k0``, ``tensorize`` with the ``mma_*`` intrinsics;
+5. the shared tiles XOR-swizzled for ``ldmatrix`` (or rows padded by 8), and ``k0`` a
+   ``stages``-deep ``cp.async`` software pipeline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from loopir.errors import ScheduleError
+from loopir.ir.expr import Add, BufferLoad, Cast, IntImm, Mul, PrimExpr, Var
+from loopir.ir.functor import post_order_visit
+from loopir.ir.op import STORE_CASTS
+from loopir.ir.stmt import Block, BufferStore, IterKind
+from loopir.passes.software_pipeline import DEPTH_KEY
+from loopir.schedule import gpu_patterns as pat
+from loopir.schedule import tree
+from loopir.schedule.schedule import Schedule
+from loopir.schedule.trace import BlockRV, LoopRV
+from loopir.tensor_intrin.cuda import DTYPE_ABBREV
+from loopir.tensor_intrin.layouts import MMA_A, MMA_B, MMA_C, WARP_SIZE, FragmentLayout
+
+__all__ = [
+    "TILE", "Scheduled", "TensorCoreGemm", "default_params", "ldmatrix_swizzle", "match", "schedule",
+    "schedule_with_pad",
+]  # fmt: skip
+
+#: The side of one tensorized tile (``mma.sync.m16n8k16``, two per 16x16x16 tile).
+TILE = 16
+_INPUTS = ("float16", "bfloat16")
+
+
+@attrs.frozen
+class TensorCoreGemm:
+    """A block a tensor-core GEMM can take (see [`match`][loopir.schedule.tensor_core_gemm.match]).
+
+    Attributes
+    ----------
+    block
+        The reduction block.
+    operands
+        The buffers it reads as A and B.
+    dtype, acc, out
+        The inputs' type, the accumulator's, and the result's (``out != acc``: ``converts``).
+    b_trans
+        B is indexed ``[.., j, k]``.
+    batch
+        Batch indices in front of ``i, j`` (0 or 1).
+    sizes
+        ``(M, K, N)``.
+    producers
+        The elementwise blocks writing A and B (None: a parameter), inlined into the fetches.
+    converts
+        The block ``D = C.astype(out)`` folded into the stores (None: C is the result).
+    """
+
+    block: str
+    operands: tuple[str, str]
+    dtype: str
+    acc: str
+    out: str
+    b_trans: bool
+    batch: int
+    sizes: tuple[int, int, int]
+    producers: tuple[str | None, str | None] = (None, None)
+    converts: str | None = None
+
+
+def _blocks(sch: Schedule) -> dict[str, Block]:
+    return {s.name: s for s, _ in tree.walk(sch.func) if isinstance(s, Block)}
+
+
+def _writers(blocks: dict[str, Block], buf: str) -> list[str]:
+    return [n for n, b in blocks.items() if n != "root" and any(w.buffer.name == buf for w in b.writes)]
+
+
+def _readers(blocks: dict[str, Block], buf: str) -> list[str]:
+    return [n for n, b in blocks.items() if n != "root" and any(r.buffer.name == buf for r in b.reads)]
+
+
+def _strip(e: PrimExpr, acc: str) -> PrimExpr:
+    return e.value if isinstance(e, Cast) and e.dtype == acc else e
+
+
+def _identity(indices: Sequence[PrimExpr], ivs: Sequence[Var]) -> bool:
+    return len(indices) == len(ivs) and all(i is v for i, v in zip(indices, ivs))
+
+
+def _elementwise(blocks: dict[str, Block], name: str, buf: str) -> bool:
+    """Whether block ``name`` is a spatial block writing all of ``buf`` elementwise (its
+    iter vars index it in order), reading parameters only at the same indices."""
+    blk = blocks[name]
+    body = blk.body
+    ivs = [iv.var for iv in blk.iter_vars]
+    if blk.init is not None or any(iv.kind is not IterKind.SPATIAL for iv in blk.iter_vars):
+        return False
+    if not isinstance(body, BufferStore) or not _identity(body.indices, ivs):
+        return False
+    loads: list[BufferLoad] = []
+    post_order_visit(body.value, lambda n: loads.append(n) if isinstance(n, BufferLoad) else None)
+    return all(_identity(ld.indices, ivs) and not _writers(blocks, ld.buffer.name) for ld in loads)
+
+
+def match(sch: Schedule, name: str) -> TensorCoreGemm | None:
+    """The tensor-core GEMM of block ``name`` (module docstring), or None."""
+    if not pat.is_gemm(sch, name, min_spatial=1, min_reduce=1):
+        return None
+    blocks = _blocks(sch)
+    blk = blocks[name]
+    body = blk.body
+    ivs = [iv.var for iv in blk.iter_vars]
+    extents = [iv.dom.extent for iv in blk.iter_vars]
+    if not isinstance(body, BufferStore) or len(ivs) > 4 or not all(isinstance(e, IntImm) for e in extents):
+        return None
+    acc = body.buffer.dtype
+    *bt, i, j, k = ivs
+    value = body.value
+    if not (_identity(body.indices, [*bt, i, j]) and isinstance(value, Add)):
+        return None
+    self_load, prod = value.a, value.b
+    if not (isinstance(self_load, BufferLoad) and self_load.buffer is body.buffer and isinstance(prod, Mul)):
+        return None
+    a, b = _strip(prod.a, acc), _strip(prod.b, acc)
+    if not (isinstance(a, BufferLoad) and isinstance(b, BufferLoad)):
+        return None
+    if not _identity(a.indices, [*bt, i, k]):
+        a, b = b, a
+    b_trans = _identity(b.indices, [*bt, j, k])
+    if not (_identity(a.indices, [*bt, i, k]) and (b_trans or _identity(b.indices, [*bt, k, j]))):
+        return None
+    dtype = a.buffer.dtype
+    if dtype not in _INPUTS or b.buffer.dtype != dtype or acc not in ("float32", dtype) or \
+            (acc == dtype and dtype != "float16") or (acc != dtype and not isinstance(prod.a, Cast)):  # fmt: skip
+        return None
+    params = {p.name for p in sch.func.params}
+    producers: list[str | None] = []
+    for op in (a, b):
+        writers = _writers(blocks, op.buffer.name)
+        if not writers:
+            producers.append(None)
+        elif len(writers) == 1 and _readers(blocks, op.buffer.name) == [name] and \
+                _elementwise(blocks, writers[0], op.buffer.name):  # fmt: skip
+            producers.append(writers[0])
+        else:
+            return None
+    out, converts = acc, None
+    if body.buffer.name not in params:
+        readers = [r for r in _readers(blocks, body.buffer.name) if r != name]
+        if len(readers) != 1:
+            return None
+        d = blocks[readers[0]]
+        dv = d.body
+        divs = [iv.var for iv in d.iter_vars]
+        if not (isinstance(dv, BufferStore) and dv.buffer.name in params and _identity(dv.indices, divs)
+                and isinstance(dv.value, Cast) and isinstance(dv.value.value, BufferLoad)
+                and dv.value.value.buffer is body.buffer and _identity(dv.value.value.indices, divs)
+                and (acc, dv.buffer.dtype) in STORE_CASTS):  # fmt: skip
+            return None
+        out, converts = dv.buffer.dtype, d.name
+    M, N, K = (e.value for e in extents[-3:])  # type: ignore[attr-defined]
+    return TensorCoreGemm(name, (a.buffer.name, b.buffer.name), dtype, acc, out, b_trans, len(bt),
+                          (M, K, N), (producers[0], producers[1]), converts)  # fmt: skip
+
+
+def default_params(m: TensorCoreGemm) -> dict[str, Any]:
+    """Tiles for the default GPU schedule: 128 x 128 blocks of 4 warps (64 x 64 each) and K
+    steps of 32 in a 3-stage pipeline (what the H200 measured best among the 1-warp-tile
+    configurations of docs/benchmarks.md), halved along a size smaller than the tile."""
+    M, K, N = m.sizes
+
+    def side(size: int) -> int:
+        return 128 if size >= 128 else 64 if size >= 64 else 32
+
+    bm, bn = side(M), side(N)
+    bk = 32 if K >= 32 else 16
+    steps = -(-K // bk)
+    return {"block": (bm, bn, bk), "warp": (bm // 2, bn // 2), "stages": 3 if steps >= 3 else 1}
+
+
+def ldmatrix_swizzle(cols: int, batched: bool = False) -> str | None:
+    """The XOR swizzle of a shared tile of ``cols`` 16-bit columns (rows of ``cols // 8`` chunks
+    of 16 bytes) free of bank conflicts for ``ldmatrix``: the chunk index XOR the row, over the
+    chunks of one 128-byte line (None for tiles narrower than 32 columns). ``batched``: the
+    tile has a leading batch index, kept."""
+    chunks = cols // 8
+    b = "b, " if batched else ""
+    if chunks >= 8:
+        return f"lambda {b}i, j: ({b}i, j // 64 * 64 + (j // 8 % 8 ^ i % 8) * 8 + j % 8)"
+    if chunks == 4:  # 64-byte rows: two rows per 128-byte line
+        return f"lambda {b}i, j: ({b}i, j // 32 * 32 + (j // 8 % 4 ^ i // 2 % 4) * 8 + j % 8)"
+    return None
+
+
+def _fragment_map(layout: FragmentLayout, transposed: bool = False, batched: bool = False) -> Any:
+    """``(i, j) -> (i // 16, j // 16, lane, local)``: a warp buffer in ``layout``'s fragments
+    (``transposed``: the buffer is indexed ``(col, row)`` of the layout, as B ``[N, K]``;
+    ``batched``: a leading batch index is kept)."""
+
+    def tiles(i: Any, j: Any) -> tuple[Any, ...]:
+        row, col = (j, i) if transposed else (i, j)
+        return (i // TILE, j // TILE, *layout.to_lane_local(row % TILE, col % TILE))
+
+    if batched:
+        return lambda b, i, j: (b, *tiles(i, j))
+    return tiles
+
+
+@attrs.frozen
+class Scheduled:
+    """Handles into the scheduled GEMM: the 16x16x16 tile block (``<C>_o``) and its K loops."""
+
+    outer: BlockRV
+    k0: LoopRV
+    k1: LoopRV
+
+
+def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, Any], stages: Any,
+             swizzles: tuple[str | None, str | None], vec: int,
+             grown: tuple[bool, bool, bool]) -> Scheduled:  # fmt: skip
+    """Schedule block ``m.block`` (module docstring), after ``sch.pad`` grew what ``grown``
+    says (A, B, C). ``tiles``: warps ``wy, wz`` per block, 16x16 tiles ``mi, nj`` per warp,
+    ``kf`` 16-steps per K step (ints or sampled values); ``stages`` an int or a sampled
+    pipeline depth; ``swizzles``: the shared tiles' maps (None: rows padded by 8 instead)."""
+    wy, wz, mi, nj, kf = tiles
+    copy_out = _copy_out_block(sch, m) if grown[2] else None
+    c = sch.get_block(m.block)
+    *bl, i, j, k = sch.get_loops(c)
+    i, i_tc = sch.split(i, [None, TILE])
+    j, j_tc = sch.split(j, [None, TILE])
+    k, k_tc = sch.split(k, [None, TILE])
+    sch.reorder(i, j, k, i_tc, j_tc, k_tc)
+    outer = sch.blockize(i_tc)  # one 16x16x16 tile; the block inside is what mma replaces
+    i0, i1, i2 = sch.split(i, [None, wy, mi])
+    j0, j1, j2 = sch.split(j, [None, wz, nj])
+    k0, k1 = sch.split(k, [None, kf])
+    sch.reorder(*bl, i0, j0, i1, j1, k0, k1, i2, j2)
+    if bl:
+        sch.bind(bl[0], "blockIdx.z")
+    sch.bind(i0, "blockIdx.y")
+    sch.bind(j0, "blockIdx.x")
+    sch.bind(i1, "threadIdx.y")
+    sch.bind(j1, "threadIdx.z")
+
+    shared = [_fetch(sch, m, outer, idx, k0, grown[idx], (wy, wz), vec) for idx in (0, 1)]
+    a_warp = sch.cache_read(outer, 0, "warp")
+    b_warp = sch.cache_read(outer, 1, "warp")
+    sch.compute_at(a_warp, k1)
+    sch.compute_at(b_warp, k1)
+    c_warp = sch.cache_write(outer, 0, "warp")
+    if m.converts is not None:
+        # D = C.astype(out) folded into C's write-back: the fragments are converted as they are
+        # stored (or, padded, as the shared tile is copied out)
+        sch.reverse_compute_inline(sch.get_block(m.converts))
+    if grown[2]:
+        # the padded C becomes the block's shared tile of C, copied out by every thread with guards
+        sch.set_scope(c_warp, 0, "shared")
+    sch.reverse_compute_at(c_warp, j1)
+    if copy_out is not None:
+        out = sch.get_block(copy_out)
+        sch.reverse_compute_at(out, j0, preserve_unit_loops=True)
+        # unit loops kept: a 1-row C still has a row loop to spread over the threads
+        _bind_threads(sch, sch.fuse(*sch.get_loops(out)[2 + m.batch:]), (wy, wz))
+    init = sch.decompose_reduction(outer, k0)
+    _tensorize(sch, m, (outer, init), (a_warp, b_warp, c_warp), grown[2])
+    for copy, swz in zip(shared, swizzles):
+        if swz is not None:
+            sch.transform_layout(copy, 0, swz)
+        else:
+            sch.storage_align(copy, 0, m.batch, 32, 8)
+    if isinstance(stages, int):
+        if stages > 1:
+            sch.annotate(k0, "software_pipeline_stage", [0, 0, stages - 1])
+            sch.annotate(k0, "software_pipeline_async_stages", [0])
+    else:  # a sampled depth: every statement but the compute in stage 0, async
+        sch.annotate(k0, DEPTH_KEY, stages)
+    return Scheduled(outer, k0, k1)
+
+
+def schedule_with_pad(sch: Schedule, m: TensorCoreGemm, block: tuple[int, int, int], warp: tuple[int, int],
+                      stages: int, *, swizzle: bool = True, vec: int = 8, pad: bool = True,
+                      fragment_stages: int = 1) -> Scheduled:  # fmt: skip
+    """[`schedule`][loopir.schedule.tensor_core_gemm.schedule] with a block tile ``(bm, bn,
+    bk)`` and a warp tile ``(wm, wn)`` (multiples of 16): first ``pad`` (``pad_einsum``) of the
+    sizes off the block tile when ``pad``; the shared tiles XOR-swizzled when ``swizzle`` (else
+    their rows padded); ``fragment_stages=2`` pipelines the K steps of one shared tile, the
+    fragments double-buffered in registers."""
+    (bm, bn, bk), (wm, wn) = block, warp
+    M, K, N = m.sizes
+    # which of A, B, C pad_einsum grows
+    grown = (bool(M % bm or K % bk), bool(K % bk or N % bn), bool(M % bm or N % bn)) if pad else (False,) * 3
+    if any(grown):
+        sch.pad(sch.get_block(m.block), [1] * m.batch + [bm, bn, bk])
+    batched = m.batch > 0
+    swizzles = (ldmatrix_swizzle(bk, batched), ldmatrix_swizzle(bk if m.b_trans else bn, batched))
+    done = schedule(sch, m, (bm // wm, bn // wn, wm // TILE, wn // TILE, bk // TILE), stages,
+                    swizzles if swizzle else (None, None), vec, grown)  # fmt: skip
+    if fragment_stages == 2:
+        # k1: the fragment loads of A and B, then the mma
+        sch.annotate(done.k1, "software_pipeline_stage", [0, 0, 1])
+    return done
+
+
+def _copy_out_block(sch: Schedule, m: TensorCoreGemm) -> str:
+    """The block ``pad`` made to copy the padded C out (the one reader of what the GEMM writes)."""
+    blocks = _blocks(sch)
+    written = blocks[m.block].writes[0].buffer.name
+    readers = [r for r in _readers(blocks, written) if r != m.block]
+    if len(readers) != 1:
+        raise ScheduleError(f"tensor-core GEMM: expected one copy-out of the padded {written}, found {readers}",
+                            primitive="tensor_core_gemm")  # fmt: skip
+    return readers[0]
+
+
+def _bind_threads(sch: Schedule, loop: LoopRV, warps: tuple[Any, Any], vec: int = 1) -> None:
+    """Spread ``loop`` over the block's threads (``threadIdx.z/y/x``), ``vec``-wide vectors."""
+    wy, wz = warps
+    if vec > 1:
+        _, fz, fy, fx, fv = sch.split(loop, [None, wz, wy, WARP_SIZE, vec])
+        sch.vectorize(fv)
+    else:
+        _, fz, fy, fx = sch.split(loop, [None, wz, wy, WARP_SIZE])
+    sch.bind(fz, "threadIdx.z")
+    sch.bind(fy, "threadIdx.y")
+    sch.bind(fx, "threadIdx.x")
+
+
+def _fetch(sch: Schedule, m: TensorCoreGemm, outer: BlockRV, idx: int, k0: LoopRV, padded: bool,
+           warps: tuple[Any, Any], vec: int) -> BlockRV:  # fmt: skip
+    """The shared tile of operand ``idx`` fetched at ``k0`` by all threads; its copy block.
+    The padded copy of the operand and its elementwise producer are computed in the fetch."""
+    copy = sch.cache_read(outer, idx, "shared")
+    sch.compute_at(copy, k0)
+    if padded:  # pad's zero-filled copy of the operand (the buffer the fetch reads)
+        fetch = sch.get(copy)
+        assert isinstance(fetch, Block)
+        src = next(r.buffer.name for r in fetch.reads)
+        sch.compute_inline(sch.get_block(_writers(_blocks(sch), src)[0]))
+    producer = m.producers[idx]
+    if producer is not None:  # an elementwise producer of the operand, computed as it is fetched
+        sch.compute_inline(sch.get_block(producer))
+    _bind_threads(sch, sch.fuse(*sch.get_loops(copy)[-2:]), warps, vec)
+    return copy
+
+
+def _tensorize(sch: Schedule, m: TensorCoreGemm, blocks: tuple[BlockRV, BlockRV],
+               warp_blocks: tuple[BlockRV, BlockRV, BlockRV], c_shared: bool) -> None:  # fmt: skip
+    """Fragment layouts on the warp buffers, then every 16x16 tile tensorized."""
+    outer, init = blocks
+    t, a = DTYPE_ABBREV[m.dtype], DTYPE_ABBREV[m.acc]
+    # a converting store, unless the tile goes to shared memory first (the copy-out converts)
+    store = a if m.out == m.acc or c_shared else f"{a}_{DTYPE_ABBREV[m.out]}"
+    a_warp, b_warp, c_warp = warp_blocks
+    batched = m.batch > 0
+
+    def fragments(block: BlockRV) -> LoopRV:
+        """Split the copy's two innermost loops into 16x16 tiles; the tile's first loop."""
+        r, c = sch.get_loops(block)[-2:]
+        r0, r1 = sch.split(r, [None, TILE])
+        c0, c1 = sch.split(c, [None, TILE])
+        sch.reorder(r0, c0, r1, c1)
+        return r1
+
+    la, lb, lc = fragments(a_warp), fragments(b_warp), fragments(c_warp)
+    sch.transform_layout(a_warp, 0, _fragment_map(MMA_A, batched=batched))
+    sch.transform_layout(b_warp, 0, _fragment_map(MMA_B, m.b_trans, batched=batched))
+    sch.transform_layout(outer, 0, _fragment_map(MMA_C, batched=batched))
+    sch.tensorize(la, f"mma_ldmatrix_{t}_a")
+    sch.tensorize(lb, f"mma_ldmatrix_{t}_b" + ("_trans" if m.b_trans else ""))
+    sch.tensorize(sch.get_loops(sch.get_block(m.block))[-3], f"mma_{t}{t}{a}")
+    (inner_init,) = sch.get_child_blocks(init)  # the init of one 16x16 tile
+    sch.tensorize(sch.get_loops(inner_init)[-2], f"mma_fill_{a}")
+    sch.tensorize(lc, f"mma_store_{store}_" + ("shared" if c_shared else "global"))
