@@ -8,7 +8,9 @@ One command on the GPU machine::
 Cases (``M x K x N``), fp16 and bf16 inputs, fp32 accumulation, C written in the input type
 by all: 4096^3, 8192^3 and 4096 x 4096 x 11008 (K = 4096, N = 11008: a LLaMA-7B MLP
 up-projection with 4096 tokens); then GEMMs CUTLASS does not take, also timed as
-``loopir.build`` builds them unscheduled (``loopir_default``): fp16 with K = 100 (padded by
+``loopir.build`` builds them unscheduled (``loopir_default``: the default GPU schedule's
+tensor-core rule, or CUTLASS; ``loopir_default_cuda_cores``: with that rule turned off, what the
+default schedule gave before): fp16 with K = 100 (padded by
 tc_gemm: zero-filled fetches), 32 batches of 512 x 128 x 512 (``batch=32``, on
 ``blockIdx.z``), and the same with a ReLU on A fused as a prologue (``a_prologue``; torch runs
 ``relu`` then ``matmul``, Triton applies it to the loaded tile). Every implementation is first checked against a float32 reference on random data
@@ -245,10 +247,15 @@ def main(argv: list[str] | None = None) -> int:
             mod = loopir.build(schedule(M, K, N, "float16", batch, pro).func, target="cuda")
             cl = torch.empty_like(c)
             impls["loopir"] = (lambda mod=mod, a=a, b=b, cl=cl: mod(a, b, cl), cl)
-        # what loopir.build does with no schedule (CUTLASS, or the default GPU schedule)
+        # what loopir.build does with no schedule (CUTLASS, or the default GPU schedule: tensor
+        # cores now, CUDA cores before this issue and with the tensor-core rule turned off)
         dmod = loopir.build(default_func(M, K, N, "float16", batch, pro), target="cuda")
         cd = torch.empty_like(c)
         impls["loopir_default"] = (lambda dmod=dmod, a=a, b=b, cd=cd: dmod(a, b, cd), cd)
+        with loopir.PassContext(config={"cuda.default_schedule.tensor_cores": False}):
+            fmod = loopir.build(default_func(M, K, N, "float16", batch, pro), target="cuda")
+        cf = torch.empty_like(c)
+        impls["loopir_default_cuda_cores"] = (lambda fmod=fmod, a=a, b=b, cf=cf: fmod(a, b, cf), cf)
         if pro:
             impls["torch"] = (lambda a=a, b=b, c=c: torch.matmul(torch.relu(a), b, out=c), c)
         else:

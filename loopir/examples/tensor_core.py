@@ -114,7 +114,7 @@ def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float
             warp: tuple[int, int] = (64, 64), stages: int = 3, swizzle: bool = True,
             vec: int = 8, pad: bool | None = None, batch: int | None = None,
             out_dtype: str | None = None, fragment_stages: int = 1,
-            a_prologue: Callable[[Any], Any] | None = None) -> Schedule:  # fmt: skip
+            a_prologue: Callable[[Any], Any] | None = None, raster: int = 1) -> Schedule:  # fmt: skip
     """``C = A @ B`` on tensor cores (``mma.sync.m16n8k16``, sm_80+), scheduled with loopir's
     primitives (module docstring).
 
@@ -146,6 +146,10 @@ def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float
         a size is not a multiple of the block tile; False refuses such sizes.
     batch
         A leading batch dimension of A, B and C of this size (``blockIdx.z``); None: none.
+    raster
+        Order the thread blocks in groups of this many block rows, column after column (the
+        largest power of two at most ``raster`` dividing the block rows; 1: a 2-D grid, row
+        after row): blocks running at once then share tiles of A and B in the L2 cache.
     a_prologue
         An elementwise function applied to A's elements (``tc_gemm_func``): computed as A's
         tiles are fetched to shared memory (the producer inlined into the fetch; synchronous
@@ -171,6 +175,8 @@ def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float
     _check(M, K, N, dtype, acc, block, warp, stages, vec, pad, out_dtype)
     if fragment_stages not in (1, 2) or isinstance(fragment_stages, bool):
         raise _fail(f"fragment_stages must be 1 or 2, got {fragment_stages!r}")
+    if isinstance(raster, bool) or not isinstance(raster, int) or raster < 1:
+        raise _fail(f"raster must be a positive int, got {raster!r}")
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0):
         raise _fail(f"batch must be a positive int or None, got {batch!r}")
     bm, bn, bk = block
@@ -179,7 +185,7 @@ def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float
     m = tcg.match(sch, "C")
     assert m is not None
     tcg.schedule_with_pad(sch, m, block, warp, stages, swizzle=swizzle, vec=vec, pad=pad,
-                          fragment_stages=fragment_stages)  # fmt: skip
+                          fragment_stages=fragment_stages, raster=raster)  # fmt: skip
     return sch
 
 

@@ -242,11 +242,15 @@ class Scheduled:
 
 def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, Any], stages: Any,
              swizzles: tuple[str | None, str | None], vec: int,
-             grown: tuple[bool, bool, bool]) -> Scheduled:  # fmt: skip
+             grown: tuple[bool, bool, bool], raster: int = 1) -> Scheduled:  # fmt: skip
     """Schedule block ``m.block`` (module docstring), after ``sch.pad`` grew what ``grown``
     says (A, B, C). ``tiles``: warps ``wy, wz`` per block, 16x16 tiles ``mi, nj`` per warp,
     ``kf`` 16-steps per K step (ints or sampled values); ``stages`` an int or a sampled
-    pipeline depth; ``swizzles``: the shared tiles' maps (None: rows padded by 8 instead)."""
+    pipeline depth; ``swizzles``: the shared tiles' maps (None: rows padded by 8 instead).
+    ``raster`` > 1 (dividing the number of block rows) orders the blocks in groups of that
+    many block rows, column after column (``blockIdx.x`` over the fused group, column and row
+    within the group, as Triton's grouped ordering): the blocks running at once then share
+    their tiles of A and B in the L2 cache."""
     wy, wz, mi, nj, kf = tiles
     copy_out = _copy_out_block(sch, m) if grown[2] else None
     c = sch.get_block(m.block)
@@ -262,8 +266,9 @@ def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, 
     sch.reorder(*bl, i0, j0, i1, j1, k0, k1, i2, j2)
     if bl:
         sch.bind(bl[0], "blockIdx.z")
-    sch.bind(i0, "blockIdx.y")
-    sch.bind(j0, "blockIdx.x")
+    if raster == 1:  # else bound at the end: blockize needs the tiles' bindings affine
+        sch.bind(i0, "blockIdx.y")
+        sch.bind(j0, "blockIdx.x")
     sch.bind(i1, "threadIdx.y")
     sch.bind(j1, "threadIdx.z")
 
@@ -299,19 +304,27 @@ def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, 
             sch.annotate(k0, "software_pipeline_async_stages", [0])
     else:  # a sampled depth: every statement but the compute in stage 0, async
         sch.annotate(k0, DEPTH_KEY, stages)
+    if raster > 1:
+        group, row = sch.split(i0, [None, raster])
+        sch.reorder(group, j0, row)
+        sch.bind(sch.fuse(group, j0, row), "blockIdx.x")
     return Scheduled(outer, k0, k1)
 
 
 def schedule_with_pad(sch: Schedule, m: TensorCoreGemm, block: tuple[int, int, int], warp: tuple[int, int],
                       stages: int, *, swizzle: bool = True, vec: int = 8, pad: bool = True,
-                      fragment_stages: int = 1) -> Scheduled:  # fmt: skip
+                      fragment_stages: int = 1, raster: int = 1) -> Scheduled:  # fmt: skip
     """[`schedule`][loopir.schedule.tensor_core_gemm.schedule] with a block tile ``(bm, bn,
     bk)`` and a warp tile ``(wm, wn)`` (multiples of 16): first ``pad`` (``pad_einsum``) of the
     sizes off the block tile when ``pad``; the shared tiles XOR-swizzled when ``swizzle`` (else
     their rows padded); ``fragment_stages=2`` pipelines the K steps of one shared tile, the
-    fragments double-buffered in registers."""
+    fragments double-buffered in registers; ``raster``: the largest power of two at most it
+    that divides the number of block rows groups them (``schedule``)."""
     (bm, bn, bk), (wm, wn) = block, warp
     M, K, N = m.sizes
+    rows = -(-M // bm)
+    while raster > 1 and rows % raster:
+        raster //= 2
     # which of A, B, C pad_einsum grows
     grown = (bool(M % bm or K % bk), bool(K % bk or N % bn), bool(M % bm or N % bn)) if pad else (False,) * 3
     if any(grown):
@@ -319,7 +332,7 @@ def schedule_with_pad(sch: Schedule, m: TensorCoreGemm, block: tuple[int, int, i
     batched = m.batch > 0
     swizzles = (ldmatrix_swizzle(bk, batched), ldmatrix_swizzle(bk if m.b_trans else bn, batched))
     done = schedule(sch, m, (bm // wm, bn // wn, wm // TILE, wn // TILE, bk // TILE), stages,
-                    swizzles if swizzle else (None, None), vec, grown)  # fmt: skip
+                    swizzles if swizzle else (None, None), vec, grown, max(raster, 1))  # fmt: skip
     if fragment_stages == 2:
         # k1: the fragment loads of A and B, then the mma
         sch.annotate(done.k1, "software_pipeline_stage", [0, 0, 1])

@@ -60,6 +60,9 @@ CASES = {
     "pad_frag2_kstep64_btrans": ((40, 130, 50), dict(block=(32, 64, 64), warp=(16, 32), b_trans=True,
                                                      fragment_stages=2)),  # fmt: skip
     "batch2_frag2": ((64, 64, 32), dict(SMALL, batch=2, fragment_stages=2, stages=1)),
+    # thread blocks in groups of block rows (L2 locality): 4 rows of 64 in groups of 2 / of 4
+    "raster2_pad_btrans": ((200, 64, 96), dict(SMALL, raster=2, b_trans=True)),
+    "raster4_batch2": ((256, 32, 64), dict(SMALL, raster=8, batch=2)),
     # a float32 accumulator stored as the half-precision result D (converting stores)
     "f16_out16": ((64, 64, 64), dict(SMALL, out_dtype="float16")),
     "bf16_outbf16_btrans": ((64, 64, 64), dict(SMALL, dtype="bfloat16", out_dtype="bfloat16", b_trans=True)),
@@ -231,6 +234,7 @@ def test_half_precision_result_is_converted_as_it_is_stored() -> None:
     (dict(out_dtype="float32", acc="float16"), "out_dtype 'float32' with acc 'float16'"),
     (dict(out_dtype="int8"), "out_dtype 'int8' with acc 'float32'"),
     (dict(fragment_stages=3), "fragment_stages must be 1 or 2"),
+    (dict(raster=0), "raster must be a positive int"),
 ])  # fmt: skip
 def test_bad_parameters_are_refused(params: dict, what: str) -> None:
     with pytest.raises(ScheduleError, match=what):
@@ -285,7 +289,7 @@ def test_compiles_with_nvcc(name: str, arch: str, tmp_path: Path) -> None:
                                   "pad_97x100x50_btrans", "pad_bf16_33x70x129", "pad_acc16_mn_only",
                                   "batch2_pad_btrans", "f16_out16", "bf16_outbf16_btrans",
                                   "pad_out16_97x100x50", "batch2_pad_outbf16", "f16_frag2",
-                                  "pad_frag2_kstep64_btrans"])
+                                  "pad_frag2_kstep64_btrans", "raster2_pad_btrans", "raster4_batch2"])
 def test_gpu_matches_the_cpu(name: str) -> None:
     shape, params = CASES[name]
     sch = tc_gemm(*shape, **params)
