@@ -39,8 +39,11 @@ def walk(root: Root) -> Iterator[tuple[Stmt, tuple[Stmt, ...]]]:
         node, anc = stack.pop()
         yield node, anc
         children = list(_stmt_children(node))
-        for child in reversed(children):
-            stack.append((child, anc + (node,)))
+        if children:
+            # one ancestors tuple for all the children (every primitive walks the function)
+            inner = anc + (node,)
+            for child in reversed(children):
+                stack.append((child, inner))
 
 
 def find(root: Root, pred: Callable[[Stmt], bool]) -> tuple[Stmt, tuple[Stmt, ...]] | None:
