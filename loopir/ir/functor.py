@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from functools import cache
-from typing import Any, cast
+from typing import Any, cast, get_args, get_type_hints
 
 import attrs
 
 from loopir.ir.buffer import Buffer, BufferRegion, Range
-from loopir.ir.expr import BufferLoad, PrimExpr, Var
+from loopir.ir.expr import BinaryOp, BufferLoad, PrimExpr, Var
 from loopir.ir.stmt import Allocate, Block, BufferStore, For, IterVar, PrimFunc, Stmt
 
 Node = Any
@@ -35,6 +35,27 @@ def _child_fields_of(cls: Any) -> tuple[str, ...]:
 # Typed as a plain function: the checker takes IR classes (whose __hash__ is object's, set in
 # the class body) for unhashable arguments of the cache wrapper.
 _child_fields = cast(Callable[[Any], tuple[str, ...]], _child_fields_of)
+
+
+def _holds_stmt(tp: Any) -> bool:
+    if isinstance(tp, type):
+        return issubclass(tp, Stmt)
+    return any(_holds_stmt(a) for a in get_args(tp))
+
+
+@cache
+def _stmt_fields_of(cls: Any) -> tuple[str, ...]:
+    """The child fields of ``cls`` whose declared type can hold a statement (a statement
+    walk skips the others: loop bounds, indices, regions); all of them when the annotations
+    cannot be resolved."""
+    try:
+        hints = get_type_hints(cls)
+    except Exception:  # an annotation that does not resolve: take every field
+        return _child_fields(cls)
+    return tuple(name for name in _child_fields(cls) if name not in hints or _holds_stmt(hints[name]))
+
+
+stmt_fields = cast(Callable[[Any], tuple[str, ...]], _stmt_fields_of)
 
 
 # Fields that *define* a variable: mutators keep them (substituting a definition is never
@@ -62,6 +83,22 @@ def _kind(t: type) -> int:
         k = _TUPLE if issubclass(t, tuple) else _NODE if issubclass(t, _NODE_BASES) else _LEAF
         _KINDS[t] = k
     return k
+
+
+# Node types whose children are exactly the expressions ``a`` and ``b``, built as ``cls(a, b)``
+# (every BinaryOp: most nodes of an index expression); the walks take them without the field
+# loop.
+_BINARY: dict[type, bool] = {}
+
+
+def _is_binary(t: type) -> bool:
+    got = _BINARY.get(t)
+    if got is None:
+        got = _BINARY[t] = (
+            issubclass(t, BinaryOp) and _child_fields(t) == ("a", "b")
+            and _init_names(t) == (("a", "a"), ("b", "b"))
+        )  # fmt: skip
+    return got
 
 
 @cache
@@ -124,6 +161,11 @@ class Visitor:
             self.generic_visit(node)
 
     def generic_visit(self, node: Node) -> None:
+        t = type(node)
+        if _BINARY.get(t) or (t not in _BINARY and _is_binary(t)):
+            self.visit(node.a)
+            self.visit(node.b)
+            return
         if not self.visit_buffer_shapes and isinstance(node, Buffer):
             return
         kinds = _KINDS
@@ -165,6 +207,11 @@ class Mutator:
         return node
 
     def generic_visit(self, node: Node) -> Node:
+        t = type(node)
+        if _BINARY.get(t) or (t not in _BINARY and _is_binary(t)):
+            a, b = node.a, node.b
+            na, nb = self.visit(a), self.visit(b)
+            return node if na is a and nb is b else t(na, nb)
         if isinstance(node, Buffer):
             return node
         changes: dict[str, Any] | None = None
@@ -226,7 +273,11 @@ def substitute(node: Node, vmap: Mapping[Var, PrimExpr] | Callable[[Var], PrimEx
 def _post_order(node: Node, fn: Callable[[Node], None]) -> None:
     # Visitor's walk (buffer shapes skipped, fields in order, nested tuples), children first,
     # as a plain recursive function: no dispatch per node.
-    if not isinstance(node, Buffer):
+    t = type(node)
+    if _BINARY.get(t) or (t not in _BINARY and _is_binary(t)):
+        _post_order(node.a, fn)
+        _post_order(node.b, fn)
+    elif not isinstance(node, Buffer):
         kinds = _KINDS
         for name in _child_fields(type(node)):
             value = getattr(node, name)
@@ -258,7 +309,7 @@ def post_order_stmts(node: Node, fn: Callable[[Stmt], None]) -> None:
     [`post_order_visit`][loopir.ir.functor.post_order_visit] meets them, without walking
     expressions (they hold no statements): the whole-function "is there a block / an annotated
     loop / an allocation" scans cost a few statements, not every index expression."""
-    for name in _child_fields(type(node)):
+    for name in stmt_fields(type(node)):
         value = getattr(node, name)
         if isinstance(value, Stmt):
             post_order_stmts(value, fn)
@@ -278,6 +329,9 @@ def _gather_vars(value: Any, seen: dict[Var, None]) -> None:
     if k == _TUPLE:
         for v in value:
             _gather_vars(v, seen)
+    elif k == _NODE and _BINARY.get(type(value)):
+        _gather_vars(value.a, seen)
+        _gather_vars(value.b, seen)
     elif k == _NODE and not isinstance(value, Buffer):
         for name in _child_fields(type(value)):
             _gather_vars(getattr(value, name), seen)
