@@ -34,6 +34,11 @@ def to_range(var: Var, rng: Any, who: str = "Analyzer.bind") -> Range:
             return rng
         return Range(_as_dtype(rng.min, var.dtype), _as_dtype(rng.extent, var.dtype))
     if isinstance(rng, tuple) and len(rng) == 2:
+        lo_i, hi_i = rng
+        if type(lo_i) is int and type(hi_i) is int:
+            # what convert() below makes of two ints, without its dispatch: provers bind
+            # dozens of integer ranges per query
+            return Range(IntImm(lo_i, var.dtype), IntImm(hi_i - lo_i, var.dtype))
         try:
             lo, hi = convert(rng[0], var.dtype), convert(rng[1], var.dtype)
             if lo.dtype != var.dtype:

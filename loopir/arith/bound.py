@@ -238,6 +238,7 @@ def bound_intersect(x: ConstIntBound, y: ConstIntBound) -> ConstIntBound:
 
 
 @functools.cache
+@functools.cache  # (a frozen result: sharing it is safe)
 def dtype_bound(dtype: str) -> ConstIntBound:
     """The value range of a scalar integer or bool dtype (EVERYTHING for other types)."""
     if dt.is_bool(dtype):
@@ -249,6 +250,7 @@ def dtype_bound(dtype: str) -> ConstIntBound:
     return EVERYTHING
 
 
+@functools.cache
 @functools.cache
 def _int_like(dtype: str) -> bool:
     """Scalar integer or bool."""

@@ -22,7 +22,7 @@ from loopir.codegen_cuda.host import emit_host
 from loopir.codegen_cuda.runtime import CUDAModule, describe_resources
 from loopir.codegen_cuda.units import FunctionCode, build_library
 from loopir.errors import CodegenError
-from loopir.ir.functor import post_order_visit
+from loopir.ir.functor import post_order_stmts
 from loopir.ir.stmt import Block, BlockRealize, PrimFunc
 from loopir.passes.pipeline import register_target_passes
 from loopir.passes.race_check import check_races
@@ -48,7 +48,7 @@ def _needs_lowering(func: PrimFunc) -> bool:
         if isinstance(n, (Block, BlockRealize)):
             found = True
 
-    post_order_visit(func.body, f)
+    post_order_stmts(func.body, f)
     return found
 
 

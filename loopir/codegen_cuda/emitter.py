@@ -85,7 +85,7 @@ from loopir.ir.expr import (
     StringImm,
     Var,
 )
-from loopir.ir.functor import Visitor, collect_vars, post_order_visit, substitute
+from loopir.ir.functor import Visitor, collect_vars, post_order_stmts, post_order_visit, substitute
 from loopir.ir.op import is_barrier
 from loopir.ir.stmt import (
     Allocate,
@@ -840,7 +840,7 @@ def emit_cuda(func: PrimFunc, min_blocks_per_sm: int | None = None) -> EmitResul
             f"CUDA codegen: min_blocks_per_sm must be a positive int, got {min_blocks_per_sm!r}"
         )
     blocks: list[str] = []
-    post_order_visit(
+    post_order_stmts(
         func.body, lambda n: blocks.append(n.name) if isinstance(n, Block) else None
     )
     if blocks:

@@ -5,6 +5,7 @@ Strings keep the IR printable and JSON-friendly; this module validates and queri
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,11 @@ SCALAR_BITS: dict[str, int] = {
 _ALIASES = {"float": "float32", "int": "int32", "half": "float16", "double": "float64"}
 
 
+# canonical() of the strings seen so far: every IntImm, Var and Cast converts its dtype, and
+# parsing the string each time was a visible share of building IR.
+_CANONICAL: dict[str, str] = {}
+
+
 def canonical(dtype: Any) -> str:
     """Return the canonical dtype string for ``dtype`` (str, numpy dtype or type).
 
@@ -36,6 +42,15 @@ def canonical(dtype: Any) -> str:
     ValueError
         If ``dtype`` names no supported type.
     """
+    if type(dtype) is str:
+        hit = _CANONICAL.get(dtype)
+        if hit is None:
+            hit = _CANONICAL[dtype] = _canonical(dtype)
+        return hit
+    return _canonical(dtype)
+
+
+def _canonical(dtype: Any) -> str:
     if dtype is None:
         # numpy reads None as float64: a missing dtype would silently become float64
         raise ValueError("unsupported dtype None; expected a dtype such as 'float32'")
@@ -62,6 +77,7 @@ def element(dtype: str) -> str:
     return dtype.partition("x")[0]
 
 
+@functools.cache
 def lanes(dtype: str) -> int:
     """Number of vector lanes (1 for scalars)."""
     _, _, n = dtype.partition("x")
@@ -79,20 +95,24 @@ def bits(dtype: str) -> int:
     return SCALAR_BITS[element(dtype)]
 
 
+@functools.cache
 def is_float(dtype: str) -> bool:
     return element(dtype) in ("float16", "bfloat16", "float32", "float64")
 
 
+@functools.cache
 def is_int(dtype: str) -> bool:
     """Signed or unsigned integer (not bool)."""
     e = element(dtype)
     return e.startswith("int") or e.startswith("uint")
 
 
+@functools.cache
 def is_uint(dtype: str) -> bool:
     return element(dtype).startswith("uint")
 
 
+@functools.cache
 def is_bool(dtype: str) -> bool:
     return element(dtype) == "bool"
 

@@ -12,6 +12,7 @@ nodes still work as dict keys and in ``in`` tests.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, Union
 
 import attrs
@@ -36,6 +37,11 @@ def _expr_tuple(value: Any) -> tuple[PrimExpr, ...]:
 
 def _canonical_dtype(value: Any) -> str:
     return dt.canonical(value)
+
+
+@functools.cache
+def _scalar_int_or_bool(dtype: str) -> bool:
+    return (dt.is_int(dtype) or dt.is_bool(dtype)) and dt.lanes(dtype) == 1
 
 
 class PrimExpr:
@@ -192,7 +198,7 @@ class IntImm(PrimExpr):
 
     @dtype.validator
     def _check(self, _a: Any, value: str) -> None:
-        if not (dt.is_int(value) or dt.is_bool(value)) or dt.lanes(value) != 1:
+        if not _scalar_int_or_bool(value):
             raise TypeError(f"IntImm needs a scalar integer or bool dtype, got {value}")
 
     def __int__(self) -> int:

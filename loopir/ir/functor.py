@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from functools import cache
-from typing import Any, cast
+from typing import Any, cast, get_args, get_type_hints
 
 import attrs
 
 from loopir.ir.buffer import Buffer, BufferRegion, Range
-from loopir.ir.expr import BufferLoad, PrimExpr, Var
+from loopir.ir.expr import BinaryOp, BufferLoad, PrimExpr, Var
 from loopir.ir.stmt import Allocate, Block, BufferStore, For, IterVar, PrimFunc, Stmt
 
 Node = Any
@@ -37,13 +37,86 @@ def _child_fields_of(cls: Any) -> tuple[str, ...]:
 _child_fields = cast(Callable[[Any], tuple[str, ...]], _child_fields_of)
 
 
+def _holds_stmt(tp: Any) -> bool:
+    if isinstance(tp, type):
+        return issubclass(tp, Stmt)
+    return any(_holds_stmt(a) for a in get_args(tp))
+
+
+@cache
+def _stmt_fields_of(cls: Any) -> tuple[str, ...]:
+    """The child fields of ``cls`` whose declared type can hold a statement (a statement
+    walk skips the others: loop bounds, indices, regions); all of them when the annotations
+    cannot be resolved."""
+    try:
+        hints = get_type_hints(cls)
+    except Exception:  # an annotation that does not resolve: take every field
+        return _child_fields(cls)
+    return tuple(name for name in _child_fields(cls) if name not in hints or _holds_stmt(hints[name]))
+
+
+stmt_fields = cast(Callable[[Any], tuple[str, ...]], _stmt_fields_of)
+
+
 # Fields that *define* a variable: mutators keep them (substituting a definition is never
 # meant); rename a loop or iter var by rebuilding the node explicitly.
 _DEF_FIELDS = {"For": "loop_var", "IterVar": "var"}
 
 
+_NODE_BASES = (PrimExpr, Stmt, Buffer, Range, BufferRegion, IterVar, PrimFunc)
+
+
 def _is_node(value: Any) -> bool:
-    return isinstance(value, (PrimExpr, Stmt, Buffer, Range, BufferRegion, IterVar, PrimFunc))
+    return isinstance(value, _NODE_BASES)
+
+
+# What a field value of each type is to a traversal (keyed by the value's type: an isinstance
+# test against seven IR bases, per field of every node of every pass, was the largest single
+# cost of the generic walks).
+_LEAF, _NODE, _TUPLE = 0, 1, 2
+_KINDS: dict[type, int] = {}
+
+
+def _kind(t: type) -> int:
+    k = _KINDS.get(t)
+    if k is None:
+        k = _TUPLE if issubclass(t, tuple) else _NODE if issubclass(t, _NODE_BASES) else _LEAF
+        _KINDS[t] = k
+    return k
+
+
+# Node types whose children are exactly the expressions ``a`` and ``b``, built as ``cls(a, b)``
+# (every BinaryOp: most nodes of an index expression); the walks take them without the field
+# loop.
+_BINARY: dict[type, bool] = {}
+
+
+def _is_binary(t: type) -> bool:
+    got = _BINARY.get(t)
+    if got is None:
+        got = _BINARY[t] = (
+            issubclass(t, BinaryOp) and _child_fields(t) == ("a", "b")
+            and _init_names(t) == (("a", "a"), ("b", "b"))
+        )  # fmt: skip
+    return got
+
+
+@cache
+def _init_names_of(cls: Any) -> tuple[tuple[str, str], ...]:
+    """``(field name, __init__ argument name)`` of every field ``__init__`` takes."""
+    return tuple((f.name, f.alias) for f in attrs.fields(cls) if f.init)
+
+
+_init_names = cast(Callable[[Any], tuple[tuple[str, str], ...]], _init_names_of)
+
+
+def _evolve(node: Node, changes: Mapping[str, Any]) -> Node:
+    """``attrs.evolve(node, **changes)`` (``changes`` keyed by field name), without its
+    per-call field introspection: mutators rebuild a node for every changed child."""
+    cls = type(node)
+    kwargs = {arg: changes[name] if name in changes else getattr(node, name)
+              for name, arg in _init_names(cls)}  # fmt: skip
+    return cls(**kwargs)
 
 
 _NO_METHOD: Any = object()
@@ -78,17 +151,33 @@ class Visitor:
     visit_buffer_shapes = False
 
     def visit(self, node: Node) -> None:
-        method = _method_for(type(self), type(node))
+        cache = type(self).__dict__.get(_CACHE_ATTR)
+        method = _NO_METHOD if cache is None else cache.get(type(node), _NO_METHOD)
+        if method is _NO_METHOD:
+            method = _method_for(type(self), type(node))
         if method is not None:
             method(self, node)
         else:
             self.generic_visit(node)
 
     def generic_visit(self, node: Node) -> None:
-        if isinstance(node, Buffer) and not self.visit_buffer_shapes:
+        t = type(node)
+        if _BINARY.get(t) or (t not in _BINARY and _is_binary(t)):
+            self.visit(node.a)
+            self.visit(node.b)
             return
+        if not self.visit_buffer_shapes and isinstance(node, Buffer):
+            return
+        kinds = _KINDS
         for name in _child_fields(type(node)):
-            self._visit_value(getattr(node, name))
+            value = getattr(node, name)
+            k = kinds.get(type(value))
+            if k is None:
+                k = _kind(type(value))
+            if k == _NODE:
+                self.visit(value)
+            elif k == _TUPLE:
+                self._visit_value(value)
 
     def _visit_value(self, value: Any) -> None:
         if isinstance(value, tuple):
@@ -106,7 +195,10 @@ class Mutator:
     """
 
     def visit(self, node: Node) -> Node:
-        method = _method_for(type(self), type(node))
+        cache = type(self).__dict__.get(_CACHE_ATTR)
+        method = _NO_METHOD if cache is None else cache.get(type(node), _NO_METHOD)
+        if method is _NO_METHOD:
+            method = _method_for(type(self), type(node))
         if method is not None:
             return method(self, node)
         return self.generic_visit(node)
@@ -115,20 +207,33 @@ class Mutator:
         return node
 
     def generic_visit(self, node: Node) -> Node:
+        t = type(node)
+        if _BINARY.get(t) or (t not in _BINARY and _is_binary(t)):
+            a, b = node.a, node.b
+            na, nb = self.visit(a), self.visit(b)
+            return node if na is a and nb is b else t(na, nb)
         if isinstance(node, Buffer):
             return node
-        changes: dict[str, Any] = {}
+        changes: dict[str, Any] | None = None
         defined = _DEF_FIELDS.get(type(node).__name__)
+        kinds = _KINDS
         for name in _child_fields(type(node)):
             if name == defined:
                 continue
             old = getattr(node, name)
-            new = self._visit_value(old)
+            k = kinds.get(type(old))
+            if k is None:
+                k = _kind(type(old))
+            if k == _LEAF:
+                continue
+            new = self.visit(old) if k == _NODE else self._visit_value(old)
             if new is not old:
+                if changes is None:
+                    changes = {}
                 changes[name] = new
-        if not changes:
+        if changes is None:
             return node
-        return attrs.evolve(node, **changes)
+        return _evolve(node, changes)
 
     def _visit_value(self, value: Any) -> Any:
         if isinstance(value, tuple):
@@ -165,26 +270,69 @@ def substitute(node: Node, vmap: Mapping[Var, PrimExpr] | Callable[[Var], PrimEx
     return _Substitute(vmap).visit(node)
 
 
-class _PostOrder(Visitor):
-    def __init__(self, fn: Callable[[Node], None]) -> None:
-        self.fn = fn
+def _post_order(node: Node, fn: Callable[[Node], None]) -> None:
+    # Visitor's walk (buffer shapes skipped, fields in order, nested tuples), children first,
+    # as a plain recursive function: no dispatch per node.
+    t = type(node)
+    if _BINARY.get(t) or (t not in _BINARY and _is_binary(t)):
+        _post_order(node.a, fn)
+        _post_order(node.b, fn)
+    elif not isinstance(node, Buffer):
+        kinds = _KINDS
+        for name in _child_fields(type(node)):
+            value = getattr(node, name)
+            k = kinds.get(type(value))
+            if k is None:
+                k = _kind(type(value))
+            if k == _NODE:
+                _post_order(value, fn)
+            elif k == _TUPLE:
+                _post_order_tuple(value, fn)
+    fn(node)
 
-    def visit(self, node: Node) -> None:
-        self.generic_visit(node)
-        self.fn(node)
+
+def _post_order_tuple(value: tuple[Any, ...], fn: Callable[[Node], None]) -> None:
+    for v in value:
+        if isinstance(v, tuple):
+            _post_order_tuple(v, fn)
+        elif _is_node(v):
+            _post_order(v, fn)
 
 
 def post_order_visit(node: Node, fn: Callable[[Node], None]) -> None:
     """Call ``fn`` on every node below and including ``node``, children first."""
-    _PostOrder(fn).visit(node)
+    _post_order(node, fn)
+
+
+def post_order_stmts(node: Node, fn: Callable[[Stmt], None]) -> None:
+    """Call ``fn`` on every statement below and including ``node``, in the order
+    [`post_order_visit`][loopir.ir.functor.post_order_visit] meets them, without walking
+    expressions (they hold no statements): the whole-function "is there a block / an annotated
+    loop / an allocation" scans cost a few statements, not every index expression."""
+    for name in stmt_fields(type(node)):
+        value = getattr(node, name)
+        if isinstance(value, Stmt):
+            post_order_stmts(value, fn)
+        elif isinstance(value, tuple):  # (no IR field nests statements in deeper tuples)
+            for v in value:
+                if isinstance(v, Stmt):
+                    post_order_stmts(v, fn)
+    if isinstance(node, Stmt):
+        fn(node)
 
 
 def _gather_vars(value: Any, seen: dict[Var, None]) -> None:
     # post-order, as post_order_visit: a Var subclass's fields (a reduce axis's domain) first
-    if isinstance(value, tuple):
+    k = _KINDS.get(type(value))
+    if k is None:
+        k = _kind(type(value))
+    if k == _TUPLE:
         for v in value:
             _gather_vars(v, seen)
-    elif _is_node(value) and not isinstance(value, Buffer):
+    elif k == _NODE and _BINARY.get(type(value)):
+        _gather_vars(value.a, seen)
+        _gather_vars(value.b, seen)
+    elif k == _NODE and not isinstance(value, Buffer):
         for name in _child_fields(type(value)):
             _gather_vars(getattr(value, name), seen)
         if isinstance(value, Var):
@@ -227,7 +375,7 @@ def all_buffers(func: PrimFunc) -> list[Buffer]:
         elif isinstance(n, Allocate):
             out.append(n.buffer)
 
-    post_order_visit(func.body, visit)
+    post_order_stmts(func.body, visit)
     return out
 
 

@@ -187,7 +187,7 @@ class Pass:
 def require_lowered(func: PrimFunc, pass_name: str) -> None:
     """Raise [`PassError`][loopir.errors.PassError] if ``func`` still has blocks (LowerBlocks must
     run first)."""
-    from loopir.ir.functor import post_order_visit
+    from loopir.ir.functor import post_order_stmts
     from loopir.ir.stmt import Block, BlockRealize
 
     found: list[str] = []
@@ -196,7 +196,7 @@ def require_lowered(func: PrimFunc, pass_name: str) -> None:
         if isinstance(n, (Block, BlockRealize)) and not found:
             found.append(n.name if isinstance(n, Block) else n.block.name)
 
-    post_order_visit(func.body, f)
+    post_order_stmts(func.body, f)
     if found:
         raise PassError(
             f"pass {pass_name} needs lowered IR, but block {found[0]!r} is still there; "

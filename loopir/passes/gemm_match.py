@@ -155,10 +155,10 @@ def stage_block(stage: Stmt) -> tuple[list[For], BlockRealize] | NoMatch:
 
 
 def _first_block_name(stmt: Stmt) -> str:
-    from loopir.ir.functor import post_order_visit
+    from loopir.ir.functor import post_order_stmts
 
     names: list[str] = []
-    post_order_visit(stmt, lambda n: names.append(n.name) if isinstance(n, Block) else None)
+    post_order_stmts(stmt, lambda n: names.append(n.name) if isinstance(n, Block) else None)
     return names[-1] if names else "<no block>"
 
 

@@ -24,12 +24,15 @@ A vthread loop with a non-constant extent is left as a serial loop.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 import attrs
 
 from loopir.ir import op
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr, Var
-from loopir.ir.functor import Mutator, collect_vars, post_order_visit
+from loopir.ir.functor import Mutator, collect_vars, post_order_stmts, post_order_visit
 from loopir.ir.stmt import (
     Allocate,
     BufferStore,
@@ -55,22 +58,18 @@ def _uses(node: object, v: Var) -> bool:
     return any(x is v for x in collect_vars(node))
 
 
-def _stores(s: Stmt) -> list[BufferStore]:
-    out: list[BufferStore] = []
-    post_order_visit(s, lambda n: out.append(n) if isinstance(n, BufferStore) else None)
-    return out
-
-
 def _written(s: Stmt) -> set[Buffer]:
     """Buffers ``s`` stores to: by BufferStores, and through the operands of tensor-core calls
     (an ldmatrix writes its fragment, an mma its accumulator)."""
-    out = {x.buffer for x in _stores(s)}
+    out: set[Buffer] = set()
 
-    def f(n: object) -> None:
-        if isinstance(n, Evaluate) and isinstance(n.value, Call) and op.is_tensor_core_call(n.value):
+    def f(n: Stmt) -> None:
+        if isinstance(n, BufferStore):
+            out.add(n.buffer)
+        elif isinstance(n, Evaluate) and isinstance(n.value, Call) and op.is_tensor_core_call(n.value):
             out.update(a.buffer for a in written_operands(n.value))
 
-    post_order_visit(s, f)
+    post_order_stmts(s, f)
     return out
 
 
@@ -80,15 +79,14 @@ def _loads(s: object) -> list[BufferLoad]:
     return out
 
 
-def _touched(s: Stmt) -> set[Buffer]:
-    return _written(s) | {x.buffer for x in _loads(s)}
-
-
 def _read_modify_write(leaf: Stmt) -> bool:
     """A store reading the buffer it stores to, or an mma (its accumulator)."""
     if isinstance(leaf, BufferStore):
         return any(ld.buffer is leaf.buffer for ld in _loads(leaf.value))
     return isinstance(leaf, Evaluate) and isinstance(leaf.value, Call) and leaf.value.op == "ptx_mma"
+
+
+_T = TypeVar("_T")
 
 
 class _Injector:
@@ -99,10 +97,31 @@ class _Injector:
         self.expanded: set[Buffer] = set()
         self.dep_leaves: set[int] = set()
         self.dep_written: set[Buffer] = set()
+        # Per statement (by id; the value keeps it alive, so the id is not reused): what it
+        # writes, touches and whether it uses v. Each depends on the statement alone, never
+        # on where it sits, and the fixpoint and the conflict checks ask again and again.
+        self._memos: dict[str, dict[int, tuple[Stmt, Any]]] = {}
+
+    def _memo(self, what: str, fn: Callable[[Stmt], _T], s: Stmt) -> _T:
+        table = self._memos.setdefault(what, {})
+        hit = table.get(id(s))
+        if hit is None:
+            hit = table[id(s)] = (s, fn(s))
+        out: _T = hit[1]
+        return out
+
+    def _uses_v(self, s: Stmt) -> bool:
+        return self._memo("uses", lambda x: _uses(x, self.v), s)
+
+    def _written(self, s: Stmt) -> set[Buffer]:
+        return self._memo("written", _written, s)
+
+    def _touched(self, s: Stmt) -> set[Buffer]:
+        return self._memo("touched", lambda x: self._written(x) | {ld.buffer for ld in _loads(x)}, s)
 
     # --- which statements depend on the virtual thread -------------------------------------
     def _leaf_depends(self, leaf: Stmt) -> bool:
-        if _uses(leaf, self.v) or _touched(leaf) & (self.expanded | self.dep_written):
+        if self._uses_v(leaf) or self._touched(leaf) & (self.expanded | self.dep_written):
             return True
         # a read-modify-write must run once per virtual thread
         return _read_modify_write(leaf)
@@ -115,9 +134,10 @@ class _Injector:
         read-modify-write. A local buffer allocated under the vthread loop is expanded when a
         dependent leaf stores to it."""
         leaves: list[Stmt] = []
-        post_order_visit(
+        post_order_stmts(
             body, lambda n: leaves.append(n) if isinstance(n, (BufferStore, Evaluate)) else None
         )
+        self._memos.pop("depends", None)  # it reads dep_leaves, which this recomputes
         changed = True
         while changed:
             changed = False
@@ -126,7 +146,7 @@ class _Injector:
                     continue
                 self.dep_leaves.add(id(leaf))
                 changed = True
-                for b in _written(leaf):
+                for b in self._written(leaf):
                     self.dep_written.add(b)
                     if b in self.local_allocs:
                         self.expanded.add(b)
@@ -137,7 +157,10 @@ class _Injector:
         )
 
     def depends(self, s: Stmt) -> bool:
-        found = _uses(s, self.v)
+        return self._memo("depends", self._depends, s)
+
+    def _depends(self, s: Stmt) -> bool:
+        found = self._uses_v(s)
         if not found:
             def f(n: object) -> None:
                 nonlocal found
@@ -150,9 +173,9 @@ class _Injector:
     def _conflict(self, a: Stmt, b: Stmt) -> bool:
         """Whether ``a`` and ``b`` share a buffer that is not private to a virtual thread and
         that one of them writes."""
-        wa = _written(a) - self.expanded
-        wb = _written(b) - self.expanded
-        return bool(wa & _touched(b) or wb & _touched(a))
+        wa = self._written(a) - self.expanded
+        wb = self._written(b) - self.expanded
+        return bool(wa & self._touched(b) or wb & self._touched(a))
 
     # --- rewriting ---------------------------------------------------------------------------
     def wrap(self, s: Stmt) -> Stmt:
@@ -223,7 +246,7 @@ def _local_allocs(s: Stmt) -> set[Buffer]:
     """The per-thread buffers allocated in ``s``: local ones, and warp fragments (each
     lane's row is its registers)."""
     out: set[Buffer] = set()
-    post_order_visit(
+    post_order_stmts(
         s, lambda n: out.add(n.buffer) if isinstance(n, Allocate) and n.buffer.scope in ("local", "warp") else None
     )
     return out

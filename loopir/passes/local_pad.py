@@ -138,6 +138,8 @@ class _Analysis:
         # _written_before's fetch images, asked again for every reader of one fetch; keyed by
         # id()s, the values keep the keyed objects alive
         self._fetch_images: dict[tuple[int, ...], tuple[tuple[object, ...], ElementSet | None]] = {}
+        # element_preds, asked for the same fetch by the reader check and the pad record
+        self._element_preds: dict[tuple[int, ...], tuple[tuple[object, ...], list[ElementPred]]] = {}
         v = Sites()
         v.visit(body)
         self.sites = v.sites
@@ -519,6 +521,14 @@ class _Analysis:
 
     def element_preds(self, s: Site, inlined: list[PrimExpr], domain: list[For]) -> list[ElementPred]:
         """For a plain copy ``P[S] = Src[L]``: inlined conjuncts as predicates on P's elements."""
+        held = (s, *inlined, None, *domain)  # all it reads: the site (store, loops), the rest
+        key = tuple(map(id, held))
+        hit = self._element_preds.get(key)
+        if hit is None:
+            hit = self._element_preds[key] = (held, self._element_preds_of(s, inlined, domain))
+        return list(hit[1])
+
+    def _element_preds_of(self, s: Site, inlined: list[PrimExpr], domain: list[For]) -> list[ElementPred]:
         value = s.store.value
         src = strip_casts(value)
         if not isinstance(src, BufferLoad) or len(src.indices) != len(s.store.indices):
@@ -695,11 +705,11 @@ class LocalPadding(Pass):
         ana = _Analysis(body, func.params)
         ana.run()
         self.report = ana.report
-        text = str(ana.report)
+        # the report renders only when the record is emitted (DEBUG is usually off)
         if self.explain:
-            logger.info("%s", text)
+            logger.info("%s", ana.report)
         else:
-            logger.debug("%s", text)
+            logger.debug("%s", ana.report)
         if not ana.replace:
             return func
         return func.with_body(_Replace(ana.replace).visit(body))

@@ -47,7 +47,13 @@ from loopir.errors import PassError
 from loopir.ir import dtype as dt
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import And, BufferLoad, Call, IntImm, PrimExpr, Ramp
-from loopir.ir.functor import Mutator, fresh_loop_vars, post_order_visit, substitute
+from loopir.ir.functor import (
+    Mutator,
+    fresh_loop_vars,
+    post_order_stmts,
+    post_order_visit,
+    substitute,
+)
 from loopir.ir.stmt import (
     Allocate,
     BufferStore,
@@ -415,5 +421,5 @@ def prefetch_requested(func: PrimFunc | None, ctx: PassContext) -> bool:
         if isinstance(n, For) and ANNOTATION_KEY in n.annotations:
             found = True
 
-    post_order_visit(func.body, f)
+    post_order_stmts(func.body, f)
     return found

@@ -84,6 +84,8 @@ Eq = tuple[dict[Var, int], int]  # sum(coef * var) + const == 0
 
 def const_int(e: PrimExpr) -> int | None:
     """The value of ``e`` when it simplifies to a constant, else None."""
+    if type(e) is IntImm:  # what simplifying it gives, without building an analyzer
+        return e.value
     s = arith.simplify(e)
     return s.value if isinstance(s, IntImm) else None
 

@@ -57,7 +57,13 @@ from loopir.ir import dtype as dt
 from loopir.ir import op
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import GE, LT, BufferLoad, Call, FloorMod, IntImm, Max, PrimExpr, Var
-from loopir.ir.functor import Mutator, fresh_loop_vars, post_order_visit, substitute
+from loopir.ir.functor import (
+    Mutator,
+    fresh_loop_vars,
+    post_order_stmts,
+    post_order_visit,
+    substitute,
+)
 from loopir.ir.stmt import (
     Allocate,
     BufferStore,
@@ -110,7 +116,7 @@ def pipeline_requested(func: PrimFunc | None) -> bool:
     if func is None:
         return False
     found: list[bool] = []
-    post_order_visit(func.body, lambda n: found.append(True) if isinstance(n, For) and (
+    post_order_stmts(func.body, lambda n: found.append(True) if isinstance(n, For) and (
         STAGE_KEY in n.annotations or DEPTH_KEY in n.annotations) else None)  # fmt: skip
     return bool(found)
 

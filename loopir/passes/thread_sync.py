@@ -31,7 +31,7 @@ from loopir.errors import PassError
 from loopir.ir import op
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import BufferLoad, IntImm, Not, PrimExpr, Var
-from loopir.ir.functor import collect_vars, post_order_visit
+from loopir.ir.functor import collect_vars, post_order_stmts, post_order_visit
 from loopir.ir.stmt import (
     Allocate,
     Evaluate,
@@ -238,7 +238,7 @@ def _launch_extents(root: Stmt) -> dict[str, int | None]:
             elif tag not in out or (out[tag] is not None and n.extent.value > out[tag]):  # type: ignore[operator]
                 out[tag] = n.extent.value
 
-    post_order_visit(root, f)
+    post_order_stmts(root, f)
     return out
 
 

@@ -14,21 +14,25 @@ import attrs
 
 from loopir.ir.buffer import Range
 from loopir.ir.expr import PrimExpr, Var
-from loopir.ir.functor import _child_fields, all_buffers
+from loopir.ir.functor import all_buffers, stmt_fields
 from loopir.ir.stmt import Allocate, Block, BlockRealize, For, PrimFunc, SeqStmt, Stmt, seq
 
 Root = PrimFunc | Stmt
 
 
-def _stmt_children(node: Stmt) -> Iterator[Stmt]:
-    for name in _child_fields(type(node)):
+def _stmt_child_list(node: Stmt) -> list[Stmt]:
+    out: list[Stmt] = []
+    for name in stmt_fields(type(node)):
         value = getattr(node, name)
         if isinstance(value, Stmt):
-            yield value
+            out.append(value)
         elif isinstance(value, tuple):
-            for v in value:
-                if isinstance(v, Stmt):
-                    yield v
+            out.extend(v for v in value if isinstance(v, Stmt))
+    return out
+
+
+def _stmt_children(node: Stmt) -> Iterator[Stmt]:
+    yield from _stmt_child_list(node)
 
 
 def walk(root: Root) -> Iterator[tuple[Stmt, tuple[Stmt, ...]]]:
@@ -38,9 +42,12 @@ def walk(root: Root) -> Iterator[tuple[Stmt, tuple[Stmt, ...]]]:
     while stack:
         node, anc = stack.pop()
         yield node, anc
-        children = list(_stmt_children(node))
-        for child in reversed(children):
-            stack.append((child, anc + (node,)))
+        children = _stmt_child_list(node)
+        if children:
+            # one ancestors tuple for all the children (every primitive walks the function)
+            inner = anc + (node,)
+            for child in reversed(children):
+                stack.append((child, inner))
 
 
 def find(root: Root, pred: Callable[[Stmt], bool]) -> tuple[Stmt, tuple[Stmt, ...]] | None:
@@ -126,7 +133,7 @@ class _Replace:
             self.done = True
             return self.new
         changes: dict[str, Any] = {}
-        for name in _child_fields(type(node)):
+        for name in stmt_fields(type(node)):  # (the other fields hold no statement)
             value = getattr(node, name)
             if isinstance(value, Stmt):
                 nv = self.visit(value)
@@ -245,6 +252,13 @@ def simplify_bindings(stmt: Stmt, ranges: dict[Var, Range]) -> Stmt:
     env = dict(ranges)
 
     class _Simplify(Mutator):
+        def visit(self, node: Any) -> Any:
+            # Only block realizes change, and no expression, region or iter var holds one:
+            # walking loop bounds and block regions would return them unchanged.
+            if not isinstance(node, Stmt):
+                return node
+            return super().visit(node)
+
         def visit_For(self, node: For) -> Stmt:
             env[node.loop_var] = Range(node.min, node.extent)
             try:

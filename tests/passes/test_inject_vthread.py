@@ -83,3 +83,31 @@ def test_symbolic_extent_is_left_alone() -> None:
     f = PrimFunc((a,), _vt(vx, n, BufferStore(a, a[vx] + 1.0, (vx,))))
     assert InjectVirtualThread()(f) is not None
     assert len(_vloops(InjectVirtualThread()(f))) == 1
+
+
+def test_one_statement_object_in_two_places_as_two_copies() -> None:
+    """The pass memoizes per statement object (what it writes, touches, whether it depends on
+    the virtual thread): the same object in two places gives what two copies give."""
+    from loopir.ir.equality import structural_equal
+
+    a = Buffer("A", (8,), "float32")
+    out = Buffer("O", (2, 8), "float32")
+    sh = Buffer("S", (8,), "float32", scope="shared")
+    acc = Buffer("acc", (1,), "float32", scope="local")
+    vx, tx = Var("vx"), Var("tx")
+    copy = BufferStore(sh, a[tx] * 2.0, (tx,))
+    upd = BufferStore(acc, acc[0] + sh[tx] * op.cast(vx + 1, "float32"), (0,))
+
+    def build(shared: bool) -> PrimFunc:
+        c2, u2 = (copy, upd) if shared else (
+            BufferStore(sh, copy.value, copy.indices), BufferStore(acc, upd.value, upd.indices))
+        body = _vt(vx, 2, _tx(tx, 8, Allocate(acc, seq(
+            BufferStore(acc, 0.0, (0,)), copy, upd, c2, u2, BufferStore(out, acc[0], (vx, tx)),
+        ))))  # fmt: skip
+        return PrimFunc((a, out), Allocate(sh, body))
+
+    f_shared, f_copies = build(True), build(False)
+    g_shared, g_copies = InjectVirtualThread()(f_shared), InjectVirtualThread()(f_copies)
+    assert structural_equal(g_shared, g_copies)
+    x = inputs(f_shared)
+    assert_close(run_cpu(g_shared, x)[1], run_cpu(f_shared, x)[1])

@@ -41,7 +41,7 @@ import attrs
 from loopir.errors import CodegenError, PassError
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import BufferLoad, Call, FloatImm, IntImm, StringImm, register_intrinsic
-from loopir.ir.functor import post_order_visit
+from loopir.ir.functor import post_order_stmts, post_order_visit
 from loopir.ir.stmt import Block, BlockRealize, Evaluate, FrozenDict, PrimFunc, Stmt, seq
 from loopir.passes.base import Pass
 from loopir.passes.context import PassContext
@@ -98,7 +98,7 @@ def _cutlass_available() -> str | None:
 def _is_gemm_candidate(stage: Stmt) -> bool:
     """Whether a stage looks like a reduction worth reporting on (has an init)."""
     found: list[Block] = []
-    post_order_visit(stage, lambda n: found.append(n) if isinstance(n, Block) else None)
+    post_order_stmts(stage, lambda n: found.append(n) if isinstance(n, Block) else None)
     return any(b.init is not None for b in found)
 
 
