@@ -48,7 +48,7 @@ EXTRA = [("fp16 K=100", 4096, 100, 4096, 1, False), ("fp16 32 x 512x128x512", 51
 DTYPES = ["float16", "bfloat16"]
 #: the schedule's parameters (the defaults of tc_gemm, spelled out for the record); every
 #: implementation writes C in the input type (fp32 accumulation)
-PARAMS: dict[str, Any] = dict(block=(128, 128, 32), warp=(64, 64), stages=3, swizzle=True, vec=8)
+PARAMS: dict[str, Any] = dict(block=(128, 128, 32), warp=(64, 64), stages=4, swizzle=True, vec=8)
 
 
 def relu(x: Any) -> Any:

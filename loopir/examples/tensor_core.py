@@ -111,7 +111,7 @@ def _ints(*sizes: Any) -> bool:
 
 def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float32",
             b_trans: bool = False, block: tuple[int, int, int] = (128, 128, 32),
-            warp: tuple[int, int] = (64, 64), stages: int = 3, swizzle: bool = True,
+            warp: tuple[int, int] = (64, 64), stages: int = 4, swizzle: bool = True,
             vec: int = 8, pad: bool | None = None, batch: int | None = None,
             out_dtype: str | None = None, fragment_stages: int = 1,
             a_prologue: Callable[[Any], Any] | None = None, raster: int = 1) -> Schedule:  # fmt: skip

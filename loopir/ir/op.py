@@ -376,7 +376,7 @@ def mma_store(dst: PrimExpr, src: PrimExpr, rows: int = 16, cols: int = 16) -> P
     """Store this lane's part of an accumulator fragment into a ``rows`` x ``cols`` tile (per
     lane, not collective; the 32 lanes together write the whole tile). A ``float32`` fragment
     may be stored into a ``float16`` or ``bfloat16`` tile: each element is then converted
-    ([`STORE_CASTS`][loopir.ir.op.STORE_CASTS]).
+    (``loopir.ir.op.STORE_CASTS``).
 
     ``dst`` is the tile's first element, a load ``D[..., r0, c0]`` of a ``shared`` or
     ``global`` buffer (the tile is ``D[..., r0:r0 + rows, c0:c0 + cols]``); ``src`` is the
@@ -486,5 +486,5 @@ __all__ = [
     "abs", "pow", "fma", "storage_sync", "make_const", "thread_allreduce", "is_barrier",
     "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left", "shift_right",
     "WARP_COLLECTIVES", "TENSOR_CORE_OPS", "MMA_SHAPES", "is_warp_collective", "is_tensor_core_call",
-    "ptx_ldmatrix", "ptx_mma", "mma_fill", "mma_store", "tensor_core_problem",
+    "ptx_ldmatrix", "ptx_mma", "mma_fill", "mma_store", "tensor_core_problem", "STORE_CASTS",
 ]  # fmt: skip

@@ -190,8 +190,9 @@ def match(sch: Schedule, name: str) -> TensorCoreGemm | None:
 
 def default_params(m: TensorCoreGemm) -> dict[str, Any]:
     """Tiles for the default GPU schedule: 128 x 128 blocks of 4 warps (64 x 64 each) and K
-    steps of 32 in a 3-stage pipeline (what the H200 measured best among the 1-warp-tile
-    configurations of docs/benchmarks.md), halved along a size smaller than the tile."""
+    steps of 32 in a 4-stage pipeline (the best of the configurations the H200 measured,
+    docs/benchmarks.md), halved along a size smaller than the tile; 3 stages for 3 K steps,
+    none for fewer."""
     M, K, N = m.sizes
 
     def side(size: int) -> int:
@@ -200,7 +201,7 @@ def default_params(m: TensorCoreGemm) -> dict[str, Any]:
     bm, bn = side(M), side(N)
     bk = 32 if K >= 32 else 16
     steps = -(-K // bk)
-    return {"block": (bm, bn, bk), "warp": (bm // 2, bn // 2), "stages": 3 if steps >= 3 else 1}
+    return {"block": (bm, bn, bk), "warp": (bm // 2, bn // 2), "stages": min(4, steps) if steps >= 3 else 1}
 
 
 def ldmatrix_swizzle(cols: int, batched: bool = False) -> str | None:

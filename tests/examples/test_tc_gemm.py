@@ -163,9 +163,9 @@ def test_schedule_structure() -> None:
     assert 'thread="threadIdx.y"' in text and 'thread="threadIdx.z"' in text
     assert "software_pipeline_stage" in text and "^" in text
     low = _lowered(sch).script()
-    # 3 stages of the 128x32 A tile and the 32x128 B tile
-    assert 'A_shared = T.allocate((3, 128, 32), "float16", "shared")' in low
-    assert 'B_shared = T.allocate((3, 32, 128), "float16", "shared")' in low
+    # 4 stages of the 128x32 A tile and the 32x128 B tile
+    assert 'A_shared = T.allocate((4, 128, 32), "float16", "shared")' in low
+    assert 'B_shared = T.allocate((4, 32, 128), "float16", "shared")' in low
     assert 'C_warp = T.allocate((4, 4, 32, 8), "float32", "warp")' in low
     bt = tc_gemm(128, 64, 128, b_trans=True, dtype="bfloat16").func.script()
     assert '"loopir.tensorized": "mma_ldmatrix_bf16_b_trans"' in bt

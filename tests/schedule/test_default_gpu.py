@@ -109,7 +109,7 @@ def test_a_half_precision_gemm_runs_on_tensor_cores() -> None:
     result of an fp32 accumulator): the tensor-core rule, padded where the sizes are off the
     tiles; the prologue computed in A's fetch, the conversion in the fragments' stores."""
     sch, lines = _scheduled(make_workload("matmul", M=64, K=100, N=64, dtype="float16").func)
-    assert lines == ["tensor_core C (64 x 64 x 32 tiles on mma.sync, 3-stage cp.async pipeline)"]
+    assert lines == ["tensor_core C (64 x 64 x 32 tiles on mma.sync, 4-stage cp.async pipeline)"]
     assert "mma_f16f16f16" in sch.func.script()  # float16 C: float16 accumulation, as written
 
     func = CASES["gemm_bf16_relu_batched"][0]
