@@ -334,6 +334,26 @@ def test_any_shape_equals_numpy(M: int, K: int, N: int, b_trans: bool, stages: i
     np.testing.assert_allclose(c.astype(np.float64), want, rtol=1e-5, atol=1e-5 * max(np.abs(want).max(), 1.0))
 
 
+@pytest.mark.gpu
+@settings(max_examples=12, deadline=None)
+@given(M=st.integers(1, 200), K=st.integers(1, 200), N=st.integers(1, 200), b_trans=st.booleans(),
+       dtype=st.sampled_from(["float16", "bfloat16"]), half_out=st.booleans(), stages=st.integers(1, 4))  # fmt: skip
+def test_gpu_equals_the_cpu_on_drawn_shapes(M: int, K: int, N: int, b_trans: bool, dtype: str, half_out: bool,
+                                            stages: int) -> None:  # fmt: skip
+    """Hypothesis-drawn sizes, most not multiples of 16 (padded): the CUDA kernel equals the CPU
+    executor's ldmatrix / mma semantics (fp32 accumulation in another order; a half-precision
+    result may round the other way)."""
+    params = dict(SMALL, b_trans=b_trans, dtype=dtype, stages=stages, out_dtype=dtype if half_out else None)
+    sch = tc_gemm(M, K, N, **params)
+    a, b, c = _inputs((M, K, N), params, seed=M * 40000 + K * 200 + N)
+    cpu = c.copy()
+    loopir.build(loopir.lower(sch.func), target="cpu")(a, b, cpu)
+    loopir.build(sch.func, target="cuda")(a, b, c)
+    want = _result(cpu, params)
+    tol = max(_out_tol(params), 1e-4)
+    np.testing.assert_allclose(_result(c, params), want, rtol=tol, atol=tol * max(np.abs(want).max(), 1.0))
+
+
 @pytest.mark.parametrize("name", ["pad_97x100x50_btrans", "batch2_pad_btrans", "bf16"])
 def test_trace_replays(name: str) -> None:
     """The schedule's trace (fragment maps and swizzles recorded as lambda text) replays through
