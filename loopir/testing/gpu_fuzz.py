@@ -587,7 +587,7 @@ def _swapped_read(blk: Any, buf: Any) -> bool:
 
 
 def _cpu_options() -> dict[str, Any]:
-    from loopir.testing.fuzz import _fast_build_options
+    from loopir.testing.fuzz_support import _fast_build_options
 
     return _fast_build_options()
 
