@@ -13,8 +13,9 @@ tried on an unchanged schedule):
     of [`loopir.schedule.tensor_core_gemm`][loopir.schedule.tensor_core_gemm] (``ldmatrix`` and
     ``mma.sync``, sm_80+), tiles from
     [`default_params`][loopir.schedule.tensor_core_gemm.default_params], padded where the sizes
-    are off the tiles; an elementwise producer of an operand is computed in its shared fetch and
-    a conversion of the result in its stores.
+    are off the tiles; an elementwise producer of an operand is computed in its shared fetch, a
+    conversion of the result in its stores, and elementwise consumers (a bias, an activation,
+    inlined into one) as C's tile is copied out of shared memory.
 ``inline``
     a spatial block that writes an intermediate buffer is inlined into its consumers
     (``compute_inline``), so that an elementwise chain is one kernel.
@@ -341,6 +342,12 @@ def _gemm(sch: Schedule, name: str) -> str | None:
 
 def _tensor_core(sch: Schedule, name: str) -> str | None:
     m = tcg.match(sch, name)
+    for _ in range(16):  # a chain of elementwise consumers (bias add, activation) becomes one
+        inline = None if m is not None else tcg.inlinable_consumer(sch, name)
+        if inline is None:
+            break
+        sch.compute_inline(sch.get_block(inline))
+        m = tcg.match(sch, name)
     M, K, N = m.sizes if m is not None else (0, 0, 0)
     if m is None or min(M, N, K) < tcg.TILE:
         return None

@@ -47,8 +47,8 @@ from loopir.tensor_intrin.cuda import DTYPE_ABBREV
 from loopir.tensor_intrin.layouts import MMA_A, MMA_B, MMA_C, WARP_SIZE, FragmentLayout
 
 __all__ = [
-    "TILE", "Scheduled", "TensorCoreGemm", "default_params", "ldmatrix_swizzle", "match", "schedule",
-    "schedule_with_pad",
+    "TILE", "Scheduled", "TensorCoreGemm", "default_params", "inlinable_consumer", "ldmatrix_swizzle", "match",
+    "schedule", "schedule_with_pad",
 ]  # fmt: skip
 
 #: The side of one tensorized tile (``mma.sync.m16n8k16``, two per 16x16x16 tile).
@@ -78,6 +78,9 @@ class TensorCoreGemm:
         The elementwise blocks writing A and B (None: a parameter), inlined into the fetches.
     converts
         The block ``D = C.astype(out)`` folded into the stores (None: C is the result).
+    epilogue
+        An elementwise block ``D = f(C, parameters)`` (a bias, an activation, a residual)
+        computed as C's tile is copied out of shared memory (None: none).
     """
 
     block: str
@@ -90,6 +93,7 @@ class TensorCoreGemm:
     sizes: tuple[int, int, int]
     producers: tuple[str | None, str | None] = (None, None)
     converts: str | None = None
+    epilogue: str | None = None
 
 
 def _blocks(sch: Schedule) -> dict[str, Block]:
@@ -169,23 +173,67 @@ def match(sch: Schedule, name: str) -> TensorCoreGemm | None:
             producers.append(writers[0])
         else:
             return None
-    out, converts = acc, None
+    out, converts, epilogue = acc, None, None
     if body.buffer.name not in params:
         readers = [r for r in _readers(blocks, body.buffer.name) if r != name]
         if len(readers) != 1:
             return None
         d = blocks[readers[0]]
-        dv = d.body
-        divs = [iv.var for iv in d.iter_vars]
-        if not (isinstance(dv, BufferStore) and dv.buffer.name in params and _identity(dv.indices, divs)
-                and isinstance(dv.value, Cast) and isinstance(dv.value.value, BufferLoad)
-                and dv.value.value.buffer is body.buffer and _identity(dv.value.value.indices, divs)
-                and (acc, dv.buffer.dtype) in STORE_CASTS):  # fmt: skip
+        kind = _consumer_kind(blocks, d, body.buffer.name, params)
+        if kind is None:
             return None
-        out, converts = dv.buffer.dtype, d.name
+        dv = d.body
+        assert isinstance(dv, BufferStore)
+        if kind == "cast" and (acc, dv.buffer.dtype) in STORE_CASTS:
+            converts = d.name
+        else:
+            epilogue = d.name
+        out = dv.buffer.dtype
     M, N, K = (e.value for e in extents[-3:])  # type: ignore[attr-defined]
     return TensorCoreGemm(name, (a.buffer.name, b.buffer.name), dtype, acc, out, b_trans, len(bt),
-                          (M, K, N), (producers[0], producers[1]), converts)  # fmt: skip
+                          (M, K, N), (producers[0], producers[1]), converts, epilogue)  # fmt: skip
+
+
+def inlinable_consumer(sch: Schedule, name: str) -> str | None:
+    """The one reader of what block ``name`` writes when it is a spatial block writing an
+    intermediate (``C -> BiasAdd -> D``): inlining it into its consumers leaves one epilogue
+    block that [`match`][loopir.schedule.tensor_core_gemm.match] can fold. None otherwise."""
+    blocks = _blocks(sch)
+    writes = blocks[name].writes
+    params = {p.name for p in sch.func.params}
+    if len(writes) != 1 or writes[0].buffer.name in params:
+        return None
+    readers = [r for r in _readers(blocks, writes[0].buffer.name) if r != name]
+    if len(readers) != 1:
+        return None
+    r = blocks[readers[0]]
+    if r.init is not None or any(w.buffer.name in params for w in r.writes):
+        return None
+    return r.name
+
+
+def _consumer_kind(blocks: dict[str, Block], d: Block, c: str, params: set[str]) -> str | None:
+    """How the GEMM's result ``c`` can be folded into its one reader ``d``: ``"cast"`` (``D =
+    C.astype(out)``), ``"epilogue"`` (``D = f(C, parameters)``, C read at D's own indices, say a
+    bias add and an activation), or None. ``d`` must write a parameter at its own indices."""
+    dv = d.body
+    divs = [iv.var for iv in d.iter_vars]
+    if d.init is not None or not (isinstance(dv, BufferStore) and dv.buffer.name in params
+                                  and _identity(dv.indices, divs)):  # fmt: skip
+        return None
+    value = dv.value
+    if isinstance(value, Cast) and isinstance(value.value, BufferLoad) and value.value.buffer.name == c \
+            and _identity(value.value.indices, divs):  # fmt: skip
+        return "cast"
+    loads: list[BufferLoad] = []
+    post_order_visit(value, lambda n: loads.append(n) if isinstance(n, BufferLoad) else None)
+    for ld in loads:
+        if ld.buffer.name == c:
+            if not _identity(ld.indices, divs):
+                return None
+        elif _writers(blocks, ld.buffer.name):
+            return None
+    return "epilogue" if any(ld.buffer.name == c for ld in loads) else None
 
 
 def default_params(m: TensorCoreGemm) -> dict[str, Any]:
@@ -278,11 +326,15 @@ def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, 
     b_warp = sch.cache_read(outer, 1, "warp")
     sch.compute_at(a_warp, k1)
     sch.compute_at(b_warp, k1)
+    if m.epilogue is not None and copy_out is None:
+        # C's tile goes through shared memory, copied out by every thread: the epilogue reads
+        # its elements there (the fragments' layout is not C's)
+        copy_out = _name(sch, sch.cache_write(outer, 0, "shared"))
     c_warp = sch.cache_write(outer, 0, "warp")
-    if m.converts is not None:
+    if m.converts is not None or m.epilogue is not None:
         # D = C.astype(out) folded into C's write-back: the fragments are converted as they are
-        # stored (or, padded, as the shared tile is copied out)
-        sch.reverse_compute_inline(sch.get_block(m.converts))
+        # stored (or, padded, as the shared tile is copied out); an epilogue into the copy-out
+        sch.reverse_compute_inline(sch.get_block(m.converts or m.epilogue or ""))
     if grown[2]:
         # the padded C becomes the block's shared tile of C, copied out by every thread with guards
         sch.set_scope(c_warp, 0, "shared")
@@ -293,7 +345,7 @@ def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, 
         # unit loops kept: a 1-row C still has a row loop to spread over the threads
         _bind_threads(sch, sch.fuse(*sch.get_loops(out)[2 + m.batch:]), (wy, wz))
     init = sch.decompose_reduction(outer, k0)
-    _tensorize(sch, m, (outer, init), (a_warp, b_warp, c_warp), grown[2])
+    _tensorize(sch, m, (outer, init), (a_warp, b_warp, c_warp), copy_out is not None)
     for copy, swz in zip(shared, swizzles):
         if swz is not None:
             sch.transform_layout(copy, 0, swz)
@@ -338,6 +390,12 @@ def schedule_with_pad(sch: Schedule, m: TensorCoreGemm, block: tuple[int, int, i
         # k1: the fragment loads of A and B, then the mma
         sch.annotate(done.k1, "software_pipeline_stage", [0, 0, 1])
     return done
+
+
+def _name(sch: Schedule, rv: BlockRV) -> str:
+    block = sch.get(rv)
+    assert isinstance(block, Block)
+    return block.name
 
 
 def _copy_out_block(sch: Schedule, m: TensorCoreGemm) -> str:

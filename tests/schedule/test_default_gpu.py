@@ -36,6 +36,10 @@ def _examples() -> dict[str, tuple[object, dict[str, int]]]:
         "gemm_f32": (dense_func(200, 100, 300), {}),
         "gemm_symbolic_m": (dense_func(n, 64, 130), {"n": 77}),
         "gemm_batched": (make_workload("batch_matmul", Bt=2, M=70, K=20, N=65).func, {}),
+        # tensor cores: a bias add and a ReLU after a GEMM CUTLASS refuses (K = 100), folded
+        # into the copy-out of C's shared tile
+        "gemm_f16_bias_relu_k100": (make_workload("matmul_bias_relu", M=96, K=100, N=80, dtype="float16").func,
+                                    {}),  # fmt: skip
         # tensor cores: a ReLU prologue on A, a bfloat16 result of a float32 accumulator
         "gemm_bf16_relu_batched": (tc_gemm_func(40, 48, 72, "bfloat16", batch=2, out_dtype="bfloat16",
                                                 a_prologue=_relu), {}),  # fmt: skip
@@ -102,6 +106,44 @@ def test_a_gemm_cutlass_cannot_take_gets_shared_tiles() -> None:
     # float16 inputs without tensor cores: the same
     sch = loopir.Schedule(make_workload("matmul", M=64, K=100, N=64, dtype="float16").func)
     assert default_gpu_schedule(sch, tensor_cores=False) == ["gemm C (128 x 128 tiles, 256 threads)"]
+
+
+def test_elementwise_consumers_of_a_tensor_core_gemm_are_its_epilogue() -> None:
+    """GEMM -> BiasAdd -> ReLU: the chain is inlined into one block and computed as C's tile is
+    copied out of shared memory (fragments stored with mma_store_*_shared), in one kernel."""
+    from loopir.schedule import tensor_core_gemm as tcg
+
+    func = CASES["gemm_f16_bias_relu_k100"][0]
+    sch, lines = _scheduled(func)
+    assert lines == ["tensor_core C (64 x 64 x 32 tiles on mma.sync, 4-stage cp.async pipeline)"]
+    text = sch.func.script()
+    assert '"loopir.tensorized": "mma_store_f16_shared"' in text
+    assert 'T.block("BiasAdd")' not in text
+    # what match folds, and what it leaves
+    m = tcg.match(loopir.Schedule(func), "C")
+    assert m is None  # BiasAdd writes an intermediate: inlined first by the rule
+    one = loopir.Schedule(func)
+    assert tcg.inlinable_consumer(one, "C") == "BiasAdd"
+    one.compute_inline(one.get_block("BiasAdd"))
+    folded = tcg.match(one, "C")
+    assert folded is not None and folded.epilogue == "D" and folded.converts is None
+
+
+def test_a_gemm_result_read_twice_is_not_folded() -> None:
+    from loopir import te
+    from loopir.schedule import tensor_core_gemm as tcg
+
+    A = te.placeholder((64, 32), "float16", name="A")
+    B = te.placeholder((32, 64), "float16", name="B")
+    k = te.reduce_axis(32, name="k")
+    C = te.compute((64, 64), lambda i, j: te.sum(A[i, k].astype("float32") * B[k, j].astype("float32"), axis=k),
+                   name="C")  # fmt: skip
+    D = te.compute((64, 64), lambda i, j: C[i, j] + C[j, i], name="D")  # C transposed: not elementwise
+    sch = loopir.Schedule(te.create_prim_func([A, B, D]))
+    assert tcg.match(sch, "C") is None
+    lines = default_gpu_schedule(sch)
+    assert "gemm C (128 x 128 tiles, 256 threads)" in lines  # the CUDA-core rule
+    assert not any(ln.startswith("tensor_core") for ln in lines)
 
 
 def test_a_half_precision_gemm_runs_on_tensor_cores() -> None:
