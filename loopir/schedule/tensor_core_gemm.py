@@ -34,6 +34,7 @@ from typing import Any
 import attrs
 
 from loopir.errors import ScheduleError
+from loopir.ir import dtype as dt
 from loopir.ir.expr import Add, BufferLoad, Cast, IntImm, Mul, PrimExpr, Var
 from loopir.ir.functor import post_order_visit
 from loopir.ir.op import STORE_CASTS
@@ -343,7 +344,11 @@ def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, 
         out = sch.get_block(copy_out)
         sch.reverse_compute_at(out, j0, preserve_unit_loops=True)
         # unit loops kept: a 1-row C still has a row loop to spread over the threads
-        _bind_threads(sch, sch.fuse(*sch.get_loops(out)[2 + m.batch:]), (wy, wz))
+        # an unpadded tile is copied out in 16-byte vectors of the result (no guards)
+        lanes = 1 if grown[2] else max(1, 16 // max(1, dt.bits(m.out) // 8))
+        while lanes > 1 and isinstance(nj, int) and (nj * TILE * (wz if isinstance(wz, int) else 1)) % lanes:
+            lanes //= 2
+        _bind_threads(sch, sch.fuse(*sch.get_loops(out)[2 + m.batch:]), (wy, wz), lanes)
     init = sch.decompose_reduction(outer, k0)
     _tensorize(sch, m, (outer, init), (a_warp, b_warp, c_warp), copy_out is not None)
     for copy, swz in zip(shared, swizzles):

@@ -40,6 +40,9 @@ def _examples() -> dict[str, tuple[object, dict[str, int]]]:
         # into the copy-out of C's shared tile
         "gemm_f16_bias_relu_k100": (make_workload("matmul_bias_relu", M=96, K=100, N=80, dtype="float16").func,
                                     {}),  # fmt: skip
+        # the same with M and N on the tiles: the copy-out in 16-byte vectors, no guards
+        "gemm_f16_bias_relu_vec": (make_workload("matmul_bias_relu", M=128, K=48, N=128, dtype="float16").func,
+                                   {}),  # fmt: skip
         # tensor cores: a ReLU prologue on A, a bfloat16 result of a float32 accumulator
         "gemm_bf16_relu_batched": (tc_gemm_func(40, 48, 72, "bfloat16", batch=2, out_dtype="bfloat16",
                                                 a_prologue=_relu), {}),  # fmt: skip
@@ -127,6 +130,11 @@ def test_elementwise_consumers_of_a_tensor_core_gemm_are_its_epilogue() -> None:
     one.compute_inline(one.get_block("BiasAdd"))
     folded = tcg.match(one, "C")
     assert folded is not None and folded.epilogue == "D" and folded.converts is None
+    # M and N on the tiles: the shared tile is copied out in vectors
+    from loopir.codegen_cuda import prepare_function
+
+    src = prepare_function(CASES["gemm_f16_bias_relu_vec"][0]).emitted.source
+    assert "*(uint4*)(D + " in src or "*(uint2*)(D + " in src
 
 
 def test_a_gemm_result_read_twice_is_not_folded() -> None:
