@@ -18,7 +18,8 @@ Convolution stage, NHWC input (``X`` or its padded copy), output ``Y[n, p, q, k]
 with the weights indexed by a permutation of ``(k, r, s, c)``: ``KRSC`` (CUTLASS's and
 cuDNN's NHWC filter layout), ``RSCK`` (TF's HWIO) or ``KCRS`` (PyTorch's OIHW); ``acc`` casts to
 the output's type (or none); groups = 1. The output size must be the one the strides,
-dilations and paddings give.
+dilations and paddings give. The elementwise stage after it, when it consumes ``Y``, is matched
+as a GEMM epilogue is (``act(alpha * Y + beta * S + bias[k])``).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from loopir.ir.expr import (
     Var,
 )
 from loopir.ir.stmt import BlockRealize, BufferStore, IterKind, Stmt
-from loopir.passes.gemm_match import NoMatch, stage_block
+from loopir.passes.gemm_match import EpilogueMatch, NoMatch, match_output_epilogue, stage_block
 
 __all__ = ["Conv2dCore", "PadStage", "match_conv2d", "match_conv2d_stages", "match_pad"]
 
@@ -90,6 +91,10 @@ class Conv2dCore:
         The operands' type and the accumulator's (the output's).
     pad_block
         The padding stage folded in (None: X is read directly).
+    epilogue
+        The elementwise stage after it that consumes Y, in the GEMM epilogue form
+        ([`match_output_epilogue`][loopir.passes.gemm_match.match_output_epilogue]: a bias per
+        output channel, a residual, an activation), or None.
     """
 
     block: str
@@ -112,6 +117,7 @@ class Conv2dCore:
     dtype: str
     acc: str
     pad_block: str | None = None
+    epilogue: EpilogueMatch | None = None
 
 
 def _ints(shape: Sequence[PrimExpr]) -> list[int] | None:
@@ -311,12 +317,20 @@ def match_conv2d_stages(root: Stmt, params: Sequence[Buffer]) -> list[Conv2dCore
     stages = list(body.seq) if hasattr(body, "seq") else [body]
     pads: dict[Buffer, PadStage] = {}
     out: list[Conv2dCore | NoMatch] = []
-    for stage in stages:
+    i = 0
+    while i < len(stages):
+        stage = stages[i]
+        i += 1
         pad = match_pad(stage, params=params)
         if isinstance(pad, PadStage):
             pads[pad.dst] = pad
             continue
         got = match_conv2d(stage, params=params, pads=pads)
+        if isinstance(got, Conv2dCore) and got.y not in params and i < len(stages):
+            epi = match_output_epilogue(stages[i], got.y, [got.n, got.p, got.q, got.k], params=params)
+            if isinstance(epi, EpilogueMatch):
+                got = attrs.evolve(got, epilogue=epi)
+                i += 1
         unwrapped = stage_block(stage)
         is_candidate = not isinstance(unwrapped, NoMatch) and \
             sum(iv.kind is IterKind.REDUCE for iv in unwrapped[1].block.iter_vars) == 3  # fmt: skip

@@ -58,6 +58,7 @@ __all__ = [
     "NoMatch",
     "match_epilogue",
     "match_gemm",
+    "match_output_epilogue",
     "stage_block",
 ]
 
@@ -445,20 +446,30 @@ def match_epilogue(
     stage: Stmt, core: GemmCore, *, params: Sequence[Buffer]
 ) -> EpilogueMatch | NoMatch:
     """Match the elementwise stage right after ``core`` that consumes its accumulator."""
+    want = ([core.batch] if core.batch > 1 or len(core.spatial_vars) == 3 else []) + [core.m, core.n]
+    return match_output_epilogue(stage, core.c, want, params=params)
+
+
+def match_output_epilogue(
+    stage: Stmt, c: Buffer, want: Sequence[int], *, params: Sequence[Buffer]
+) -> EpilogueMatch | NoMatch:
+    """Match an elementwise stage over ``want`` (the extents of the accumulator ``c``, its last
+    the bias length) that consumes ``c``: the epilogue form of the module docstring, for any
+    rank (a GEMM's ``[b?, i, j]``, a convolution's ``[n, p, q, k]``)."""
     unwrapped = stage_block(stage)
     if isinstance(unwrapped, NoMatch):
         return unwrapped
     _loops, realize = unwrapped
     block = realize.block
     name = block.name
+    want = list(want)
     if block.init is not None or any(iv.kind is not IterKind.SPATIAL for iv in block.iter_vars):
         return NoMatch(name, "the epilogue is a reduction, not elementwise")
-    if len(block.iter_vars) != len(core.spatial_vars):
-        return NoMatch(name, "the epilogue's domain differs from the GEMM's")
+    if len(block.iter_vars) != len(want):
+        return NoMatch(name, "the epilogue's domain differs from the accumulator's")
     dims = [_const_int(iv.dom.extent) for iv in block.iter_vars]
-    want = ([core.batch] if core.batch > 1 or len(core.spatial_vars) == 3 else []) + [core.m, core.n]
     if dims != want:
-        return NoMatch(name, f"the epilogue's extents {dims} differ from the GEMM's {want}")
+        return NoMatch(name, f"the epilogue's extents {dims} differ from the accumulator's {want}")
     store = block.body
     if not isinstance(store, BufferStore):
         return NoMatch(name, "the epilogue body is not a single store")
@@ -494,15 +505,15 @@ def match_epilogue(
             return NoMatch(name, "an epilogue term is not a single scaled load")
         ld = loads[0]
         idx = _idx_vars(ld)
-        if ld.buffer is core.c:
+        if ld.buffer is c:
             if idx != evars or alpha is not None:
                 return NoMatch(name, "the accumulator is read at another point or twice")
             alpha = coef
         elif id(ld.buffer) in param_ids and idx is not None and len(idx) == 1 and idx[0] is evars[-1]:
             if bias is not None or coef != 1.0:
                 return NoMatch(name, "a second or scaled bias vector")
-            if tuple(_const_int(s) for s in ld.buffer.shape) != (core.n,) or ld.buffer.dtype != d.dtype:
-                return NoMatch(name, f"bias {ld.buffer.name} is not a ({core.n},) {d.dtype} vector")
+            if tuple(_const_int(s) for s in ld.buffer.shape) != (want[-1],) or ld.buffer.dtype != d.dtype:
+                return NoMatch(name, f"bias {ld.buffer.name} is not a ({want[-1]},) {d.dtype} vector")
             bias = ld.buffer
         elif id(ld.buffer) in param_ids and idx == evars:
             if source is not None:
@@ -513,7 +524,7 @@ def match_epilogue(
         else:
             return NoMatch(name, f"the epilogue reads {ld.buffer.name} in a way CUTLASS cannot fuse")
     if alpha is None:
-        return NoMatch(name, f"the epilogue does not read the accumulator {core.c.name}")
+        return NoMatch(name, f"the epilogue does not read the accumulator {c.name}")
     return EpilogueMatch(
         block=name, d=d, activation=activation, alpha=alpha, beta=beta, source=source, bias=bias
     )

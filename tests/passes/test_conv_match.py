@@ -110,3 +110,27 @@ def test_the_conv2d_workload_matches() -> None:
     assert isinstance(core, Conv2dCore)
     assert (core.layout_w, core.stride, core.pad, core.p, core.q) == ("RSCK", (2, 2), (1, 1, 1, 1), 4, 4)
     assert core.dtype == core.acc == "float32"
+
+
+@pytest.mark.parametrize("act", ["relu", "none"])
+def test_bias_activation_and_residual_after_the_convolution(act: str) -> None:
+    from loopir.ir import op
+
+    X = te.placeholder((2, 8, 8, 16), "float16", name="X")
+    Wt = te.placeholder((32, 1, 1, 16), "float16", name="Wt")
+    bias = te.placeholder((32,), "float16", name="bias")
+    res = te.placeholder((2, 8, 8, 32), "float16", name="res")
+    r, s, c = te.reduce_axis(1, name="r"), te.reduce_axis(1, name="s"), te.reduce_axis(16, name="c")
+    Y = te.compute((2, 8, 8, 32), lambda n, p, q, k: te.sum(
+        X[n, p + r, q + s, c].astype("float32") * Wt[k, r, s, c].astype("float32"), axis=[r, s, c]), name="Y")
+
+    def epi(n: Any, p: Any, q: Any, k: Any) -> Any:
+        v = Y[n, p, q, k].astype("float16") + bias[k] + res[n, p, q, k]
+        return op.max_(v, op.const(0, "float16")) if act == "relu" else v
+
+    D = te.compute((2, 8, 8, 32), epi, name="D")
+    core = matched(te.create_prim_func([X, Wt, bias, res, D]))
+    assert isinstance(core, Conv2dCore) and core.epilogue is not None
+    e = core.epilogue
+    assert (e.block, e.activation, e.bias.name, e.source.name) == ("D", "relu" if act == "relu" else "identity",
+                                                                   "bias", "res")  # fmt: skip
