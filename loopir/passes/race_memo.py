@@ -11,13 +11,14 @@ expression rewriting; the answer is a function of the question alone, so it is k
 The key is everything the proof reads, compared exactly: the ``who`` / ``fixed`` tags, the flags,
 and per access its buffer (by identity), the structural keys of its indices, guards and (with
 ``counts``) barrier count, every enclosing loop's variable (by identity), start, extent, kind and
-tag, and (with ``counts``) its barrier loops by identity; with ``same_value`` the stored value's
-key. The launch extents are read through a function: an entry records the tags its proof read and
-their values, and answers only a question whose function gives the same values for them
-(ThreadSync knows the block's extents only, the race check the grid's too; the questions of one
-block read the same ones). Variables, buffers and loops are compared by identity and kept alive by
-the entry (their ids are never reused while it exists), and IR nodes are immutable: a hit is the
-same computation on the same inputs, so it returns the answer the proof would give.
+tag, and (with ``counts``) its barrier loops' variables and which of them are the other access's;
+with ``same_value`` the stored value's key. The launch extents are read through a function: an
+entry records the tags its proof read and their values, and answers only a question whose function
+gives the same values for them (ThreadSync knows the block's extents only, the race check the
+grid's too; the questions of one block read the same ones). Variables and buffers are compared by
+identity and kept alive by the entry (their ids are never reused while it exists; no statement is
+kept), and IR nodes are immutable: a hit is the same computation on the same inputs, so it returns
+the answer the proof would give.
 """
 
 from __future__ import annotations
@@ -60,12 +61,17 @@ def question_key(
             tuple(keys.key(c) for c in acc.conds), loops,
         )  # fmt: skip
         if counts:
-            out += (keys.key(acc.count), tuple((ident(f), always) for f, always in acc.barrier_loops))
+            out += (keys.key(acc.count),
+                    tuple((ident(f.loop_var), always) for f, always in acc.barrier_loops))
         return out
 
+    # the proof compares the two accesses' barrier loops pairwise by identity (no loop object
+    # is kept: it would keep its whole body alive)
+    same_loops = tuple(fw is fx for (fw, _), (fx, _) in zip(w.barrier_loops, x.barrier_loops)) \
+        if counts else ()  # fmt: skip
     key: Key = (
         tuple(who), tuple(fixed), counts, same_value, w is x,
-        access(w), access(x),
+        access(w), access(x), same_loops,
         keys.key(w.stmt.value) if same_value else None,
     )  # fmt: skip
     return key, (*pins, *keys.pinned())
@@ -97,7 +103,7 @@ class Answers:
     extents the proof read, the pinned objects and the answer; emptied when it reaches
     ``limit`` keys (a compile asks a few dozen questions)."""
 
-    def __init__(self, limit: int = 4096) -> None:
+    def __init__(self, limit: int = 1024) -> None:
         self.limit = limit
         self._table: dict[Key, list[tuple[Reads, tuple[Any, ...], bool]]] = {}
 
