@@ -64,6 +64,7 @@ from loopir.ir.expr import (
 )
 from loopir.ir.functor import Mutator, Visitor, collect_vars, post_order_visit, substitute
 from loopir.ir.stmt import ForKind
+from loopir.passes import race_memo
 
 __all__ = ["BLOCK_TAGS", "GRID_TAGS", "const_int", "prove_exclusive"]
 
@@ -632,10 +633,24 @@ def prove_exclusive(
     checker's (``indices``, ``loops``, ``conds``, ``count``, ``buffer``). False means "not
     proven"; ``same_value``: ``w`` is a store whose value is pure (it loads no buffer the
     kernel writes), so that with itself two instances that store equal values do not race.
-    The cost depends on the number of loops and terms, never on their extents.
+    The cost depends on the number of loops and terms, never on their extents. Answers are
+    remembered by the whole question ([`race_memo`][loopir.passes.race_memo]); equal barrier
+    counts are not asked for when they are one constant on both sides (``c == c`` holds).
     """
-    p = _Problem(extent, who, fixed)
     same_value = same_value and w is x
+    if counts and race_memo.vacuous_counts(w, x):
+        counts = False
+    key, pins = race_memo.question_key(w, x, who, fixed, counts, same_value)
+    return race_memo.ANSWERS.prove(
+        key, pins, extent, lambda ext: _prove_exclusive(ext, w, x, who, fixed, counts, same_value)
+    )
+
+
+def _prove_exclusive(
+    extent: Extent, w: Any, x: Any, who: Sequence[str], fixed: Sequence[str], counts: bool,
+    same_value: bool,
+) -> bool:  # fmt: skip
+    p = _Problem(extent, who, fixed)
     if same_value:
         p.keep = [w.stmt.value]
     try:
