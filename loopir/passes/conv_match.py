@@ -48,7 +48,7 @@ from loopir.ir.expr import (
     Select,
     Var,
 )
-from loopir.ir.stmt import BlockRealize, BufferStore, IterKind, Stmt
+from loopir.ir.stmt import Block, BlockRealize, BufferStore, IterKind, Stmt
 from loopir.passes.gemm_match import EpilogueMatch, NoMatch, match_output_epilogue, stage_block
 
 __all__ = ["Conv2dCore", "PadStage", "match_conv2d", "match_conv2d_stages", "match_pad"]
@@ -168,13 +168,17 @@ def _lin_ints(e: PrimExpr, vs: Sequence[Var]) -> list[int] | None:
     return [c.value for c in lin if isinstance(c, IntImm)]
 
 
+def _stage(stage: Stmt) -> Block | NoMatch:
+    """The block of a te stage (its perfect serial nest unwrapped), or why there is none."""
+    unwrapped = stage_block(stage)
+    return unwrapped if isinstance(unwrapped, NoMatch) else unwrapped[1].block
+
+
 def match_pad(stage: Stmt, *, params: Sequence[Buffer]) -> PadStage | NoMatch:
     """Match a zero-padding stage of an NHWC tensor (module docstring)."""
-    unwrapped = stage_block(stage)
-    if isinstance(unwrapped, NoMatch):
-        return unwrapped
-    _, realize = unwrapped
-    block = realize.block
+    block = _stage(stage)
+    if isinstance(block, NoMatch):
+        return block
     name = block.name
     body = block.body
     ivs = [iv.var for iv in block.iter_vars]
@@ -234,11 +238,9 @@ def match_conv2d(stage: Stmt, *, params: Sequence[Buffer],
                  pads: Mapping[Buffer, PadStage] | None = None) -> Conv2dCore | NoMatch:  # fmt: skip
     """Match a conv2d fprop stage (module docstring); ``pads``: the padding stages before it,
     by the buffer they write."""
-    unwrapped = stage_block(stage)
-    if isinstance(unwrapped, NoMatch):
-        return unwrapped
-    _, realize = unwrapped
-    block = realize.block
+    block = _stage(stage)
+    if isinstance(block, NoMatch):
+        return block
     name = block.name
     kinds = [iv.kind for iv in block.iter_vars]
     if block.init is None or kinds != [IterKind.SPATIAL] * 4 + [IterKind.REDUCE] * 3:
