@@ -7,26 +7,19 @@ cannot run the comparison is reported and skipped rather than failing the script
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "compile_time.py"
+from tests.benchmarks import BENCHMARKS, load_script
+
+SCRIPT = BENCHMARKS / "compile_time.py"
 
 
 def _module() -> Any:
-    """The script as a module (registered, since dataclasses look their module up)."""
-    name = "loopir_benchmarks_compile_time"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, SCRIPT)
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
+    return load_script("compile_time")
 
 
 def test_one_tiny_case_end_to_end(tmp_path: Path) -> None:

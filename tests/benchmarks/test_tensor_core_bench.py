@@ -4,25 +4,16 @@ on PATH)."""
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "tensor_core.py"
+from tests.benchmarks import load_script
 
 
 def _module() -> Any:
-    name = "loopir_benchmarks_tensor_core"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, SCRIPT)
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
+    return load_script("tensor_core")
 
 
 def test_smoke_builds_every_schedule(capsys: pytest.CaptureFixture[str]) -> None:
