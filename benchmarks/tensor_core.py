@@ -35,7 +35,7 @@ from typing import Any
 
 import loopir
 from loopir.errors import ScheduleError
-from loopir.examples import tc_gemm, tc_gemm_func
+from loopir.examples import hopper_gemm, tc_gemm, tc_gemm_func
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import events_per_call  # noqa: E402
@@ -49,6 +49,8 @@ DTYPES = ["float16", "bfloat16"]
 #: the schedule's parameters (the defaults of tc_gemm, spelled out for the record); every
 #: implementation writes C in the input type (fp32 accumulation)
 PARAMS: dict[str, Any] = dict(block=(128, 128, 32), warp=(64, 64), stages=4, swizzle=True, vec=8)
+#: ``examples.hopper_gemm`` (wgmma, sm_90a; B stored [N, K]): ``loopir_wgmma`` in the main cases
+HOPPER: dict[str, Any] = dict(block=(128, 128, 64), wn=128, stages=4)
 
 
 def relu(x: Any) -> Any:
@@ -87,6 +89,14 @@ def smoke(arch: str) -> int:
                 line += (f", {arch}: {res.registers} registers, {res.shared_bytes} B shared, "
                          f"spills {res.spill_store_bytes}/{res.spill_load_bytes}")  # fmt: skip
             print(line, flush=True)
+            if arch.startswith("sm_90a"):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error")
+                    hsrc = prepare_function(hopper_gemm(M, K, N, dtype, **HOPPER, out_dtype=dtype).func).emitted.source
+                if nvcc:
+                    res = next(iter(compile_cuda(hsrc, arch=arch).resources.values()))
+                    print(f"  wgmma: {res.registers} registers, {res.shared_bytes} B shared, "
+                          f"spills {res.spill_store_bytes}/{res.spill_load_bytes}", flush=True)
     for name, M, K, N, batch, pro in EXTRA:
         why = _refusal(M, K, N, batch, pro)
         if why is None:
@@ -184,12 +194,14 @@ def run_case(torch: Any, args: argparse.Namespace, name: str, flops: float, ref:
         row[label] = {"ms": ms, "TFLOP/s": flops / ms / 1e9, "err": err}
     line = "  ".join(f"{k} {v['ms']:.3f} ms {v['TFLOP/s']:.0f} TFLOP/s" for k, v in row.items()
                      if isinstance(v, dict))  # fmt: skip
-    base = row.get("loopir", {}).get("ms")
-    if base:
-        for k, v in list(row.items()):
-            if isinstance(v, dict) and k != "loopir":
-                row[f"loopir_vs_{k}"] = v["ms"] / base  # > 1: loopir is faster
-        line += "  " + "  ".join(f"loopir/{k} {v:.2f}x" for k, v in row.items() if k.startswith("loopir_vs_"))
+    for ours in ("loopir", "loopir_wgmma"):
+        base = row.get(ours, {}).get("ms")
+        if base:
+            for k, v in list(row.items()):
+                if isinstance(v, dict) and not k.startswith("loopir"):
+                    row[f"{ours}_vs_{k}"] = v["ms"] / base  # > 1: loopir is faster
+            line += "  " + "  ".join(f"{ours}/{k[len(ours) + 4:]} {v:.2f}x" for k, v in row.items()
+                                     if k.startswith(f"{ours}_vs_"))  # fmt: skip
     print(f"{name}: {line}", flush=True)
     return row
 
@@ -204,9 +216,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arch", default="sm_90a", help="nvcc architecture of --smoke")
     ap.add_argument("--params", type=json.loads, default=None,
                     help="JSON of tc_gemm parameters replacing PARAMS (block, warp, stages, ...)")
+    ap.add_argument("--hopper", type=json.loads, default=None,
+                    help="JSON of hopper_gemm parameters replacing HOPPER (block, wn, stages)")
+    ap.add_argument("--only-main", action="store_true", help="the main GEMM shapes only")
     args = ap.parse_args(argv)
     if args.params:
         PARAMS.update({k: tuple(v) if isinstance(v, list) else v for k, v in args.params.items()})
+    if args.hopper:
+        HOPPER.update({k: tuple(v) if isinstance(v, list) else v for k, v in args.hopper.items()})
     if args.smoke:
         return smoke(args.arch)
 
@@ -215,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "command": " ".join(sys.argv), "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
-        "params": {k: list(v) if isinstance(v, tuple) else v for k, v in PARAMS.items()}, "cases": [],
+        "params": {k: list(v) if isinstance(v, tuple) else v for k, v in PARAMS.items()},
+        "hopper": {k: list(v) if isinstance(v, tuple) else v for k, v in HOPPER.items()}, "cases": [],
     }  # fmt: skip
     triton_mm = _triton_matmul()
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -230,12 +248,17 @@ def main(argv: list[str] | None = None) -> int:
             c = torch.empty(M, N, device="cuda", dtype=tdt)
             impls = {"loopir": (lambda mod=mod, a=a, b=b, cl=cl: mod(a, b, cl), cl),
                      "torch": (lambda a=a, b=b, c=c: torch.matmul(a, b, out=c), c)}  # fmt: skip
+            if torch.cuda.get_device_capability() == (9, 0):
+                bt = b.T.contiguous()  # hopper_gemm reads B as [N, K]
+                hmod = loopir.build(hopper_gemm(M, K, N, dtype, **HOPPER, out_dtype=dtype).func, target="cuda")
+                ch = torch.empty(M, N, device="cuda", dtype=tdt)
+                impls["loopir_wgmma"] = (lambda hmod=hmod, a=a, bt=bt, ch=ch: hmod(a, bt, ch), ch)
             if triton_mm is not None:
                 ct = torch.empty(M, N, device="cuda", dtype=tdt)
                 impls["triton"] = (lambda a=a, b=b, ct=ct: triton_mm(a, b, ct), ct)
             out["cases"].append(run_case(torch, args, f"{dtype} {M}x{K}x{N}", 2.0 * M * N * K, ref, impls))
             del a, b, c, cl, ref
-    for name, M, K, N, batch, pro in EXTRA:
+    for name, M, K, N, batch, pro in [] if args.only_main else EXTRA:
         shape = (batch, M, K) if batch > 1 else (M, K)
         a = torch.randn(*shape, device="cuda", dtype=torch.float16, generator=gen)
         b = torch.randn(*((batch, K, N) if batch > 1 else (K, N)), device="cuda", dtype=torch.float16, generator=gen)

@@ -23,7 +23,9 @@ Mapping (kernel side):
   read);
 * ``floordiv``/``floormod`` print as ``/`` and ``%`` only when both operands are provably
   non-negative, otherwise as floor-correct helpers;
-* ``tvm_storage_sync("shared")`` is ``__syncthreads()``;
+* ``tvm_storage_sync("shared")`` is ``__syncthreads()`` (after ``fence.proxy.async.shared::cta``
+  in a kernel with ``wgmma``, whose shared buffers are then 1024-byte aligned:
+  [`loopir.codegen_cuda.wgmma`][loopir.codegen_cuda.wgmma]);
 * a vectorized loop whose store and load are provably contiguous and aligned becomes one
   ``float4``/``float2``/``half2``... access; other vectorized loops, and unrolled ones, become
   ``#pragma unroll`` loops; with a register array on one side, the register side is its
@@ -70,6 +72,7 @@ from loopir.codegen_cuda.split import (
 )
 from loopir.codegen_cuda.tensor_core import TENSOR_CORE_HELPERS, tensor_core_text
 from loopir.codegen_cuda.vector_compute import vector_compute
+from loopir.codegen_cuda.wgmma import WGMMA_SMEM_ALIGN, has_wgmma, wgmma_helpers
 from loopir.errors import CodegenError
 from loopir.ir import dtype as dt
 from loopir.ir.buffer import Buffer
@@ -283,6 +286,9 @@ class KernelEmitter(CodeWriter):
         self.uses_allreduce = False
         self.uses_async = False
         self.uses_tensor_core = False
+        self.thread_vars: dict[str, Var] = {}  # the thread loops around the statement, by tag
+        self.wgmma_shapes: set[tuple[int, int, str]] = set()
+        self.smem_align = WGMMA_SMEM_ALIGN if has_wgmma(spec.body) else 16
         self.in_async_copy = False  # inside a loop of a software pipeline's async stage
 
     # -- helpers used by the expression printer --------------------------------------------
@@ -369,7 +375,7 @@ class KernelEmitter(CodeWriter):
         head = f'extern "C" __global__ void {bounds}{spec.name}('
         sig = head + (",\n" + " " * len(head)).join(decls) + ") {" if decls else head + ") {"
         if self.dynamic_offsets:
-            self.lines.insert(0, f"  extern __shared__ __align__({smem.DYNAMIC_ALIGN}) unsigned char {DYNAMIC_SMEM}[];")
+            self.lines.insert(0, f"  extern __shared__ __align__({self.smem_align}) unsigned char {DYNAMIC_SMEM}[];")
         text = "\n".join([sig, *self.lines, "}"])
         return text, KernelSource(
             spec=spec,
@@ -411,6 +417,8 @@ class KernelEmitter(CodeWriter):
         if isinstance(v, Call) and v.op == "tvm_storage_sync":
             scope = v.args[0].value if isinstance(v.args[0], StringImm) else None
             if scope == "shared":
+                if self.smem_align == WGMMA_SMEM_ALIGN:  # wgmma reads through the async proxy
+                    self.line('asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");')
                 self.line("__syncthreads();")
             elif scope == "warp":
                 self.line("__syncwarp();")
@@ -478,7 +486,7 @@ class KernelEmitter(CodeWriter):
             self.line(f"{t}* {name} = reinterpret_cast<{t}*>({base});")
         elif b.scope == "shared":
             self.shared_bytes += smem.allocation_bytes(s)
-            self.line(f"__shared__ __align__(16) {ctype(b.dtype)} {name}[{size}];")
+            self.line(f"__shared__ __align__({self.smem_align}) {ctype(b.dtype)} {name}[{size}];")
         elif b.scope == "local":
             self.line(f"{ctype(b.dtype)} {name}[{size}];")
         else:
@@ -533,10 +541,12 @@ class KernelEmitter(CodeWriter):
                 "unified first (loopir.lower does this for cooperative fetches)"
             )
         self.active_tags.add(tag)
+        self.thread_vars[tag] = s.loop_var
         try:
             self._thread_loop(s, tag)
         finally:
             self.active_tags.discard(tag)
+            del self.thread_vars[tag]
 
     def _thread_loop(self, s: For, tag: str) -> None:
         hw = f"(({ctype(s.loop_var.dtype)}){tag})"
@@ -792,7 +802,7 @@ def _emit_kernel(func: PrimFunc, spec: KernelSpec, size_vars: set[Var], min_bloc
     if info.shared_bytes > smem.STATIC_LIMIT:
         allocs = smem.shared_allocations(spec.body)
         scratch = info.shared_bytes - sum(smem.allocation_bytes(a) for a in allocs)  # reductions'
-        plan = smem.plan_dynamic(allocs, smem.STATIC_LIMIT - scratch)
+        plan = smem.plan_dynamic(allocs, smem.STATIC_LIMIT - scratch, em.smem_align)
         em = KernelEmitter(func, spec, size_vars, min_blocks, dynamic=plan)
         text, info = em.emit()
     if info.shared_bytes > smem.STATIC_LIMIT:  # a static part no buffer can be moved from
@@ -856,6 +866,7 @@ def emit_cuda(func: PrimFunc, min_blocks_per_sm: int | None = None) -> EmitResul
     kernels: list[KernelSource] = []
     fp16 = bf16 = False
     helpers = allreduce = async_copies = tensor_cores = False
+    wgmma: set[tuple[int, int, str]] = set()
     for spec in splitter.kernels:
         em, text, info = _emit_kernel(func, spec, size_vars, min_blocks_per_sm)
         fp16 |= em.uses_fp16
@@ -864,6 +875,7 @@ def emit_cuda(func: PrimFunc, min_blocks_per_sm: int | None = None) -> EmitResul
         allreduce |= em.uses_allreduce
         async_copies |= em.uses_async
         tensor_cores |= em.uses_tensor_core
+        wgmma |= em.wgmma_shapes
         texts.append(text)
         kernels.append(info)
     if not kernels and not splitter.extern_calls:
@@ -885,6 +897,9 @@ def emit_cuda(func: PrimFunc, min_blocks_per_sm: int | None = None) -> EmitResul
     if tensor_cores:
         parts.append(TENSOR_CORE_HELPERS)
         preamble.append(TENSOR_CORE_HELPERS)
+    if wgmma:
+        parts.append(wgmma_helpers(wgmma))
+        preamble.append(wgmma_helpers(wgmma))
     parts.extend(texts)
     source = "\n\n".join(parts) + "\n"
     return EmitResult(

@@ -100,7 +100,7 @@ def shared_allocations(body: Stmt) -> list[Allocate]:
     return found
 
 
-def plan_dynamic(allocs: Sequence[Allocate], budget: int) -> tuple[dict[Allocate, int], int]:
+def plan_dynamic(allocs: Sequence[Allocate], budget: int, align: int = DYNAMIC_ALIGN) -> tuple[dict[Allocate, int], int]:
     """The buffers that go to dynamic shared memory, their byte offsets there, and its size.
 
     The largest buffers move until the others fit in ``budget`` bytes of static shared memory;
@@ -109,8 +109,9 @@ def plan_dynamic(allocs: Sequence[Allocate], budget: int) -> tuple[dict[Allocate
     ``pipelined_gemm`` with both tiles dynamic: 80 ``ld.shared.v4`` + 192 ``.v2`` + 80 scalar
     loads, against 128 ``.v4`` + 128 ``.v2`` with either tile static and the other dynamic).
     Every buffer lives for the whole kernel, as a static ``__shared__`` array does, so the
-    dynamic ones are laid out one after the other, each at a multiple of
-    [`DYNAMIC_ALIGN`][loopir.codegen_cuda.shared_memory.DYNAMIC_ALIGN].
+    dynamic ones are laid out one after the other, each at a multiple of ``align`` (by default
+    [`DYNAMIC_ALIGN`][loopir.codegen_cuda.shared_memory.DYNAMIC_ALIGN]; 1024 in a kernel with
+    ``wgmma``, whose swizzled tiles start at 1024-byte atoms).
     """
     static = sum(allocation_bytes(a) for a in allocs)
     moved: set[Allocate] = set()
@@ -123,7 +124,7 @@ def plan_dynamic(allocs: Sequence[Allocate], budget: int) -> tuple[dict[Allocate
     total = 0
     for a in allocs:
         if a in moved:
-            total = -(-total // DYNAMIC_ALIGN) * DYNAMIC_ALIGN
+            total = -(-total // align) * align
             offsets[a] = total
             total += allocation_bytes(a)
     return offsets, total

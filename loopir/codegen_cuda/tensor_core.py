@@ -115,11 +115,15 @@ def _check_fragment(em: KernelEmitter, call: Call, load: PrimExpr) -> None:
 
 def tensor_core_text(em: KernelEmitter, call: Call) -> str | None:
     """The CUDA of a warp-collective call (None for other calls)."""
-    if call.op not in ("ptx_ldmatrix", "ptx_mma"):
+    if call.op not in ("ptx_ldmatrix", "ptx_mma", "ptx_wgmma"):
         return None
     problem = tensor_core_problem(call)
     if problem is not None:
         raise CodegenError(f"CUDA codegen: kernel {em.spec.name}: {problem}")
+    if call.op == "ptx_wgmma":
+        from loopir.codegen_cuda.wgmma import wgmma_text
+
+        return wgmma_text(em, call)
     if call.op == "ptx_ldmatrix":
         trans, num, dst, src = call.args
         assert isinstance(trans, IntImm) and isinstance(num, IntImm) and isinstance(src, BufferLoad)

@@ -11,10 +11,10 @@ from loopir.examples.reductions import (
     softmax,
     softmax_func,
 )
-from loopir.examples.tensor_core import tc_gemm, tc_gemm_func
+from loopir.examples.tensor_core import hopper_gemm, tc_gemm, tc_gemm_func
 from loopir.examples.transpose import transpose, transpose_func
 
 __all__ = [
     "dense", "dense_func", "pipelined_gemm", "layernorm", "layernorm_func", "rmsnorm", "rmsnorm_func", "row_sum", "row_sum_func", "softmax",
-    "softmax_func", "tc_gemm", "tc_gemm_func", "transpose", "transpose_func",
+    "softmax_func", "hopper_gemm", "tc_gemm", "tc_gemm_func", "transpose", "transpose_func",
 ]  # fmt: skip

@@ -25,7 +25,7 @@ from loopir.schedule import tensor_core_gemm as tcg
 from loopir.schedule.tensor_core_gemm import ldmatrix_swizzle
 from loopir.tensor_intrin.layouts import WARP_SIZE
 
-__all__ = ["tc_gemm", "tc_gemm_func", "tc_gemm_space"]
+__all__ = ["hopper_gemm", "tc_gemm", "tc_gemm_func", "tc_gemm_space"]
 
 _PRIM = "examples.tc_gemm"
 
@@ -210,3 +210,50 @@ def tc_gemm_space(sch: Schedule, b_trans: bool = False) -> None:
     tiles = (uniform([1, 2, 4]), uniform([1, 2]), uniform([2, 4]), uniform([4, 8]), 2)
     swizzles = (ldmatrix_swizzle(32, batched), ldmatrix_swizzle(32 if m.b_trans else 64, batched))
     tcg.schedule(sch, m, tiles, uniform([2, 3, 4]), swizzles, 8, (False, False, False))
+
+
+def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
+                block: tuple[int, int, int] = (128, 128, 64), wn: int = 128, stages: int = 4,
+                vec: int = 8, pad: bool | None = None, batch: int | None = None,
+                out_dtype: str | None = None,
+                a_prologue: Callable[[Any], Any] | None = None) -> Schedule:  # fmt: skip
+    """``C = A @ B.T`` (A ``[M, K]``, B ``[N, K]``, the ``nn.Linear`` layout) on Hopper's
+    warpgroup tensor cores (``wgmma``, sm_90a), scheduled with loopir's primitives: the
+    [`tc_gemm`][loopir.examples.tc_gemm] schedule with ``wgmma=True``
+    ([`loopir.schedule.tensor_core_gemm`][loopir.schedule.tensor_core_gemm]).
+
+    Each warp owns 16 rows of the block tile and ``wn`` columns; 4 consecutive warps (a
+    warpgroup) issue one ``wgmma.m64n{wn}k16`` per 16-wide K step, reading A and B straight from
+    the shared tiles, which are fetched with ``cp.async`` in a ``stages``-deep pipeline and
+    stored with the 128-byte swizzle the matrix descriptors name. fp32 accumulation; the
+    result in fp32 or converted (``out_dtype``). This first Hopper form completes each
+    ``wgmma`` before the next (no TMA, no mbarriers, no warp specialization yet: issue 32).
+
+    Parameters
+    ----------
+    M, K, N
+        Problem sizes (others than multiples of the block tile are padded, as ``tc_gemm``).
+    dtype
+        ``"float16"`` or ``"bfloat16"`` inputs.
+    block
+        ``(bm, bn, 64)``: ``bm`` a multiple of 64 (whole warpgroups), ``bn`` a multiple of
+        ``wn``, K steps of 64 (one 128-byte swizzle row).
+    wn
+        Columns per warp: the ``N`` of ``wgmma.m64nNk16``, a multiple of 16 up to 256.
+    stages, vec, pad, batch, out_dtype, a_prologue
+        As for [`tc_gemm`][loopir.examples.tc_gemm].
+    """
+    if pad is None:
+        pad = bool(M % block[0] or N % block[1] or K % block[2]) if _ints(M, K, N) else False
+    bm, bn, bk = block
+    if bk != 64 or bm % 64 or not (isinstance(wn, int) and 16 <= wn <= 256 and wn % 16 == 0) or bn % wn:
+        raise _fail(f"hopper_gemm: block {block} and wn {wn!r}: the block tile must be (64k, a multiple "
+                    "of wn, 64) and wn a multiple of 16 from 16 to 256")  # fmt: skip
+    _check(M, K, N, dtype, "float32", block, (16, wn), stages, vec, pad, out_dtype)
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0):
+        raise _fail(f"batch must be a positive int or None, got {batch!r}")
+    sch = Schedule(tc_gemm_func(M, K, N, dtype, "float32", True, batch, out_dtype, a_prologue))
+    m = tcg.match(sch, "C")
+    assert m is not None
+    tcg.schedule_with_pad(sch, m, block, (16, wn), stages, vec=vec, pad=pad, wgmma=True)
+    return sch

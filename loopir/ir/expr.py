@@ -512,6 +512,8 @@ register_intrinsic("loopir.cp_async_wait", 1, pure=False, result="int32")
 # mma_store.
 register_intrinsic("ptx_ldmatrix", 4, pure=False, result="int32")
 register_intrinsic("ptx_mma", 4, pure=False, result="int32")
+# Warpgroup-collective (sm_90a): wgmma with shared operands, completed in the call.
+register_intrinsic("ptx_wgmma", 4, pure=False, result="int32")
 register_intrinsic("mma_fill", 3, pure=False, result="int32")
 register_intrinsic("mma_store", 4, pure=False, result="int32")
 

@@ -299,8 +299,10 @@ def shift_right(a: ExprLike, b: ExprLike) -> PrimExpr:
 
 #: Calls that all 32 lanes of a warp execute together (``.sync.aligned`` in PTX).
 WARP_COLLECTIVES = ("ptx_ldmatrix", "ptx_mma")
+#: Calls that all 128 threads of a warpgroup issue together (sm_90a): ``ptx_wgmma``.
+WARPGROUP_COLLECTIVES = ("ptx_wgmma",)
 #: Every tensor-core call: the collectives and the per-lane ``mma_fill`` / ``mma_store``.
-TENSOR_CORE_OPS = (*WARP_COLLECTIVES, "mma_fill", "mma_store")
+TENSOR_CORE_OPS = (*WARP_COLLECTIVES, *WARPGROUP_COLLECTIVES, "mma_fill", "mma_store")
 #: ``ptx_mma`` shapes.
 MMA_SHAPES = ("m16n8k16",)
 _FRAGMENT_SCOPES = ("warp", "local")
@@ -355,6 +357,58 @@ def ptx_mma(a: PrimExpr, b: PrimExpr, c: PrimExpr, shape: str = "m16n8k16") -> P
     from loopir.ir.expr import StringImm
 
     call = Call("int32", "ptx_mma", (StringImm(shape), a, b, c))
+    _raise_if_bad(call)
+    return call
+
+
+def wgmma_shape(n: int, k: int = 16) -> str:
+    """The ``ptx_wgmma`` shape string of ``N = n`` and ``K = k``: ``"m64n{n}k{k}"``."""
+    return f"m64n{n}k{k}"
+
+
+def wgmma_nk(shape: PrimExpr) -> tuple[int, int] | None:
+    """``(N, K)`` of a ``ptx_wgmma`` shape argument (None when it is not one of
+    ``WGMMA_SHAPES``)."""
+    text = getattr(shape, "value", None)
+    if text not in WGMMA_SHAPES:
+        return None
+    n, k = text[4:].split("k")
+    return int(n), int(k)
+
+
+#: ``ptx_wgmma`` shapes: ``m64nNkK`` with N a multiple of 16 up to 256 (the accumulator is held
+#: as 16 x 16 tiles) and K of 16 to 64 (``K / 16`` instructions ``m64nNk16`` along one 128-byte
+#: swizzle row, then one wait).
+WGMMA_SHAPES = tuple(wgmma_shape(n, k) for n in range(16, 257, 16) for k in (16, 32, 48, 64))
+
+
+def ptx_wgmma(a: PrimExpr, b: PrimExpr, c: PrimExpr, n: int, k: int = 16) -> PrimExpr:
+    """``k / 16`` instructions ``wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t}`` with both
+    operands in shared memory, K-major, through ``SWIZZLE_128B`` descriptors, completed before
+    the call returns (fence, issue, commit, wait): one warp's rows ``C += A @ B`` of a
+    warpgroup's 64 x n x k step (sm_90a).
+
+    Per warp (the meaning the CPU executor gives it, exact): ``C[i, j] += A[i, kk] * B[j, kk]``
+    for the warp's 16 x ``n`` accumulator, ``kk`` = 0 .. k - 1 in order, where
+
+    * ``a`` is ``A_s[..., r, c]``, the first element of a 16 x k tile of a ``shared`` buffer
+      stored with the 128-byte swizzle: element ``(i, kk)`` is at row ``r + i``, column
+      ``sw128(r + i, sw128(r, c) + kk)``
+      ([`sw128`][loopir.tensor_intrin.layouts.sw128]: how the tensor cores read a
+      ``SWIZZLE_128B`` tile, the ``transform_layout`` map that stores one so);
+    * ``b`` likewise, ``n`` rows: element ``(j, kk)`` of B, stored ``[N, K]`` (K-major);
+    * ``c`` is this lane's fragment ``W[..., t, lane, v]`` (``v`` = 0) of a ``float32`` warp
+      buffer: the ``n / 16`` tiles ``t, t + 1, ..`` of the 16 x 16 accumulator layout, one
+      after the other along the dimension before the lane (``W[..., t, v]`` of a ``local``
+      buffer after ``LowerWarpMemory``).
+
+    On the GPU the four warps of a warpgroup issue one instruction for 64 rows: the CUDA
+    codegen proves that warp ``w % 4``'s ``a`` is 16 rows below warp 0's, its ``b`` the same,
+    and the tiles aligned to the swizzle's 1024-byte atoms; else it refuses the kernel.
+    """
+    from loopir.ir.expr import StringImm
+
+    call = Call("int32", "ptx_wgmma", (StringImm(wgmma_shape(n, k)), a, b, c))
     _raise_if_bad(call)
     return call
 
@@ -431,6 +485,30 @@ def _tile_problem(what: str, e: PrimExpr, scopes: tuple[str, ...]) -> str | None
     return None
 
 
+def _wgmma_problem(args: tuple[PrimExpr, ...]) -> str | None:
+    from loopir.ir.expr import BufferLoad
+
+    shape, a, b, c = args
+    if wgmma_nk(shape) is None:
+        return (f"ptx_wgmma: shape must be m64nNkK with N a multiple of 16 up to 256 and K 16, 32, 48 "
+                f"or 64, got {shape}")
+    for what, e in (("a", a), ("b", b)):
+        if (prob := _tile_problem(f"ptx_wgmma {what}", e, ("shared",))) is not None:
+            return prob
+        assert isinstance(e, BufferLoad)
+        last = e.buffer.shape[-1]
+        if e.buffer.strides is not None or not (isinstance(last, IntImm) and last.value % 64 == 0):
+            return (f"ptx_wgmma {what}: shared buffer {e.buffer.name} must be compact with rows of a "
+                    f"multiple of 64 elements (the 128-byte swizzle), got shape "
+                    f"{tuple(str(x) for x in e.buffer.shape)}")
+    if (prob := _fragment_problem("ptx_wgmma c", c)) is not None:
+        return prob
+    if not (a.dtype == b.dtype and a.dtype in ("float16", "bfloat16") and c.dtype == "float32"):
+        return (f"ptx_wgmma: inputs must be float16 or bfloat16 (both alike) and the accumulator "
+                f"float32, got {a.dtype}, {b.dtype}, {c.dtype}")
+    return None
+
+
 def tensor_core_problem(call: Call) -> str | None:
     """Why ``call`` is not a well-formed tensor-core call (None when it is): the argument
     kinds, scopes, dtypes and constants documented by the builders of this module."""
@@ -459,6 +537,8 @@ def tensor_core_problem(call: Call) -> str | None:
                 f"float32 (or float16 with float16 inputs), got {a.dtype}, {b.dtype}, {c.dtype}"
             )
         return None
+    if call.op == "ptx_wgmma":
+        return _wgmma_problem(args)
     if call.op == "mma_fill":
         count, dst, value = args
         if (_const_arg(count) or 0) < 1:
@@ -485,6 +565,6 @@ __all__ = [
     "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos", "floor", "ceil", "round", "fabs",
     "abs", "pow", "fma", "storage_sync", "make_const", "thread_allreduce", "is_barrier",
     "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left", "shift_right",
-    "WARP_COLLECTIVES", "TENSOR_CORE_OPS", "MMA_SHAPES", "is_warp_collective", "is_tensor_core_call",
-    "ptx_ldmatrix", "ptx_mma", "mma_fill", "mma_store", "tensor_core_problem", "STORE_CASTS",
+    "WARP_COLLECTIVES", "WARPGROUP_COLLECTIVES", "TENSOR_CORE_OPS", "MMA_SHAPES", "WGMMA_SHAPES",
+    "is_warp_collective", "is_tensor_core_call", "ptx_ldmatrix", "ptx_mma", "ptx_wgmma", "wgmma_shape", "wgmma_nk", "mma_fill", "mma_store", "tensor_core_problem", "STORE_CASTS",
 ]  # fmt: skip

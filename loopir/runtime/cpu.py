@@ -43,7 +43,7 @@ from loopir.ir.expr import (
     Var,
 )
 from loopir.ir.functor import post_order_visit
-from loopir.ir.op import is_warp_collective
+from loopir.ir.op import WARPGROUP_COLLECTIVES, is_warp_collective
 from loopir.ir.stmt import Block, BlockRealize, PrimFunc
 from loopir.runtime.c_codegen import ENTRY, CProgram, generate_c
 from loopir.runtime.c_fibers import ERR_DIVERGENCE, ERR_WARP, SEED_ENTRY
@@ -448,7 +448,8 @@ def _runnable(func: PrimFunc) -> PrimFunc:
         nonlocal blocks, collectives
         if isinstance(n, (Block, BlockRealize)):
             blocks = True
-        elif isinstance(n, Call) and is_warp_collective(n):
+        elif isinstance(n, Call) and (is_warp_collective(n) or n.op in WARPGROUP_COLLECTIVES):
+            # wgmma reads its shared tiles by their compacted layout (rows of 64) too
             collectives = True
 
     post_order_visit(func.body, visit)

@@ -44,7 +44,7 @@ from loopir.schedule import gpu_patterns as pat
 from loopir.schedule import tree
 from loopir.schedule.schedule import Schedule
 from loopir.schedule.trace import BlockRV, LoopRV
-from loopir.tensor_intrin.cuda import DTYPE_ABBREV
+from loopir.tensor_intrin.cuda import DTYPE_ABBREV, wgmma_intrin
 from loopir.tensor_intrin.layouts import MMA_A, MMA_B, MMA_C, WARP_SIZE, FragmentLayout
 
 __all__ = [
@@ -292,7 +292,7 @@ class Scheduled:
 
 def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, Any], stages: Any,
              swizzles: tuple[str | None, str | None], vec: int,
-             grown: tuple[bool, bool, bool], raster: int = 1) -> Scheduled:  # fmt: skip
+             grown: tuple[bool, bool, bool], raster: int = 1, wgmma: bool = False) -> Scheduled:  # fmt: skip
     """Schedule block ``m.block`` (module docstring), after ``sch.pad`` grew what ``grown``
     says (A, B, C). ``tiles``: warps ``wy, wz`` per block, 16x16 tiles ``mi, nj`` per warp,
     ``kf`` 16-steps per K step (ints or sampled values); ``stages`` an int or a sampled
@@ -300,19 +300,25 @@ def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, 
     ``raster`` > 1 (dividing the number of block rows) orders the blocks in groups of that
     many block rows, column after column (``blockIdx.x`` over the fused group, column and row
     within the group, as Triton's grouped ordering): the blocks running at once then share
-    their tiles of A and B in the L2 cache."""
+    their tiles of A and B in the L2 cache. ``wgmma`` (sm_90a; ``mi`` = 1, ``wy`` a multiple of
+    4, B ``[N, K]``, K steps of 64 with 128-byte ``swizzles``): each warp's 16 x ``16 nj`` x
+    ``16 kf`` step is one ``wgmma`` call (``kf`` instructions, one wait) reading A and B from the
+    shared tiles, no fragments loaded."""
     wy, wz, mi, nj, kf = tiles
     copy_out = _copy_out_block(sch, m) if grown[2] else None
     c = sch.get_block(m.block)
     *bl, i, j, k = sch.get_loops(c)
+    # the tensorized tile: 16 x 16 x 16 (mma.sync), or 16 x the warp's columns x the K step
+    # (wgmma: kf 16-wide instructions, then one wait)
+    wn, wk = (TILE * nj, TILE * kf) if wgmma else (TILE, TILE)
     i, i_tc = sch.split(i, [None, TILE])
-    j, j_tc = sch.split(j, [None, TILE])
-    k, k_tc = sch.split(k, [None, TILE])
+    j, j_tc = sch.split(j, [None, wn])
+    k, k_tc = sch.split(k, [None, wk])
     sch.reorder(i, j, k, i_tc, j_tc, k_tc)
-    outer = sch.blockize(i_tc)  # one 16x16x16 tile; the block inside is what mma replaces
+    outer = sch.blockize(i_tc)  # one 16 x wn x 16 tile; the block inside is what mma replaces
     i0, i1, i2 = sch.split(i, [None, wy, mi])
-    j0, j1, j2 = sch.split(j, [None, wz, nj])
-    k0, k1 = sch.split(k, [None, kf])
+    j0, j1, j2 = sch.split(j, [None, wz, 1 if wgmma else nj])
+    k0, k1 = sch.split(k, [None, 1 if wgmma else kf])
     sch.reorder(*bl, i0, j0, i1, j1, k0, k1, i2, j2)
     if bl:
         sch.bind(bl[0], "blockIdx.z")
@@ -323,10 +329,9 @@ def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, 
     sch.bind(j1, "threadIdx.z")
 
     shared = [_fetch(sch, m, outer, idx, k0, grown[idx], (wy, wz), vec) for idx in (0, 1)]
-    a_warp = sch.cache_read(outer, 0, "warp")
-    b_warp = sch.cache_read(outer, 1, "warp")
-    sch.compute_at(a_warp, k1)
-    sch.compute_at(b_warp, k1)
+    operand_warps = None if wgmma else (sch.cache_read(outer, 0, "warp"), sch.cache_read(outer, 1, "warp"))
+    for w in operand_warps or ():
+        sch.compute_at(w, k1)
     if m.epilogue is not None and copy_out is None:
         # C's tile goes through shared memory, copied out by every thread: the epilogue reads
         # its elements there (the fragments' layout is not C's)
@@ -350,7 +355,7 @@ def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, 
             lanes //= 2
         _bind_threads(sch, sch.fuse(*sch.get_loops(out)[2 + m.batch:]), (wy, wz), lanes)
     init = sch.decompose_reduction(outer, k0)
-    _tensorize(sch, m, (outer, init), (a_warp, b_warp, c_warp), copy_out is not None)
+    _tensorize(sch, m, (outer, init), operand_warps, c_warp, copy_out is not None, (wn, wk))
     for copy, swz in zip(shared, swizzles):
         if swz is not None:
             sch.transform_layout(copy, 0, swz)
@@ -371,13 +376,14 @@ def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, 
 
 def schedule_with_pad(sch: Schedule, m: TensorCoreGemm, block: tuple[int, int, int], warp: tuple[int, int],
                       stages: int, *, swizzle: bool = True, vec: int = 8, pad: bool = True,
-                      fragment_stages: int = 1, raster: int = 1) -> Scheduled:  # fmt: skip
+                      fragment_stages: int = 1, raster: int = 1, wgmma: bool = False) -> Scheduled:  # fmt: skip
     """[`schedule`][loopir.schedule.tensor_core_gemm.schedule] with a block tile ``(bm, bn,
     bk)`` and a warp tile ``(wm, wn)`` (multiples of 16): first ``pad`` (``pad_einsum``) of the
     sizes off the block tile when ``pad``; the shared tiles XOR-swizzled when ``swizzle`` (else
     their rows padded); ``fragment_stages=2`` pipelines the K steps of one shared tile, the
     fragments double-buffered in registers; ``raster``: the largest power of two at most it
-    that divides the number of block rows groups them (``schedule``)."""
+    that divides the number of block rows groups them (``schedule``); ``wgmma``: the warp tile is
+    ``(16, wn)`` and each warp's K step one ``wgmma`` (``schedule``)."""
     (bm, bn, bk), (wm, wn) = block, warp
     M, K, N = m.sizes
     rows = -(-M // bm)
@@ -390,7 +396,7 @@ def schedule_with_pad(sch: Schedule, m: TensorCoreGemm, block: tuple[int, int, i
     batched = m.batch > 0
     swizzles = (ldmatrix_swizzle(bk, batched), ldmatrix_swizzle(bk if m.b_trans else bn, batched))
     done = schedule(sch, m, (bm // wm, bn // wn, wm // TILE, wn // TILE, bk // TILE), stages,
-                    swizzles if swizzle else (None, None), vec, grown, max(raster, 1))  # fmt: skip
+                    swizzles if swizzle else (None, None), vec, grown, max(raster, 1), wgmma)  # fmt: skip
     if fragment_stages == 2:
         # k1: the fragment loads of A and B, then the mma
         sch.annotate(done.k1, "software_pipeline_stage", [0, 0, 1])
@@ -446,13 +452,16 @@ def _fetch(sch: Schedule, m: TensorCoreGemm, outer: BlockRV, idx: int, k0: LoopR
 
 
 def _tensorize(sch: Schedule, m: TensorCoreGemm, blocks: tuple[BlockRV, BlockRV],
-               warp_blocks: tuple[BlockRV, BlockRV, BlockRV], c_shared: bool) -> None:  # fmt: skip
-    """Fragment layouts on the warp buffers, then every 16x16 tile tensorized."""
+               operand_warps: tuple[BlockRV, BlockRV] | None, c_warp: BlockRV, c_shared: bool,
+               tile: tuple[int, int]) -> None:  # fmt: skip
+    """Fragment layouts on the warp buffers, then every tile tensorized: 16x16x16 tiles with
+    ``ldmatrix`` / ``mma.sync`` from the fragments ``operand_warps`` loads, or (None) each
+    warp's 16 x ``wn`` x ``wk`` tile (``tile``) with ``wgmma`` from the shared tiles."""
+    wn, wk = tile
     outer, init = blocks
     t, a = DTYPE_ABBREV[m.dtype], DTYPE_ABBREV[m.acc]
     # a converting store, unless the tile goes to shared memory first (the copy-out converts)
     store = a if m.out == m.acc or c_shared else f"{a}_{DTYPE_ABBREV[m.out]}"
-    a_warp, b_warp, c_warp = warp_blocks
     batched = m.batch > 0
 
     def fragments(block: BlockRV) -> LoopRV:
@@ -463,13 +472,22 @@ def _tensorize(sch: Schedule, m: TensorCoreGemm, blocks: tuple[BlockRV, BlockRV]
         sch.reorder(r0, c0, r1, c1)
         return r1
 
-    la, lb, lc = fragments(a_warp), fragments(b_warp), fragments(c_warp)
-    sch.transform_layout(a_warp, 0, _fragment_map(MMA_A, batched=batched))
-    sch.transform_layout(b_warp, 0, _fragment_map(MMA_B, m.b_trans, batched=batched))
+    lc = fragments(c_warp)
     sch.transform_layout(outer, 0, _fragment_map(MMA_C, batched=batched))
-    sch.tensorize(la, f"mma_ldmatrix_{t}_a")
-    sch.tensorize(lb, f"mma_ldmatrix_{t}_b" + ("_trans" if m.b_trans else ""))
-    sch.tensorize(sch.get_loops(sch.get_block(m.block))[-3], f"mma_{t}{t}{a}")
-    (inner_init,) = sch.get_child_blocks(init)  # the init of one 16x16 tile
-    sch.tensorize(sch.get_loops(inner_init)[-2], f"mma_fill_{a}")
+    if operand_warps is not None:
+        a_warp, b_warp = operand_warps
+        la, lb = fragments(a_warp), fragments(b_warp)
+        sch.transform_layout(a_warp, 0, _fragment_map(MMA_A, batched=batched))
+        sch.transform_layout(b_warp, 0, _fragment_map(MMA_B, m.b_trans, batched=batched))
+        sch.tensorize(la, f"mma_ldmatrix_{t}_a")
+        sch.tensorize(lb, f"mma_ldmatrix_{t}_b" + ("_trans" if m.b_trans else ""))
+        sch.tensorize(sch.get_loops(sch.get_block(m.block))[-3], f"mma_{t}{t}{a}")
+    else:
+        sch.tensorize(sch.get_loops(sch.get_block(m.block))[-3], wgmma_intrin(m.dtype, wn, wk))
+    (inner_init,) = sch.get_child_blocks(init)  # the init of one 16 x wn tile
+    rows, cols = sch.get_loops(inner_init)[-2:]
+    if wn > TILE:
+        c0, c1 = sch.split(cols, [None, TILE])
+        sch.reorder(c0, rows, c1)
+    sch.tensorize(rows, f"mma_fill_{a}")
     sch.tensorize(lc, f"mma_store_{store}_" + ("shared" if c_shared else "global"))

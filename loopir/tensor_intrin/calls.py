@@ -22,6 +22,9 @@ ptx_ldmatrix     reads its row ``S[..., r, c:c + 8]`` (lanes below ``8 * num``);
                  ``2 * num`` fragment elements
 ptx_mma          reads the A and B fragments of all 32 lanes (8 and 4 elements each); reads and
                  writes its own 4 C elements
+ptx_wgmma        reads the 16 rows of A and the N rows of B from its operands' rows on, the
+                 whole 64-element segments of their columns (the 128-byte swizzle permutes
+                 within one); reads and writes its own N / 2 accumulator elements
 mma_fill         writes its ``count`` fragment elements
 mma_store        reads its fragment elements; writes their places in the tile (C layout)
 ===============  ============================================================================
@@ -37,10 +40,18 @@ from loopir.ir import op
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr, Var
 from loopir.ir.stmt import BufferStore, For, ForKind, Stmt
-from loopir.tensor_intrin.layouts import LDMATRIX_ROW, WARP_SIZE, FragmentLayout, accumulator_layout
+from loopir.tensor_intrin.layouts import (
+    LDMATRIX_ROW,
+    MMA_C,
+    SW128_ROW,
+    WARP_SIZE,
+    FragmentLayout,
+    accumulator_layout,
+    sw128,
+)
 
 __all__ = [
-    "FOOTPRINT_KEY", "Touch", "fragment_lane", "hardware_lane", "per_lane_stmt", "touches",
+    "FOOTPRINT_KEY", "Touch", "fragment_lane", "hardware_lane", "linear_offset", "per_lane_stmt", "touches",
     "written_operands",
 ]  # fmt: skip
 
@@ -86,8 +97,8 @@ def hardware_lane(loops: Sequence[For]) -> PrimExpr | None:
 def written_operands(call: Call) -> list[BufferLoad]:
     """The operands a tensor-core call writes through (``ptx_mma``'s accumulator it also
     reads: a read-modify-write)."""
-    out = {"ptx_ldmatrix": call.args[2:3], "ptx_mma": call.args[3:4], "mma_fill": call.args[1:2],
-           "mma_store": call.args[2:3]}.get(call.op, ())  # fmt: skip
+    out = {"ptx_ldmatrix": call.args[2:3], "ptx_mma": call.args[3:4], "ptx_wgmma": call.args[3:4],
+           "mma_fill": call.args[1:2], "mma_store": call.args[2:3]}.get(call.op, ())  # fmt: skip
     return [a for a in out if isinstance(a, BufferLoad)]
 
 
@@ -151,11 +162,90 @@ def touches(call: Call, lane: PrimExpr | None = None) -> list[Touch]:
     if call.op == "ptx_mma":
         _, a, b, c = call.args
         return [_all_lanes(a, 8), _all_lanes(b, 4), _row(c, 4, False), _row(c, 4, True)]
+    if call.op == "ptx_wgmma":
+        return _wgmma_touches(call)
     if call.op in ("mma_fill", "mma_store"):
         out: list[Touch] = []
         _collect(per_lane_stmt(call, lane), (), out)
         return out
     raise ValueError(f"touches: {call.op} is not a tensor-core call")
+
+
+# --- ptx_wgmma: shared tiles stored 128-byte swizzled, the accumulator as 16 x 16 tiles --------
+
+
+def _strides(buf: Buffer) -> list[PrimExpr]:
+    """Row-major strides of a compact buffer (in elements)."""
+    out: list[PrimExpr] = [IntImm(1, "int32")]
+    for n in reversed(buf.shape[1:]):
+        out.insert(0, out[0] * n)
+    return out
+
+
+def linear_offset(load: BufferLoad) -> PrimExpr:
+    """The linear element offset of a load of a compact buffer."""
+    total: PrimExpr = IntImm(0, "int32")
+    for i, st in zip(load.indices, _strides(load.buffer)):
+        total = total + i * st
+    return total
+
+
+def _acc_element(c: BufferLoad, e: PrimExpr, lane: PrimExpr | None) -> tuple[PrimExpr, ...]:
+    """Indices of the lane's accumulator element ``e`` (tile ``e // 8``, local ``e % 8``)."""
+    idx = list(c.indices)
+    if c.buffer.scope == "warp":
+        idx[-3] = idx[-3] + e // 8
+        idx[-2] = lane if lane is not None else idx[-2]
+    else:
+        idx[-2] = idx[-2] + e // 8
+    idx[-1] = idx[-1] + e % 8
+    return tuple(idx)
+
+
+def _wgmma_operand(load: PrimExpr, i: PrimExpr, k: PrimExpr) -> BufferLoad:
+    """Element ``(i, k)`` of the swizzled tile whose first element ``load`` is: row ``r0 + i``,
+    the column the swizzle stores logical column ``c + k`` at, ``c`` the first element's logical
+    column (the swizzle is its own inverse in a row)."""
+    assert isinstance(load, BufferLoad)
+    *lead, r0, c0 = load.indices
+    row = r0 + i
+    return BufferLoad(load.buffer, (*lead, row, sw128(row, sw128(r0, c0) + k)))
+
+
+def _wgmma_stmt(call: Call, lane: PrimExpr | None, kind: ForKind) -> Stmt:
+    shape, a, b, c = call.args
+    nk = op.wgmma_nk(shape)
+    assert isinstance(c, BufferLoad) and nk is not None
+    n, depth = nk
+    lane = lane if lane is not None else fragment_lane(c)
+    if lane is None:
+        raise ValueError(f"per_lane_stmt: the lane of {call} is unknown (a local fragment)")
+    e, k = Var("e", "int32"), Var("k", "int32")
+    row, col16 = MMA_C.to_row_col(lane, e % 8)
+    acc = BufferLoad(c.buffer, _acc_element(c, e, lane))
+    av = op.cast(_wgmma_operand(a, row, k), "float32")
+    bv = op.cast(_wgmma_operand(b, e // 8 * 16 + col16, k), "float32")
+    body = BufferStore(c.buffer, acc + av * bv, acc.indices)
+    return For(e, 0, n // 2, kind, For(k, 0, depth, ForKind.SERIAL, body))
+
+
+def _wgmma_touches(call: Call) -> list[Touch]:
+    shape, a, b, c = call.args
+    nk = op.wgmma_nk(shape)
+    assert isinstance(c, BufferLoad) and nk is not None
+    n = nk[0]
+    out = []
+    for load, rows in ((a, 16), (b, n)):
+        assert isinstance(load, BufferLoad)
+        # whole 64-element row segments: the swizzle permutes within one
+        r, col = Var("r", "int32"), Var("col", "int32")
+        *lead, r0, c0 = load.indices
+        idx = (*lead, r0 + r, c0 // SW128_ROW * SW128_ROW + col)
+        out.append(Touch(load.buffer, idx, False, ((r, rows), (col, SW128_ROW))))
+    t, v = Var("t", "int32"), Var("v", "int32")
+    idx_c = _acc_element(c, t * 8 + v, None)
+    iters = ((t, n // 16), (v, 8))
+    return [*out, Touch(c.buffer, idx_c, False, iters), Touch(c.buffer, idx_c, True, iters)]
 
 
 def _store_at(dst: BufferLoad, src: BufferLoad, lane: PrimExpr, layout: FragmentLayout,
@@ -178,8 +268,10 @@ def _collect(s: Stmt, iters: tuple[tuple[Var, int], ...], out: list[Touch]) -> N
 
 
 def per_lane_stmt(call: Call, lane: PrimExpr | None = None, kind: ForKind = ForKind.SERIAL) -> Stmt:
-    """``mma_fill`` or ``mma_store`` of one lane as the loop it stands for (``kind``: the
-    loop's kind).
+    """``mma_fill``, ``mma_store`` or ``ptx_wgmma`` of one lane as the loop it stands for
+    (``kind``: the loop's kind; ``ptx_wgmma``: the lane's accumulator elements, each summed over
+    ``k`` in order, its operands read through the 128-byte swizzle, see
+    [`ptx_wgmma`][loopir.ir.op.ptx_wgmma]).
 
     ``lane`` (default: the lane index of the fragment operand) places ``mma_store``'s
     elements in the tile.
@@ -189,6 +281,8 @@ def per_lane_stmt(call: Call, lane: PrimExpr | None = None, kind: ForKind = ForK
     ValueError
         For another call, or an ``mma_store`` of a local fragment without ``lane``.
     """
+    if call.op == "ptx_wgmma":
+        return _wgmma_stmt(call, lane, kind)
     e = Var("e", "int32")
     if call.op == "mma_fill":
         count, dst, value = call.args

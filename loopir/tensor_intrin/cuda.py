@@ -19,13 +19,22 @@ mma_fill_f32, mma_fill_f16     ``C_warp[MMA_C(i, j)] = 0``             ``mma_fil
 mma_store_{a}_shared           ``C_s[i, j] = C_warp[MMA_C(i, j)]``     ``mma_store``
 mma_store_{a}_global           ``C_g[i, j] = C_warp[MMA_C(i, j)]``     ``mma_store``
 mma_store_f32_{o}_{scope}      ``D[i, j] = o(C_warp[MMA_C(i, j)])``    ``mma_store`` (converting)
+wgmma_m64n{n}k{k}_{t}{t}f32    ``C[i, j] += A[i, k] * B[j, k]``        ``k / 16`` ``wgmma``
+                               (one warp's 16 x n x k)                (sm_90a)
 =============================  =====================================  ==========================
 
 with ``{t}`` one of ``f16``, ``bf16``, ``{a}`` one of ``f32``, ``f16``, ``{o}`` one of ``f16``,
 ``bf16`` (a float32 accumulator stored as the half-precision result) and ``{scope}`` one of
-``shared``, ``global``. Parameters, in order:
+``shared``, ``global``, ``{n}`` a multiple of 16 from 16 to 256 and ``{k}`` 16 or 64 (a whole
+128-byte row: one wait for 4 instructions). Parameters, in order:
 ldmatrix ``(shared [16, 16], warp [32, 8])``; mma ``(A warp, B warp, C warp)``; fill
-``(C warp,)``; store ``(C warp, destination [16, 16])``. The shared source of a ldmatrix and the
+``(C warp,)``; store ``(C warp, destination [16, 16])``; wgmma ``(A shared [16, 64], B shared
+[n, 64], C warp [n / 16, 32, 8])``: A and B K-major (B stored ``[N, K]``), the description
+reading columns 0 to k - 1 of their 64-element rows, the implementation reading them through the
+128-byte swizzle ([`ptx_wgmma`][loopir.ir.op.ptx_wgmma]): it computes the description on tiles
+*stored* swizzled, as ``transform_layout`` with
+[`sw128`][loopir.tensor_intrin.layouts.sw128]'s map leaves them; the
+accumulator is the warp's ``n / 16`` tiles in the ``MMA_C`` layout. The shared source of a ldmatrix and the
 destination of a store may have any row stride (a tile of a larger buffer): the
 implementations index them as 2-D tiles, and ldmatrix needs its rows 16-byte aligned.
 
@@ -56,14 +65,22 @@ from loopir.ir.stmt import (
     seq,
 )
 from loopir.tensor_intrin import _register_builtin
-from loopir.tensor_intrin.layouts import MMA_A, MMA_B, MMA_C, WARP_SIZE, FragmentLayout
+from loopir.tensor_intrin.layouts import MMA_A, MMA_B, MMA_C, SW128_ROW, WARP_SIZE, FragmentLayout
 
-__all__ = ["DTYPE_ABBREV", "INTRIN_NAMES"]
+__all__ = ["DTYPE_ABBREV", "INTRIN_NAMES", "WGMMA_INTRIN_NAMES", "wgmma_intrin"]
 
 #: The dtypes of the names, abbreviated as in TVM.
 DTYPE_ABBREV = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 #: The names this module registers, in registration order.
 INTRIN_NAMES: list[str] = []
+#: The ``wgmma`` names among them (sm_90a).
+WGMMA_INTRIN_NAMES: list[str] = []
+
+
+def wgmma_intrin(dtype: str, n: int, k: int = 16) -> str:
+    """The name of the ``wgmma`` intrinsic of ``dtype`` inputs, width ``n`` and depth ``k``."""
+    t = DTYPE_ABBREV[dtype]
+    return f"wgmma_m64n{n}k{k}_{t}{t}f32"
 
 _Index = tuple[PrimExpr, PrimExpr]
 
@@ -160,6 +177,33 @@ def _mma(name: str, in_dtype: str, out_dtype: str) -> tuple[PrimFunc, PrimFunc]:
             PrimFunc((a, b, c), _root([c, a, b], [c], impl), name=f"{name}_impl"))  # fmt: skip
 
 
+def _wgmma(name: str, dtype: str, n: int, k: int) -> tuple[PrimFunc, PrimFunc]:
+    a = Buffer("A", (16, SW128_ROW), dtype, scope="shared")
+    b = Buffer("B", (n, SW128_ROW), dtype, scope="shared")
+    c = Buffer("C", (n // 16, WARP_SIZE, 8), "float32", scope="warp")
+
+    def make(v: list[Var]) -> tuple[Stmt, list[BufferRegion], list[BufferRegion]]:
+        i, j, k = v
+        ci = (j // 16, *MMA_C.to_lane_local(i, j % 16))
+        value = c[ci] + a[i, k].astype("float32") * b[j, k].astype("float32")
+        reads = [_region(c, ci), _region(a, (i, k)), _region(b, (j, k))]
+        return BufferStore(c, value, ci), reads, [_region(c, ci)]
+
+    desc = _grid("C", (16, n, k), "SSR", make)
+    zero = make_const(0, "int32")
+    impl = _lanes(lambda tx: Evaluate(op.ptx_wgmma(a[zero, zero], b[zero, zero], c[zero, tx, zero], n, k)))
+    # the tiles are the rows' first k columns (the rest of a 128-byte row is other K steps')
+    reads = (BufferRegion.full(c), BufferRegion(a, (Range(0, 16), Range(0, k))),
+             BufferRegion(b, (Range(0, n), Range(0, k))))  # fmt: skip
+
+    def root(body: Stmt) -> Stmt:
+        block = Block(name="root", iter_vars=(), reads=reads, writes=(BufferRegion.full(c),), body=body)
+        return BlockRealize((), block=block)
+
+    return (PrimFunc((a, b, c), root(desc), name=f"{name}_desc"),
+            PrimFunc((a, b, c), root(impl), name=f"{name}_impl"))  # fmt: skip
+
+
 # --- fill and store ---------------------------------------------------------------------------
 
 
@@ -207,6 +251,11 @@ def _register_all() -> None:
     for in_dtype, out_dtype in (("float16", "float32"), ("bfloat16", "float32"), ("float16", "float16")):
         i, o = DTYPE_ABBREV[in_dtype], DTYPE_ABBREV[out_dtype]
         _register(f"mma_{i}{i}{o}", functools.partial(_mma, in_dtype=in_dtype, out_dtype=out_dtype))
+    for dtype in ("float16", "bfloat16"):
+        for n in range(16, 257, 16):
+            for k in (16, 64):
+                _register(wgmma_intrin(dtype, n, k), functools.partial(_wgmma, dtype=dtype, n=n, k=k))
+                WGMMA_INTRIN_NAMES.append(wgmma_intrin(dtype, n, k))
     for dtype in ("float32", "float16"):
         a = DTYPE_ABBREV[dtype]
         _register(f"mma_fill_{a}", functools.partial(_fill, dtype=dtype))

@@ -38,7 +38,7 @@ import attrs
 
 __all__ = [
     "FragmentLayout", "LDMATRIX_ROW", "MMA_A", "MMA_B", "MMA_B_16x8", "MMA_C", "MMA_C_16x8",
-    "WARP_SIZE", "accumulator_layout", "ldmatrix_source",
+    "SW128_ROW", "WARP_SIZE", "WARPGROUP_WARPS", "accumulator_layout", "ldmatrix_source", "sw128",
 ]  # fmt: skip
 
 WARP_SIZE = 32
@@ -135,7 +135,11 @@ MMA_C_16x8 = FragmentLayout("C 16x8", 16, 8, _c8_lane_local, _c8_row_col)
 
 
 def accumulator_layout(cols: int) -> FragmentLayout:
-    """The C layout of a 16 x ``cols`` tile (8 or 16)."""
+    """The C layout of a 16 x ``cols`` tile (8 or 16). A warp's rows of a ``wgmma`` accumulator
+    (16 x N) are N / 16 such 16 x 16 tiles, one after the other: lane ``l``'s register ``e`` of
+    ``wgmma``'s ``d`` is local ``e % 8`` of tile ``e // 8`` (PTX ISA, "Register Fragments:
+    Matrix D" of ``wgmma.m64nNk16``: the ``mma.m16n8k16`` C layout, repeated every 8
+    columns)."""
     if cols == 8:
         return MMA_C_16x8
     if cols == 16:
@@ -148,3 +152,28 @@ def ldmatrix_source(lane: Index, q: Index, h: Index, trans: bool) -> tuple[Index
     the lane that supplies the row's address and the column within that 8-element row."""
     row, col = (2 * (lane % 4) + h, lane // 4) if trans else (lane // 4, 2 * (lane % 4) + h)
     return LDMATRIX_ROW * q + row, col
+
+
+# --- wgmma (sm_90a) ---------------------------------------------------------------------------
+
+#: Warps of a warpgroup: ``wgmma`` is issued by 4 consecutive warps (the first one's index a
+#: multiple of 4), warp ``w % 4`` holding rows ``16 * (w % 4) ..`` of the 64-row accumulator.
+WARPGROUP_WARPS = 4
+#: 16-bit elements in one row of the 128-byte swizzle (``SWIZZLE_128B``): a K-major ``wgmma``
+#: operand tile is stored as rows of 64 elements (128 bytes), 8 rows (1024 bytes) to an atom.
+SW128_ROW = 64
+
+
+def sw128(row: Index, col: Index) -> Index:
+    """The column where the 128-byte swizzle stores element ``(row, col)`` of a tile with rows
+    of 64 16-bit elements: the 16-byte chunk ``col // 8 % 8`` XOR ``row % 8``, within the
+    64-element segment of ``col``. This is how the tensor cores read a ``SWIZZLE_128B`` tile
+    whose 8-row atoms start at 1024-byte boundaries (PTX: address bits [4:6] XOR bits [7:9]),
+    the ``transform_layout`` map that stores a tile so, and its own inverse for a fixed row.
+
+    ``row`` and ``col`` are ints or loopir expressions alike."""
+    if isinstance(row, int) and isinstance(col, int):
+        return col // 64 * 64 + (col // 8 % 8 ^ row % 8) * 8 + col % 8
+    from loopir.ir import op
+
+    return col // 64 * 64 + op.bitwise_xor(col // 8 % 8, row % 8) * 8 + col % 8

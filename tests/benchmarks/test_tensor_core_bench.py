@@ -23,6 +23,7 @@ def test_smoke_builds_every_schedule(capsys: pytest.CaptureFixture[str]) -> None
         for shape in ("4096x4096x4096", "8192x8192x8192", "4096x4096x11008"):
             assert f"{dtype} {shape}: " in out
     if shutil.which("nvcc") is not None:
-        assert out.count("spills 0/0") == 6, out
+        assert out.count("spills 0/0") == 12, out  # tc_gemm and hopper_gemm (wgmma)
+        assert out.count("  wgmma: ") == 6, out
     assert "fp16 K=100: loopir supported" in out
     assert "fp16 32 x 512x128x512: loopir supported" in out

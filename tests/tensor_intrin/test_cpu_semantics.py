@@ -25,7 +25,7 @@ from loopir.errors import LaunchError
 from loopir.ir import dtype as dt
 from loopir.ir.stmt import PrimFunc
 from loopir.passes import ThreadSync
-from loopir.tensor_intrin.cuda import INTRIN_NAMES
+from loopir.tensor_intrin.cuda import INTRIN_NAMES, WGMMA_INTRIN_NAMES
 
 from .kernels import Gemm, from_storage, gemm_one_nest, tile_16x8, to_storage
 from .test_layouts import ptx_a, ptx_b, ptx_c
@@ -59,7 +59,8 @@ def _run(func: PrimFunc, arrays: list[np.ndarray], order: str = "sequential", se
     return copies
 
 
-@pytest.mark.parametrize("name", INTRIN_NAMES)
+# wgmma's implementation reads its tiles swizzled: tests/tensor_intrin/test_wgmma.py
+@pytest.mark.parametrize("name", [n for n in INTRIN_NAMES if n not in WGMMA_INTRIN_NAMES])
 @given(data=st.data())
 def test_impl_is_bit_identical_to_desc(name: str, data: st.DataObject) -> None:
     intrin = tensor_intrin.get(name)

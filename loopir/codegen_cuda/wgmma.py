@@ -1,0 +1,190 @@
+"""CUDA for ``ptx_wgmma``: Hopper's warpgroup MMA with both operands in shared memory (sm_90a).
+
+One call is one warp's rows of a warpgroup's ``wgmma.mma_async.m64nNk16`` (see
+[`loopir.ir.op.ptx_wgmma`][loopir.ir.op.ptx_wgmma] for its meaning). The four warps of a
+warpgroup issue one instruction together, each passing the same two matrix descriptors, so the
+emitter proves, per call, from the index expressions (symbolically, at no cost that grows with
+the sizes):
+
+* the block is ``threadIdx.x`` = 32 lanes and ``threadIdx.y`` a multiple of 4 warps (then warp
+  ``w`` of a warpgroup is ``threadIdx.y % 4``: CUDA numbers warps by the linear thread index);
+* ``a``'s linear offset does not depend on the lane, and is warp 0's plus ``16 * 64 * w`` (the
+  warp's 16 rows of 64 elements): the warpgroup's A tile is 64 consecutive rows;
+* ``b``'s offset depends on neither the lane nor ``w``;
+* both buffers have rows of exactly 64 elements (128 bytes), and both tiles start at a 1024-byte
+  swizzle atom plus a K offset of a multiple of 16 elements (32 bytes) below 64: the address bits
+  the hardware swizzles are then the row within the atom, as
+  [`sw128`][loopir.tensor_intrin.layouts.sw128] (the CPU executor's reading) assumes. Every
+  shared buffer of a kernel with ``wgmma`` is 1024-byte aligned for this.
+
+Anything unproven is a [`CodegenError`][loopir.errors.CodegenError] naming the kernel and the
+operand. The emitted call passes warp 0's A address (``threadIdx.y`` rounded down to a multiple
+of 4 in ``a``'s offset).
+
+Each call is ``wgmma.fence``, the MMA, ``commit_group`` and ``wait_group 0`` in one ``asm``
+statement: it has completed when the next statement runs, so the barrier planner and the race
+checker may treat it as an ordinary read of its shared tiles and a read-modify-write of the
+thread's accumulator registers, and the compiler sees the registers change at one point. Shared
+memory written by ordinary stores or ``cp.async`` is read by ``wgmma`` through the async proxy:
+in a kernel with ``wgmma`` every ``__syncthreads()`` is preceded by ``fence.proxy.async.shared::cta``
+(HOPPER.md: "shared memory written by ordinary stores that the tensor cores read next also
+needs ``fence.proxy.async.shared::cta`` in each writing thread before the barrier").
+
+Matrix descriptors (PTX ISA, "Matrix Descriptor Format"): start address >> 4 in bits 0-13,
+leading byte offset 1 (unused by K-major swizzled layouts), stride byte offset 1024 >> 4 (from
+one 8-row atom to the next) in bits 32-45, layout type 1 (``SWIZZLE_128B``) in bits 62-63.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from loopir import arith
+from loopir.errors import CodegenError
+from loopir.ir.buffer import Range
+from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr, Var
+from loopir.ir.functor import post_order_visit, substitute
+from loopir.ir.op import wgmma_nk
+from loopir.ir.stmt import Stmt
+from loopir.tensor_intrin.calls import linear_offset
+from loopir.tensor_intrin.layouts import SW128_ROW, WARP_SIZE, WARPGROUP_WARPS
+
+if TYPE_CHECKING:
+    from loopir.codegen_cuda.emitter import KernelEmitter
+
+__all__ = ["WGMMA_SMEM_ALIGN", "has_wgmma", "wgmma_helpers", "wgmma_text"]
+
+#: Alignment of every shared buffer of a kernel with ``wgmma``: one 128-byte swizzle atom.
+WGMMA_SMEM_ALIGN = 1024
+
+_PTX_TYPE = {"float16": "f16", "bfloat16": "bf16"}
+_CTYPE = {"float16": "half", "bfloat16": "nv_bfloat16"}
+
+_DESC_HELPER = "\n".join([
+    "// wgmma (loopir/codegen_cuda/wgmma.py): sm_90a.",
+    "#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)",
+    '#error "loopir: kernels with wgmma need sm_90a (-gencode=arch=compute_90a,code=sm_90a)"',
+    "#endif",
+    "__device__ __forceinline__ unsigned long long loopir_sw128_desc(const void* tile) {",
+    "  unsigned long long addr = static_cast<unsigned long long>(__cvta_generic_to_shared(tile));",
+    "  return ((addr & 0x3FFFFull) >> 4) | (1ull << 16) | ((1024ull >> 4) << 32) | (1ull << 62);",
+    "}",
+])  # fmt: skip
+
+
+def _helper(n: int, k: int, dtype: str) -> str:
+    """``k / 16`` wgmma instructions along the 128-byte rows (the descriptors' start addresses
+    advanced by 32 bytes, 2 in their 16-byte units, per step), one commit, one wait."""
+    regs = n // 2
+    t, ct = _PTX_TYPE[dtype], _CTYPE[dtype]
+    d = ", ".join(f"%{i}" for i in range(regs))
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    steps = [f'               "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{d}}}, '
+             f'%{regs + 2 * s}, %{regs + 2 * s + 1}, p, 1, 1, 0, 0;\\n"' for s in range(k // 16)]  # fmt: skip
+    descs = ", ".join(f'"l"(da + {2 * s}), "l"(db + {2 * s})' for s in range(k // 16))
+    return "\n".join([
+        f"__device__ __forceinline__ void loopir_wgmma_m64n{n}k{k}_{t}(float* d, const {ct}* a, const {ct}* b) {{",
+        "  unsigned long long da = loopir_sw128_desc(a), db = loopir_sw128_desc(b);",
+        '  asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(regs + 2 * (k // 16)) + ', 0;\\n"',
+        '               "wgmma.fence.sync.aligned;\\n"',
+        *steps,
+        '               "wgmma.commit_group.sync.aligned;\\n"',
+        '               "wgmma.wait_group.sync.aligned 0;\\n}\\n"',
+        f'               : {outs}',
+        f'               : {descs}, "r"(1) : "memory");',
+        "}",
+    ])  # fmt: skip
+
+
+def has_wgmma(body: Stmt) -> bool:
+    """Whether a kernel body calls ``ptx_wgmma``."""
+    found: list[bool] = []
+    post_order_visit(body, lambda n: found.append(True) if isinstance(n, Call) and n.op == "ptx_wgmma" else None)
+    return bool(found)
+
+
+def wgmma_helpers(shapes: set[tuple[int, int, str]]) -> str:
+    """The device helpers of the ``(N, K, dtype)`` shapes a translation unit uses."""
+    return "\n".join([_DESC_HELPER, *(_helper(n, k, d) for n, k, d in sorted(shapes))])
+
+
+def _fail(em: KernelEmitter, call: Call, why: str) -> CodegenError:
+    return CodegenError(f"CUDA codegen: kernel {em.spec.name}: {why}:\n  {call}")
+
+
+def _analyzer(em: KernelEmitter) -> arith.Analyzer:
+    ana = arith.Analyzer()
+    for v, (lo, hi) in em.env.items():
+        if lo is not None and hi is not None:
+            ana.bind(v, Range(lo, hi - lo + 1))
+    return ana
+
+
+def _warp_layout(em: KernelEmitter, call: Call) -> tuple[Var, Var]:
+    """The lane and warp variables (``threadIdx.x``, ``threadIdx.y``) after checking the block
+    is 32 x (4k) threads."""
+    x, y = em.launch.get("threadIdx.x"), em.launch.get("threadIdx.y")
+    tx, ty = em.thread_vars.get("threadIdx.x"), em.thread_vars.get("threadIdx.y")
+    if not (isinstance(x, IntImm) and x.value == WARP_SIZE and isinstance(y, IntImm)
+            and y.value % WARPGROUP_WARPS == 0 and tx is not None and ty is not None):  # fmt: skip
+        raise _fail(em, call, f"ptx_wgmma needs a block of threadIdx.x = {WARP_SIZE} lanes and "
+                    f"threadIdx.y a multiple of {WARPGROUP_WARPS} warps (whole warpgroups), and the "
+                    f"call inside both loops; the block is x = {x}, y = {y}")  # fmt: skip
+    return tx, ty
+
+
+def _equal(ana: arith.Analyzer, a: PrimExpr, b: PrimExpr) -> bool:
+    return isinstance(d := ana.simplify(a - b), IntImm) and d.value == 0
+
+
+def _operand(em: KernelEmitter, call: Call, what: str, load: PrimExpr, lanes: tuple[Var, Var],
+             rows_per_warp: int, depth: int) -> PrimExpr:  # fmt: skip
+    """Warp 0's linear offset of operand ``load`` after proving the warpgroup's uniformity and
+    the tile's alignment (module doc)."""
+    assert isinstance(load, BufferLoad)
+    last = load.buffer.shape[-1]
+    if not (isinstance(last, IntImm) and last.value == SW128_ROW):
+        raise _fail(em, call, f"ptx_wgmma {what}: the rows of {load.buffer.name} must be {SW128_ROW} elements "
+                    f"(128 bytes, one swizzle row), got {last}")  # fmt: skip
+    tx, ty = lanes
+    ana = _analyzer(em)
+    q, w = Var("wg_q", "int32"), Var("wg_w", "int32")
+    y = em.launch["threadIdx.y"]
+    assert isinstance(y, IntImm)
+    ana.bind(q, Range(0, y.value // WARPGROUP_WARPS))
+    ana.bind(w, Range(0, WARPGROUP_WARPS))
+    off = linear_offset(load)
+    base = substitute(off, {ty: q * WARPGROUP_WARPS})
+    if not _equal(ana, substitute(off, {tx: IntImm(0, "int32")}), off):
+        raise _fail(em, call, f"ptx_wgmma {what}: its tile ({load}) depends on the lane")
+    step = rows_per_warp * SW128_ROW
+    moved = substitute(off, {ty: q * WARPGROUP_WARPS + w})
+    if not _equal(ana, moved, base + w * step):
+        raise _fail(em, call, (f"ptx_wgmma {what}: cannot prove that warp w of a warpgroup reads the tile "
+                               f"{rows_per_warp * SW128_ROW} * w elements after warp 0's ({load})"))  # fmt: skip
+    k = ana.simplify(base % (8 * SW128_ROW))
+    aligned = ana.can_prove(k + depth <= SW128_ROW) and _equal(ana, k % 16, IntImm(0, "int32"))
+    if not aligned:
+        raise _fail(em, call, (f"ptx_wgmma {what}: the tile ({load}) must start at a 1024-byte swizzle "
+                               f"atom plus a multiple of 16 elements at most {SW128_ROW - depth}; its offset "
+                               f"in the atom is {k}"))  # fmt: skip
+    first: PrimExpr = substitute(off, {ty: ty // WARPGROUP_WARPS * WARPGROUP_WARPS})
+    return first
+
+
+def wgmma_text(em: KernelEmitter, call: Call) -> str:
+    """The CUDA of one ``ptx_wgmma`` call (module doc)."""
+    shape, a, b, c = call.args
+    nk = wgmma_nk(shape)
+    assert nk is not None and isinstance(a, BufferLoad) and isinstance(b, BufferLoad) and isinstance(c, BufferLoad)
+    n, depth = nk
+    if c.buffer.scope != "local":
+        raise _fail(em, call, "ptx_wgmma's accumulator must be registers (run LowerWarpMemory)")
+    lanes = _warp_layout(em, call)
+    off_a = _operand(em, call, "a", a, lanes, 16, depth)
+    off_b = _operand(em, call, "b", b, lanes, 0, depth)
+    em.wgmma_shapes.add((n, depth, a.dtype))
+    name = f"loopir_wgmma_m64n{n}k{depth}_{_PTX_TYPE[a.dtype]}"
+    acc = f"&{em.buffer_name(c.buffer)}[{em.expr(em.flat_index(c.buffer, c.indices))}]"
+    return (f"{name}({acc}, &{em.buffer_name(a.buffer)}[{em.expr(off_a)}], "
+            f"&{em.buffer_name(b.buffer)}[{em.expr(off_b)}]);")  # fmt: skip

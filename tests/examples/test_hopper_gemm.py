@@ -1,0 +1,234 @@
+"""``examples.hopper_gemm`` (issue 32): ``wgmma`` from loopir's schedule primitives.
+
+* The lowered function equals numpy (float64) on the CPU executor, whose ``ptx_wgmma`` reads the
+  shared tiles through the 128-byte swizzle as the tensor cores do: sequential and random
+  thread order, fp16 / bf16, fp32 or half-precision results, padded sizes, a batch axis.
+* The schedule tensorizes each warp's 16 x wn x 16 step with ``wgmma`` (no ``ldmatrix``), the
+  shared tiles stored with the swizzle the descriptors name; its trace replays.
+* It lowers with no RaceCheckWarning and compiles with nvcc for sm_90a without spills; a kernel
+  whose warps do not form warpgroups is refused by the emitter, naming the reason.
+* On a GPU: the same numbers as the CPU executor (fixed and drawn shapes), and as torch.
+"""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import loopir
+from loopir.errors import CodegenError, ScheduleError
+from loopir.examples import hopper_gemm
+from loopir.examples.tensor_core import tc_gemm_func
+from loopir.schedule import tensor_core_gemm as tcg
+from tests.tensor_intrin.kernels import from_storage, to_storage
+
+#: one warpgroup of 4 warps, 16 x 32 each: quick on the CPU executor
+SMALL = dict(block=(64, 32, 64), wn=32)
+
+CASES = {
+    "f16_64x128x64": ((64, 128, 64), dict(SMALL)),
+    "f16_128x64x64_2wg": ((128, 64, 64), dict(block=(128, 32, 64), wn=32, stages=2)),
+    "bf16_out_bf16": ((64, 128, 32), dict(SMALL, dtype="bfloat16", out_dtype="bfloat16", stages=2)),
+    "f16_out16_wn16x2": ((64, 64, 64), dict(block=(64, 32, 64), wn=16, out_dtype="float16")),
+    "pad_70x100x40": ((70, 100, 40), dict(SMALL, stages=3)),
+    "pad_bf16_33x65x20": ((33, 65, 20), dict(SMALL, dtype="bfloat16")),
+    "batch2_pad": ((40, 64, 24), dict(SMALL, batch=2)),
+}
+
+
+def _inputs(shape: tuple[int, int, int], params: dict, seed: int = 0) -> tuple[np.ndarray, ...]:
+    M, K, N = shape
+    dtype = params.get("dtype", "float16")
+    lead = () if params.get("batch") is None else (params["batch"],)
+    rng = np.random.default_rng(seed)
+    a = to_storage(rng.standard_normal((*lead, M, K)), dtype)
+    b = to_storage(rng.standard_normal((*lead, N, K)), dtype)
+    c = to_storage(np.full((*lead, M, N), np.nan), params.get("out_dtype") or "float32")
+    return a, b, c
+
+
+def _tol(params: dict) -> float:
+    return {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}[params.get("out_dtype") or "float32"]
+
+
+def _result(c: np.ndarray, params: dict) -> np.ndarray:
+    return from_storage(c, params.get("out_dtype") or "float32")
+
+
+def _reference(a: np.ndarray, b: np.ndarray, params: dict) -> np.ndarray:
+    dtype = params.get("dtype", "float16")
+    return from_storage(a, dtype) @ np.swapaxes(from_storage(b, dtype), -1, -2)
+
+
+def _lowered(sch: loopir.Schedule) -> loopir.PrimFunc:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no RaceCheckWarning
+        return loopir.lower(sch.func)
+
+
+def _check(got: np.ndarray, want: np.ndarray, tol: float) -> None:
+    assert not np.isnan(got).any()
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(np.abs(want).max(), 1.0))
+
+
+@pytest.mark.parametrize("order", ["sequential", "random"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_equals_numpy_on_the_cpu(name: str, order: str) -> None:
+    shape, params = CASES[name]
+    func = _lowered(hopper_gemm(*shape, **params))
+    a, b, c = _inputs(shape, params)
+    loopir.build(func, target="cpu", thread_order=order)(a, b, c)
+    _check(_result(c, params), _reference(a, b, params), _tol(params))
+
+
+@settings(max_examples=4, deadline=None)
+@given(M=st.integers(1, 130), K=st.integers(1, 130), N=st.integers(1, 70), stages=st.integers(1, 3),
+       dtype=st.sampled_from(["float16", "bfloat16"]))  # fmt: skip
+def test_any_shape_equals_numpy(M: int, K: int, N: int, stages: int, dtype: str) -> None:
+    """Hypothesis-drawn sizes, most of them off the tiles (padded): the scheduled TensorIR run
+    as it is (the executor lowers it) equals numpy in random thread order."""
+    params = dict(SMALL, stages=stages, dtype=dtype)
+    sch = hopper_gemm(M, K, N, **params)
+    a, b, c = _inputs((M, K, N), params, seed=M * 10000 + K * 100 + N)
+    loopir.build(sch.func, target="cpu", thread_order="random")(a, b, c)
+    _check(_result(c, params), _reference(a, b, params), _tol(params))
+
+
+def test_schedule_structure() -> None:
+    """One wgmma per warp and 16-wide K step, reading the swizzled shared tiles: no ldmatrix,
+    no operand fragments; the accumulator is the warp's 16 x wn tiles."""
+    sch = hopper_gemm(256, 128, 256)
+    text = sch.func.script()
+    assert '"loopir.tensorized": "wgmma_m64n128k64_f16f16f32"' in text
+    assert '"loopir.tensorized": "mma_fill_f32"' in text and '"loopir.tensorized": "mma_store_f32_global"' in text
+    assert "ldmatrix" not in text and "A_shared_warp" not in text
+    low = _lowered(sch).script()
+    assert 'A_shared = T.allocate((4, 128, 64), "float16", "shared")' in low
+    assert 'B_shared = T.allocate((4, 128, 64), "float16", "shared")' in low
+    assert 'C_warp = T.allocate((1, 8, 32, 8), "float32", "warp")' in low
+    assert 'T.ptx_wgmma("m64n128k64"' in low
+
+
+@pytest.mark.parametrize("name", ["pad_70x100x40", "batch2_pad"])
+def test_trace_replays(name: str) -> None:
+    import json
+
+    shape, params = CASES[name]
+    sch = hopper_gemm(*shape, **params)
+    func = tc_gemm_func(*shape, params.get("dtype", "float16"), b_trans=True, batch=params.get("batch"))
+    replay = loopir.Schedule(func)
+    loopir.Trace.from_json(json.dumps(sch.trace.as_json())).apply_to(replay)
+    loopir.assert_structural_equal(sch.func, replay.func)
+
+
+@pytest.mark.parametrize("params, what", [
+    (dict(block=(128, 128, 32)), r"block \(128, 128, 32\) and wn 128"),
+    (dict(block=(96, 128, 64)), r"block \(96, 128, 64\)"),
+    (dict(wn=24), "wn 24"),
+    (dict(block=(128, 192, 64), wn=128), "a multiple of wn"),
+    (dict(dtype="float32"), "dtype must be 'float16' or 'bfloat16'"),
+    (dict(stages=5), "stages must be an int in 1..4"),
+    (dict(out_dtype="int8"), "out_dtype 'int8'"),
+])  # fmt: skip
+def test_bad_parameters_are_refused(params: dict, what: str) -> None:
+    with pytest.raises(ScheduleError, match=what):
+        hopper_gemm(256, 128, 256, **params)
+
+
+# --- CUDA -----------------------------------------------------------------------------------
+
+
+def _source(sch: loopir.Schedule) -> str:
+    from loopir.codegen_cuda import prepare_function
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return prepare_function(sch.func).emitted.source
+
+
+NVCC_CASES = {
+    "defaults_512": ((512, 256, 512), {}),
+    "bf16_out_pad": ((300, 200, 260), dict(dtype="bfloat16", out_dtype="bfloat16")),
+    "wn256_batch": ((256, 128, 256), dict(block=(128, 256, 64), wn=256, batch=2, stages=3)),
+}
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("name", list(NVCC_CASES))
+def test_compiles_with_nvcc(name: str, tmp_path: Path) -> None:
+    from loopir.codegen_cuda import compile_cuda
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH")
+    shape, params = NVCC_CASES[name]
+    src = _source(hopper_gemm(*shape, **params))
+    assert "wgmma.mma_async.sync.aligned.m64n" in src and "ldmatrix" not in src.split("loopir_wgmma_")[-1]
+    assert "fence.proxy.async.shared::cta" in src and "__align__(1024)" in src
+    binary = compile_cuda(src, arch="sm_90a", cache_dir=tmp_path)
+    for res in binary.resources.values():
+        assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0, binary.log
+
+
+def test_warps_that_are_not_warpgroups_are_refused() -> None:
+    """Two warps per block (threadIdx.y = 2): wgmma's 4-warp instruction would read rows that no
+    warp of the block owns. The emitter refuses it, naming the block shape."""
+    sch = loopir.Schedule(tc_gemm_func(32, 64, 32, b_trans=True))
+    m = tcg.match(sch, "C")
+    assert m is not None
+    tcg.schedule_with_pad(sch, m, (32, 32, 64), (16, 32), 1, wgmma=True)
+    with pytest.raises(CodegenError, match=r"whole warpgroups.*y = 2"):
+        _source(sch)
+
+
+# --- on the GPU -----------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(CASES))
+def test_gpu_matches_the_cpu(name: str) -> None:
+    shape, params = CASES[name]
+    sch = hopper_gemm(*shape, **params)
+    a, b, c = _inputs(shape, params, seed=3)
+    cpu = c.copy()
+    loopir.build(loopir.lower(sch.func), target="cpu")(a, b, cpu)
+    loopir.build(sch.func, target="cuda")(a, b, c)
+    _check(_result(c, params), _result(cpu, params), max(_tol(params), 1e-4))
+
+
+@pytest.mark.gpu
+@settings(max_examples=10, deadline=None)
+@given(M=st.integers(1, 300), K=st.integers(1, 300), N=st.integers(1, 300),
+       dtype=st.sampled_from(["float16", "bfloat16"]), half_out=st.booleans(), stages=st.integers(1, 4),
+       wide=st.booleans())  # fmt: skip
+def test_gpu_equals_the_cpu_on_drawn_shapes(M: int, K: int, N: int, dtype: str, half_out: bool, stages: int,
+                                            wide: bool) -> None:  # fmt: skip
+    """Drawn sizes (padded), both tile shapes: the CUDA kernel equals the CPU executor."""
+    tiles = dict(block=(128, 128, 64), wn=128) if wide else dict(SMALL)
+    params = dict(tiles, dtype=dtype, stages=stages, out_dtype=dtype if half_out else None)
+    sch = hopper_gemm(M, K, N, **params)
+    a, b, c = _inputs((M, K, N), params, seed=M * 90000 + K * 300 + N)
+    cpu = c.copy()
+    loopir.build(loopir.lower(sch.func), target="cpu")(a, b, cpu)
+    loopir.build(sch.func, target="cuda")(a, b, c)
+    _check(_result(c, params), _result(cpu, params), max(_tol(params), 1e-4))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_gpu_matches_torch(dtype: str) -> None:
+    torch = pytest.importorskip("torch")
+    M, K, N = 1024, 512, 768
+    mod = loopir.build(hopper_gemm(M, K, N, dtype).func, target="cuda")
+    tdt = getattr(torch, dtype)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(M, K, device="cuda", dtype=tdt, generator=gen)
+    b = torch.randn(N, K, device="cuda", dtype=tdt, generator=gen)
+    c = torch.empty(M, N, device="cuda", dtype=torch.float32)
+    mod(a, b, c)
+    torch.testing.assert_close(c, a.float() @ b.float().T, rtol=1e-3, atol=1e-2)
