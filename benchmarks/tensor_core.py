@@ -50,7 +50,7 @@ DTYPES = ["float16", "bfloat16"]
 #: implementation writes C in the input type (fp32 accumulation)
 PARAMS: dict[str, Any] = dict(block=(128, 128, 32), warp=(64, 64), stages=4, swizzle=True, vec=8)
 #: ``examples.hopper_gemm`` (wgmma, sm_90a; B stored [N, K]): ``loopir_wgmma`` in the main cases
-HOPPER: dict[str, Any] = dict(block=(128, 128, 64), wn=128, stages=4)
+HOPPER: dict[str, Any] = dict(block=(128, 256, 64), wn=256, stages=4)
 
 
 def relu(x: Any) -> Any:
@@ -219,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hopper", type=json.loads, default=None,
                     help="JSON of hopper_gemm parameters replacing HOPPER (block, wn, stages)")
     ap.add_argument("--only-main", action="store_true", help="the main GEMM shapes only")
+    ap.add_argument("--shapes", default=None, help="comma-separated MxKxN of the main shapes to run (default: all)")
     args = ap.parse_args(argv)
     if args.params:
         PARAMS.update({k: tuple(v) if isinstance(v, list) else v for k, v in args.params.items()})
@@ -237,9 +238,10 @@ def main(argv: list[str] | None = None) -> int:
     }  # fmt: skip
     triton_mm = _triton_matmul()
     gen = torch.Generator(device="cuda").manual_seed(0)
+    shapes = SHAPES if args.shapes is None else [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     for dtype in DTYPES:
         tdt = getattr(torch, dtype)
-        for M, K, N in SHAPES:
+        for M, K, N in shapes:
             a = torch.randn(M, K, device="cuda", dtype=tdt, generator=gen)
             b = torch.randn(K, N, device="cuda", dtype=tdt, generator=gen)
             ref = a.float() @ b.float()

@@ -4,7 +4,8 @@ The CUDA target's second pass, after ``GemmOffload`` (a GEMM CUTLASS takes needs
 root-level block none of whose loops is bound to a thread axis gets the schedule of
 [`loopir.schedule.default_gpu.default_gpu_schedule`][loopir.schedule.default_gpu.default_gpu_schedule]
 (GEMMs on float16/bfloat16 on tensor cores unless ``cuda.default_schedule.tensor_cores`` is
-False, fused elementwise kernels, one thread block per row for softmax-like rows, cross-thread reductions,
+False, on Hopper's ``wgmma`` where ``cuda.default_schedule.wgmma`` says so: by default when the
+visible GPU is a Hopper, fused elementwise kernels, one thread block per row for softmax-like rows, cross-thread reductions,
 a shared tile for transposes, 256 threads per block otherwise), and the pass logs what it did at
 INFO level. Disable it with ``PassContext(disabled_passes=["DefaultGPUSchedule"])`` to get the error
 about unbound loops instead.
@@ -18,6 +19,7 @@ Example (before, an unscheduled te function; after, the default schedule)::
 
 from __future__ import annotations
 
+import functools
 import logging
 
 from loopir.errors import PassError, ScheduleError
@@ -27,7 +29,7 @@ from loopir.passes.context import PassContext, register_config
 from loopir.schedule import Schedule
 from loopir.schedule.default_gpu import default_gpu_schedule, unscheduled_blocks
 
-__all__ = ["TENSOR_CORES_KEY", "DefaultGPUSchedule"]
+__all__ = ["TENSOR_CORES_KEY", "WGMMA_KEY", "DefaultGPUSchedule", "hopper_visible"]
 
 #: PassContext key: may the default schedule put GEMMs on tensor cores (sm_80+)?
 TENSOR_CORES_KEY = "cuda.default_schedule.tensor_cores"
@@ -37,7 +39,32 @@ register_config(
     "(ldmatrix + mma.sync, sm_80 or newer); False keeps them on CUDA cores (for an older -arch).",
 )  # fmt: skip
 
+#: PassContext key (registered in ``loopir.passes.cuda_config``): does the tensor-core rule use
+#: Hopper's wgmma (sm_90a) where a GEMM fits it? "auto" (a Hopper GPU is visible), "on", "off".
+WGMMA_KEY = "cuda.default_schedule.wgmma"
+_WGMMA_CHOICES = ("auto", "on", "off")
+
 logger = logging.getLogger(__name__)
+
+
+@functools.cache
+def hopper_visible() -> bool:
+    """Whether the first visible CUDA device has compute capability 9.0 (pycuda; False without
+    a device or a driver)."""
+    try:
+        import pycuda.driver as drv
+
+        drv.init()
+        return bool(drv.Device.count() > 0 and drv.Device(0).compute_capability() == (9, 0))
+    except Exception:  # noqa: BLE001 - no pycuda, no driver, no device: not a Hopper
+        return False
+
+
+def _wgmma(ctx: PassContext) -> bool:
+    choice = ctx.get(WGMMA_KEY)
+    if choice not in _WGMMA_CHOICES:
+        raise PassError(f"pass DefaultGPUSchedule: {WGMMA_KEY} must be one of {_WGMMA_CHOICES}, got {choice!r}")
+    return choice == "on" or (choice == "auto" and hopper_visible())
 
 
 class DefaultGPUSchedule(Pass):
@@ -62,7 +89,8 @@ class DefaultGPUSchedule(Pass):
         if not unscheduled_blocks(sch):
             return func
         try:
-            self.applied = default_gpu_schedule(sch, tensor_cores=bool(ctx.get(TENSOR_CORES_KEY)))
+            self.applied = default_gpu_schedule(sch, tensor_cores=bool(ctx.get(TENSOR_CORES_KEY)),
+                                                wgmma=_wgmma(ctx))  # fmt: skip
         except ScheduleError as exc:
             raise PassError(f"pass {self.name}: {exc}") from exc
         logger.info(

@@ -62,8 +62,16 @@ def tc_gemm_func(M: int, K: int, N: int, dtype: str = "float16", acc: str = "flo
     return te.create_prim_func([A, B, D])
 
 
-def _fail(msg: str) -> ScheduleError:
-    return ScheduleError(msg, primitive=_PRIM)
+def _fail(msg: str, prim: str = _PRIM) -> ScheduleError:
+    return ScheduleError(msg, primitive=prim)
+
+
+def _check_as(prim: str, *args: Any) -> None:
+    """``_check``, its errors naming ``prim``."""
+    try:
+        _check(*args)
+    except ScheduleError as e:
+        raise _fail(e.message, prim) from None
 
 
 def _check(M: Any, K: Any, N: Any, dtype: str, acc: str, block: tuple[int, int, int],
@@ -212,8 +220,11 @@ def tc_gemm_space(sch: Schedule, b_trans: bool = False) -> None:
     tcg.schedule(sch, m, tiles, uniform([2, 3, 4]), swizzles, 8, (False, False, False))
 
 
+_HOPPER = "examples.hopper_gemm"
+
+
 def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
-                block: tuple[int, int, int] = (128, 128, 64), wn: int = 128, stages: int = 4,
+                block: tuple[int, int, int] = (128, 256, 64), wn: int = 256, stages: int | None = None,
                 vec: int = 8, pad: bool | None = None, batch: int | None = None,
                 out_dtype: str | None = None,
                 a_prologue: Callable[[Any], Any] | None = None) -> Schedule:  # fmt: skip
@@ -223,11 +234,12 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
     ([`loopir.schedule.tensor_core_gemm`][loopir.schedule.tensor_core_gemm]).
 
     Each warp owns 16 rows of the block tile and ``wn`` columns; 4 consecutive warps (a
-    warpgroup) issue one ``wgmma.m64n{wn}k16`` per 16-wide K step, reading A and B straight from
-    the shared tiles, which are fetched with ``cp.async`` in a ``stages``-deep pipeline and
-    stored with the 128-byte swizzle the matrix descriptors name. fp32 accumulation; the
-    result in fp32 or converted (``out_dtype``). This first Hopper form completes each
-    ``wgmma`` before the next (no TMA, no mbarriers, no warp specialization yet: issue 32).
+    warpgroup) issue four ``wgmma.m64n{wn}k16`` per 64-wide K step and wait once, reading A and
+    B straight from the shared tiles, which are fetched with ``cp.async`` in a ``stages``-deep
+    pipeline and stored with the 128-byte swizzle the matrix descriptors name. fp32
+    accumulation; the result in fp32 or converted (``out_dtype``). This first Hopper form
+    completes each K step's ``wgmma`` before the next (no TMA, no mbarriers, no warp
+    specialization yet: issue 32).
 
     Parameters
     ----------
@@ -237,21 +249,28 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
         ``"float16"`` or ``"bfloat16"`` inputs.
     block
         ``(bm, bn, 64)``: ``bm`` a multiple of 64 (whole warpgroups), ``bn`` a multiple of
-        ``wn``, K steps of 64 (one 128-byte swizzle row).
+        ``wn``, K steps of 64 (one 128-byte swizzle row). The default, 128 x 256 with
+        ``wn = 256`` (2 warpgroups, 128 accumulators per thread), measured fastest on the H200
+        (docs/benchmarks.md).
     wn
         Columns per warp: the ``N`` of ``wgmma.m64nNk16``, a multiple of 16 up to 256.
-    stages, vec, pad, batch, out_dtype, a_prologue
+    stages
+        Software pipeline depth (1-4); default: the deepest, up to 4, whose shared tiles (and
+        the padded C tile, when sizes are off the block tile) fit in 227 KB.
+    vec, pad, batch, out_dtype, a_prologue
         As for [`tc_gemm`][loopir.examples.tc_gemm].
     """
     if pad is None:
         pad = bool(M % block[0] or N % block[1] or K % block[2]) if _ints(M, K, N) else False
     bm, bn, bk = block
     if bk != 64 or bm % 64 or not (isinstance(wn, int) and 16 <= wn <= 256 and wn % 16 == 0) or bn % wn:
-        raise _fail(f"hopper_gemm: block {block} and wn {wn!r}: the block tile must be (64k, a multiple "
-                    "of wn, 64) and wn a multiple of 16 from 16 to 256")  # fmt: skip
-    _check(M, K, N, dtype, "float32", block, (16, wn), stages, vec, pad, out_dtype)
+        raise _fail(f"block {block} and wn {wn!r}: the block tile must be (64k, a multiple of wn, 64) and wn "
+                    "a multiple of 16 from 16 to 256", _HOPPER)  # fmt: skip
+    if stages is None:
+        stages = tcg.wgmma_stages(M, N, block) if pad and _ints(M, N) else 4
+    _check_as(_HOPPER, M, K, N, dtype, "float32", block, (16, wn), stages, vec, pad, out_dtype)
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0):
-        raise _fail(f"batch must be a positive int or None, got {batch!r}")
+        raise _fail(f"batch must be a positive int or None, got {batch!r}", _HOPPER)
     sch = Schedule(tc_gemm_func(M, K, N, dtype, "float32", True, batch, out_dtype, a_prologue))
     m = tcg.match(sch, "C")
     assert m is not None

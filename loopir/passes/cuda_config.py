@@ -31,6 +31,13 @@ register_config(
     "(0: cached choice or the default heuristic)",
 )
 register_config(
+    "cuda.default_schedule.wgmma",
+    str,
+    "auto",
+    "DefaultGPUSchedule: put GEMMs with B [N, K] on wgmma (sm_90a) instead of mma.sync: 'auto' (when "
+    "the visible GPU is a Hopper, compute capability 9.0), 'on' or 'off'",
+)
+register_config(
     "cuda.sync_after_launch",
     bool,
     False,

@@ -15,7 +15,10 @@ tried on an unchanged schedule):
     [`default_params`][loopir.schedule.tensor_core_gemm.default_params], padded where the sizes
     are off the tiles; an elementwise producer of an operand is computed in its shared fetch, a
     conversion of the result in its stores, and elementwise consumers (a bias, an activation,
-    inlined into one) as C's tile is copied out of shared memory.
+    inlined into one) as C's tile is copied out of shared memory. With ``wgmma`` (the CUDA
+    target on a Hopper GPU), a GEMM whose B is ``[N, K]`` with a float32 accumulator and M, N
+    of at least 64 goes on ``wgmma`` instead (sm_90a; tiles from
+    [`wgmma_params`][loopir.schedule.tensor_core_gemm.wgmma_params]).
 ``inline``
     a spatial block that writes an intermediate buffer is inlined into its consumers
     (``compute_inline``), so that an elementwise chain is one kernel.
@@ -340,7 +343,7 @@ def _gemm(sch: Schedule, name: str) -> str | None:
     return f"gemm {name} (128 x 128 tiles, 256 threads)"
 
 
-def _tensor_core(sch: Schedule, name: str) -> str | None:
+def _tensor_core(sch: Schedule, name: str, wgmma: bool = False) -> str | None:
     m = tcg.match(sch, name)
     for _ in range(16):  # a chain of elementwise consumers (bias add, activation) becomes one
         inline = None if m is not None else tcg.inlinable_consumer(sch, name)
@@ -351,6 +354,12 @@ def _tensor_core(sch: Schedule, name: str) -> str | None:
     M, K, N = m.sizes if m is not None else (0, 0, 0)
     if m is None or min(M, N, K) < tcg.TILE:
         return None
+    hopper = tcg.wgmma_params(m) if wgmma else None
+    if hopper is not None:
+        bm, bn, bk = hopper["block"]
+        tcg.schedule_with_pad(sch, m, hopper["block"], (TILE_ROWS_WGMMA, hopper["wn"]), hopper["stages"],
+                              wgmma=True)  # fmt: skip
+        return f"tensor_core {name} ({bm} x {bn} x {bk} tiles on wgmma, {hopper['stages']}-stage cp.async pipeline)"
     params = tcg.default_params(m)
     tcg.schedule_with_pad(sch, m, params["block"], params["warp"], params["stages"])
     bm, bn, bk = params["block"]
@@ -416,7 +425,11 @@ def _attempt(sch: Schedule, rule: Callable[[Schedule], str | None]) -> str | Non
     return done
 
 
-def default_gpu_schedule(sch: Schedule, tensor_cores: bool = True) -> list[str]:
+#: Rows per warp of the ``wgmma`` form (a warpgroup's 64 rows, 16 per warp).
+TILE_ROWS_WGMMA = 16
+
+
+def default_gpu_schedule(sch: Schedule, tensor_cores: bool = True, wgmma: bool = False) -> list[str]:
     """Schedule every unscheduled root-level block of ``sch`` for the GPU (rules above).
 
     Parameters
@@ -425,6 +438,10 @@ def default_gpu_schedule(sch: Schedule, tensor_cores: bool = True) -> list[str]:
         The schedule to extend; blocks under a thread-bound loop are left as they are.
     tensor_cores
         Try the ``tensor_core`` rule first (its kernels need sm_80 or newer).
+    wgmma
+        The ``tensor_core`` rule puts GEMMs that fit it on Hopper's ``wgmma`` (sm_90a;
+        [`wgmma_params`][loopir.schedule.tensor_core_gemm.wgmma_params]) instead of
+        ``mma.sync``.
 
     Returns
     -------
@@ -444,7 +461,7 @@ def default_gpu_schedule(sch: Schedule, tensor_cores: bool = True) -> list[str]:
         for name in pat.unscheduled_blocks(sch):
             if name not in pat.unscheduled_blocks(sch):  # folded into a GEMM scheduled before
                 continue
-            line = _attempt(sch, functools.partial(_tensor_core, name=name))
+            line = _attempt(sch, functools.partial(_tensor_core, name=name, wgmma=wgmma))
             if line:
                 done.append(line)
     done += [f"inline {name}" for name in inline_all(sch)]

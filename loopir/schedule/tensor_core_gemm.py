@@ -48,8 +48,8 @@ from loopir.tensor_intrin.cuda import DTYPE_ABBREV, wgmma_intrin
 from loopir.tensor_intrin.layouts import MMA_A, MMA_B, MMA_C, WARP_SIZE, FragmentLayout
 
 __all__ = [
-    "TILE", "Scheduled", "TensorCoreGemm", "default_params", "inlinable_consumer", "ldmatrix_swizzle", "match",
-    "schedule", "schedule_with_pad",
+    "SM90_SMEM", "TILE", "Scheduled", "TensorCoreGemm", "default_params", "inlinable_consumer", "ldmatrix_swizzle",
+    "match", "schedule", "schedule_with_pad", "wgmma_params", "wgmma_stages",
 ]  # fmt: skip
 
 #: The side of one tensorized tile (``mma.sync.m16n8k16``, two per 16x16x16 tile).
@@ -251,6 +251,33 @@ def default_params(m: TensorCoreGemm) -> dict[str, Any]:
     bk = 32 if K >= 32 else 16
     steps = -(-K // bk)
     return {"block": (bm, bn, bk), "warp": (bm // 2, bn // 2), "stages": min(4, steps) if steps >= 3 else 1}
+
+
+#: Shared memory a block may use on sm_90 (the opt-in maximum).
+SM90_SMEM = 227 * 1024
+
+
+def wgmma_params(m: TensorCoreGemm) -> dict[str, Any] | None:
+    """Tiles of the ``wgmma`` form (sm_90a) for the default GPU schedule, or None when the GEMM
+    does not fit it (B must be ``[N, K]``, a float32 accumulator, M and N at least 64, K at
+    least 16): 128 x 256 x 64 block tiles with one warp column (``wn = bn``; the fastest
+    measured on the H200, docs/benchmarks.md), halved along a size smaller than the tile, and
+    the deepest pipeline (up to 4) whose shared tiles fit in 227 KB with the padded C tile."""
+    M, K, N = m.sizes
+    if not m.b_trans or m.acc != "float32" or min(M, N) < 64 or K < TILE:
+        return None
+    bm = 128 if M >= 128 else 64
+    bn = 256 if N >= 256 else 128 if N >= 128 else 64
+    block = (bm, bn, 64)
+    return {"block": block, "wn": bn, "stages": wgmma_stages(M, N, block)}
+
+
+def wgmma_stages(M: int, N: int, block: tuple[int, int, int]) -> int:
+    """The deepest ``wgmma`` pipeline (at most 4) whose shared memory fits: ``stages`` copies of
+    the A and B tiles, plus C's float32 tile where padding stores it through shared memory."""
+    bm, bn, bk = block
+    c_tile = bm * bn * 4 if M % bm or N % bn else 0
+    return max(1, min(4, (SM90_SMEM - c_tile) // ((bm + bn) * bk * 2)))
 
 
 def ldmatrix_swizzle(cols: int, batched: bool = False) -> str | None:

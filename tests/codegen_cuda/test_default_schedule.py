@@ -58,6 +58,33 @@ def test_tensor_cores_can_be_turned_off() -> None:
         assert "loopir_mma_m16n8k16" not in prepare_function(f).emitted.source
 
 
+def test_wgmma_on_hopper_or_when_asked(caplog: pytest.LogCaptureFixture, cuda_cache) -> None:
+    """``cuda.default_schedule.wgmma``: "on" puts a GEMM with B [N, K] on wgmma (sm_90a; equal to
+    the unscheduled function on the CPU executor); "off" keeps mma.sync; "auto" follows the
+    visible GPU; anything else is refused by name."""
+    from loopir.codegen_cuda.default_schedule import hopper_visible
+    from loopir.schedule.default_gpu import default_gpu_schedule
+
+    func = CASES["gemm_f16_btrans_relu"][0]
+    with loopir.PassContext(config={"cuda.default_schedule.wgmma": "on"}):
+        with caplog.at_level(logging.INFO, logger="loopir.codegen_cuda.default_schedule"):
+            code = prepare_function(func)
+    assert "tiles on wgmma" in caplog.text
+    assert "loopir_wgmma_m64n64k64_f16(" in code.emitted.source  # 64 x 64 tiles: M = 100, N = 90
+    sch = loopir.Schedule(func)
+    assert default_gpu_schedule(sch, wgmma=True)[0].startswith("tensor_core C (64 x 64 x 64 tiles on wgmma")
+    check_equivalent(func, sch.func, norm=True)
+    if shutil.which("nvcc") is not None:
+        assert build_library([code], arch="sm_90a", cache_dir=cuda_cache).binary is not None
+    with loopir.PassContext(config={"cuda.default_schedule.wgmma": "off"}):
+        assert "loopir_mma_m16n8k16" in prepare_function(func).emitted.source
+    auto = prepare_function(func).emitted.source
+    assert ("loopir_wgmma_" in auto) == hopper_visible()
+    with loopir.PassContext(config={"cuda.default_schedule.wgmma": "yes"}):
+        with pytest.raises(loopir.errors.PassError, match="cuda.default_schedule.wgmma must be one of"):
+            prepare_function(func)
+
+
 def test_every_case_compiles_with_its_host_code(cuda_cache) -> None:
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is not on PATH")

@@ -103,7 +103,7 @@ def test_any_shape_equals_numpy(M: int, K: int, N: int, stages: int, dtype: str)
 def test_schedule_structure() -> None:
     """One wgmma per warp and 16-wide K step, reading the swizzled shared tiles: no ldmatrix,
     no operand fragments; the accumulator is the warp's 16 x wn tiles."""
-    sch = hopper_gemm(256, 128, 256)
+    sch = hopper_gemm(256, 128, 256, block=(128, 128, 64), wn=128)
     text = sch.func.script()
     assert '"loopir.tensorized": "wgmma_m64n128k64_f16f16f32"' in text
     assert '"loopir.tensorized": "mma_fill_f32"' in text and '"loopir.tensorized": "mma_store_f32_global"' in text
@@ -128,7 +128,7 @@ def test_trace_replays(name: str) -> None:
 
 
 @pytest.mark.parametrize("params, what", [
-    (dict(block=(128, 128, 32)), r"block \(128, 128, 32\) and wn 128"),
+    (dict(block=(128, 128, 32), wn=128), r"block \(128, 128, 32\) and wn 128"),
     (dict(block=(96, 128, 64)), r"block \(96, 128, 64\)"),
     (dict(wn=24), "wn 24"),
     (dict(block=(128, 192, 64), wn=128), "a multiple of wn"),
@@ -137,8 +137,9 @@ def test_trace_replays(name: str) -> None:
     (dict(out_dtype="int8"), "out_dtype 'int8'"),
 ])  # fmt: skip
 def test_bad_parameters_are_refused(params: dict, what: str) -> None:
-    with pytest.raises(ScheduleError, match=what):
+    with pytest.raises(ScheduleError, match=what) as info:
         hopper_gemm(256, 128, 256, **params)
+    assert info.value.primitive == "examples.hopper_gemm"
 
 
 # --- CUDA -----------------------------------------------------------------------------------
@@ -173,6 +174,17 @@ def test_compiles_with_nvcc(name: str, tmp_path: Path) -> None:
     binary = compile_cuda(src, arch="sm_90a", cache_dir=tmp_path)
     for res in binary.resources.values():
         assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0, binary.log
+
+
+def test_default_depth_fits_shared_memory() -> None:
+    """The default pipeline depth: 4 stages of the 128 x 256 tiles (192 KB), fewer when the
+    padded C tile (128 KB of fp32) must fit too; what does not fit at all is refused by name."""
+    deep = _lowered(hopper_gemm(512, 256, 512)).script()
+    assert 'A_shared = T.allocate((4, 128, 64), "float16", "shared")' in deep
+    shallow = _lowered(hopper_gemm(300, 200, 260)).script()
+    assert 'T.allocate((2, 128, 64), "float16", "shared") as A_pad_shared' in shallow
+    with pytest.raises(CodegenError, match="bytes of shared memory per block"):
+        _source(hopper_gemm(300, 200, 260, stages=4))
 
 
 def test_warps_that_are_not_warpgroups_are_refused() -> None:

@@ -46,6 +46,10 @@ def _examples() -> dict[str, tuple[object, dict[str, int]]]:
         # tensor cores: a ReLU prologue on A, a bfloat16 result of a float32 accumulator
         "gemm_bf16_relu_batched": (tc_gemm_func(40, 48, 72, "bfloat16", batch=2, out_dtype="bfloat16",
                                                 a_prologue=_relu), {}),  # fmt: skip
+        # B [N, K] with a ReLU prologue (CUTLASS refuses it): wgmma where the GPU is a Hopper
+        # (cuda.default_schedule.wgmma "auto"), else mma.sync; M, N, K off the tiles
+        "gemm_f16_btrans_relu": (tc_gemm_func(100, 130, 90, "float16", b_trans=True, out_dtype="float16",
+                                              a_prologue=_relu), {}),  # fmt: skip
     }
 
 
