@@ -25,7 +25,7 @@ from loopir.schedule import tensor_core_gemm as tcg
 from loopir.schedule.tensor_core_gemm import ldmatrix_swizzle
 from loopir.tensor_intrin.layouts import WARP_SIZE
 
-__all__ = ["hopper_gemm", "tc_gemm", "tc_gemm_func", "tc_gemm_space"]
+__all__ = ["hopper_gemm", "hopper_gemm_space", "tc_gemm", "tc_gemm_func", "tc_gemm_space"]
 
 _PRIM = "examples.tc_gemm"
 
@@ -276,3 +276,25 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
     assert m is not None
     tcg.schedule_with_pad(sch, m, block, (16, wn), stages, vec=vec, pad=pad, wgmma=True)
     return sch
+
+
+def hopper_gemm_space(sch: Schedule) -> None:
+    """A design space for [`loopir.tune`][loopir.tune.search.tune] around ``hopper_gemm``,
+    applied to ``Schedule(tc_gemm_func(..., b_trans=True))``: warps along M ``wy`` (4 or 8: one
+    or two warpgroups, 64 or 128 rows) x along N ``wz`` (1 or 2, 128 columns each: one
+    ``wgmma.m64n128k16`` per warp and 16-wide K step) and the ``cp.async`` pipeline depth (2-4)
+    sampled; K steps of 64 and the 128-byte swizzle fixed (what ``wgmma``'s descriptors read).
+    Every candidate fits the 227 KB of shared memory (at most 4 x 48 KB). The sizes must be
+    multiples of every candidate's block tile (M of 128, N of 256, K of 64).
+    """
+
+    def uniform(candidates: list[int]) -> Any:
+        return sch.sample_categorical(candidates, [1.0] * len(candidates))
+
+    m = tcg.match(sch, "C")
+    if m is None or not m.b_trans or m.acc != "float32":
+        raise _fail("hopper_gemm_space: block 'C' is not a GEMM with B [N, K] and a float32 accumulator "
+                    "(apply it to tc_gemm_func(..., b_trans=True))", _HOPPER)  # fmt: skip
+    swizzle = ldmatrix_swizzle(64, m.batch > 0)
+    tiles = (uniform([4, 8]), uniform([1, 2]), 1, 8, 4)
+    tcg.schedule(sch, m, tiles, uniform([2, 3, 4]), (swizzle, swizzle), 8, (False, False, False), wgmma=True)

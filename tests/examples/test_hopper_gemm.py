@@ -244,3 +244,55 @@ def test_gpu_matches_torch(dtype: str) -> None:
     c = torch.empty(M, N, device="cuda", dtype=torch.float32)
     mod(a, b, c)
     torch.testing.assert_close(c, a.float() @ b.float().T, rtol=1e-3, atol=1e-2)
+
+
+def test_a_bias_and_cast_epilogue_is_fused() -> None:
+    """The default schedule's wgmma form with te stages after the GEMM (a bias add, a ReLU and a
+    cast to fp16): folded into C's copy-out, equal to the unscheduled function."""
+    from loopir import te
+    from loopir.ir import op
+    from loopir.schedule.default_gpu import default_gpu_schedule
+    from loopir.testing import check_equivalent
+
+    M, K, N = 96, 64, 80
+    A = te.placeholder((M, K), "float16", name="A")
+    B = te.placeholder((N, K), "float16", name="B")
+    bias = te.placeholder((N,), "float32", name="bias")
+    k = te.reduce_axis(K, name="k")
+    C = te.compute((M, N), lambda i, j: te.sum(A[i, k].astype("float32") * B[j, k].astype("float32"), axis=k),
+                   name="C")  # fmt: skip
+    D = te.compute((M, N), lambda i, j: op.max_(C[i, j] + bias[j], op.const(0, "float32")).astype("float16"),
+                   name="D")  # fmt: skip
+    func = te.create_prim_func([A, B, bias, D])
+    sch = loopir.Schedule(func)
+    assert default_gpu_schedule(sch, wgmma=True) == ["tensor_core C (64 x 64 x 64 tiles on wgmma, 4-stage cp.async pipeline)"]
+    check_equivalent(func, sch.func, norm=True)
+    assert "loopir_wgmma_m64n64k64_f16(" in _source(sch)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("batch", [None, 2])
+def test_design_space_candidates_are_correct_and_replay(seed: int, batch: int | None) -> None:
+    """``hopper_gemm_space``: sampled warps and pipeline depth; each candidate replays through its
+    trace's JSON, lowers race-free and computes what the unscheduled function does."""
+    import json
+
+    from loopir.examples.tensor_core import hopper_gemm_space
+    from loopir.testing import check_equivalent
+
+    func = tc_gemm_func(128, 64, 256, b_trans=True, batch=batch)
+    sch = loopir.Schedule(func, seed=seed)
+    hopper_gemm_space(sch)
+    assert [i.kind for i in sch.trace.instructions].count("sample_categorical") == 3
+    replay = loopir.Schedule(func)
+    loopir.Trace.from_json(json.dumps(sch.trace.as_json())).apply_to(replay)
+    loopir.assert_structural_equal(sch.func, replay.func)
+    check_equivalent(func, _lowered(sch), thread_order="random")
+    assert "wgmma.mma_async" in _source(sch)
+
+
+def test_design_space_refuses_b_stored_k_by_n() -> None:
+    from loopir.examples.tensor_core import hopper_gemm_space
+
+    with pytest.raises(ScheduleError, match="B \\[N, K\\]"):
+        hopper_gemm_space(loopir.Schedule(tc_gemm_func(128, 64, 256)))
