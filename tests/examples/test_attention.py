@@ -1,0 +1,164 @@
+"""``examples.attention`` (issue 33, first step): FlashAttention's online softmax as TensorIR.
+
+* The program equals a float64 softmax attention (numpy) on the CPU executor: drawn shapes,
+  causal or not (bottom-right aligned), grouped-query heads, lengths off the tiles, rows with
+  no valid key (0), the logsumexp output; symbolic lengths (one function for every length).
+* The CUDA-core GPU schedule computes the same on the CPU executor, lowers with no
+  RaceCheckWarning and no barrier (each thread owns its row), and compiles with nvcc.
+* On a GPU: equal to torch's scaled_dot_product_attention.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import loopir
+from loopir.errors import ScheduleError
+from loopir.examples.attention import attention, attention_func
+from loopir.ir.expr import Var
+from tests.tensor_intrin.kernels import from_storage, to_storage
+
+
+def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> tuple[np.ndarray, np.ndarray]:
+    """float64 softmax attention and the logsumexp of the scaled scores (written here from the
+    definition: GQA by repeating KV heads, the causal mask aligned to the bottom right; a row
+    with no valid key gives 0 and -inf)."""
+    q, k, v = (x.astype(np.float64) for x in (q, k, v))
+    group = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    s = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+    sq, skv = s.shape[-2:]
+    if causal:
+        hidden = np.arange(skv)[None, :] > np.arange(sq)[:, None] + (skv - sq)
+        s = np.where(hidden, -np.inf, s)
+    top = s.max(-1, keepdims=True)
+    empty = np.isneginf(top)
+    p = np.exp(s - np.where(empty, 0.0, top))
+    total = p.sum(-1, keepdims=True)
+    out = np.where(empty, 0.0, p @ v / np.where(empty, 1.0, total))
+    lse = np.where(empty, -np.inf, np.log(np.where(empty, 1.0, total)) + np.where(empty, 0.0, top))[..., 0]
+    return out, lse
+
+
+def _inputs(shape: tuple[int, ...], kv_heads: int, dtype: str, seed: int) -> list[np.ndarray]:
+    batch, heads, sq, skv, d = shape
+    rng = np.random.default_rng(seed)
+    q = to_storage(rng.standard_normal((batch, heads, sq, d)), dtype)
+    k = to_storage(rng.standard_normal((batch, kv_heads, skv, d)), dtype)
+    v = to_storage(rng.standard_normal((batch, kv_heads, skv, d)), dtype)
+    o = to_storage(np.full((batch, heads, sq, d), np.nan), dtype)
+    return [q, k, v, o]
+
+
+def _check(out: np.ndarray, want: np.ndarray, dtype: str) -> None:
+    assert not np.isnan(out).any()
+    tol = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}[dtype]
+    np.testing.assert_allclose(out, want, rtol=tol, atol=tol)
+
+
+def _run(func: loopir.PrimFunc, shape: tuple[int, ...], kv_heads: int, dtype: str, causal: bool, lse: bool,
+         seed: int = 0, order: str = "sequential") -> None:  # fmt: skip
+    arrays = _inputs(shape, kv_heads, dtype, seed)
+    if lse:
+        arrays.append(np.full(shape[:3], np.nan, np.float32))
+    loopir.build(func, target="cpu", thread_order=order)(*arrays)
+    q, k, v = (from_storage(a, dtype) for a in arrays[:3])
+    want, want_lse = reference(q, k, v, causal)
+    _check(from_storage(arrays[3], dtype), want, dtype)
+    if lse:
+        np.testing.assert_allclose(arrays[4], want_lse, rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=8, deadline=None)
+@given(batch=st.integers(1, 2), kv_heads=st.integers(1, 2), group=st.integers(1, 3), sq=st.integers(1, 70),
+       skv=st.integers(1, 70), d=st.sampled_from([8, 16]), causal=st.booleans(), lse=st.booleans(),
+       dtype=st.sampled_from(["float16", "bfloat16", "float32"]))  # fmt: skip
+def test_equals_float64_attention(batch: int, kv_heads: int, group: int, sq: int, skv: int, d: int, causal: bool,
+                                  lse: bool, dtype: str) -> None:  # fmt: skip
+    shape = (batch, kv_heads * group, sq, skv, d)
+    func = attention_func(*shape, dtype, causal, kv_heads, lse=lse, block_m=16, block_n=16)
+    _run(func, shape, kv_heads, dtype, causal, lse, seed=sq * 100 + skv)
+
+
+def test_symbolic_lengths_serve_every_length() -> None:
+    func = attention_func(1, 2, Var("seq_q"), Var("seq_kv"), 16, causal=True, block_m=16, block_n=16, lse=True)
+    assert {p.name for p in func.params} == {"Q", "K", "V", "O", "LSE"}
+    for sq, skv in ((5, 40), (33, 33), (40, 7), (1, 1)):
+        _run(func, (1, 2, sq, skv, 16), 2, "float16", True, True, seed=sq + skv)
+
+
+@pytest.mark.parametrize("order", ["sequential", "random"])
+def test_gpu_schedule_computes_the_same_on_the_cpu(order: str) -> None:
+    shape = (2, 4, 50, 130, 32)
+    sch = attention(*shape, "float16", True, 2, lse=True, block_m=32, block_n=32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no RaceCheckWarning
+        lowered = loopir.lower(sch.func)
+    _run(lowered, shape, 2, "float16", True, True, order=order)
+
+
+def _source(sch: loopir.Schedule) -> str:
+    from loopir.codegen_cuda import prepare_function
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return prepare_function(sch.func).emitted.source
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("args", [
+    (2, 8, 1000, 1000, 64, "float16", True, 2),
+    (1, 4, Var("seq_q"), Var("seq_kv"), 128, "bfloat16", False, None),
+])  # fmt: skip
+def test_compiles_with_nvcc(args: tuple, tmp_path: Path) -> None:
+    from loopir.codegen_cuda import compile_cuda
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH")
+    src = _source(attention(*args, lse=True))
+    # each thread reads and writes its own row of the shared statistics: no barrier needed
+    assert "__syncthreads" not in src
+    binary = compile_cuda(src, arch="sm_90a", cache_dir=tmp_path)
+    for res in binary.resources.values():
+        assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0, binary.log
+
+
+@pytest.mark.parametrize("kwargs, what", [
+    (dict(kv_heads=3), "kv_heads = 3 must divide heads = 4"),
+    (dict(dtype="int8"), "dtype must be"),
+    (dict(block_m=0), "block_m must be a positive int"),
+    (dict(seq_q=0), "seq_q must be a positive int or a loopir.Var"),
+    (dict(seq_kv=Var("n", "int64")), "seq_kv must be an int32 Var"),
+])  # fmt: skip
+def test_bad_arguments_are_refused(kwargs: dict, what: str) -> None:
+    args = dict(batch=1, heads=4, seq_q=8, seq_kv=8, head_dim=16) | kwargs
+    with pytest.raises(ScheduleError, match=what) as info:
+        attention_func(**args)
+    assert info.value.primitive == "examples.attention"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_gpu_matches_torch_sdpa(dtype: str, causal: bool) -> None:
+    torch = pytest.importorskip("torch")
+    shape = (2, 8, 300, 300, 64)
+    mod = loopir.build(attention(*shape, dtype, causal, 2).func, target="cuda")
+    tdt = getattr(torch, dtype)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(2, 8, 300, 64, device="cuda", dtype=tdt, generator=gen)
+    k = torch.randn(2, 2, 300, 64, device="cuda", dtype=tdt, generator=gen)
+    v = torch.randn(2, 2, 300, 64, device="cuda", dtype=tdt, generator=gen)
+    o = torch.empty_like(q)
+    mod(q, k, v, o)
+    want = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float().repeat_interleave(4, 1),
+                                                            v.float().repeat_interleave(4, 1), is_causal=causal)
+    torch.testing.assert_close(o.float(), want, rtol=2e-2, atol=2e-2)
