@@ -8,25 +8,30 @@ So [`attention_func`][loopir.examples.attention.attention_func] writes the fused
 itself, with the script parser, at tile granularity, one ``block_m`` tile of query rows per
 iteration of the outer loops:
 
-1. ``S = Q_tile K_tile^T`` (block ``S``, a GEMM: what tensorize will put on tensor cores),
-   rows past ``seq_q`` and keys past ``seq_kv`` read as zeros;
-2. the running row maximum ``m`` over the scaled scores of the valid keys (block ``row_max``);
-3. ``P = exp(S * scale - m)`` on valid keys, 0 elsewhere (block ``P``, in place in ``S``);
-4. the running output and row sum rescaled by ``exp(m_prev - m)`` (``rescale``, ``row_sum``; 1
-   while the row has seen no valid key, the maxima both ``-inf``);
-5. ``acc += P V_tile`` (block ``PV``, the second GEMM);
+1. the tile of Q (once) and, per KV tile, the tiles of K and V are staged (blocks ``Q_load``,
+   ``K_load``, ``V_load``), rows past ``seq_q`` and keys past ``seq_kv`` read as zeros;
+2. ``S = Q_tile K_tile^T`` (block ``S``: a GEMM, on tensor cores when scheduled);
+3. the running row maximum ``m`` over the scaled scores of the valid keys (block ``row_max``);
+4. ``P = exp(S * scale - m)`` on valid keys, 0 elsewhere, rounded to the input type (block
+   ``P``: what FlashAttention feeds its second GEMM); the row sum ``l`` of ``P``, the previous
+   sum rescaled by ``exp(m_prev - m)`` (``row_sum``; 1 while the row has seen no valid key,
+   the maxima both ``-inf``);
+5. ``PV = P V_tile`` (block ``PV``, the second GEMM) and ``acc = acc * exp(m_prev - m) + PV``
+   (``acc_update``);
 6. ``O = acc / l`` for the real rows (block ``O``); a row with no valid key (causal, ``seq_q >
    seq_kv``) is 0, as in FlashAttention. Optionally ``LSE = m + log(l)`` (the logsumexp of the
-   scaled scores, ``-inf`` for a row with no valid key).
+   scaled scores, within the input type's rounding of ``P``; ``-inf`` for a row with no valid
+   key).
 
 A key ``j`` is valid for query row ``i`` when ``j < seq_kv`` and, with ``causal``, ``j <= i +
 seq_kv - seq_q`` (the mask aligned to the bottom right when ``seq_q != seq_kv``, as
 FlashAttention 2.1+). ``seq_q`` and ``seq_kv`` may be ``loopir.Var``: one function serves every
 length (the tiles are guarded).
 
-[`attention`][loopir.examples.attention.attention] schedules it for the GPU on CUDA cores (a
-thread block per query tile, a thread per row; the intermediates in shared memory): correct,
-not yet fast. Tensor cores for the two GEMMs, the pipelined KV loop and decode are the rest of
+[`attention`][loopir.examples.attention.attention] schedules it for the GPU: a thread block
+per query tile, the two GEMMs on tensor cores (``ldmatrix`` + ``mma.sync``), the softmax on
+CUDA cores, one thread per row, every intermediate in shared memory. Keeping S, P and the
+output in registers, the pipelined KV loop, ``wgmma`` on Hopper and decode are the rest of
 issue 33.
 """
 
@@ -49,11 +54,20 @@ def attention(Q: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}"), K: T.Buffer(({B}, {KH}
     for b, h, i0 in T.grid({B}, {H}, T.ceildiv({SQ}, {BM})):
         with T.block("tile"):
             vb, vh, vi0 = T.axis.remap("SSS", [b, h, i0])
+            Q_s = T.alloc_buffer(({BM}, {D}), "{dt}")
+            K_s = T.alloc_buffer(({BN}, {D}), "{dt}")
+            V_s = T.alloc_buffer(({BN}, {D}), "{dt}")
+            S = T.alloc_buffer(({BM}, {BN}), "float32")
+            P = T.alloc_buffer(({BM}, {BN}), "{dt}")
+            PV = T.alloc_buffer(({BM}, {D}), "float32")
+            acc = T.alloc_buffer(({BM}, {D}), "float32")
             m = T.alloc_buffer(({BM},), "float32")
             m_prev = T.alloc_buffer(({BM},), "float32")
             l = T.alloc_buffer(({BM},), "float32")
-            acc = T.alloc_buffer(({BM}, {D}), "float32")
-            S = T.alloc_buffer(({BM}, {BN}), "float32")
+            for ii, d in T.grid({BM}, {D}):
+                with T.block("Q_load"):
+                    vii, vd = T.axis.remap("SS", [ii, d])
+                    Q_s[vii, vd] = T.if_then_else({IN_Q}, Q[vb, vh, {ROW}, vd], T.{dt}(0))
             for ii in range({BM}):
                 with T.block("init_stats"):
                     vii = T.axis.spatial({BM}, ii)
@@ -64,12 +78,20 @@ def attention(Q: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}"), K: T.Buffer(({B}, {KH}
                     vii, vd = T.axis.remap("SS", [ii, d])
                     acc[vii, vd] = T.float32(0)
             for j0 in range(T.ceildiv({SKV}, {BN})):
+                for jj, d in T.grid({BN}, {D}):
+                    with T.block("K_load"):
+                        vjj, vd = T.axis.remap("SS", [jj, d])
+                        K_s[vjj, vd] = T.if_then_else({IN_KV}, K[vb, vh // {G}, {COL}, vd], T.{dt}(0))
+                for jj, d in T.grid({BN}, {D}):
+                    with T.block("V_load"):
+                        vjj, vd = T.axis.remap("SS", [jj, d])
+                        V_s[vjj, vd] = T.if_then_else({IN_KV}, V[vb, vh // {G}, {COL}, vd], T.{dt}(0))
                 for ii, jj, d in T.grid({BM}, {BN}, {D}):
                     with T.block("S"):
                         vii, vjj, vd = T.axis.remap("SSR", [ii, jj, d])
                         with T.init():
                             S[vii, vjj] = T.float32(0)
-                        S[vii, vjj] = S[vii, vjj] + T.Cast("float32", T.if_then_else({IN_Q}, Q[vb, vh, {ROW}, vd], T.{dt}(0))) * T.Cast("float32", T.if_then_else({IN_KV}, K[vb, vh // {G}, {COL}, vd], T.{dt}(0)))
+                        S[vii, vjj] = S[vii, vjj] + T.Cast("float32", Q_s[vii, vd]) * T.Cast("float32", K_s[vjj, vd])
                 for ii in range({BM}):
                     with T.block("save_max"):
                         vii = T.axis.spatial({BM}, ii)
@@ -81,21 +103,23 @@ def attention(Q: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}"), K: T.Buffer(({B}, {KH}
                 for ii, jj in T.grid({BM}, {BN}):
                     with T.block("P"):
                         vii, vjj = T.axis.remap("SS", [ii, jj])
-                        S[vii, vjj] = T.if_then_else({VALID}, T.exp(S[vii, vjj] * T.float32({SCALE}) - m[vii]), T.float32(0))
-                for ii, d in T.grid({BM}, {D}):
-                    with T.block("rescale"):
-                        vii, vd = T.axis.remap("SS", [ii, d])
-                        acc[vii, vd] = acc[vii, vd] * {RESCALE}
+                        P[vii, vjj] = T.Cast("{dt}", T.if_then_else({VALID}, T.exp(S[vii, vjj] * T.float32({SCALE}) - m[vii]), T.float32(0)))
                 for ii, jj in T.grid({BM}, {BN}):
                     with T.block("row_sum"):
                         vii, vjj = T.axis.remap("SR", [ii, jj])
                         with T.init():
                             l[vii] = l[vii] * {RESCALE}
-                        l[vii] = l[vii] + S[vii, vjj]
+                        l[vii] = l[vii] + T.Cast("float32", P[vii, vjj])
                 for ii, d, jj in T.grid({BM}, {D}, {BN}):
                     with T.block("PV"):
                         vii, vd, vjj = T.axis.remap("SSR", [ii, d, jj])
-                        acc[vii, vd] = acc[vii, vd] + S[vii, vjj] * T.Cast("float32", T.if_then_else({IN_KV}, V[vb, vh // {G}, {COL}, vd], T.{dt}(0)))
+                        with T.init():
+                            PV[vii, vd] = T.float32(0)
+                        PV[vii, vd] = PV[vii, vd] + T.Cast("float32", P[vii, vjj]) * T.Cast("float32", V_s[vjj, vd])
+                for ii, d in T.grid({BM}, {D}):
+                    with T.block("acc_update"):
+                        vii, vd = T.axis.remap("SS", [ii, d])
+                        acc[vii, vd] = acc[vii, vd] * {RESCALE} + PV[vii, vd]
             for ii, d in T.grid({BM}, {D}):
                 with T.block("O"):
                     vii, vd = T.axis.remap("SS", [ii, d])
@@ -182,29 +206,93 @@ def attention_func(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, 
     return func
 
 
+#: Blocks computed per query row (one thread per row), and where their row loop is among the
+#: loops below block "tile" (0: outside the KV loop; 1: inside it).
+_ROW_BLOCKS = {"init_stats": 0, "init_acc": 0, "save_max": 1, "row_max": 1, "P": 1, "row_sum": 1,
+               "acc_update": 1, "O": 0, "LSE": 0}  # fmt: skip
+#: The tile loads: (block, index of its loop below "tile" where the (row, d) nest starts).
+_LOADS = {"Q_load": 0, "K_load": 1, "V_load": 1}
+#: The GEMM blocks: (block, its A and B operands' read indices, B stored [N, K]).
+_GEMMS = {"S": (True,), "PV": (False,)}
+#: The shared buffers (on-chip): each by a block writing it.
+_SHARED = (("Q_load", "Q_s"), ("K_load", "K_s"), ("V_load", "V_s"), ("S", "S"), ("P", "P"), ("PV", "PV"),
+           ("init_acc", "acc"), ("init_stats", "m"), ("init_stats", "l"), ("save_max", "m_prev"))  # fmt: skip
+
+
 def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_dim: int,
               dtype: str = "float16", causal: bool = False, kv_heads: int | None = None, *,
-              lse: bool = False, block_m: int = 64, block_n: int = 64) -> Schedule:  # fmt: skip
-    """[`attention_func`][loopir.examples.attention.attention_func] scheduled for the GPU on
-    CUDA cores: the ``(batch, heads, query tile)`` loops on ``blockIdx``, one thread per query
-    row of the tile (``block_m`` threads) in every stage, the statistics, scores and
-    accumulator in shared memory (each thread reads and writes its own row of them, which the
-    barrier planner proves). The first, correct schedule; tensor cores come next (issue 33).
+              lse: bool = False, block_m: int | None = None, block_n: int = 64) -> Schedule:  # fmt: skip
+    """[`attention_func`][loopir.examples.attention.attention_func] scheduled for the GPU: the
+    ``(batch, heads, query tile)`` loops on ``blockIdx``, ``block_m / 32`` warps of 32 lanes;
+    the two GEMMs (``S = Q K^T``, ``PV = P V``) on tensor cores (``ldmatrix`` + ``mma.sync``,
+    each warp 32 query rows, from the tiles staged in shared memory), the softmax statistics
+    and the rescaling of the running output on CUDA cores, one thread per query row; every
+    intermediate in shared memory. ``block_m``: 128 for ``head_dim`` up to 64, else 64 (the
+    shared memory of one block). fp16/bf16 only (the tensor cores' inputs).
+
+    The first tensor-core form: FlashAttention keeps S, P and the output in registers; here they
+    go through shared memory (issue 33).
     """
+    if dtype not in ("float16", "bfloat16"):
+        raise _fail(f"attention on tensor cores takes 'float16' or 'bfloat16', got {dtype!r} "
+                    "(attention_func runs any float type on the CPU)")  # fmt: skip
+    if block_m is None:
+        block_m = 128 if head_dim <= 64 else 64
+    if block_m % 32 or block_n % 16 or head_dim % 16:
+        raise _fail(f"block_m = {block_m} must be a multiple of 32, block_n = {block_n} and head_dim = "
+                    f"{head_dim} multiples of 16 (the tensor cores' 16 x 16 tiles)")  # fmt: skip
     sch = Schedule(attention_func(batch, heads, seq_q, seq_kv, head_dim, dtype, causal, kv_heads, lse=lse,
                                   block_m=block_m, block_n=block_n))  # fmt: skip
+    warps = block_m // 32
     tile = sch.get_block("tile")
     b, h, i0 = sch.get_loops(tile)
     sch.bind(sch.fuse(b, h), "blockIdx.y")
     sch.bind(i0, "blockIdx.x")
-    for writer, buf in (("init_stats", "m"), ("save_max", "m_prev"), ("init_stats", "l"), ("init_acc", "acc"),
-                        ("S", "S")):  # fmt: skip
+    for writer, buf in _SHARED:
         sch.set_scope(sch.get_block(writer), buf, "shared")
-    for name in ("init_stats", "init_acc", "S", "save_max", "row_max", "P", "rescale", "row_sum", "PV", "O",
-                 *(("LSE",) if lse else ())):  # fmt: skip
+    for name, at in _ROW_BLOCKS.items():
+        if name == "LSE" and not lse:
+            continue
+        row = sch.get_loops(sch.get_block(name))[at]
+        y, x = sch.split(row, [warps, 32])
+        sch.bind(y, "threadIdx.y")
+        sch.bind(x, "threadIdx.x")
+    for name, at in _LOADS.items():
         blk = sch.get_block(name)
-        loops = sch.get_loops(blk)
-        # the loops below block "tile": (j0,) then the row loop
-        first = loops[0] if name in ("init_stats", "init_acc", "O", "LSE") else loops[1]
-        sch.bind(first, "threadIdx.x")
+        rows, cols = sch.get_loops(blk)[at:at + 2]
+        _, y, x = sch.split(sch.fuse(rows, cols), [None, warps, 32])
+        sch.bind(y, "threadIdx.y")
+        sch.bind(x, "threadIdx.x")
+    for name, (b_trans,) in _GEMMS.items():
+        _tensor_core_gemm(sch, name, warps, dtype, b_trans, head_dim, block_n)
     return sch
+
+
+def _tensor_core_gemm(sch: Schedule, name: str, warps: int, dtype: str, b_trans: bool, head_dim: int,
+                      block_n: int) -> None:  # fmt: skip
+    """Block ``name`` (``C[i, j] += A[i, k] * B[.., ..]`` over shared tiles, C in shared memory)
+    on tensor cores: 16 x 16 x 16 tiles, ``warps`` warps on ``threadIdx.y`` splitting the rows,
+    fragments loaded per 16-wide K step, C stored back to its shared buffer."""
+    from loopir.schedule import tensor_core_gemm as tcg
+
+    blk = sch.get_block(name)
+    i, j, k = sch.get_loops(blk)[-3:]
+    i, i_tc = sch.split(i, [None, tcg.TILE])
+    j, j_tc = sch.split(j, [None, tcg.TILE])
+    k, k_tc = sch.split(k, [None, tcg.TILE])
+    sch.reorder(i, j, k, i_tc, j_tc, k_tc)
+    outer = sch.blockize(i_tc)
+    iw, i2 = sch.split(i, [warps, None])
+    sch.reorder(iw, k, i2, j)
+    sch.bind(iw, "threadIdx.y")
+    # the fragments for this GEMM only (P, say, is also read by the row sums)
+    a_warp = sch.cache_read(outer, 0, "warp", consumer_blocks=[outer])
+    b_warp = sch.cache_read(outer, 1, "warp", consumer_blocks=[outer])
+    sch.compute_at(a_warp, k)
+    sch.compute_at(b_warp, k)
+    c_warp = sch.cache_write(outer, 0, "warp")
+    sch.reverse_compute_at(c_warp, iw)
+    init = sch.decompose_reduction(outer, k)
+    rows, cols = (block_n, head_dim) if name == "S" else (head_dim, block_n)
+    m = tcg.TensorCoreGemm(name, ("", ""), dtype, "float32", "float32", b_trans, 0, (0, rows, cols))
+    tcg.tensorize_tiles(sch, m, (outer, init), (a_warp, b_warp), c_warp, True, (tcg.TILE, tcg.TILE))

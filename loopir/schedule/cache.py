@@ -381,8 +381,8 @@ def _place(func: PrimFunc, container: Stmt, index: int, nest: Stmt, name: str,
     """Insert the copy ``nest`` (block ``name``) at child ``index`` of ``container``.
 
     In the root block the copy covers the whole buffer. Inside a loop it is first put at the
-    root level, just before (cache_read) or after (cache_write) the top-level nest holding
-    the loop, then moved under the loop by compute_at / reverse_compute_at, which shrink it to
+    level of the block holding the loop (the root, or a nested block), just before
+    (cache_read) or after (cache_write) the nest holding the loop, then moved under the loop by compute_at / reverse_compute_at, which shrink it to
     what one iteration needs. When that move is refused (e.g. a consumer outside the loop
     reads the cache), the whole-buffer copy stays at the position found -- unless the loop
     produces ``source``, the buffer copied from, which is a ScheduleError.
@@ -392,14 +392,16 @@ def _place(func: PrimFunc, container: Stmt, index: int, nest: Stmt, name: str,
 
     if not isinstance(container, For):
         return rg.insert_at(func, container, index, nest)
-    root = func.body.block  # type: ignore[attr-defined]  # te functions: BlockRealize "root"
-    kids = rg.body_children(root.body)
+    # the block whose body holds the loop: the root, or a block nested in it (a tile's stages)
+    found = tree.find_loop(func, container.loop_var)
+    scope = (tree.enclosing_block(found[1]) if found else None) or func.body.block  # type: ignore[attr-defined]
+    kids = rg.body_children(scope.body)
     top = next(
         (i for i, k in enumerate(kids) if tree.find_loop(k, container.loop_var) is not None),
         None,
     )
     if top is not None:
-        staged = rg.insert_at(func, root, top + 1 if reverse else top, nest)
+        staged = rg.insert_at(func, scope, top + 1 if reverse else top, nest)
         try:
             return ca._move(staged, name, container.loop_var, False, reverse=reverse)
         except ScheduleError as exc:
@@ -422,14 +424,18 @@ def _place(func: PrimFunc, container: Stmt, index: int, nest: Stmt, name: str,
 def _refind(new: PrimFunc, old: PrimFunc, container: Stmt) -> Stmt:
     """The node of ``new`` at the position ``container`` had in ``old``.
 
-    Containers are the root block or a For; a For keeps its loop var through rebuilds, the
-    root block is the body's block.
+    Containers are the root block, a nested block or a For; a For keeps its loop var through
+    rebuilds, a block its name, the root block is the body's block.
     """
-    from loopir.ir.stmt import For
+    from loopir.ir.stmt import Block, For
 
     if isinstance(container, For):
         hit = tree.find_loop(new, container.loop_var)
         assert hit is not None
         return hit[0]
     assert isinstance(new.body, BlockRealize)
+    if isinstance(container, Block) and container is not old.body.block:  # type: ignore[attr-defined]
+        realize = tree.find_block_realize(new, container.name)
+        assert realize is not None
+        return realize[0].block
     return new.body.block

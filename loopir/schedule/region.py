@@ -342,7 +342,7 @@ def insertion_point(
 
     Starting from the root block body, find the statement list in which the last child
     containing a writer precedes the first child containing a reader, descending into a child
-    loop nest that contains both. Returns ``(container, index)``: the new stage goes before
+    loop nest, or a child block, that contains both. Returns ``(container, index)``: the new stage goes before
     child ``index`` of ``container`` (the root block's body, or a For whose body is the list).
     With ``after_writers`` the index is just after the last writer, otherwise just before the
     first reader (when there is no reader: after the last writer, or at the end).
@@ -361,10 +361,18 @@ def insertion_point(
             return container, idx
         if len(w) == 1 and len(r) >= 1 and last_w == min(r) == max(w):
             child = kids[last_w]
-            # descend through the loop chain of the shared child
-            while isinstance(child, For) and not isinstance(child.body, SeqStmt):
-                child = child.body
-            if isinstance(child, For):
+            # descend through the loop chain of the shared child, and into a block (whose body
+            # holds both: a tile's stages, say) that is neither the writer nor a reader
+            while True:
+                if isinstance(child, For) and not isinstance(child.body, SeqStmt):
+                    child = child.body
+                elif isinstance(child, BlockRealize) and child.block.name not in writers | readers:
+                    child = child.block
+                elif isinstance(child, Block) and not isinstance(child.body, SeqStmt):
+                    child = child.body
+                else:
+                    break
+            if isinstance(child, (For, Block)) and isinstance(child.body, SeqStmt):
                 container, body = child, child.body
                 continue
         raise ScheduleError(

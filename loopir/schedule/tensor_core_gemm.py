@@ -49,7 +49,7 @@ from loopir.tensor_intrin.layouts import MMA_A, MMA_B, MMA_C, WARP_SIZE, Fragmen
 
 __all__ = [
     "SM90_SMEM", "TILE", "Scheduled", "TensorCoreGemm", "default_params", "inlinable_consumer", "ldmatrix_swizzle",
-    "match", "schedule", "schedule_with_pad", "wgmma_params", "wgmma_stages",
+    "match", "schedule", "schedule_with_pad", "tensorize_tiles", "wgmma_params", "wgmma_stages",
 ]  # fmt: skip
 
 #: The side of one tensorized tile (``mma.sync.m16n8k16``, two per 16x16x16 tile).
@@ -382,7 +382,7 @@ def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, 
             lanes //= 2
         _bind_threads(sch, sch.fuse(*sch.get_loops(out)[2 + m.batch:]), (wy, wz), lanes)
     init = sch.decompose_reduction(outer, k0)
-    _tensorize(sch, m, (outer, init), operand_warps, c_warp, copy_out is not None, (wn, wk))
+    tensorize_tiles(sch, m, (outer, init), operand_warps, c_warp, copy_out is not None, (wn, wk))
     for copy, swz in zip(shared, swizzles):
         if swz is not None:
             sch.transform_layout(copy, 0, swz)
@@ -478,12 +478,17 @@ def _fetch(sch: Schedule, m: TensorCoreGemm, outer: BlockRV, idx: int, k0: LoopR
     return copy
 
 
-def _tensorize(sch: Schedule, m: TensorCoreGemm, blocks: tuple[BlockRV, BlockRV],
+def tensorize_tiles(sch: Schedule, m: TensorCoreGemm, blocks: tuple[BlockRV, BlockRV],
                operand_warps: tuple[BlockRV, BlockRV] | None, c_warp: BlockRV, c_shared: bool,
                tile: tuple[int, int]) -> None:  # fmt: skip
     """Fragment layouts on the warp buffers, then every tile tensorized: 16x16x16 tiles with
     ``ldmatrix`` / ``mma.sync`` from the fragments ``operand_warps`` loads, or (None) each
-    warp's 16 x ``wn`` x ``wk`` tile (``tile``) with ``wgmma`` from the shared tiles."""
+    warp's 16 x ``wn`` x ``wk`` tile (``tile``) with ``wgmma`` from the shared tiles.
+
+    ``blocks`` are the blockized tile (``<C>_o``) and its init (``decompose_reduction``);
+    ``c_warp`` the ``cache_write`` of C to ``warp``, stored to shared memory when ``c_shared``
+    (else to C itself, converted to ``m.out``). Used by ``schedule`` and by other schedules
+    with GEMM blocks of their own (``loopir.examples.attention``)."""
     wn, wk = tile
     outer, init = blocks
     t, a = DTYPE_ABBREV[m.dtype], DTYPE_ABBREV[m.acc]
