@@ -80,11 +80,11 @@ def attention(Q: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}"), K: T.Buffer(({B}, {KH}
             for j0 in range(T.ceildiv({SKV}, {BN})):
                 for jj, d in T.grid({BN}, {D}):
                     with T.block("K_load"):
-                        vjj, vd = T.axis.remap("SS", [jj, d])
+                        vj0, vjj, vd = T.axis.remap("SSS", [j0, jj, d])
                         K_s[vjj, vd] = T.if_then_else({IN_KV}, K[vb, vh // {G}, {COL}, vd], T.{dt}(0))
                 for jj, d in T.grid({BN}, {D}):
                     with T.block("V_load"):
-                        vjj, vd = T.axis.remap("SS", [jj, d])
+                        vj0, vjj, vd = T.axis.remap("SSS", [j0, jj, d])
                         V_s[vjj, vd] = T.if_then_else({IN_KV}, V[vb, vh // {G}, {COL}, vd], T.{dt}(0))
                 for ii, jj, d in T.grid({BM}, {BN}, {D}):
                     with T.block("S"):
@@ -98,11 +98,11 @@ def attention(Q: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}"), K: T.Buffer(({B}, {KH}
                         m_prev[vii] = m[vii]
                 for ii, jj in T.grid({BM}, {BN}):
                     with T.block("row_max"):
-                        vii, vjj = T.axis.remap("SR", [ii, jj])
+                        vj0, vii, vjj = T.axis.remap("SSR", [j0, ii, jj])
                         m[vii] = T.max(m[vii], T.if_then_else({VALID}, S[vii, vjj] * T.float32({SCALE}), T.min_value("float32")))
                 for ii, jj in T.grid({BM}, {BN}):
                     with T.block("P"):
-                        vii, vjj = T.axis.remap("SS", [ii, jj])
+                        vj0, vii, vjj = T.axis.remap("SSS", [j0, ii, jj])
                         P[vii, vjj] = T.Cast("{dt}", T.if_then_else({VALID}, T.exp(S[vii, vjj] * T.float32({SCALE}) - m[vii]), T.float32(0)))
                 for ii, jj in T.grid({BM}, {BN}):
                     with T.block("row_sum"):
@@ -194,7 +194,7 @@ def attention_func(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, 
     kv_heads = heads if kv_heads is None else kv_heads
     _check(batch, heads, head_dim, dtype, kv_heads, block_m, block_n)
     sq, skv = _size("seq_q", seq_q), _size("seq_kv", seq_kv)
-    row, col = f"vi0 * {block_m} + vii", f"j0 * {block_n} + vjj"
+    row, col = f"vi0 * {block_m} + vii", f"vj0 * {block_n} + vjj"
     in_kv = f"{col} < {skv}"
     valid = f"{in_kv} and {col} <= {row} + ({skv} - {sq})" if causal else in_kv
     fields = dict(B=batch, H=heads, SQ=sq, SKV=skv, D=head_dim, dt=dtype, KH=kv_heads, G=heads // kv_heads,

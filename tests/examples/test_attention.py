@@ -88,6 +88,7 @@ def test_equals_float64_attention(batch: int, kv_heads: int, group: int, sq: int
                                   lse: bool, dtype: str) -> None:  # fmt: skip
     shape = (batch, kv_heads * group, sq, skv, d)
     func = attention_func(*shape, dtype, causal, kv_heads, lse=lse, block_m=16, block_n=16)
+    loopir.verify(func)
     _run(func, shape, kv_heads, dtype, causal, lse, seed=sq * 100 + skv)
 
 
@@ -106,6 +107,7 @@ def test_symbolic_lengths_serve_every_length() -> None:
 def test_gpu_schedule_computes_the_same_on_the_cpu(shape: tuple, kv_heads: int, causal: bool, dtype: str, order: str,
                                                    block_m: int | None) -> None:  # fmt: skip
     sch = attention(*shape, dtype, causal, kv_heads, lse=True, block_m=block_m)
+    loopir.verify(sch.func)
     text = sch.func.script()
     for intrin in ("mma_ldmatrix_{t}_a", "mma_ldmatrix_{t}_b_trans", "mma_ldmatrix_{t}_b", "mma_store_f32_shared"):
         assert f'"loopir.tensorized": "{intrin.format(t="f16" if dtype == "float16" else "bf16")}"' in text

@@ -278,3 +278,39 @@ def test_schedule_cache_read_with_a_buffer_records_its_index() -> None:
     assert sch.trace.as_json() == ref.trace.as_json()  # the trace holds the index, a literal
     with pytest.raises(ScheduleError, match=r"does not have buffer 'B' in its writes"):
         sch.cache_write(blk, f.params[1], "local")
+
+
+def test_cache_read_inside_a_nested_block() -> None:
+    """Producer and consumer inside one outer block (a tile's stages, as in
+    ``examples.attention``): the copy goes inside that block, under the loop that produces what
+    it copies (each iteration copies its own tile, shrunk to it by compute_at)."""
+    from loopir.script import from_source
+    from loopir.testing import check_equivalent
+
+    func = from_source('''
+def f(A: T.Buffer((4, 8, 16), "float32"), C: T.Buffer((4, 8, 16), "float32")):
+    for t in range(4):
+        with T.block("tile"):
+            vt = T.axis.spatial(4, t)
+            B = T.alloc_buffer((16,), "float32")
+            for j0 in range(8):
+                for i in range(16):
+                    with T.block("load"):
+                        vj, vi = T.axis.remap("SS", [j0, i])
+                        B[vi] = A[vt, vj, vi] * T.float32(2)
+                for i in range(16):
+                    with T.block("use"):
+                        vj, vi = T.axis.remap("SS", [j0, i])
+                        C[vt, vj, vi] = B[vi] + T.float32(1)
+''')
+    loopir.verify(func)
+    sch = loopir.Schedule(func)
+    use = sch.get_block("use")
+    cache = sch.cache_read(use, 0, "local")
+    loops = sch.get_loops(cache)
+    assert [sch.get(lp).loop_var.name for lp in loops][0] == "j0" and len(loops) == 2
+    text = sch.func.script()
+    tile = text.index('T.block("tile")')
+    assert tile < text.index('T.block("load")') < text.index('T.block("B_local")') < text.index('T.block("use")')
+    loopir.verify(sch.func)
+    check_equivalent(func, sch.func)
