@@ -1,0 +1,219 @@
+"""Attention forward through ``mod()``: loopir ``examples.attention`` vs torch's
+``scaled_dot_product_attention`` with each backend forced (flash, cuDNN, efficient) and the
+default, and a Triton fused-attention kernel written here for the same shapes (issue 33).
+
+One command on the GPU machine::
+
+    python benchmarks/attention.py --json attention.json [--cases 'b4h32s1024d64*']
+
+Cases ``b{batch}h{heads}s{seq}d{head_dim}[c]`` (``c``: causal), fp16 and bf16, Q, K, V and O
+``(batch, heads, seq, head_dim)``. Every implementation is first checked against float64 on
+random data (batch 0, the first two heads; max abs error), then timed with CUDA events around
+``--calls`` back-to-back calls (median of ``--repeat``); TFLOP/s count 4 * seq_q * seq_kv *
+head_dim per head (halved when causal), as FlashAttention reports.
+
+``--smoke`` builds what it can without a GPU: every loopir kernel of the run, lowered, race
+checked, emitted and compiled with nvcc for ``--arch`` when nvcc is on PATH; it imports neither
+torch nor Triton.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import fnmatch
+import json
+import math
+import shutil
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import loopir
+from loopir.examples import attention
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import events_per_call  # noqa: E402
+
+#: (batch, heads, seq, head_dim, causal)
+CASES = [(b, 32, s, d, c) for s, b in ((1024, 4), (4096, 1)) for d in (64, 128) for c in (False, True)]
+DTYPES = ["float16", "bfloat16"]
+
+
+def case_name(batch: int, heads: int, seq: int, d: int, causal: bool) -> str:
+    return f"b{batch}h{heads}s{seq}d{d}" + ("c" if causal else "")
+
+
+def selected(pattern: str | None) -> list[tuple[int, int, int, int, bool]]:
+    if pattern is None:
+        return CASES
+    pats = pattern.split(",")
+    return [c for c in CASES if any(fnmatch.fnmatch(case_name(*c), p) for p in pats)]
+
+
+def smoke(arch: str, cases: list[tuple[int, int, int, int, bool]]) -> int:
+    from loopir.codegen_cuda import compile_cuda, prepare_function
+
+    nvcc = shutil.which("nvcc") is not None
+    for dtype in DTYPES:
+        for b, h, s, d, causal in cases:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # a RaceCheckWarning fails the smoke run
+                src = prepare_function(attention(b, h, s, s, d, dtype, causal).func).emitted.source
+            line = f"{dtype} {case_name(b, h, s, d, causal)}: {len(src)} chars of CUDA"
+            if nvcc:
+                res = next(iter(compile_cuda(src, arch=arch).resources.values()))
+                line += f", {arch}: {res.registers} registers, spills {res.spill_store_bytes}/{res.spill_load_bytes}"
+            print(line, flush=True)
+    return 0
+
+
+def _triton_attention() -> Any:
+    """A FlashAttention-2 style Triton kernel: a program per (query block, batch x head), online
+    softmax over key blocks, causal blocks past the diagonal skipped (None without Triton)."""
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None
+
+    @triton.jit
+    def kernel(q_ptr, k_ptr, v_ptr, o_ptr, seq, scale, causal: tl.constexpr,  # type: ignore[no-untyped-def]
+               D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+        qb, bh = tl.program_id(0), tl.program_id(1)
+        base = bh * seq * D
+        rows = qb * BM + tl.arange(0, BM)
+        dims = tl.arange(0, D)
+        q = tl.load(q_ptr + base + rows[:, None] * D + dims[None, :], mask=rows[:, None] < seq, other=0.0)
+        m = tl.full([BM], float("-inf"), tl.float32)
+        l = tl.zeros([BM], tl.float32)
+        acc = tl.zeros([BM, D], tl.float32)
+        end = tl.minimum((qb + 1) * BM, seq) if causal else seq
+        for start in range(0, end, BN):
+            cols = start + tl.arange(0, BN)
+            kv_mask = cols[:, None] < seq
+            k = tl.load(k_ptr + base + cols[:, None] * D + dims[None, :], mask=kv_mask, other=0.0)
+            s = tl.dot(q, tl.trans(k)) * scale
+            valid = cols[None, :] < seq
+            if causal:
+                valid = valid & (cols[None, :] <= rows[:, None])
+            s = tl.where(valid, s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 1))
+            p = tl.exp(s - m_new[:, None])
+            alpha = tl.exp(m - m_new)
+            l = l * alpha + tl.sum(p, 1)
+            v = tl.load(v_ptr + base + cols[:, None] * D + dims[None, :], mask=kv_mask, other=0.0)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            m = m_new
+        out = acc / l[:, None]
+        tl.store(o_ptr + base + rows[:, None] * D + dims[None, :], out.to(o_ptr.dtype.element_ty),
+                 mask=rows[:, None] < seq)
+
+    def run(q: Any, k: Any, v: Any, o: Any, causal: bool) -> Any:
+        b, h, s, d = q.shape
+        bm, bn = 128, 64 if d <= 64 else 32
+        kernel[(triton.cdiv(s, bm), b * h)](q, k, v, o, s, 1.0 / math.sqrt(d), causal, d, bm, bn,
+                                            num_warps=4 if d <= 64 else 8, num_stages=3)  # fmt: skip
+        return o
+
+    return run
+
+
+def _sdpa_backends(torch: Any) -> dict[str, Any]:
+    from torch.nn.attention import SDPBackend
+
+    out = {"torch_default": None}
+    for name in ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION"):
+        if hasattr(SDPBackend, name):
+            out[f"torch_{name.split('_')[0].lower()}"] = getattr(SDPBackend, name)
+    return out
+
+
+def _sdpa(torch: Any, backend: Any, q: Any, k: Any, v: Any, o: Any, causal: bool) -> Any:
+    from torch.nn.attention import sdpa_kernel
+
+    f = torch.nn.functional.scaled_dot_product_attention
+    if backend is None:
+        o.copy_(f(q, k, v, is_causal=causal))
+    else:
+        with sdpa_kernel(backend):
+            o.copy_(f(q, k, v, is_causal=causal))
+    return o
+
+
+def run_case(torch: Any, args: argparse.Namespace, dtype: str, case: tuple[int, int, int, int, bool],
+             triton_attn: Any) -> dict[str, Any]:  # fmt: skip
+    b, h, s, d, causal = case
+    tdt = getattr(torch, dtype)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=tdt, generator=gen) for _ in range(3))
+    ref = torch.nn.functional.scaled_dot_product_attention(q[:1, :2].double(), k[:1, :2].double(),
+                                                           v[:1, :2].double(), is_causal=causal)  # fmt: skip
+    mod = loopir.build(attention(b, h, s, s, d, dtype, causal).func, target="cuda")
+    impls: dict[str, Any] = {"loopir": lambda o: mod(q, k, v, o)}
+    for label, backend in _sdpa_backends(torch).items():
+        impls[label] = lambda o, backend=backend: _sdpa(torch, backend, q, k, v, o, causal)
+    if triton_attn is not None:
+        impls["triton"] = lambda o: triton_attn(q, k, v, o, causal)
+    flops = 4.0 * b * h * s * s * d / (2 if causal else 1)
+    row: dict[str, Any] = {"case": f"{dtype} {case_name(*case)}", "flops": flops}
+    for label, fn in impls.items():
+        o = torch.full_like(q, float("nan"))
+        try:
+            fn(o)
+            torch.cuda.synchronize()
+        except RuntimeError as exc:  # a forced backend that does not take the shape
+            row[label] = f"unavailable: {str(exc).splitlines()[0][:120]}"
+            continue
+        err = float((o[:1, :2].double() - ref).abs().max())
+        if not err < args.tol:
+            if label == "loopir":
+                raise AssertionError(f"{row['case']} {label}: max abs error {err} >= {args.tol}")
+            row[label] = f"wrong: max abs error {err} >= {args.tol}; not timed"
+            print(f"  {row['case']} {label}: {row[label]}", flush=True)
+            continue
+        ms = events_per_call(torch, lambda fn=fn, o=o: fn(o), args.calls, args.repeat, warmup=2)
+        row[label] = {"ms": ms, "TFLOP/s": flops / ms / 1e9, "err": err}
+    timed = {k: v["ms"] for k, v in row.items() if isinstance(v, dict)}
+    best_torch = min((v for k, v in timed.items() if k.startswith("torch")), default=None)
+    if best_torch:
+        row["loopir_vs_best_torch"] = best_torch / timed["loopir"]
+    if "triton" in timed:
+        row["loopir_vs_triton"] = timed["triton"] / timed["loopir"]
+    print(row["case"] + ": " + "  ".join(f"{k} {v:.3f} ms" for k, v in timed.items()) + "  " +
+          "  ".join(f"{k} {v:.2f}x" for k, v in row.items() if k.startswith("loopir_vs")), flush=True)  # fmt: skip
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--cases", default=None, help="comma-separated glob patterns of case names")
+    ap.add_argument("--calls", type=int, default=10)
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--tol", type=float, default=2e-2, help="max abs error against float64")
+    ap.add_argument("--smoke", action="store_true", help="build the loopir kernels only (no GPU)")
+    ap.add_argument("--arch", default="sm_90a", help="nvcc architecture of --smoke")
+    args = ap.parse_args(argv)
+    cases = selected(args.cases)
+    if args.smoke:
+        return smoke(args.arch, cases)
+
+    import torch
+
+    out: dict[str, Any] = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "command": " ".join(sys.argv),
+        "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "cases": [],
+    }  # fmt: skip
+    triton_attn = _triton_attention()
+    for dtype in DTYPES:
+        for case in cases:
+            out["cases"].append(run_case(torch, args, dtype, case, triton_attn))
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,26 @@
+"""benchmarks/attention.py keeps working where there is no GPU: it imports, selects cases by
+pattern, and ``--smoke`` builds the loopir kernels of a case (race checked, emitted, and
+compiled with nvcc where it is on PATH)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tests.benchmarks import load_script
+
+
+def test_cases_are_selected_by_pattern() -> None:
+    bench = load_script("attention")
+    assert [bench.case_name(*c) for c in bench.selected("b4h32s1024d64*")] == ["b4h32s1024d64", "b4h32s1024d64c"]
+    assert len(bench.selected(None)) == len(bench.CASES) == 8
+
+
+def test_smoke_builds_the_kernels(capsys: pytest.CaptureFixture[str]) -> None:
+    assert load_script("attention").main(["--smoke", "--cases", "b4h32s1024d128c"]) == 0
+    out = capsys.readouterr().out
+    for dtype in ("float16", "bfloat16"):
+        assert f"{dtype} b4h32s1024d128c: " in out
+    if shutil.which("nvcc") is not None:
+        assert out.count("spills 0/0") == 2, out
