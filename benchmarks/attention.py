@@ -12,6 +12,10 @@ random data (batch 0, the first two heads; max abs error), then timed with CUDA 
 ``--calls`` back-to-back calls (median of ``--repeat``); TFLOP/s count 4 * seq_q * seq_kv *
 head_dim per head (halved when causal), as FlashAttention reports.
 
+Then decode (``--decode``; one query per sequence, batch 8, 32 heads, head_dim 128, KV length 4k
+and 32k): ``examples.decode_attention`` (one build for every KV length) vs torch SDPA and the
+KV read's bandwidth (K and V bytes over the time).
+
 ``--smoke`` builds what it can without a GPU: every loopir kernel of the run, lowered, race
 checked, emitted and compiled with nvcc for ``--arch`` when nvcc is on PATH; it imports neither
 torch nor Triton.
@@ -31,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import loopir
-from loopir.examples import attention
+from loopir.examples import attention, decode_attention
+from loopir.ir.expr import Var
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import events_per_call  # noqa: E402
@@ -39,6 +44,8 @@ from timing import events_per_call  # noqa: E402
 #: (batch, heads, seq, head_dim, causal)
 CASES = [(b, 32, s, d, c) for s, b in ((1024, 4), (4096, 1)) for d in (64, 128) for c in (False, True)]
 DTYPES = ["float16", "bfloat16"]
+#: decode: (batch, heads, kv_heads, KV length, head_dim), one query per sequence
+DECODE = [(8, 32, 32, 4096, 128), (8, 32, 32, 32768, 128)]
 
 
 def case_name(batch: int, heads: int, seq: int, d: int, causal: bool) -> str:
@@ -66,6 +73,15 @@ def smoke(arch: str, cases: list[tuple[int, int, int, int, bool]]) -> int:
                 res = next(iter(compile_cuda(src, arch=arch).resources.values()))
                 line += f", {arch}: {res.registers} registers, spills {res.spill_store_bytes}/{res.spill_load_bytes}"
             print(line, flush=True)
+    b, h, kh, _, d = DECODE[0]  # one build serves every KV length
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        src = prepare_function(decode_attention(b, h, Var("seq_kv"), d, "float16", kh).func).emitted.source
+    line = f"decode b{b}h{h}kv{kh}d{d}: {len(src)} chars of CUDA"
+    if nvcc:
+        res = compile_cuda(src, arch=arch).resources.values()
+        line += f", {arch}: spills {sum(r.spill_store_bytes + r.spill_load_bytes for r in res)}"
+    print(line, flush=True)
     return 0
 
 
@@ -186,6 +202,34 @@ def run_case(torch: Any, args: argparse.Namespace, dtype: str, case: tuple[int, 
     return row
 
 
+def run_decode(torch: Any, args: argparse.Namespace, mods: dict[str, Any],
+               case: tuple[int, int, int, int, int]) -> dict[str, Any]:  # fmt: skip
+    b, h, kh, skv, d = case
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(b, h, 1, d, device="cuda", dtype=torch.float16, generator=gen)
+    k, v = (torch.randn(b, kh, skv, d, device="cuda", dtype=torch.float16, generator=gen) for _ in range(2))
+    kr, vr = (x.repeat_interleave(h // kh, 1) if h != kh else x for x in (k, v))
+    ref = torch.nn.functional.scaled_dot_product_attention(q[:1].double(), kr[:1].double(), vr[:1].double())
+    mod = mods.setdefault(f"{b}x{h}x{kh}x{d}", loopir.build(decode_attention(b, h, Var("seq_kv"), d, "float16", kh).func,
+                                                            target="cuda"))  # fmt: skip
+    impls = {"loopir": lambda o: mod(q, k, v, o),
+             "torch": lambda o: o.copy_(torch.nn.functional.scaled_dot_product_attention(q, kr, vr))}  # fmt: skip
+    row: dict[str, Any] = {"case": f"decode b{b}h{h}kv{kh}s{skv}d{d}", "kv_bytes": 2 * b * kh * skv * d * 2}
+    for label, fn in impls.items():
+        o = torch.full_like(q, float("nan"))
+        fn(o)
+        torch.cuda.synchronize()
+        err = float((o[:1].double() - ref).abs().max())
+        if not err < args.tol:
+            raise AssertionError(f"{row['case']} {label}: max abs error {err} >= {args.tol}")
+        ms = events_per_call(torch, lambda fn=fn, o=o: fn(o), args.calls, args.repeat, warmup=2)
+        row[label] = {"ms": ms, "GB/s": row["kv_bytes"] / ms / 1e6, "err": err}
+    row["loopir_vs_torch"] = row["torch"]["ms"] / row["loopir"]["ms"]
+    print(f"{row['case']}: loopir {row['loopir']['ms']:.3f} ms {row['loopir']['GB/s']:.0f} GB/s  torch "
+          f"{row['torch']['ms']:.3f} ms  loopir/torch {row['loopir_vs_torch']:.2f}x", flush=True)
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", type=Path)
@@ -193,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--tol", type=float, default=2e-2, help="max abs error against float64")
+    ap.add_argument("--decode", action="store_true", help="also the decode cases")
     ap.add_argument("--smoke", action="store_true", help="build the loopir kernels only (no GPU)")
     ap.add_argument("--arch", default="sm_90a", help="nvcc architecture of --smoke")
     args = ap.parse_args(argv)
@@ -210,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     for dtype in DTYPES:
         for case in cases:
             out["cases"].append(run_case(torch, args, dtype, case, triton_attn))
+    mods: dict[str, Any] = {}
+    for dcase in DECODE if args.decode else []:
+        out["cases"].append(run_decode(torch, args, mods, dcase))
     if args.json:
         args.json.write_text(json.dumps(out, indent=1, default=str))
     return 0

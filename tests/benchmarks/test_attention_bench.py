@@ -22,5 +22,6 @@ def test_smoke_builds_the_kernels(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for dtype in ("float16", "bfloat16"):
         assert f"{dtype} b4h32s1024d128c: " in out
+    assert "decode b8h32kv32d128: " in out
     if shutil.which("nvcc") is not None:
-        assert out.count("spills 0/0") == 2, out
+        assert out.count("spills 0/0") == 2 and "decode b8h32kv32d128: " in out and ": spills 0" in out, out
