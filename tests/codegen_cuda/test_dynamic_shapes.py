@@ -17,6 +17,7 @@ import loopir
 from loopir import examples
 from loopir.codegen_cuda import prepare_function
 from loopir.codegen_cuda.units import build_library
+from loopir.examples.attention import attention_func, decode_attention_func
 from loopir.examples.dense import dense_func
 from loopir.examples.reductions import layernorm_func, rmsnorm_func, row_sum_func, softmax_func
 from loopir.examples.transpose import transpose_func
@@ -70,6 +71,13 @@ CASES = {
                     ((1, 1), (3, 1000), (17, 4097), (64, 33))),
     "transpose": Case(_sched(examples.transpose), transpose_func, ("M", "N"), (1024, 1024),
                       ((1, 1), (33, 70), (100, 257), (1000, 3))),
+    # FlashAttention's program: one build for every query and key length
+    "attention": Case(lambda sq, skv: examples.attention(2, 4, sq, skv, 64, "float16", True, 2).func,
+                      lambda sq, skv: attention_func(2, 4, sq, skv, 64, "float16", True, 2), ("seq_q", "seq_kv"),
+                      (1000, 1000), ((1, 1), (33, 70), (100, 257), (130, 64))),
+    "decode_attention": Case(lambda skv: examples.decode_attention(2, 8, skv, 64, "float16", 2).func,
+                             lambda skv: decode_attention_func(2, 8, skv, 64, "float16", 2, block_n=64), ("seq_kv",),
+                             (4096,), ((1,), (75,), (300,), (4097,))),
     "default/elementwise_chain": Case(_te(wl.elementwise_chain), _te(wl.elementwise_chain),
                                       ("M", "N"), (64, 48), ((1, 1), (33, 70), (100, 257), (7, 3))),
     "default/reduce_max": Case(_te(wl.reduce_max), _te(wl.reduce_max), ("M", "K"), (64, 48),
@@ -144,7 +152,8 @@ def test_all_dimensions_symbolic_equal_the_cpu_executor(name: str, pad: bool) ->
 
 
 #: examples that take constant sizes only, and why (each refuses a Var by name)
-CONSTANT_SIZES = {"tc_gemm": "transform_layout of the warp fragments needs constant shapes"}
+CONSTANT_SIZES = {"tc_gemm": "transform_layout of the warp fragments needs constant shapes",
+                  "hopper_gemm": "the same schedule (its accumulator fragments)"}
 
 
 def test_the_matrix_covers_every_example() -> None:

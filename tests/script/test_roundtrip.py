@@ -84,6 +84,9 @@ def _examples() -> dict[str, Any]:
         "transpose_nopad": lambda: E.transpose(64, 32, pad=False),
         "tc_gemm": lambda: E.tc_gemm(128, 64, 128),
         "tc_gemm_padded": lambda: E.tc_gemm(97, 100, 50),
+        "hopper_gemm": lambda: E.hopper_gemm(97, 100, 50, block=(64, 32, 64), wn=32),
+        "attention": lambda: E.attention(1, 2, 70, 100, 32, causal=True, lse=True, block_m=32),
+        "decode_attention": lambda: E.decode_attention(1, 4, loopir.Var("seq_kv"), 32, kv_heads=2),
     }
 
 
@@ -107,7 +110,8 @@ def test_examples(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(n for n in E.__all__ if n.endswith("_func")))
 def test_example_functions(name: str) -> None:
-    sizes = (37, 64, 45) if name in ("dense_func", "tc_gemm_func") else (37, 64)
+    sizes = {"dense_func": (37, 64, 45), "tc_gemm_func": (37, 64, 45), "attention_func": (1, 2, 37, 45, 16),
+             "decode_attention_func": (1, 2, 45, 16)}.get(name, (37, 64))  # fmt: skip
     roundtrip(getattr(E, name)(*sizes))
 
 
