@@ -25,7 +25,8 @@ iteration of the outer loops:
 
 A key ``j`` is valid for query row ``i`` when ``j < seq_kv`` and, with ``causal``, ``j <= i +
 seq_kv - seq_q`` (the mask aligned to the bottom right when ``seq_q != seq_kv``, as
-FlashAttention 2.1+). ``seq_q`` and ``seq_kv`` may be ``loopir.Var``: one function serves every
+FlashAttention 2.1+); with ``causal`` the KV loop of a query tile stops at the tile holding its
+last row's diagonal (the tiles after it are all masked: about half the work is skipped). ``seq_q`` and ``seq_kv`` may be ``loopir.Var``: one function serves every
 length (the tiles are guarded).
 
 [`attention`][loopir.examples.attention.attention] schedules it for the GPU: a thread block
@@ -80,7 +81,7 @@ def attention(Q: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}"), K: T.Buffer(({B}, {KH}
                 with T.block("init_acc"):
                     vii, vd = T.axis.remap("SS", [ii, d])
                     acc[vii, vd] = T.float32(0)
-            for j0 in range(T.ceildiv({SKV}, {BN})):
+            for j0 in range({KV_TILES}):
                 for jj, d in T.grid({BN}, {D}):
                     with T.block("K_load"):
                         vj0, vjj, vd = T.axis.remap("SSS", [j0, jj, d])
@@ -200,9 +201,12 @@ def attention_func(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, 
     row, col = f"vi0 * {block_m} + vii", f"vj0 * {block_n} + vjj"
     in_kv = f"{col} < {skv}"
     valid = f"{in_kv} and {col} <= {row} + ({skv} - {sq})" if causal else in_kv
+    kv_tiles = f"T.ceildiv({skv}, {block_n})"
+    if causal:  # the tiles past the tile's last query's diagonal are never visited
+        kv_tiles = f"T.max(0, T.min({kv_tiles}, T.ceildiv((vi0 + 1) * {block_m} + {skv} - {sq}, {block_n})))"
     fields = dict(B=batch, H=heads, SQ=sq, SKV=skv, D=head_dim, dt=dtype, KH=kv_heads, G=heads // kv_heads,
                   BM=block_m, BN=block_n, SCALE=repr(1.0 / math.sqrt(head_dim)), ROW=row, COL=col,
-                  IN_Q=f"{row} < {sq}", IN_KV=in_kv, VALID=valid, RESCALE=_RESCALE,
+                  IN_Q=f"{row} < {sq}", IN_KV=in_kv, VALID=valid, RESCALE=_RESCALE, KV_TILES=kv_tiles,
                   LSE_PARAM=f', LSE: T.Buffer(({batch}, {heads}, {sq}), "float32")' if lse else "")  # fmt: skip
     fields["LSE_BLOCK"] = _LSE_BLOCK.format(**fields) if lse else ""
     func = from_source(_TEMPLATE.format(**fields))

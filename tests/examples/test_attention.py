@@ -266,3 +266,19 @@ def test_decode_gpu_matches_torch_sdpa(skv: int) -> None:
     want = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float().repeat_interleave(4, 1),
                                                             v.float().repeat_interleave(4, 1))
     torch.testing.assert_close(o.float(), want, rtol=2e-2, atol=2e-2)
+
+
+def test_causal_tiles_past_the_diagonal_are_not_visited() -> None:
+    """With ``causal`` a query tile's KV loop ends at the tile of its last row's diagonal: for
+    seq 256 and 64 x 64 tiles, query tile t visits t + 1 KV tiles (10 of 16 in all), each of
+    them needed (its first key is valid for the tile's last row)."""
+    import re
+
+    text = attention_func(1, 1, 256, 256, 16, causal=True).script()
+    extent = re.search(r"for j0 in T.serial\((.*)\):", text)
+    assert extent is not None and "vi0" in extent.group(1)
+    counts = [eval(extent.group(1).replace("T.max", "max").replace("T.min", "min").replace("T.int32", "int"),  # noqa: S307
+                   {"vi0": t}) for t in range(4)]  # fmt: skip
+    assert counts == [1, 2, 3, 4]
+    full = attention_func(1, 1, 256, 256, 16).script()
+    assert "for j0 in T.serial((T.int32(256) + 64 - 1) // 64)" in full
