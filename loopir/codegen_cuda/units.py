@@ -165,7 +165,12 @@ def build_library(
     specs = _cutlass_specs(functions)
     if specs and arch is None:  # the newest kernel family decides (sm_90a for CUTLASS 3.x)
         family = max(s.candidate.arch for s in specs.values())
-        arch = "sm_90a" if family == 90 else f"sm_{family}"
+        if family == 90:
+            arch = "sm_90a"
+        elif not all(s.is_conv for s in specs.values()):
+            arch = f"sm_{family}"
+        # only 2.x convolutions: they build for any arch >= sm_80, so the detected device's
+        # (native code on an sm_90 GPU rather than sm_80 code JIT-compiled from PTX)
     arch = normalize_arch(arch)
     # each kernel's shared memory against the target's limit, before any nvcc run
     check_arch_limits(((f.func.name, k.name, k.shared_bytes, k.dynamic_shared_bytes)
