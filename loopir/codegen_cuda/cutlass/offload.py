@@ -271,13 +271,12 @@ class GemmOffload(Pass):
             return self._keep(run, stage, decision)
         d = epi.d if epi is not None else core.c
         spec = _epilogue_spec(core.alpha, epi)
-        problem = GemmProblem(
+        problem = _supported(lambda: GemmProblem(
             m=core.m, n=core.n, k=core.k, dtype_ab=core.dtype_ab, dtype_d=d.dtype,
             layout_a=core.layout_a, layout_b=core.layout_b, batch=core.batch, epilogue=spec,
-        )  # fmt: skip
-        reason = _unsupported(problem, run.settings.arch)
-        if reason is not None:
-            return self._keep(run, stage, OffloadDecision(core.block, False, reason))
+        ), run.settings.arch)  # fmt: skip
+        if isinstance(problem, str):
+            return self._keep(run, stage, OffloadDecision(core.block, False, problem))
         what = f"{problem.layout_code}, {problem.dtype_ab}->{problem.dtype_d}, epilogue {spec.describe()}"
         self._record(run, f"gemm_{core.block}", core.block, (core.a, core.b, d), epi, problem,
                      run.settings.arch, (), what)  # fmt: skip
@@ -302,13 +301,12 @@ class GemmOffload(Pass):
             return self._keep(run, stage, decision)
         d = epi.d if epi is not None else core.y
         spec = _epilogue_spec(1.0, epi)
-        problem = ConvProblem(
+        problem = _supported(lambda: ConvProblem(
             core.n, core.h, core.w_in, core.c, core.k, core.r, core.s, core.p, core.q, core.dtype,
             d.dtype, core.pad[:2], core.stride, core.dilation, core.layout_w, spec,
-        )  # fmt: skip
-        reason = _unsupported(problem, 80)
-        if reason is not None:
-            return self._keep(run, stage, OffloadDecision(core.block, False, reason))
+        ), 80)  # fmt: skip
+        if isinstance(problem, str):
+            return self._keep(run, stage, OffloadDecision(core.block, False, problem))
         pad = run.pads.get(core.x) if core.pad_block is None else next(
             p for p in run.pads.values() if p.block == core.pad_block)  # fmt: skip
         folded = (pad,) if pad is not None else ()
@@ -402,15 +400,17 @@ def _conv_operands_reason(core: Conv2dCore, params: Sequence[Buffer]) -> str | N
     return None
 
 
-def _unsupported(problem: Problem, arch: int) -> str | None:
-    """Why CUTLASS has no kernel for ``problem`` (its alignment, dtype or epilogue rule)."""
+def _supported(make: Callable[[], Problem], arch: int) -> Problem | str:
+    """The problem ``make`` builds when CUTLASS has kernels for it, else why not (its dtype,
+    alignment or epilogue rule)."""
     from loopir.codegen_cuda.cutlass.enumerate import enumerate_candidates
 
     try:
+        problem = make()
         enumerate_candidates(problem, arch)
     except CodegenError as exc:
         return str(exc).removeprefix("cutlass: ")
-    return None
+    return problem
 
 
 def _epilogue_spec(alpha: float, epi: EpilogueMatch | None) -> EpilogueSpec:
