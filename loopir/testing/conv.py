@@ -45,10 +45,10 @@ class ConvSpec:
     pad_form
         ``"if_then_else"`` or ``"reversed"`` (the bounds written constant-first).
     activation, bias, residual, alpha, beta
-        The epilogue: ``act(alpha * Y + beta * S + bias[k])``; with none of them (identity,
-        no bias, no residual, alpha 1) there is no epilogue stage and Y is the output.
+        The epilogue: ``act(alpha * Y + beta * S + bias[k])``.
     out
-        The epilogue output's type (None: ``dtype``).
+        The epilogue output's type (None: ``dtype``). With none of these (identity, no bias, no
+        residual, alpha 1, out None) there is no epilogue stage and Y (in ``acc``) is the output.
     """
 
     n: int = 2
@@ -74,7 +74,9 @@ class ConvSpec:
 
     @property
     def has_epilogue(self) -> bool:
-        return self.activation != "identity" or self.bias or self.residual or self.alpha != 1.0
+        """Whether there is an epilogue stage (any of its parts, or an output type)."""
+        return (self.activation != "identity" or self.bias or self.residual or self.alpha != 1.0
+                or self.out is not None)  # fmt: skip
 
     def output_hw(self) -> tuple[int, int]:
         """``(P, Q)``, the output height and width."""
