@@ -121,17 +121,19 @@ def _cutlass_units(specs: dict[str, Any], arch: str, cache_dir: Any, use_cache: 
     CUTLASS source (every configuration once)."""
     if not specs:
         return [], ""
-    from loopir.codegen_cuda.cutlass.emit import emit_module
+    from loopir.codegen_cuda.cutlass.emit import emit_module, unit_groups
     from loopir.codegen_cuda.cutlass.library import unit_flags
 
-    groups = [[specs[e]] for e in sorted(specs)] if per_config else [list(specs.values())]
+    # one unit, unless sm90 convolutions need their own (emit.unit_groups)
+    groups = [[specs[e]] for e in sorted(specs)] if per_config else unit_groups(list(specs.values()))
 
     def job(group: list[Any]) -> Any:
         return lambda: compile_cuda(emit_module(group), arch=arch, flags=tuple(unit_flags()),
                                     cache_dir=cache_dir, use_cache=use_cache, output="object")  # fmt: skip
 
-    label: Callable[[list[Any]], str] = (lambda g: f"cutlass:{g[0].entry}") if per_config else (lambda g: "cutlass")
-    return [(label(g), job(g)) for g in groups], emit_module(list(specs.values()))
+    label: Callable[[list[Any]], str] = (lambda g: f"cutlass:{g[0].entry}") if per_config or len(groups) > 1 \
+        else (lambda g: "cutlass")  # fmt: skip
+    return [(label(g), job(g)) for g in groups], "\n".join(emit_module(g) for g in groups)
 
 
 def _timed(label: str, fn: Any) -> tuple[CompiledBinary, dict[str, Any]]:

@@ -2,8 +2,10 @@
 emitted implicit-GEMM units, the tuning cache, the host code's calls.
 
 Two tests (marked ``nvcc``) compile: one module holding every kind of conv entry point the
-emitter writes (fp16/bf16/TF32, fp16 -> fp32, KRSC and the permuted KCRS/RSCK filters, bias,
-source, every activation), and one te function built end to end with a trace of its host code.
+emitter writes (sm80 2.x: fp16/bf16/TF32, fp16 -> fp32, KRSC and the permuted KCRS/RSCK filters,
+bias, source, every activation; sm90 3.x: a bias and a residual source with an activation, a
+permuted filter), and one te function built end to end (the default sm90 kernel) with a trace of
+its host code.
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ def conv(dtype="float16", out=None, layout="KRSC", epi=None, c=64, k=128, **kw) 
                        epilogue=epi or EpilogueSpec())  # fmt: skip
 
 
-def spec_for(p: ConvProblem) -> KernelSpec:
-    return KernelSpec.for_problem(p, default_candidate(p, 90))
+def spec_for(p: ConvProblem, arch: int = 80) -> KernelSpec:
+    return KernelSpec.for_problem(p, default_candidate(p, arch))
 
 
 def test_problem_geometry_signature_and_validation() -> None:
@@ -63,7 +65,7 @@ def test_problem_geometry_signature_and_validation() -> None:
     ("float16", "float16", 8), ("bfloat16", "bfloat16", 8), ("float32", "float32", 4), ("float16", "float32", 8),
 ])  # fmt: skip
 def test_candidates_are_sm80_optimized_fprop_kernels(dtype: str, out: str, align_c: int) -> None:
-    cands = enumerate_candidates(conv(dtype, out), 90)
+    cands = enumerate_candidates(conv(dtype, out), 80)
     assert len(cands) >= 10 and len({c.tile for c in cands}) >= 5
     align = 16 // {"float16": 2, "bfloat16": 2, "float32": 4}[dtype]
     for c in cands:
@@ -71,9 +73,25 @@ def test_candidates_are_sm80_optimized_fprop_kernels(dtype: str, out: str, align
         assert c.iterator == "cutlass::conv::IteratorAlgorithm::kOptimized"
         assert (c.align_a, c.align_b, c.align_c) == (align, align, align_c)
         assert ("tf32" in c.name) == (dtype == "float32")
-    # the GEMM candidates of the same types are other kernels
+    # the GEMM candidates of the same types are other kernels (and the sm90 ones 3.x kernels)
+    assert not set(cands) & set(enumerate_candidates(conv(dtype, out), 90))
     gemm = enumerate_candidates(GemmProblem(256, 256, 256, dtype, out), 90)
     assert not any(g.is_conv for g in gemm) and not set(gemm) & set(cands)
+
+
+@pytest.mark.parametrize("dtype, out", [("float16", "float16"), ("bfloat16", "bfloat16"), ("float32", "float32")])
+def test_sm90_candidates_are_3x_im2col_kernels_with_fp32_accumulators(dtype: str, out: str) -> None:
+    p = conv(dtype, out)
+    cands = enumerate_candidates(p, 90)
+    for c in cands:
+        assert c.is_conv and c.arch == 90 and c.iterator == "im2col_tma" and "_sm90_" in c.name
+        assert c.kernel_schedule == "cutlass::conv::KernelImplicitTmaWarpSpecializedSm90"
+        assert c.epilogue_schedule == "cutlass::epilogue::TmaWarpSpecialized"
+    # one consumer warpgroup per tile (no persistent conv schedule on sm90): 128x256 and
+    # 256x128 tiles would need 256 fp32 accumulators per thread and are never ranked
+    ranked = rank_candidates(p, cands)
+    assert ranked and all(c.tile[0] * c.tile[1] <= 128 * 128 for c in ranked)
+    assert any(c.tile[0] * c.tile[1] > 128 * 128 for c in cands) and default_candidate(p, 90) == ranked[0]
 
 
 @pytest.mark.parametrize("p, needle", [
@@ -82,24 +100,44 @@ def test_candidates_are_sm80_optimized_fprop_kernels(dtype: str, out: str, align
     (conv("float16", "float32", k=12), "K=12 output channels are not a multiple of 8"),
     (conv("float32", c=6), "C=6 input channels are not a multiple of 4"),
     (conv(r=33, s=1), "at most 32x32"),
-    (conv(epi=EpilogueSpec("relu", has_bias=True, has_source=True)), "bias vector and a source tensor"),
     (conv("float16", "bfloat16"), "mixed input/output element types"),
 ])  # fmt: skip
 def test_unsupported_reasons(p: ConvProblem, needle: str) -> None:
-    reason = unsupported_reason(p, 90)
-    assert reason is not None and needle in reason
-    with pytest.raises(CodegenError, match="cannot offload"):
-        enumerate_candidates(p, 90)
+    for arch in (90, 80):
+        reason = unsupported_reason(p, arch)
+        assert reason is not None and needle in reason
+        with pytest.raises(CodegenError, match="cannot offload"):
+            enumerate_candidates(p, arch)
+
+
+def test_bias_plus_source_is_sm90_only() -> None:
+    p = conv(epi=EpilogueSpec("relu", has_bias=True, has_source=True))
+    assert unsupported_reason(p, 90) is None
+    assert "bias vector and a source tensor" in (unsupported_reason(p, 80) or "")
 
 
 def test_cost_model_reads_the_implicit_gemm() -> None:
     """Few output pixels and many channels want another tile than many pixels and few channels."""
     wide = conv(batch=32, h=56, w=56, p=56, q=56, c=64, k=64)
     deep = conv(batch=32, h=7, w=7, p=7, q=7, c=512, k=2048, r=1, s=1, pad=(0, 0))
-    a, b = default_candidate(wide), default_candidate(deep)
+    a, b = default_candidate(wide, 80), default_candidate(deep, 80)
     assert a.tile[0] >= a.tile[1] and a != b
-    ranked = rank_candidates(deep, enumerate_candidates(deep))
+    ranked = rank_candidates(deep, enumerate_candidates(deep, 80))
     assert ranked[0] == b and len(tuning_candidates(deep, ranked, 4)) == 4
+
+
+def test_emitted_sm90_unit() -> None:
+    both = spec_for(conv(layout="RSCK", epi=EpilogueSpec("silu", beta=0.5, has_bias=True, has_source=True)), 90)
+    plain = spec_for(conv("bfloat16"), 90)
+    src = emit_module([both, plain])
+    assert src.startswith("#define LOOPIR_CUTLASS_SM90 1\n#define LOOPIR_CUTLASS_CONV 1\n")
+    assert src.count("cutlass::conv::collective::CollectiveBuilder<") == 2
+    assert src.count("cutlass::conv::KernelImplicitTmaWarpSpecializedSm90>::CollectiveOp") == 2
+    # the output channels are the implicit GEMM's columns: a per-column bias
+    assert "LinCombPerColBiasEltAct<cutlass::epilogue::thread::SiLu, ElementD, ElementCompute, ElementD, ElementD," in src
+    assert "args.epilogue.thread.beta = beta;" in src and "args.epilogue.thread.beta = 0.0f;" in src
+    assert "LinearCombination<ElementD, ElementCompute, void, ElementCompute>" in src
+    assert src.count("krsc_filter<decltype(g_state), ElementAB>") == 1 and "DefaultConv2dFprop<" not in src
 
 
 def test_emitted_units() -> None:
@@ -124,21 +162,35 @@ def test_emitted_units() -> None:
         KernelSpec.for_problem(conv(), default_candidate(GemmProblem(256, 256, 256, "float16", "float16"), 80))
 
 
+def test_sm90_convolutions_get_a_unit_of_their_own() -> None:
+    from loopir.codegen_cuda.cutlass.emit import unit_groups
+
+    conv90, conv80 = spec_for(conv(), 90), spec_for(conv())
+    gemm90 = KernelSpec.make("float16", "float16", EpilogueSpec(),
+                             default_candidate(GemmProblem(256, 256, 256, "float16", "float16"), 90))
+    assert unit_groups([gemm90, conv90, conv80]) == [[conv90], [gemm90, conv80]]
+    assert unit_groups([conv80, gemm90]) == [[conv80, gemm90]]
+    with pytest.raises(CodegenError, match="need a translation unit of their own"):
+        emit_module([conv90, gemm90])
+    assert "#define LOOPIR_CUTLASS_CONV90 1" in emit_module([conv90])
+    assert "#define LOOPIR_CUTLASS_CONV90 0" in emit_module([gemm90, conv80])
+
+
 def test_tuning_choice_and_hook_plan(tmp_path) -> None:
     from loopir.codegen_cuda.cutlass import hook, tune
     from loopir.codegen_cuda.cutlass.offload import GemmOffload
 
     sp = ConvSpec(n=4, h=14, w=14, c=32, k=64, stride=(2, 2), layout="KCRS", activation="relu", bias=True)
-    func = GemmOffload()(conv2d(sp))
+    func = GemmOffload(arch=80)(conv2d(sp))
     plan = hook.ExternGemms(func, cache=tmp_path, tune_candidates=0)
     (call,) = plan.library_calls
     p = problem_from_signature(call["problem"])
-    assert isinstance(p, ConvProblem) and call["config"] == default_candidate(p).config() and not call["tuned"]
+    assert isinstance(p, ConvProblem) and call["config"] == default_candidate(p, 80).config() and not call["tuned"]
     (c,) = plan.calls
     assert c.conv == p.dims() == (4, 14, 14, 32, 64, 3, 3, 7, 7, 1, 1, 2, 2, 1, 1)
     assert c.int_args() == c.conv and c.operands == {"a": "X", "b": "Wt", "d": "D", "source": "", "bias": "bias"}
     assert "krsc_filter" in plan.source
-    other = enumerate_candidates(p)[1]
+    other = enumerate_candidates(p, 80)[1]
     assert tune.lookup(p, 80, tmp_path) is None
     tune.record_choice(p, 80, other, 0.5, [(other.short, 0.5)], tmp_path)
     assert tune.lookup(p, 80, tmp_path) == other
@@ -162,6 +214,10 @@ def test_every_kind_of_conv_entry_compiles_and_checks_arguments(monkeypatch, tmp
     ]
     lib = CutlassLibrary(specs, cache=tmp_path)
     assert lib.path.exists() and not lib.cache_hit and lib.source.count('extern "C" int') == 4
+    # a 3.x convolution is a unit of its own (with a bias, a residual and a permuted filter)
+    sm90 = spec_for(conv(layout="KCRS", epi=EpilogueSpec("relu", beta=0.5, has_bias=True, has_source=True)), 90)
+    lib90 = CutlassLibrary([sm90], cache=tmp_path)
+    assert lib90.path.exists() and "ConvUniversalAdapter<Kernel>" in lib90.source
     # argument checks run before any CUDA call: they work without a GPU
     fn = lib.entry(specs[0].entry)
     dims = [1, 8, 8, 64, 128, 3, 3, 8, 8, 1, 1, 1, 1, 1, 1]
@@ -184,7 +240,7 @@ def test_built_module_calls_the_conv_from_its_host_code() -> None:
     sp = ConvSpec(n=2, h=9, w=9, c=16, k=24, stride=(2, 2), layout="KCRS", activation="relu", bias=True)
     mod = loopir.build(conv2d(sp), target="cuda", nvcc_flags=("-DLOOPIR_HOST_TRACE",))
     (call,) = mod.library_calls
-    assert call["fused"] == ("Xpad", "D") and call["kernel"].startswith("loopir_cutlass_conv_sm80_f16_")
+    assert call["fused"] == ("Xpad", "D") and call["kernel"].startswith("loopir_cutlass_conv_sm90_f16_")
     assert f'int {call["kernel"]}(' in mod.cutlass_source and call["kernel"] in mod.source
 
     class Fake:

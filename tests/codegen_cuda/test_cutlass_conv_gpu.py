@@ -3,10 +3,13 @@ called through ``mod()`` on random data and compared with the CPU executor (the 
 function, generated code) and a float64 reference.
 
 The shapes are small and not multiples of the tiles (partial tiles in M = N*P*Q and in K), with
-padding, strides, dilations, every filter layout, every epilogue and each element type.
+padding, strides, dilations, every filter layout, every epilogue and each element type, on the
+sm90 (3.x) kernels and, for two cases, the sm80 (2.x) ones. Each family is one IRModule: one
+library with each CUTLASS configuration instantiated once, its units compiled in parallel.
 
 ``python tests/codegen_cuda/test_cutlass_conv_gpu.py`` runs the first case once (what
-``compute-sanitizer --tool memcheck`` is pointed at).
+``compute-sanitizer --tool memcheck`` is pointed at); with ``--precompile`` it builds every
+module the tests use into the cache and stops (no GPU needed).
 """
 
 from __future__ import annotations
@@ -38,7 +41,11 @@ CASES = {
     "f16_7x7_s2_stem_bias_relu": ConvSpec(n=2, h=30, w=30, c=8, k=32, r=7, s=7, pad=(3, 3, 3, 3),
                                           stride=(2, 2), activation="relu", bias=True),
     "tf32_3x3_bias": ConvSpec(n=2, h=9, w=9, c=20, k=12, dtype="float32", bias=True),
+    "f16_3x3_s2_bias_and_residual_relu": ConvSpec(n=2, h=11, w=11, c=16, k=32, stride=(2, 2),
+                                                  activation="relu", bias=True, residual=True),
 }  # fmt: skip
+SM80 = ("f16_3x3_bias_relu", "bf16_3x3_s2_kcrs_residual_gelu", "f16_1x1_s2_rsck_bias_silu")
+REPEAT = ConvSpec(n=2, h=10, w=10, c=16, k=32, layout="KCRS", activation="relu", bias=True)
 
 # max |got - ref| / max |ref| against float64 (the output's rounding included)
 TOL = {"float16": 4e-3, "bfloat16": 2e-2, "float32": 5e-3}
@@ -85,12 +92,26 @@ def _reference(sp: ConvSpec, exact: dict[str, np.ndarray]) -> np.ndarray:
     return conv2d_reference(sp, x, w, exact.get("bias"), exact.get("S"))
 
 
-def build(sp: ConvSpec) -> Any:
+def build_all(arch: int) -> Any:
+    """One library for the cases on ``arch`` (and the repeated-call case on sm90)."""
+    import os
+
     import loopir
     from loopir.passes.context import PassContext
 
-    with PassContext(config={"cuda.gemm_allow_tf32": sp.dtype == "float32"}):
-        return loopir.build(conv2d(sp), target="cuda")
+    names = list(CASES) if arch == 90 else list(SM80)
+    funcs = {name: conv2d(CASES[name]) for name in names}
+    if arch == 90:
+        funcs["repeat"] = conv2d(REPEAT)
+    config = {"cuda.gemm_allow_tf32": True, "cuda.cutlass_arch": arch}
+    with PassContext(config=config):
+        return loopir.build(loopir.IRModule(funcs), target="cuda", strategy="units",
+                            workers=os.cpu_count() or 1)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def modules() -> dict[int, Any]:
+    return {90: build_all(90), 80: build_all(80)}
 
 
 def _err(got: np.ndarray, ref: np.ndarray) -> float:
@@ -98,14 +119,17 @@ def _err(got: np.ndarray, ref: np.ndarray) -> float:
     return float(np.abs(got - ref).max() / np.abs(ref).max())
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_conv_matches_cpu_executor_and_float64(name: str) -> None:
+CASE_ARCHS = [(name, 90) for name in CASES] + [(name, 80) for name in SM80]
+
+
+@pytest.mark.parametrize("name, arch", CASE_ARCHS, ids=[f"{n}-sm{a}" for n, a in CASE_ARCHS])
+def test_conv_matches_cpu_executor_and_float64(name: str, arch: int, modules: dict[int, Any]) -> None:
     import loopir
 
     sp = CASES[name]
-    mod = build(sp)
+    mod = modules[arch][name]
     (call,) = mod.library_calls
-    assert call["block"] == "Y" and call["kernel"].startswith("loopir_cutlass_conv_sm80_")
+    assert call["block"] == "Y" and call["kernel"].startswith(f"loopir_cutlass_conv_sm{arch}_")
     host, exact, out_dtype = _inputs(sp, seed=len(name))
     out_name = list(host)[-1]
     ref = _reference(sp, exact)
@@ -124,12 +148,12 @@ def test_conv_matches_cpu_executor_and_float64(name: str) -> None:
     assert _err(want, ref) < TOL[sp.dtype]
 
 
-def test_repeated_calls_see_new_filters_and_inputs() -> None:
+def test_repeated_calls_see_new_filters_and_inputs(modules: dict[int, Any]) -> None:
     """One module, two calls on the same torch tensors with new values in place: the KCRS filter
     is permuted again and the kernel's cached arguments are reused correctly."""
     torch = pytest.importorskip("torch")
-    sp = ConvSpec(n=2, h=10, w=10, c=16, k=32, layout="KCRS", activation="relu", bias=True)
-    mod = build(sp)
+    sp = REPEAT
+    mod = modules[90]["repeat"]
     shapes = sp.shapes()
     tensors = {k: torch.empty(v, device="cuda", dtype=torch.float16) for k, v in shapes.items()}
     for seed in (1, 2):
@@ -145,7 +169,12 @@ def test_repeated_calls_see_new_filters_and_inputs() -> None:
 
 
 if __name__ == "__main__":
+    if "--precompile" in sys.argv:  # build every module these tests use into the cache (no GPU)
+        build_all(90)
+        build_all(80)
+        sys.exit(0)
     sp = CASES["f16_3x3_bias_relu"]
     host, exact, _ = _inputs(sp, seed=0)
-    build(sp)(*host.values())
+    mod = build_all(90)["f16_3x3_bias_relu"]
+    mod(*host.values())
     print("ok", _err(host["D"].astype(np.float64), _reference(sp, exact)))

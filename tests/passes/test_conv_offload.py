@@ -58,7 +58,7 @@ def test_offloaded_forms(kw: dict, geometry: dict, fused: tuple[str, ...]) -> No
     assert decision.offloaded, decision.reason
     (call,) = library_calls_of(out).values()
     prob = call["problem"]
-    assert prob["kind"] == "conv2d_fprop" and call["fused"] == fused and call["arch"] == 80
+    assert prob["kind"] == "conv2d_fprop" and call["fused"] == fused and call["arch"] == 90
     for key, value in geometry.items():
         assert prob[key] == value, (key, prob[key])
     assert (call["a"], call["b"], call["d"]) == ("X", "Wt", "D" if spec.has_epilogue else "Y")
@@ -92,11 +92,19 @@ def refused(func: PrimFunc, caplog: pytest.LogCaptureFixture, **config: Any) -> 
     (dict(c=6, dtype="float32"), {"cuda.gemm_allow_tf32": True}, "C=6 input channels are not a multiple of 4"),
     (dict(dtype="float32"), {}, "fp32 conv2d: CUTLASS would use TF32"),
     (dict(acc="float16"), {}, "summed in float16"),
-    (dict(bias=True, residual=True), {}, "cannot add both a bias vector and a source"),
+    (dict(bias=True, residual=True), {"cuda.cutlass_arch": 80}, "cannot add both a bias vector and a source"),
     (dict(r=33, s=1, h=40, pad=None), {}, "at most 32x32"),
 ])  # fmt: skip
 def test_refused_with_the_rule(kw: dict, config: dict, needle: str, caplog: pytest.LogCaptureFixture) -> None:
     assert needle in refused(conv2d(ConvSpec(**kw)), caplog, **config)
+
+
+def test_sm90_fuses_bias_and_residual_and_sm80_is_chosen_by_the_arch_key() -> None:
+    func = conv2d(ConvSpec(activation="relu", bias=True, residual=True))
+    out, p = offload(func)
+    assert p.report[0].offloaded and library_calls_of(out)["conv2d_Y"]["arch"] == 90
+    out, p = offload(conv2d(ConvSpec(activation="relu", bias=True)), **{"cuda.cutlass_arch": 80})
+    assert p.report[0].offloaded and library_calls_of(out)["conv2d_Y"]["arch"] == 80
 
 
 def test_tf32_when_allowed() -> None:

@@ -7,10 +7,11 @@ The candidates come from CUTLASS's own generator (``Manifest`` + ``GenerateSM90`
 are filtered by element type, layout, alignment and epilogue support, then sorted
 deterministically. Nothing here is a hand-written table of tile shapes.
 
-Convolutions come from the generator's ``conv2d`` operations: CUTLASS 2.x implicit-GEMM fprop
-kernels (``Conv2dFprop``, the optimized iterators, NHWC, 16-byte aligned channels) of
-``GenerateSM80``, for either ``arch`` (they run on sm_90 too). The generator's sm_90 3.x
-convolutions are not used yet; a conv candidate always has ``arch`` 80.
+Convolutions come from the generator's ``conv2d`` fprop operations (NHWC, 16-byte aligned
+channels, fp32 accumulation): for ``arch`` 90 the CUTLASS 3.x implicit-GEMM kernels of
+``GenerateSM90`` (im2col TMA, warp-specialized; CUTLASS has no persistent conv schedule on sm_90),
+for ``arch`` 80 the 2.x ``Conv2dFprop`` kernels of ``GenerateSM80`` with the optimized iterators
+(they run on sm_90 too).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -91,8 +93,9 @@ class GemmCandidate:
     math_op
         2.x math operator tag (e.g. ``cutlass::arch::OpMultiplyAdd``).
     iterator
-        The iterator algorithm tag of an implicit-GEMM convolution
-        (``cutlass::conv::IteratorAlgorithm::kOptimized``); "" for a GEMM.
+        How an implicit-GEMM convolution reads its activations: the 2.x iterator algorithm tag
+        (``cutlass::conv::IteratorAlgorithm::kOptimized``) or ``"im2col_tma"`` (3.x); "" for a
+        GEMM.
     """
 
     arch: int
@@ -199,7 +202,7 @@ def unsupported_reason(problem: Problem, arch: int) -> str | None:
             "offloaded"
         )
     if isinstance(problem, ConvProblem):
-        return _conv_unsupported_reason(problem)
+        return _conv_unsupported_reason(problem, arch)
     ops = cutlass_operands(problem)
     nbytes = DTYPES[problem.dtype_ab][2]
     align = 16 // nbytes
@@ -220,8 +223,9 @@ def unsupported_reason(problem: Problem, arch: int) -> str | None:
     return None
 
 
-def _conv_unsupported_reason(problem: ConvProblem) -> str | None:
-    """The 2.x optimized fprop kernels' requirements (their ``can_implement``), checked early."""
+def _conv_unsupported_reason(problem: ConvProblem, arch: int) -> str | None:
+    """The fprop kernels' requirements (their ``can_implement``: 16-byte accesses along the
+    channels, the 2.x iterators' filter size limit), checked early."""
     align = 16 // DTYPES[problem.dtype_ab][2]
     if problem.c % align:
         return (f"C={problem.c} input channels are not a multiple of {align} (the {problem.dtype_ab} "
@@ -232,7 +236,7 @@ def _conv_unsupported_reason(problem: ConvProblem) -> str | None:
                 f"{problem.dtype_d} output is written in 16-byte vectors along K)")  # fmt: skip
     if problem.r > 32 or problem.s > 32:
         return f"filter {problem.r}x{problem.s}: the optimized iterators take at most 32x32"
-    if problem.epilogue.has_bias and problem.epilogue.has_source:
+    if arch == 80 and problem.epilogue.has_bias and problem.epilogue.has_source:
         return "the sm80 (2.x) epilogue cannot add both a bias vector and a source tensor"
     return None
 
@@ -267,16 +271,64 @@ def enumerate_candidates(problem: Problem, arch: int = 90) -> list[GemmCandidate
     if reason is not None:
         raise CodegenError(f"cutlass: cannot offload {problem.signature()}: {reason}")
     if isinstance(problem, ConvProblem):
-        key: tuple[Any, ...] = ("conv2d_fprop", problem.dtype_ab, problem.dtype_d)
+        key: tuple[Any, ...] = ("conv2d_fprop", problem.dtype_ab, problem.dtype_d, arch)
     else:
         key = (problem.dtype_ab, problem.dtype_d, problem.layout_a, problem.layout_b,
                problem.epilogue.is_plain, arch)  # fmt: skip
     hit = _CANDIDATES.get(key)
     if hit is None:
-        found = (_scan_conv_generator(problem) if isinstance(problem, ConvProblem)
-                 else _scan_generator(problem, arch))  # fmt: skip
+        if isinstance(problem, ConvProblem):
+            found = _scan_conv_sm90(problem) if arch == 90 else _scan_conv_generator(problem)
+        else:
+            found = _scan_generator(problem, arch)
         hit = _CANDIDATES[key] = tuple(found)
     return list(hit)
+
+
+def _scan_conv_sm90(problem: ConvProblem) -> list[GemmCandidate]:
+    """The generator's sm_90 3.x fprop configurations for ``problem``'s input type.
+
+    The generator lists each configuration with one accumulator and output type (its fp16
+    kernels accumulate in fp16); the tile, cluster and schedule are what is taken, with fp32
+    accumulation and the problem's output type, so configurations whose fp32 accumulators do
+    not fit in registers are dropped by the ranking
+    ([`fits_registers`][loopir.codegen_cuda.cutlass.enumerate.fits_registers]). bf16 takes the
+    fp16 configurations too (the generator lists only four bf16 ones, all 256-wide): the operands
+    have the same width, so the same tiles, copies and instructions apply.
+    """
+    from cutlass_library import library as lib
+
+    want_ab = DTYPES[problem.dtype_ab][0]
+    align = 16 // DTYPES[problem.dtype_ab][2]
+    align_d = 16 // DTYPES[problem.dtype_d][2]
+    seen: dict[tuple[Any, ...], GemmCandidate] = {}
+    for op in _generator_ops(90, "conv2d"):
+        if op.conv_kind != lib.ConvKind.Fprop or not op.is_3x or op.A.layout.name != "TensorNHWC":
+            continue
+        same_width = ("f16", "bf16") if want_ab in ("f16", "bf16") else (want_ab,)
+        if lib.DataTypeNames[op.A.element] not in same_width or op.B.element != op.A.element:
+            continue
+        if op.A.alignment != align or op.B.alignment != align:
+            continue
+        if op.epilogue_schedule.name != "TmaWarpSpecialized":
+            continue  # the bias/activation fusion needs the TMA (EVT) epilogue
+        td = op.tile_description
+        cand = GemmCandidate(
+            arch=90, name=op.procedural_name(), tile=tuple(td.tile_shape), cluster=tuple(td.cluster_shape),
+            stages=int(td.stages), warp_count=tuple(td.warp_count),
+            instruction=tuple(td.math_instruction.instruction_shape),
+            kernel_schedule=lib.KernelScheduleTag[op.kernel_schedule].replace("gemm::", "conv::"),
+            epilogue_schedule=lib.EpilogueScheduleTag[op.epilogue_schedule], tile_scheduler="",
+            swizzle="", layout_a="TensorNHWC", layout_b="TensorNHWC", align_a=align, align_b=align,
+            align_c=align_d, element_ab=_element_tag(want_ab, 90), math_op="", iterator="im2col_tma",
+        )  # fmt: skip
+        key = cand.sort_key()[:-1]
+        if key not in seen or cand.name < seen[key].name:
+            seen[key] = cand
+    out = sorted(seen.values(), key=GemmCandidate.sort_key)
+    if not out:
+        raise CodegenError(f"cutlass: the generator offers no sm_90 conv2d fprop kernel for {problem.signature()}")
+    return out
 
 
 def _scan_conv_generator(problem: ConvProblem) -> list[GemmCandidate]:
@@ -601,13 +653,20 @@ def _persistent(cand: GemmCandidate) -> bool:
     return cand.arch != 90 or "Cooperative" in cand.kernel_schedule or "Pingpong" in cand.kernel_schedule
 
 
+def _family(p: Problem) -> tuple[Any, ...]:
+    """What decides a problem's kernels (all but its shape)."""
+    if isinstance(p, ConvProblem):
+        return ("conv2d_fprop", p.dtype_ab, p.dtype_d, p.layout_w, p.epilogue)
+    return (p.dtype_ab, p.dtype_d, p.layout_a, p.layout_b, p.epilogue)
+
+
 def shared_tuning_candidates(
-    problems: list[GemmProblem], arch: int, count: int, sm_count: int | None = None
+    problems: Sequence[Problem], arch: int, count: int, sm_count: int | None = None
 ) -> list[GemmCandidate]:
     """One set of at most ``count`` kernels to tune several problems of one kernel family.
 
-    The problems must share element types, layouts and epilogue (they differ in shape), so one
-    compiled kernel serves all of them; only their shapes differ. Each problem's
+    The problems (GEMMs, or convolutions) must share element types, layouts and epilogue (they
+    differ in shape), so one compiled kernel serves all of them; only their shapes differ. Each problem's
     [`tuning_candidates`][loopir.codegen_cuda.cutlass.enumerate.tuning_candidates] list is merged
     round-robin (every default first, then every problem's second choice, ...), so each shape class
     gets its best guesses compiled. Deterministic for a given list of problems.
@@ -621,7 +680,7 @@ def shared_tuning_candidates(
         raise CodegenError("cutlass: shared_tuning_candidates got no problems")
     if count < 1:
         raise CodegenError(f"cutlass: tuning candidate count must be >= 1, got {count}")
-    families = {(p.dtype_ab, p.dtype_d, p.layout_a, p.layout_b, p.epilogue) for p in problems}
+    families = {_family(p) for p in problems}
     if len(families) != 1:
         raise CodegenError(
             f"cutlass: shared_tuning_candidates needs one kernel family, got {len(families)}: "

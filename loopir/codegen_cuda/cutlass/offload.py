@@ -22,8 +22,8 @@ of a CUTLASS 2.x implicit-GEMM kernel, with the epilogue stage after it fused as
 per output channel, a residual source, ReLU/GELU/SiLU) and the padding stage folded into the
 kernel (dropped when nothing else reads the padded tensor). Its extern statement carries the
 implicit GEMM's extents (``M = N*P*Q``, ``N = K``, ``K = C*R*S``); the description holds the
-geometry (``problem.ConvProblem.signature``). The same kernels serve ``cuda.cutlass_arch`` 80
-and 90: the generator's sm_90 3.x convolutions are not used yet.
+geometry (``problem.ConvProblem.signature``). ``cuda.cutlass_arch`` 90 takes CUTLASS 3.x kernels
+(im2col TMA), 80 the 2.x ones (which also run on sm_90).
 
 Stages that do not match, or that CUTLASS cannot take (dtype, alignment, shape), stay generated
 code; the reason is logged (logger ``loopir.codegen_cuda.cutlass.offload``) and kept in the
@@ -304,16 +304,15 @@ class GemmOffload(Pass):
         problem = _supported(lambda: ConvProblem(
             core.n, core.h, core.w_in, core.c, core.k, core.r, core.s, core.p, core.q, core.dtype,
             d.dtype, core.pad[:2], core.stride, core.dilation, core.layout_w, spec,
-        ), 80)  # fmt: skip
+        ), run.settings.arch)  # fmt: skip
         if isinstance(problem, str):
             return self._keep(run, stage, OffloadDecision(core.block, False, problem))
         pad = run.pads.get(core.x) if core.pad_block is None else next(
             p for p in run.pads.values() if p.block == core.pad_block)  # fmt: skip
         folded = (pad,) if pad is not None else ()
         what = f"{problem.describe()}, {problem.dtype_ab}->{problem.dtype_d}, epilogue {spec.describe()}"
-        # 2.x implicit-GEMM kernels for every arch (they run on sm_90 too): the family is 80
-        self._record(run, f"conv2d_{core.block}", core.block, (core.x, core.w, d), epi, problem, 80,
-                     folded, what)  # fmt: skip
+        self._record(run, f"conv2d_{core.block}", core.block, (core.x, core.w, d), epi, problem,
+                     run.settings.arch, folded, what)  # fmt: skip
         if epi is not None:
             run.dropped.add(id(core.y))
             return 2
