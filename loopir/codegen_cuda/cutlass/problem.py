@@ -233,7 +233,7 @@ class ConvProblem:
 
     As an implicit GEMM it is ``M = N*P*Q``, ``N = K``, ``K = C*R*S``: the ``m``/``n``/``k``
     properties, which the cost model of
-    [`enumerate`][loopir.codegen_cuda.cutlass.enumerate] reads as it reads a GEMM's.
+    ``enumerate`` reads as it reads a GEMM's.
 
     Attributes
     ----------
