@@ -93,7 +93,10 @@ class ConvSpec:
     def shapes(self) -> dict[str, tuple[int, ...]]:
         """Parameter shapes by name, in parameter order (X, Wt, [bias], [S], output)."""
         p, q = self.output_hw()
-        out = {"X": (self.n, self.h, self.w, self.c), "Wt": filter_shape(self.layout, self.k, self.r, self.s, self.c)}
+        out: dict[str, tuple[int, ...]] = {
+            "X": (self.n, self.h, self.w, self.c),
+            "Wt": filter_shape(self.layout, self.k, self.r, self.s, self.c),
+        }
         if self.bias:
             out["bias"] = (self.k,)
         if self.residual:
@@ -201,7 +204,8 @@ def conv2d_reference(spec: ConvSpec, x: np.ndarray, w: np.ndarray, bias: np.ndar
     if spec.activation == "gelu":
         from math import erf
 
-        return 0.5 * y * (1.0 + np.vectorize(erf)(y / math.sqrt(2.0)))
+        erf_y: np.ndarray = np.vectorize(erf)(y / math.sqrt(2.0))
+        return 0.5 * y * (1.0 + erf_y)
     if spec.activation == "silu":
         return y / (1.0 + np.exp(-y))
     return y

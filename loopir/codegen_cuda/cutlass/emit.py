@@ -427,6 +427,32 @@ extern "C" const char* ${entry}_error(void) { return loopir_cutlass_rt::g_last_e
 """
 
 
+# The part of a convolution's entry point both kernel families share: the argument checks, the
+# lock, the filter permutation (``${permute}``) before the problem is set up ...
+_CONV_ENTRY_HEAD = r"""extern "C" int ${entry}(const void* X, const void* Wt, const void* S, const void* bias, void* Y,
+                        int N, int H, int W, int C, int K, int R, int S_, int P, int Q,
+                        int pad_h, int pad_w, int stride_h, int stride_w, int dil_h, int dil_w,
+                        float alpha, float beta, void* stream) {
+  using namespace ${ns};
+  if (!X || !Wt || !Y || N <= 0 || H <= 0 || W <= 0 || C <= 0 || K <= 0 || R <= 0 || S_ <= 0 ||
+      P <= 0 || Q <= 0 || pad_h < 0 || pad_w < 0 || stride_h <= 0 || stride_w <= 0 ||
+      dil_h <= 0 || dil_w <= 0${null_checks})
+    return loopir_cutlass_rt::fail(6, "${entry}", "null pointer or invalid extent");
+  std::lock_guard<std::mutex> lock(g_state.mutex);
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  const void* filter = Wt;
+${permute}
+"""
+
+# ... and, once ``args`` are built, the call through the shared runner.
+_CONV_ENTRY_TAIL = r"""  loopir_cutlass_rt::CallKey key{X, filter, S, bias, Y, 0, 0, 0, 0, alpha, beta, stream,
+                                 {N, H, W, C, K, R, S_, P, Q, pad_h, pad_w, stride_h, stride_w,
+                                  dil_h, dil_w}};
+  return loopir_cutlass_rt::run_gemm(g_state, args, key, st, "${entry}");
+}
+extern "C" const char* ${entry}_error(void) { return loopir_cutlass_rt::g_last_error; }
+"""
+
 _CONV_SM80 = r"""
 // ${name}: CUTLASS 2.x ${cutlass_name} (implicit-GEMM conv2d fprop)
 namespace ${ns} {
@@ -446,20 +472,7 @@ using Conv = cutlass::conv::device::ImplicitGemmConvolution<Kernel>;
 static loopir_cutlass_rt::State<Conv> g_state;
 }  // namespace ${ns}
 
-extern "C" int ${entry}(const void* X, const void* Wt, const void* S, const void* bias, void* Y,
-                        int N, int H, int W, int C, int K, int R, int S_, int P, int Q,
-                        int pad_h, int pad_w, int stride_h, int stride_w, int dil_h, int dil_w,
-                        float alpha, float beta, void* stream) {
-  using namespace ${ns};
-  if (!X || !Wt || !Y || N <= 0 || H <= 0 || W <= 0 || C <= 0 || K <= 0 || R <= 0 || S_ <= 0 ||
-      P <= 0 || Q <= 0 || pad_h < 0 || pad_w < 0 || stride_h <= 0 || stride_w <= 0 ||
-      dil_h <= 0 || dil_w <= 0${null_checks})
-    return loopir_cutlass_rt::fail(6, "${entry}", "null pointer or invalid extent");
-  std::lock_guard<std::mutex> lock(g_state.mutex);
-  cudaStream_t st = static_cast<cudaStream_t>(stream);
-  const void* filter = Wt;
-${permute}
-  cutlass::conv::Conv2dProblemSize problem(N, H, W, C, K, R, S_, P, Q, pad_h, pad_w, stride_h,
+""" + _CONV_ENTRY_HEAD + r"""  cutlass::conv::Conv2dProblemSize problem(N, H, W, C, K, R, S_, P, Q, pad_h, pad_w, stride_h,
                                            stride_w, dil_h, dil_w,
                                            cutlass::conv::Mode::kCrossCorrelation, 1, 1);
   // The source operand: the bias broadcast over N, P, Q (all strides 0), the source tensor,
@@ -474,13 +487,7 @@ ${permute}
       {static_cast<ElementD*>(const_cast<void*>(src)), layout_c},
       {static_cast<ElementD*>(Y), Layout::packed({N, P, Q, K})},
       {alpha, beta_eff});
-  loopir_cutlass_rt::CallKey key{X, filter, S, bias, Y, 0, 0, 0, 0, alpha, beta, stream,
-                                 {N, H, W, C, K, R, S_, P, Q, pad_h, pad_w, stride_h, stride_w,
-                                  dil_h, dil_w}};
-  return loopir_cutlass_rt::run_gemm(g_state, args, key, st, "${entry}");
-}
-extern "C" const char* ${entry}_error(void) { return loopir_cutlass_rt::g_last_error; }
-"""
+""" + _CONV_ENTRY_TAIL
 
 _CONV_SM90 = r"""
 #if LOOPIR_CUTLASS_CONV90
@@ -512,20 +519,7 @@ using Conv = cutlass::conv::device::ConvUniversalAdapter<Kernel>;
 static loopir_cutlass_rt::State<Conv> g_state;
 }  // namespace ${ns}
 
-extern "C" int ${entry}(const void* X, const void* Wt, const void* S, const void* bias, void* Y,
-                        int N, int H, int W, int C, int K, int R, int S_, int P, int Q,
-                        int pad_h, int pad_w, int stride_h, int stride_w, int dil_h, int dil_w,
-                        float alpha, float beta, void* stream) {
-  using namespace ${ns};
-  if (!X || !Wt || !Y || N <= 0 || H <= 0 || W <= 0 || C <= 0 || K <= 0 || R <= 0 || S_ <= 0 ||
-      P <= 0 || Q <= 0 || pad_h < 0 || pad_w < 0 || stride_h <= 0 || stride_w <= 0 ||
-      dil_h <= 0 || dil_w <= 0${null_checks})
-    return loopir_cutlass_rt::fail(6, "${entry}", "null pointer or invalid extent");
-  std::lock_guard<std::mutex> lock(g_state.mutex);
-  cudaStream_t st = static_cast<cudaStream_t>(stream);
-  const void* filter = Wt;
-${permute}
-  // The upper paddings that give exactly P x Q (a larger bottom/right padding only adds rows
+""" + _CONV_ENTRY_HEAD + r"""  // The upper paddings that give exactly P x Q (a larger bottom/right padding only adds rows
   // that no output reads): the smallest that do, and at least 0.
   int up_h = (P - 1) * stride_h + dil_h * (R - 1) + 1 - H - pad_h;
   int up_w = (Q - 1) * stride_w + dil_w * (S_ - 1) + 1 - W - pad_w;
@@ -550,13 +544,7 @@ ${permute}
   args.epilogue.thread.alpha = alpha;
   args.epilogue.thread.beta = ${beta};
 ${bias_arg}
-  loopir_cutlass_rt::CallKey key{X, filter, S, bias, Y, 0, 0, 0, 0, alpha, beta, stream,
-                                 {N, H, W, C, K, R, S_, P, Q, pad_h, pad_w, stride_h, stride_w,
-                                  dil_h, dil_w}};
-  return loopir_cutlass_rt::run_gemm(g_state, args, key, st, "${entry}");
-}
-extern "C" const char* ${entry}_error(void) { return loopir_cutlass_rt::g_last_error; }
-#endif  // LOOPIR_CUTLASS_CONV90
+""" + _CONV_ENTRY_TAIL + r"""#endif  // LOOPIR_CUTLASS_CONV90
 """
 
 # (sk, sr, ss, sc): element strides of a filter layout, read as KRSC by permute_filter

@@ -301,7 +301,7 @@ def _scan_conv_sm90(problem: ConvProblem) -> list[GemmCandidate]:
     want_ab = DTYPES[problem.dtype_ab][0]
     align = 16 // DTYPES[problem.dtype_ab][2]
     align_d = 16 // DTYPES[problem.dtype_d][2]
-    seen: dict[tuple[Any, ...], GemmCandidate] = {}
+    found: list[GemmCandidate] = []
     for op in _generator_ops(90, "conv2d"):
         if op.conv_kind != lib.ConvKind.Fprop or not op.is_3x or op.A.layout.name != "TensorNHWC":
             continue
@@ -322,13 +322,8 @@ def _scan_conv_sm90(problem: ConvProblem) -> list[GemmCandidate]:
             swizzle="", layout_a="TensorNHWC", layout_b="TensorNHWC", align_a=align, align_b=align,
             align_c=align_d, element_ab=_element_tag(want_ab, 90), math_op="", iterator="im2col_tma",
         )  # fmt: skip
-        key = cand.sort_key()[:-1]
-        if key not in seen or cand.name < seen[key].name:
-            seen[key] = cand
-    out = sorted(seen.values(), key=GemmCandidate.sort_key)
-    if not out:
-        raise CodegenError(f"cutlass: the generator offers no sm_90 conv2d fprop kernel for {problem.signature()}")
-    return out
+        found.append(cand)
+    return _distinct(found, f"sm_90 conv2d fprop kernel for {problem.signature()}")
 
 
 def _scan_conv_generator(problem: ConvProblem) -> list[GemmCandidate]:
@@ -340,7 +335,7 @@ def _scan_conv_generator(problem: ConvProblem) -> list[GemmCandidate]:
     want_d = DTYPES[problem.dtype_d][0]
     align = 16 // DTYPES[problem.dtype_ab][2]
     align_d = 16 // DTYPES[problem.dtype_d][2]
-    seen: dict[tuple[Any, ...], GemmCandidate] = {}
+    found: list[GemmCandidate] = []
     for op in _generator_ops(80, "conv2d"):
         if op.conv_kind != lib.ConvKind.Fprop or op.group_mode != lib.GroupMode.NoneGroup:
             continue
@@ -371,13 +366,8 @@ def _scan_conv_generator(problem: ConvProblem) -> list[GemmCandidate]:
             math_op=lib.MathOperationTag[td.math_instruction.math_operation],
             iterator=lib.IteratorAlgorithmTag[op.iterator_algorithm],
         )  # fmt: skip
-        key = cand.sort_key()[:-1]
-        if key not in seen or cand.name < seen[key].name:
-            seen[key] = cand
-    out = sorted(seen.values(), key=GemmCandidate.sort_key)
-    if not out:
-        raise CodegenError(f"cutlass: the generator offers no conv2d fprop kernel for {problem.signature()}")
-    return out
+        found.append(cand)
+    return _distinct(found, f"sm_80 conv2d fprop kernel for {problem.signature()}")
 
 
 def _scan_generator(problem: GemmProblem, arch: int) -> list[GemmCandidate]:
@@ -388,7 +378,7 @@ def _scan_generator(problem: GemmProblem, arch: int) -> list[GemmCandidate]:
     want_d = DTYPES[problem.dtype_d][0]
     align16 = 16 // DTYPES[problem.dtype_ab][2]
     align_d = 16 // DTYPES[problem.dtype_d][2]
-    seen: dict[tuple[Any, ...], GemmCandidate] = {}
+    found: list[GemmCandidate] = []
     for op in _generator_ops(arch):
         n = _names(lib, op)
         if n["acc"] != "f32" or n["d"] != want_d or n["c"] not in (want_d, "void"):
@@ -452,15 +442,27 @@ def _scan_generator(problem: GemmProblem, arch: int) -> list[GemmCandidate]:
                 element_ab=_element_tag(want_ab, arch),
                 math_op=lib.MathOperationTag[td.math_instruction.math_operation],
             )  # fmt: skip
-        key = cand.sort_key()[:-1]  # the same kernel listed under several C types / names
+        found.append(cand)
+    return _distinct(found, f"sm_{arch} kernel for {problem.signature()}")
+
+
+def _distinct(found: list[GemmCandidate], what: str) -> list[GemmCandidate]:
+    """``found`` without repeats, sorted: the generator lists one kernel under several C types
+    and names; the first name in order is kept.
+
+    Raises
+    ------
+    CodegenError
+        When nothing was found (``what`` names the request).
+    """
+    seen: dict[tuple[Any, ...], GemmCandidate] = {}
+    for cand in found:
+        key = cand.sort_key()[:-1]
         if key not in seen or cand.name < seen[key].name:
             seen[key] = cand
-    out = sorted(seen.values(), key=GemmCandidate.sort_key)
-    if not out:
-        raise CodegenError(
-            f"cutlass: the generator offers no sm_{arch} kernel for {problem.signature()}"
-        )
-    return out
+    if not seen:
+        raise CodegenError(f"cutlass: the generator offers no {what}")
+    return sorted(seen.values(), key=GemmCandidate.sort_key)
 
 
 def _element_tag(dtype_name: str, arch: int) -> str:

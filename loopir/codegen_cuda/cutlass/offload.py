@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -263,27 +263,17 @@ class GemmOffload(Pass):
                 self._decide(OffloadDecision(core.block, False, core.reason), run.settings.warn)
             run.out.append(stage)
             return 1
-        decision, epi = _plan(core.block, core.c, lambda st: match_epilogue(st, core, params=params),
-                              run.stages, i, params, run.allocs)  # fmt: skip
-        if decision is None and core.dtype_ab == "float32" and not run.settings.allow_tf32:
-            decision = OffloadDecision(core.block, False, _TF32_REASON.format(what="GEMM"))
-        if decision is not None:
-            return self._keep(run, stage, decision)
-        d = epi.d if epi is not None else core.c
-        spec = _epilogue_spec(core.alpha, epi)
-        problem = _supported(lambda: GemmProblem(
-            m=core.m, n=core.n, k=core.k, dtype_ab=core.dtype_ab, dtype_d=d.dtype,
-            layout_a=core.layout_a, layout_b=core.layout_b, batch=core.batch, epilogue=spec,
-        ), run.settings.arch)  # fmt: skip
-        if isinstance(problem, str):
-            return self._keep(run, stage, OffloadDecision(core.block, False, problem))
-        what = f"{problem.layout_code}, {problem.dtype_ab}->{problem.dtype_d}, epilogue {spec.describe()}"
-        self._record(run, f"gemm_{core.block}", core.block, (core.a, core.b, d), epi, problem,
-                     run.settings.arch, (), what)  # fmt: skip
-        if epi is not None:
-            run.dropped.add(id(core.c))
-            return 2
-        return 1
+        plan = _plan(core.block, core.c, lambda st: match_epilogue(st, core, params=params),
+                     run.stages, i, params, run.allocs)  # fmt: skip
+
+        def make(d: Buffer, spec: EpilogueSpec) -> GemmProblem:
+            return GemmProblem(
+                m=core.m, n=core.n, k=core.k, dtype_ab=core.dtype_ab, dtype_d=d.dtype,
+                layout_a=core.layout_a, layout_b=core.layout_b, batch=core.batch, epilogue=spec,
+            )  # fmt: skip
+
+        return self._offload(run, i, plan, _Offload(core.block, "gemm", core.dtype_ab, core.alpha,
+                                                    (core.a, core.b, core.c), ()), make)  # fmt: skip
 
     def _conv(self, run: _Run, i: int) -> int:
         stage, params = run.stages[i], run.func.params
@@ -291,32 +281,42 @@ class GemmOffload(Pass):
         if isinstance(core, NoMatch):
             return self._keep(run, stage, OffloadDecision(core.block, False, core.reason))
         reason = _conv_operands_reason(core, params)
-        decision, epi = (OffloadDecision(core.block, False, reason), None) if reason else _plan(
+        plan = (OffloadDecision(core.block, False, reason), None) if reason else _plan(
             core.block, core.y,
             lambda st: match_output_epilogue(st, core.y, [core.n, core.p, core.q, core.k], params=params),
             run.stages, i, params, run.allocs)  # fmt: skip
-        if decision is None and core.dtype == "float32" and not run.settings.allow_tf32:
-            decision = OffloadDecision(core.block, False, _TF32_REASON.format(what="conv2d"))
+
+        def make(d: Buffer, spec: EpilogueSpec) -> ConvProblem:
+            return ConvProblem(
+                core.n, core.h, core.w_in, core.c, core.k, core.r, core.s, core.p, core.q, core.dtype,
+                d.dtype, core.pad[:2], core.stride, core.dilation, core.layout_w, spec,
+            )  # fmt: skip
+
+        folded = tuple(p for p in run.pads.values() if p.block == core.pad_block)
+        return self._offload(run, i, plan, _Offload(core.block, "conv2d", core.dtype, 1.0,
+                                                    (core.x, core.w, core.y), folded), make)  # fmt: skip
+
+    def _offload(self, run: _Run, i: int, plan: tuple[OffloadDecision | None, EpilogueMatch | None],
+                 what: _Offload, make: Callable[[Buffer, EpilogueSpec], _P]) -> int:  # fmt: skip
+        """Offload a matched stage as planned (or keep it, with the reason); stages consumed."""
+        decision, epi = plan
+        if decision is None and what.dtype == "float32" and not run.settings.allow_tf32:
+            decision = OffloadDecision(what.block, False, _TF32_REASON.format(what=what.kind))
         if decision is not None:
-            return self._keep(run, stage, decision)
-        d = epi.d if epi is not None else core.y
-        spec = _epilogue_spec(1.0, epi)
-        problem = _supported(lambda: ConvProblem(
-            core.n, core.h, core.w_in, core.c, core.k, core.r, core.s, core.p, core.q, core.dtype,
-            d.dtype, core.pad[:2], core.stride, core.dilation, core.layout_w, spec,
-        ), run.settings.arch)  # fmt: skip
+            return self._keep(run, run.stages[i], decision)
+        a, b, acc = what.operands
+        d = epi.d if epi is not None else acc
+        spec = _epilogue_spec(what.alpha, epi)
+        problem = _supported(lambda: make(d, spec), run.settings.arch)
         if isinstance(problem, str):
-            return self._keep(run, stage, OffloadDecision(core.block, False, problem))
-        pad = run.pads.get(core.x) if core.pad_block is None else next(
-            p for p in run.pads.values() if p.block == core.pad_block)  # fmt: skip
-        folded = (pad,) if pad is not None else ()
-        what = f"{problem.describe()}, {problem.dtype_ab}->{problem.dtype_d}, epilogue {spec.describe()}"
-        self._record(run, f"conv2d_{core.block}", core.block, (core.x, core.w, d), epi, problem,
-                     run.settings.arch, folded, what)  # fmt: skip
-        if epi is not None:
-            run.dropped.add(id(core.y))
-            return 2
-        return 1
+            return self._keep(run, run.stages[i], OffloadDecision(what.block, False, problem))
+        text = f"{problem.describe()}, {problem.dtype_ab}->{problem.dtype_d}, epilogue {spec.describe()}"
+        self._record(run, f"{what.kind}_{what.block}", what.block, (a, b, d), epi, problem,
+                     run.settings.arch, what.pads, text)  # fmt: skip
+        if epi is None:
+            return 1
+        run.dropped.add(id(acc))
+        return 2
 
     def _record(self, run: _Run, base: str, block: str, abd: tuple[Buffer, Buffer, Buffer],
                 epi: EpilogueMatch | None, problem: Problem, arch: int, pads: tuple[PadStage, ...],
@@ -346,9 +346,25 @@ class GemmOffload(Pass):
             log("GemmOffload: block %s stays generated code: %s", decision.block, decision.reason)
 
 
+@attrs.frozen
+class _Offload:
+    """A matched stage to offload: its block, kind ("gemm"/"conv2d", the call id's prefix),
+    operand type, constant factor, operands (A, B, accumulator) and folded padding stages."""
+
+    block: str
+    kind: str
+    dtype: str
+    alpha: float
+    operands: tuple[Buffer, Buffer, Buffer]
+    pads: tuple[PadStage, ...]
+
+
 _TF32_REASON = (
     "fp32 {what}: CUTLASS would use TF32 tensor cores; set cuda.gemm_allow_tf32=True to allow it"
 )
+
+
+_P = TypeVar("_P", GemmProblem, ConvProblem)
 
 
 class _Run:
@@ -399,7 +415,7 @@ def _conv_operands_reason(core: Conv2dCore, params: Sequence[Buffer]) -> str | N
     return None
 
 
-def _supported(make: Callable[[], Problem], arch: int) -> Problem | str:
+def _supported(make: Callable[[], _P], arch: int) -> _P | str:
     """The problem ``make`` builds when CUTLASS has kernels for it, else why not (its dtype,
     alignment or epilogue rule)."""
     from loopir.codegen_cuda.cutlass.enumerate import enumerate_candidates

@@ -150,6 +150,10 @@ class GemmProblem:
         """``"NN"``, ``"NT"``, ``"TN"`` or ``"TT"`` in the issue's naming (A then B)."""
         return ("N" if self.layout_a == "row" else "T") + ("N" if self.layout_b == "row" else "T")
 
+    def describe(self) -> str:
+        """The layouts, for logs (as ``ConvProblem.describe``)."""
+        return self.layout_code
+
     def signature(self) -> dict[str, Any]:
         """JSON-ready description used in cache keys and ``mod.library_calls``."""
         return {
