@@ -147,6 +147,9 @@ def tune_shapes(torch: Any, dtype: str, family: str, specs: list[KernelSpec], li
                 print(f"  {name} {spec.candidate.short}: {exc}", flush=True)
                 timings[spec.candidate.short] = None
         ok = {k: v for k, v in timings.items() if v is not None}
+        if not ok:
+            results["wrong"].append(f"{dtype} {family} {name}: no candidate ran")
+            continue
         best = min(ok, key=ok.__getitem__)
         cand = next(s.candidate for s in specs if s.candidate.short == best)
         record_choice(prob, ARCH, cand, ok[best], sorted(timings.items()), cache)
