@@ -242,6 +242,54 @@ def run_family(torch: Any, rt: Any, dtype: str, family: str, args: Any, results:
               f"torch {t_torch:.4f} ms  x{row['ratio']:.3f}  err {err:.1e}  [{call['config']['name']}]", flush=True)
 
 
+def cudnn_graph_times(torch: Any, families: dict[tuple[str, str], Any], args: Any,
+                      results: dict[str, Any]) -> None:  # fmt: skip
+    """cuDNN's kernel time per shape: ``args.calls`` convolutions (fused: the three ops) captured
+    in a CUDA graph and replayed, against the tuned CUTLASS kernel's time from the tuning run."""
+    import torch.nn.functional as F
+
+    tuned = {(t["dtype"], t["family"], t["shape"]): t for t in results["tuning"]}
+    for dtype, family in families:
+        tdt = getattr(torch, dtype)
+        for name, shape in SHAPES.items():
+            sp = conv_spec(shape, dtype, family)
+            x = torch.rand(BATCH, sp.c, sp.h, sp.w, device="cuda").sub_(0.5).to(tdt)
+            x = x.contiguous(memory_format=torch.channels_last)
+            w = torch.rand(sp.k, sp.c, sp.r, sp.s, device="cuda").sub_(0.5).to(tdt)
+            w = w.contiguous(memory_format=torch.channels_last)
+            b = torch.rand(sp.k, device="cuda").sub_(0.5).to(tdt).view(1, -1, 1, 1)
+
+            def op(x: Any = x, w: Any = w, b: Any = b, sp: ConvSpec = sp, fused: bool = family == "fused") -> Any:
+                y = F.conv2d(x, w, stride=sp.stride, padding=sp.r // 2)
+                return torch.relu(y + b) if fused else y
+
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):  # cudnn.benchmark's choice and the workspace before capture
+                    op()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for _ in range(args.calls):
+                    op()
+            ms = events_per_call(torch, graph.replay, 1, args.repeat, warmup=2) / args.calls
+            t = tuned[(dtype, family, name)]
+            ours = min(v for v in t["ms"].values() if v is not None)
+            row = {"dtype": dtype, "family": family, "shape": name, "cutlass_kernel_ms": ours,
+                   "cudnn_graph_ms": ms, "kernel_ratio": ms / ours, "best": t["best"]}  # fmt: skip
+            results["kernels"] = results.get("kernels", []) + [row]
+            print(f"kernel {family:5s} {dtype:8s} {name:22s} cutlass {ours:.4f} ms  cudnn(graph) {ms:.4f} ms  "
+                  f"x{row['kernel_ratio']:.3f}", flush=True)
+    for dtype, family in families:
+        rows = [r for r in results["kernels"] if r["dtype"] == dtype and r["family"] == family]
+        results.setdefault("kernel_summary", {})[f"{family}_{dtype}"] = {
+            "geomean_ratio": geomean([r["kernel_ratio"] for r in rows]),
+            "min_ratio": min(r["kernel_ratio"] for r in rows),
+        }  # fmt: skip
+    print(json.dumps(results["kernel_summary"], indent=1), flush=True)
+
+
 def stem_reason(dtype: str) -> str:
     """Why the 7x7 stem (3 input channels) stays generated code."""
     from loopir.codegen_cuda.cutlass.offload import GemmOffload
@@ -260,6 +308,10 @@ def main() -> int:
     ap.add_argument("--cache", default=None, help="cache folder (default: loopir's)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--compile-only", action="store_true")
+    ap.add_argument("--kernels-only", action="store_true",
+                    help="kernel times without host overhead: the tuned CUTLASS kernel (its tuning "
+                         "time) against cuDNN replayed from a CUDA graph; no module is built")
+    ap.add_argument("--families", default="plain,fused")
     ap.add_argument("--calls", type=int, default=20, help="calls per timed sample")
     ap.add_argument("--repeat", type=int, default=15)
     args = ap.parse_args()
@@ -275,7 +327,8 @@ def main() -> int:
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1, default=str))
 
-    families = candidate_specs(dtypes, {"plain": args.candidates, "fused": args.fused_candidates})
+    counts = {"plain": args.candidates, "fused": args.fused_candidates}
+    families = candidate_specs(dtypes, {f: counts[f] for f in args.families.split(",") if f})
     all_specs = list({s.entry: s for specs in families.values() for s in specs}.values())
     print(f"compiling {len(all_specs)} candidate configurations, {args.workers} at a time", flush=True)
     libs, wall, unit = compile_candidates(all_specs, workers=args.workers, cache=args.cache, progress=False)
@@ -306,10 +359,13 @@ def main() -> int:
     results.update(gpu=torch.cuda.get_device_name(0), torch=torch.__version__,
                    cudnn=torch.backends.cudnn.version())  # fmt: skip
     results["stem"] = {d: stem_reason(d) for d in dtypes}
-    for dtype in dtypes:
-        for family in FAMILIES:
-            tune_shapes(torch, dtype, family, families[(dtype, family)], lib_of, args.cache, results)
+    for (dtype, family), specs in families.items():
+        tune_shapes(torch, dtype, family, specs, lib_of, args.cache, results)
     dump()
+    if args.kernels_only:
+        cudnn_graph_times(torch, families, args, results)
+        dump()
+        return 0
     rt = build_all(loopir, dtypes, args, results)
     dump()
     for dtype in dtypes:
