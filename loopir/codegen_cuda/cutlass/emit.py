@@ -374,7 +374,7 @@ extern "C" int ${entry}(const void* A, const void* B, const void* S, const void*
   args.epilogue.thread.alpha = alpha;
   args.epilogue.thread.beta = ${beta};
 ${bias_arg}
-  loopir_cutlass_rt::CallKey key{A, B, S, bias, D, M, N, K, L, alpha, beta, stream};
+  loopir_cutlass_rt::CallKey key{A, B, S, bias, D, M, N, K, L, alpha, beta, stream, {}};
   return loopir_cutlass_rt::run_gemm<Gemm, ${reset_workspace}>(
       g_state, args, key, static_cast<cudaStream_t>(stream), "${entry}");
 }
@@ -420,7 +420,7 @@ extern "C" int ${entry}(const void* A, const void* B, const void* S, const void*
       B, A, src, D,
       int64_t(Mp) * K, int64_t(Np) * K, batch_c, int64_t(Mp) * Np,
       lda, ldb, ldc, ldd);
-  loopir_cutlass_rt::CallKey key{A, B, S, bias, D, M, N, K, L, alpha, beta, stream};
+  loopir_cutlass_rt::CallKey key{A, B, S, bias, D, M, N, K, L, alpha, beta, stream, {}};
   return loopir_cutlass_rt::run_gemm(g_state, args, key, static_cast<cudaStream_t>(stream), "${entry}");
 }
 extern "C" const char* ${entry}_error(void) { return loopir_cutlass_rt::g_last_error; }
