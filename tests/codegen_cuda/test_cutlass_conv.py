@@ -1,11 +1,11 @@
 """CUTLASS convolutions without a GPU: the problem, the candidates from cutlass_library, the
 emitted implicit-GEMM units, the tuning cache, the host code's calls.
 
-Two tests (marked ``nvcc``) compile: one module holding every kind of conv entry point the
-emitter writes (sm80 2.x: fp16/bf16/TF32, fp16 -> fp32, KRSC and the permuted KCRS/RSCK filters,
-bias, source, every activation; sm90 3.x: a bias and a residual source with an activation, a
-permuted filter), and one te function built end to end (the default sm90 kernel) with a trace of
-its host code.
+Two tests (marked ``nvcc``) compile: one module holding every kind of sm80 (2.x) conv entry point
+the emitter writes (fp16/bf16/TF32, fp16 -> fp32, KRSC and the permuted KCRS/RSCK filters, bias,
+source, every activation), and one te function built end to end on the default sm90 (3.x) kernel
+with a bias, a residual source, an activation and a permuted filter, with a trace of its host
+code.
 """
 
 from __future__ import annotations
@@ -214,10 +214,6 @@ def test_every_kind_of_conv_entry_compiles_and_checks_arguments(monkeypatch, tmp
     ]
     lib = CutlassLibrary(specs, cache=tmp_path)
     assert lib.path.exists() and not lib.cache_hit and lib.source.count('extern "C" int') == 4
-    # a 3.x convolution is a unit of its own (with a bias, a residual and a permuted filter)
-    sm90 = spec_for(conv(layout="KCRS", epi=EpilogueSpec("relu", beta=0.5, has_bias=True, has_source=True)), 90)
-    lib90 = CutlassLibrary([sm90], cache=tmp_path)
-    assert lib90.path.exists() and "ConvUniversalAdapter<Kernel>" in lib90.source
     # argument checks run before any CUDA call: they work without a GPU
     fn = lib.entry(specs[0].entry)
     dims = [1, 8, 8, 64, 128, 3, 3, 8, 8, 1, 1, 1, 1, 1, 1]
@@ -233,15 +229,18 @@ def test_every_kind_of_conv_entry_compiles_and_checks_arguments(monkeypatch, tmp
 
 @pytest.mark.nvcc
 def test_built_module_calls_the_conv_from_its_host_code() -> None:
-    """te -> GemmOffload -> the conv unit linked into the function's library; a trace build
-    records the call the host code makes, with the geometry and the folded padding."""
+    """te -> GemmOffload -> the sm90 conv unit (its own translation unit) linked into the
+    function's library; a trace build records the call the host code makes, with the geometry and
+    the folded padding."""
     import loopir
 
-    sp = ConvSpec(n=2, h=9, w=9, c=16, k=24, stride=(2, 2), layout="KCRS", activation="relu", bias=True)
+    sp = ConvSpec(n=2, h=9, w=9, c=16, k=24, stride=(2, 2), layout="KCRS", activation="relu", bias=True,
+                  residual=True, beta=0.5)  # fmt: skip
     mod = loopir.build(conv2d(sp), target="cuda", nvcc_flags=("-DLOOPIR_HOST_TRACE",))
     (call,) = mod.library_calls
     assert call["fused"] == ("Xpad", "D") and call["kernel"].startswith("loopir_cutlass_conv_sm90_f16_")
     assert f'int {call["kernel"]}(' in mod.cutlass_source and call["kernel"] in mod.source
+    assert "#define LOOPIR_CUTLASS_CONV90 1" in mod.cutlass_source and "LinCombPerColBiasEltAct" in mod.cutlass_source
 
     class Fake:
         def __init__(self, shape, ptr):
@@ -249,6 +248,6 @@ def test_built_module_calls_the_conv_from_its_host_code() -> None:
                                              "version": 3, "strides": None}  # fmt: skip
 
     shapes = sp.shapes()
-    mod(*(Fake(shapes[name], 0x1000 * (i + 1)) for i, name in enumerate(("X", "Wt", "bias", "D"))))
+    mod(*(Fake(shapes[name], 0x1000 * (i + 1)) for i, name in enumerate(("X", "Wt", "bias", "S", "D"))))
     assert mod._library().trace().splitlines() == [
-        f"call {call['kernel']} args= 0x1000 0x2000 (nil) 0x3000 0x4000 2 9 9 16 24 3 3 5 5 1 1 2 2 1 1 1 0 (nil)"]
+        f"call {call['kernel']} args= 0x1000 0x2000 0x4000 0x3000 0x5000 2 9 9 16 24 3 3 5 5 1 1 2 2 1 1 1 0.5 (nil)"]

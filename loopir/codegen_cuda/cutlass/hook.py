@@ -1,4 +1,5 @@
-"""The CUDA codegen's side of the GEMM offload: build and run a function's extern GEMM calls.
+"""The CUDA codegen's side of the GEMM and convolution offload: build and run a function's extern
+calls.
 
 ``GemmOffload`` (``loopir.codegen_cuda.cutlass.offload``) leaves ``Evaluate(Call("loopir.extern_gemm",
 call_id, ...))`` statements at the top level of the function body and the calls' descriptions
