@@ -58,7 +58,9 @@ WORKSPACE_ALIGN = 256
 
 @attrs.frozen(eq=False)
 class ExternCall:
-    """One CUTLASS entry point call of the host program (see ``cutlass.hook``)."""
+    """One CUTLASS entry point call of the host program (see ``cutlass.hook``): a GEMM's
+    extents, or a convolution's 15 integer arguments in ``conv`` (then m, n, k are the implicit
+    GEMM's, for messages only)."""
 
     call_id: str
     entry: str
@@ -69,6 +71,11 @@ class ExternCall:
     batch: int
     alpha: float
     beta: float
+    conv: tuple[int, ...] = ()
+
+    def int_args(self) -> tuple[int, ...]:
+        """The entry point's integer arguments, in order."""
+        return self.conv or (self.m, self.n, self.k, self.batch)
 
 
 @attrs.frozen(eq=False)
@@ -358,11 +365,12 @@ class _HostEmitter(CodeWriter):
         fn = self.func.name
         with self.block(""):
             self.line(
-                f"int rc = LOOPIR_EXTERN({c.entry}, {', '.join(ops)}, {c.m}, {c.n}, {c.k}, "
-                f"{c.batch}, {alpha}, {beta}, stream_handle);"
+                f"int rc = LOOPIR_EXTERN({c.entry}, {', '.join(ops)}, "
+                f"{', '.join(map(str, c.int_args()))}, {alpha}, {beta}, stream_handle);"
             )
+            what = "conv2d" if c.conv else "GEMM"
             self.line(
-                f'if (rc != 0) return loopir_rt::fail(rc, "{fn}: CUTLASS GEMM {call_id} '
+                f'if (rc != 0) return loopir_rt::fail(rc, "{fn}: CUTLASS {what} {call_id} '
                 f'({c.entry}) returned %d: %s", rc, {c.entry}_error());'
             )
             sync = "true" if self.sync else "false"
@@ -377,12 +385,15 @@ def extern_declarations(externs: Sequence[ExternCall]) -> str:
     if not externs:
         return ""
     lines = []
+    conv = {c.entry for c in externs if c.conv}
     for entry in sorted({c.entry for c in externs}):
+        ints = ("int N, int H, int W, int C, int K, int R, int S_, int P, int Q, int pad_h, "
+                "int pad_w, int stride_h, int stride_w, int dil_h, int dil_w"
+                if entry in conv else "int M, int N, int K, int L")  # fmt: skip
         lines.append(f'extern "C" const char* {entry}_error(void);')
         lines.append(
             f'extern "C" int {entry}(const void* A, const void* B, const void* S, '
-            "const void* bias, void* D, int M, int N, int K, int L, float alpha, float beta, "
-            "void* stream);"
+            f"const void* bias, void* D, {ints}, float alpha, float beta, void* stream);"
         )
     return "\n".join(lines) + "\n"
 

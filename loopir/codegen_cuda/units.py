@@ -121,17 +121,19 @@ def _cutlass_units(specs: dict[str, Any], arch: str, cache_dir: Any, use_cache: 
     CUTLASS source (every configuration once)."""
     if not specs:
         return [], ""
-    from loopir.codegen_cuda.cutlass.emit import emit_module
+    from loopir.codegen_cuda.cutlass.emit import emit_module, unit_groups
     from loopir.codegen_cuda.cutlass.library import unit_flags
 
-    groups = [[specs[e]] for e in sorted(specs)] if per_config else [list(specs.values())]
+    # one unit, unless sm90 convolutions need their own (emit.unit_groups)
+    groups = [[specs[e]] for e in sorted(specs)] if per_config else unit_groups(list(specs.values()))
 
     def job(group: list[Any]) -> Any:
         return lambda: compile_cuda(emit_module(group), arch=arch, flags=tuple(unit_flags()),
                                     cache_dir=cache_dir, use_cache=use_cache, output="object")  # fmt: skip
 
-    label: Callable[[list[Any]], str] = (lambda g: f"cutlass:{g[0].entry}") if per_config else (lambda g: "cutlass")
-    return [(label(g), job(g)) for g in groups], emit_module(list(specs.values()))
+    label: Callable[[list[Any]], str] = (lambda g: f"cutlass:{g[0].entry}") if per_config or len(groups) > 1 \
+        else (lambda g: "cutlass")  # fmt: skip
+    return [(label(g), job(g)) for g in groups], "\n".join(emit_module(g) for g in groups)
 
 
 def _timed(label: str, fn: Any) -> tuple[CompiledBinary, dict[str, Any]]:
@@ -165,7 +167,12 @@ def build_library(
     specs = _cutlass_specs(functions)
     if specs and arch is None:  # the newest kernel family decides (sm_90a for CUTLASS 3.x)
         family = max(s.candidate.arch for s in specs.values())
-        arch = "sm_90a" if family == 90 else f"sm_{family}"
+        if family == 90:
+            arch = "sm_90a"
+        elif not all(s.is_conv for s in specs.values()):
+            arch = f"sm_{family}"
+        # only 2.x convolutions: they build for any arch >= sm_80, so the detected device's
+        # (native code on an sm_90 GPU rather than sm_80 code JIT-compiled from PTX)
     arch = normalize_arch(arch)
     # each kernel's shared memory against the target's limit, before any nvcc run
     check_arch_limits(((f.func.name, k.name, k.shared_bytes, k.dynamic_shared_bytes)

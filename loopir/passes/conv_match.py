@@ -4,7 +4,9 @@ The first step of handing convolutions to CUTLASS (issue 34): it reads the stage
 ``te.create_prim_func`` produces (a perfect serial loop nest around one BlockRealize per tensor,
 as [`loopir.passes.gemm_match`][loopir.passes.gemm_match] does for GEMMs) and never guesses:
 what it does not recognize is a [`NoMatch`][loopir.passes.gemm_match.NoMatch] naming the stage
-and the rule. Nothing is offloaded by this module.
+and the rule. Nothing is offloaded by this module: ``GemmOffload``
+([`loopir.codegen_cuda.cutlass.offload`][loopir.codegen_cuda.cutlass.offload]) hands the matches
+to CUTLASS.
 
 Padding stage (optional, before the convolution)::
 
@@ -51,7 +53,7 @@ from loopir.ir.expr import (
 from loopir.ir.stmt import Block, BlockRealize, BufferStore, IterKind, Stmt
 from loopir.passes.gemm_match import EpilogueMatch, NoMatch, match_output_epilogue, stage_block
 
-__all__ = ["Conv2dCore", "PadStage", "match_conv2d", "match_conv2d_stages", "match_pad"]
+__all__ = ["Conv2dCore", "PadStage", "is_conv_candidate", "match_conv2d", "match_conv2d_stages", "match_pad"]
 
 #: Weight layouts: the order of ``(k, r, s, c)`` in the filter's indices.
 WEIGHT_LAYOUTS = {"krsc": "KRSC", "rsck": "RSCK", "kcrs": "KCRS"}
@@ -333,9 +335,14 @@ def match_conv2d_stages(root: Stmt, params: Sequence[Buffer]) -> list[Conv2dCore
             if isinstance(epi, EpilogueMatch):
                 got = attrs.evolve(got, epilogue=epi)
                 i += 1
-        unwrapped = stage_block(stage)
-        is_candidate = not isinstance(unwrapped, NoMatch) and \
-            sum(iv.kind is IterKind.REDUCE for iv in unwrapped[1].block.iter_vars) == 3  # fmt: skip
-        if isinstance(got, Conv2dCore) or is_candidate:
+        if isinstance(got, Conv2dCore) or is_conv_candidate(stage):
             out.append(got)
     return out
+
+
+def is_conv_candidate(stage: Stmt) -> bool:
+    """Whether a stage looks like a convolution (a reduction over three axes), so that a
+    failed match is worth reporting."""
+    unwrapped = stage_block(stage)
+    return not isinstance(unwrapped, NoMatch) and \
+        sum(iv.kind is IterKind.REDUCE for iv in unwrapped[1].block.iter_vars) == 3  # fmt: skip

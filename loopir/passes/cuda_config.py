@@ -18,7 +18,17 @@ register_config(
     "'generated' (never offload)",
 )
 register_config(
-    "cuda.gemm_allow_tf32", bool, False, "offload fp32 GEMMs to TF32 tensor-core CUTLASS kernels"
+    "cuda.conv_backend",
+    str,
+    "auto",
+    "conv2d blocks: 'auto' (CUTLASS implicit GEMM when supported), 'cutlass' (require the "
+    "package), 'generated' (never offload)",
+)
+register_config(
+    "cuda.gemm_allow_tf32",
+    bool,
+    False,
+    "offload fp32 GEMMs and convolutions to TF32 tensor-core CUTLASS kernels",
 )
 register_config(
     "cuda.cutlass_arch", int, 90, "CUTLASS kernel family: 90 (3.x, sm_90a) or 80 (2.x)"

@@ -10,38 +10,16 @@ import pytest
 from loopir import te
 from loopir.passes.conv_match import Conv2dCore, match_conv2d_stages
 from loopir.passes.gemm_match import NoMatch
+from loopir.testing.conv import ConvSpec, conv2d
 
 
 def conv(N: int = 2, H: int = 9, W: int = 7, C: int = 8, K: int = 16, R: int = 3, S: int = 3,
          pad: tuple[int, int, int, int] | None = (1, 1, 1, 1), stride: tuple[int, int] = (1, 1),
          dilation: tuple[int, int] = (1, 1), layout: str = "KRSC", dtype: str = "float16",
          acc: str = "float32", pad_form: str = "if_then_else") -> Any:  # fmt: skip
-    """A te conv2d as users write it: NHWC input, an optional zero-padding stage, the filter in
-    ``layout``, products summed in ``acc``."""
-    X = te.placeholder((N, H, W, C), dtype, name="X")
-    shape = {"KRSC": (K, R, S, C), "RSCK": (R, S, C, K), "KCRS": (K, C, R, S)}[layout]
-    Wt = te.placeholder(shape, dtype, name="Wt")
-    top, left, bottom, right = pad or (0, 0, 0, 0)
-    HP, WP = H + top + bottom, W + left + right
-    Xp = X
-    if pad is not None:
-        def padded(n: Any, h: Any, w: Any, c: Any) -> Any:
-            inside = te.all(h >= top, h < H + top, w >= left, w < W + left)
-            if pad_form == "reversed":  # the bounds written constant-first
-                inside = te.all(top <= h, H + top > h, left <= w, W + left > w)
-            return te.if_then_else(inside, X[n, h - top, w - left, c], te.const(0, dtype))
-
-        Xp = te.compute((N, HP, WP, C), padded, name="Xpad")
-    (sh, sw), (dh, dw) = stride, dilation
-    P, Q = (HP - dh * (R - 1) - 1) // sh + 1, (WP - dw * (S - 1) - 1) // sw + 1
-    r, s, c = te.reduce_axis(R, name="r"), te.reduce_axis(S, name="s"), te.reduce_axis(C, name="c")
-
-    def weight(k: Any) -> Any:
-        return {"KRSC": lambda: Wt[k, r, s, c], "RSCK": lambda: Wt[r, s, c, k], "KCRS": lambda: Wt[k, c, r, s]}[layout]()
-
-    Y = te.compute((N, P, Q, K), lambda n, p, q, k: te.sum(
-        Xp[n, p * sh + r * dh, q * sw + s * dw, c].astype(acc) * weight(k).astype(acc), axis=[r, s, c]), name="Y")
-    return te.create_prim_func([X, Wt, Y])
+    """A te conv2d as users write it (``loopir.testing.conv``): NHWC input, an optional
+    zero-padding stage, the filter in ``layout``, products summed in ``acc``."""
+    return conv2d(ConvSpec(N, H, W, C, K, R, S, pad, stride, dilation, layout, dtype, acc, pad_form))
 
 
 def matched(func: Any) -> Conv2dCore | NoMatch:

@@ -1,8 +1,10 @@
-"""CUTLASS GEMM kernels for loopir: enumeration, emission, building, tuning and running.
+"""CUTLASS GEMM and convolution kernels for loopir: enumeration, emission, building, tuning and
+running.
 
-- [`problem`][loopir.codegen_cuda.cutlass.problem] -- the GEMM signature
+- [`problem`][loopir.codegen_cuda.cutlass.problem] -- the problem signatures
   ([`GemmProblem`][loopir.codegen_cuda.cutlass.problem.GemmProblem],
-  [`EpilogueSpec`][loopir.codegen_cuda.cutlass.problem.EpilogueSpec]).
+  [`ConvProblem`][loopir.codegen_cuda.cutlass.problem.ConvProblem] for implicit-GEMM conv2d
+  fprop, [`EpilogueSpec`][loopir.codegen_cuda.cutlass.problem.EpilogueSpec]).
 - [`enumerate`][loopir.codegen_cuda.cutlass.enumerate] -- candidate configurations from
   ``cutlass_library``'s generator.
 - [`emit`][loopir.codegen_cuda.cutlass.emit] -- C++ instantiations behind ``extern "C"`` host entry
@@ -16,7 +18,8 @@
   [`CutlassGemm`][loopir.codegen_cuda.cutlass.runtime.CutlassGemm], a callable on numpy/torch/CUDA
   arrays.
 - [`offload`][loopir.codegen_cuda.cutlass.offload] -- the GemmOffload pass (its IR matching is
-  [`loopir.passes.gemm_match`][loopir.passes.gemm_match]).
+  [`loopir.passes.gemm_match`][loopir.passes.gemm_match] and
+  [`loopir.passes.conv_match`][loopir.passes.conv_match]).
 - [`hook`][loopir.codegen_cuda.cutlass.hook] -- the CUDA build's side: the CUTLASS calls of a
   function's host code.
 
@@ -27,9 +30,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from loopir.codegen_cuda.cutlass.problem import EpilogueSpec, GemmProblem
+from loopir.codegen_cuda.cutlass.problem import ConvProblem, EpilogueSpec, GemmProblem
 
-__all__ = ["CutlassGemm", "EpilogueSpec", "GemmProblem"]
+__all__ = ["ConvProblem", "CutlassGemm", "EpilogueSpec", "GemmProblem"]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,10 +1,17 @@
-"""Candidate CUTLASS kernels for a [`GemmProblem`][loopir.codegen_cuda.cutlass.problem.GemmProblem],
-enumerated with ``cutlass_library``.
+"""Candidate CUTLASS kernels for a [`GemmProblem`][loopir.codegen_cuda.cutlass.problem.GemmProblem]
+or a [`ConvProblem`][loopir.codegen_cuda.cutlass.problem.ConvProblem], enumerated with
+``cutlass_library``.
 
 The candidates come from CUTLASS's own generator (``Manifest`` + ``GenerateSM90`` /
 ``GenerateSM80``), the same source of kernels the CUTLASS profiler and PyTorch Inductor use, and
 are filtered by element type, layout, alignment and epilogue support, then sorted
 deterministically. Nothing here is a hand-written table of tile shapes.
+
+Convolutions come from the generator's ``conv2d`` fprop operations (NHWC, 16-byte aligned
+channels, fp32 accumulation): for ``arch`` 90 the CUTLASS 3.x implicit-GEMM kernels of
+``GenerateSM90`` (im2col TMA, warp-specialized; CUTLASS has no persistent conv schedule on sm_90),
+for ``arch`` 80 the 2.x ``Conv2dFprop`` kernels of ``GenerateSM80`` with the optimized iterators
+(they run on sm_90 too).
 """
 
 from __future__ import annotations
@@ -12,11 +19,18 @@ from __future__ import annotations
 import functools
 import logging
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
-from loopir.codegen_cuda.cutlass.problem import DTYPES, GemmProblem, cutlass_operands
+from loopir.codegen_cuda.cutlass.problem import (
+    DTYPES,
+    ConvProblem,
+    GemmProblem,
+    Problem,
+    cutlass_operands,
+)
 from loopir.errors import CodegenError
 
 __all__ = [
@@ -78,6 +92,10 @@ class GemmCandidate:
         C++ element type of A' and B'.
     math_op
         2.x math operator tag (e.g. ``cutlass::arch::OpMultiplyAdd``).
+    iterator
+        How an implicit-GEMM convolution reads its activations: the 2.x iterator algorithm tag
+        (``cutlass::conv::IteratorAlgorithm::kOptimized``) or ``"im2col_tma"`` (3.x); "" for a
+        GEMM.
     """
 
     arch: int
@@ -98,6 +116,12 @@ class GemmCandidate:
     align_c: int
     element_ab: str
     math_op: str
+    iterator: str = ""
+
+    @property
+    def is_conv(self) -> bool:
+        """Whether this is an implicit-GEMM convolution kernel."""
+        return bool(self.iterator)
 
     def config(self) -> dict[str, Any]:
         """JSON-ready configuration (what ``mod.library_calls`` shows)."""
@@ -115,19 +139,21 @@ class GemmCandidate:
         epi = self.epilogue_schedule.rsplit("::", 1)[-1]
         ts = self.tile_scheduler.rsplit("::", 1)[-1]
         swz = "".join(ch for ch in self.swizzle if ch.isdigit())
-        parts = [f"sm{self.arch}", t, c, f"s{self.stages}", sched, epi, ts, f"swz{swz}" if swz else ""]
+        parts = ["conv" if self.is_conv else "", f"sm{self.arch}", t, c, f"s{self.stages}", sched,
+                 epi, ts, f"swz{swz}" if swz else ""]  # fmt: skip
         return "_".join(p for p in parts if p)
 
     def sort_key(self) -> tuple[Any, ...]:
         return (
             -self.arch, self.tile, self.cluster, self.stages, self.kernel_schedule,
-            self.epilogue_schedule, self.tile_scheduler, self.swizzle, self.name,
+            self.epilogue_schedule, self.tile_scheduler, self.swizzle, self.iterator, self.name,
         )  # fmt: skip
 
 
 @functools.lru_cache(maxsize=4)
-def _generator_ops(arch: int) -> tuple[Any, ...]:
-    """All GEMM operations CUTLASS's generator emits for ``arch`` (cached: ~1-2 s to build)."""
+def _generator_ops(arch: int, operation: str = "gemm") -> tuple[Any, ...]:
+    """All ``operation`` ("gemm" or "conv2d") operations CUTLASS's generator emits for ``arch``
+    (cached: ~1-2 s to build)."""
     try:
         from cutlass_library import generator as gen
         from cutlass_library import library as lib
@@ -142,7 +168,7 @@ def _generator_ops(arch: int) -> tuple[Any, ...]:
         raise CodegenError(f"cutlass: unsupported arch {arch}; supported: {supported_archs()}")
     args = gen.define_parser().parse_args(
         [
-            "--architectures", archs[arch], "--operations", "gemm",
+            "--architectures", archs[arch], "--operations", operation,
             "--cuda-version", _GENERATOR_CUDA_VERSION, "--kernels", "all",
             "--log-level", "error", "--instantiation-level", _GENERATOR_INSTANTIATION_LEVEL,
         ]
@@ -153,14 +179,15 @@ def _generator_ops(arch: int) -> tuple[Any, ...]:
         gen.GenerateSM90(manifest, args.cuda_version)
     else:
         gen.GenerateSM80(manifest, args.cuda_version)
+    kind = lib.OperationKind.Gemm if operation == "gemm" else lib.OperationKind.Conv2d
     ops: list[Any] = []
-    for per_cc in manifest.operations.get(lib.OperationKind.Gemm, {}).values():
+    for per_cc in manifest.operations.get(kind, {}).values():
         for lst in per_cc.values():
             ops.extend(lst)
     return tuple(ops)
 
 
-def unsupported_reason(problem: GemmProblem, arch: int) -> str | None:
+def unsupported_reason(problem: Problem, arch: int) -> str | None:
     """Why CUTLASS cannot take ``problem`` on ``arch`` (None when it can).
 
     The checks mirror the kernels' requirements: 16-byte aligned contiguous extents (TMA on
@@ -174,6 +201,8 @@ def unsupported_reason(problem: GemmProblem, arch: int) -> str | None:
             f"mixed input/output element types {problem.dtype_ab}/{problem.dtype_d} are not "
             "offloaded"
         )
+    if isinstance(problem, ConvProblem):
+        return _conv_unsupported_reason(problem, arch)
     ops = cutlass_operands(problem)
     nbytes = DTYPES[problem.dtype_ab][2]
     align = 16 // nbytes
@@ -194,11 +223,29 @@ def unsupported_reason(problem: GemmProblem, arch: int) -> str | None:
     return None
 
 
+def _conv_unsupported_reason(problem: ConvProblem, arch: int) -> str | None:
+    """The fprop kernels' requirements (their ``can_implement``: 16-byte accesses along the
+    channels, the 2.x iterators' filter size limit), checked early."""
+    align = 16 // DTYPES[problem.dtype_ab][2]
+    if problem.c % align:
+        return (f"C={problem.c} input channels are not a multiple of {align} (the {problem.dtype_ab} "
+                "activations and filter are read in 16-byte vectors along C)")  # fmt: skip
+    align_d = max(16 // DTYPES[problem.dtype_d][2], align)
+    if problem.kout % align_d:
+        return (f"K={problem.kout} output channels are not a multiple of {align_d} (the "
+                f"{problem.dtype_d} output is written in 16-byte vectors along K)")  # fmt: skip
+    if problem.r > 32 or problem.s > 32:
+        return f"filter {problem.r}x{problem.s}: the optimized iterators take at most 32x32"
+    if arch == 80 and problem.epilogue.has_bias and problem.epilogue.has_source:
+        return "the sm80 (2.x) epilogue cannot add both a bias vector and a source tensor"
+    return None
+
+
 def _names(lib: Any, op: Any) -> dict[str, Any]:
     return {
         "a": lib.DataTypeNames[op.A.element],
         "b": lib.DataTypeNames[op.B.element],
-        "d": lib.DataTypeNames[op.D.element],
+        "d": lib.DataTypeNames[getattr(op, "D", op.C).element],  # 2.x convs: C is the output
         "c": lib.DataTypeNames[op.C.element],
         "acc": lib.DataTypeNames[op.accumulator_type()],
         "math_a": lib.DataTypeNames[op.tile_description.math_instruction.element_a],
@@ -210,7 +257,7 @@ def _names(lib: Any, op: Any) -> dict[str, Any]:
 _CANDIDATES: dict[tuple[Any, ...], tuple[GemmCandidate, ...]] = {}
 
 
-def enumerate_candidates(problem: GemmProblem, arch: int = 90) -> list[GemmCandidate]:
+def enumerate_candidates(problem: Problem, arch: int = 90) -> list[GemmCandidate]:
     """Every generator kernel that can compute ``problem`` on ``arch``, sorted deterministically.
 
     Raises
@@ -223,12 +270,104 @@ def enumerate_candidates(problem: GemmProblem, arch: int = 90) -> list[GemmCandi
     reason = unsupported_reason(problem, arch)
     if reason is not None:
         raise CodegenError(f"cutlass: cannot offload {problem.signature()}: {reason}")
-    key = (problem.dtype_ab, problem.dtype_d, problem.layout_a, problem.layout_b,
-           problem.epilogue.is_plain, arch)  # fmt: skip
+    if isinstance(problem, ConvProblem):
+        key: tuple[Any, ...] = ("conv2d_fprop", problem.dtype_ab, problem.dtype_d, arch)
+    else:
+        key = (problem.dtype_ab, problem.dtype_d, problem.layout_a, problem.layout_b,
+               problem.epilogue.is_plain, arch)  # fmt: skip
     hit = _CANDIDATES.get(key)
     if hit is None:
-        hit = _CANDIDATES[key] = tuple(_scan_generator(problem, arch))
+        if isinstance(problem, ConvProblem):
+            found = _scan_conv_sm90(problem) if arch == 90 else _scan_conv_generator(problem)
+        else:
+            found = _scan_generator(problem, arch)
+        hit = _CANDIDATES[key] = tuple(found)
     return list(hit)
+
+
+def _scan_conv_sm90(problem: ConvProblem) -> list[GemmCandidate]:
+    """The generator's sm_90 3.x fprop configurations for ``problem``'s input type.
+
+    The generator lists each configuration with one accumulator and output type (its fp16
+    kernels accumulate in fp16); the tile, cluster and schedule are what is taken, with fp32
+    accumulation and the problem's output type, so configurations whose fp32 accumulators do
+    not fit in registers are dropped by the ranking
+    ([`fits_registers`][loopir.codegen_cuda.cutlass.enumerate.fits_registers]). bf16 takes the
+    fp16 configurations too (the generator lists only four bf16 ones, all 256-wide): the operands
+    have the same width, so the same tiles, copies and instructions apply.
+    """
+    from cutlass_library import library as lib
+
+    want_ab = DTYPES[problem.dtype_ab][0]
+    align = 16 // DTYPES[problem.dtype_ab][2]
+    align_d = 16 // DTYPES[problem.dtype_d][2]
+    found: list[GemmCandidate] = []
+    for op in _generator_ops(90, "conv2d"):
+        if op.conv_kind != lib.ConvKind.Fprop or not op.is_3x or op.A.layout.name != "TensorNHWC":
+            continue
+        same_width = ("f16", "bf16") if want_ab in ("f16", "bf16") else (want_ab,)
+        if lib.DataTypeNames[op.A.element] not in same_width or op.B.element != op.A.element:
+            continue
+        if op.A.alignment != align or op.B.alignment != align:
+            continue
+        if op.epilogue_schedule.name != "TmaWarpSpecialized":
+            continue  # the bias/activation fusion needs the TMA (EVT) epilogue
+        td = op.tile_description
+        cand = GemmCandidate(
+            arch=90, name=op.procedural_name(), tile=tuple(td.tile_shape), cluster=tuple(td.cluster_shape),
+            stages=int(td.stages), warp_count=tuple(td.warp_count),
+            instruction=tuple(td.math_instruction.instruction_shape),
+            kernel_schedule=lib.KernelScheduleTag[op.kernel_schedule].replace("gemm::", "conv::"),
+            epilogue_schedule=lib.EpilogueScheduleTag[op.epilogue_schedule], tile_scheduler="",
+            swizzle="", layout_a="TensorNHWC", layout_b="TensorNHWC", align_a=align, align_b=align,
+            align_c=align_d, element_ab=_element_tag(want_ab, 90), math_op="", iterator="im2col_tma",
+        )  # fmt: skip
+        found.append(cand)
+    return _distinct(found, f"sm_90 conv2d fprop kernel for {problem.signature()}")
+
+
+def _scan_conv_generator(problem: ConvProblem) -> list[GemmCandidate]:
+    """The generator's sm80 implicit-GEMM fprop kernels for ``problem``'s element types (the
+    optimized iterators, no groups, NHWC, 16-byte accesses, fp32 accumulation)."""
+    from cutlass_library import library as lib
+
+    want_ab = DTYPES[problem.dtype_ab][0]
+    want_d = DTYPES[problem.dtype_d][0]
+    align = 16 // DTYPES[problem.dtype_ab][2]
+    align_d = 16 // DTYPES[problem.dtype_d][2]
+    found: list[GemmCandidate] = []
+    for op in _generator_ops(80, "conv2d"):
+        if op.conv_kind != lib.ConvKind.Fprop or op.group_mode != lib.GroupMode.NoneGroup:
+            continue
+        if op.iterator_algorithm != lib.IteratorAlgorithm.Optimized:
+            continue
+        n = _names(lib, op)
+        math_a = n["math_a"]
+        if want_ab == "f32":
+            ok_ab = math_a == "tf32" and n["a"] in ("f32", "tf32")
+        else:
+            ok_ab = n["a"] == want_ab and n["b"] == want_ab
+        if not ok_ab or n["acc"] != "f32" or n["c"] != want_d or op.A.layout.name != "TensorNHWC":
+            continue
+        # an fp32 output of fp16/bf16 convolutions is generated with the inputs' alignment
+        if op.A.alignment != align or op.B.alignment != align or op.C.alignment not in (align_d, align):
+            continue
+        td = op.tile_description
+        if td.math_instruction.math_operation.name != "multiply_add":
+            continue
+        cand = GemmCandidate(
+            arch=80, name=op.procedural_name(), tile=tuple(td.threadblock_shape), cluster=(1, 1, 1),
+            stages=int(td.stages), warp_count=tuple(td.warp_count),
+            instruction=tuple(td.math_instruction.instruction_shape),
+            kernel_schedule="", epilogue_schedule="", tile_scheduler="",
+            swizzle=lib.SwizzlingFunctorTag[op.swizzling_functor],
+            layout_a="TensorNHWC", layout_b="TensorNHWC", align_a=align, align_b=align,
+            align_c=int(op.C.alignment), element_ab=_element_tag(want_ab, 80),
+            math_op=lib.MathOperationTag[td.math_instruction.math_operation],
+            iterator=lib.IteratorAlgorithmTag[op.iterator_algorithm],
+        )  # fmt: skip
+        found.append(cand)
+    return _distinct(found, f"sm_80 conv2d fprop kernel for {problem.signature()}")
 
 
 def _scan_generator(problem: GemmProblem, arch: int) -> list[GemmCandidate]:
@@ -239,7 +378,7 @@ def _scan_generator(problem: GemmProblem, arch: int) -> list[GemmCandidate]:
     want_d = DTYPES[problem.dtype_d][0]
     align16 = 16 // DTYPES[problem.dtype_ab][2]
     align_d = 16 // DTYPES[problem.dtype_d][2]
-    seen: dict[tuple[Any, ...], GemmCandidate] = {}
+    found: list[GemmCandidate] = []
     for op in _generator_ops(arch):
         n = _names(lib, op)
         if n["acc"] != "f32" or n["d"] != want_d or n["c"] not in (want_d, "void"):
@@ -303,15 +442,27 @@ def _scan_generator(problem: GemmProblem, arch: int) -> list[GemmCandidate]:
                 element_ab=_element_tag(want_ab, arch),
                 math_op=lib.MathOperationTag[td.math_instruction.math_operation],
             )  # fmt: skip
-        key = cand.sort_key()[:-1]  # the same kernel listed under several C types / names
+        found.append(cand)
+    return _distinct(found, f"sm_{arch} kernel for {problem.signature()}")
+
+
+def _distinct(found: list[GemmCandidate], what: str) -> list[GemmCandidate]:
+    """``found`` without repeats, sorted: the generator lists one kernel under several C types
+    and names; the first name in order is kept.
+
+    Raises
+    ------
+    CodegenError
+        When nothing was found (``what`` names the request).
+    """
+    seen: dict[tuple[Any, ...], GemmCandidate] = {}
+    for cand in found:
+        key = cand.sort_key()[:-1]
         if key not in seen or cand.name < seen[key].name:
             seen[key] = cand
-    out = sorted(seen.values(), key=GemmCandidate.sort_key)
-    if not out:
-        raise CodegenError(
-            f"cutlass: the generator offers no sm_{arch} kernel for {problem.signature()}"
-        )
-    return out
+    if not seen:
+        raise CodegenError(f"cutlass: the generator offers no {what}")
+    return sorted(seen.values(), key=GemmCandidate.sort_key)
 
 
 def _element_tag(dtype_name: str, arch: int) -> str:
@@ -388,7 +539,7 @@ def _mainloop_efficiency(cand: GemmCandidate) -> float:
     return eff
 
 
-def estimated_cost(problem: GemmProblem, cand: GemmCandidate, sm_count: int) -> float:
+def estimated_cost(problem: Problem, cand: GemmCandidate, sm_count: int) -> float:
     """Modelled run time of ``cand`` on ``problem`` (relative units; lower is better).
 
     Tiles are scheduled in waves over ``sm_count`` SMs. A data-parallel kernel pays for the
@@ -397,9 +548,13 @@ def estimated_cost(problem: GemmProblem, cand: GemmCandidate, sm_count: int) -> 
     K loop plus a fixed epilogue overhead, divided by the tile's main-loop efficiency, so
     short-K problems favour smaller tiles and long-K problems with few tiles favour stream-K.
     """
-    # CUTLASS's M' is the user's N and N' the user's M (transposed problem).
     tm, tn, tk = cand.tile
-    tiles = math.ceil(problem.n / tm) * math.ceil(problem.m / tn) * problem.batch
+    if isinstance(problem, ConvProblem):
+        # implicit GEMM, not transposed: M' is N*P*Q (output pixels), N' the output channels
+        tiles = math.ceil(problem.m / tm) * math.ceil(problem.n / tn)
+    else:
+        # CUTLASS's M' is the user's N and N' the user's M (transposed problem).
+        tiles = math.ceil(problem.n / tm) * math.ceil(problem.m / tn) * problem.batch
     k_iters = math.ceil(problem.k / tk)
     area = (tm * tn) / (128 * 256)
     pingpong = "Pingpong" in cand.kernel_schedule
@@ -417,7 +572,7 @@ def estimated_cost(problem: GemmProblem, cand: GemmCandidate, sm_count: int) -> 
 
 
 def rank_candidates(
-    problem: GemmProblem, candidates: list[GemmCandidate], sm_count: int | None = None
+    problem: Problem, candidates: list[GemmCandidate], sm_count: int | None = None
 ) -> list[GemmCandidate]:
     """``candidates`` ordered by the default heuristic
     ([`estimated_cost`][loopir.codegen_cuda.cutlass.enumerate.estimated_cost]), best first.
@@ -443,7 +598,7 @@ _COMPETITIVE = 1.3
 
 
 def tuning_candidates(
-    problem: GemmProblem, candidates: list[GemmCandidate], count: int, sm_count: int | None = None
+    problem: Problem, candidates: list[GemmCandidate], count: int, sm_count: int | None = None
 ) -> list[GemmCandidate]:
     """``count`` candidates worth timing for ``problem``, the heuristic's default first.
 
@@ -500,13 +655,20 @@ def _persistent(cand: GemmCandidate) -> bool:
     return cand.arch != 90 or "Cooperative" in cand.kernel_schedule or "Pingpong" in cand.kernel_schedule
 
 
+def _family(p: Problem) -> tuple[Any, ...]:
+    """What decides a problem's kernels (all but its shape)."""
+    if isinstance(p, ConvProblem):
+        return ("conv2d_fprop", p.dtype_ab, p.dtype_d, p.layout_w, p.epilogue)
+    return (p.dtype_ab, p.dtype_d, p.layout_a, p.layout_b, p.epilogue)
+
+
 def shared_tuning_candidates(
-    problems: list[GemmProblem], arch: int, count: int, sm_count: int | None = None
+    problems: Sequence[Problem], arch: int, count: int, sm_count: int | None = None
 ) -> list[GemmCandidate]:
     """One set of at most ``count`` kernels to tune several problems of one kernel family.
 
-    The problems must share element types, layouts and epilogue (they differ in shape), so one
-    compiled kernel serves all of them; only their shapes differ. Each problem's
+    The problems (GEMMs, or convolutions) must share element types, layouts and epilogue (they
+    differ in shape), so one compiled kernel serves all of them; only their shapes differ. Each problem's
     [`tuning_candidates`][loopir.codegen_cuda.cutlass.enumerate.tuning_candidates] list is merged
     round-robin (every default first, then every problem's second choice, ...), so each shape class
     gets its best guesses compiled. Deterministic for a given list of problems.
@@ -520,7 +682,7 @@ def shared_tuning_candidates(
         raise CodegenError("cutlass: shared_tuning_candidates got no problems")
     if count < 1:
         raise CodegenError(f"cutlass: tuning candidate count must be >= 1, got {count}")
-    families = {(p.dtype_ab, p.dtype_d, p.layout_a, p.layout_b, p.epilogue) for p in problems}
+    families = {_family(p) for p in problems}
     if len(families) != 1:
         raise CodegenError(
             f"cutlass: shared_tuning_candidates needs one kernel family, got {len(families)}: "
@@ -538,7 +700,7 @@ def shared_tuning_candidates(
     return out
 
 
-def default_candidate(problem: GemmProblem, arch: int = 90, sm_count: int | None = None) -> GemmCandidate:
+def default_candidate(problem: Problem, arch: int = 90, sm_count: int | None = None) -> GemmCandidate:
     """The configuration used without tuning: the best candidate by
     [`rank_candidates`][loopir.codegen_cuda.cutlass.enumerate.rank_candidates]."""
     return rank_candidates(problem, enumerate_candidates(problem, arch), sm_count)[0]

@@ -1,4 +1,5 @@
-"""The CUDA codegen's side of the GEMM offload: build and run a function's extern GEMM calls.
+"""The CUDA codegen's side of the GEMM and convolution offload: build and run a function's extern
+calls.
 
 ``GemmOffload`` (``loopir.codegen_cuda.cutlass.offload``) leaves ``Evaluate(Call("loopir.extern_gemm",
 call_id, ...))`` statements at the top level of the function body and the calls' descriptions
@@ -20,12 +21,11 @@ in ``func.attrs["loopir.library_calls"]``. The codegen:
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 from loopir.codegen_cuda.cutlass.emit import KernelSpec, emit_module
 from loopir.codegen_cuda.cutlass.enumerate import GemmCandidate, default_candidate
-from loopir.codegen_cuda.cutlass.problem import EpilogueSpec, GemmProblem
+from loopir.codegen_cuda.cutlass.problem import ConvProblem, problem_from_signature
 from loopir.codegen_cuda.host import ExternCall
 from loopir.ir.stmt import PrimFunc
 
@@ -35,20 +35,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-def problem_from_signature(sig: Mapping[str, Any]) -> GemmProblem:
-    """Rebuild a [`GemmProblem`][loopir.codegen_cuda.cutlass.problem.GemmProblem] from
-    ``GemmProblem.signature()`` (as stored in attrs)."""
-    layout = sig["layout"]
-    epi = dict(sig["epilogue"])
-    return GemmProblem(
-        m=sig["m"], n=sig["n"], k=sig["k"], batch=sig["batch"],
-        dtype_ab=sig["dtype_ab"], dtype_d=sig["dtype_d"],
-        layout_a="row" if layout[0] == "N" else "col",
-        layout_b="row" if layout[1] == "N" else "col",
-        epilogue=EpilogueSpec(**epi),
-    )  # fmt: skip
 
 
 class ExternGemms:
@@ -109,15 +95,17 @@ class ExternGemms:
                 tuned = True
             if cand is None:
                 cand = default_candidate(problem, arch)
-            spec = KernelSpec.make(problem.dtype_ab, problem.dtype_d, problem.epilogue, cand)
+            spec = KernelSpec.for_problem(problem, cand)
             specs.append(spec)
             epi = problem.epilogue
             self.calls.append(
                 ExternCall(
                     call_id=call_id, entry=spec.entry,
                     operands={r: str(desc[r] or "") for r in ("a", "b", "d", "source", "bias")},
-                    m=problem.m, n=problem.n, k=problem.k, batch=problem.batch,
+                    m=problem.m, n=problem.n, k=problem.k,
+                    batch=1 if isinstance(problem, ConvProblem) else problem.batch,
                     alpha=float(epi.alpha), beta=float(epi.beta),
+                    conv=problem.dims() if isinstance(problem, ConvProblem) else (),
                 )
             )  # fmt: skip
             self.library_calls.append(

@@ -292,11 +292,15 @@ def ensure_context() -> Any:
         raise LaunchError(f"cutlass: cannot set up a CUDA context: {exc}") from exc
 
 
-_ENTRY_ARGTYPES = [
-    ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-    ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-    ctypes.c_float, ctypes.c_float, ctypes.c_void_p,
-]  # fmt: skip
+def _entry_argtypes(n_ints: int) -> list[Any]:
+    """ctypes argument types of an entry point: five pointers, ``n_ints`` extents, alpha, beta
+    and the stream (4 extents for a GEMM, 15 for a convolution: see ``emit.py``)."""
+    return [*[ctypes.c_void_p] * 5, *[ctypes.c_int] * n_ints, ctypes.c_float, ctypes.c_float,
+            ctypes.c_void_p]  # fmt: skip
+
+
+def _n_ints(spec: KernelSpec) -> int:
+    return 15 if spec.is_conv else 4
 
 
 class CutlassLibrary:
@@ -351,7 +355,7 @@ class CutlassLibrary:
         if name not in self.specs:
             raise LaunchError(f"cutlass: module has no entry point {name!r}; it has {sorted(self.specs)}")
         fn = getattr(self._load(), name)
-        fn.argtypes = _ENTRY_ARGTYPES
+        fn.argtypes = _entry_argtypes(_n_ints(self.specs[name]))
         fn.restype = ctypes.c_int
         self._fns[name] = fn
         return fn
@@ -359,17 +363,24 @@ class CutlassLibrary:
     def last_error(self) -> str:
         return (self._load().loopir_cutlass_last_error() or b"").decode(errors="replace")
 
+    def _dims(self, name: str, dims: Sequence[int]) -> tuple[int, ...]:
+        """The entry's integer arguments: a GEMM's ``m, n, k[, batch=1]``, a convolution's 15
+        (``ConvProblem.dims``)."""
+        want = _n_ints(self.specs[name]) if name in self.specs else 4
+        out = tuple(int(v) for v in dims)
+        if want == 4 and len(out) == 3:
+            out += (1,)
+        if len(out) != want:
+            raise LaunchError(f"cutlass: entry {name} takes {want} extents, got {len(out)}: {out}")
+        return out
+
     def bind(
         self,
         name: str,
         a: int,
         b: int,
         d: int,
-        m: int,
-        n: int,
-        k: int,
-        batch: int = 1,
-        *,
+        *dims: int,
         source: int = 0,
         bias: int = 0,
         alpha: float = 1.0,
@@ -378,6 +389,9 @@ class CutlassLibrary:
     ) -> Callable[[], None]:
         """A zero-argument callable running entry ``name`` on fixed device pointers.
 
+        ``dims`` are a GEMM's ``m, n, k[, batch]`` or a convolution's 15 extents
+        ([`ConvProblem.dims`][loopir.codegen_cuda.cutlass.problem.ConvProblem.dims]).
+
         The entry point, the ctypes argument conversion and the CUDA context are resolved once, so a
         repeated call costs one ctypes call plus the launch (what timing loops and repeated launches
         on the same buffers want). Errors are raised as by
@@ -385,22 +399,24 @@ class CutlassLibrary:
         """
         ensure_context()
         fn = self.entry(name)
+        ints = self._dims(name, dims)
         args = (
             ctypes.c_void_p(a), ctypes.c_void_p(b), ctypes.c_void_p(source or None),
-            ctypes.c_void_p(bias or None), ctypes.c_void_p(d), ctypes.c_int(m), ctypes.c_int(n),
-            ctypes.c_int(k), ctypes.c_int(batch), ctypes.c_float(alpha), ctypes.c_float(beta),
-            ctypes.c_void_p(stream or None),
+            ctypes.c_void_p(bias or None), ctypes.c_void_p(d), *map(ctypes.c_int, ints),
+            ctypes.c_float(alpha), ctypes.c_float(beta), ctypes.c_void_p(stream or None),
         )  # fmt: skip
 
         def run() -> None:
             status = fn(*args)
             if status != 0:
-                raise LaunchError(
-                    f"cutlass: {name} on (M={m}, N={n}, K={k}, batch={batch}) returned {status} "
-                    f"({STATUS_MESSAGES.get(status, 'unknown status')}): {self.last_error()}"
-                )
+                raise LaunchError(self._failure(name, ints, status))
 
         return run
+
+    def _failure(self, name: str, ints: tuple[int, ...], status: int) -> str:
+        what = f"(M={ints[0]}, N={ints[1]}, K={ints[2]}, batch={ints[3]})" if len(ints) == 4 else f"extents {ints}"
+        return (f"cutlass: {name} on {what} returned {status} "
+                f"({STATUS_MESSAGES.get(status, 'unknown status')}): {self.last_error()}")  # fmt: skip
 
     def call(
         self,
@@ -408,18 +424,15 @@ class CutlassLibrary:
         a: int,
         b: int,
         d: int,
-        m: int,
-        n: int,
-        k: int,
-        batch: int = 1,
-        *,
+        *dims: int,
         source: int = 0,
         bias: int = 0,
         alpha: float = 1.0,
         beta: float = 0.0,
         stream: int = 0,
     ) -> None:
-        """Run entry ``name`` on device pointers (asynchronous on ``stream``).
+        """Run entry ``name`` on device pointers (asynchronous on ``stream``); ``dims`` as for
+        [`bind`][loopir.codegen_cuda.cutlass.library.CutlassLibrary.bind].
 
         Raises
         ------
@@ -428,9 +441,7 @@ class CutlassLibrary:
         """
         ensure_context()
         fn = self.entry(name)
-        status = fn(a, b, source or None, bias or None, d, m, n, k, batch, alpha, beta, stream or None)
+        ints = self._dims(name, dims)
+        status = fn(a, b, source or None, bias or None, d, *ints, alpha, beta, stream or None)
         if status != 0:
-            raise LaunchError(
-                f"cutlass: {name} on (M={m}, N={n}, K={k}, batch={batch}) returned {status} "
-                f"({STATUS_MESSAGES.get(status, 'unknown status')}): {self.last_error()}"
-            )
+            raise LaunchError(self._failure(name, ints, status))

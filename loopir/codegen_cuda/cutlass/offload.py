@@ -1,4 +1,4 @@
-"""GemmOffload: hand GEMM blocks (and their fusable epilogues) to CUTLASS.
+"""GemmOffload: hand GEMM and conv2d blocks (and their fusable epilogues) to CUTLASS.
 
 The pass runs on the TensorIR form (before ``lower``) of te-built functions. It finds each
 stage ``C = sum_k A*B`` (NN/NT/TN/TT layouts, optional batch axis, fp16/bf16 inputs with fp32
@@ -14,6 +14,17 @@ extents and scalars). The full description of every call lives in the function a
 ``"loopir.library_calls"``: ``{call id: FrozenDict(problem signature, buffer and block names)}``;
 the CUDA codegen builds the CUTLASS module from it (``loopir.codegen_cuda.cutlass.hook``).
 
+Convolutions (issue 34): a conv2d fprop stage ``Y[n, p, q, k] = sum_{r,s,c} Xp[..] * W[..]``
+recognized by [`loopir.passes.conv_match`][loopir.passes.conv_match] (NHWC input, directly or
+through a zero-padding stage, a KRSC/KCRS/RSCK filter, strides, dilations, fp16/bf16 with fp32
+accumulation, fp32 through TF32 under the same ``cuda.gemm_allow_tf32``) becomes one extern call
+of a CUTLASS 2.x implicit-GEMM kernel, with the epilogue stage after it fused as for GEMMs (bias
+per output channel, a residual source, ReLU/GELU/SiLU) and the padding stage folded into the
+kernel (dropped when nothing else reads the padded tensor). Its extern statement carries the
+implicit GEMM's extents (``M = N*P*Q``, ``N = K``, ``K = C*R*S``); the description holds the
+geometry (``problem.ConvProblem.signature``). ``cuda.cutlass_arch`` 90 takes CUTLASS 3.x kernels
+(im2col TMA), 80 the 2.x ones (which also run on sm_90).
+
 Stages that do not match, or that CUTLASS cannot take (dtype, alignment, shape), stay generated
 code; the reason is logged (logger ``loopir.codegen_cuda.cutlass.offload``) and kept in the
 ``report`` of [`GemmOffload`][loopir.codegen_cuda.cutlass.offload.GemmOffload].
@@ -24,7 +35,9 @@ Configuration keys:
   generated code when the nvidia-cutlass package is missing), ``"cutlass"`` (as auto, but a
   missing package is an error and fallbacks are logged as warnings), ``"generated"`` (never
   offload).
-- ``cuda.gemm_allow_tf32``: offload fp32 GEMMs to TF32 tensor-core kernels (default False).
+- ``cuda.conv_backend``: the same three values, for convolutions.
+- ``cuda.gemm_allow_tf32``: offload fp32 GEMMs and convolutions to TF32 tensor-core kernels
+  (default False).
 - ``cuda.cutlass_arch``: 90 (CUTLASS 3.x, sm_90a) or 80 (CUTLASS 2.x; also runs on sm90).
 - ``cuda.cutlass_tune_candidates``: when building, tune calls that have no cached choice over
   this many candidates (0, the default: cached choice, else the default heuristic).
@@ -33,24 +46,41 @@ Configuration keys:
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import attrs
 
+from loopir.codegen_cuda.cutlass.problem import ConvProblem, EpilogueSpec, GemmProblem, Problem
 from loopir.errors import CodegenError, PassError
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import BufferLoad, Call, FloatImm, IntImm, StringImm, register_intrinsic
 from loopir.ir.functor import post_order_stmts, post_order_visit
-from loopir.ir.stmt import Block, BlockRealize, Evaluate, FrozenDict, PrimFunc, Stmt, seq
+from loopir.ir.stmt import (
+    Block,
+    BlockRealize,
+    BufferStore,
+    Evaluate,
+    FrozenDict,
+    PrimFunc,
+    Stmt,
+    seq,
+)
 from loopir.passes.base import Pass
 from loopir.passes.context import PassContext
+from loopir.passes.conv_match import (
+    Conv2dCore,
+    PadStage,
+    is_conv_candidate,
+    match_conv2d,
+    match_pad,
+)
 from loopir.passes.gemm_match import (
     EpilogueMatch,
-    GemmCore,
     NoMatch,
     match_epilogue,
     match_gemm,
+    match_output_epilogue,
 )
 
 __all__ = [
@@ -115,8 +145,19 @@ def _reads_buffer(stmt: Stmt, buf: Buffer) -> bool:
     return bool(hit)
 
 
+@attrs.frozen
+class _Settings:
+    """The pass's configuration for one run."""
+
+    arch: int
+    allow_tf32: bool
+    gemm: bool
+    conv: bool
+    warn: Any
+
+
 class GemmOffload(Pass):
-    """Replace GEMM stages (+ a fusable epilogue) with ``loopir.extern_gemm`` calls.
+    """Replace GEMM and conv2d stages (+ a fusable epilogue) with ``loopir.extern_gemm`` calls.
 
     Parameters
     ----------
@@ -127,7 +168,7 @@ class GemmOffload(Pass):
     ----------
     report
         One [`OffloadDecision`][loopir.codegen_cuda.cutlass.offload.OffloadDecision] per GEMM-like
-        block of the last run.
+        or convolution-like block of the last run.
     """
 
     name = "GemmOffload"
@@ -138,159 +179,164 @@ class GemmOffload(Pass):
         self.arch = arch
         self.report: list[OffloadDecision] = []
 
-    def transform(self, func: PrimFunc, ctx: PassContext) -> PrimFunc:
-        from loopir.codegen_cuda.cutlass.enumerate import enumerate_candidates, supported_archs
-        from loopir.codegen_cuda.cutlass.problem import EpilogueSpec, GemmProblem
+    def _settings(self, ctx: PassContext) -> _Settings | None:
+        """The run's settings, or None when nothing is to be offloaded."""
+        from loopir.codegen_cuda.cutlass.enumerate import supported_archs
 
-        self.report = []
         backend = ctx.get("cuda.gemm_backend")
-        if backend not in _BACKENDS:
-            raise PassError(
-                f"pass {self.name}: cuda.gemm_backend must be one of {_BACKENDS}, got {backend!r}"
-            )
+        conv_backend = ctx.get("cuda.conv_backend")
+        for key, value in (("cuda.gemm_backend", backend), ("cuda.conv_backend", conv_backend)):
+            if value not in _BACKENDS:
+                raise PassError(f"pass {self.name}: {key} must be one of {_BACKENDS}, got {value!r}")
         arch = self.arch if self.arch is not None else ctx.get("cuda.cutlass_arch")
         if arch not in supported_archs():
             raise PassError(
                 f"pass {self.name}: cuda.cutlass_arch must be one of {supported_archs()}, got {arch!r}"
             )
-        allow_tf32 = ctx.get("cuda.gemm_allow_tf32")
-        warn = logger.warning if backend == "cutlass" else logger.info
-        if backend == "generated":
-            return func
+        strict = "cutlass" in (backend, conv_backend)
+        if backend == "generated" and conv_backend == "generated":
+            return None
         missing = _cutlass_available()
         if missing is not None:
-            if backend == "cutlass":
+            if strict:
                 raise PassError(
-                    f"pass {self.name}: cuda.gemm_backend='cutlass' but {missing} "
+                    f"pass {self.name}: cuda.gemm_backend/cuda.conv_backend='cutlass' but {missing} "
                     "(pip install --no-deps nvidia-cutlass==4.2.0.0)"
                 )
-            logger.info("GemmOffload: %s; GEMMs stay generated code", missing)
+            logger.info("GemmOffload: %s; GEMMs and convolutions stay generated code", missing)
+            return None
+        return _Settings(arch, bool(ctx.get("cuda.gemm_allow_tf32")), backend != "generated",
+                         conv_backend != "generated", logger.warning if strict else logger.info)  # fmt: skip
+
+    def transform(self, func: PrimFunc, ctx: PassContext) -> PrimFunc:
+        self.report = []
+        settings = self._settings(ctx)
+        if settings is None:
             return func
         root = func.body
         if not (isinstance(root, BlockRealize) and root.block.name == "root"):
             logger.info("GemmOffload: %s has no te root block; nothing offloaded", func.name)
             return func
         stages = list(root.block.body.seq) if hasattr(root.block.body, "seq") else [root.block.body]
-        params = func.params
-        out: list[Stmt] = []
-        calls: dict[str, FrozenDict] = dict(func.attrs.get(LIBRARY_CALLS_ATTR, {}) or {})
-        dropped: set[int] = set()
+        run = _Run(func, stages, root.block.alloc_buffers, settings)
         i = 0
         while i < len(stages):
-            stage = stages[i]
-            core = match_gemm(stage, params=params)
-            if isinstance(core, NoMatch):
-                if _is_gemm_candidate(stage):
-                    self._decide(OffloadDecision(core.block, False, core.reason), warn)
-                out.append(stage)
-                i += 1
-                continue
-            decision, epi = self._plan(core, stages, i, params, root.block.alloc_buffers)
-            if decision is not None:
-                self._decide(decision, warn)
-                out.append(stage)
-                i += 1
-                continue
-            d = epi.d if epi is not None else core.c
-            if core.dtype_ab == "float32" and not allow_tf32:
-                self._decide(
-                    OffloadDecision(
-                        core.block, False,
-                        "fp32 GEMM: CUTLASS would use TF32 tensor cores; set "
-                        "cuda.gemm_allow_tf32=True to allow it",
-                    ),  # fmt: skip
-                    warn,
-                )
-                out.append(stage)
-                i += 1
-                continue
-            spec = EpilogueSpec(
-                activation=epi.activation if epi else "identity",
-                alpha=core.alpha * (epi.alpha if epi else 1.0),
-                beta=epi.beta if epi else 0.0,
-                has_bias=bool(epi and epi.bias is not None),
-                has_source=bool(epi and epi.source is not None),
-            )
-            try:
-                problem = GemmProblem(
-                    m=core.m, n=core.n, k=core.k, dtype_ab=core.dtype_ab, dtype_d=d.dtype,
-                    layout_a=core.layout_a, layout_b=core.layout_b, batch=core.batch,
-                    epilogue=spec,
-                )  # fmt: skip
-                enumerate_candidates(problem, arch)
-            except CodegenError as exc:
-                reason = str(exc).removeprefix("cutlass: ")
-                self._decide(OffloadDecision(core.block, False, reason), warn)
-                out.append(stage)
-                i += 1
-                continue
-            call_id = _unique_call_id(f"gemm_{core.block}", calls)
-            fused = (epi.block,) if epi is not None else ()
-            calls[call_id] = FrozenDict(
-                {
-                    "block": core.block,
-                    "fused": fused,
-                    "a": core.a.name,
-                    "b": core.b.name,
-                    "d": d.name,
-                    "source": epi.source.name if epi and epi.source is not None else "",
-                    "bias": epi.bias.name if epi and epi.bias is not None else "",
-                    "arch": arch,
-                    "problem": FrozenDict(problem.signature()),
-                }
-            )
-            out.append(_extern_call(call_id, core, d, epi, spec))
-            if epi is not None:
-                dropped.add(id(core.c))
-                i += 2
-            else:
-                i += 1
-            self._decide(
-                OffloadDecision(core.block, True, f"offloaded as {call_id} ({problem.layout_code}, "
-                                f"{problem.dtype_ab}->{problem.dtype_d}, epilogue {spec.describe()})",
-                                call_id, fused),
-                logger.info,
-            )  # fmt: skip
-        if not calls or len(calls) == len(func.attrs.get(LIBRARY_CALLS_ATTR, {}) or {}):
+            i += self._stage(run, i)
+        if len(run.calls) == len(func.attrs.get(LIBRARY_CALLS_ATTR, {}) or {}):
             return func
-        allocs = tuple(b for b in root.block.alloc_buffers if id(b) not in dropped)
+        out = run.without_folded_pads()
+        allocs = tuple(b for b in root.block.alloc_buffers if id(b) not in run.dropped)
         new_block = attrs.evolve(root.block, body=seq(*out), alloc_buffers=allocs)
         new_root = attrs.evolve(root, block=new_block)
         return attrs.evolve(
-            func, body=new_root, attrs=func.attrs.set(LIBRARY_CALLS_ATTR, FrozenDict(calls))
+            func, body=new_root, attrs=func.attrs.set(LIBRARY_CALLS_ATTR, FrozenDict(run.calls))
         )
 
-    def _plan(
-        self,
-        core: GemmCore,
-        stages: Sequence[Stmt],
-        i: int,
-        params: Sequence[Buffer],
-        allocs: Sequence[Buffer],
-    ) -> tuple[OffloadDecision | None, EpilogueMatch | None]:
-        """Decide whether the GEMM fuses the next stage; a decision means 'do not offload'."""
-        param_ids = {id(p) for p in params}
-        c_is_param = id(core.c) in param_ids
-        later = stages[i + 1 :]
-        if c_is_param:
-            return None, None
-        if not any(b is core.c for b in allocs):
-            return OffloadDecision(core.block, False, f"accumulator {core.c.name} is not allocated by the root block"), None
-        if not later:
-            return OffloadDecision(core.block, False, f"accumulator {core.c.name} is never read"), None
-        epi = match_epilogue(later[0], core, params=params)
-        if isinstance(epi, NoMatch):
-            return OffloadDecision(
-                core.block, False,
-                f"accumulator {core.c.name} is an intermediate and its consumer "
-                f"{epi.block} is not a fusable epilogue: {epi.reason}",
-            ), None  # fmt: skip
-        if any(_reads_buffer(s, core.c) for s in later[1:]):
-            return OffloadDecision(
-                core.block, False,
-                f"accumulator {core.c.name} is read after the epilogue {epi.block} too",
-            ), None  # fmt: skip
-        return None, epi
+    def _stage(self, run: _Run, i: int) -> int:
+        """Handle stage ``i``; the number of stages consumed."""
+        stage = run.stages[i]
+        pad = match_pad(stage, params=run.func.params)
+        if isinstance(pad, PadStage):
+            run.pads[pad.dst] = pad
+            run.out.append(stage)
+            return 1
+        if is_conv_candidate(stage):
+            if run.settings.conv:
+                return self._conv(run, i)
+            run.out.append(stage)
+            return 1
+        if not run.settings.gemm:
+            run.out.append(stage)
+            return 1
+        return self._gemm_stage(run, i)
+
+    def _keep(self, run: _Run, stage: Stmt, decision: OffloadDecision) -> int:
+        self._decide(decision, run.settings.warn)
+        run.out.append(stage)
+        return 1
+
+    def _gemm_stage(self, run: _Run, i: int) -> int:
+        stage, params = run.stages[i], run.func.params
+        core = match_gemm(stage, params=params)
+        if isinstance(core, NoMatch):
+            if _is_gemm_candidate(stage):
+                self._decide(OffloadDecision(core.block, False, core.reason), run.settings.warn)
+            run.out.append(stage)
+            return 1
+        plan = _plan(core.block, core.c, lambda st: match_epilogue(st, core, params=params),
+                     run.stages, i, params, run.allocs)  # fmt: skip
+
+        def make(d: Buffer, spec: EpilogueSpec) -> GemmProblem:
+            return GemmProblem(
+                m=core.m, n=core.n, k=core.k, dtype_ab=core.dtype_ab, dtype_d=d.dtype,
+                layout_a=core.layout_a, layout_b=core.layout_b, batch=core.batch, epilogue=spec,
+            )  # fmt: skip
+
+        return self._offload(run, i, plan, _Offload(core.block, "gemm", core.dtype_ab, core.alpha,
+                                                    (core.a, core.b, core.c), ()), make)  # fmt: skip
+
+    def _conv(self, run: _Run, i: int) -> int:
+        stage, params = run.stages[i], run.func.params
+        core = match_conv2d(stage, params=params, pads=run.pads)
+        if isinstance(core, NoMatch):
+            return self._keep(run, stage, OffloadDecision(core.block, False, core.reason))
+        reason = _conv_operands_reason(core, params)
+        plan = (OffloadDecision(core.block, False, reason), None) if reason else _plan(
+            core.block, core.y,
+            lambda st: match_output_epilogue(st, core.y, [core.n, core.p, core.q, core.k], params=params),
+            run.stages, i, params, run.allocs)  # fmt: skip
+
+        def make(d: Buffer, spec: EpilogueSpec) -> ConvProblem:
+            return ConvProblem(
+                core.n, core.h, core.w_in, core.c, core.k, core.r, core.s, core.p, core.q, core.dtype,
+                d.dtype, core.pad[:2], core.stride, core.dilation, core.layout_w, spec,
+            )  # fmt: skip
+
+        folded = tuple(p for p in run.pads.values() if p.block == core.pad_block)
+        return self._offload(run, i, plan, _Offload(core.block, "conv2d", core.dtype, 1.0,
+                                                    (core.x, core.w, core.y), folded), make)  # fmt: skip
+
+    def _offload(self, run: _Run, i: int, plan: tuple[OffloadDecision | None, EpilogueMatch | None],
+                 what: _Offload, make: Callable[[Buffer, EpilogueSpec], _P]) -> int:  # fmt: skip
+        """Offload a matched stage as planned (or keep it, with the reason); stages consumed."""
+        decision, epi = plan
+        if decision is None and what.dtype == "float32" and not run.settings.allow_tf32:
+            decision = OffloadDecision(what.block, False, _TF32_REASON.format(what=what.kind))
+        if decision is not None:
+            return self._keep(run, run.stages[i], decision)
+        a, b, acc = what.operands
+        d = epi.d if epi is not None else acc
+        spec = _epilogue_spec(what.alpha, epi)
+        problem = _supported(lambda: make(d, spec), run.settings.arch)
+        if isinstance(problem, str):
+            return self._keep(run, run.stages[i], OffloadDecision(what.block, False, problem))
+        text = f"{problem.describe()}, {problem.dtype_ab}->{problem.dtype_d}, epilogue {spec.describe()}"
+        self._record(run, f"{what.kind}_{what.block}", what.block, (a, b, d), epi, problem,
+                     run.settings.arch, what.pads, text)  # fmt: skip
+        if epi is None:
+            return 1
+        run.dropped.add(id(acc))
+        return 2
+
+    def _record(self, run: _Run, base: str, block: str, abd: tuple[Buffer, Buffer, Buffer],
+                epi: EpilogueMatch | None, problem: Problem, arch: int, pads: tuple[PadStage, ...],
+                what: str) -> None:  # fmt: skip
+        """Register an offloaded call: its description, its extern statement, its decision."""
+        a, b, d = abd
+        call_id = _unique_call_id(base, run.calls)
+        fused = (*(p.block for p in pads), *((epi.block,) if epi is not None else ()))
+        run.calls[call_id] = FrozenDict(
+            {
+                "block": block, "fused": fused, "a": a.name, "b": b.name, "d": d.name,
+                "source": epi.source.name if epi and epi.source is not None else "",
+                "bias": epi.bias.name if epi and epi.bias is not None else "",
+                "arch": arch, "problem": FrozenDict(problem.signature()),
+            }
+        )  # fmt: skip
+        run.folded.extend(pads)
+        run.out.append(_extern_call(call_id, a, b, d, epi, problem))
+        self._decide(OffloadDecision(block, True, f"offloaded as {call_id} ({what})", call_id, fused),
+                     logger.info)  # fmt: skip
 
     def _decide(self, decision: OffloadDecision, log: Any) -> None:
         self.report.append(decision)
@@ -298,6 +344,128 @@ class GemmOffload(Pass):
             logger.info("GemmOffload: block %s %s", decision.block, decision.reason)
         else:
             log("GemmOffload: block %s stays generated code: %s", decision.block, decision.reason)
+
+
+@attrs.frozen
+class _Offload:
+    """A matched stage to offload: its block, kind ("gemm"/"conv2d", the call id's prefix),
+    operand type, constant factor, operands (A, B, accumulator) and folded padding stages."""
+
+    block: str
+    kind: str
+    dtype: str
+    alpha: float
+    operands: tuple[Buffer, Buffer, Buffer]
+    pads: tuple[PadStage, ...]
+
+
+_TF32_REASON = (
+    "fp32 {what}: CUTLASS would use TF32 tensor cores; set cuda.gemm_allow_tf32=True to allow it"
+)
+
+
+_P = TypeVar("_P", GemmProblem, ConvProblem)
+
+
+class _Run:
+    """The state of one transform: the stages kept or replaced, the calls, the padding stages."""
+
+    def __init__(self, func: PrimFunc, stages: list[Stmt], allocs: Sequence[Buffer],
+                 settings: _Settings) -> None:  # fmt: skip
+        self.func = func
+        self.stages = stages
+        self.allocs = allocs
+        self.settings = settings
+        self.out: list[Stmt] = []
+        self.calls: dict[str, FrozenDict] = dict(func.attrs.get(LIBRARY_CALLS_ATTR, {}) or {})
+        self.dropped: set[int] = set()
+        self.pads: dict[Buffer, PadStage] = {}
+        self.folded: list[PadStage] = []
+
+    def without_folded_pads(self) -> list[Stmt]:
+        """``out`` without the padding stages a convolution call folded in (the kernel pads
+        itself) whose output nothing else reads; their buffers are dropped too."""
+        out = list(self.out)
+        for pad in self.folded:
+            owner = [s for s in out if _writes(s, pad.dst)]
+            if len(owner) != 1 or any(_reads_buffer(s, pad.dst) for s in out if s is not owner[0]):
+                continue
+            if any(p is pad.dst for p in self.func.params):
+                continue
+            out.remove(owner[0])
+            self.dropped.add(id(pad.dst))
+        return out
+
+
+def _writes(stmt: Stmt, buf: Buffer) -> bool:
+    hit: list[bool] = []
+    post_order_stmts(stmt, lambda n: hit.append(True) if isinstance(n, BufferStore) and n.buffer is buf else None)
+    return bool(hit)
+
+
+def _conv_operands_reason(core: Conv2dCore, params: Sequence[Buffer]) -> str | None:
+    """Why the convolution's input or filter cannot be handed to the kernel (None: they can)."""
+    for buf, role in ((core.x, "input"), (core.w, "filter")):
+        if not any(p is buf for p in params):
+            return f"the {role} {buf.name} is an intermediate buffer, not a function parameter"
+        if buf.strides is not None or buf.scope != "global":
+            return f"the {role} {buf.name} is not a compact global buffer"
+    if core.acc != "float32":
+        return f"the products are summed in {core.acc}; CUTLASS accumulates in float32"
+    return None
+
+
+def _supported(make: Callable[[], _P], arch: int) -> _P | str:
+    """The problem ``make`` builds when CUTLASS has kernels for it, else why not (its dtype,
+    alignment or epilogue rule)."""
+    from loopir.codegen_cuda.cutlass.enumerate import enumerate_candidates
+
+    try:
+        problem = make()
+        enumerate_candidates(problem, arch)
+    except CodegenError as exc:
+        return str(exc).removeprefix("cutlass: ")
+    return problem
+
+
+def _epilogue_spec(alpha: float, epi: EpilogueMatch | None) -> EpilogueSpec:
+    return EpilogueSpec(
+        activation=epi.activation if epi else "identity",
+        alpha=alpha * (epi.alpha if epi else 1.0),
+        beta=epi.beta if epi else 0.0,
+        has_bias=bool(epi and epi.bias is not None),
+        has_source=bool(epi and epi.source is not None),
+    )
+
+
+def _plan(
+    block: str,
+    c: Buffer,
+    epilogue_of: Callable[[Stmt], EpilogueMatch | NoMatch],
+    stages: Sequence[Stmt],
+    i: int,
+    params: Sequence[Buffer],
+    allocs: Sequence[Buffer],
+) -> tuple[OffloadDecision | None, EpilogueMatch | None]:
+    """Decide whether the stage writing accumulator ``c`` fuses the next stage; a decision
+    means 'do not offload'."""
+    if any(p is c for p in params):
+        return None, None
+    later = stages[i + 1 :]
+    if not any(b is c for b in allocs):
+        return OffloadDecision(block, False, f"accumulator {c.name} is not allocated by the root block"), None
+    if not later:
+        return OffloadDecision(block, False, f"accumulator {c.name} is never read"), None
+    epi = epilogue_of(later[0])
+    if isinstance(epi, NoMatch):
+        return OffloadDecision(
+            block, False,
+            f"accumulator {c.name} is an intermediate and its consumer "
+            f"{epi.block} is not a fusable epilogue: {epi.reason}",
+        ), None  # fmt: skip
+    if any(_reads_buffer(s, c) for s in later[1:]):
+        return OffloadDecision(block, False, f"accumulator {c.name} is read after the epilogue {epi.block} too"), None
+    return None, epi
 
 
 def _unique_call_id(base: str, taken: dict[str, Any]) -> str:
@@ -308,16 +476,17 @@ def _unique_call_id(base: str, taken: dict[str, Any]) -> str:
     return name
 
 
-def _extern_call(
-    call_id: str, core: GemmCore, d: Buffer, epi: EpilogueMatch | None, spec: Any
-) -> Stmt:
+def _extern_call(call_id: str, a: Buffer, b: Buffer, d: Buffer, epi: EpilogueMatch | None, problem: Problem) -> Stmt:
+    """The extern statement; a convolution's extents are its implicit GEMM's (M = N*P*Q,
+    N = K, K = C*R*S; the full geometry is in the call's description)."""
     src = epi.source.name if epi and epi.source is not None else ""
     bias = epi.bias.name if epi and epi.bias is not None else ""
+    batch = 1 if isinstance(problem, ConvProblem) else problem.batch
     args = [
-        StringImm(call_id), StringImm(core.a.name), StringImm(core.b.name), StringImm(d.name),
+        StringImm(call_id), StringImm(a.name), StringImm(b.name), StringImm(d.name),
         StringImm(src), StringImm(bias),
-        IntImm(core.m), IntImm(core.n), IntImm(core.k), IntImm(core.batch),
-        FloatImm(spec.alpha), FloatImm(spec.beta),
+        IntImm(problem.m), IntImm(problem.n), IntImm(problem.k), IntImm(batch),
+        FloatImm(problem.epilogue.alpha), FloatImm(problem.epilogue.beta),
     ]  # fmt: skip
     return Evaluate(Call("int32", EXTERN_GEMM, args))
 

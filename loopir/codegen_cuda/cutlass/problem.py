@@ -1,4 +1,5 @@
-"""The GEMM problem signature shared by the offload pass, the emitter and the tuner.
+"""The problem signatures shared by the offload pass, the emitter and the tuner: GEMMs and
+implicit-GEMM convolutions ([`ConvProblem`][loopir.codegen_cuda.cutlass.problem.ConvProblem]).
 
 A [`GemmProblem`][loopir.codegen_cuda.cutlass.problem.GemmProblem] describes ``D[b, i, j] =
 act(alpha * sum_k A[b, i, k] * B[b, k, j] + beta * S[b, i, j] + bias[j])`` on compact row-major
@@ -24,11 +25,15 @@ from loopir.errors import CodegenError
 
 __all__ = [
     "ACTIVATIONS",
+    "CONV_FILTER_LAYOUTS",
     "DTYPES",
+    "ConvProblem",
     "EpilogueSpec",
     "GemmProblem",
+    "Problem",
     "cutlass_operands",
     "cutlass_version",
+    "problem_from_signature",
 ]
 
 DTYPES: dict[str, tuple[str, str, int]] = {
@@ -145,6 +150,10 @@ class GemmProblem:
         """``"NN"``, ``"NT"``, ``"TN"`` or ``"TT"`` in the issue's naming (A then B)."""
         return ("N" if self.layout_a == "row" else "T") + ("N" if self.layout_b == "row" else "T")
 
+    def describe(self) -> str:
+        """The layouts, for logs (as ``ConvProblem.describe``)."""
+        return self.layout_code
+
     def signature(self) -> dict[str, Any]:
         """JSON-ready description used in cache keys and ``mod.library_calls``."""
         return {
@@ -210,3 +219,145 @@ def cutlass_version() -> str:
             "cutlass: the nvidia-cutlass package is not installed "
             "(pip install --no-deps nvidia-cutlass==4.2.0.0)"
         ) from exc
+
+
+def _int_tuple(value: Any) -> tuple[int, ...]:
+    return tuple(value)
+
+
+@attrs.frozen
+class ConvProblem:
+    """One conv2d forward propagation (fprop) as the pass found it, for an implicit-GEMM kernel.
+
+    ``Y[n, p, q, k] = act(alpha * sum_{r,s,c} X[n, p*sh - pad_h + r*dh, q*sw - pad_w + s*dw, c]
+    * W[k, r, s, c] + beta * S[n, p, q, k] + bias[k])`` with zeros outside X, on compact NHWC
+    activations and a KRSC filter (``layout_w`` says how the user's filter is stored; a KCRS
+    or RSCK filter is permuted to KRSC by the entry point). The bottom and right paddings follow
+    from the output size (P, Q), so asymmetric paddings are described exactly.
+
+    As an implicit GEMM it is ``M = N*P*Q``, ``N = K``, ``K = C*R*S``: the ``m``/``n``/``k``
+    properties, which the cost model of
+    ``enumerate`` reads as it reads a GEMM's.
+
+    Attributes
+    ----------
+    batch, h, w, c
+        The input's extents (NHWC).
+    kout, r, s
+        Output channels and filter height and width.
+    p, q
+        Output height and width.
+    pad, stride, dilation
+        ``(pad_h, pad_w)`` (top, left), ``(sh, sw)`` and ``(dh, dw)``.
+    layout_w
+        ``"KRSC"``, ``"KCRS"`` or ``"RSCK"``.
+    dtype_ab, dtype_d, epilogue, dtype_acc
+        As for [`GemmProblem`][loopir.codegen_cuda.cutlass.problem.GemmProblem].
+    """
+
+    batch: int = attrs.field(validator=_positive)
+    h: int = attrs.field(validator=_positive)
+    w: int = attrs.field(validator=_positive)
+    c: int = attrs.field(validator=_positive)
+    kout: int = attrs.field(validator=_positive)
+    r: int = attrs.field(validator=_positive)
+    s: int = attrs.field(validator=_positive)
+    p: int = attrs.field(validator=_positive)
+    q: int = attrs.field(validator=_positive)
+    dtype_ab: str = attrs.field(validator=_check_dtype)
+    dtype_d: str = attrs.field(validator=_check_dtype)
+    pad: tuple[int, ...] = attrs.field(default=(0, 0), converter=_int_tuple)
+    stride: tuple[int, ...] = attrs.field(default=(1, 1), converter=_int_tuple)
+    dilation: tuple[int, ...] = attrs.field(default=(1, 1), converter=_int_tuple)
+    layout_w: str = attrs.field(default="KRSC")
+    epilogue: EpilogueSpec = attrs.field(factory=EpilogueSpec)
+    dtype_acc: str = "float32"
+
+    def __attrs_post_init__(self) -> None:
+        if self.layout_w not in CONV_FILTER_LAYOUTS:
+            raise CodegenError(
+                f"cutlass: layout_w={self.layout_w!r} is not a conv filter layout; "
+                f"known: {list(CONV_FILTER_LAYOUTS)}"
+            )
+        for name, pair, low in (("pad", self.pad, 0), ("stride", self.stride, 1),
+                                ("dilation", self.dilation, 1)):  # fmt: skip
+            if len(pair) != 2 or any(not isinstance(v, int) or v < low for v in pair):
+                raise CodegenError(f"cutlass: conv {name} must be two ints >= {low}, got {pair!r}")
+
+    @property
+    def m(self) -> int:
+        """Implicit-GEMM M: one row per output pixel (``N*P*Q``)."""
+        return self.batch * self.p * self.q
+
+    @property
+    def n(self) -> int:
+        """Implicit-GEMM N: the output channels."""
+        return self.kout
+
+    @property
+    def k(self) -> int:
+        """Implicit-GEMM K: ``C*R*S``."""
+        return self.c * self.r * self.s
+
+    def dims(self) -> tuple[int, ...]:
+        """The entry point's integer arguments: N, H, W, C, K, R, S, P, Q, pad_h, pad_w, sh, sw,
+        dh, dw."""
+        return (self.batch, self.h, self.w, self.c, self.kout, self.r, self.s, self.p, self.q,
+                *self.pad, *self.stride, *self.dilation)  # fmt: skip
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """Operand shapes by role: X (NHWC), W (in ``layout_w``), Y, the source and the bias."""
+        w = {"KRSC": (self.kout, self.r, self.s, self.c), "KCRS": (self.kout, self.c, self.r, self.s),
+             "RSCK": (self.r, self.s, self.c, self.kout)}[self.layout_w]  # fmt: skip
+        y = (self.batch, self.p, self.q, self.kout)
+        return {"A": (self.batch, self.h, self.w, self.c), "B": w, "D": y, "source": y, "bias": (self.kout,)}
+
+    def signature(self) -> dict[str, Any]:
+        """JSON-ready description used in cache keys and ``mod.library_calls``."""
+        return {
+            "kind": "conv2d_fprop", "n": self.batch, "h": self.h, "w": self.w, "c": self.c,
+            "k": self.kout, "r": self.r, "s": self.s, "p": self.p, "q": self.q,
+            "pad": list(self.pad), "stride": list(self.stride), "dilation": list(self.dilation),
+            "layout_w": self.layout_w, "dtype_ab": self.dtype_ab, "dtype_d": self.dtype_d,
+            "dtype_acc": self.dtype_acc, "epilogue": attrs.asdict(self.epilogue),
+        }  # fmt: skip
+
+    def key(self) -> str:
+        """A short stable hash of
+        [`signature`][loopir.codegen_cuda.cutlass.problem.ConvProblem.signature]."""
+        text = json.dumps(self.signature(), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k
+
+    def describe(self) -> str:
+        """``conv 3x3 s2 d1 64->128`` style summary for logs."""
+        return (f"conv {self.r}x{self.s} s{self.stride[0]}x{self.stride[1]} "
+                f"d{self.dilation[0]}x{self.dilation[1]} {self.c}->{self.kout} {self.layout_w}")  # fmt: skip
+
+
+CONV_FILTER_LAYOUTS = ("KRSC", "KCRS", "RSCK")
+"""Filter layouts a conv entry point takes (KRSC is CUTLASS's; the others are permuted to it)."""
+
+Problem = GemmProblem | ConvProblem
+"""What a CUTLASS entry point computes: a GEMM or an implicit-GEMM convolution."""
+
+
+def problem_from_signature(sig: Any) -> Problem:
+    """Rebuild a problem from its ``signature()`` (as stored in function attributes)."""
+    epi = EpilogueSpec(**dict(sig["epilogue"]))
+    if sig.get("kind") == "conv2d_fprop":
+        return ConvProblem(
+            sig["n"], sig["h"], sig["w"], sig["c"], sig["k"], sig["r"], sig["s"], sig["p"],
+            sig["q"], sig["dtype_ab"], sig["dtype_d"], tuple(sig["pad"]), tuple(sig["stride"]),
+            tuple(sig["dilation"]), sig["layout_w"], epi,
+        )  # fmt: skip
+    layout = sig["layout"]
+    return GemmProblem(
+        m=sig["m"], n=sig["n"], k=sig["k"], batch=sig["batch"],
+        dtype_ab=sig["dtype_ab"], dtype_d=sig["dtype_d"],
+        layout_a="row" if layout[0] == "N" else "col",
+        layout_b="row" if layout[1] == "N" else "col",
+        epilogue=epi,
+    )  # fmt: skip

@@ -17,10 +17,40 @@ import numpy as np
 from loopir.codegen_cuda.cutlass.emit import KernelSpec
 from loopir.codegen_cuda.cutlass.enumerate import GemmCandidate, default_candidate
 from loopir.codegen_cuda.cutlass.library import CutlassLibrary, ensure_context
-from loopir.codegen_cuda.cutlass.problem import GemmProblem
+from loopir.codegen_cuda.cutlass.problem import ConvProblem, GemmProblem, Problem
 from loopir.errors import LaunchError
 
-__all__ = ["CutlassGemm", "DeviceArg", "as_device", "numpy_to_bits", "time_ms"]
+__all__ = [
+    "CutlassGemm",
+    "DeviceArg",
+    "as_device",
+    "entry_dims",
+    "numpy_to_bits",
+    "operand_shapes",
+    "time_ms",
+]
+
+
+def operand_shapes(problem: Problem) -> dict[str, tuple[int, ...]]:
+    """Shapes of the operands by role (A, B, D, source, bias), as the caller stores them."""
+    if isinstance(problem, ConvProblem):
+        return problem.shapes()
+    p = problem
+    pre = (p.batch,) if p.batch > 1 else ()
+    return {
+        "A": pre + ((p.k, p.m) if p.layout_a == "col" else (p.m, p.k)),
+        "B": pre + ((p.n, p.k) if p.layout_b == "col" else (p.k, p.n)),
+        "D": pre + (p.m, p.n),
+        "source": pre + (p.m, p.n),
+        "bias": (p.n,),
+    }
+
+
+def entry_dims(problem: Problem) -> tuple[int, ...]:
+    """The integer arguments of ``problem``'s entry point (see ``emit.py``)."""
+    if isinstance(problem, ConvProblem):
+        return problem.dims()
+    return (problem.m, problem.n, problem.k, problem.batch)
 
 _TYPESTR = {"<f2": "float16", "<f4": "float32", "<f8": "float64", "<V2": "bfloat16"}
 
@@ -141,12 +171,13 @@ def time_ms(run: Callable[[], None], *, warmup: int = 5, repeat: int = 20, inner
 
 
 class CutlassGemm:
-    """One CUTLASS GEMM (problem + configuration) ready to call on arrays.
+    """One CUTLASS GEMM or implicit-GEMM convolution (problem + configuration) ready to call on
+    arrays (for a convolution: A is the NHWC input, B the filter, D the NHWC output).
 
     Parameters
     ----------
     problem
-        The GEMM.
+        The GEMM or convolution.
     arch
         90 or 80.
     candidate
@@ -159,7 +190,7 @@ class CutlassGemm:
 
     def __init__(
         self,
-        problem: GemmProblem,
+        problem: GemmProblem | ConvProblem,
         *,
         arch: int = 90,
         candidate: GemmCandidate | None = None,
@@ -168,19 +199,11 @@ class CutlassGemm:
     ) -> None:
         self.problem = problem
         self.candidate = candidate or default_candidate(problem, arch)
-        self.spec = KernelSpec.make(problem.dtype_ab, problem.dtype_d, problem.epilogue, self.candidate)
+        self.spec = KernelSpec.for_problem(problem, self.candidate)
         self.library = library or CutlassLibrary([self.spec], cache=cache)
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
-        p = self.problem
-        pre = (p.batch,) if p.batch > 1 else ()
-        return {
-            "A": pre + ((p.k, p.m) if p.layout_a == "col" else (p.m, p.k)),
-            "B": pre + ((p.n, p.k) if p.layout_b == "col" else (p.k, p.n)),
-            "D": pre + (p.m, p.n),
-            "source": pre + (p.m, p.n),
-            "bias": (p.n,),
-        }
+        return operand_shapes(self.problem)
 
     def _args(self, a: Any, b: Any, d: Any, source: Any, bias: Any) -> list[DeviceArg | None]:
         p = self.problem
@@ -205,7 +228,7 @@ class CutlassGemm:
         a, b, d, s, bias = args
         assert a is not None and b is not None and d is not None
         self.library.call(
-            self.spec.entry, a.ptr, b.ptr, d.ptr, p.m, p.n, p.k, p.batch,
+            self.spec.entry, a.ptr, b.ptr, d.ptr, *entry_dims(p),
             source=s.ptr if s else 0, bias=bias.ptr if bias else 0,
             alpha=p.epilogue.alpha, beta=p.epilogue.beta, stream=stream,
         )  # fmt: skip

@@ -34,7 +34,7 @@ from loopir.codegen_cuda.cutlass.enumerate import (
     tuning_candidates,
 )
 from loopir.codegen_cuda.cutlass.library import CutlassLibrary, cache_dir
-from loopir.codegen_cuda.cutlass.problem import GemmProblem, cutlass_version
+from loopir.codegen_cuda.cutlass.problem import Problem, cutlass_version
 from loopir.errors import CodegenError, LaunchError, LoopIRError
 
 __all__ = ["TuneResult", "compile_candidates", "lookup", "record_choice", "tune", "tuning_key"]
@@ -72,7 +72,7 @@ class TuneResult:
     from_cache: bool
 
 
-def tuning_key(problem: GemmProblem, arch: int) -> str:
+def tuning_key(problem: Problem, arch: int) -> str:
     """Cache key: problem signature hash + arch + CUTLASS version."""
     return f"{problem.key()}-sm{arch}-cutlass{cutlass_version()}"
 
@@ -106,7 +106,7 @@ def _store(cache: Any, key: str, record: dict[str, Any]) -> None:
 
 
 def record_choice(
-    problem: GemmProblem,
+    problem: Problem,
     arch: int,
     candidate: GemmCandidate,
     ms: float,
@@ -123,7 +123,7 @@ def record_choice(
     )
 
 
-def lookup(problem: GemmProblem, arch: int = 90, cache: Any = None) -> GemmCandidate | None:
+def lookup(problem: Problem, arch: int = 90, cache: Any = None) -> GemmCandidate | None:
     """The tuned candidate for ``problem`` on ``arch`` (None when it was never tuned)."""
     rec = _load_db(cache).get(tuning_key(problem, arch))
     if rec is None:
@@ -178,18 +178,12 @@ def compile_candidates(
     return out, time.perf_counter() - t0, unit
 
 
-def _random_operands(problem: GemmProblem, seed: int = 0) -> dict[str, Any]:
+def _random_operands(problem: Problem, seed: int = 0) -> dict[str, Any]:
     """Random device operands for timing (pycuda allocations, kept alive by the dict)."""
-    from loopir.codegen_cuda.cutlass.runtime import numpy_to_bits
+    from loopir.codegen_cuda.cutlass.runtime import numpy_to_bits, operand_shapes
 
     rng = np.random.default_rng(seed)
-    shapes = {
-        "A": (problem.batch, problem.m, problem.k),
-        "B": (problem.batch, problem.k, problem.n),
-        "D": (problem.batch, problem.m, problem.n),
-        "source": (problem.batch, problem.m, problem.n),
-        "bias": (problem.n,),
-    }
+    shapes = operand_shapes(problem)
     import pycuda.driver as drv
 
     out: dict[str, Any] = {}
@@ -203,7 +197,7 @@ def _random_operands(problem: GemmProblem, seed: int = 0) -> dict[str, Any]:
 
 
 def tune(
-    problem: GemmProblem,
+    problem: Problem,
     *,
     arch: int = 90,
     max_candidates: int = 8,
@@ -251,11 +245,11 @@ def tune(
             return TuneResult(cached, rec.get("ms"), [(cached.short, rec.get("ms"))], 0.0, [], True)
     ensure_context()
     cands = tuning_candidates(problem, enumerate_candidates(problem, arch), max_candidates)
-    specs = [KernelSpec.make(problem.dtype_ab, problem.dtype_d, problem.epilogue, c) for c in cands]
+    specs = [KernelSpec.for_problem(problem, c) for c in cands]
     libs, wall, unit = compile_candidates(
         specs, workers=workers, cache=cache, progress=progress, timeout_s=timeout_s
     )
-    from loopir.codegen_cuda.cutlass.runtime import time_ms
+    from loopir.codegen_cuda.cutlass.runtime import entry_dims, time_ms
 
     ops = _random_operands(problem)
     epi = problem.epilogue
@@ -269,8 +263,7 @@ def tune(
         try:
             # pre-bound call: one ctypes call per launch, so small shapes time the kernel
             run = lib.bind(
-                spec.entry, int(ops["A"]), int(ops["B"]), int(ops["D"]),
-                problem.m, problem.n, problem.k, problem.batch,
+                spec.entry, int(ops["A"]), int(ops["B"]), int(ops["D"]), *entry_dims(problem),
                 source=int(ops["source"]) if epi.has_source else 0,
                 bias=int(ops["bias"]) if epi.has_bias else 0,
                 alpha=epi.alpha, beta=epi.beta,
