@@ -26,9 +26,9 @@ from loopir.ir import dtype as dt
 from loopir.ir.equality import structural_equal
 from loopir.ir.expr import And, BufferLoad, IntImm, Or, PrimExpr, Select, Var
 from loopir.ir.functor import Mutator, collect_vars, post_order_visit, substitute
-from loopir.ir.stmt import BufferStore
+from loopir.ir.stmt import BufferStore, For, ForKind
 
-__all__ = ["vector_compute"]
+__all__ = ["emit_vector_accumulate", "vector_compute"]
 
 
 def _lane_loads(value: PrimExpr, v: Var) -> list[BufferLoad]:
@@ -101,21 +101,13 @@ class _LaneOf(Mutator):
         return same
 
 
-def vector_compute(em: Any, store: BufferStore, v: Var, lanes: int) -> str | None:
-    """The text of ``store`` as a ``lanes``-wide computed vector store, or None when it cannot
-    be proven contiguous and aligned (``em`` is the KernelEmitter)."""
-    dst = store.buffer
-    if dst.scope == "local" or any(dt.lanes(i.dtype) != 1 for i in store.indices):
+def _vector_loads(em: Any, value: PrimExpr, v: Var, lanes: int) -> tuple[list[str], list[BufferLoad], list[list[Var]]] | None:
+    """The declarations of one ``lanes``-wide vector load per distinct lane-dependent load of
+    ``value`` (and its lanes as named scalars), or None when one is not provably contiguous and
+    aligned or sits in a lazily evaluated branch."""
+    if _guarded_lane_load(value, v):
         return None
-    carrier = vector_carrier(dst.dtype, lanes)
-    loads = _lane_loads(store.value, v)
-    if carrier is None:
-        return None
-    doff = em._vector_access_ok(dst, store.indices, v, lanes)
-    if doff is None or _reads_other_elements_of(store) or _guarded_lane_load(store.value, v):
-        return None
-    lines: list[str] = []
-    lane_vars: list[list[Var]] = []
+    loads = _lane_loads(value, v)
     offsets = []
     for load in loads:
         c = vector_carrier(load.buffer.dtype, lanes)
@@ -123,6 +115,8 @@ def vector_compute(em: Any, store: BufferStore, v: Var, lanes: int) -> str | Non
         if off is None:
             return None
         offsets.append((load, c, off))
+    lines: list[str] = []
+    lane_vars: list[list[Var]] = []
     for load, c, off in offsets:
         name = em.buffer_name(load.buffer)
         tmp = em.names.get(object(), f"{name}_v")
@@ -134,18 +128,74 @@ def vector_compute(em: Any, store: BufferStore, v: Var, lanes: int) -> str | Non
         lines += [f"const {elem} {em.var_name(n)} = {tmp}_l[{k}];" for k, n in enumerate(names)]
         lane_vars.append(names)
         _note(em, load.buffer, lanes)
+    return lines, loads, lane_vars
+
+
+def _lane_value(value: PrimExpr, loads: list[BufferLoad], lane_vars: list[list[Var]], v: Var, k: int) -> PrimExpr:
+    """Lane ``k`` of ``value``: its vector-loaded loads replaced by their lane, ``v`` by ``k``."""
+    out: PrimExpr = substitute(_LaneOf(loads, lane_vars, k).visit(value), {v: IntImm(k, v.dtype)})
+    return out
+
+
+def vector_compute(em: Any, store: BufferStore, v: Var, lanes: int) -> str | None:
+    """The text of ``store`` as a ``lanes``-wide computed vector store, or None when it cannot
+    be proven contiguous and aligned (``em`` is the KernelEmitter)."""
+    dst = store.buffer
+    if dst.scope == "local" or any(dt.lanes(i.dtype) != 1 for i in store.indices):
+        return None
+    carrier = vector_carrier(dst.dtype, lanes)
+    if carrier is None:
+        return None
+    doff = em._vector_access_ok(dst, store.indices, v, lanes)
+    if doff is None or _reads_other_elements_of(store):
+        return None
+    found = _vector_loads(em, store.value, v, lanes)
+    if found is None:
+        return None
+    lines, loads, lane_vars = found
     dname = em.buffer_name(dst)
     res = em.names.get(object(), f"{dname}_v")
     elem = ctype(dst.dtype)
     lines.append(f"{carrier} {res};")
     lines.append(f"{elem}* {res}_l = reinterpret_cast<{elem}*>(&{res});")
     for k in range(lanes):
-        value = _LaneOf(loads, lane_vars, k).visit(store.value)
-        value = substitute(value, {v: IntImm(k, v.dtype)})
-        lines.append(f"{res}_l[{k}] = {em.expr(value)};")
+        lines.append(f"{res}_l[{k}] = {em.expr(_lane_value(store.value, loads, lane_vars, v, k))};")
     lines.append(f"*({carrier}*)({dname} + {em.expr(doff)}) = {res};")
     _note(em, dst, lanes)
     return "{\n  " + "\n  ".join(lines) + "\n}"
+
+
+def emit_vector_accumulate(em: Any, loop: For) -> bool:
+    """Emit an unrolled accumulation loop fed by vector loads; False (nothing emitted) when
+    ``loop`` is not one.
+
+    ``for v in T.unroll(8): acc[0] = acc[0] + f(X[b + v])``, ``acc`` a register array at an
+    index independent of ``v``, becomes one 16-byte load of ``X[b:b + 8]`` followed by the eight
+    updates in lane order, so that the loop means exactly what it meant sequentially (each
+    lane's update reads the previous one's result). Every load from memory that depends on
+    ``v`` must be contiguous in it and aligned (as for vector stores); the accumulator may be
+    of another type (fp32 sums of fp16 inputs).
+    """
+    if loop.kind is not ForKind.UNROLLED or not isinstance(loop.extent, IntImm):
+        return False
+    if not (isinstance(loop.min, IntImm) and loop.min.value == 0 and loop.extent.value in (2, 4, 8)):
+        return False
+    store, v, lanes = loop.body, loop.loop_var, loop.extent.value
+    if not isinstance(store, BufferStore) or store.buffer.scope != "local":
+        return False
+    if any(v in collect_vars(i) or dt.lanes(i.dtype) != 1 for i in store.indices):
+        return False
+    with em.bound(v, loop.min, loop.extent):
+        found = _vector_loads(em, store.value, v, lanes)
+    if found is None or not found[1]:
+        return False
+    lines, loads, lane_vars = found
+    with em.block(""):
+        for ln in lines:
+            em.line(ln)
+        for k in range(lanes):
+            em.stmt(BufferStore(store.buffer, _lane_value(store.value, loads, lane_vars, v, k), store.indices))
+    return True
 
 
 def _note(em: Any, buf: Any, lanes: int) -> None:
