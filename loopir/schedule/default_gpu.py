@@ -58,6 +58,7 @@ from collections.abc import Callable
 from typing import Any
 
 from loopir.errors import ScheduleError
+from loopir.ir import dtype as dt
 from loopir.ir.expr import IntImm
 from loopir.ir.stmt import Block, IterKind
 from loopir.schedule import gpu_patterns as pat
@@ -313,9 +314,10 @@ def _rows(sch: Schedule, name: str, pending: list[str]) -> str | None:
     return f"rows {name} <- {', '.join(row.stats)} ({threads} threads{lanes})"
 
 
-def reduction(sch: Schedule, name: str, threads: int) -> None:
+def reduction(sch: Schedule, name: str, threads: int, vector: int = 1) -> None:
     """One thread block per output of reduction block ``name`` (its spatial loops fused), the
-    reduction split over ``threads`` threads and combined across them."""
+    reduction split over ``threads`` threads (``vector`` consecutive elements at a time, see
+    [`cross_thread`][loopir.schedule.default_gpu.cross_thread]) and combined across them."""
     br = pat.realize(sch, name)[0]
     loops = pat.nest_loops(sch, name) or []
     n_red = pat.reduce_loop_count(br, loops) or 0
@@ -323,7 +325,7 @@ def reduction(sch: Schedule, name: str, threads: int) -> None:
     rvs = sch.get_loops(blk)
     spatial = rvs[: len(rvs) - n_red]
     sch.bind(fuse_all(sch, spatial), "blockIdx.x")
-    cross_thread(sch, blk, threads, n_red)
+    cross_thread(sch, blk, threads, n_red, vector)
 
 
 def _reduction(sch: Schedule, name: str) -> str | None:
@@ -332,8 +334,13 @@ def _reduction(sch: Schedule, name: str) -> str | None:
         return None
     length = found[1]
     threads = 128 if length <= 1024 else 256 if length <= 4096 else 512
-    reduction(sch, name, threads)
-    return f"reduction {name} ({threads} threads)"
+    # runs of 16 bytes of the narrowest input (the row; a per-row statistic read along is not
+    # loaded per lane) when the threads' share is whole runs
+    bits = min((dt.bits(r.buffer.dtype) for r in pat.realize(sch, name)[0].block.reads), default=32)
+    vector = 128 // bits if length % (threads * (128 // bits)) == 0 else 1
+    reduction(sch, name, threads, vector)
+    lanes = f" x {vector} lanes" if vector > 1 else ""
+    return f"reduction {name} ({threads} threads{lanes})"
 
 
 #: The default GEMM tiles: DietCode's sample schedule (128 x 128 per block, 256 threads, 64
