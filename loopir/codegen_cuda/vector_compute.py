@@ -166,24 +166,27 @@ def vector_compute(em: Any, store: BufferStore, v: Var, lanes: int) -> str | Non
 
 
 def emit_vector_accumulate(em: Any, loop: For) -> bool:
-    """Emit an unrolled accumulation loop fed by vector loads; False (nothing emitted) when
-    ``loop`` is not one.
+    """Emit an unrolled or vectorized loop that stores into registers, fed by vector loads;
+    False (nothing emitted) when ``loop`` is not one.
 
-    ``for v in T.unroll(8): acc[0] = acc[0] + f(X[b + v])``, ``acc`` a register array at an
-    index independent of ``v``, becomes one 16-byte load of ``X[b:b + 8]`` followed by the eight
-    updates in lane order, so that the loop means exactly what it meant sequentially (each
-    lane's update reads the previous one's result). Every load from memory that depends on
-    ``v`` must be contiguous in it and aligned (as for vector stores); the accumulator may be
-    of another type (fp32 sums of fp16 inputs).
+    ``for v in T.unroll(8): acc[0] = acc[0] + f(X[b + v])``, ``acc`` a register (``local``)
+    array, becomes one 16-byte load of ``X[b:b + 8]`` followed by the eight updates in lane
+    order, so that the loop means exactly what it meant sequentially (each lane's update reads
+    the previous one's result). The same holds for stores at lane-dependent registers, such as
+    ``R[v] = X[b + v]`` (a row kept in registers: one vector load, then its lanes). Every load
+    from memory that depends on ``v`` must be contiguous in it and aligned (as for vector
+    stores), and none may sit in a lazily evaluated branch; the registers may be of another
+    type (fp32 sums of fp16 inputs). Registers are only ever indexed by constants once the lanes
+    are unrolled, so they stay in registers.
     """
-    if loop.kind is not ForKind.UNROLLED or not isinstance(loop.extent, IntImm):
+    if loop.kind not in (ForKind.UNROLLED, ForKind.VECTORIZED) or not isinstance(loop.extent, IntImm):
         return False
     if not (isinstance(loop.min, IntImm) and loop.min.value == 0 and loop.extent.value in (2, 4, 8)):
         return False
     store, v, lanes = loop.body, loop.loop_var, loop.extent.value
     if not isinstance(store, BufferStore) or store.buffer.scope != "local":
         return False
-    if any(v in collect_vars(i) or dt.lanes(i.dtype) != 1 for i in store.indices):
+    if any(dt.lanes(i.dtype) != 1 for i in store.indices):
         return False
     with em.bound(v, loop.min, loop.extent):
         found = _vector_loads(em, store.value, v, lanes)
@@ -194,7 +197,8 @@ def emit_vector_accumulate(em: Any, loop: For) -> bool:
         for ln in lines:
             em.line(ln)
         for k in range(lanes):
-            em.stmt(BufferStore(store.buffer, _lane_value(store.value, loads, lane_vars, v, k), store.indices))
+            at = tuple(substitute(i, {v: IntImm(k, v.dtype)}) for i in store.indices)
+            em.stmt(BufferStore(store.buffer, _lane_value(store.value, loads, lane_vars, v, k), at))
     return True
 
 

@@ -7,17 +7,11 @@ is on. The pass runs among the CUDA target's first passes, while blocks and thei
 are still there, and rewrites, in float32, float16 and bfloat16 (whose math the CUDA backend
 computes in float32):
 
-=================  =================  ===============  ==========================================
-before             after              CUDA             error (CUDA Programming Guide, intrinsics)
-=================  =================  ===============  ==========================================
-``T.exp(x)``       ``T.fast_exp(x)``  ``__expf(x)``    ``ex2.approx.ftz.f32(x * log2(e))``: at most
-                                                       ``2 + floor(|1.173 x|)`` ulp; results under
-                                                       2^-126 flush to 0
-``T.log(x)``       ``T.fast_log(x)``  ``__logf(x)``    absolute 2^-21.41 for x in [0.5, 2], else
-                                                       3 ulp
-``a / b``          ``T.fast_div(a,    ``__fdividef``   2 ulp for 2^-126 <= |b| <= 2^126; 0 for
-                   b)``                                larger |b|
-=================  =================  ===============  ==========================================
+| before | after | CUDA | error (CUDA Programming Guide, intrinsic functions) |
+| --- | --- | --- | --- |
+| ``T.exp(x)`` | ``T.fast_exp(x)`` | ``__expf(x)`` | ``ex2.approx.ftz.f32(x * log2(e))``: at most ``2 + floor(abs(1.173 x))`` ulp; results under 2^-126 flush to 0 |
+| ``T.log(x)`` | ``T.fast_log(x)`` | ``__logf(x)`` | absolute 2^-21.41 for x in [0.5, 2], else 3 ulp |
+| ``a / b`` | ``T.fast_div(a, b)`` | ``__fdividef(a, b)`` | 2 ulp for 2^-126 <= abs(b) <= 2^126; 0 for larger abs(b) |
 
 ``T.rsqrt`` needs no rewrite: the backend always prints it as ``rsqrtf`` (2 ulp). The fast
 intrinsics *mean* the exact operation: the CPU executor computes ``exp``, ``log`` and ``/``, and

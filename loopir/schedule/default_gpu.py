@@ -68,8 +68,9 @@ from loopir.schedule.schedule import Schedule
 from loopir.schedule.trace import BlockRV, LoopRV
 
 __all__ = [
-    "GEMM_TILES", "cross_thread", "default_gpu_schedule", "default_threads", "default_vector", "fuse_all",
-    "inline_all", "per_row", "reduction", "stage_row", "tile_gemm", "tile_transpose", "try_inline",
+    "GEMM_TILES", "MAX_ROW_REGISTERS", "cross_thread", "default_gpu_schedule", "default_threads", "default_vector",
+    "fuse_all", "inline_all", "per_row", "reduction", "stage_row", "stage_row_registers", "tile_gemm",
+    "tile_transpose", "try_inline",
     "unscheduled_blocks",
 ]  # fmt: skip
 
@@ -117,14 +118,16 @@ def cross_thread(sch: Schedule, block: BlockRV, threads: int, reduce_loops: int 
 
 
 def per_row(sch: Schedule, out: str, stats: list[str], threads: int, vector: int = 1,
-            cache_row: str | None = None, row_loops: int = 1) -> None:  # fmt: skip
+            cache_row: str | None = None, row_loops: int = 1, cache_scope: str = "shared") -> None:  # fmt: skip
     """One thread block per row of ``out``; its statistics reduced across the row's threads.
 
     ``out``'s first ``row_loops`` loops (fused) are bound to blockIdx.x, the rest (fused) are
     strided over ``threads`` threads (``vector`` elements each, as one vector). Each block of
     ``stats`` is computed in the row's block, reduced across the threads into ``shared``
     memory. ``cache_row`` names an input read once per row into shared memory, from which
-    every pass over the row reads ([`stage_row`][loopir.schedule.default_gpu.stage_row]).
+    every pass over the row reads ([`stage_row`][loopir.schedule.default_gpu.stage_row]);
+    ``cache_scope="local"`` keeps each thread's part of the row in its registers instead
+    ([`stage_row_registers`][loopir.schedule.default_gpu.stage_row_registers]).
     """
     y = sch.get_block(out)
     loops = sch.get_loops(y)
@@ -145,8 +148,37 @@ def per_row(sch: Schedule, out: str, stats: list[str], threads: int, vector: int
         sch.set_scope(blk, 0, "shared")
         sch.compute_at(blk, i, preserve_unit_loops=True)
         cross_thread(sch, blk, threads, _reduce_iter_count(sch, blk), vector)
-    if cache_row is not None:
+    if cache_row is not None and cache_scope == "local":
+        stage_row_registers(sch, [*stats, out], cache_row, i, threads, vector)
+    elif cache_row is not None:
         stage_row(sch, [*stats, out], cache_row, i, threads)
+
+
+#: The most row elements a thread keeps in registers (the row rule's register staging).
+MAX_ROW_REGISTERS = 32
+
+
+def stage_row_registers(sch: Schedule, readers: list[str], buffer: str, row: LoopRV, threads: int,
+                        vector: int) -> None:  # fmt: skip
+    """Read each thread's part of the block's row of 2-D ``buffer`` from global memory once, in
+    ``vector``-wide loads, into a ``local`` cache from which every block of ``readers`` reads.
+
+    The cache is laid out ``[row, jo, tx, v]`` for column ``jo * threads * vector + tx * vector
+    + v``, the layout of every pass over the row (``per_row`` with the same ``threads`` and
+    ``vector``), so that each thread reads only its own slot ``tx``; lowering for CUDA
+    ([`PrivatizeThreadLocals`][loopir.passes.thread_registers.PrivatizeThreadLocals]) makes the
+    slot the thread's registers. The row length must be a multiple of ``threads * vector``.
+    """
+    blocks = [sch.get_block(n) for n in readers]
+    tile = sch.cache_read(blocks[0], buffer, "local", consumer_blocks=blocks)
+    sch.compute_at(tile, row, preserve_unit_loops=True)
+    span = threads * vector
+    sch.transform_layout(tile, 0, f"lambda a0, a1: (a0, a1 // {span}, a1 % {span} // {vector}, a1 % {vector})")
+    jo, tx, v = sch.split(sch.get_loops(tile)[-1], [None, threads, vector])
+    sch.reorder(tx, jo, v)
+    sch.bind(tx, "threadIdx.x")
+    if vector > 1:
+        sch.vectorize(v)
 
 
 def stage_row(sch: Schedule, readers: list[str], buffer: str, row: LoopRV, threads: int) -> None:
@@ -307,11 +339,33 @@ def _rows(sch: Schedule, name: str, pending: list[str]) -> str | None:
         return None
     threads = default_threads(row.cols)
     vector = default_vector(row.cols, row.dtype, threads)
-    per_row(sch, name, row.stats, threads, vector, row_loops=row.depth)
+    staged = _register_row(sch, name, row.stats, row.depth, row.cols, threads, vector)
+    per_row(sch, name, row.stats, threads, vector, staged, row.depth, "local")
     for s in row.stats:
         pending.remove(s)
     lanes = f" x {vector} lanes" if vector > 1 else ""
-    return f"rows {name} <- {', '.join(row.stats)} ({threads} threads{lanes})"
+    regs = f", {staged} in registers" if staged else ""
+    return f"rows {name} <- {', '.join(row.stats)} ({threads} threads{lanes}{regs})"
+
+
+def _register_row(sch: Schedule, name: str, stats: list[str], depth: int, cols: int | None, threads: int,
+                  vector: int) -> str | None:  # fmt: skip
+    """The 2-D input that ``name`` and every block of ``stats`` read, to be kept in registers
+    (read from HBM once, [`stage_row_registers`][loopir.schedule.default_gpu.stage_row_registers]):
+    when the row is one loop of constant length of 16-bit elements, whole 16-byte vectors per
+    thread, and at most ``MAX_ROW_REGISTERS`` elements per thread; else None."""
+    if depth != 1 or cols is None or vector < 2 or cols % (threads * vector) or cols // threads > MAX_ROW_REGISTERS:
+        return None
+    if dt.bits(pat.realize(sch, name)[0].block.writes[0].buffer.dtype) != 16:
+        return None  # measured for float16 / bfloat16 only (docs/benchmarks.md, issue 35)
+    out = pat.realize(sch, name)[0].block
+    shape = pat.constant_shape(out.writes[0].buffer)
+    common: set[str] | None = None
+    for n in [name, *stats]:
+        reads = {r.buffer.name for r in pat.realize(sch, n)[0].block.reads
+                 if r.buffer in set(sch.func.params) and pat.constant_shape(r.buffer) == shape}  # fmt: skip
+        common = reads if common is None else common & reads
+    return sorted(common)[0] if common and len(common) == 1 else None
 
 
 def reduction(sch: Schedule, name: str, threads: int, vector: int = 1) -> None:

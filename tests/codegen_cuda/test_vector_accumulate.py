@@ -10,7 +10,7 @@ from loopir.examples.reductions import layernorm_func, rmsnorm_func, row_sum, so
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import Cast, IntImm, Var
 from loopir.ir.stmt import Allocate, BufferStore, For, ForKind, PrimFunc, SeqStmt
-from loopir.schedule.default_gpu import default_gpu_schedule
+from loopir.schedule.default_gpu import default_gpu_schedule, per_row
 
 FUNCS = {"softmax": softmax_func, "layernorm": layernorm_func, "rmsnorm": rmsnorm_func}
 
@@ -21,12 +21,20 @@ def _default(name: str, rows: int, cols: int, dtype: str) -> PrimFunc:
     return sch.func
 
 
+STATS = {"softmax": ["M", "S"], "layernorm": ["S1", "S2"], "rmsnorm": ["S"]}
+
+
 @pytest.mark.parametrize("name,passes", [("softmax", 3), ("layernorm", 3), ("rmsnorm", 2)])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_every_pass_over_the_row_reads_16_byte_vectors(name, passes, dtype) -> None:
-    (text,) = emit_cuda(loopir.lower(_default(name, 8, 1024, dtype), target="cuda")).kernel_texts
+    sch = loopir.Schedule(FUNCS[name](8, 1024, dtype))
+    per_row(sch, "Y", STATS[name], 128, 8)  # no row cache: each pass reads the row
+    (text,) = emit_cuda(loopir.lower(sch.func, target="cuda")).kernel_texts
     assert text.count("const uint4 X_v") == passes  # the reductions' passes and the output's
     assert "X[" not in text  # no scalar read of the row is left
+    # the default schedule keeps the row in registers: one 16-byte read, no other
+    (dflt,) = emit_cuda(loopir.lower(_default(name, 8, 1024, dtype), target="cuda")).kernel_texts
+    assert dflt.count("const uint4 X_v") == 1 and "X[" not in dflt
 
 
 def _acc_loop(offset: int, index_uses_v: bool = False) -> PrimFunc:
@@ -49,10 +57,19 @@ def test_an_accumulation_takes_one_vector_load_and_keeps_the_lane_order() -> Non
     assert updates == [f"acc[0] = acc[0] + ((float)X_v_{k});" for k in range(4)]
 
 
-@pytest.mark.parametrize("offset,index_uses_v", [(1, False), (0, True)])
-def test_unaligned_or_per_lane_accumulators_stay_scalar(offset, index_uses_v) -> None:
-    (text,) = emit_cuda(_acc_loop(offset, index_uses_v)).kernel_texts
+@pytest.mark.parametrize("index_uses_v", [False, True])
+def test_unaligned_loads_stay_scalar(index_uses_v) -> None:
+    (text,) = emit_cuda(_acc_loop(1, index_uses_v)).kernel_texts
     assert "uint2" not in text and "#pragma unroll" in text
+
+
+def test_per_lane_registers_take_their_lane_of_one_vector_load() -> None:
+    (text,) = emit_cuda(_acc_loop(0, index_uses_v=True)).kernel_texts
+    assert text.count("const uint2 X_v = *(const uint2*)(X + ") == 1
+    updates = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("acc[")]
+    assert updates[1:5] == [f"acc[{k}] = acc[{k}] + ((float)X_v_{k});" for k in range(4)]
+    f = _acc_loop(0, index_uses_v=True)
+    loopir.testing.check_equivalent(f, loopir.lower(f, target="cuda"), thread_order="random")
 
 
 def test_the_vector_fed_loop_means_the_scalar_loop() -> None:

@@ -78,7 +78,7 @@ def test_every_workload_is_scheduled_correct_and_race_free(name: str) -> None:
 
 EXPECTED_RULES = {
     "softmax_f32": ["rows Y <- M, S (128 threads)"],
-    "softmax_f16": ["rows Y <- M, S (256 threads x 8 lanes)"],
+    "softmax_f16": ["rows Y <- M, S (256 threads x 8 lanes, X in registers)"],
     "layernorm_f16": ["rows Y <- S1, S2 (128 threads)"],
     "row_sum": ["reduction S (128 threads)"],
     "transpose": ["transpose B (32 x 32 shared tile of A)"],
