@@ -282,6 +282,11 @@ def main() -> int:
     ap.add_argument("--only", default="classic,rows,xent,gemv",  # also: variants
                     help="comma-separated groups: classic (issue 14's cases), rows (fp16/bf16 softmax, "
                          "layernorm, rmsnorm), xent, gemv")
+    ap.add_argument("--ops", default="softmax,layernorm,rmsnorm", help="rows: which ops")
+    ap.add_argument("--dtypes", default="float16,bfloat16", help="rows: which dtypes")
+    ap.add_argument("--no-accurate", action="store_true", help="rows: skip the fast-math-off builds")
+    ap.add_argument("--no-triton", action="store_true", help="rows: skip the Triton kernels")
+    ap.add_argument("--prebuild", action="store_true", help="rows: compile the loopir kernels in parallel first")
     args = ap.parse_args()
     groups = set(args.only.split(","))
     import torch
@@ -291,7 +296,7 @@ def main() -> int:
         "command": " ".join(sys.argv), "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
         "cases": [],
     }  # fmt: skip
-    tri = _triton()
+    tri = {} if args.no_triton else _triton()
     if tri:
         tri["more"] = _triton_more()
     copy_bw = out["copy_GBps"] = copy_bandwidth(torch, args)
@@ -311,6 +316,25 @@ def main() -> int:
     return 0
 
 
+def prebuild(funcs: list[Any], fast: bool = True) -> None:
+    """Compile ``funcs`` for CUDA in parallel (nvcc into the disk cache), so that the
+    ``loopir.build`` calls after it only load them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from loopir.codegen_cuda import prepare_function
+    from loopir.codegen_cuda.compile import detect_arch
+    from loopir.codegen_cuda.units import build_library
+
+    arch = detect_arch()
+
+    def one(f: Any) -> None:
+        with loopir.PassContext(config={"cuda.fast_math": fast}):
+            build_library([prepare_function(f)], arch=arch)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, funcs))
+
+
 def _fast(func: Any, on: bool = True) -> Any:
     """``func`` built for CUDA (default GPU schedule) with ``cuda.fast_math`` ``on``."""
     with loopir.PassContext(config={"cuda.fast_math": on}):
@@ -323,7 +347,13 @@ def low_precision_rows(torch: Any, args: argparse.Namespace, tri: dict[str, Any]
     F = torch.nn.functional
     liger = _liger()
     rows = []
-    for dtype in ("float16", "bfloat16"):
+    ops_wanted = set(args.ops.split(","))
+    dtypes = args.dtypes.split(",")
+    if args.prebuild:
+        prebuild([f(r, c, d) for d in dtypes for r, c in ROWS
+                  for n, f in (("softmax", softmax_func), ("layernorm", layernorm_func), ("rmsnorm", rmsnorm_func))
+                  if n in ops_wanted])  # fmt: skip
+    for dtype in dtypes:
         tdt = getattr(torch, dtype)
         for r, c in ROWS:
             x = (torch.rand(r, c, device="cuda") * 4 - 2).to(tdt)
@@ -341,10 +371,14 @@ def low_precision_rows(torch: Any, args: argparse.Namespace, tri: dict[str, Any]
                             F.rms_norm(xd, (c,), w.double(), 1e-6), "rmsnorm", (x, w, y)),
             }  # fmt: skip
             for op, (func, margs, torch_fn, ref, tname, targs) in ops.items():
-                fast, accurate = _fast(func), _fast(func, on=False)
-                impls = {"loopir": lambda m=fast, a=margs: m(*a), "accurate": lambda m=accurate, a=margs: m(*a),
-                         "torch": torch_fn}  # fmt: skip
-                tf = (tri.get(tname) or tri["more"][tname]) if tri else None
+                if op not in ops_wanted:
+                    continue
+                fast = _fast(func)
+                impls = {"loopir": lambda m=fast, a=margs: m(*a), "torch": torch_fn}
+                if not args.no_accurate:
+                    accurate = _fast(func, on=False)
+                    impls["accurate"] = lambda m=accurate, a=margs: m(*a)
+                tf = (tri.get(tname) or tri["more"][tname]) if tri and not args.no_triton else None
                 if tf is not None:
                     impls["triton"] = lambda f=tf, a=targs: f(*a)
                 if op == "rmsnorm" and "rmsnorm" in liger:
