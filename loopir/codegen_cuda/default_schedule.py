@@ -62,7 +62,8 @@ class DefaultGPUSchedule(Pass):
         if not unscheduled_blocks(sch):
             return func
         try:
-            self.applied = default_gpu_schedule(sch, tensor_cores=bool(ctx.get(TENSOR_CORES_KEY)))
+            self.applied = default_gpu_schedule(sch, tensor_cores=bool(ctx.get(TENSOR_CORES_KEY)),
+                                                gemv_rows=int(ctx.get("cuda.gemv_max_rows")))
         except ScheduleError as exc:
             raise PassError(f"pass {self.name}: {exc}") from exc
         logger.info(

@@ -112,7 +112,7 @@ def _vector_loads(em: Any, value: PrimExpr, v: Var, lanes: int) -> tuple[list[st
     for load in loads:
         c = vector_carrier(load.buffer.dtype, lanes)
         off = None if c is None else em._vector_access_ok(load.buffer, load.indices, v, lanes)
-        if off is None:
+        if c is None or off is None:
             return None
         offsets.append((load, c, off))
     lines: list[str] = []
@@ -123,12 +123,35 @@ def _vector_loads(em: Any, value: PrimExpr, v: Var, lanes: int) -> tuple[list[st
         elem = ctype(load.buffer.dtype)
         sconst = "const " if load.buffer.scope == "global" and load.buffer not in em.spec.written else ""
         lines.append(f"const {c} {tmp} = *({sconst}{c}*)({name} + {em.expr(off)});")
-        lines.append(f"const {elem}* {tmp}_l = reinterpret_cast<const {elem}*>(&{tmp});")
         names = [Var(f"{tmp}_{k}", load.buffer.dtype) for k in range(lanes)]
-        lines += [f"const {elem} {em.var_name(n)} = {tmp}_l[{k}];" for k, n in enumerate(names)]
+        parts = _lanes_of(tmp, c, dt.element(load.buffer.dtype), lanes)
+        if parts is None:  # through a pointer to the vector (nvcc keeps it in registers mostly)
+            lines.append(f"const {elem}* {tmp}_l = reinterpret_cast<const {elem}*>(&{tmp});")
+            parts = [f"{tmp}_l[{k}]" for k in range(lanes)]
+        lines += [f"const {elem} {em.var_name(n)} = {p};" for n, p in zip(names, parts)]
         lane_vars.append(names)
         _note(em, load.buffer, lanes)
     return lines, loads, lane_vars
+
+
+_WORDS = {"uint4": 4, "uint2": 2, "unsigned int": 1, "float4": 4, "float2": 2, "int4": 4, "int2": 2}
+_FROM_BITS = {"float16": "__ushort_as_half", "bfloat16": "__ushort_as_bfloat16"}
+
+
+def _lanes_of(tmp: str, carrier: str, elem: str, lanes: int) -> list[str] | None:
+    """The lanes of vector ``tmp`` as expressions on its 32-bit words (no address taken, so
+    the vector stays in registers), or None for element types without such a form."""
+    words = _WORDS.get(carrier)
+    if words is None:
+        return None
+    names = [tmp] if words == 1 else [f"{tmp}.{c}" for c in "xyzw"[:words]]
+    if elem in _FROM_BITS and lanes == 2 * words and carrier.startswith(("uint", "unsigned")):
+        conv = _FROM_BITS[elem]
+        return [f"{conv}((unsigned short)({names[k // 2]}{' >> 16' if k % 2 else ' & 0xffffu'}))"
+                for k in range(lanes)]  # fmt: skip
+    if lanes == words and not carrier.startswith(("uint", "unsigned")):
+        return names
+    return None
 
 
 def _lane_value(value: PrimExpr, loads: list[BufferLoad], lane_vars: list[list[Var]], v: Var, k: int) -> PrimExpr:

@@ -38,6 +38,15 @@ register_config(
     "at the kernel that caused it (debugging; such calls cannot be captured in CUDA graphs)",
 )
 
+register_config(
+    "cuda.gemv_max_rows",
+    int,
+    16,
+    "GEMMs with at most this many rows (M), K contiguous in both operands and no batch or "
+    "epilogue are decode GEMVs: GemmOffload leaves them to the default GPU schedule's GEMV rule "
+    "(loopir.schedule.gemv); 0 keeps them GEMMs",
+)
+
 # Defined by the CUDA backend (loopir.codegen_cuda.cutlass.offload, .default_schedule); optional.
 declare_pass("GemmOffload", required=False)
 declare_pass("DefaultGPUSchedule", required=False)

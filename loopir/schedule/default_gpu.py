@@ -25,6 +25,11 @@ tried on an unchanged schedule):
     reduction is computed by the row's threads and combined across them into shared
     memory (a cross-thread reduction); ``Y``'s columns are strided over the threads, as 16-byte
     vectors when the row allows ([`per_row`][loopir.schedule.default_gpu.per_row]).
+``gemv``
+    a GEMM with at most ``gemv_rows`` rows whose reduced index is the last, contiguous one of
+    both operands (``Y = X W^T`` in decode): a warp per output column, the lanes splitting K in
+    16-byte runs, the rows' partial sums in registers ([`gemv`][loopir.schedule.gemv.gemv]);
+    tried before ``tensor_core`` too.
 ``gemm``
     a GEMM-like block (two spatial loops of at least 64, optionally batched, then one reduction loop
     of at least 16) that CUTLASS did not take: DietCode's sample tiling
@@ -63,6 +68,7 @@ from loopir.ir.expr import IntImm
 from loopir.ir.stmt import Block, IterKind
 from loopir.schedule import gpu_patterns as pat
 from loopir.schedule import tensor_core_gemm as tcg
+from loopir.schedule.gemv import MAX_GEMV_ROWS, gemv, gemv_shape
 from loopir.schedule.gpu_patterns import unscheduled_blocks
 from loopir.schedule.schedule import Schedule
 from loopir.schedule.trace import BlockRV, LoopRV
@@ -402,6 +408,14 @@ def _reduction(sch: Schedule, name: str) -> str | None:
 GEMM_TILES: dict[str, Any] = {"ti": 8, "tj": 32, "vi": 1, "vj": 2, "ri": 16, "rj": 2, "ki": 4, "vec": 4}
 
 
+def _gemv(sch: Schedule, name: str, max_rows: int) -> str | None:
+    shape = gemv_shape(sch, name)
+    if shape is None or shape[0] > max_rows:
+        return None
+    gemv(sch, name)
+    return f"gemv {name} (M = {shape[0]}: a warp per output column, 4 warps per block)"
+
+
 def _gemm(sch: Schedule, name: str) -> str | None:
     if not pat.is_gemm(sch, name, min_spatial=64, min_reduce=16):
         return None
@@ -409,7 +423,7 @@ def _gemm(sch: Schedule, name: str) -> str | None:
     return f"gemm {name} (128 x 128 tiles, 256 threads)"
 
 
-def _tensor_core(sch: Schedule, name: str) -> str | None:
+def _tensor_core(sch: Schedule, name: str, gemv_rows: int = MAX_GEMV_ROWS) -> str | None:
     m = tcg.match(sch, name)
     for _ in range(16):  # a chain of elementwise consumers (bias add, activation) becomes one
         inline = None if m is not None else tcg.inlinable_consumer(sch, name)
@@ -418,7 +432,7 @@ def _tensor_core(sch: Schedule, name: str) -> str | None:
         sch.compute_inline(sch.get_block(inline))
         m = tcg.match(sch, name)
     M, K, N = m.sizes if m is not None else (0, 0, 0)
-    if m is None or min(M, N, K) < tcg.TILE:
+    if m is None or min(M, N, K) < tcg.TILE or (M <= gemv_rows and gemv_shape(sch, name) is not None):
         return None
     params = tcg.default_params(m)
     tcg.schedule_with_pad(sch, m, params["block"], params["warp"], params["stages"])
@@ -485,7 +499,7 @@ def _attempt(sch: Schedule, rule: Callable[[Schedule], str | None]) -> str | Non
     return done
 
 
-def default_gpu_schedule(sch: Schedule, tensor_cores: bool = True) -> list[str]:
+def default_gpu_schedule(sch: Schedule, tensor_cores: bool = True, gemv_rows: int = MAX_GEMV_ROWS) -> list[str]:
     """Schedule every unscheduled root-level block of ``sch`` for the GPU (rules above).
 
     Parameters
@@ -494,6 +508,8 @@ def default_gpu_schedule(sch: Schedule, tensor_cores: bool = True) -> list[str]:
         The schedule to extend; blocks under a thread-bound loop are left as they are.
     tensor_cores
         Try the ``tensor_core`` rule first (its kernels need sm_80 or newer).
+    gemv_rows
+        GEMMs of at most this many rows go to the ``gemv`` rule (0: none).
 
     Returns
     -------
@@ -513,14 +529,15 @@ def default_gpu_schedule(sch: Schedule, tensor_cores: bool = True) -> list[str]:
         for name in pat.unscheduled_blocks(sch):
             if name not in pat.unscheduled_blocks(sch):  # folded into a GEMM scheduled before
                 continue
-            line = _attempt(sch, functools.partial(_tensor_core, name=name))
+            line = _attempt(sch, functools.partial(_tensor_core, name=name, gemv_rows=gemv_rows))
             if line:
                 done.append(line)
     done += [f"inline {name}" for name in inline_all(sch)]
     pending = pat.unscheduled_blocks(sch)
     while pending:
         name = pending.pop()  # consumers first: a row's statistics go with their reader
-        rules = (functools.partial(_rows, name=name, pending=pending), functools.partial(_gemm, name=name),
+        rules = (functools.partial(_rows, name=name, pending=pending), functools.partial(_gemv, name=name, max_rows=gemv_rows),
+                 functools.partial(_gemm, name=name),
                  functools.partial(_reduction, name=name), functools.partial(_transpose, name=name))  # fmt: skip
         line = next((ln for ln in map(functools.partial(_attempt, sch), rules) if ln), None)
         done.append(line or _spatial(sch, name))

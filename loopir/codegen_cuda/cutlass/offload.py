@@ -102,6 +102,15 @@ def _is_gemm_candidate(stage: Stmt) -> bool:
     return any(b.init is not None for b in found)
 
 
+def _is_gemv(core: GemmCore, epi: EpilogueMatch | None, max_rows: int) -> bool:
+    """Whether the GEMM is a decode GEMV the default schedule's GEMV rule takes: at most
+    ``max_rows`` rows, K contiguous in A and B (``Y = X W^T``), no batch, no epilogue."""
+    from loopir.schedule.gemv import MAX_GEMV_ROWS
+
+    return (epi is None and core.batch == 1 and 0 < core.m <= min(max_rows, MAX_GEMV_ROWS)
+            and core.layout_a == "row" and core.layout_b == "col")  # fmt: skip
+
+
 def _reads_buffer(stmt: Stmt, buf: Buffer) -> bool:
     hit: list[bool] = []
 
@@ -192,6 +201,12 @@ class GemmOffload(Pass):
                 i += 1
                 continue
             d = epi.d if epi is not None else core.c
+            if backend == "auto" and _is_gemv(core, epi, ctx.get("cuda.gemv_max_rows")):
+                self._decide(OffloadDecision(core.block, False, f"a decode GEMV (M = {core.m}): the default "
+                                             "GPU schedule's GEMV rule reads W once (cuda.gemv_max_rows)"), warn)  # fmt: skip
+                out.append(stage)
+                i += 1
+                continue
             if core.dtype_ab == "float32" and not allow_tf32:
                 self._decide(
                     OffloadDecision(
