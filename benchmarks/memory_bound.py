@@ -439,7 +439,11 @@ def gemv_cases(torch: Any, args: argparse.Namespace, tri: dict[str, Any], copy_b
     """Decode GEMVs ``Y = X W^T`` through ``mod()`` (GemmOffload and the default schedule decide),
     bytes: the weight."""
     rows = []
-    for dtype in ("float16", "bfloat16"):
+    dtypes = args.dtypes.split(",")
+    if args.prebuild:
+        with loopir.PassContext(config={"cuda.fast_math": True}):
+            prebuild([gemv_func(m, n, 4096, d) for d in dtypes for n in (4096, 11008) for m in (1, 8, 16)])
+    for dtype in dtypes:
         tdt = getattr(torch, dtype)
         for n in (4096, 11008):
             k = 4096
@@ -450,7 +454,7 @@ def gemv_cases(torch: Any, args: argparse.Namespace, tri: dict[str, Any], copy_b
                 mod = loopir.build(gemv_func(m, n, k, dtype), target="cuda")
                 impls = {"loopir": lambda mod=mod, x=x, w=w, y=y: mod(x, w, y),
                          "torch": lambda x=x, w=w: torch.nn.functional.linear(x, w)}  # fmt: skip
-                if tri:
+                if tri and not args.no_triton:
                     impls["triton"] = lambda x=x, w=w, y=y: tri["more"]["gemv"](x, w, y)
                 ref = x.double() @ w.double().t()
                 row = run_case(torch, args, f"gemv {dtype} M={m} K={k} N={n}", w.numel() * w.element_size(), ref, y,
