@@ -32,7 +32,8 @@ import attrs
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import BufferLoad, IntImm, PrimExpr, Var
 from loopir.ir.functor import Mutator
-from loopir.ir.stmt import Allocate, BufferStore, For, ForKind, PrimFunc, Stmt
+from loopir.ir.stmt import Allocate, BufferStore, For, PrimFunc, Stmt
+from loopir.passes._walk import collect_accesses, is_thread_loop
 from loopir.passes.base import Pass, require_lowered
 from loopir.passes.context import PassContext
 
@@ -42,37 +43,14 @@ __all__ = ["THREAD_REGISTERS_ATTR", "PrivatizeThreadLocals", "thread_axis"]
 THREAD_REGISTERS_ATTR = "loopir.thread_registers"
 
 
-class _Accesses(Mutator):
-    """Every access's indices to each local buffer, with the threadIdx.x loops around it."""
-
-    def __init__(self) -> None:
-        self.loops: list[For] = []
-        self.seen: dict[Buffer, list[tuple[tuple[PrimExpr, ...], For | None]]] = {}
-
-    def visit_For(self, node: For) -> Stmt:
-        if node.kind is ForKind.THREAD_BINDING and node.thread_tag == "threadIdx.x":
-            self.loops.append(node)
-            try:
-                out: Stmt = self.generic_visit(node)
-            finally:
-                self.loops.pop()
-            return out
-        out = self.generic_visit(node)
-        return out
-
-    def _note(self, buf: Buffer, indices: tuple[PrimExpr, ...]) -> None:
-        if buf.scope == "local":
-            self.seen.setdefault(buf, []).append((indices, self.loops[-1] if self.loops else None))
-
-    def visit_BufferLoad(self, node: BufferLoad) -> PrimExpr:
-        self._note(node.buffer, node.indices)
-        out: PrimExpr = self.generic_visit(node)
-        return out
-
-    def visit_BufferStore(self, node: BufferStore) -> Stmt:
-        self._note(node.buffer, node.indices)
-        out: Stmt = self.generic_visit(node)
-        return out
+def _accesses(body: Stmt) -> dict[Buffer, list[tuple[tuple[PrimExpr, ...], For | None]]]:
+    """Every access's indices to each local buffer, with its innermost ``threadIdx.x`` loop."""
+    seen: dict[Buffer, list[tuple[tuple[PrimExpr, ...], For | None]]] = {}
+    for acc in collect_accesses(body)[0]:
+        if acc.buffer.scope == "local":
+            tx = [f for f in acc.loops if is_thread_loop(f, ("threadIdx.x",))]
+            seen.setdefault(acc.buffer, []).append((acc.indices, tx[-1] if tx else None))
+    return seen
 
 
 def thread_axis(buf: Buffer, accesses: list[tuple[tuple[PrimExpr, ...], For | None]]) -> int | None:
@@ -127,10 +105,8 @@ class _Drop(Mutator):
 def privatize_thread_locals(func: PrimFunc) -> PrimFunc:
     """``func`` with the per-thread axis of every qualifying local buffer dropped (see the
     module docstring); ``func`` itself when none qualifies."""
-    acc = _Accesses()
-    acc.visit(func.body)
     axes: dict[Buffer, tuple[int, Buffer]] = {}
-    for buf, accesses in acc.seen.items():
+    for buf, accesses in _accesses(func.body).items():
         d = thread_axis(buf, accesses)
         if d is not None:
             shape = tuple(e for k, e in enumerate(buf.shape) if k != d)

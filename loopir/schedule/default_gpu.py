@@ -112,14 +112,21 @@ def cross_thread(sch: Schedule, block: BlockRV, threads: int, reduce_loops: int 
     runs of ``vector`` consecutive elements (an unrolled innermost loop, which the CUDA emitter
     feeds from one 16-byte load when the run is contiguous and aligned)."""
     loops = sch.get_loops(block)
-    fused = fuse_all(sch, loops[-reduce_loops:])
+    _thread_strided(sch, fuse_all(sch, loops[-reduce_loops:]), threads, vector, sch.unroll)
+
+
+def _thread_strided(sch: Schedule, loop: LoopRV, threads: int, vector: int, mark: Callable[[LoopRV], None]) -> None:
+    """Split ``loop`` into ``[outer, threads, vector]`` (``[outer, threads]`` for a vector of
+    1), the thread part outermost and bound to threadIdx.x, the vector part marked by ``mark``
+    (``sch.unroll``, ``sch.vectorize``): each thread takes runs of ``vector`` consecutive
+    iterations, ``threads * vector`` apart."""
     if vector > 1:
-        ko, tx, kv = sch.split(fused, [None, threads, vector])
-        sch.reorder(tx, ko, kv)
-        sch.unroll(kv)
+        outer, tx, v = sch.split(loop, [None, threads, vector])
+        sch.reorder(tx, outer, v)
+        mark(v)
     else:
-        ko, tx = sch.split(fused, [None, threads])
-        sch.reorder(tx, ko)
+        outer, tx = sch.split(loop, [None, threads])
+        sch.reorder(tx, outer)
     sch.bind(tx, "threadIdx.x")
 
 
@@ -138,16 +145,8 @@ def per_row(sch: Schedule, out: str, stats: list[str], threads: int, vector: int
     y = sch.get_block(out)
     loops = sch.get_loops(y)
     i = fuse_all(sch, loops[:row_loops])
-    j = fuse_all(sch, loops[row_loops:])
-    if vector > 1:
-        jo, tx, jv = sch.split(j, [None, threads, vector])
-        sch.reorder(tx, jo, jv)
-        sch.vectorize(jv)
-    else:
-        jo, tx = sch.split(j, [None, threads])
-        sch.reorder(tx, jo)
     sch.bind(i, "blockIdx.x")
-    sch.bind(tx, "threadIdx.x")
+    _thread_strided(sch, fuse_all(sch, loops[row_loops:]), threads, vector, sch.vectorize)
     for name in reversed(stats):  # consumers first: each lands before what reads it
         blk = sch.get_block(name)
         # shared before compute_at: the scope at compute_at picks the region (semantics.md)
@@ -180,11 +179,7 @@ def stage_row_registers(sch: Schedule, readers: list[str], buffer: str, row: Loo
     sch.compute_at(tile, row, preserve_unit_loops=True)
     span = threads * vector
     sch.transform_layout(tile, 0, f"lambda a0, a1: (a0, a1 // {span}, a1 % {span} // {vector}, a1 % {vector})")
-    jo, tx, v = sch.split(sch.get_loops(tile)[-1], [None, threads, vector])
-    sch.reorder(tx, jo, v)
-    sch.bind(tx, "threadIdx.x")
-    if vector > 1:
-        sch.vectorize(v)
+    _thread_strided(sch, sch.get_loops(tile)[-1], threads, vector, sch.vectorize)
 
 
 def stage_row(sch: Schedule, readers: list[str], buffer: str, row: LoopRV, threads: int) -> None:
