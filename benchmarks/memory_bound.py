@@ -38,6 +38,7 @@ from typing import Any
 import loopir
 from loopir import te
 from loopir.examples import layernorm, softmax, transpose
+from loopir.examples.reductions import cross_entropy_func as chunked_cross_entropy_func
 from loopir.examples.reductions import layernorm_func, rmsnorm_func, softmax_func
 from loopir.examples.transpose import transpose_func
 
@@ -413,7 +414,9 @@ def row_variants(torch: Any, args: argparse.Namespace, copy_bw: float) -> list[A
 
 
 def cross_entropy_cases(torch: Any, args: argparse.Namespace, tri: dict[str, Any], copy_bw: float) -> list[Any]:
-    """The cross-entropy forward over a 128k vocabulary (per-row losses), bytes: the logits."""
+    """The cross-entropy forward over a 128k vocabulary (per-row losses), bytes: the logits.
+    "loopir" is the one-read chunked form (``loopir.examples.reductions.cross_entropy_func``),
+    "plain" the direct ``logsumexp - x[target]`` of this file, both through the default schedule."""
     liger = _liger()
     rows = []
     for dtype in ("float16", "bfloat16"):
@@ -421,8 +424,11 @@ def cross_entropy_cases(torch: Any, args: argparse.Namespace, tri: dict[str, Any
         x = (torch.randn(n, vocab, device="cuda") * 2).to(getattr(torch, dtype))
         t = torch.randint(0, vocab, (n,), device="cuda", dtype=torch.int32)
         loss = torch.empty(n, device="cuda")
-        mod = _fast(cross_entropy_func(n, vocab, dtype))
-        impls = {"loopir": lambda mod=mod, x=x, t=t, loss=loss: mod(x, t, loss),
+        p = torch.empty(n, vocab // 4096, 2, device="cuda")
+        mod = _fast(chunked_cross_entropy_func(n, vocab, dtype))
+        plain = _fast(cross_entropy_func(n, vocab, dtype))
+        impls = {"loopir": lambda mod=mod, x=x, t=t, loss=loss, p=p: mod(x, t, loss, p),
+                 "plain": lambda mod=plain, x=x, t=t, loss=loss: mod(x, t, loss),
                  "torch": lambda x=x, t=t: torch.nn.functional.cross_entropy(x, t.long(), reduction="none")}
         if tri:
             impls["triton"] = lambda x=x, t=t, loss=loss: tri["more"]["xent"](x, t, loss)

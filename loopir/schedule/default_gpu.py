@@ -131,7 +131,8 @@ def _thread_strided(sch: Schedule, loop: LoopRV, threads: int, vector: int, mark
 
 
 def per_row(sch: Schedule, out: str, stats: list[str], threads: int, vector: int = 1,
-            cache_row: str | None = None, row_loops: int = 1, cache_scope: str = "shared") -> None:  # fmt: skip
+            cache_row: str | None = None, row_loops: int = 1, cache_scope: str = "shared",
+            stat_vector: int | None = None) -> None:  # fmt: skip
     """One thread block per row of ``out``; its statistics reduced across the row's threads.
 
     ``out``'s first ``row_loops`` loops (fused) are bound to blockIdx.x, the rest (fused) are
@@ -141,6 +142,7 @@ def per_row(sch: Schedule, out: str, stats: list[str], threads: int, vector: int
     every pass over the row reads ([`stage_row`][loopir.schedule.default_gpu.stage_row]);
     ``cache_scope="local"`` keeps each thread's part of the row in its registers instead
     ([`stage_row_registers`][loopir.schedule.default_gpu.stage_row_registers]).
+    ``stat_vector`` (default ``vector``) is the run length of the statistics' reductions.
     """
     y = sch.get_block(out)
     loops = sch.get_loops(y)
@@ -152,7 +154,7 @@ def per_row(sch: Schedule, out: str, stats: list[str], threads: int, vector: int
         # shared before compute_at: the scope at compute_at picks the region (semantics.md)
         sch.set_scope(blk, 0, "shared")
         sch.compute_at(blk, i, preserve_unit_loops=True)
-        cross_thread(sch, blk, threads, _reduce_iter_count(sch, blk), vector)
+        cross_thread(sch, blk, threads, _reduce_iter_count(sch, blk), vector if stat_vector is None else stat_vector)
     if cache_row is not None and cache_scope == "local":
         stage_row_registers(sch, [*stats, out], cache_row, i, threads, vector)
     elif cache_row is not None:
@@ -341,12 +343,33 @@ def _rows(sch: Schedule, name: str, pending: list[str]) -> str | None:
     threads = default_threads(row.cols)
     vector = default_vector(row.cols, row.dtype, threads)
     staged = _register_row(sch, name, row.stats, row.depth, row.cols, threads, vector)
-    per_row(sch, name, row.stats, threads, vector, staged, row.depth, "local")
+    stat_vector = None
+    length = _stat_length(sch, row.stats)
+    if row.cols is not None and length is not None and length > row.cols:
+        # short output rows over long reductions (a chunk's statistics): size for the reductions
+        threads = default_threads(length)
+        vector = default_vector(row.cols, row.dtype, threads)
+        bits = min(dt.bits(r.buffer.dtype) for n in row.stats for r in pat.realize(sch, n)[0].block.reads)
+        stat_vector = 128 // bits if length % (threads * (128 // bits)) == 0 else 1
+    per_row(sch, name, row.stats, threads, vector, staged, row.depth, "local", stat_vector)
     for s in row.stats:
         pending.remove(s)
     lanes = f" x {vector} lanes" if vector > 1 else ""
+    if stat_vector is not None and stat_vector > 1:
+        lanes += f", statistics x {stat_vector} lanes"
     regs = f", {staged} in registers" if staged else ""
     return f"rows {name} <- {', '.join(row.stats)} ({threads} threads{lanes}{regs})"
+
+
+def _stat_length(sch: Schedule, stats: list[str]) -> int | None:
+    """The constant length every block of ``stats`` reduces over, or None."""
+    lengths = set()
+    for n in stats:
+        exts = [iv.dom.extent for iv in pat.realize(sch, n)[0].block.iter_vars if iv.kind is IterKind.REDUCE]
+        if not all(isinstance(e, IntImm) for e in exts):
+            return None
+        lengths.add(math.prod(e.value for e in exts if isinstance(e, IntImm)))
+    return lengths.pop() if len(lengths) == 1 else None
 
 
 def _register_row(sch: Schedule, name: str, stats: list[str], depth: int, cols: int | None, threads: int,
