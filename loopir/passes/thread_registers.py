@@ -44,12 +44,21 @@ THREAD_REGISTERS_ATTR = "loopir.thread_registers"
 
 
 def _accesses(body: Stmt) -> dict[Buffer, list[tuple[tuple[PrimExpr, ...], For | None]]]:
-    """Every access's indices to each local buffer, with its innermost ``threadIdx.x`` loop."""
+    """Every access's indices to each local buffer, with its innermost ``threadIdx.x`` loop
+    (None, which disqualifies the buffer, when another thread loop -- ``threadIdx.y``, a
+    virtual thread -- lies between the buffer's allocation and the access: threads of that
+    loop would share the slot in the IR but not on the GPU)."""
+    accesses, allocs = collect_accesses(body)
+    above = {a.buffer: set(map(id, loops)) for a, loops in allocs}
     seen: dict[Buffer, list[tuple[tuple[PrimExpr, ...], For | None]]] = {}
-    for acc in collect_accesses(body)[0]:
-        if acc.buffer.scope == "local":
-            tx = [f for f in acc.loops if is_thread_loop(f, ("threadIdx.x",))]
-            seen.setdefault(acc.buffer, []).append((acc.indices, tx[-1] if tx else None))
+    for acc in accesses:
+        if acc.buffer.scope != "local":
+            continue
+        outer = above.get(acc.buffer, set())
+        inner = [f for f in acc.loops if id(f) not in outer and is_thread_loop(f, ("threadIdx.", "vthread."))]
+        tx = [f for f in inner if f.thread_tag == "threadIdx.x"]
+        ok = len(tx) == len(inner) == 1
+        seen.setdefault(acc.buffer, []).append((acc.indices, tx[0] if ok else None))
     return seen
 
 

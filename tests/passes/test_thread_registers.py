@@ -57,6 +57,17 @@ def test_only_a_slot_indexed_by_its_own_thread_is_dropped() -> None:
     emit_cuda(same)  # accepted under both thread loops
 
 
+def test_a_slot_shared_by_threadidx_y_threads_is_left_alone() -> None:
+    """``R[tx]`` allocated above a threadIdx.y loop: the ty threads share the slot in the IR."""
+    R, Y = Buffer("R", (32,), "float32", scope="local"), Buffer("Y", (4, 32), "float32")
+    tx, t2, ty = Var("tx"), Var("t2"), Var("ty")
+    w = For(tx, 0, 32, ForKind.THREAD_BINDING, BufferStore(R, tx.astype("float32"), (tx,)), thread_tag="threadIdx.x")
+    r = For(t2, 0, 32, ForKind.THREAD_BINDING, BufferStore(Y, R[t2], (ty, t2)), thread_tag="threadIdx.x")
+    body = For(ty, 0, 4, ForKind.THREAD_BINDING, SeqStmt((w, r)), thread_tag="threadIdx.y")
+    f = PrimFunc((Y,), For(Var("bx"), 0, 1, ForKind.THREAD_BINDING, Allocate(R, body), thread_tag="blockIdx.x"))
+    assert privatize_thread_locals(f) is f
+
+
 @pytest.mark.parametrize("name", sorted(FUNCS))
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_the_register_row_means_the_unscheduled_function(name, dtype) -> None:
