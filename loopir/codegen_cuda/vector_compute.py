@@ -200,7 +200,8 @@ def emit_vector_accumulate(em: Any, loop: For) -> bool:
     from memory that depends on ``v`` must be contiguous in it and aligned (as for vector
     stores), and none may sit in a lazily evaluated branch; the registers may be of another
     type (fp32 sums of fp16 inputs). Registers are only ever indexed by constants once the lanes
-    are unrolled, so they stay in registers.
+    are unrolled, so they stay in registers. Only loads from global memory are taken: loops over
+    shared-memory tiles (GEMMs) keep their scalar loads.
     """
     if loop.kind not in (ForKind.UNROLLED, ForKind.VECTORIZED) or not isinstance(loop.extent, IntImm):
         return False
@@ -211,6 +212,8 @@ def emit_vector_accumulate(em: Any, loop: For) -> bool:
         return False
     if any(dt.lanes(i.dtype) != 1 for i in store.indices):
         return False
+    if any(ld.buffer.scope != "global" for ld in _lane_loads(store.value, v)):
+        return False  # shared-memory operands (GEMM tiles) keep the loads their schedules were tuned with
     with em.bound(v, loop.min, loop.extent):
         found = _vector_loads(em, store.value, v, lanes)
     if found is None or not found[1]:
