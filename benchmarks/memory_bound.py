@@ -9,6 +9,12 @@ Cases, each checked against float64 on random data first, then timed with CUDA e
 
 - row softmax and layernorm over (4096, 4096) and (32768, 1024), fp32 and fp16
   (``loopir.examples.softmax`` / ``layernorm``: one block per row, cross-thread reductions);
+- issue 35: softmax, layernorm and RMSNorm in fp16 and bf16 through the default GPU schedule
+  with ``cuda.fast_math`` on ("loopir") and off ("accurate"); a cross-entropy forward over a
+  128k vocabulary (``loss = logsumexp(x) - x[target]``); decode GEMVs ``y = x W^T`` (M = 1, 8, 16;
+  K = 4096; N = 4096, 11008) against ``torch.nn.functional.linear``, bytes counted as the weight
+  read; next to torch, Triton kernels for the same ops and, where ``liger_kernel`` imports,
+  Liger's RMSNorm and cross-entropy;
 - transpose 8192 x 8192 fp32 (``loopir.examples.transpose``, the padded shared tile);
 - a fused elementwise chain ``gelu(x * 0.5 + bias[j])`` over 64 M elements (fp32).
 
@@ -32,7 +38,8 @@ from typing import Any
 import loopir
 from loopir import te
 from loopir.examples import layernorm, softmax, transpose
-from loopir.examples.reductions import layernorm_func, softmax_func
+from loopir.examples.reductions import cross_entropy_func as chunked_cross_entropy_func
+from loopir.examples.reductions import layernorm_func, rmsnorm_func, softmax_func
 from loopir.examples.transpose import transpose_func
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -128,6 +135,97 @@ def _triton() -> dict[str, Any]:
     }  # fmt: skip
 
 
+def cross_entropy_func(rows: int, vocab: int, dtype: str) -> Any:
+    """The unscheduled cross-entropy forward ``L[i] = log(sum_k exp(X[i, k] - M[i])) + M[i] -
+    X[i, T[i]]`` (``M`` the row max; float32 statistics)."""
+    X = te.placeholder((rows, vocab), dtype, name="X")
+    T = te.placeholder((rows,), "int32", name="T")
+    k = te.reduce_axis(vocab, name="k")
+    M = te.compute((rows,), lambda i: te.max(X[i, k].astype("float32"), axis=k), name="M")
+    k2 = te.reduce_axis(vocab, name="k2")
+    S = te.compute((rows,), lambda i: te.sum(te.exp(X[i, k2].astype("float32") - M[i]), axis=k2), name="S")
+    L = te.compute((rows,), lambda i: te.log(S[i]) + M[i] - X[i, T[i]].astype("float32"), name="L")
+    return te.create_prim_func([X, T, L])
+
+
+def gemv_func(m: int, n: int, k: int, dtype: str) -> Any:
+    """The unscheduled ``Y = X W^T`` (``W`` as torch's Linear stores it, (n, k); float32 sums)."""
+    X = te.placeholder((m, k), dtype, name="X")
+    W = te.placeholder((n, k), dtype, name="W")
+    r = te.reduce_axis(k, name="r")
+    Y = te.compute((m, n), lambda i, j: te.sum(X[i, r].astype("float32") * W[j, r].astype("float32"), axis=r),
+                   name="Y")  # fmt: skip
+    return te.create_prim_func([X, W, Y])
+
+
+def _triton_more() -> dict[str, Any]:
+    """Triton kernels for RMSNorm, cross-entropy and a GEMV ({} without Triton)."""
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return {}
+
+    @triton.jit
+    def rmsnorm_k(x_ptr, w_ptr, y_ptr, cols, eps, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
+        row = tl.program_id(0)
+        offs = tl.arange(0, BLOCK)
+        m = offs < cols
+        x = tl.load(x_ptr + row * cols + offs, mask=m, other=0.0).to(tl.float32)
+        r = tl.rsqrt(tl.sum(x * x, axis=0) / cols + eps)
+        w = tl.load(w_ptr + offs, mask=m).to(tl.float32)
+        tl.store(y_ptr + row * cols + offs, (x * r * w).to(y_ptr.dtype.element_ty), mask=m)
+
+    @triton.jit
+    def xent_k(x_ptr, t_ptr, l_ptr, vocab, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
+        row = tl.program_id(0).to(tl.int64)
+        base = x_ptr + row * vocab
+        mx = tl.full([BLOCK], -float("inf"), tl.float32)
+        acc = tl.zeros([BLOCK], tl.float32)
+        for start in range(0, vocab, BLOCK):  # online logsumexp: one read of the row
+            offs = start + tl.arange(0, BLOCK)
+            x = tl.load(base + offs, mask=offs < vocab, other=-float("inf")).to(tl.float32)
+            new = tl.maximum(mx, x)
+            acc = acc * tl.exp(mx - new) + tl.exp(x - new)
+            mx = new
+        m = tl.max(mx, axis=0)
+        s = tl.sum(acc * tl.exp(mx - m), axis=0)
+        xt = tl.load(base + tl.load(t_ptr + row)).to(tl.float32)
+        tl.store(l_ptr + row, tl.log(s) + m - xt)
+
+    @triton.jit
+    def gemv_k(x_ptr, w_ptr, y_ptr, N, K, M: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):  # type: ignore[no-untyped-def]
+        rn = tl.program_id(0) * BN + tl.arange(0, BN)
+        rm = tl.arange(0, M)
+        acc = tl.zeros([M, BN], tl.float32)
+        for k0 in range(0, K, BK):
+            rk = k0 + tl.arange(0, BK)
+            w = tl.load(w_ptr + rn[:, None] * K + rk[None, :], mask=rn[:, None] < N)
+            x = tl.load(x_ptr + rm[:, None] * K + rk[None, :])
+            acc += tl.sum(x[:, None, :].to(tl.float32) * w[None, :, :].to(tl.float32), axis=2)
+        tl.store(y_ptr + rm[:, None] * N + rn[None, :], acc, mask=rn[None, :] < N)
+
+    def p2(n: int) -> int:
+        return 1 << (n - 1).bit_length()
+
+    return {
+        "rmsnorm": lambda x, w, y: rmsnorm_k[(x.shape[0],)](x, w, y, x.shape[1], 1e-6, BLOCK=p2(x.shape[1])),
+        "xent": lambda x, t, loss: xent_k[(x.shape[0],)](x, t, loss, x.shape[1], BLOCK=4096),
+        "gemv": lambda x, w, y: gemv_k[(triton.cdiv(w.shape[0], 16),)](x, w, y, w.shape[0], w.shape[1],
+                                                                       M=x.shape[0], BN=16, BK=max(16, 256 // x.shape[0])),
+    }  # fmt: skip
+
+
+def _liger() -> dict[str, Any]:
+    """Liger-Kernel's RMSNorm and cross-entropy where ``liger_kernel`` imports ({} otherwise)."""
+    try:
+        from liger_kernel.transformers.functional import liger_cross_entropy, liger_rms_norm
+    except ImportError:
+        return {}
+    return {"rmsnorm": lambda x, w: liger_rms_norm(x, w, 1e-6),
+            "xent": lambda x, t: liger_cross_entropy(x, t.long(), reduction="none")}  # fmt: skip
+
+
 def _err(got: Any, ref: Any) -> float:
     return float((got.double() - ref).abs().max() / ref.abs().max())
 
@@ -182,7 +280,16 @@ def main() -> int:
                          "many); default: the examples' defaults, and 4 for the elementwise chain")
     ap.add_argument("--threads", type=int, default=None,
                     help="threads per row (softmax, layernorm; default: loopir.examples.reductions.default_threads)")
+    ap.add_argument("--only", default="classic,rows,xent,gemv",  # also: variants
+                    help="comma-separated groups: classic (issue 14's cases), rows (fp16/bf16 softmax, "
+                         "layernorm, rmsnorm), xent, gemv")
+    ap.add_argument("--ops", default="softmax,layernorm,rmsnorm", help="rows: which ops")
+    ap.add_argument("--dtypes", default="float16,bfloat16", help="rows: which dtypes")
+    ap.add_argument("--no-accurate", action="store_true", help="rows: skip the fast-math-off builds")
+    ap.add_argument("--no-triton", action="store_true", help="rows: skip the Triton kernels")
+    ap.add_argument("--prebuild", action="store_true", help="rows: compile the loopir kernels in parallel first")
     args = ap.parse_args()
+    groups = set(args.only.split(","))
     import torch
 
     out: dict[str, Any] = {
@@ -190,9 +297,182 @@ def main() -> int:
         "command": " ".join(sys.argv), "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
         "cases": [],
     }  # fmt: skip
-    tri = _triton()
+    tri = {} if args.no_triton else _triton()
+    if tri:
+        tri["more"] = _triton_more()
     copy_bw = out["copy_GBps"] = copy_bandwidth(torch, args)
     print(f"device-to-device copy: {copy_bw:.0f} GB/s", flush=True)
+    if "rows" in groups:
+        out["cases"] += low_precision_rows(torch, args, tri, copy_bw)
+    if "xent" in groups:
+        out["cases"] += cross_entropy_cases(torch, args, tri, copy_bw)
+    if "gemv" in groups:
+        out["cases"] += gemv_cases(torch, args, tri, copy_bw)
+    if "variants" in groups:
+        out["cases"] += row_variants(torch, args, copy_bw)
+    if "classic" in groups:
+        classic_cases(torch, args, tri, copy_bw, out)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1, default=str))
+    return 0
+
+
+def prebuild(funcs: list[Any], fast: bool = True) -> None:
+    """Compile ``funcs`` for CUDA in parallel (nvcc into the disk cache), so that the
+    ``loopir.build`` calls after it only load them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from loopir.codegen_cuda import prepare_function
+    from loopir.codegen_cuda.compile import detect_arch
+    from loopir.codegen_cuda.units import build_library
+
+    arch = detect_arch()
+
+    def one(f: Any) -> None:
+        with loopir.PassContext(config={"cuda.fast_math": fast}):
+            build_library([prepare_function(f)], arch=arch)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, funcs))
+
+
+def _fast(func: Any, on: bool = True) -> Any:
+    """``func`` built for CUDA (default GPU schedule) with ``cuda.fast_math`` ``on``."""
+    with loopir.PassContext(config={"cuda.fast_math": on}):
+        return loopir.build(func, target="cuda")
+
+
+def low_precision_rows(torch: Any, args: argparse.Namespace, tri: dict[str, Any], copy_bw: float) -> list[Any]:
+    """softmax, layernorm and RMSNorm in fp16 and bf16: the default schedule, fast math on
+    ("loopir") and off ("accurate"), torch, Triton, Liger's RMSNorm."""
+    F = torch.nn.functional
+    liger = _liger()
+    rows = []
+    ops_wanted = set(args.ops.split(","))
+    dtypes = args.dtypes.split(",")
+    if args.prebuild:
+        prebuild([f(r, c, d) for d in dtypes for r, c in ROWS
+                  for n, f in (("softmax", softmax_func), ("layernorm", layernorm_func), ("rmsnorm", rmsnorm_func))
+                  if n in ops_wanted])  # fmt: skip
+    for dtype in dtypes:
+        tdt = getattr(torch, dtype)
+        for r, c in ROWS:
+            x = (torch.rand(r, c, device="cuda") * 4 - 2).to(tdt)
+            w = (torch.rand(c, device="cuda") + 0.5).to(tdt)
+            b = (torch.rand(c, device="cuda") - 0.5).to(tdt)
+            y = torch.empty_like(x)
+            nbytes = 2 * x.numel() * x.element_size()
+            xd = x.double()
+            ops = {
+                "softmax": (softmax_func(r, c, dtype), (x, y), lambda x=x: torch.softmax(x, dim=-1),
+                            torch.softmax(xd, dim=-1), "softmax", (x, y)),
+                "layernorm": (layernorm_func(r, c, dtype), (x, w, b, y), lambda x=x, w=w, b=b, c=c: F.layer_norm(x, (c,), w, b, 1e-5),
+                              F.layer_norm(xd, (c,), w.double(), b.double(), 1e-5), "layernorm", (x, w, b, y)),
+                "rmsnorm": (rmsnorm_func(r, c, dtype), (x, w, y), lambda x=x, w=w, c=c: F.rms_norm(x, (c,), w, 1e-6),
+                            F.rms_norm(xd, (c,), w.double(), 1e-6), "rmsnorm", (x, w, y)),
+            }  # fmt: skip
+            for op, (func, margs, torch_fn, ref, tname, targs) in ops.items():
+                if op not in ops_wanted:
+                    continue
+                fast = _fast(func)
+                impls = {"loopir": lambda m=fast, a=margs: m(*a), "torch": torch_fn}
+                if not args.no_accurate:
+                    accurate = _fast(func, on=False)
+                    impls["accurate"] = lambda m=accurate, a=margs: m(*a)
+                tf = (tri.get(tname) or tri["more"][tname]) if tri and not args.no_triton else None
+                if tf is not None:
+                    impls["triton"] = lambda f=tf, a=targs: f(*a)
+                if op == "rmsnorm" and "rmsnorm" in liger:
+                    impls["liger"] = lambda x=x, w=w: liger["rmsnorm"](x, w)
+                rows.append(run_case(torch, args, f"{op} {dtype} {r}x{c}", nbytes, ref, y, impls, 2e-2, copy_bw))
+    return rows
+
+
+def row_variants(torch: Any, args: argparse.Namespace, copy_bw: float) -> list[Any]:
+    """fp16 softmax and layernorm through the examples' schedules, fast math on, over threads
+    per row and with the row staged in shared memory (``cache_row``)."""
+    rows = []
+    for r, c in ROWS:
+        x = (torch.rand(r, c, device="cuda") * 4 - 2).half()
+        w, b = (torch.rand(c, device="cuda") + 0.5).half(), (torch.rand(c, device="cuda") - 0.5).half()
+        y = torch.empty_like(x)
+        for name, build, margs, ref in (
+            ("softmax", softmax, (x, y), torch.softmax(x.double(), dim=-1)),
+            ("layernorm", layernorm, (x, w, b, y),
+             torch.nn.functional.layer_norm(x.double(), (c,), w.double(), b.double(), 1e-5)),
+        ):
+            impls = {}
+            for threads in (64, 128, 256, 512):
+                for cache in (False, True):
+                    if c % (threads * 8):
+                        continue
+                    mod = _fast(build(r, c, "float16", threads=threads, vector=8, cache_row=cache).func)
+                    impls[f"t{threads}{'-smem' if cache else ''}"] = lambda m=mod, a=margs: m(*a)
+            rows.append(run_case(torch, args, f"{name} float16 {r}x{c} variants", 2 * x.numel() * 2, ref, y,
+                                 impls, 2e-2, copy_bw))  # fmt: skip
+    return rows
+
+
+def cross_entropy_cases(torch: Any, args: argparse.Namespace, tri: dict[str, Any], copy_bw: float) -> list[Any]:
+    """The cross-entropy forward over a 128k vocabulary (per-row losses), bytes: the logits.
+    "loopir" is the one-read chunked form (``loopir.examples.reductions.cross_entropy_func``),
+    "plain" the direct ``logsumexp - x[target]`` of this file, both through the default schedule."""
+    liger = _liger()
+    rows = []
+    for dtype in ("float16", "bfloat16"):
+        n, vocab = 2048, 131072
+        x = (torch.randn(n, vocab, device="cuda") * 2).to(getattr(torch, dtype))
+        t = torch.randint(0, vocab, (n,), device="cuda", dtype=torch.int32)
+        loss = torch.empty(n, device="cuda")
+        p = torch.empty(n, vocab // 4096, 2, device="cuda")
+        mod = _fast(chunked_cross_entropy_func(n, vocab, dtype))
+        plain = _fast(cross_entropy_func(n, vocab, dtype))
+        impls = {"loopir": lambda mod=mod, x=x, t=t, loss=loss, p=p: mod(x, t, loss, p),
+                 "plain": lambda mod=plain, x=x, t=t, loss=loss: mod(x, t, loss),
+                 "torch": lambda x=x, t=t: torch.nn.functional.cross_entropy(x, t.long(), reduction="none")}
+        if tri:
+            impls["triton"] = lambda x=x, t=t, loss=loss: tri["more"]["xent"](x, t, loss)
+        if "xent" in liger:
+            impls["liger"] = lambda x=x, t=t: liger["xent"](x, t)
+        ref = torch.nn.functional.cross_entropy(x.double(), t.long(), reduction="none")
+        # torch returns the losses in the logits' type: bf16 rounds them to 2^-8 relative
+        rows.append(run_case(torch, args, f"cross-entropy {dtype} {n}x{vocab}", x.numel() * x.element_size(), ref,
+                             loss, impls, 1e-2 if dtype == "bfloat16" else 1e-3, copy_bw))  # fmt: skip
+    return rows
+
+
+def gemv_cases(torch: Any, args: argparse.Namespace, tri: dict[str, Any], copy_bw: float) -> list[Any]:
+    """Decode GEMVs ``Y = X W^T`` through ``mod()`` (GemmOffload and the default schedule decide),
+    bytes: the weight."""
+    rows = []
+    dtypes = args.dtypes.split(",")
+    if args.prebuild:
+        with loopir.PassContext(config={"cuda.fast_math": True}):
+            prebuild([gemv_func(m, n, 4096, d) for d in dtypes for n in (4096, 11008) for m in (1, 8, 16)])
+    for dtype in dtypes:
+        tdt = getattr(torch, dtype)
+        for n in (4096, 11008):
+            k = 4096
+            w = (torch.rand(n, k, device="cuda") - 0.5).to(tdt)
+            for m in (1, 8, 16):
+                x = (torch.rand(m, k, device="cuda") - 0.5).to(tdt)
+                y = torch.empty(m, n, device="cuda")
+                mod = loopir.build(gemv_func(m, n, k, dtype), target="cuda")
+                impls = {"loopir": lambda mod=mod, x=x, w=w, y=y: mod(x, w, y),
+                         "torch": lambda x=x, w=w: torch.nn.functional.linear(x, w)}  # fmt: skip
+                if tri and not args.no_triton:
+                    impls["triton"] = lambda x=x, w=w, y=y: tri["more"]["gemv"](x, w, y)
+                ref = x.double() @ w.double().t()
+                row = run_case(torch, args, f"gemv {dtype} M={m} K={k} N={n}", w.numel() * w.element_size(), ref, y,
+                               impls, 1e-2, copy_bw)  # fmt: skip
+                row["loopir_path"] = getattr(mod, "library_calls", None)
+                rows.append(row)
+    return rows
+
+
+def classic_cases(torch: Any, args: argparse.Namespace, tri: dict[str, Any], copy_bw: float, out: dict[str, Any]) -> None:
+    """Issue 14's cases: fp32 and fp16 softmax and layernorm through the examples' hand
+    schedules and the default schedule, a transpose, an elementwise chain."""
     for dtype in ("float32", "float16"):
         tdt = getattr(torch, dtype)
         tol = 1e-4 if dtype == "float32" else 2e-2
@@ -247,9 +527,6 @@ def main() -> int:
     ref = 0.5 * xd * (1.0 + torch.erf(xd / math.sqrt(2.0)))
     out["cases"].append(run_case(torch, args, "gelu(x*0.5+b) float32 64M", 2 * x.numel() * 4, ref, y, impls,
                                  1e-5, copy_bw))  # fmt: skip
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=1, default=str))
-    return 0
 
 
 if __name__ == "__main__":

@@ -31,8 +31,9 @@ from loopir.passes.race_check import check_races
 def _cuda_target_passes(ctx: object) -> list:  # type: ignore[type-arg]
     from loopir.codegen_cuda.cutlass.offload import GemmOffload
     from loopir.codegen_cuda.default_schedule import DefaultGPUSchedule
+    from loopir.passes.fast_math import FastMath
 
-    return [GemmOffload(), DefaultGPUSchedule()]
+    return [GemmOffload(), DefaultGPUSchedule(), FastMath()]
 
 
 register_target_passes("cuda", _cuda_target_passes)

@@ -90,7 +90,8 @@ class DefaultGPUSchedule(Pass):
             return func
         try:
             self.applied = default_gpu_schedule(sch, tensor_cores=bool(ctx.get(TENSOR_CORES_KEY)),
-                                                wgmma=_wgmma(ctx))  # fmt: skip
+                                                wgmma=_wgmma(ctx), gemv_rows=int(ctx.get("cuda.gemv_max_rows")),
+                                                row_registers=bool(ctx.get("cuda.default_schedule.row_registers")))
         except ScheduleError as exc:
             raise PassError(f"pass {self.name}: {exc}") from exc
         logger.info(

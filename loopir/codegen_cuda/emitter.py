@@ -71,7 +71,7 @@ from loopir.codegen_cuda.split import (
     shape_vars,
 )
 from loopir.codegen_cuda.tensor_core import TENSOR_CORE_HELPERS, tensor_core_text
-from loopir.codegen_cuda.vector_compute import vector_compute
+from loopir.codegen_cuda.vector_compute import emit_vector_accumulate, vector_compute
 from loopir.codegen_cuda.wgmma import WGMMA_SMEM_ALIGN, has_wgmma, wgmma_helpers
 from loopir.errors import CodegenError
 from loopir.ir import dtype as dt
@@ -508,7 +508,7 @@ class KernelEmitter(CodeWriter):
         if s.kind is ForKind.THREAD_BINDING and s.thread_tag in self.launch:
             self.thread_loop(s)
             return
-        if s.kind is ForKind.VECTORIZED and self.try_vector_loop(s):
+        if (s.kind is ForKind.VECTORIZED and self.try_vector_loop(s)) or emit_vector_accumulate(self, s):
             return
         if s.kind in (ForKind.UNROLLED, ForKind.VECTORIZED) or (
             s.kind is ForKind.THREAD_BINDING  # a vthread loop left over: an ordinary loop

@@ -50,6 +50,10 @@ class Scope(Protocol):
     def note_dtype(self, dtype: str) -> None: ...
 
 
+#: The fast-math intrinsics (loopir.passes.fast_math) as CUDA's approximate float32 functions.
+FAST_F32 = {"fast_exp": "__expf", "fast_log": "__logf"}
+
+
 def _is_lowp(dtype: str) -> bool:
     return dt.element(dtype) in ("float16", "bfloat16")
 
@@ -180,7 +184,11 @@ class ExprPrinter(CPrinter):
         table = MATH_F64 if d == "float64" else MATH_F32
         if lowp:
             args = [f"(float)({a})" for a in args]
-        if op == "sigmoid":
+        if op == "fast_div":  # loopir.passes.fast_math; exact in float64
+            res = f"({args[0]} / {args[1]})" if d == "float64" else f"__fdividef({args[0]}, {args[1]})"
+        elif op in FAST_F32:
+            res = f"{MATH_F64[op[5:]] if d == 'float64' else FAST_F32[op]}({args[0]})"
+        elif op == "sigmoid":
             one = "1.0" if d == "float64" else "1.0f"
             res = f"({one} / ({one} + {table['exp']}(-({args[0]}))))"
         elif op in table:

@@ -40,6 +40,7 @@ from loopir.ir.stmt import (
     Stmt,
 )
 from loopir.passes.lower_warp_memory import WARP_REGISTERS_ATTR
+from loopir.passes.thread_registers import THREAD_REGISTERS_ATTR
 
 GRID_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 BLOCK_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
@@ -414,7 +415,8 @@ class HostDeviceSplitter:
                 )
         buffers = tuple(sorted(globals_, key=lambda b: order[b]))
 
-        _check_thread_private_locals(body, name, frozenset(self.func.attrs.get(WARP_REGISTERS_ATTR, ())))
+        regs = (*self.func.attrs.get(WARP_REGISTERS_ATTR, ()), *self.func.attrs.get(THREAD_REGISTERS_ATTR, ()))
+        _check_thread_private_locals(body, name, frozenset(regs))
         ext = _ThreadExtents()
         ext.visit(body)
         one = IntImm(1, "int32")

@@ -26,9 +26,9 @@ from loopir.ir import dtype as dt
 from loopir.ir.equality import structural_equal
 from loopir.ir.expr import And, BufferLoad, IntImm, Or, PrimExpr, Select, Var
 from loopir.ir.functor import Mutator, collect_vars, post_order_visit, substitute
-from loopir.ir.stmt import BufferStore
+from loopir.ir.stmt import BufferStore, For, ForKind
 
-__all__ = ["vector_compute"]
+__all__ = ["emit_vector_accumulate", "vector_compute"]
 
 
 def _lane_loads(value: PrimExpr, v: Var) -> list[BufferLoad]:
@@ -101,6 +101,65 @@ class _LaneOf(Mutator):
         return same
 
 
+def _vector_loads(em: Any, value: PrimExpr, v: Var, lanes: int) -> tuple[list[str], list[BufferLoad], list[list[Var]]] | None:
+    """The declarations of one ``lanes``-wide vector load per distinct lane-dependent load of
+    ``value`` (and its lanes as named scalars), or None when one is not provably contiguous and
+    aligned or sits in a lazily evaluated branch."""
+    if _guarded_lane_load(value, v):
+        return None
+    loads = _lane_loads(value, v)
+    offsets = []
+    for load in loads:
+        c = vector_carrier(load.buffer.dtype, lanes)
+        off = None if c is None else em._vector_access_ok(load.buffer, load.indices, v, lanes)
+        if c is None or off is None:
+            return None
+        offsets.append((load, c, off))
+    lines: list[str] = []
+    lane_vars: list[list[Var]] = []
+    for load, c, off in offsets:
+        name = em.buffer_name(load.buffer)
+        tmp = em.names.get(object(), f"{name}_v")
+        elem = ctype(load.buffer.dtype)
+        sconst = "const " if load.buffer.scope == "global" and load.buffer not in em.spec.written else ""
+        lines.append(f"const {c} {tmp} = *({sconst}{c}*)({name} + {em.expr(off)});")
+        names = [Var(f"{tmp}_{k}", load.buffer.dtype) for k in range(lanes)]
+        parts = _lanes_of(tmp, c, dt.element(load.buffer.dtype), lanes)
+        if parts is None:  # through a pointer to the vector (nvcc keeps it in registers mostly)
+            lines.append(f"const {elem}* {tmp}_l = reinterpret_cast<const {elem}*>(&{tmp});")
+            parts = [f"{tmp}_l[{k}]" for k in range(lanes)]
+        lines += [f"const {elem} {em.var_name(n)} = {p};" for n, p in zip(names, parts)]
+        lane_vars.append(names)
+        _note(em, load.buffer, lanes)
+    return lines, loads, lane_vars
+
+
+_WORDS = {"uint4": 4, "uint2": 2, "unsigned int": 1, "float4": 4, "float2": 2, "int4": 4, "int2": 2}
+_FROM_BITS = {"float16": "__ushort_as_half", "bfloat16": "__ushort_as_bfloat16"}
+
+
+def _lanes_of(tmp: str, carrier: str, elem: str, lanes: int) -> list[str] | None:
+    """The lanes of vector ``tmp`` as expressions on its 32-bit words (no address taken, so
+    the vector stays in registers), or None for element types without such a form."""
+    words = _WORDS.get(carrier)
+    if words is None:
+        return None
+    names = [tmp] if words == 1 else [f"{tmp}.{c}" for c in "xyzw"[:words]]
+    if elem in _FROM_BITS and lanes == 2 * words and carrier.startswith(("uint", "unsigned")):
+        conv = _FROM_BITS[elem]
+        return [f"{conv}((unsigned short)({names[k // 2]}{' >> 16' if k % 2 else ' & 0xffffu'}))"
+                for k in range(lanes)]  # fmt: skip
+    if lanes == words and not carrier.startswith(("uint", "unsigned")):
+        return names
+    return None
+
+
+def _lane_value(value: PrimExpr, loads: list[BufferLoad], lane_vars: list[list[Var]], v: Var, k: int) -> PrimExpr:
+    """Lane ``k`` of ``value``: its vector-loaded loads replaced by their lane, ``v`` by ``k``."""
+    out: PrimExpr = substitute(_LaneOf(loads, lane_vars, k).visit(value), {v: IntImm(k, v.dtype)})
+    return out
+
+
 def vector_compute(em: Any, store: BufferStore, v: Var, lanes: int) -> str | None:
     """The text of ``store`` as a ``lanes``-wide computed vector store, or None when it cannot
     be proven contiguous and aligned (``em`` is the KernelEmitter)."""
@@ -108,44 +167,65 @@ def vector_compute(em: Any, store: BufferStore, v: Var, lanes: int) -> str | Non
     if dst.scope == "local" or any(dt.lanes(i.dtype) != 1 for i in store.indices):
         return None
     carrier = vector_carrier(dst.dtype, lanes)
-    loads = _lane_loads(store.value, v)
     if carrier is None:
         return None
     doff = em._vector_access_ok(dst, store.indices, v, lanes)
-    if doff is None or _reads_other_elements_of(store) or _guarded_lane_load(store.value, v):
+    if doff is None or _reads_other_elements_of(store):
         return None
-    lines: list[str] = []
-    lane_vars: list[list[Var]] = []
-    offsets = []
-    for load in loads:
-        c = vector_carrier(load.buffer.dtype, lanes)
-        off = None if c is None else em._vector_access_ok(load.buffer, load.indices, v, lanes)
-        if off is None:
-            return None
-        offsets.append((load, c, off))
-    for load, c, off in offsets:
-        name = em.buffer_name(load.buffer)
-        tmp = em.names.get(object(), f"{name}_v")
-        elem = ctype(load.buffer.dtype)
-        sconst = "const " if load.buffer.scope == "global" and load.buffer not in em.spec.written else ""
-        lines.append(f"const {c} {tmp} = *({sconst}{c}*)({name} + {em.expr(off)});")
-        lines.append(f"const {elem}* {tmp}_l = reinterpret_cast<const {elem}*>(&{tmp});")
-        names = [Var(f"{tmp}_{k}", load.buffer.dtype) for k in range(lanes)]
-        lines += [f"const {elem} {em.var_name(n)} = {tmp}_l[{k}];" for k, n in enumerate(names)]
-        lane_vars.append(names)
-        _note(em, load.buffer, lanes)
+    found = _vector_loads(em, store.value, v, lanes)
+    if found is None:
+        return None
+    lines, loads, lane_vars = found
     dname = em.buffer_name(dst)
     res = em.names.get(object(), f"{dname}_v")
     elem = ctype(dst.dtype)
     lines.append(f"{carrier} {res};")
     lines.append(f"{elem}* {res}_l = reinterpret_cast<{elem}*>(&{res});")
     for k in range(lanes):
-        value = _LaneOf(loads, lane_vars, k).visit(store.value)
-        value = substitute(value, {v: IntImm(k, v.dtype)})
-        lines.append(f"{res}_l[{k}] = {em.expr(value)};")
+        lines.append(f"{res}_l[{k}] = {em.expr(_lane_value(store.value, loads, lane_vars, v, k))};")
     lines.append(f"*({carrier}*)({dname} + {em.expr(doff)}) = {res};")
     _note(em, dst, lanes)
     return "{\n  " + "\n  ".join(lines) + "\n}"
+
+
+def emit_vector_accumulate(em: Any, loop: For) -> bool:
+    """Emit an unrolled or vectorized loop that stores into registers, fed by vector loads;
+    False (nothing emitted) when ``loop`` is not one.
+
+    ``for v in T.unroll(8): acc[0] = acc[0] + f(X[b + v])``, ``acc`` a register (``local``)
+    array, becomes one 16-byte load of ``X[b:b + 8]`` followed by the eight updates in lane
+    order, so that the loop means exactly what it meant sequentially (each lane's update reads
+    the previous one's result). The same holds for stores at lane-dependent registers, such as
+    ``R[v] = X[b + v]`` (a row kept in registers: one vector load, then its lanes). Every load
+    from memory that depends on ``v`` must be contiguous in it and aligned (as for vector
+    stores), and none may sit in a lazily evaluated branch; the registers may be of another
+    type (fp32 sums of fp16 inputs). Registers are only ever indexed by constants once the lanes
+    are unrolled, so they stay in registers. Only loads from global memory are taken: loops over
+    shared-memory tiles (GEMMs) keep their scalar loads.
+    """
+    if loop.kind not in (ForKind.UNROLLED, ForKind.VECTORIZED) or not isinstance(loop.extent, IntImm):
+        return False
+    if not (isinstance(loop.min, IntImm) and loop.min.value == 0 and loop.extent.value in (2, 4, 8)):
+        return False
+    store, v, lanes = loop.body, loop.loop_var, loop.extent.value
+    if not isinstance(store, BufferStore) or store.buffer.scope != "local":
+        return False
+    if any(dt.lanes(i.dtype) != 1 for i in store.indices):
+        return False
+    if any(ld.buffer.scope != "global" for ld in _lane_loads(store.value, v)):
+        return False  # shared-memory operands (GEMM tiles) keep the loads their schedules were tuned with
+    with em.bound(v, loop.min, loop.extent):
+        found = _vector_loads(em, store.value, v, lanes)
+    if found is None or not found[1]:
+        return False
+    lines, loads, lane_vars = found
+    with em.block(""):
+        for ln in lines:
+            em.line(ln)
+        for k in range(lanes):
+            at = tuple(substitute(i, {v: IntImm(k, v.dtype)}) for i in store.indices)
+            em.stmt(BufferStore(store.buffer, _lane_value(store.value, loads, lane_vars, v, k), at))
+    return True
 
 
 def _note(em: Any, buf: Any, lanes: int) -> None:

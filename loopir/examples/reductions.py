@@ -18,7 +18,7 @@ from loopir import te
 from loopir.schedule import Schedule
 from loopir.schedule.default_gpu import cross_thread, default_threads, default_vector, per_row
 
-__all__ = ["default_threads", "default_vector", "rmsnorm", "rmsnorm_func", "layernorm", "layernorm_func", "row_sum", "row_sum_func", "softmax", "softmax_func"]
+__all__ = ["cross_entropy_func", "default_threads", "default_vector", "rmsnorm", "rmsnorm_func", "layernorm", "layernorm_func", "row_sum", "row_sum_func", "softmax", "softmax_func"]
 
 
 def _f32(x: Any) -> Any:
@@ -127,3 +127,35 @@ def row_sum(rows: Any, cols: Any, dtype: str = "float32", threads: int = 512) ->
     sch.bind(i, "blockIdx.x")
     cross_thread(sch, sch.get_block("S"), threads)
     return sch
+
+
+def cross_entropy_func(rows: Any, vocab: int, dtype: str = "float16", chunk: int = 4096) -> Any:
+    """The cross-entropy forward ``L[i] = logsumexp_k X[i, k] - X[i, T[i]]`` over a large
+    vocabulary, in a form that reads the logits from HBM once: the vocabulary in chunks of
+    ``chunk``, each chunk's max ``Mc`` and its sum of exponentials relative to that max ``Sc``
+    (both written to the output ``P[i, c, 0:2]``; a chunk's second pass re-reads it from the
+    L1/L2 caches), then per row ``M = max_c Mc``, ``S = sum_c Sc * exp(Mc - M)`` and ``L =
+    log(S) + M - X[i, T[i]]`` (float32 statistics; ``vocab`` a multiple of ``chunk``). The
+    parameters are ``X, T, L, P``: ``P`` is an output, so that the default schedule keeps it a
+    stage of its own rather than inlining it.
+
+    The default GPU schedule takes it as it is: its row rule makes ``P`` one thread block per
+    (row, chunk) with ``Mc`` and ``Sc`` cross-thread reductions over 16-byte vectors, and the
+    per-row combination small kernels."""
+    if vocab % chunk:
+        raise ValueError(f"cross_entropy_func: vocab {vocab} is not a multiple of chunk {chunk}")
+    X = te.placeholder((rows, vocab), dtype, name="X")
+    T = te.placeholder((rows,), "int32", name="T")
+    nc = vocab // chunk
+    k = te.reduce_axis(chunk, name="k")
+    Mc = te.compute((rows, nc), lambda i, c: te.max(_f32(X[i, c * chunk + k]), axis=k), name="Mc")
+    k2 = te.reduce_axis(chunk, name="k2")
+    Sc = te.compute((rows, nc), lambda i, c: te.sum(te.exp(_f32(X[i, c * chunk + k2]) - Mc[i, c]), axis=k2),
+                    name="Sc")  # fmt: skip
+    P = te.compute((rows, nc, 2), lambda i, c, t: te.if_then_else(t == 0, Mc[i, c], Sc[i, c]), name="P")
+    c1 = te.reduce_axis(nc, name="c1")
+    M = te.compute((rows,), lambda i: te.max(P[i, c1, 0], axis=c1), name="M")
+    c2 = te.reduce_axis(nc, name="c2")
+    S = te.compute((rows,), lambda i: te.sum(P[i, c2, 1] * te.exp(P[i, c2, 0] - M[i]), axis=c2), name="S")
+    L = te.compute((rows,), lambda i: te.log(S[i]) + M[i] - _f32(X[i, T[i]]), name="L")
+    return te.create_prim_func([X, T, L, P])

@@ -500,6 +500,11 @@ for _n in (
     register_intrinsic(_n, 1, result="bool" if _n == "isnan" else "same")
 register_intrinsic("pow", 2)
 register_intrinsic("fma", 3)
+# Fast-math forms of exp, log and float division (loopir.passes.fast_math): they mean the exact
+# operation; the CUDA backend computes them with approximate instructions of documented error.
+register_intrinsic("fast_exp", 1)
+register_intrinsic("fast_log", 1)
+register_intrinsic("fast_div", 2)
 # Barrier among the threads sharing a storage scope ("shared" or "warp"): side effect.
 register_intrinsic("tvm_storage_sync", 1, pure=False, result="int32")
 # Cross-thread combine of a local accumulator (see loopir.ir.op.thread_allreduce).

@@ -16,6 +16,7 @@ from loopir.passes.base import (
 from loopir.passes.compact import CompactBufferAllocation
 from loopir.passes.context import ConfigEntry, PassContext, register_config
 from loopir.passes.cross_thread import LowerCrossThreadReduction
+from loopir.passes.fast_math import FastMath
 from loopir.passes.inject_vthread import InjectVirtualThread
 from loopir.passes.local_pad import LocalPadding, LocalPaddingReport
 from loopir.passes.lower_blocks import LowerBlocks
@@ -28,7 +29,7 @@ from loopir.passes.thread_sync import ThreadSync
 from loopir.passes.unify_threads import UnifyThreadLoops
 
 __all__ = [
-    "CompactBufferAllocation", "ConfigEntry", "FunctionPass", "InjectSharedPrefetch", "InjectSoftwarePipeline", "InjectVirtualThread", "LocalPadding",
+    "CompactBufferAllocation", "ConfigEntry", "FastMath", "FunctionPass", "InjectSharedPrefetch", "InjectSoftwarePipeline", "InjectVirtualThread", "LocalPadding",
     "LocalPaddingReport", "LowerBlocks", "LowerWarpMemory", "LowerCrossThreadReduction", "Pass", "PassContext", "PassInstrument",
     "PrintIRInstrument", "RecordIRInstrument", "Sequential", "Simplify", "ThreadSync",
     "UnifyThreadLoops", "default_pipeline", "lower", "register_config",

@@ -55,6 +55,23 @@ register_config(
     "at the kernel that caused it (debugging; such calls cannot be captured in CUDA graphs)",
 )
 
+register_config(
+    "cuda.gemv_max_rows",
+    int,
+    0,
+    "GEMMs with at most this many rows (M, up to 16), K contiguous in both operands and no batch "
+    "or epilogue are decode GEMVs: GemmOffload leaves them to the default GPU schedule's GEMV rule "
+    "(loopir.schedule.gemv); 0 (the default until the GEMV schedule is measured on a GPU) keeps "
+    "them GEMMs",
+)
+register_config(
+    "cuda.default_schedule.row_registers",
+    bool,
+    False,
+    "DefaultGPUSchedule: keep each thread's part of a 16-bit row in registers (read from HBM once; "
+    "stage_row_registers); off until measured on a GPU",
+)
+
 # Defined by the CUDA backend (loopir.codegen_cuda.cutlass.offload, .default_schedule); optional.
 declare_pass("GemmOffload", required=False)
 declare_pass("DefaultGPUSchedule", required=False)

@@ -141,6 +141,7 @@ _NUMPY_CALLS: dict[str, Callable[..., np.ndarray]] = {
     "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "fabs": np.abs, "floor": np.floor, "ceil": np.ceil,
     "round": np.round, "trunc": np.trunc, "sin": np.sin, "cos": np.cos, "tan": np.tan,
     "pow": np.power, "fma": lambda a, b, c: a * b + c, "isnan": np.isnan,
+    "fast_exp": np.exp, "fast_log": np.log, "fast_div": np.divide,
 }  # fmt: skip
 
 def undefined_reason(

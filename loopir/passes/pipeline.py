@@ -52,6 +52,7 @@ from loopir.passes.lower_warp_memory import LowerWarpMemory
 from loopir.passes.prefetch import InjectSharedPrefetch, prefetch_requested
 from loopir.passes.simplify import Simplify
 from loopir.passes.software_pipeline import InjectSoftwarePipeline, pipeline_requested
+from loopir.passes.thread_registers import PrivatizeThreadLocals
 from loopir.passes.thread_sync import ThreadSync
 from loopir.passes.unify_threads import UnifyThreadLoops
 
@@ -68,7 +69,7 @@ _TARGET_PASSES: dict[str, Callable[[PassContext], list[Pass]]] = {"cpu": lambda 
 # Passes a target runs after the standard ones: lowering to the target's memory model (the CPU
 # executor runs IR without them: a warp buffer is an ordinary array there).
 _LATE_TARGET_PASSES: dict[str, Callable[[PassContext], list[Pass]]] = {
-    "cuda": lambda ctx: [LowerWarpMemory()],
+    "cuda": lambda ctx: [PrivatizeThreadLocals(), LowerWarpMemory()],
 }
 
 # The backend module of each target, by name: imported on the target's first use, so that

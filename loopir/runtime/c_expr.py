@@ -49,6 +49,10 @@ _MATH1 = {
 }  # fmt: skip
 
 
+# Fast-math intrinsics (loopir.passes.fast_math) and the exact operation each one means.
+_EXACT = {"fast_exp": "exp", "fast_log": "log"}
+
+
 def c_ident(name: str) -> str:
     """``name`` made into a C identifier fragment."""
     s = re.sub(r"[^0-9A-Za-z_]", "_", name)
@@ -212,7 +216,8 @@ class ExprEmitter(CPrinter):
             return "0"
         if op in BITWISE:
             return self._bitwise(e)
-        if op not in _MATH1 and op not in ("isnan", "rsqrt", "sigmoid", "pow", "fma"):
+        op = _EXACT.get(op, op)  # a fast-math form means the exact operation
+        if op not in _MATH1 and op not in ("isnan", "rsqrt", "sigmoid", "pow", "fma", "fast_div"):
             raise CodegenError(f"cpu codegen: no C translation for intrinsic {op!r} in {e}")
         args = [self.print(a) for a in e.args]
         d = dt.element(e.dtype)
@@ -240,6 +245,8 @@ class ExprEmitter(CPrinter):
             code = f"pow{sfx}({wide[0]}, {wide[1]})"
         elif op == "fma":
             code = f"fma{sfx}({wide[0]}, {wide[1]}, {wide[2]})"
+        elif op == "fast_div":
+            code = f"(({wide[0]}) / ({wide[1]}))"
         else:  # pragma: no cover - excluded by the check at the top
             raise CodegenError(f"cpu codegen: no C translation for intrinsic {op!r} in {e}")
         return code if d in ("float32", "float64") else round_to(d, code)

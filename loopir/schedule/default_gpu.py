@@ -28,6 +28,11 @@ tried on an unchanged schedule):
     reduction is computed by the row's threads and combined across them into shared
     memory (a cross-thread reduction); ``Y``'s columns are strided over the threads, as 16-byte
     vectors when the row allows ([`per_row`][loopir.schedule.default_gpu.per_row]).
+``gemv``
+    a GEMM with at most ``gemv_rows`` rows whose reduced index is the last, contiguous one of
+    both operands (``Y = X W^T`` in decode): a warp per output column, the lanes splitting K in
+    16-byte runs, the rows' partial sums in registers ([`gemv`][loopir.schedule.gemv.gemv]);
+    tried before ``tensor_core`` too.
 ``gemm``
     a GEMM-like block (two spatial loops of at least 64, optionally batched, then one reduction loop
     of at least 16) that CUTLASS did not take: DietCode's sample tiling
@@ -61,17 +66,20 @@ from collections.abc import Callable
 from typing import Any
 
 from loopir.errors import ScheduleError
+from loopir.ir import dtype as dt
 from loopir.ir.expr import IntImm
 from loopir.ir.stmt import Block, IterKind
 from loopir.schedule import gpu_patterns as pat
 from loopir.schedule import tensor_core_gemm as tcg
+from loopir.schedule.gemv import MAX_GEMV_ROWS, gemv, gemv_shape
 from loopir.schedule.gpu_patterns import unscheduled_blocks
 from loopir.schedule.schedule import Schedule
 from loopir.schedule.trace import BlockRV, LoopRV
 
 __all__ = [
-    "GEMM_TILES", "cross_thread", "default_gpu_schedule", "default_threads", "default_vector", "fuse_all",
-    "inline_all", "per_row", "reduction", "stage_row", "tile_gemm", "tile_transpose", "try_inline",
+    "GEMM_TILES", "MAX_ROW_REGISTERS", "cross_thread", "default_gpu_schedule", "default_threads", "default_vector",
+    "fuse_all", "inline_all", "per_row", "reduction", "stage_row", "stage_row_registers", "tile_gemm",
+    "tile_transpose", "try_inline",
     "unscheduled_blocks",
 ]  # fmt: skip
 
@@ -101,46 +109,82 @@ def fuse_all(sch: Schedule, loops: list[LoopRV]) -> LoopRV:
     return sch.fuse(*loops) if len(loops) > 1 else loops[0]
 
 
-def cross_thread(sch: Schedule, block: BlockRV, threads: int, reduce_loops: int = 1) -> None:
+def cross_thread(sch: Schedule, block: BlockRV, threads: int, reduce_loops: int = 1, vector: int = 1) -> None:
     """Fuse ``block``'s last ``reduce_loops`` loops and split them into ``threads`` strided
-    parts on threadIdx.x (a cross-thread reduction)."""
+    parts on threadIdx.x (a cross-thread reduction). With ``vector`` > 1 each thread reduces
+    runs of ``vector`` consecutive elements (an unrolled innermost loop, which the CUDA emitter
+    feeds from one 16-byte load when the run is contiguous and aligned)."""
     loops = sch.get_loops(block)
-    ko, tx = sch.split(fuse_all(sch, loops[-reduce_loops:]), [None, threads])
-    sch.reorder(tx, ko)
+    _thread_strided(sch, fuse_all(sch, loops[-reduce_loops:]), threads, vector, sch.unroll)
+
+
+def _thread_strided(sch: Schedule, loop: LoopRV, threads: int, vector: int, mark: Callable[[LoopRV], None]) -> None:
+    """Split ``loop`` into ``[outer, threads, vector]`` (``[outer, threads]`` for a vector of
+    1), the thread part outermost and bound to threadIdx.x, the vector part marked by ``mark``
+    (``sch.unroll``, ``sch.vectorize``): each thread takes runs of ``vector`` consecutive
+    iterations, ``threads * vector`` apart."""
+    if vector > 1:
+        outer, tx, v = sch.split(loop, [None, threads, vector])
+        sch.reorder(tx, outer, v)
+        mark(v)
+    else:
+        outer, tx = sch.split(loop, [None, threads])
+        sch.reorder(tx, outer)
     sch.bind(tx, "threadIdx.x")
 
 
 def per_row(sch: Schedule, out: str, stats: list[str], threads: int, vector: int = 1,
-            cache_row: str | None = None, row_loops: int = 1) -> None:  # fmt: skip
+            cache_row: str | None = None, row_loops: int = 1, cache_scope: str = "shared",
+            stat_vector: int | None = None) -> None:  # fmt: skip
     """One thread block per row of ``out``; its statistics reduced across the row's threads.
 
     ``out``'s first ``row_loops`` loops (fused) are bound to blockIdx.x, the rest (fused) are
     strided over ``threads`` threads (``vector`` elements each, as one vector). Each block of
     ``stats`` is computed in the row's block, reduced across the threads into ``shared``
     memory. ``cache_row`` names an input read once per row into shared memory, from which
-    every pass over the row reads ([`stage_row`][loopir.schedule.default_gpu.stage_row]).
+    every pass over the row reads ([`stage_row`][loopir.schedule.default_gpu.stage_row]);
+    ``cache_scope="local"`` keeps each thread's part of the row in its registers instead
+    ([`stage_row_registers`][loopir.schedule.default_gpu.stage_row_registers]).
+    ``stat_vector`` (default ``vector``) is the run length of the statistics' reductions.
     """
     y = sch.get_block(out)
     loops = sch.get_loops(y)
     i = fuse_all(sch, loops[:row_loops])
-    j = fuse_all(sch, loops[row_loops:])
-    if vector > 1:
-        jo, tx, jv = sch.split(j, [None, threads, vector])
-        sch.reorder(tx, jo, jv)
-        sch.vectorize(jv)
-    else:
-        jo, tx = sch.split(j, [None, threads])
-        sch.reorder(tx, jo)
     sch.bind(i, "blockIdx.x")
-    sch.bind(tx, "threadIdx.x")
+    _thread_strided(sch, fuse_all(sch, loops[row_loops:]), threads, vector, sch.vectorize)
     for name in reversed(stats):  # consumers first: each lands before what reads it
         blk = sch.get_block(name)
         # shared before compute_at: the scope at compute_at picks the region (semantics.md)
         sch.set_scope(blk, 0, "shared")
         sch.compute_at(blk, i, preserve_unit_loops=True)
-        cross_thread(sch, blk, threads, _reduce_iter_count(sch, blk))
-    if cache_row is not None:
+        cross_thread(sch, blk, threads, _reduce_iter_count(sch, blk), vector if stat_vector is None else stat_vector)
+    if cache_row is not None and cache_scope == "local":
+        stage_row_registers(sch, [*stats, out], cache_row, i, threads, vector)
+    elif cache_row is not None:
         stage_row(sch, [*stats, out], cache_row, i, threads)
+
+
+#: The most row elements a thread keeps in registers (the row rule's register staging).
+MAX_ROW_REGISTERS = 32
+
+
+def stage_row_registers(sch: Schedule, readers: list[str], buffer: str, row: LoopRV, threads: int,
+                        vector: int) -> None:  # fmt: skip
+    """Read each thread's part of the block's row of 2-D ``buffer`` from global memory once, in
+    ``vector``-wide loads, into a ``local`` cache from which every block of ``readers`` reads.
+
+    The cache is laid out ``[row, jo, tx, v]`` for column ``jo * threads * vector + tx * vector
+    + v``, the layout of every pass over the row (``per_row`` with the same ``threads`` and
+    ``vector``), so that each thread reads only its own slot ``tx``; lowering for CUDA
+    ([`PrivatizeThreadLocals`][loopir.passes.thread_registers.PrivatizeThreadLocals]) makes the
+    slot the thread's registers. The row length must be a multiple of ``threads * vector``.
+    """
+    blocks = [sch.get_block(n) for n in readers]
+    tile = sch.cache_read(blocks[0], buffer, "local", consumer_blocks=blocks)
+    sch.compute_at(tile, row, preserve_unit_loops=True)
+    span = threads * vector
+    sch.transform_layout(tile, 0, f"lambda a0, a1: (a0, a1 // {span}, a1 % {span} // {vector}, a1 % {vector})")
+    _thread_strided(sch, sch.get_loops(tile)[-1], threads, vector, sch.vectorize)
 
 
 def stage_row(sch: Schedule, readers: list[str], buffer: str, row: LoopRV, threads: int) -> None:
@@ -295,22 +339,66 @@ def _inline(sch: Schedule, name: str) -> str | None:
     return f"inline {name}"
 
 
-def _rows(sch: Schedule, name: str, pending: list[str]) -> str | None:
+def _rows(sch: Schedule, name: str, pending: list[str], registers: bool = False) -> str | None:
     row = pat.row_pattern(sch, name, pending)
     if row is None:
         return None
     threads = default_threads(row.cols)
     vector = default_vector(row.cols, row.dtype, threads)
-    per_row(sch, name, row.stats, threads, vector, row_loops=row.depth)
+    staged = _register_row(sch, name, row.stats, row.depth, row.cols, threads, vector) if registers else None
+    stat_vector = None
+    length = _stat_length(sch, row.stats)
+    if row.cols is not None and length is not None and length > row.cols:
+        # short output rows over long reductions (a chunk's statistics): size for the reductions
+        threads = default_threads(length)
+        vector = default_vector(row.cols, row.dtype, threads)
+        bits = min(dt.bits(r.buffer.dtype) for n in row.stats for r in pat.realize(sch, n)[0].block.reads)
+        stat_vector = 128 // bits if length % (threads * (128 // bits)) == 0 else 1
+    per_row(sch, name, row.stats, threads, vector, staged, row.depth, "local", stat_vector)
     for s in row.stats:
         pending.remove(s)
     lanes = f" x {vector} lanes" if vector > 1 else ""
-    return f"rows {name} <- {', '.join(row.stats)} ({threads} threads{lanes})"
+    if stat_vector is not None and stat_vector > 1:
+        lanes += f", statistics x {stat_vector} lanes"
+    regs = f", {staged} in registers" if staged else ""
+    return f"rows {name} <- {', '.join(row.stats)} ({threads} threads{lanes}{regs})"
 
 
-def reduction(sch: Schedule, name: str, threads: int) -> None:
+def _stat_length(sch: Schedule, stats: list[str]) -> int | None:
+    """The constant length every block of ``stats`` reduces over, or None."""
+    lengths = set()
+    for n in stats:
+        exts = [iv.dom.extent for iv in pat.realize(sch, n)[0].block.iter_vars if iv.kind is IterKind.REDUCE]
+        if not all(isinstance(e, IntImm) for e in exts):
+            return None
+        lengths.add(math.prod(e.value for e in exts if isinstance(e, IntImm)))
+    return lengths.pop() if len(lengths) == 1 else None
+
+
+def _register_row(sch: Schedule, name: str, stats: list[str], depth: int, cols: int | None, threads: int,
+                  vector: int) -> str | None:  # fmt: skip
+    """The 2-D input that ``name`` and every block of ``stats`` read, to be kept in registers
+    (read from HBM once, [`stage_row_registers`][loopir.schedule.default_gpu.stage_row_registers]):
+    when the row is one loop of constant length of 16-bit elements, whole 16-byte vectors per
+    thread, and at most ``MAX_ROW_REGISTERS`` elements per thread; else None."""
+    if depth != 1 or cols is None or vector < 2 or cols % (threads * vector) or cols // threads > MAX_ROW_REGISTERS:
+        return None
+    if dt.bits(pat.realize(sch, name)[0].block.writes[0].buffer.dtype) != 16:
+        return None  # measured for float16 / bfloat16 only (docs/benchmarks.md, issue 35)
+    out = pat.realize(sch, name)[0].block
+    shape = pat.constant_shape(out.writes[0].buffer)
+    common: set[str] | None = None
+    for n in [name, *stats]:
+        reads = {r.buffer.name for r in pat.realize(sch, n)[0].block.reads
+                 if r.buffer in set(sch.func.params) and pat.constant_shape(r.buffer) == shape}  # fmt: skip
+        common = reads if common is None else common & reads
+    return sorted(common)[0] if common and len(common) == 1 else None
+
+
+def reduction(sch: Schedule, name: str, threads: int, vector: int = 1) -> None:
     """One thread block per output of reduction block ``name`` (its spatial loops fused), the
-    reduction split over ``threads`` threads and combined across them."""
+    reduction split over ``threads`` threads (``vector`` consecutive elements at a time, see
+    [`cross_thread`][loopir.schedule.default_gpu.cross_thread]) and combined across them."""
     br = pat.realize(sch, name)[0]
     loops = pat.nest_loops(sch, name) or []
     n_red = pat.reduce_loop_count(br, loops) or 0
@@ -318,7 +406,7 @@ def reduction(sch: Schedule, name: str, threads: int) -> None:
     rvs = sch.get_loops(blk)
     spatial = rvs[: len(rvs) - n_red]
     sch.bind(fuse_all(sch, spatial), "blockIdx.x")
-    cross_thread(sch, blk, threads, n_red)
+    cross_thread(sch, blk, threads, n_red, vector)
 
 
 def _reduction(sch: Schedule, name: str) -> str | None:
@@ -327,13 +415,26 @@ def _reduction(sch: Schedule, name: str) -> str | None:
         return None
     length = found[1]
     threads = 128 if length <= 1024 else 256 if length <= 4096 else 512
-    reduction(sch, name, threads)
-    return f"reduction {name} ({threads} threads)"
+    # runs of 16 bytes of the narrowest input (the row; a per-row statistic read along is not
+    # loaded per lane) when the threads' share is whole runs
+    bits = min((dt.bits(r.buffer.dtype) for r in pat.realize(sch, name)[0].block.reads), default=32)
+    vector = 128 // bits if length % (threads * (128 // bits)) == 0 else 1
+    reduction(sch, name, threads, vector)
+    lanes = f" x {vector} lanes" if vector > 1 else ""
+    return f"reduction {name} ({threads} threads{lanes})"
 
 
 #: The default GEMM tiles: DietCode's sample schedule (128 x 128 per block, 256 threads, 64
 #: accumulators per thread, K steps of 4, 4-wide fetches).
 GEMM_TILES: dict[str, Any] = {"ti": 8, "tj": 32, "vi": 1, "vj": 2, "ri": 16, "rj": 2, "ki": 4, "vec": 4}
+
+
+def _gemv(sch: Schedule, name: str, max_rows: int) -> str | None:
+    shape = gemv_shape(sch, name)
+    if shape is None or shape[0] > max_rows:
+        return None
+    gemv(sch, name)
+    return f"gemv {name} (M = {shape[0]}: a warp per output column, 4 warps per block)"
 
 
 def _gemm(sch: Schedule, name: str) -> str | None:
@@ -343,7 +444,7 @@ def _gemm(sch: Schedule, name: str) -> str | None:
     return f"gemm {name} (128 x 128 tiles, 256 threads)"
 
 
-def _tensor_core(sch: Schedule, name: str, wgmma: bool = False) -> str | None:
+def _tensor_core(sch: Schedule, name: str, gemv_rows: int = MAX_GEMV_ROWS, wgmma: bool = False) -> str | None:
     m = tcg.match(sch, name)
     for _ in range(16):  # a chain of elementwise consumers (bias add, activation) becomes one
         inline = None if m is not None else tcg.inlinable_consumer(sch, name)
@@ -352,7 +453,7 @@ def _tensor_core(sch: Schedule, name: str, wgmma: bool = False) -> str | None:
         sch.compute_inline(sch.get_block(inline))
         m = tcg.match(sch, name)
     M, K, N = m.sizes if m is not None else (0, 0, 0)
-    if m is None or min(M, N, K) < tcg.TILE:
+    if m is None or min(M, N, K) < tcg.TILE or (M <= gemv_rows and gemv_shape(sch, name) is not None):
         return None
     hopper = tcg.wgmma_params(m) if wgmma else None
     if hopper is not None:
@@ -429,7 +530,8 @@ def _attempt(sch: Schedule, rule: Callable[[Schedule], str | None]) -> str | Non
 TILE_ROWS_WGMMA = 16
 
 
-def default_gpu_schedule(sch: Schedule, tensor_cores: bool = True, wgmma: bool = False) -> list[str]:
+def default_gpu_schedule(sch: Schedule, tensor_cores: bool = True, gemv_rows: int = 0,
+                         wgmma: bool = False, row_registers: bool = False) -> list[str]:  # fmt: skip
     """Schedule every unscheduled root-level block of ``sch`` for the GPU (rules above).
 
     Parameters
@@ -438,10 +540,17 @@ def default_gpu_schedule(sch: Schedule, tensor_cores: bool = True, wgmma: bool =
         The schedule to extend; blocks under a thread-bound loop are left as they are.
     tensor_cores
         Try the ``tensor_core`` rule first (its kernels need sm_80 or newer).
+    gemv_rows
+        GEMMs of at most this many rows go to the ``gemv`` rule (0, the default: none; at most
+        ``MAX_GEMV_ROWS``).
     wgmma
         The ``tensor_core`` rule puts GEMMs that fit it on Hopper's ``wgmma`` (sm_90a;
         [`wgmma_params`][loopir.schedule.tensor_core_gemm.wgmma_params]) instead of
         ``mma.sync``.
+    row_registers
+        The ``rows`` rule keeps a 16-bit row in registers where it fits
+        ([`stage_row_registers`][loopir.schedule.default_gpu.stage_row_registers]). Off by
+        default, as ``gemv_rows``: neither has run on a GPU yet (issue 35).
 
     Returns
     -------
@@ -461,14 +570,16 @@ def default_gpu_schedule(sch: Schedule, tensor_cores: bool = True, wgmma: bool =
         for name in pat.unscheduled_blocks(sch):
             if name not in pat.unscheduled_blocks(sch):  # folded into a GEMM scheduled before
                 continue
-            line = _attempt(sch, functools.partial(_tensor_core, name=name, wgmma=wgmma))
+            line = _attempt(sch, functools.partial(_tensor_core, name=name, gemv_rows=gemv_rows, wgmma=wgmma))
             if line:
                 done.append(line)
     done += [f"inline {name}" for name in inline_all(sch)]
     pending = pat.unscheduled_blocks(sch)
     while pending:
         name = pending.pop()  # consumers first: a row's statistics go with their reader
-        rules = (functools.partial(_rows, name=name, pending=pending), functools.partial(_gemm, name=name),
+        rules = (functools.partial(_rows, name=name, pending=pending, registers=row_registers),
+                 functools.partial(_gemv, name=name, max_rows=gemv_rows),
+                 functools.partial(_gemm, name=name),
                  functools.partial(_reduction, name=name), functools.partial(_transpose, name=name))  # fmt: skip
         line = next((ln for ln in map(functools.partial(_attempt, sch), rules) if ln), None)
         done.append(line or _spatial(sch, name))

@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 from loopir.ir import dtype as dt
+from loopir.ir.buffer import Buffer
 from loopir.ir.expr import Add, BufferLoad, IntImm, PrimExpr, Var
 from loopir.ir.functor import collect_vars, post_order_visit, substitute
 from loopir.ir.stmt import Block, BlockRealize, BufferStore, For, IterKind
@@ -21,7 +22,7 @@ from loopir.schedule import tree
 from loopir.schedule.schedule import Schedule
 
 __all__ = [
-    "RowPattern", "constant_extents", "is_gemm", "nest_loops", "operand_names", "realize", "reduce_loop_count",
+    "RowPattern", "constant_extents", "constant_shape", "is_gemm", "nest_loops", "operand_names", "realize", "reduce_loop_count",
     "reduction_pattern", "row_pattern", "transpose_operand", "unscheduled_blocks", "vector_lanes", "vector_width",
 ]  # fmt: skip
 
@@ -246,3 +247,9 @@ def vector_lanes(sch: Schedule, name: str, threads: int = 1) -> int | None:
     while width > 1 and (exts[-1] % width or math.prod(exts) % (threads * width)):
         width //= 2
     return width
+
+
+def constant_shape(buffer: Buffer) -> tuple[int, ...] | None:
+    """``buffer``'s shape as ints, or None when a dimension is symbolic."""
+    dims = [d.value if isinstance(d, IntImm) else None for d in buffer.shape]
+    return None if None in dims else tuple(d for d in dims if d is not None)

@@ -331,7 +331,8 @@ def test_the_cuda_target_pipeline_starts_with_the_offload_then_the_default_sched
     from loopir.passes import default_pipeline, lower
 
     names = [p.name for p in default_pipeline(target="cuda").passes]
-    assert names[:4] == ["GemmOffload", "DefaultGPUSchedule", "LowerCrossThreadReduction", "LowerBlocks"]
+    assert names[:5] == ["GemmOffload", "DefaultGPUSchedule", "FastMath", "LowerCrossThreadReduction", "LowerBlocks"]
+    assert names[-2:] == ["PrivatizeThreadLocals", "LowerWarpMemory"]
     assert [p.name for p in default_pipeline(target="cpu").passes][0] == "LowerCrossThreadReduction"
     with pytest.raises(PassError, match="no passes are registered for target 'tpu'"):
         default_pipeline(target="tpu")

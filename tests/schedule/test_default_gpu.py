@@ -183,7 +183,7 @@ def test_a_small_gemm_is_one_output_per_thread() -> None:
 def test_a_gemv_is_a_cross_thread_reduction() -> None:
     sch, lines = _scheduled(make_workload("matmul", M=1, K=4096, N=64).func)
     # A[i, k] and B[k, j]: k is contiguous in A, so the threads share the reduction
-    assert lines == ["reduction C (256 threads)"]
+    assert lines == ["reduction C (256 threads x 4 lanes)"]  # float32: runs of 4 (16 bytes) per thread
 
 
 def test_the_schedule_is_in_the_trace_and_replays(golden) -> None:

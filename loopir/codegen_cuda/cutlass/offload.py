@@ -77,6 +77,7 @@ from loopir.passes.conv_match import (
 )
 from loopir.passes.gemm_match import (
     EpilogueMatch,
+    GemmCore,
     NoMatch,
     match_epilogue,
     match_gemm,
@@ -132,6 +133,15 @@ def _is_gemm_candidate(stage: Stmt) -> bool:
     return any(b.init is not None for b in found)
 
 
+def _is_gemv(core: GemmCore, epi: EpilogueMatch | None, max_rows: int) -> bool:
+    """Whether the GEMM is a decode GEMV the default schedule's GEMV rule takes: at most
+    ``max_rows`` rows, K contiguous in A and B (``Y = X W^T``), no batch, no epilogue."""
+    from loopir.schedule.gemv import MAX_GEMV_ROWS
+
+    return (epi is None and core.batch == 1 and 0 < core.m <= min(max_rows, MAX_GEMV_ROWS)
+            and core.layout_a == "row" and core.layout_b == "col")  # fmt: skip
+
+
 def _reads_buffer(stmt: Stmt, buf: Buffer) -> bool:
     hit: list[bool] = []
 
@@ -154,6 +164,7 @@ class _Settings:
     gemm: bool
     conv: bool
     warn: Any
+    gemv_rows: int = 0  # with the backend "auto": GEMMs of at most this many rows stay generated
 
 
 class GemmOffload(Pass):
@@ -206,7 +217,8 @@ class GemmOffload(Pass):
             logger.info("GemmOffload: %s; GEMMs and convolutions stay generated code", missing)
             return None
         return _Settings(arch, bool(ctx.get("cuda.gemm_allow_tf32")), backend != "generated",
-                         conv_backend != "generated", logger.warning if strict else logger.info)  # fmt: skip
+                         conv_backend != "generated", logger.warning if strict else logger.info,
+                         int(ctx.get("cuda.gemv_max_rows")) if backend == "auto" else 0)  # fmt: skip
 
     def transform(self, func: PrimFunc, ctx: PassContext) -> PrimFunc:
         self.report = []
@@ -265,6 +277,10 @@ class GemmOffload(Pass):
             return 1
         plan = _plan(core.block, core.c, lambda st: match_epilogue(st, core, params=params),
                      run.stages, i, params, run.allocs)  # fmt: skip
+        if plan[0] is None and _is_gemv(core, plan[1], run.settings.gemv_rows):
+            return self._keep(run, stage, OffloadDecision(core.block, False, (
+                f"a decode GEMV (M = {core.m}): the default GPU schedule's GEMV rule reads W once "
+                "(cuda.gemv_max_rows)")))  # fmt: skip
 
         def make(d: Buffer, spec: EpilogueSpec) -> GemmProblem:
             return GemmProblem(

@@ -1,0 +1,61 @@
+"""The one-read cross-entropy forward (``loopir.examples.reductions.cross_entropy_func``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import loopir
+from loopir.codegen_cuda import emit_cuda
+from loopir.examples.reductions import cross_entropy_func
+from loopir.schedule.default_gpu import default_gpu_schedule
+
+
+def _inputs(rows: int, vocab: int, chunk: int, dtype: str, seed: int):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((rows, vocab)) * 3).astype(dtype if dtype != "bfloat16" else "float32")
+    t = rng.integers(0, vocab, rows).astype("int32")
+    return x, t, np.full(rows, np.nan, "float32"), np.full((rows, vocab // chunk, 2), np.nan, "float32")
+
+
+def _reference(x: np.ndarray, t: np.ndarray) -> np.ndarray:
+    xd = x.astype("float64")
+    m = xd.max(1)
+    return np.log(np.exp(xd - m[:, None]).sum(1)) + m - xd[np.arange(len(t)), t]
+
+
+@pytest.mark.parametrize("vocab,chunk", [(8192, 4096), (6000, 1000)])
+def test_the_chunked_form_is_the_cross_entropy(vocab, chunk) -> None:
+    x, t, loss, p = _inputs(5, vocab, chunk, "float16", vocab)
+    loopir.build(cross_entropy_func(5, vocab, "float16", chunk), target="cpu")(x, t, loss, p)
+    np.testing.assert_allclose(loss, _reference(x, t), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="not a multiple"):
+        cross_entropy_func(5, vocab + 1, "float16", chunk)
+
+
+def test_the_default_schedule_reads_each_chunk_in_one_block() -> None:
+    f = cross_entropy_func(4, 16384, "float16")
+    sch = loopir.Schedule(f)
+    assert default_gpu_schedule(sch)[-1] == "rows P <- Mc, Sc (256 threads, statistics x 8 lanes)"
+    loopir.testing.check_equivalent(f, sch.func, rtol=1e-4, atol=1e-4, inputs=list(_inputs(4, 16384, 4096, "float16", 1)))
+    (first, *_rest) = emit_cuda(loopir.lower(f, target="cuda")).kernel_texts
+    assert first.count("const uint4 X_v") == 2 and "X[" not in first  # the max's pass, the sum's pass
+
+
+@pytest.mark.nvcc
+def test_cross_entropy_kernels_compile(tmp_path) -> None:
+    from loopir.codegen_cuda.compile import compile_cuda
+
+    for dtype in ("float16", "bfloat16"):
+        with loopir.PassContext(config={"cuda.fast_math": True}):
+            source = emit_cuda(loopir.lower(cross_entropy_func(8, 131072, dtype), target="cuda")).source
+        compile_cuda(source, arch="sm_90a", cache_dir=tmp_path)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fast", [False, True])
+def test_cross_entropy_on_the_gpu(fast) -> None:
+    x, t, loss, p = _inputs(16, 131072, 4096, "float16", 7)
+    with loopir.PassContext(config={"cuda.fast_math": fast}):
+        loopir.build(cross_entropy_func(16, 131072, "float16"), target="cuda")(x, t, loss, p)
+    np.testing.assert_allclose(loss, _reference(x, t), rtol=1e-4, atol=1e-4)

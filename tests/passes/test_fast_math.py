@@ -1,0 +1,121 @@
+"""FastMath: exp, log and float division as the GPU's approximate instructions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import loopir
+from loopir import te
+from loopir.codegen_cuda import emit_cuda
+from loopir.examples.reductions import softmax_func
+from loopir.ir.expr import Call, Div
+from loopir.ir.functor import post_order_visit
+from loopir.passes.fast_math import FAST_MATH_KEY, fast_math
+
+
+def _ops(f) -> list[str]:
+    found: list[str] = []
+
+    def visit(n: object) -> None:
+        if isinstance(n, Call):
+            found.append(n.op)
+        elif isinstance(n, Div):
+            found.append("/")
+
+    post_order_visit(f.body, visit)
+    return sorted(found)
+
+
+def _exp_log_div(n: int = 1024):
+    X = te.placeholder((n,), "float32", name="X")
+    D = te.placeholder((n,), "float64", name="D")
+    Y = te.compute((n,), lambda i: te.exp(X[i]) + te.log(X[i] + 30.0) / (X[i] + 30.0), name="Y")
+    Z = te.compute((n,), lambda i: te.exp(D[i]) / 3.0, name="Z")  # float64 stays exact
+    return te.create_prim_func([X, D, Y, Z])
+
+
+def test_off_by_default_and_unchanged_when_off() -> None:
+    f = softmax_func(4, 64)
+    assert fast_math(f, on=False) is f
+    with loopir.PassContext():
+        assert loopir.PassContext.current().get(FAST_MATH_KEY) is False
+    assert "__expf" not in emit_cuda(loopir.lower(f, target="cuda")).source
+
+
+def test_the_rewrite_before_and_after(golden) -> None:
+    f = softmax_func(4, 64, "float16")
+    golden("passes/fast_math_softmax", f"# before\n{f.script()}\n# after\n{fast_math(f).script()}")
+
+
+def test_float32_ops_rewritten_float64_kept() -> None:
+    f = fast_math(_exp_log_div())
+    assert _ops(f) == ["/", "exp", "fast_div", "fast_exp", "fast_log"]
+
+
+def test_block_annotation_turns_it_on_or_off_for_one_block() -> None:
+    sch = loopir.Schedule(softmax_func(4, 64))
+    sch.annotate(sch.get_block("S"), "loopir.fast_math", True)
+    on_s = fast_math(sch.func, on=False)
+    assert _ops(on_s).count("fast_exp") == 1 and _ops(on_s).count("exp") == 1
+    sch2 = loopir.Schedule(softmax_func(4, 64))
+    sch2.annotate(sch2.get_block("Y"), "loopir.fast_math", False)
+    off_y = fast_math(sch2.func, on=True)
+    assert _ops(off_y).count("fast_exp") == 1 and "/" in _ops(off_y)
+
+
+def test_the_fast_forms_mean_the_exact_operations_on_the_cpu() -> None:
+    f = _exp_log_div()
+    loopir.testing.check_equivalent(f, fast_math(f), rtol=0, atol=0)
+    g = softmax_func(5, 300, "float16")
+    loopir.testing.check_equivalent(g, fast_math(g), rtol=0, atol=0)
+
+
+def test_the_cuda_text_and_a_script_round_trip() -> None:
+    with loopir.PassContext(config={FAST_MATH_KEY: True}):
+        source = emit_cuda(loopir.lower(_exp_log_div(), target="cuda")).source
+    assert "__expf(" in source and "__logf(" in source and "__fdividef(" in source
+    assert "exp(D_v_0) / 3.0" in source  # float64: the exact exp and division
+    f = fast_math(softmax_func(4, 64))
+    loopir.assert_structural_equal(loopir.script.from_source(f.script()), f)
+
+
+@pytest.mark.nvcc
+def test_fast_kernels_compile(tmp_path) -> None:
+    from loopir.codegen_cuda.compile import compile_cuda
+
+    with loopir.PassContext(config={FAST_MATH_KEY: True}):
+        for f in (_exp_log_div(), softmax_func(8, 1024, "float16"), softmax_func(8, 1024, "bfloat16")):
+            compile_cuda(emit_cuda(loopir.lower(f, target="cuda")).source, arch="sm_90a", cache_dir=tmp_path)
+
+
+@pytest.mark.gpu
+def test_gpu_results_within_the_documented_bounds() -> None:
+    """``__expf``: 2 + floor(|1.173 x|) ulp; ``__logf``: 2^-21.41 absolute on [0.5, 2], 3 ulp
+    elsewhere; ``__fdividef``: 2 ulp (float32 ulp of the exact result)."""
+    n = 1 << 16
+    rng = np.random.default_rng()
+    x = rng.uniform(-40.0, 40.0, n).astype("float32")
+    X = te.placeholder((n,), "float32", name="X")
+    E = te.compute((n,), lambda i: te.exp(X[i]), name="E")
+    L = te.compute((n,), lambda i: te.log(X[i] + 41.0), name="L")
+    Q = te.compute((n,), lambda i: X[i] / (X[i] * X[i] + 1.5), name="Q")
+    with loopir.PassContext(config={FAST_MATH_KEY: True}):
+        mod = loopir.build(te.create_prim_func([X, E, L, Q]), target="cuda")
+    assert "__expf" in mod.source
+    e, lg, q = (np.full(n, np.nan, "float32") for _ in range(3))
+    mod(x, e, lg, q)
+    xd = x.astype("float64")
+
+    def ulps(got, exact):
+        return np.abs(got.astype("float64") - exact) / np.spacing(np.abs(exact).astype("float32")).astype("float64")
+
+    ok = ulps(e, np.exp(xd)) <= 2 + np.floor(np.abs(1.173 * xd)) + 0.5  # + the rounding of exp(x) itself
+    assert ok.all(), x[~ok][:5]
+    arg = (x + np.float32(41.0)).astype("float64")
+    near = (arg >= 0.5) & (arg <= 2.0)
+    lerr = np.abs(lg.astype("float64") - np.log(arg))
+    assert (lerr[near] <= 2.0**-21.41).all()
+    assert (ulps(lg, np.log(arg))[~near] <= 3.5).all()
+    den = (xd * xd + 1.5).astype("float32").astype("float64")  # nvcc contracts x * x + 1.5 to one fma
+    assert (ulps(q, xd / den) <= 2.5).all()
