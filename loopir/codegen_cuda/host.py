@@ -407,7 +407,7 @@ def emit_host(func: PrimFunc, emitted: EmitResult, externs: Sequence[ExternCall]
     func
         The lowered function ``emitted`` came from.
     emitted
-        [`emit_cuda`][loopir.codegen_cuda.emitter.emit_cuda]'s result.
+        [`emit_cuda`][loopir.codegen_cuda.translation_unit.emit_cuda]'s result.
     externs
         The CUTLASS calls of its extern GEMM statements.
     sync_after_launch

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import loopir
-from loopir.codegen_cuda import emitter as cuda_emitter
 from loopir.codegen_cuda import exprs_cuda
+from loopir.codegen_cuda import translation_unit as cuda_unit
 from loopir.codegen_cuda.ctypes import SCALAR_CTYPES
 from loopir.codegen_cuda.exprs_cuda import ExprPrinter
 from loopir.ir import dtype as dt
@@ -213,7 +213,7 @@ def _build_cases() -> _Cases:
 
 
 def _host_program(c: _Cases) -> str:
-    helpers = cuda_emitter.FLOOR_HELPERS
+    helpers = cuda_unit.FLOOR_HELPERS
     printer = ExprPrinter(_HostEmitter(c.i))  # type: ignore[arg-type]
     lines = [_HOST_SHIMS, helpers]
     bufs = [b for b, _ in c.inputs.values()] + [b for _, b, _ in c.outputs]

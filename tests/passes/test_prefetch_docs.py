@@ -22,7 +22,7 @@ def _k0_loop(text: str) -> str:
 
 def _generated() -> dict[str, str]:
     import loopir
-    from loopir.codegen_cuda.emitter import emit_cuda
+    from loopir.codegen_cuda.translation_unit import emit_cuda
     from loopir.passes import PassContext, RecordIRInstrument
 
     rec = RecordIRInstrument()
