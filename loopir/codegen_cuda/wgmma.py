@@ -21,7 +21,8 @@ Anything unproven is a [`CodegenError`][loopir.errors.CodegenError] naming the k
 operand. The emitted call passes warp 0's A address (``threadIdx.y`` rounded down to a multiple
 of 4 in ``a``'s offset).
 
-Each call is ``wgmma.fence``, the MMA, ``commit_group`` and ``wait_group 0`` in one ``asm``
+Each call is ``wgmma.fence``, its ``K / 16`` MMAs (the descriptors' start addresses advanced
+32 bytes per step along the 128-byte rows), ``commit_group`` and ``wait_group 0`` in one ``asm``
 statement: it has completed when the next statement runs, so the barrier planner and the race
 checker may treat it as an ordinary read of its shared tiles and a read-modify-write of the
 thread's accumulator registers, and the compiler sees the registers change at one point. Shared
