@@ -59,6 +59,50 @@ def relu(x: Any) -> Any:
     return op.max_(x, op.const(0, x.dtype))
 
 
+def gemm_bias_gelu_func(M: int, K: int, N: int, dtype: str) -> Any:
+    """``D = gelu(A @ B.T + bias).astype(dtype)`` as te stages (B ``[N, K]``, fp32 accumulation,
+    the exact erf GELU): what the default schedule fuses into the GEMM's copy-out."""
+    import math
+
+    from loopir import te
+    from loopir.ir import op
+
+    A = te.placeholder((M, K), dtype, name="A")
+    B = te.placeholder((N, K), dtype, name="B")
+    bias = te.placeholder((N,), "float32", name="bias")
+    k = te.reduce_axis(K, name="k")
+    C = te.compute((M, N), lambda i, j: te.sum(A[i, k].astype("float32") * B[j, k].astype("float32"), axis=k),
+                   name="C")  # fmt: skip
+
+    def gelu(x: Any) -> Any:
+        return x * op.const(0.5, "float32") * (op.const(1.0, "float32") + op.erf(x * op.const(1 / math.sqrt(2), "float32")))
+
+    D = te.compute((M, N), lambda i, j: gelu(C[i, j] + bias[j]).astype(dtype), name="D")
+    return te.create_prim_func([A, B, bias, D])
+
+
+def run_fused(torch: Any, args: argparse.Namespace, M: int, K: int, N: int, dtype: str) -> dict[str, Any]:
+    """GEMM + bias + GELU: the default schedule's wgmma form (generated: CUTLASS off) and
+    ``loopir.build``'s default (CUTLASS when it takes it) vs torch's three ops."""
+    tdt = getattr(torch, dtype)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(M, K, device="cuda", dtype=tdt, generator=gen)
+    b = torch.randn(N, K, device="cuda", dtype=tdt, generator=gen)
+    bias = torch.randn(N, device="cuda", dtype=torch.float32, generator=gen)
+    ref = torch.nn.functional.gelu(a.float() @ b.float().T + bias)
+    func = gemm_bias_gelu_func(M, K, N, dtype)
+    with loopir.PassContext(config={"cuda.gemm_backend": "generated", "cuda.default_schedule.wgmma": "on"}):
+        wmod = loopir.build(func, target="cuda")
+    dmod = loopir.build(func, target="cuda")
+    outs = {k: torch.empty(M, N, device="cuda", dtype=tdt) for k in ("w", "d", "t")}
+    impls = {
+        "loopir_wgmma": (lambda: wmod(a, b, bias, outs["w"]), outs["w"]),
+        "loopir_default": (lambda: dmod(a, b, bias, outs["d"]), outs["d"]),
+        "torch_unfused": (lambda: outs["t"].copy_(torch.nn.functional.gelu(torch.matmul(a, b.T) + bias)), outs["t"]),
+    }  # fmt: skip
+    return run_case(torch, args, f"{dtype} {M}x{K}x{N} + bias + GELU", 2.0 * M * N * K, ref, impls)
+
+
 def schedule(M: int, K: int, N: int, dtype: str, batch: int = 1, prologue: bool = False) -> loopir.Schedule:
     return tc_gemm(M, K, N, dtype, **PARAMS, batch=batch if batch > 1 else None, out_dtype=dtype,
                    a_prologue=relu if prologue else None)  # fmt: skip
@@ -220,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="JSON of hopper_gemm parameters replacing HOPPER (block, wn, stages)")
     ap.add_argument("--only-main", action="store_true", help="the main GEMM shapes only")
     ap.add_argument("--shapes", default=None, help="comma-separated MxKxN of the main shapes to run (default: all)")
+    ap.add_argument("--fused", action="store_true", help="also GEMM + bias + GELU (wgmma form, sm_90) vs torch")
     args = ap.parse_args(argv)
     if args.params:
         PARAMS.update({k: tuple(v) if isinstance(v, list) else v for k, v in args.params.items()})
@@ -260,6 +305,9 @@ def main(argv: list[str] | None = None) -> int:
                 impls["triton"] = (lambda a=a, b=b, ct=ct: triton_mm(a, b, ct), ct)
             out["cases"].append(run_case(torch, args, f"{dtype} {M}x{K}x{N}", 2.0 * M * N * K, ref, impls))
             del a, b, c, cl, ref
+    if args.fused and torch.cuda.get_device_capability() == (9, 0):
+        for dtype in DTYPES:
+            out["cases"].append(run_fused(torch, args, 4096, 4096, 4096, dtype))
     for name, M, K, N, batch, pro in [] if args.only_main else EXTRA:
         shape = (batch, M, K) if batch > 1 else (M, K)
         a = torch.randn(*shape, device="cuda", dtype=torch.float16, generator=gen)
