@@ -209,8 +209,7 @@ def attention_func(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, 
                   IN_Q=f"{row} < {sq}", IN_KV=in_kv, VALID=valid, RESCALE=_RESCALE, KV_TILES=kv_tiles,
                   LSE_PARAM=f', LSE: T.Buffer(({batch}, {heads}, {sq}), "float32")' if lse else "")  # fmt: skip
     fields["LSE_BLOCK"] = _LSE_BLOCK.format(**fields) if lse else ""
-    func = from_source(_TEMPLATE.format(**fields))
-    return func
+    return from_source(_TEMPLATE.format(**fields))
 
 
 #: Blocks computed per query row (one thread per row), and where their row loop is among the

@@ -66,41 +66,38 @@ def _fail(msg: str, prim: str = _PRIM) -> ScheduleError:
     return ScheduleError(msg, primitive=prim)
 
 
-def _check_as(prim: str, *args: Any) -> None:
-    """``_check``, its errors naming ``prim``."""
-    try:
-        _check(*args)
-    except ScheduleError as e:
-        raise _fail(e.message, prim) from None
-
-
 def _check(M: Any, K: Any, N: Any, dtype: str, acc: str, block: tuple[int, int, int],
            warp: tuple[int, int], stages: int, vec: int, pad: bool,
-           out_dtype: str | None = None) -> None:  # fmt: skip
+           out_dtype: str | None = None, prim: str = _PRIM) -> None:  # fmt: skip
+    """Refuse bad parameters of the example ``prim`` by name."""
+
+    def fail(msg: str) -> ScheduleError:
+        return _fail(msg, prim)
+
     if dtype not in ("float16", "bfloat16"):
-        raise _fail(f"dtype must be 'float16' or 'bfloat16', got {dtype!r}")
+        raise fail(f"dtype must be 'float16' or 'bfloat16', got {dtype!r}")
     if acc not in ("float32", "float16") or (acc == "float16" and dtype != "float16"):
-        raise _fail(f"acc {acc!r} with dtype {dtype!r}: the mma intrinsics accumulate float16 or "
+        raise fail(f"acc {acc!r} with dtype {dtype!r}: the mma intrinsics accumulate float16 or "
                     "bfloat16 in float32, and float16 in float16")  # fmt: skip
     if out_dtype not in (None, acc) and (acc, out_dtype) not in STORE_CASTS:
-        raise _fail(f"out_dtype {out_dtype!r} with acc {acc!r}: the result is stored as the "
+        raise fail(f"out_dtype {out_dtype!r} with acc {acc!r}: the result is stored as the "
                     "accumulator's type, or a float32 accumulator as 'float16' or 'bfloat16'")  # fmt: skip
     for name, v in (("M", M), ("K", K), ("N", N)):
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             # a Var too: transform_layout of the warp fragments needs constant shapes
-            raise _fail(f"{name} must be a positive int, got {v!r}")
+            raise fail(f"{name} must be a positive int, got {v!r}")
     bm, bn, bk = block
     wm, wn = warp
     if any(x % tcg.TILE for x in (bm, bn, bk, wm, wn)) or min(bm, bn, bk, wm, wn) <= 0:
-        raise _fail(f"block {block} and warp {warp} tiles must be positive multiples of 16")
+        raise fail(f"block {block} and warp {warp} tiles must be positive multiples of 16")
     if bm % wm or bn % wn:
-        raise _fail(f"the warp tile {warp} must divide the block tile {block[:2]}")
+        raise fail(f"the warp tile {warp} must divide the block tile {block[:2]}")
     warps = (bm // wm) * (bn // wn)
     if warps * WARP_SIZE > 1024:
-        raise _fail(f"{warps} warps per block ({warps * WARP_SIZE} threads); at most 1024 threads")
+        raise fail(f"{warps} warps per block ({warps * WARP_SIZE} threads); at most 1024 threads")
     for name, size, tile in (("M", M, bm), ("N", N, bn), ("K", K, bk)):
         if size % tile and not pad:
-            raise _fail(
+            raise fail(
                 f"{name} = {size} is not a multiple of the block tile's {tile}: the 16x16x16 tiles "
                 "are tensorized whole (an inexact tile carries a predicate that blockize cannot "
                 "divide); pass pad=True (the tiles of A and B are fetched with zeros past the "
@@ -108,9 +105,9 @@ def _check(M: Any, K: Any, N: Any, dtype: str, acc: str, block: tuple[int, int, 
                 "dividing the sizes"
             )
     if isinstance(stages, bool) or not isinstance(stages, int) or not 1 <= stages <= 4:
-        raise _fail(f"stages must be an int in 1..4, got {stages!r}")
+        raise fail(f"stages must be an int in 1..4, got {stages!r}")
     if vec not in (1, 2, 4, 8):
-        raise _fail(f"vec must be 1, 2, 4 or 8 elements (at most 16 bytes), got {vec!r}")
+        raise fail(f"vec must be 1, 2, 4 or 8 elements (at most 16 bytes), got {vec!r}")
 
 
 def _ints(*sizes: Any) -> bool:
@@ -268,7 +265,7 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
                     "a multiple of 16 from 16 to 256", _HOPPER)  # fmt: skip
     if stages is None:
         stages = tcg.wgmma_stages(M, N, block) if pad and _ints(M, N) else 4
-    _check_as(_HOPPER, M, K, N, dtype, "float32", block, (16, wn), stages, vec, pad, out_dtype)
+    _check(M, K, N, dtype, "float32", block, (16, wn), stages, vec, pad, out_dtype, _HOPPER)
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0):
         raise _fail(f"batch must be a positive int or None, got {batch!r}", _HOPPER)
     sch = Schedule(tc_gemm_func(M, K, N, dtype, "float32", True, batch, out_dtype, a_prologue))
