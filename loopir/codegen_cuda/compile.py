@@ -137,19 +137,28 @@ def normalize_arch(arch: str | None) -> str:
     return f"sm_{text}"
 
 
-def detect_arch() -> str:
-    """The visible device's architecture (``sm_90a`` for Hopper), or ``sm_90a`` without one."""
+def visible_capability() -> tuple[int, int] | None:
+    """The compute capability of the first visible CUDA device (through pycuda), or None
+    without pycuda, a driver or a device."""
     try:
         import pycuda.driver as drv
 
         drv.init()
         if drv.Device.count() > 0:
             major, minor = drv.Device(0).compute_capability()
-            suffix = "a" if (major, minor) == (9, 0) else ""
-            return f"sm_{major}{minor}{suffix}"
-    except Exception as exc:  # no pycuda / no driver: compile for the default target
-        logger.debug("no CUDA device visible (%s); compiling for %s", exc, DEFAULT_ARCH)
-    return DEFAULT_ARCH
+            return int(major), int(minor)
+    except Exception as exc:  # no pycuda / no driver
+        logger.debug("no CUDA device visible (%s)", exc)
+    return None
+
+
+def detect_arch() -> str:
+    """The visible device's architecture (``sm_90a`` for Hopper), or ``sm_90a`` without one."""
+    cc = visible_capability()
+    if cc is None:
+        return DEFAULT_ARCH
+    major, minor = cc
+    return f"sm_{major}{minor}{'a' if cc == (9, 0) else ''}"
 
 
 def cache_key(source: str, flags: Sequence[str], arch: str, version: str,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import logging
 
+from loopir.codegen_cuda.compile import visible_capability
 from loopir.errors import PassError, ScheduleError
 from loopir.ir.stmt import PrimFunc
 from loopir.passes.base import Pass
@@ -49,15 +50,9 @@ logger = logging.getLogger(__name__)
 
 @functools.cache
 def hopper_visible() -> bool:
-    """Whether the first visible CUDA device has compute capability 9.0 (pycuda; False without
-    a device or a driver)."""
-    try:
-        import pycuda.driver as drv
-
-        drv.init()
-        return bool(drv.Device.count() > 0 and drv.Device(0).compute_capability() == (9, 0))
-    except Exception:  # noqa: BLE001 - no pycuda, no driver, no device: not a Hopper
-        return False
+    """Whether the first visible CUDA device has compute capability 9.0 (False without a
+    device or a driver)."""
+    return visible_capability() == (9, 0)
 
 
 def _wgmma(ctx: PassContext) -> bool:

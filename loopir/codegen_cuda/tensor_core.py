@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from loopir import arith
+from loopir.codegen_cuda.wgmma import wgmma_text
 from loopir.errors import CodegenError
 from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr
 from loopir.ir.op import tensor_core_problem
@@ -121,8 +122,6 @@ def tensor_core_text(em: KernelEmitter, call: Call) -> str | None:
     if problem is not None:
         raise CodegenError(f"CUDA codegen: kernel {em.spec.name}: {problem}")
     if call.op == "ptx_wgmma":
-        from loopir.codegen_cuda.wgmma import wgmma_text
-
         return wgmma_text(em, call)
     if call.op == "ptx_ldmatrix":
         trans, num, dst, src = call.args

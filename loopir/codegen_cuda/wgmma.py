@@ -47,7 +47,6 @@ from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr, Var
 from loopir.ir.functor import post_order_visit, substitute
 from loopir.ir.op import wgmma_nk
 from loopir.ir.stmt import Stmt
-from loopir.tensor_intrin.calls import linear_offset
 from loopir.tensor_intrin.layouts import SW128_ROW, WARP_SIZE, WARPGROUP_WARPS
 
 if TYPE_CHECKING:
@@ -154,7 +153,7 @@ def _operand(em: KernelEmitter, call: Call, what: str, load: PrimExpr, lanes: tu
     assert isinstance(y, IntImm)
     ana.bind(q, Range(0, y.value // WARPGROUP_WARPS))
     ana.bind(w, Range(0, WARPGROUP_WARPS))
-    off = linear_offset(load)
+    off = em.flat_index(load.buffer, load.indices)
     base = substitute(off, {ty: q * WARPGROUP_WARPS})
     if not _equal(ana, substitute(off, {tx: IntImm(0, "int32")}), off):
         raise _fail(em, call, f"ptx_wgmma {what}: its tile ({load}) depends on the lane")

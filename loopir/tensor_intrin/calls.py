@@ -51,7 +51,7 @@ from loopir.tensor_intrin.layouts import (
 )
 
 __all__ = [
-    "FOOTPRINT_KEY", "Touch", "fragment_lane", "hardware_lane", "linear_offset", "per_lane_stmt", "touches",
+    "FOOTPRINT_KEY", "Touch", "fragment_lane", "hardware_lane", "per_lane_stmt", "touches",
     "written_operands",
 ]  # fmt: skip
 
@@ -172,22 +172,6 @@ def touches(call: Call, lane: PrimExpr | None = None) -> list[Touch]:
 
 
 # --- ptx_wgmma: shared tiles stored 128-byte swizzled, the accumulator as 16 x 16 tiles --------
-
-
-def _strides(buf: Buffer) -> list[PrimExpr]:
-    """Row-major strides of a compact buffer (in elements)."""
-    out: list[PrimExpr] = [IntImm(1, "int32")]
-    for n in reversed(buf.shape[1:]):
-        out.insert(0, out[0] * n)
-    return out
-
-
-def linear_offset(load: BufferLoad) -> PrimExpr:
-    """The linear element offset of a load of a compact buffer."""
-    total: PrimExpr = IntImm(0, "int32")
-    for i, st in zip(load.indices, _strides(load.buffer)):
-        total = total + i * st
-    return total
 
 
 def _acc_element(c: BufferLoad, e: PrimExpr, lane: PrimExpr | None) -> tuple[PrimExpr, ...]:
