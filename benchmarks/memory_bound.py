@@ -317,7 +317,7 @@ def main() -> int:
     return 0
 
 
-def prebuild(funcs: list[Any], fast: bool = True) -> None:
+def prebuild(funcs: list[Any], fast: bool = True, **config: Any) -> None:
     """Compile ``funcs`` for CUDA in parallel (nvcc into the disk cache), so that the
     ``loopir.build`` calls after it only load them."""
     from concurrent.futures import ThreadPoolExecutor
@@ -328,17 +328,21 @@ def prebuild(funcs: list[Any], fast: bool = True) -> None:
 
     arch = detect_arch()
 
+    keys = {k.replace("__", "."): v for k, v in config.items()}
+
     def one(f: Any) -> None:
-        with loopir.PassContext(config={"cuda.fast_math": fast}):
+        with loopir.PassContext(config={"cuda.fast_math": fast, **keys}):
             build_library([prepare_function(f)], arch=arch)
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(one, funcs))
 
 
-def _fast(func: Any, on: bool = True) -> Any:
-    """``func`` built for CUDA (default GPU schedule) with ``cuda.fast_math`` ``on``."""
-    with loopir.PassContext(config={"cuda.fast_math": on}):
+def _fast(func: Any, on: bool = True, **config: Any) -> Any:
+    """``func`` built for CUDA (default GPU schedule) with ``cuda.fast_math`` ``on`` and the
+    other PassContext keys of ``config`` (``.`` spelled ``__``)."""
+    keys = {k.replace("__", "."): v for k, v in config.items()}
+    with loopir.PassContext(config={"cuda.fast_math": on, **keys}):
         return loopir.build(func, target="cuda")
 
 
@@ -354,6 +358,9 @@ def low_precision_rows(torch: Any, args: argparse.Namespace, tri: dict[str, Any]
         prebuild([f(r, c, d) for d in dtypes for r, c in ROWS
                   for n, f in (("softmax", softmax_func), ("layernorm", layernorm_func), ("rmsnorm", rmsnorm_func))
                   if n in ops_wanted])  # fmt: skip
+        prebuild([f(r, c, d) for d in dtypes for r, c in ROWS
+                  for n, f in (("softmax", softmax_func), ("layernorm", layernorm_func), ("rmsnorm", rmsnorm_func))
+                  if n in ops_wanted], cuda__default_schedule__row_registers=True)  # fmt: skip
     for dtype in dtypes:
         tdt = getattr(torch, dtype)
         for r, c in ROWS:
@@ -375,7 +382,9 @@ def low_precision_rows(torch: Any, args: argparse.Namespace, tri: dict[str, Any]
                 if op not in ops_wanted:
                     continue
                 fast = _fast(func)
-                impls = {"loopir": lambda m=fast, a=margs: m(*a), "torch": torch_fn}
+                regs = _fast(func, cuda__default_schedule__row_registers=True)
+                impls = {"loopir": lambda m=fast, a=margs: m(*a), "registers": lambda m=regs, a=margs: m(*a),
+                         "torch": torch_fn}  # fmt: skip
                 if not args.no_accurate:
                     accurate = _fast(func, on=False)
                     impls["accurate"] = lambda m=accurate, a=margs: m(*a)
@@ -447,8 +456,9 @@ def gemv_cases(torch: Any, args: argparse.Namespace, tri: dict[str, Any], copy_b
     rows = []
     dtypes = args.dtypes.split(",")
     if args.prebuild:
-        with loopir.PassContext(config={"cuda.fast_math": True}):
-            prebuild([gemv_func(m, n, 4096, d) for d in dtypes for n in (4096, 11008) for m in (1, 8, 16)])
+        funcs = [gemv_func(m, n, 4096, d) for d in dtypes for n in (4096, 11008) for m in (1, 8, 16)]
+        prebuild(funcs, fast=False)
+        prebuild(funcs, cuda__gemv_max_rows=16)
     for dtype in dtypes:
         tdt = getattr(torch, dtype)
         for n in (4096, 11008):
@@ -458,7 +468,9 @@ def gemv_cases(torch: Any, args: argparse.Namespace, tri: dict[str, Any], copy_b
                 x = (torch.rand(m, k, device="cuda") - 0.5).to(tdt)
                 y = torch.empty(m, n, device="cuda")
                 mod = loopir.build(gemv_func(m, n, k, dtype), target="cuda")
+                rule = _fast(gemv_func(m, n, k, dtype), cuda__gemv_max_rows=16)
                 impls = {"loopir": lambda mod=mod, x=x, w=w, y=y: mod(x, w, y),
+                         "gemv-rule": lambda mod=rule, x=x, w=w, y=y: mod(x, w, y),
                          "torch": lambda x=x, w=w: torch.nn.functional.linear(x, w)}  # fmt: skip
                 if tri and not args.no_triton:
                     impls["triton"] = lambda x=x, w=w, y=y: tri["more"]["gemv"](x, w, y)

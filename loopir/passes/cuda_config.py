@@ -58,18 +58,19 @@ register_config(
 register_config(
     "cuda.gemv_max_rows",
     int,
-    0,
+    1,
     "GEMMs with at most this many rows (M, up to 16), K contiguous in both operands and no batch "
     "or epilogue are decode GEMVs: GemmOffload leaves them to the default GPU schedule's GEMV rule "
-    "(loopir.schedule.gemv); 0 (the default until the GEMV schedule is measured on a GPU) keeps "
-    "them GEMMs",
+    "(loopir.schedule.gemv); 0 keeps them GEMMs. Default 1: on the H200 the rule reads the weight "
+    "at 0.85-0.88 of copy bandwidth at M = 1 (1.0-3.8x torch), but at M = 8 and 16 it trails "
+    "cuBLAS (docs/benchmarks.md)",
 )
 register_config(
     "cuda.default_schedule.row_registers",
     bool,
     False,
     "DefaultGPUSchedule: keep each thread's part of a 16-bit row in registers (read from HBM once; "
-    "stage_row_registers); off until measured on a GPU",
+    "stage_row_registers); off: on the H200 it measured the same as the plain rule",
 )
 
 # Defined by the CUDA backend (loopir.codegen_cuda.cutlass.offload, .default_schedule); optional.

@@ -142,7 +142,10 @@ def default_pipeline(
     if ctx.get("tir.enable_local_pad"):
         passes.append(LocalPadding(explain=explain_local_pad))
     passes += [Simplify(), InjectVirtualThread()]
-    if pipeline_requested(func):
+    # with a target, its first passes may schedule the function (the default GPU schedule
+    # pipelines its GEMMs), so the unscheduled input cannot tell; the pass is a no-op without
+    # annotated loops
+    if target is not None or pipeline_requested(func):
         passes.append(InjectSoftwarePipeline())
     passes.append(ThreadSync())
     if prefetch_requested(func, ctx):

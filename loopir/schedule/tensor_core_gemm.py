@@ -262,21 +262,28 @@ def wgmma_params(m: TensorCoreGemm) -> dict[str, Any] | None:
     does not fit it (B must be ``[N, K]``, a float32 accumulator, M and N at least 64, K at
     least 16): 128 x 256 x 64 block tiles with one warp column (``wn = bn``; the fastest
     measured on the H200, docs/benchmarks.md), halved along a size smaller than the tile, and
-    the deepest pipeline (up to 4) whose shared tiles fit in 227 KB with the padded C tile."""
+    the deepest pipeline (up to 4) whose shared tiles fit in 227 KB with C's float32 tile where
+    it goes through shared memory (padding, or an epilogue). When that tile leaves fewer than 3
+    stages, N is halved (a 128 x 128 tile: 64 KB of C and 4 stages)."""
     M, K, N = m.sizes
     if not m.b_trans or m.acc != "float32" or min(M, N) < 64 or K < TILE:
         return None
     bm = 128 if M >= 128 else 64
     bn = 256 if N >= 256 else 128 if N >= 128 else 64
-    block = (bm, bn, 64)
-    return {"block": block, "wn": bn, "stages": wgmma_stages(M, N, block)}
+    c_shared = m.epilogue is not None
+    stages = wgmma_stages(M, N, (bm, bn, 64), c_shared)
+    if stages < 3 and bn > 128:
+        bn //= 2
+        stages = wgmma_stages(M, N, (bm, bn, 64), c_shared)
+    return {"block": (bm, bn, 64), "wn": bn, "stages": stages}
 
 
-def wgmma_stages(M: int, N: int, block: tuple[int, int, int]) -> int:
+def wgmma_stages(M: int, N: int, block: tuple[int, int, int], c_shared: bool = False) -> int:
     """The deepest ``wgmma`` pipeline (at most 4) whose shared memory fits: ``stages`` copies of
-    the A and B tiles, plus C's float32 tile where padding stores it through shared memory."""
+    the A and B tiles, plus C's float32 tile where padding (or, ``c_shared``, an epilogue)
+    stores it through shared memory."""
     bm, bn, bk = block
-    c_tile = bm * bn * 4 if M % bm or N % bn else 0
+    c_tile = bm * bn * 4 if c_shared or M % bm or N % bn else 0
     return max(1, min(4, (SM90_SMEM - c_tile) // ((bm + bn) * bk * 2)))
 
 

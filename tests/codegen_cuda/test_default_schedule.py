@@ -58,6 +58,20 @@ def test_tensor_cores_can_be_turned_off() -> None:
         assert "loopir_mma_m16n8k16" not in prepare_function(f).emitted.source
 
 
+@pytest.mark.parametrize("wgmma", ["off", "on"])
+def test_the_default_schedules_pipeline_is_applied(wgmma: str) -> None:
+    """Regression (session 12, measured on the H200): the default schedule annotates the GEMM's
+    K loop with a cp.async pipeline, but lowering chose its passes from the unscheduled input,
+    so InjectSoftwarePipeline never ran and the fused GEMM + GELU ran unpipelined (0.58x
+    torch's unfused ops). The kernels must now issue cp.async in a prologue and wait in the
+    loop."""
+    func = CASES["gemm_f16_btrans_relu"][0]
+    with loopir.PassContext(config={"cuda.default_schedule.wgmma": wgmma}):
+        src = prepare_function(func).emitted.source
+    assert "loopir_cp_async<" in src and "loopir_cp_async_wait<" in src
+    assert "software_pipeline" not in loopir.script(loopir.lower(func, target="cuda"))
+
+
 def test_wgmma_on_hopper_or_when_asked(caplog: pytest.LogCaptureFixture, cuda_cache) -> None:
     """``cuda.default_schedule.wgmma``: "on" puts a GEMM with B [N, K] on wgmma (sm_90a; equal to
     the unscheduled function on the CPU executor); "off" keeps mma.sync; "auto" follows the

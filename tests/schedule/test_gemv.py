@@ -56,14 +56,17 @@ def test_it_computes_the_gemv(m, dtype) -> None:
 
 
 def test_the_default_schedule_takes_small_m_when_the_key_asks() -> None:
-    """Off by default until measured on a GPU (``cuda.gemv_max_rows`` 0); with it set, M up to
-    16 goes to the GEMV rule."""
+    """``cuda.gemv_max_rows``: 1 by default (measured on the H200: M = 1 only); set higher, M
+    up to 16 goes to the GEMV rule; 0 turns it off."""
     for m in (1, 8, 16):
         assert default_gpu_schedule(loopir.Schedule(_gemv_func(m, 256, 1024)), gemv_rows=16)[0].startswith("gemv Y")
     assert not default_gpu_schedule(loopir.Schedule(_gemv_func(32, 256, 1024)), gemv_rows=16)[0].startswith("gemv")
     assert not default_gpu_schedule(loopir.Schedule(_gemv_func(8, 256, 1024)))[0].startswith("gemv")
     with loopir.PassContext(config={"cuda.gemm_backend": "generated"}):
         assert "Y_rf" not in emit_cuda(loopir.lower(_gemv_func(8, 256, 1024), target="cuda")).source
+        assert "Y_rf" in emit_cuda(loopir.lower(_gemv_func(1, 256, 1024), target="cuda")).source
+    with loopir.PassContext(config={"cuda.gemm_backend": "generated", "cuda.gemv_max_rows": 0}):
+        assert "Y_rf" not in emit_cuda(loopir.lower(_gemv_func(1, 256, 1024), target="cuda")).source
     with loopir.PassContext(config={"cuda.gemv_max_rows": 16, "cuda.gemm_backend": "generated"}):
         assert "Y_rf" in emit_cuda(loopir.lower(_gemv_func(8, 256, 1024), target="cuda")).source
 
@@ -77,9 +80,10 @@ def test_gemm_offload_leaves_decode_gemvs_to_the_gemv_rule() -> None:
             p = GemmOffload()
             p(_gemv_func(rows, 256, 1024))
             assert [d.offloaded for d in p.report] == [offloaded], p.report
-    p = GemmOffload()  # the default: CUTLASS keeps them
-    p(_gemv_func(8, 256, 1024))
-    assert [d.offloaded for d in p.report] == [True]
+    for rows, offloaded in ((8, True), (1, False)):  # the default: CUTLASS keeps M > 1
+        p = GemmOffload()
+        p(_gemv_func(rows, 256, 1024))
+        assert [d.offloaded for d in p.report] == [offloaded], p.report
 
 
 @pytest.mark.nvcc
