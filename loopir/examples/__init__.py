@@ -1,11 +1,7 @@
 """Ready-made schedules of common workloads (used by docs, tests and benchmarks)."""
 
-from loopir.examples.attention import (
-    attention,
-    attention_func,
-    decode_attention,
-    decode_attention_func,
-)
+from loopir.examples.attention import attention, attention_func
+from loopir.examples.decode import decode_attention, decode_attention_func
 from loopir.examples.dense import dense, dense_func, pipelined_gemm
 from loopir.examples.reductions import (
     layernorm,
