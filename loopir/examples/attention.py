@@ -11,7 +11,8 @@ iteration of the outer loops:
 1. the tile of Q (once) and, per KV tile, the tiles of K and V are staged (blocks ``Q_load``,
    ``K_load``, ``V_load``), rows past ``seq_q`` and keys past ``seq_kv`` read as zeros;
 2. ``S = Q_tile K_tile^T`` (block ``S``: a GEMM, on tensor cores when scheduled);
-3. the running row maximum ``m`` over the scaled scores of the valid keys (block ``row_max``);
+3. the running row maximum ``m`` over the scaled scores of the valid keys (block ``row_max``,
+   from ``m_prev``, the maximum before this tile, which block ``save_max`` keeps);
 4. ``P = exp(S * scale - m)`` on valid keys, 0 elsewhere, rounded to the input type (block
    ``P``: what FlashAttention feeds its second GEMM); the row sum ``l`` of ``P``, the previous
    sum rescaled by ``exp(m_prev - m)`` (``row_sum``; 1 while the row has seen no valid key,
@@ -31,8 +32,11 @@ length (the tiles are guarded).
 
 [`attention`][loopir.examples.attention.attention] schedules it for the GPU: a thread block
 per query tile, the two GEMMs on tensor cores (``ldmatrix`` + ``mma.sync``), the softmax on
-CUDA cores, one thread per row, every intermediate in shared memory. Keeping S, P and the
-output in registers, the pipelined KV loop and ``wgmma`` on Hopper are the rest of issue 33.
+CUDA cores, a warp per row at a time with its lanes along the row (the row maximum and sum are
+warp reductions), every intermediate in shared memory with rows padded against bank
+conflicts, the K and V tiles fetched one KV tile ahead with 16-byte ``cp.async``, fast-math
+exponentials. Keeping S, P and the output in registers and ``wgmma`` on Hopper are the rest of
+issue 33.
 
 The decode form (one query per sequence, flash-decoding's split-KV chunks and their combine) is
 [`loopir.examples.decode`][loopir.examples.decode].
@@ -102,6 +106,8 @@ def attention(Q: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}"), K: T.Buffer(({B}, {KH}
                 for ii, jj in T.grid({BM}, {BN}):
                     with T.block("row_max"):
                         vj0, vii, vjj = T.axis.remap("SSR", [j0, ii, jj])
+                        with T.init():
+                            m[vii] = m_prev[vii]
                         m[vii] = T.max(m[vii], T.if_then_else({VALID}, S[vii, vjj] * T.float32({SCALE}), T.min_value("float32")))
                 for ii, jj in T.grid({BM}, {BN}):
                     with T.block("P"):
@@ -211,8 +217,10 @@ def attention_func(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, 
     return from_source(_TEMPLATE.format(**fields))
 
 
-#: Blocks computed per query row (one thread per row), and where their row loop is among the
-#: loops below block "tile" (0: outside the KV loop; 1: inside it).
+#: Blocks computed per query row, and where their row loop is among the loops below block
+#: "tile" (0: outside the KV loop; 1: inside it). A block with a loop along the row (over keys
+#: or head_dim) runs a warp per row at a time, the lanes along the row; one with only the row
+#: loop (the statistics' init and copy, LSE) runs a thread per row.
 _ROW_BLOCKS = {"init_stats": 0, "init_acc": 0, "save_max": 1, "row_max": 1, "P": 1, "row_sum": 1,
                "acc_update": 1, "O": 0, "LSE": 0}  # fmt: skip
 #: The tile loads: (block, index of its loop below "tile" where the (row, d) nest starts).
@@ -223,17 +231,47 @@ _GEMMS = {"S": (True,), "PV": (False,)}
 _SHARED = (("Q_load", "Q_s"), ("K_load", "K_s"), ("V_load", "V_s"), ("S", "S"), ("P", "P"), ("PV", "PV"),
            ("init_acc", "acc"), ("init_stats", "m"), ("init_stats", "l"), ("save_max", "m_prev"))  # fmt: skip
 
+#: Row padding (``storage_align`` of axis 0: the row stride ``s`` is the least ``s >= width``
+#: with ``s % factor == offset``), by a block writing the buffer. Banks are 4-byte words mod 32;
+#: the per-row passes put a warp's lanes along one row (contiguous: conflict-free at any stride),
+#: so the strides serve the tensor-core accesses. fp16 tiles (Q, K, V, P; ldmatrix needs 16-byte
+#: rows): ``s % 16 == 8`` halves, a word stride of 4 mod 8, so the 8 rows of an ldmatrix phase
+#: cover all 32 banks, instead of 8-way conflicts at 64 halves. fp32 S and PV: the C-fragment store writes float2 pairs, 4 rows x 4 pairs per
+#: half-warp; ``s % 32 == 8`` puts them on 16 distinct bank pairs (4-way at 64). acc is touched
+#: by the per-row passes only: unpadded.
+_ALIGN = (("Q_load", "Q_s", 16, 8), ("K_load", "K_s", 16, 8), ("V_load", "V_s", 16, 8), ("P", "P", 16, 8),
+          ("S_warp_o", "S", 32, 8), ("PV_warp_o", "PV", 32, 8))  # fmt: skip
+#: Blocks with exponentials, the logarithm or the division: approximate (``__expf``, ``__logf``,
+#: ``__fdividef``; ``loopir.passes.fast_math`` has their error bounds).
+_FAST_MATH = ("P", "row_sum", "acc_update", "O", "LSE")
+#: Elements per vector of a tile load: 16 bytes of fp16 / bf16 (for head_dim >= 64 a
+#: quarter-warp stores 128 contiguous bytes of one row: conflict-free).
+_VEC = 8
+
 
 def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_dim: int,
               dtype: str = "float16", causal: bool = False, kv_heads: int | None = None, *,
               lse: bool = False, block_m: int | None = None, block_n: int = 64) -> Schedule:  # fmt: skip
-    """[`attention_func`][loopir.examples.attention.attention_func] scheduled for the GPU: the
-    ``(batch, heads, query tile)`` loops on ``blockIdx``, ``block_m / 32`` warps of 32 lanes;
-    the two GEMMs (``S = Q K^T``, ``PV = P V``) on tensor cores (``ldmatrix`` + ``mma.sync``,
-    each warp 32 query rows, from the tiles staged in shared memory), the softmax statistics
-    and the rescaling of the running output on CUDA cores, one thread per query row; every
-    intermediate in shared memory. ``block_m``: 128 for ``head_dim`` up to 64, else 64 (the
-    shared memory of one block). fp16/bf16 only (the tensor cores' inputs).
+    """[`attention_func`][loopir.examples.attention.attention_func] scheduled for the GPU.
+
+    The ``(batch, heads, query tile)`` loops on ``blockIdx``; ``block_m / 16`` warps of 32
+    lanes (256 threads at ``block_m`` 128):
+
+    * the two GEMMs (``S = Q K^T``, ``PV = P V``) on tensor cores (``ldmatrix`` + ``mma.sync``,
+      each warp 16 query rows, from the tiles staged in shared memory);
+    * the softmax statistics and the rescaling of the running output on CUDA cores, each warp
+      its own 16 rows one at a time with the lanes along the row: contiguous, bank-conflict
+      free shared accesses, the row maximum and row sum warp reductions (shuffles);
+    * every intermediate in shared memory, the rows of Q, K, V, P (``ldmatrix``) and of S, PV
+      (the float2 C-fragment stores) padded so that those accesses are conflict-free too;
+    * the tile loads in 16-byte vectors, the K and V tiles software pipelined over the KV loop
+      (``cp.async`` of tile ``j0 + 1`` while tile ``j0`` computes, two versions of ``K_s`` and
+      ``V_s``);
+    * fast math (``__expf``, ``__logf``, ``__fdividef``) for the softmax's exponentials, the
+      logsumexp and the final division.
+
+    ``block_m``: 128 for ``head_dim`` up to 64 (about 177 KiB of shared memory, 8 warps), else
+    64 (about 179 KiB, 4 warps): one block per SM. fp16/bf16 only (the tensor cores' inputs).
 
     The first tensor-core form: FlashAttention keeps S, P and the output in registers; here they
     go through shared memory (issue 33).
@@ -248,7 +286,7 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
                     f"{head_dim} multiples of 16 (the tensor cores' 16 x 16 tiles)")  # fmt: skip
     sch = Schedule(attention_func(batch, heads, seq_q, seq_kv, head_dim, dtype, causal, kv_heads, lse=lse,
                                   block_m=block_m, block_n=block_n))  # fmt: skip
-    warps = block_m // 32
+    warps = block_m // 16
     tile = sch.get_block("tile")
     b, h, i0 = sch.get_loops(tile)
     sch.bind(sch.fuse(b, h), "blockIdx.y")
@@ -258,19 +296,49 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
     for name, at in _ROW_BLOCKS.items():
         if name == "LSE" and not lse:
             continue
-        row = sch.get_loops(sch.get_block(name))[at]
-        y, x = sch.split(row, [warps, 32])
+        loops = sch.get_loops(sch.get_block(name))
+        if len(loops) == at + 1:  # rows only: a thread per row, the warps past block_m idle
+            _, y, x = sch.split(loops[at], [None, warps, 32])
+        else:  # a warp per row at a time, the lanes along the row (a reduction: across lanes)
+            y, rows = sch.split(loops[at], [warps, None])
+            cols, x = sch.split(loops[at + 1], [None, 32])
+            sch.reorder(y, rows, cols, x)
         sch.bind(y, "threadIdx.y")
         sch.bind(x, "threadIdx.x")
     for name, at in _LOADS.items():
         blk = sch.get_block(name)
         rows, cols = sch.get_loops(blk)[at:at + 2]
-        _, y, x = sch.split(sch.fuse(rows, cols), [None, warps, 32])
+        _, y, x, v = sch.split(sch.fuse(rows, cols), [None, warps, 32, _VEC])
         sch.bind(y, "threadIdx.y")
         sch.bind(x, "threadIdx.x")
+        sch.vectorize(v)
     for name, (b_trans,) in _GEMMS.items():
         _tensor_core_gemm(sch, name, warps, dtype, b_trans, head_dim, block_n)
+    _pipeline_kv_loads(sch)
+    for writer, buf, factor, offset in _ALIGN:
+        sch.storage_align(sch.get_block(writer), buf, 0, factor, offset)
+    for name in _FAST_MATH:
+        if name == "LSE" and not lse:
+            continue
+        sch.annotate(sch.get_block(name), "loopir.fast_math", True)
     return sch
+
+
+def _pipeline_kv_loads(sch: Schedule) -> None:
+    """The KV loop software pipelined over two stages: the K and V tiles of iteration ``j0 + 1``
+    (``cp.async``, into a second version of ``K_s`` / ``V_s``) are fetched while iteration
+    ``j0`` computes, so their latency hides behind the tile's two GEMMs and softmax (one thread
+    block per SM has no other block to switch to)."""
+    from loopir.ir.stmt import For, SeqStmt
+
+    j0 = sch.get_loops(sch.get_block("K_load"))[0]
+    loop = sch.get(j0)
+    assert isinstance(loop, For)
+    body = loop.body
+    n = len(body.seq) if isinstance(body, SeqStmt) else 1
+    # the loads are the body's first two statements (the template's order), the rest stage 1
+    sch.annotate(j0, "software_pipeline_stage", [0, 0] + [1] * (n - 2))
+    sch.annotate(j0, "software_pipeline_async_stages", [0])
 
 
 def _tensor_core_gemm(sch: Schedule, name: str, warps: int, dtype: str, b_trans: bool, head_dim: int,

@@ -21,7 +21,9 @@ Order (each is its own pass object; see their modules):
    thread in the dense schedule).
 8. ``InjectSoftwarePipeline`` -- loops annotated ``software_pipeline_stage`` become a
    prologue, a steady state and an epilogue, their stage buffers multi-buffered, async stages'
-   copies ``cp.async`` with commit/wait groups (docs/pipelining.md); only when asked for.
+   copies ``cp.async`` with commit/wait groups (docs/pipelining.md); when a loop asks for it,
+   and always with a target (its first passes may schedule the function: the default GPU
+   schedule pipelines its GEMMs; without annotated loops the pass changes nothing).
 9. ``ThreadSync`` -- ``storage_sync("shared")`` barriers.
 10. ``InjectSharedPrefetch`` -- register prefetch of the next shared tile, for loops annotated
    ``"loopir.prefetch_shared"`` or every eligible loop under ``tir.prefetch_shared``

@@ -17,7 +17,8 @@ import loopir
 from loopir import examples
 from loopir.codegen_cuda import prepare_function
 from loopir.codegen_cuda.units import build_library
-from loopir.examples.attention import attention_func, decode_attention_func
+from loopir.examples.attention import attention_func
+from loopir.examples.decode import decode_attention_func
 from loopir.examples.dense import dense_func
 from loopir.examples.reductions import layernorm_func, rmsnorm_func, row_sum_func, softmax_func
 from loopir.examples.transpose import transpose_func

@@ -3,15 +3,19 @@
 * The program equals a float64 softmax attention (numpy) on the CPU executor: drawn shapes,
   causal or not (bottom-right aligned), grouped-query heads, lengths off the tiles, rows with
   no valid key (0), the logsumexp output; symbolic lengths (one function for every length).
-* The GPU schedule (both GEMMs on tensor cores, the softmax one thread per row) computes the
-  same on the CPU executor (whose ldmatrix / mma are the PTX semantics), lowers with no
-  RaceCheckWarning, and compiles with nvcc for sm_80 and sm_90a without spills.
+* The GPU schedule (both GEMMs on tensor cores, the softmax a warp per row, the K/V tiles
+  cp.async-pipelined) computes the same on the CPU executor (whose ldmatrix / mma are the PTX
+  semantics), in random thread order and for tiles off the defaults, lowers with no
+  RaceCheckWarning, and compiles with nvcc for sm_80 and sm_90a without spills; its padded
+  shared rows are bank-conflict free (a bank model of each access pattern), and one block
+  (8 warps at block_m 128) fits an SM's shared memory.
 * On a GPU: equal to torch's scaled_dot_product_attention.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import shutil
 import warnings
 from pathlib import Path
@@ -117,6 +121,94 @@ def test_gpu_schedule_computes_the_same_on_the_cpu(shape: tuple, kv_heads: int, 
     _run(lowered, shape, kv_heads, dtype, causal, True, order=order)
 
 
+@pytest.mark.parametrize("shape, kv_heads, causal, block_m, block_n", [
+    ((1, 2, 40, 50, 16), 1, False, 32, 16),  # rows and keys narrower than a warp (guarded lanes)
+    ((1, 2, 100, 20, 16), 2, True, 32, 32),  # seq_q > seq_kv: the first query tiles visit no KV tile
+    ((1, 1, 33, 70, 48), 1, True, 32, 48),
+])  # fmt: skip
+def test_gpu_schedule_other_tiles_compute_the_same(shape: tuple, kv_heads: int, causal: bool, block_m: int,
+                                                   block_n: int) -> None:  # fmt: skip
+    """Tiles off the defaults (a KV loop of trip count 0 in the pipeline, lanes past a row's
+    end) in random thread order."""
+    sch = attention(*shape, "float16", causal, kv_heads, lse=True, block_m=block_m, block_n=block_n)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lowered = loopir.lower(sch.func)
+    _run(lowered, shape, kv_heads, "float16", causal, True, order="random")
+
+
+def _row_strides(func: loopir.PrimFunc) -> dict[str, int]:
+    """The row stride (elements) of each shared tile of the lowered ``func``."""
+    from loopir.ir.functor import post_order_visit
+    from loopir.ir.stmt import Allocate
+
+    found: dict[str, int] = {}
+
+    def visit(node: object) -> None:
+        if isinstance(node, Allocate) and node.buffer.scope == "shared" and len(node.buffer.shape) >= 2:
+            strides = node.buffer.strides
+            found[node.buffer.name] = int(strides[-2]) if strides else int(node.buffer.shape[-1])
+
+    post_order_visit(func.body, visit)
+    return found
+
+
+def _conflicts(words: list[list[int]]) -> int:
+    """The bank conflict degree of one shared-memory wavefront: the most distinct 4-byte words
+    any of the 32 banks serves, ``words`` being each lane's words (a broadcast is free)."""
+    banks: dict[int, set[int]] = {}
+    for lane in words:
+        for w in lane:
+            banks.setdefault(w % 32, set()).add(w)
+    return max(len(v) for v in banks.values())
+
+
+def test_gpu_schedule_shared_accesses_are_conflict_free() -> None:
+    """The padded rows (storage_align) make every shared access pattern of the schedule
+    conflict-free: an ldmatrix phase (8 rows of 16 bytes) of Q, K, V and P, the C-fragment
+    float2 store of S and PV (a half-warp: 4 rows x 4 pairs), a 16-byte tile-load store (a
+    quarter-warp: 8 x 16 bytes of a 64-wide row), and the per-row passes (a warp's lanes along
+    one row). At the unpadded stride of 64 the first two would be 8-way and 4-way."""
+    lowered = loopir.lower(attention(1, 2, 256, 256, 64).func)
+    strides = _row_strides(lowered)
+    assert {strides[b] for b in ("Q_s", "K_s", "V_s", "P")} == {72}  # halves: 8 mod 16
+    assert {strides[b] for b in ("S", "PV")} == {72}  # floats: 8 mod 32
+
+    def ldmatrix(stride: int) -> int:  # fp16, stride in halves
+        return _conflicts([[(r * stride * 2 + c) // 4 for c in range(0, 16, 4)] for r in range(8)])
+
+    def c_store(stride: int) -> int:  # fp32 pairs
+        return _conflicts([[(lane // 4) * stride + lane % 4 * 2 + e for e in (0, 1)] for lane in range(16)])
+
+    for buf in ("Q_s", "K_s", "V_s", "P"):
+        assert ldmatrix(strides[buf]) == 1 and ldmatrix(64) == 8
+        load = [[((lane // 8) * strides[buf] * 2 + lane % 8 * 16 + c) // 4 for c in range(0, 16, 4)]
+                for lane in range(8)]  # fmt: skip
+        assert _conflicts(load) == 1
+    for buf in ("S", "PV"):
+        assert c_store(strides[buf]) == 1 and c_store(64) == 4
+        assert _conflicts([[5 * strides[buf] + lane] for lane in range(32)]) == 1  # a row pass
+    assert _conflicts([[(5 * strides["P"] * 2 + 2 * lane) // 4] for lane in range(32)]) == 1
+
+
+def test_gpu_schedule_resources() -> None:
+    """At block_m 128, head_dim 64: 8 warps, the row reductions as warp shuffles, the K/V tiles
+    by 16-byte cp.async two versions deep, fast-math exponentials, and shared memory for one
+    block on an H100/H200 SM (227 KiB) with 16 KiB and more to spare."""
+    from loopir.codegen_cuda import prepare_function
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        emitted = prepare_function(attention(4, 32, 1024, 1024, 64).func).emitted
+    (kernel,) = emitted.kernels
+    assert tuple(int(n) for n in kernel.spec.block) == (32, 8, 1)
+    assert kernel.shared_bytes + kernel.dynamic_shared_bytes <= 227 * 1024 - 16 * 1024
+    src = emitted.source
+    assert "loopir_allreduce<32>" in src and "loopir_cp_async<16>" in src and "*(uint4*)(Q_s" in src
+    assert "__expf(" in src and "__fdividef(" in src
+    assert re.search(r"(?<![\w])expf\(", src) is None
+
+
 def _source(sch: loopir.Schedule) -> str:
     from loopir.codegen_cuda import prepare_function
 
@@ -209,8 +301,6 @@ def test_causal_tiles_past_the_diagonal_are_not_visited() -> None:
     """With ``causal`` a query tile's KV loop ends at the tile of its last row's diagonal: for
     seq 256 and 64 x 64 tiles, query tile t visits t + 1 KV tiles (10 of 16 in all), each of
     them needed (its first key is valid for the tile's last row)."""
-    import re
-
     text = attention_func(1, 1, 256, 256, 16, causal=True).script()
     extent = re.search(r"for j0 in T.serial\((.*)\):", text)
     assert extent is not None and "vi0" in extent.group(1)
