@@ -16,7 +16,7 @@ from loopir.ir.expr import Var
 from loopir.ir.stmt import PrimFunc
 from loopir.schedule import Schedule
 
-__all__ = ["decode_attention", "decode_attention_func"]
+__all__ = ["MAX_SPLITS", "decode_attention", "decode_attention_func", "default_splits"]
 
 _DECODE = '''
 def decode_attention(Q: T.Buffer(({B}, {H}, 1, {D}), "{dt}"), K: T.Buffer(({B}, {KH}, {SKV}, {D}), "{dt}"),
@@ -49,7 +49,7 @@ def decode_attention(Q: T.Buffer(({B}, {H}, 1, {D}), "{dt}"), K: T.Buffer(({B}, 
                         vj0, vr, vjj, vd = T.axis.remap("SSSR", [j0, r, jj, d])
                         with T.init():
                             S[vr, vjj] = T.float32(0)
-                        S[vr, vjj] = S[vr, vjj] + T.Cast("float32", Q[vb, vkh * {G} + vr, 0, vd]) * T.Cast("float32", T.if_then_else({VALID}, K[vb, vkh, {COL}, vd], T.{dt}(0)))
+                        S[vr, vjj] = S[vr, vjj] + T.Cast("float32", Q[vb, vkh * {G} + vr, 0, vd]) * T.Cast("float32", K[vb, vkh, {ROW}, vd])
                 for r in range({G}):
                     with T.block("save_max"):
                         vr = T.axis.spatial({G}, r)
@@ -85,7 +85,7 @@ def decode_attention(Q: T.Buffer(({B}, {H}, 1, {D}), "{dt}"), K: T.Buffer(({B}, 
                 for r, d, jj in T.grid({G}, {D}, {BN}):
                     with T.block("PV"):
                         vj0, vr, vd, vjj = T.axis.remap("SSSR", [j0, r, d, jj])
-                        acc[vr, vd] = acc[vr, vd] + S[vr, vjj] * T.Cast("float32", T.if_then_else({VALID}, V[vb, vkh, {COL}, vd], T.{dt}(0)))
+                        acc[vr, vd] = acc[vr, vd] + S[vr, vjj] * T.Cast("float32", V[vb, vkh, {ROW}, vd])
             for r, d in T.grid({G}, {D}):
                 with T.block("write_part"):
                     vr, vd = T.axis.remap("SS", [r, d])
@@ -139,7 +139,8 @@ def decode_attention_func(batch: int, heads: int, seq_kv: int | Var, head_dim: i
 
     ``Q`` and ``O`` are ``(batch, heads, 1, head_dim)``; ``K`` and ``V`` ``(batch, kv_heads,
     seq_kv, head_dim)``; ``seq_kv`` may be a ``loopir.Var``. Chunks are ``ceil(seq_kv / splits)``
-    keys rounded up to ``block_n``; a chunk past the keys contributes nothing.
+    keys rounded up to ``block_n``; a chunk past the keys contributes nothing (columns past the
+    keys read the last key's rows, so that the loads need no select, and weigh 0).
     """
     from loopir.script import from_source
 
@@ -151,45 +152,117 @@ def decode_attention_func(batch: int, heads: int, seq_kv: int | Var, head_dim: i
     # a chunk of whole tiles: ceil(ceil(seq_kv / splits) / block_n) tiles
     tiles = f"T.ceildiv(T.ceildiv({skv}, {splits}), {block_n})"
     col = f"vsp * {tiles} * {block_n} + vj0 * {block_n} + vjj"
+    # K and V rows clamped to the last key (a column past the keys reads a real row, whose score
+    # VALID masks and whose P is 0; V is finite): plain loads, which vectorize, not a select
+    row = f"T.min({col}, {skv} - 1)"
     fields = dict(B=batch, H=heads, SKV=skv, D=head_dim, dt=dtype, KH=kv_heads, G=heads // kv_heads,
-                  BN=block_n, SPLITS=splits, TILES=tiles, COL=col, VALID=f"{col} < {skv}",
+                  BN=block_n, SPLITS=splits, TILES=tiles, COL=col, VALID=f"{col} < {skv}", ROW=row,
                   SCALE=repr(1.0 / math.sqrt(head_dim)), RESCALE=_RESCALE.replace("vii", "vr"), WEIGHT=_WEIGHT)  # fmt: skip
     return from_source(_DECODE.format(**fields))
 
 
-#: decode's blocks under "split" spread over the threads: the loop bound to threadIdx.x (its
-#: index among the block's loops below "split"), over keys or over head_dim (both ``head_dim``
-#: wide).
-_DECODE_THREADS = {"init_acc": 1, "S": 2, "row_max": 2, "P": 2, "row_sum": 2, "rescale": 2, "PV": 2,
-                   "write_part": 1}  # fmt: skip
-#: ... and the blocks per row of the group (their row loop's index).
-_DECODE_ROWS = {"init_stats": 0, "save_max": 1, "new_max": 1, "new_sum": 1}
-
-
 def decode_attention(batch: int, heads: int, seq_kv: int | Var, head_dim: int, dtype: str = "float16",
-                     kv_heads: int | None = None, *, splits: int = 8) -> Schedule:  # fmt: skip
+                     kv_heads: int | None = None, *, splits: int | None = None) -> Schedule:  # fmt: skip
     """[`decode_attention_func`][loopir.examples.decode.decode_attention_func] scheduled for
-    the GPU (KV tiles of ``head_dim`` keys): a thread block per batch, KV head and chunk with
-    ``head_dim`` threads, each thread one key of a tile for the scores (the row maximum and sum
-    combined across the threads) and one column of the output for ``P V``; the combine a
-    thread block per batch and head, a thread per column. The first GPU form; vectorized KV
-    reads and a chunk count picked by the number of SMs are next (issue 33)."""
+    the GPU: a thread block of ``lanes = head_dim / vec`` threads (``vec``: the elements of a
+    16-byte load, fewer where they do not divide ``head_dim``; 16 lanes, half a warp, at
+    ``head_dim`` 128 in 16 bits) per batch, KV head and chunk, KV tiles of ``2 * lanes`` keys.
+
+    Lane ``t`` owns the columns ``[t * vec, (t + 1) * vec)`` of every row. Per tile it loads
+    those columns of each of the tile's keys (a 16-byte load a key, consecutive lanes reading
+    consecutive 16 bytes of a row, all the tile's loads issued before any is used) and keeps
+    the partial dot products with ``q`` in registers (``rfactor``); the partials go through
+    shared memory once (a padded row per lane: no bank conflicts) and lane ``j`` sums those
+    of keys ``j`` and ``j + lanes``. The tile's maximum and sum are shuffles across the lanes,
+    the running statistics a few words of shared memory, and ``P V`` reads ``V`` like ``K``,
+    each lane accumulating its columns of the output in registers. The exponentials use the fast ``ex2.approx`` form
+    (``loopir.fast_math``). The combine is a thread block per batch and head, a thread per
+    column.
+
+    ``splits`` (the chunk count) defaults to
+    [`default_splits`][loopir.examples.decode.default_splits]``(batch, kv_heads)``; the
+    other parameters are ``decode_attention_func``'s.
+
+    Raises
+    ------
+    ScheduleError
+        A bad argument (named; see ``decode_attention_func``).
+    """
+    kv_heads = heads if kv_heads is None else kv_heads
+    _check(batch, heads, head_dim, dtype, kv_heads, 1, 1)
+    vec = _vector(head_dim, dtype)
+    lanes, group = head_dim // vec, heads // kv_heads
+    if splits is None:
+        splits = default_splits(batch, kv_heads)
+    keys = lanes * _TILE_ROUNDS  # a tile's keys
     sch = Schedule(decode_attention_func(batch, heads, seq_kv, head_dim, dtype, kv_heads, splits=splits,
-                                         block_n=head_dim))  # fmt: skip
+                                         block_n=keys))  # fmt: skip
     split = sch.get_block("split")
     b, kh, sp = sch.get_loops(split)
     sch.bind(sch.fuse(b, kh), "blockIdx.y")
     sch.bind(sp, "blockIdx.x")
-    for writer, buf in (("S", "S"), ("init_acc", "acc"), ("init_stats", "m"), ("init_stats", "l"),
+    # the tile's scores and the statistics (a word per row of the group) in shared memory: every
+    # lane reads them
+    for writer, buf in (("S", "S"), ("init_stats", "m"), ("init_stats", "l"),
                         ("save_max", "m_prev"), ("row_max", "tmax"), ("row_sum", "tsum")):  # fmt: skip
         sch.set_scope(sch.get_block(writer), buf, "shared")
-    for name, at in _DECODE_THREADS.items():
-        sch.bind(sch.get_loops(sch.get_block(name))[at], "threadIdx.x")
-    # a row's statistics: the first `group` threads, one row each (the split by head_dim, more
-    # than the rows, keeps every thread loop of the kernel head_dim wide; a predicate guards it)
-    for name, at in _DECODE_ROWS.items():
-        _, inner = sch.split(sch.get_loops(sch.get_block(name))[at], [None, head_dim])
+    # the output rows in registers: lane t's columns get an axis of their own, which
+    # PrivatizeThreadLocals drops (each lane's vec x group accumulators, constant indices)
+    init_acc = sch.get_block("init_acc")
+    sch.set_scope(init_acc, "acc", "local")
+    sch.transform_layout(init_acc, "acc", f"lambda r, d: (r, d // {vec}, d % {vec})")
+
+    # scores: lane t's partial dot products over its vec columns, all the tile's keys first (their
+    # loads in flight together) in registers (S_rf_local), then through shared memory (S_rf, rows
+    # padded to group * keys + 1 words: the lanes' stores and the keys' loads hit distinct banks)
+    # to lane j, which sums the partials of keys j and j + lanes: one round trip instead of a
+    # shuffle reduction (and its barrier) per key
+    s_blk = sch.get_block("S")
+    dx, dv = sch.split(sch.get_loops(s_blk)[-1], [lanes, vec])
+    rf = sch.rfactor(dx, 0)
+    sch.set_scope(rf, 0, "shared")
+    sch.storage_align(rf, 0, 0, group * keys, 1)
+    loc = sch.cache_write(rf, 0, "local")
+    rj0, rr, rjj, rdx, rdv = sch.get_loops(rf)[-5:]
+    sch.reorder(rdx, rjj, rr, rdv)
+    sch.bind(rdx, "threadIdx.x")
+    for lp in (rjj, rr, rdv):
+        sch.unroll(lp)
+    sch.reverse_compute_at(loc, rdx)
+    for lp in sch.get_loops(loc)[2:]:  # below j0 and the lane (the loops within "split")
+        sch.unroll(lp)
+    sch.decompose_reduction(rf, rdv)
+    *s_rows, sjj, sdx = sch.get_loops(s_blk)[1:]  # below j0 (the loops within "split")
+    sjo, sjx = sch.split(sjj, [_TILE_ROUNDS, lanes])
+    sch.reorder(sjx, *s_rows, sjo, sdx)
+    sch.bind(sjx, "threadIdx.x")
+    for lp in (*s_rows, sjo, sdx):
+        sch.unroll(lp)
+    for name in ("row_max", "P", "row_sum"):  # lane t: keys t, t + lanes, ...
+        _, jx = sch.split(sch.get_loops(sch.get_block(name))[-1], [_TILE_ROUNDS, lanes])
+        sch.bind(jx, "threadIdx.x")
+    for name in ("init_stats", "save_max", "new_max", "new_sum"):
+        _, inner = sch.split(sch.get_loops(sch.get_block(name))[-1], [None, lanes])
         sch.bind(inner, "threadIdx.x")
+    for name in ("init_acc", "rescale", "write_part"):
+        *_, r_, d_ = sch.get_loops(sch.get_block(name))
+        dx, dv = sch.split(d_, [lanes, vec])
+        sch.reorder(dx, r_)
+        sch.bind(dx, "threadIdx.x")
+        sch.unroll(r_)
+        sch.unroll(dv)
+    # P V: lane t's columns of the tile's V rows (a 16-byte load a key, all in flight together)
+    # into its accumulators
+    pv = sch.get_block("PV")
+    *_, r_, d_, jj_ = sch.get_loops(pv)
+    dx, dv = sch.split(d_, [lanes, vec])
+    sch.reorder(dx, jj_, r_, dv)
+    sch.bind(dx, "threadIdx.x")
+    for lp in (jj_, r_, dv):
+        sch.unroll(lp)
+    # the softmax's exponentials as ex2.approx (their error is far below fp16's)
+    for name in ("P", "new_sum", "rescale", "combine"):
+        sch.annotate(sch.get_block(name), "loopir.fast_math", True)
     combine = sch.get_block("combine")
     b2, h2 = sch.get_loops(combine)
     sch.bind(sch.fuse(b2, h2), "blockIdx.x")
@@ -201,3 +274,46 @@ def decode_attention(batch: int, heads: int, seq_kv: int | Var, head_dim: int, d
     for name in ("total", "merge", "O"):  # under the same column loop: its registers
         sch.reverse_compute_at(sch.get_block(name), column)
     return sch
+
+
+def _vector(head_dim: int, dtype: str) -> int:
+    """Elements per 16-byte load (fewer when they do not divide ``head_dim``)."""
+    vec = 16 // (4 if dtype == "float32" else 2)
+    while head_dim % vec:
+        vec //= 2
+    return vec
+
+
+#: a KV tile is this many keys per lane: each lane's loads of K (and then of V) in flight
+#: together. H200, batch 8, 32 heads, head_dim 128, fp16: 1 key a lane read 2.8 TB/s at KV 4096
+#: and 3.0-3.3 at 32768, 2 keys 3.5 and 3.9; 3 spilled (sm_90a, nvcc 13.0), 4 spills with GQA
+_TILE_ROUNDS = 2
+#: H200's multiprocessors, and the split kernel's thread blocks resident on one: 12 at up to
+#: 168 registers a thread (151 at one query head a KV head; 210, 9 blocks, at 4; a block of one
+#: 16-lane half warp is allocated a whole warp's registers)
+_SMS = 132
+_RESIDENT = 12
+#: the most chunks (the combine reads every chunk's row of each head)
+MAX_SPLITS = 128
+
+
+def default_splits(batch: int, kv_heads: int) -> int:
+    """The chunk count of [`decode_attention`][loopir.examples.decode.decode_attention] when
+    none is given: the power of two that gives ``batch * kv_heads * splits`` at least two waves
+    of resident thread blocks on an H200 (132 SMs x 12), at most ``MAX_SPLITS``. The KV length
+    plays no part (it may be symbolic): a chunk past the keys reads only the last key (its
+    rows are clamped, an L2 hit) and weighs nothing.
+
+    Raises
+    ------
+    ScheduleError
+        ``batch`` or ``kv_heads`` not a positive int.
+    """
+    for name, v in (("batch", batch), ("kv_heads", kv_heads)):
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise _fail(f"{name} must be a positive int, got {v!r}")
+    target = -(-2 * _SMS * _RESIDENT // (batch * kv_heads))
+    splits = 1
+    while splits < min(target, MAX_SPLITS):
+        splits *= 2
+    return splits

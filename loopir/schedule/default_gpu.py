@@ -30,8 +30,9 @@ tried on an unchanged schedule):
     vectors when the row allows ([`per_row`][loopir.schedule.default_gpu.per_row]).
 ``gemv``
     a GEMM with at most ``gemv_rows`` rows whose reduced index is the last, contiguous one of
-    both operands (``Y = X W^T`` in decode): a warp per output column, the lanes splitting K in
-    16-byte runs, the rows' partial sums in registers ([`gemv`][loopir.schedule.gemv.gemv]);
+    both operands (``Y = X W^T`` in decode): a warp per output column (4 columns from M = 2 on,
+    [`gemv_columns`][loopir.schedule.gemv.gemv_columns]), the lanes splitting K in 16-byte runs,
+    the rows' partial sums in registers ([`gemv`][loopir.schedule.gemv.gemv]);
     tried before ``tensor_core`` too.
 ``gemm``
     a GEMM-like block (two spatial loops of at least 64, optionally batched, then one reduction loop
@@ -71,7 +72,7 @@ from loopir.ir.expr import IntImm
 from loopir.ir.stmt import Block, IterKind
 from loopir.schedule import gpu_patterns as pat
 from loopir.schedule import tensor_core_gemm as tcg
-from loopir.schedule.gemv import MAX_GEMV_ROWS, gemv, gemv_shape
+from loopir.schedule.gemv import MAX_GEMV_ROWS, gemv, gemv_columns, gemv_shape
 from loopir.schedule.gpu_patterns import unscheduled_blocks
 from loopir.schedule.schedule import Schedule
 from loopir.schedule.trace import BlockRV, LoopRV
@@ -433,8 +434,9 @@ def _gemv(sch: Schedule, name: str, max_rows: int) -> str | None:
     shape = gemv_shape(sch, name)
     if shape is None or shape[0] > max_rows:
         return None
-    gemv(sch, name)
-    return f"gemv {name} (M = {shape[0]}: a warp per output column, 4 warps per block)"
+    columns = gemv_columns(shape[0], shape[1])
+    gemv(sch, name, columns=columns)
+    return f"gemv {name} (M = {shape[0]}: {columns} output column{'s' if columns > 1 else ''} per warp, 4 warps per block)"
 
 
 def _gemm(sch: Schedule, name: str) -> str | None:

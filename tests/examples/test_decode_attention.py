@@ -4,6 +4,9 @@
   lengths and chunk counts, chunks past the keys included, grouped-query heads.
 * The GPU schedule computes the same on the CPU executor in random thread order with a symbolic
   KV length, and compiles with nvcc for sm_90a without spills.
+* The split kernel reads K and V as 16-byte vectors (lanes across a row's columns), sums the
+  lanes' partial dot products through shared memory, and uses the fast exponential; the chunk
+  count defaults to enough thread blocks for an H200 from ``batch * kv_heads``.
 * On a GPU: equal to torch's scaled_dot_product_attention.
 """
 
@@ -48,8 +51,9 @@ def test_decode_equals_float64_attention(batch: int, kv_heads: int, group: int, 
 
 def test_decode_gpu_schedule_computes_the_same_on_the_cpu() -> None:
     """The GPU schedule with a symbolic KV length, in random thread order: a thread block per
-    (batch, KV head, chunk) whose threads split the keys of a tile (the row maximum and sum
-    combined across them) and the output columns, then the combine."""
+    (batch, KV head, chunk) whose lanes split the columns of every key and of the output (the
+    partial dot products summed through shared memory, the tile's maximum and sum across the
+    lanes), then the combine."""
     from loopir.examples.decode import decode_attention
 
     sch = decode_attention(2, 8, Var("seq_kv"), 32, "float16", 2, splits=4)
@@ -60,6 +64,58 @@ def test_decode_gpu_schedule_computes_the_same_on_the_cpu() -> None:
         _decode_run(lowered, 2, 8, skv, 32, 2, "float16", seed=skv, order="random")
     src = _source(sch)
     assert src.count('extern "C" __global__') == 2  # the chunks, then the combine
+
+
+@pytest.mark.parametrize("dtype, d, group, splits", [("float32", 16, 1, 3), ("bfloat16", 24, 2, 5)])
+def test_decode_gpu_schedule_other_vectors_on_the_cpu(dtype: str, d: int, group: int, splits: int) -> None:
+    """Lanes of 4 fp32 (head_dim 16: 4 lanes) and of 8 bf16 (head_dim 24: 3 lanes, a tile of
+    6 keys), odd chunk counts, symbolic KV length, random thread order."""
+    from loopir.examples.decode import decode_attention
+
+    sch = decode_attention(1, 2 * group, Var("seq_kv"), d, dtype, 2, splits=splits)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lowered = loopir.lower(sch.func)
+    for skv in (2, 37):
+        _decode_run(lowered, 1, 2 * group, skv, d, 2, dtype, seed=skv, order="random")
+
+
+def test_decode_split_kernel_reads_kv_as_16_byte_vectors() -> None:
+    """head_dim 128 in fp16: 16 lanes (one thread block of half a warp), tiles of 32 keys,
+    each key's row one 16-byte load per lane for K and for V; the partial dot products go through shared memory
+    (no shuffle reduction per key: only the tile's maximum and sum use one), fast exponentials."""
+    from loopir.examples.decode import decode_attention
+
+    src = _source(decode_attention(8, 32, Var("seq_kv"), 128, "float16", 32))
+    split = src[src.index("decode_attention_kernel0"):src.index("decode_attention_kernel1")]
+    assert "__launch_bounds__(16)" in src
+    assert "const uint4 K_v = *(const uint4*)(K + " in split
+    assert "const uint4 V_v = *(const uint4*)(V + " in split
+    assert "float S_rf_local[32];" in split and "float acc[8];" in split  # registers
+    assert split.count("loopir_allreduce<16>") == 2  # the tile's maximum and sum
+    assert "__expf(" in split and " expf(" not in split and "(expf(" not in split
+
+
+def test_decode_default_splits() -> None:
+    """Two waves of 12 resident blocks on 132 SMs, a power of two, at most MAX_SPLITS; the
+    schedule's partials have that many chunks unless ``splits`` says otherwise."""
+    from loopir.examples.decode import MAX_SPLITS, decode_attention, default_splits
+
+    assert default_splits(8, 32) == 16  # 4096 blocks
+    assert default_splits(8, 8) == 64
+    assert default_splits(1, 1) == MAX_SPLITS == 128
+    assert default_splits(64, 64) == 1
+    assert default_splits(256, 64) == 1
+    for b, kh in ((1, 1), (2, 8), (8, 32), (16, 32), (128, 8)):
+        s = default_splits(b, kh)
+        assert s & (s - 1) == 0 and (b * kh * s >= 2 * 132 * 12 or s == MAX_SPLITS)
+
+    def chunks(sch: loopir.Schedule) -> int:
+        (m_part,) = [buf for buf in sch.func.body.block.alloc_buffers if buf.name == "M_part"]
+        return int(m_part.shape[-1])
+
+    assert chunks(decode_attention(8, 32, Var("seq_kv"), 128, "float16", 32)) == 16
+    assert chunks(decode_attention(8, 32, Var("seq_kv"), 128, "float16", 32, splits=6)) == 6
 
 
 @pytest.mark.nvcc
@@ -82,6 +138,18 @@ def test_decode_bad_arguments_are_refused() -> None:
         decode_attention_func(1, 4, 64, 16, splits=0)
     with pytest.raises(ScheduleError, match="kv_heads = 3 must divide heads = 4"):
         decode_attention_func(1, 4, 64, 16, kv_heads=3)
+    from loopir.examples.decode import decode_attention
+
+    with pytest.raises(ScheduleError, match="splits must be a positive int, got 0"):
+        decode_attention(1, 4, 64, 16, splits=0)
+    with pytest.raises(ScheduleError, match="batch must be a positive int, got 0"):
+        decode_attention(0, 4, 64, 16)
+    with pytest.raises(ScheduleError, match="kv_heads must be a positive int, got 0"):
+        decode_attention(1, 4, 64, 16, kv_heads=0)
+    from loopir.examples.decode import default_splits
+
+    with pytest.raises(ScheduleError, match="batch must be a positive int, got -1"):
+        default_splits(-1, 8)
 
 
 @pytest.mark.gpu
