@@ -180,7 +180,7 @@ class _Planner:
                     marked = True
                 c2, state = self.plan(c, state)
                 out.append(c2)
-            if marked:  # the rest of the iteration's accesses meet the next iteration's
+            if owner is not None and marked:  # the rest of the iteration meets the next one
                 self.same_iteration.remove(owner)
             return seq(*out), state
         if isinstance(s, Allocate):
