@@ -20,6 +20,7 @@ from loopir.errors import ScheduleError
 from loopir.ir.expr import convert
 from loopir.ir.op import STORE_CASTS
 from loopir.ir.stmt import PrimFunc
+from loopir.passes.software_pipeline import WAIT_FIRST_KEY
 from loopir.schedule import Schedule
 from loopir.schedule import tensor_core_gemm as tcg
 from loopir.schedule.tensor_core_gemm import ldmatrix_swizzle
@@ -119,7 +120,8 @@ def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float
             warp: tuple[int, int] = (64, 64), stages: int = 4, swizzle: bool = True,
             vec: int = 8, pad: bool | None = None, batch: int | None = None,
             out_dtype: str | None = None, fragment_stages: int = 1,
-            a_prologue: Callable[[Any], Any] | None = None, raster: int = 1) -> Schedule:  # fmt: skip
+            a_prologue: Callable[[Any], Any] | None = None, raster: int = 1,
+            wait_first: bool = False) -> Schedule:  # fmt: skip
     """``C = A @ B`` on tensor cores (``mma.sync.m16n8k16``, sm_80+), scheduled with loopir's
     primitives (module docstring).
 
@@ -169,6 +171,11 @@ def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float
         The output's type: None or ``acc`` (C itself), or ``"float16"`` / ``"bfloat16"`` for a
         float32 accumulator: the result ``D`` is converted as the fragments are stored (half
         the bytes written; what ``torch.matmul`` of half-precision inputs returns).
+    wait_first
+        Each K step waits for its tiles and synchronizes first, then issues the next copies
+        and multiplies: one barrier a step instead of two
+        ([`WAIT_FIRST_KEY`][loopir.passes.software_pipeline.WAIT_FIRST_KEY]). Off by default
+        until measured on a GPU.
 
     Returns
     -------
@@ -189,9 +196,18 @@ def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float
     sch = Schedule(tc_gemm_func(M, K, N, dtype, acc, b_trans, batch, out_dtype, a_prologue))
     m = tcg.match(sch, "C")
     assert m is not None
-    tcg.schedule_with_pad(sch, m, block, warp, stages, swizzle=swizzle, vec=vec, pad=pad,
-                          fragment_stages=fragment_stages, raster=raster)  # fmt: skip
+    done = tcg.schedule_with_pad(sch, m, block, warp, stages, swizzle=swizzle, vec=vec, pad=pad,
+                                 fragment_stages=fragment_stages, raster=raster)  # fmt: skip
+    _wait_first(sch, done.k0, stages, wait_first)
     return sch
+
+
+def _wait_first(sch: Schedule, k0: Any, stages: int, on: bool) -> None:
+    """``wait_first`` of ``tc_gemm`` / ``hopper_gemm`` on the pipelined K loop ``k0``."""
+    if not isinstance(on, bool):
+        raise _fail(f"wait_first must be a bool, got {on!r}")
+    if on and stages > 1:
+        sch.annotate(k0, WAIT_FIRST_KEY, True)
 
 
 def tc_gemm_space(sch: Schedule, b_trans: bool = False) -> None:
@@ -224,7 +240,7 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
                 block: tuple[int, int, int] = (128, 256, 64), wn: int = 256, stages: int | None = None,
                 vec: int = 8, pad: bool | None = None, batch: int | None = None,
                 out_dtype: str | None = None,
-                a_prologue: Callable[[Any], Any] | None = None) -> Schedule:  # fmt: skip
+                a_prologue: Callable[[Any], Any] | None = None, wait_first: bool = False) -> Schedule:  # fmt: skip
     """``C = A @ B.T`` (A ``[M, K]``, B ``[N, K]``, the ``nn.Linear`` layout) on Hopper's
     warpgroup tensor cores (``wgmma``, sm_90a), scheduled with loopir's primitives: the
     [`tc_gemm`][loopir.examples.tc_gemm] schedule with ``wgmma=True``
@@ -254,7 +270,7 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
     stages
         Software pipeline depth (1-4); default: the deepest, up to 4, whose shared tiles (and
         the padded C tile, when sizes are off the block tile) fit in 227 KB.
-    vec, pad, batch, out_dtype, a_prologue
+    vec, pad, batch, out_dtype, a_prologue, wait_first
         As for [`tc_gemm`][loopir.examples.tc_gemm].
     """
     if pad is None:
@@ -271,7 +287,8 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
     sch = Schedule(tc_gemm_func(M, K, N, dtype, "float32", True, batch, out_dtype, a_prologue))
     m = tcg.match(sch, "C")
     assert m is not None
-    tcg.schedule_with_pad(sch, m, block, (16, wn), stages, vec=vec, pad=pad, wgmma=True)
+    done = tcg.schedule_with_pad(sch, m, block, (16, wn), stages, vec=vec, pad=pad, wgmma=True)
+    _wait_first(sch, done.k0, stages, wait_first)
     return sch
 
 

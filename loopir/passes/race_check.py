@@ -592,17 +592,20 @@ def collect_accesses(
 
 
 def threads_may_share(launch: dict[str, int | None], a: _Access, b: _Access,
-                      written: frozenset[Buffer] = frozenset()) -> bool:  # fmt: skip
+                      written: frozenset[Buffer] = frozenset(),
+                      same_iteration: Sequence[Var] = ()) -> bool:  # fmt: skip
     """Whether two different threads of a block launched with ``launch`` (extent per
     ``threadIdx`` tag) may touch one element, one through ``a`` and the other through ``b``,
     whatever the barriers between them (False only when proven symbolically: the cost does not
     grow with the loops' extents). ``written``: the buffers the kernel stores to (a store
-    whose value loads none of them stores equal values where its variables are equal)."""
+    whose value loads none of them stores equal values where its variables are equal).
+    ``same_iteration``: variables of loops around both accesses in whose one iteration the two
+    threads are (the caller's knowledge: ThreadSync's, after a barrier every iteration runs)."""
     k = _Kernel(None, None)
     k.launch = dict(launch)
     k.written = written
     return not prove_exclusive(k.extent, a, b, BLOCK_TAGS, GRID_TAGS,
-                               same_value=k.same_value(a, b))  # fmt: skip
+                               same_value=k.same_value(a, b), same_iteration=same_iteration)  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------

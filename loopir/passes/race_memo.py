@@ -40,7 +40,7 @@ Reads = tuple[tuple[str, "int | None"], ...]
 
 def question_key(
     w: Any, x: Any, who: Sequence[str],
-    fixed: Sequence[str], counts: bool, same_value: bool,
+    fixed: Sequence[str], counts: bool, same_value: bool, same_iteration: Sequence[Any] = (),
 ) -> tuple[Key, tuple[Any, ...]]:  # fmt: skip
     """The key of one question to ``prove_exclusive`` (see the module doc) and the objects
     whose identities it records (to keep alive with the entry)."""
@@ -73,6 +73,7 @@ def question_key(
         tuple(who), tuple(fixed), counts, same_value, w is x,
         access(w), access(x), same_loops,
         keys.key(w.stmt.value) if same_value else None,
+        tuple(ident(v) for v in same_iteration),
     )  # fmt: skip
     return key, (*pins, *keys.pinned())
 

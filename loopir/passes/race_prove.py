@@ -117,6 +117,8 @@ class _Problem:
         self.base: list[dict[Var, Var]] = [{}, {}]  # loop variable -> this side's variable
         # opaque variable of ``x ^ y`` -> the affine forms of ``x`` and ``y`` (step 6)
         self.xors: dict[Var, tuple[Eq, Eq]] = {}
+        # loop variables both instances share (prove_exclusive's same_iteration)
+        self.same_iteration: frozenset[Var] = frozenset()
 
     # -- variables ------------------------------------------------------------------------
     def new(self, name: str, lo: int, hi: int, side: int | None) -> Var:
@@ -178,6 +180,11 @@ class _Problem:
                 raise _Unknown(f"loop {f.loop_var.name} has a symbolic range")
             if ext <= 0:
                 raise _Contradiction
+            if side == 1 and f.loop_var in self.same_iteration and f.loop_var in loop_vars:
+                v = loop_vars[f.loop_var]  # one iteration of this loop: one variable for both
+                vmap[f.loop_var] = v
+                self.base[side][f.loop_var] = v
+                continue
             v = self.new(f"{f.loop_var.name}_{side}", lo, lo + ext - 1, side)
             if side == 0:
                 loop_vars[f.loop_var] = v
@@ -623,11 +630,13 @@ def _flatten(dims: list[tuple[PrimExpr, PrimExpr]], ana: arith.Analyzer) -> tupl
 
 def prove_exclusive(
     extent: Extent, w: Any, x: Any, who: Sequence[str], fixed: Sequence[str] = (),
-    counts: bool = False, same_value: bool = False,
+    counts: bool = False, same_value: bool = False, same_iteration: Sequence[Var] = (),
 ) -> bool:  # fmt: skip
     """Whether an instance of ``w`` and one of ``x`` that touch one element (and, with
     ``counts``, have passed the same number of barriers) always have equal ``who``
     coordinates; the ``fixed`` coordinates are the same for both (see the module doc).
+    ``same_iteration``: variables of loops enclosing both accesses whose value the two
+    instances share (the caller knows they run in one iteration of those loops).
 
     ``extent(tag)`` is the launch extent of a tag (None: symbolic). Accesses are the race
     checker's (``indices``, ``loops``, ``conds``, ``count``, ``buffer``). False means "not
@@ -640,23 +649,29 @@ def prove_exclusive(
     same_value = same_value and w is x
     if counts and race_memo.vacuous_counts(w, x):
         counts = False
-    key, pins = race_memo.question_key(w, x, who, fixed, counts, same_value)
+    key, pins = race_memo.question_key(w, x, who, fixed, counts, same_value, same_iteration)
     return race_memo.ANSWERS.prove(
-        key, pins, extent, lambda ext: _prove_exclusive(ext, w, x, who, fixed, counts, same_value)
+        key, pins, extent,
+        lambda ext: _prove_exclusive(ext, w, x, who, fixed, counts, same_value, same_iteration),
     )
 
 
 def _prove_exclusive(
     extent: Extent, w: Any, x: Any, who: Sequence[str], fixed: Sequence[str], counts: bool,
-    same_value: bool,
+    same_value: bool, same_iteration: Sequence[Var] = (),
 ) -> bool:  # fmt: skip
     p = _Problem(extent, who, fixed)
+    # with equal barrier counts, the loops _same_iterations names run one iteration too: one
+    # variable for both sides (so that a pipeline's versions of one iteration compare)
+    p.same_iteration = frozenset(same_iteration) | (frozenset(_iteration_loops(w, x)) if counts else frozenset())
     if same_value:
         p.keep = [w.stmt.value]
     try:
         loop_vars: dict[Var, Var] = {}
         sides = [p.access(s, acc, counts, loop_vars) for s, acc in enumerate((w, x))]
         ndim = len(w.indices)
+        if p.same_iteration and _versions_differ(sides[0][0][:ndim], sides[1][0][:ndim]):
+            return True
         flat_in = [e for exprs, conds in sides for e in (*exprs, *conds)]
         if any(_has_bitwise(e) for e in flat_in):
             # shifts and masks by constants become // and % (digits), disjoint bits a sum
@@ -714,18 +729,43 @@ def _same(p: _Problem, solver: _Solver, pairs: list[tuple[Var | None, Var | None
     return True
 
 
-def _same_iterations(p: _Problem, w: Any, x: Any) -> list[Eq]:
-    """Equal barrier counts mean the same iteration of each enclosing loop both accesses share
-    whose every iteration passes a barrier, from the outermost barrier loop in (a count that
-    is not affine, with barriers under conditions, still orders iterations so)."""
-    out: list[Eq] = []
+def _versions_differ(e0: Sequence[PrimExpr], e1: Sequence[PrimExpr]) -> bool:
+    """Whether some dimension is ``(a + c0) % m`` on one side and ``(a + c1) % m`` on the other
+    (one constant ``m``, the same ``a``: the variables the sides share), ``c0 - c1`` not a
+    multiple of ``m``: the two never index one element. A pipeline's buffer versions ``(k + S -
+    1) % S`` and ``k % S`` in one iteration ``k`` are such a pair."""
+    for a, b in zip(e0, e1):
+        if isinstance(a, FloorMod) and isinstance(b, FloorMod):
+            m, mb = const_int(a.b), const_int(b.b)
+            diff = const_int(arith.simplify(a.a - b.a))
+            if m is not None and m > 0 and m == mb and diff is not None and diff % m:
+                return True
+    return False
+
+
+def _iteration_loops(w: Any, x: Any) -> list[Var]:
+    """The variables of the enclosing loops both accesses share whose every iteration passes a
+    barrier, from the outermost barrier loop in: with equal barrier counts, the two instances
+    run one iteration of each (a count that is not affine, with barriers under conditions,
+    still orders iterations so)."""
+    out: list[Var] = []
     for (fw, always), (fx, _) in zip(w.barrier_loops, x.barrier_loops):
         if fw is not fx or not always:
             break
-        a, b = p.base[0].get(fw.loop_var), p.base[1].get(fx.loop_var)
+        out.append(fw.loop_var)
+    return out
+
+
+def _same_iterations(p: _Problem, w: Any, x: Any) -> list[Eq]:
+    """[`_iteration_loops`][loopir.passes.race_prove._iteration_loops] as equations, for the
+    loops whose two sides have a variable each (those that share one need none)."""
+    out: list[Eq] = []
+    for v in _iteration_loops(w, x):
+        a, b = p.base[0].get(v), p.base[1].get(v)
         if a is None or b is None:
             break
-        out.append(({a: 1, b: -1}, 0))
+        if a is not b:
+            out.append(({a: 1, b: -1}, 0))
     return out
 
 

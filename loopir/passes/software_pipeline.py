@@ -83,8 +83,8 @@ from loopir.passes.context import PassContext
 from loopir.tensor_intrin.calls import written_operands
 
 __all__ = [
-    "ASYNC_KEY", "ASYNC_COPY_KEY", "DEPTH_KEY", "ORDER_KEY", "STAGE_KEY", "InjectSoftwarePipeline", "cp_async_commit",
-    "cp_async_wait", "pipeline_requested",
+    "ASYNC_KEY", "ASYNC_COPY_KEY", "DEPTH_KEY", "ORDER_KEY", "STAGE_KEY", "WAIT_FIRST_KEY", "InjectSoftwarePipeline",
+    "cp_async_commit", "cp_async_wait", "pipeline_requested",
 ]  # fmt: skip
 
 logger = logging.getLogger(__name__)
@@ -96,6 +96,15 @@ every statement but the last in stage 0, the last in stage ``d - 1``, stage 0 as
 pipeline."""
 ORDER_KEY = "software_pipeline_order"
 ASYNC_KEY = "software_pipeline_async_stages"
+WAIT_FIRST_KEY = "loopir.pipeline_wait_first"
+"""With an async stage: each step first waits for the copies its consumers read and synchronizes
+the block, then issues its copies and computes (``cp.async.wait_group; __syncthreads(); copies;
+commit; compute``, as CUTLASS's multistage mainloop). That one barrier also orders the step's
+copies after the previous step's reads of the version they overwrite (complete in every thread:
+the consumers are synchronous), and ThreadSync proves the copies and the reads of the same step
+disjoint (one iteration, two versions), so a step has one barrier where the default order
+(copies, wait, barrier, compute) needs two. The wait allows one group fewer pending: this step's
+group is not committed yet."""
 ASYNC_COPY_KEY = "loopir.async_copy"
 """Set by the pass on the statements of async stages: the CUDA backend emits their
 global-to-shared copies as cp.async."""
@@ -279,6 +288,7 @@ class _Rewrite(Mutator):
     def _steps(self, loop: For, stmts: list[Stmt], stages: list[int], order: list[int], async_src: int | None,
                producers: set[Buffer], accesses: list[tuple[set[Buffer], set[Buffer]]]) -> Stmt:  # fmt: skip
         top = max(stages)
+        wait_first = bool(loop.annotations.get(WAIT_FIRST_KEY)) and async_src is not None
         n, lo, var = loop.extent, loop.min, loop.loop_var
         ana = arith.Analyzer()
         last_async = max((p for p, i in enumerate(order) if stages[i] == async_src), default=None)
@@ -290,11 +300,19 @@ class _Rewrite(Mutator):
                 s = _mark_async(s)
             return s
 
+        def consumes(i: int, live: Sequence[int]) -> bool:
+            return async_src is not None and bool(accesses[i][0] & producers) and stages[i] > async_src and i in live
+
         def step_body(step: PrimExpr, live: Sequence[int], guard: Any) -> Stmt:
             out: list[Stmt] = []
+            first = [i for i in order if consumes(i, live)] if wait_first else []
+            if first:  # one wait and one barrier before the step's copies (WAIT_FIRST_KEY)
+                assert async_src is not None
+                out.append(Evaluate(cp_async_wait(min(stages[i] for i in first) - async_src - 1)))
+                out.append(Evaluate(op.storage_sync("shared")))
             for pos, i in enumerate(order):
-                reads = accesses[i][0] & producers
-                if async_src is not None and reads and stages[i] > async_src and i in live:
+                if consumes(i, live) and not wait_first:
+                    assert async_src is not None
                     committed = last_async is not None and last_async < pos
                     out.append(Evaluate(cp_async_wait(stages[i] - async_src - 1 + int(committed))))
                     out.append(Evaluate(op.storage_sync("shared")))

@@ -10,6 +10,13 @@ write-after-write), and not proven to be touched by one thread only under the en
 race checker's prover, [`threads_may_share`][loopir.passes.race_check.threads_may_share]: a thread
 re-reading its own element needs no barrier).
 
+Within one iteration of a serial loop, after a barrier at the top level of the loop's body (one
+every thread passes in every iteration), two threads between the same two barriers run the same
+iteration: pairs of accesses made since then are proven with the loop's variable equal on both
+sides. So the copy of the next pipeline stage into one buffer version and the reads of another
+version in the same iteration need no barrier between them, where without that knowledge the
+versions ``(k + 3) % 4`` and ``k % 4`` of two different iterations may coincide.
+
 The barrier goes at the coarsest level: before the whole compound statement that conflicts, not
 inside it. Serial loops are scanned twice so that accesses at the end of one iteration meet those at
 the start of the next: the cooperative fetch of the next ``k0`` iteration waits until every thread
@@ -90,7 +97,13 @@ class _Planner:
         # conditions: one statement object may sit in two places). Shared with the planners
         # _check_no_internal_sync makes, which revisit the same statements and access pairs.
         self._summaries: dict[tuple[int, ...], tuple[tuple[object, ...], _State]] = {}
-        self._pairs: dict[tuple[int, int], tuple[Any, Any, bool]] = {}
+        self._pairs: dict[tuple[int, ...], tuple[Any, Any, bool]] = {}
+        # the body (a SeqStmt, by id) of each serial loop being planned, and the variables of
+        # the loops whose current iteration has passed a barrier at the top level of its body:
+        # every access since then is of this iteration, so a pair of them shares the loop's
+        # value (module doc)
+        self._bodies: dict[int, Var] = {}
+        self.same_iteration: list[Var] = []
 
     def _summary(self, s: Stmt) -> _State:
         context = (s, *self.loops, *self.conds)
@@ -108,10 +121,12 @@ class _Planner:
         """Whether two threads may touch one element, one through ``a``, one through ``b``."""
         if a.buffer is not b.buffer or not (a.is_store or b.is_store):
             return False
-        key = (id(a), id(b))
+        around = {f.loop_var for f in a.loops} & {f.loop_var for f in b.loops}
+        same = tuple(v for v in self.same_iteration if v in around)
+        key = (id(a), id(b), *map(id, same))
         hit = self._pairs.get(key)
         if hit is None:
-            hit = (a, b, threads_may_share(self.launch, a, b, self.written))
+            hit = (a, b, threads_may_share(self.launch, a, b, self.written, same))
             self._pairs[key] = hit
         return hit[2]
 
@@ -150,15 +165,23 @@ class _Planner:
             return s, _EMPTY
         if isinstance(s, SeqStmt):
             out = []
+            owner, marked = self._bodies.get(id(s)), False
             for c in s.seq:
-                if not is_sync(c) and self._conflict(self._summary(c), state):
+                synced = is_sync(c)
+                if not synced and self._conflict(self._summary(c), state):
                     # Barrier at the coarsest level: before the whole compound statement,
                     # not deep inside it (a barrier in an inner loop would run per iteration).
                     self.inserted += 1
                     out.append(_sync())
                     state = _EMPTY
+                    synced = True
+                if synced and owner is not None and not marked:
+                    self.same_iteration.append(owner)
+                    marked = True
                 c2, state = self.plan(c, state)
                 out.append(c2)
+            if owner is not None and marked:  # the rest of the iteration meets the next one
+                self.same_iteration.remove(owner)
             return seq(*out), state
         if isinstance(s, Allocate):
             body, state = self.plan(s.body, state)
@@ -185,10 +208,17 @@ class _Planner:
                 self._check_no_internal_sync(s)
                 return self.atomic(s, state)
             # Two passes: the second starts from what the first iteration leaves behind.
-            saved = self.inserted
-            _, after_one = self._in_loop(s, s.body, state)
-            self.inserted = saved
-            body, after = self._in_loop(s, s.body, state.union(after_one))
+            inner = s.body
+            while isinstance(inner, Allocate):
+                inner = inner.body
+            self._bodies[id(inner)] = s.loop_var
+            try:
+                saved = self.inserted
+                _, after_one = self._in_loop(s, s.body, state)
+                self.inserted = saved
+                body, after = self._in_loop(s, s.body, state.union(after_one))
+            finally:
+                del self._bodies[id(inner)]
             return attrs.evolve(s, body=body), after.union(state)
         return self.atomic(s, state)
 

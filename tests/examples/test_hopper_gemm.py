@@ -39,6 +39,8 @@ CASES = {
     "pad_70x100x40": ((70, 100, 40), dict(SMALL, stages=3)),
     "pad_bf16_33x65x20": ((33, 65, 20), dict(SMALL, dtype="bfloat16")),
     "batch2_pad": ((40, 64, 24), dict(SMALL, batch=2)),
+    "wait_first_pad": ((70, 100, 200), dict(SMALL, stages=3, wait_first=True)),
+    "wait_first_2wg": ((128, 64, 256), dict(block=(128, 32, 64), wn=32, stages=4, wait_first=True)),
 }
 
 
@@ -157,7 +159,21 @@ NVCC_CASES = {
     "defaults_512": ((512, 256, 512), {}),
     "bf16_out_pad": ((300, 200, 260), dict(dtype="bfloat16", out_dtype="bfloat16")),
     "wn256_batch": ((256, 128, 256), dict(block=(128, 256, 64), wn=256, batch=2, stages=3)),
+    "defaults_wait_first": ((512, 512, 512), dict(wait_first=True)),
 }
+
+
+@pytest.mark.parametrize("wait_first, barriers", [(False, 2), (True, 1)])
+def test_wait_first_steps_have_one_barrier(wait_first: bool, barriers: int) -> None:
+    """``wait_first``: a K step waits for its tiles (one group fewer pending: its own is not
+    committed yet) and synchronizes, then copies and multiplies; ThreadSync and the race
+    checker prove that the step's copies (version ``(k + 3) % 4``) and reads (``k % 4``) need
+    no barrier between them."""
+    src = _source(hopper_gemm(512, 512, 512, wait_first=wait_first))
+    steady = src[src.index("_steady"):]
+    steady = steady[:steady.index("\n  }\n")]
+    assert steady.count("__syncthreads()") == barriers
+    assert f"loopir_cp_async_wait<{barriers + 1}>();" in steady
 
 
 @pytest.mark.nvcc
@@ -217,12 +233,13 @@ def test_gpu_matches_the_cpu(name: str) -> None:
 @settings(max_examples=10, deadline=None)
 @given(M=st.integers(1, 300), K=st.integers(1, 300), N=st.integers(1, 300),
        dtype=st.sampled_from(["float16", "bfloat16"]), half_out=st.booleans(), stages=st.integers(1, 4),
-       wide=st.booleans())  # fmt: skip
+       wide=st.booleans(), wait_first=st.booleans())  # fmt: skip
 def test_gpu_equals_the_cpu_on_drawn_shapes(M: int, K: int, N: int, dtype: str, half_out: bool, stages: int,
-                                            wide: bool) -> None:  # fmt: skip
-    """Drawn sizes (padded), both tile shapes: the CUDA kernel equals the CPU executor."""
+                                            wide: bool, wait_first: bool) -> None:  # fmt: skip
+    """Drawn sizes (padded), both tile shapes, both pipeline orders: the CUDA kernel equals the
+    CPU executor."""
     tiles = dict(block=(128, 128, 64), wn=128) if wide else dict(SMALL)
-    params = dict(tiles, dtype=dtype, stages=stages, out_dtype=dtype if half_out else None)
+    params = dict(tiles, dtype=dtype, stages=stages, out_dtype=dtype if half_out else None, wait_first=wait_first)
     sch = hopper_gemm(M, K, N, **params)
     a, b, c = _inputs((M, K, N), params, seed=M * 90000 + K * 300 + N)
     cpu = c.copy()
@@ -296,3 +313,108 @@ def test_design_space_refuses_b_stored_k_by_n() -> None:
 
     with pytest.raises(ScheduleError, match="B \\[N, K\\]"):
         hopper_gemm_space(loopir.Schedule(tc_gemm_func(128, 64, 256)))
+
+
+def _async_groups_complete(func: loopir.PrimFunc) -> int:
+    """Walk a lowered kernel in one thread's program order (every thread runs the same one;
+    thread loops at 0) modelling ``cp.async`` groups: a copy joins the open group, a commit
+    closes it, ``wait_group n`` completes all but the newest ``n`` closed groups. Each read of a
+    multi-buffered shared tile's version (its first index) must come after a barrier that was
+    itself after the completion of the group of that version's last copy, the copies of other
+    threads being visible only so. Returns the reads checked; fails on the first too early."""
+    from loopir.arith.evaluate import evaluate
+    from loopir.ir.expr import BufferLoad, Call
+    from loopir.ir.stmt import Allocate, BufferStore, Evaluate, For, ForKind, IfThenElse, SeqStmt
+    from loopir.passes.software_pipeline import ASYNC_COPY_KEY
+
+    versioned = set()
+    groups: list[bool] = []  # closed groups: completed?
+    state = {"open": 0, "reads": 0}
+    last_copy: dict[tuple[object, int], int] = {}  # (buffer, version) -> its group's index
+    done_at_barrier: set[int] = set()  # groups complete at the last barrier
+
+    def val(e: object, env: dict) -> int:
+        return int(evaluate(e, env))  # type: ignore[arg-type]
+
+    def read(load: BufferLoad, env: dict) -> None:
+        if load.buffer in versioned:
+            key = (load.buffer, val(load.indices[0], env))
+            g = last_copy.get(key)
+            assert g is None or g in done_at_barrier, f"{load} reads group {g} before it is waited and synced"
+            state["reads"] += 1
+
+    def exprs(e: object, env: dict) -> None:
+        if isinstance(e, BufferLoad):
+            read(e, env)
+        for c in getattr(e, "args", ()) or ():
+            exprs(c, env)
+        for name in ("a", "b", "value", "condition", "true_value", "false_value"):
+            if hasattr(e, name) and not isinstance(e, BufferLoad):
+                exprs(getattr(e, name), env)
+
+    def walk(s: object, env: dict, in_async: bool) -> None:
+        if isinstance(s, SeqStmt):
+            for c in s.seq:
+                walk(c, env, in_async)
+        elif isinstance(s, Allocate):
+            if s.buffer.scope == "shared" and len(s.buffer.shape) == 3:
+                versioned.add(s.buffer)
+            walk(s.body, env, in_async)
+        elif isinstance(s, For):
+            a = in_async or bool(s.annotations.get(ASYNC_COPY_KEY))
+            if s.kind is ForKind.THREAD_BINDING:
+                walk(s.body, {**env, s.loop_var: 0}, a)
+            else:
+                lo = val(s.min, env)
+                for i in range(lo, lo + val(s.extent, env)):
+                    walk(s.body, {**env, s.loop_var: i}, a)
+        elif isinstance(s, IfThenElse):
+            if val(s.condition, env):
+                walk(s.then_case, env, in_async)
+            elif s.else_case is not None:
+                walk(s.else_case, env, in_async)
+        elif isinstance(s, BufferStore):
+            exprs(s.value, env)
+            if in_async and s.buffer in versioned:
+                last_copy[(s.buffer, val(s.indices[0], env))] = len(groups)  # the open group
+        elif isinstance(s, Evaluate) and isinstance(s.value, Call):
+            c = s.value
+            if c.op == "loopir.cp_async_commit":
+                groups.append(False)
+            elif c.op == "loopir.cp_async_wait":
+                n = val(c.args[0], env)
+                for g in range(len(groups) - n):
+                    groups[g] = True
+            elif c.op == "tvm_storage_sync":
+                done_at_barrier.update(g for g, ok in enumerate(groups) if ok)
+            else:
+                exprs(c, env)
+
+    walk(func.body, {}, False)
+    return int(state["reads"])
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("wait_first", [False, True])
+def test_every_read_waits_for_its_copies(stages: int, wait_first: bool) -> None:
+    """The wait counts of both pipeline orders, checked by modelling the cp.async groups (the
+    CPU executor runs copies synchronously, so it cannot tell a wait one group short)."""
+    func = _lowered(hopper_gemm(64, 64 * 7, 32, block=(64, 32, 64), wn=32, stages=stages, wait_first=wait_first))
+    assert _async_groups_complete(func) >= 2 * 7  # A and B of each of the 7 K steps
+
+
+@pytest.mark.parametrize("wait_first", [False, True])
+def test_a_wait_one_group_short_is_caught(wait_first: bool) -> None:
+    """The model above fails a kernel whose waits each leave one more group pending."""
+    from loopir.ir.expr import Call, IntImm
+    from loopir.ir.functor import Mutator
+
+    class Looser(Mutator):
+        def visit_Call(self, e: Call) -> object:
+            if e.op == "loopir.cp_async_wait":
+                return Call(e.dtype, e.op, (IntImm(int(e.args[0].value) + 1, "int32"),))  # type: ignore[attr-defined]
+            return self.generic_visit(e)
+
+    func = _lowered(hopper_gemm(64, 64 * 7, 32, block=(64, 32, 64), wn=32, stages=3, wait_first=wait_first))
+    with pytest.raises(AssertionError, match="before it is waited and synced"):
+        _async_groups_complete(func.with_body(Looser().visit(func.body)))

@@ -159,7 +159,7 @@ def test_dense_asks_each_question_once_across_thread_sync_and_the_race_check(
     with loopir.PassContext(config={"tir.enable_local_pad": True}):
         lowered = lower_for_cuda(examples.dense(960, 770, 2304).func)
         emit_function(lowered)  # the race check of the emitted kernel
-    asked = [(w.buffer.name, tuple(who), counts) for _e, w, _x, who, _f, counts, _s in proofs]
+    asked = [(w.buffer.name, tuple(who), counts) for _e, w, _x, who, _f, counts, _s, _i in proofs]
     assert asked.count(("C", tuple(BLOCK_TAGS), False)) == 1
     assert ("C", tuple(BLOCK_TAGS), True) not in asked  # one constant count: the same question
     report = race_check.find_races(lowered)

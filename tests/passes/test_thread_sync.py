@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import numpy as np
 import pytest
 
@@ -214,3 +215,76 @@ def test_hand_lowered_kernels_on_the_gpu_20_runs(tmp_path) -> None:
         b = np.zeros(1, np.float32)
         mod(b)
         assert b[0] == 2.0
+
+
+def _versioned(shift: int, with_barrier: bool = True) -> PrimFunc:
+    """Rounds ``r`` of a 4-version ring: (barrier,) fill version ``(r + shift) % 4`` from A, read
+    a neighbour's element of version ``r % 4`` (filled ``shift`` rounds before; the first
+    rounds read the zeros the prologue stored)."""
+    A = Buffer("A", (8, 32), "float32")
+    B = Buffer("B", (8, 32), "float32")
+    S = Buffer("S", (4, 32), "float32", scope="shared")
+    t, r, v = Var("t"), Var("r"), Var("v")
+    steps = [BufferStore(S, A[r, t], ((r + shift) % 4, t)), BufferStore(B, S[r % 4, 31 - t], (r, t))]
+    if with_barrier:
+        steps.insert(0, Evaluate(op.storage_sync("shared")))
+    body = _bind(Var("b"), 1, "blockIdx.x", Allocate(S, _bind(t, 32, "threadIdx.x", seq(
+        _loop(v, 4, BufferStore(S, 0.0, (v, t))),
+        _loop(r, 8, seq(*steps)),
+    ))))
+    return PrimFunc((A, B), body, name=f"ring{shift}")
+
+
+@pytest.mark.parametrize("shift", [1, 2, 3])
+def test_a_barrier_every_iteration_makes_two_versions_of_one_iteration_disjoint(shift: int) -> None:
+    """After the barrier at the top of each round, the threads run one round: the fill of
+    version ``(r + shift) % 4`` and the reads of version ``r % 4`` never meet (ThreadSync and the
+    race checker both know it), and the one barrier orders the fill after the last round's
+    reads of that version (pipelines: ``loopir.pipeline_wait_first``)."""
+    g = Sequential([ThreadSync()])(_versioned(shift))
+    assert _syncs(g) == 2  # the one after the prologue's zeros, and the round's own
+    report = find_races(g)
+    assert not report.races and not report.unproven
+    a = np.random.default_rng(shift).random((8, 32), dtype=np.float32)
+    want = np.zeros((8, 32), np.float32)
+    for r in range(shift, 8):
+        want[r] = a[r - shift, ::-1]
+    for seed in range(3):
+        out = run_cpu(g, [a, np.zeros((8, 32), np.float32)], {"thread_order": "random", "seed": seed})
+        np.testing.assert_array_equal(out[1], want)
+
+
+@pytest.mark.parametrize("shift", [0, 4])
+def test_one_version_in_one_iteration_still_gets_a_barrier(shift: int) -> None:
+    """The same ring where the fill and the reads hit one version (``shift`` 0 or 4): ThreadSync
+    adds a barrier between them, and the race checker proves the result."""
+    g = Sequential([ThreadSync()])(_versioned(shift))
+    assert _syncs(g) == 3
+    report = find_races(g)
+    assert not report.races and not report.unproven
+
+
+def test_a_barrier_thread_sync_inserts_every_iteration_counts_too() -> None:
+    """Without the round's barrier, the fill of a round must wait for the reads of earlier
+    rounds: ThreadSync puts a barrier at the top of the round, and after it the fill and the
+    reads of the round are of one iteration again (2 barriers, race-free)."""
+    g = Sequential([ThreadSync()])(_versioned(1, with_barrier=False))
+    assert _syncs(g) == 2
+    loop = g.body.body.body.body.seq[-1]  # block, allocate, thread loop, seq: the rounds
+    assert isinstance(loop, For) and _syncs(loop) == 1
+    report = find_races(g)
+    assert not report.races and not report.unproven
+
+
+@pytest.mark.parametrize("shift, racy", [(1, False), (3, False), (4, True), (0, True)])
+def test_the_race_checker_tells_two_versions_from_one(shift: int, racy: bool) -> None:
+    """The ring as written, no ThreadSync (a barrier at the top of each round only): the race
+    checker proves versions ``(r + shift) % 4`` and ``r % 4`` of one round disjoint for shift 1
+    and 3, and finds the race when they are one version (shift 0, 4)."""
+    g = _versioned(shift)
+    body = g.body.body.body.body  # block, allocate, thread loop: the prologue's zeros, the rounds
+    g = g.with_body(attrs.evolve(g.body, body=attrs.evolve(g.body.body, body=attrs.evolve(
+        g.body.body.body, body=seq(body.seq[0], Evaluate(op.storage_sync("shared")), body.seq[1])))))
+    report = find_races(g)
+    assert bool(report.races) == racy, report
+    assert not report.unproven
