@@ -154,8 +154,11 @@ class _Access:
     label: int
     stmt: Stmt
     # the enclosing serial loops that pass barriers, outermost first, each with whether every
-    # iteration passes at least one (then equal barrier counts mean the same iteration)
-    barrier_loops: tuple[tuple[For, bool], ...] = ()
+    # iteration passes at least one and where in the iteration the access is: "head" (before
+    # the body's first barrier), "tail" (after its last), "inner" (between two), "?" (not a
+    # constant count). Equal barrier counts mean the same iteration unless one access is in
+    # the head and the other in the tail (a tail runs on into the next iteration's head).
+    barrier_loops: tuple[tuple[For, bool, str], ...] = ()
 
 
 class _Labels:
@@ -192,15 +195,25 @@ class _Collector(Visitor):
         self.label = self.labels.new()
         self.stmt: Stmt | None = None
         self.accesses: list[_Access] = []
-        self.barrier_loops: list[tuple[For, bool]] = []
+        # per barrier loop: the loop, whether every iteration passes a barrier, the count at
+        # the start of the current iteration's body, the barriers per iteration
+        self.barrier_loops: list[tuple[For, bool, PrimExpr, PrimExpr]] = []
+
+    def _phase(self, start: PrimExpr, per_iter: PrimExpr) -> str:
+        """Where the current point is in its iteration of a barrier loop (``_Access``)."""
+        before, total = _const(arith.simplify(Sub(self.count, start))), _const(arith.simplify(per_iter))
+        if before is None or total is None:
+            return "?"
+        return "head" if before == 0 else "tail" if before == total else "inner"
 
     def _add(self, buf: Buffer, idx: tuple[PrimExpr, ...], store: bool) -> None:
         if buf.scope not in ("shared", "global"):
             return
         assert self.stmt is not None
+        loops = tuple((f, always, self._phase(start, per)) for f, always, start, per in self.barrier_loops)
         self.accesses.append(
             _Access(buf, idx, store, tuple(self.loops), tuple(self.conds), self.count,
-                    self.label, self.stmt, tuple(self.barrier_loops))  # fmt: skip
+                    self.label, self.stmt, loops)  # fmt: skip
         )
 
     def visit_Evaluate(self, node: Evaluate) -> None:
@@ -286,7 +299,7 @@ class _Collector(Visitor):
         start, base = self.label, self.count
         self.count = Add(base, Mul(Sub(node.loop_var, node.min), per_iter))
         self.loops.append(node)
-        self.barrier_loops.append((node, _at_least_one(per_iter, self.loops)))
+        self.barrier_loops.append((node, _at_least_one(per_iter, self.loops), self.count, per_iter))
         self.visit(node.body)
         self.barrier_loops.pop()
         self.loops.pop()

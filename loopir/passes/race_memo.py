@@ -62,12 +62,12 @@ def question_key(
         )  # fmt: skip
         if counts:
             out += (keys.key(acc.count),
-                    tuple((ident(f.loop_var), always) for f, always in acc.barrier_loops))
+                    tuple((ident(f.loop_var), always, phase) for f, always, phase in acc.barrier_loops))
         return out
 
     # the proof compares the two accesses' barrier loops pairwise by identity (no loop object
     # is kept: it would keep its whole body alive)
-    same_loops = tuple(fw is fx for (fw, _), (fx, _) in zip(w.barrier_loops, x.barrier_loops)) \
+    same_loops = tuple(fw is fx for (fw, *_), (fx, *_) in zip(w.barrier_loops, x.barrier_loops)) \
         if counts else ()  # fmt: skip
     key: Key = (
         tuple(who), tuple(fixed), counts, same_value, w is x,

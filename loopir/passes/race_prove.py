@@ -745,12 +745,15 @@ def _versions_differ(e0: Sequence[PrimExpr], e1: Sequence[PrimExpr]) -> bool:
 
 def _iteration_loops(w: Any, x: Any) -> list[Var]:
     """The variables of the enclosing loops both accesses share whose every iteration passes a
-    barrier, from the outermost barrier loop in: with equal barrier counts, the two instances
-    run one iteration of each (a count that is not affine, with barriers under conditions,
-    still orders iterations so)."""
+    barrier, from the outermost barrier loop in, as long as neither access's place in the
+    iteration is unknown and they are not one in the head (before the body's first barrier)
+    and one in the tail (after its last): with equal barrier counts, the two instances then
+    run one iteration of each (a tail and the next iteration's head run between the same two
+    barriers)."""
     out: list[Var] = []
-    for (fw, always), (fx, _) in zip(w.barrier_loops, x.barrier_loops):
-        if fw is not fx or not always:
+    for (fw, always, pw), (fx, _, px) in zip(w.barrier_loops, x.barrier_loops):
+        # one in an iteration's tail and one in the head: maybe consecutive iterations
+        if fw is not fx or not always or "?" in (pw, px) or {pw, px} == {"head", "tail"}:
             break
         out.append(fw.loop_var)
     return out

@@ -347,3 +347,31 @@ def test_a_race_over_a_symbolic_grid_is_found_at_a_fixed_size() -> None:
     assert bind_for_gpu(sch)
     report = find_races(loopir.lower(sch.func))
     assert report.races and "(with n = 1)" in report.races[0]
+
+
+def _head_tail(write_first: bool) -> PrimFunc:
+    """Rounds of ``read S[31 - t]; barrier; fill S[t]`` (or the fill first): one barrier a round,
+    so a round's fill, after it, and the next round's read, before the next one, meet with
+    nothing between them."""
+    A = Buffer("A", (4, 32), "float32")
+    B = Buffer("B", (4, 32), "float32")
+    S = Buffer("S", (32,), "float32", scope="shared")
+    t, r = Var("t"), Var("r")
+    fill, use = BufferStore(S, A[r, t], (t,)), BufferStore(B, S[31 - t], (r, t))
+    steps = (fill, Evaluate(op.storage_sync("shared")), use) if write_first else \
+        (use, Evaluate(op.storage_sync("shared")), fill)  # fmt: skip
+    body = _bind(Var("b"), 1, "blockIdx.x", Allocate(S, _bind(t, 32, "threadIdx.x", For(
+        r, 0, 4, ForKind.SERIAL, seq(*steps)))))
+    return PrimFunc((A, B), body, name="head_tail")
+
+
+def test_a_rounds_tail_meets_the_next_rounds_head() -> None:
+    """Regression (session 12): equal barrier counts were taken to mean one iteration of a loop
+    that passes a barrier every iteration, but the part after a round's last barrier and the
+    part before the next round's first one run between the same two barriers. The fill of round
+    r (after the barrier) and the read of round r + 1 (before it) race; the checker missed it."""
+    report = find_races(_head_tail(write_first=False))
+    assert report.races, report
+    # the fill first: the next round's fill overwrites what this round's read (after the
+    # barrier) reads, with no barrier between them (write after read)
+    assert find_races(_head_tail(write_first=True)).races
