@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from test_thread_sync import transpose_schedule, two_stage_row_sum
 
@@ -17,7 +18,7 @@ from loopir.examples.dense import dense
 from loopir.ir import op
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import Cast, Var
-from loopir.ir.functor import Mutator
+from loopir.ir.functor import Mutator, post_order_stmts
 from loopir.ir.stmt import (
     Allocate,
     BufferStore,
@@ -375,3 +376,95 @@ def test_a_rounds_tail_meets_the_next_rounds_head() -> None:
     # the fill first: the next round's fill overwrites what this round's read (after the
     # barrier) reads, with no barrier between them (write after read)
     assert find_races(_head_tail(write_first=True)).races
+
+
+_ITEM = st.one_of(
+    st.just("sync"),
+    st.tuples(st.booleans(), st.integers(-1, 1), st.integers(0, 2), st.integers(0, 3), st.sampled_from([0, 8])),
+)
+
+
+def _element(t: Any, k: Any, item: tuple) -> Any:
+    """``S[s * t + b * k + c + m]``, ``7 - t`` for ``s = -1`` (affine: what the proofs decide)."""
+    _, s_, b_, c_, m_ = item
+    return (t * s_ + 7 if s_ < 0 else t * s_) + k * b_ + c_ + m_
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=st.lists(_ITEM, min_size=2, max_size=6), rounds=st.integers(1, 3))
+@example(body=[(False, -1, 0, 0, 0), "sync", (True, 1, 0, 0, 0)], rounds=2)  # a tail meets a head
+def test_what_the_checker_accepts_no_interleaving_breaks(body: list, rounds: int) -> None:
+    """Soundness against the definition: 8 threads run ``rounds`` rounds of a body of barriers
+    and accesses ``S[s * t + b * k + c + m]`` (stores or loads). Two instances race when
+    different threads touch one element, one a store, after the same number of barriers (every
+    thread passes the same ones). Brute force over every instance; whatever race it finds, the
+    checker must report (as a race or unproven)."""
+    A = Buffer("A", (8,), "float32")
+    S = Buffer("S", (32,), "float32", scope="shared")
+    t, k = Var("t"), Var("k")
+    stmts: list[Stmt] = []
+    for item in body:
+        if item == "sync":
+            stmts.append(Evaluate(op.storage_sync("shared")))
+            continue
+        idx = _element(t, k, item)
+        stmts.append(BufferStore(S, A[t], (idx,)) if item[0] else BufferStore(A, S[idx], (t,)))
+    func = PrimFunc((A,), _bind(Var("b"), 1, "blockIdx.x", Allocate(S, _bind(t, 8, "threadIdx.x", For(
+        k, 0, rounds, ForKind.SERIAL, seq(*stmts))))), name="rounds")  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RaceCheckWarning)
+        report = find_races(func)
+    if _brute_force_racy(body, rounds):
+        assert report.races or report.unproven, (body, rounds)
+
+
+def _brute_force_racy(body: list, rounds: int, across_statements: bool = False) -> bool:
+    """The definition, by brute force over every instance: two instances race when different
+    threads touch one element, one a store, after the same number of barriers.
+    ``across_statements``: only pairs of two statement instances (a statement's threads racing
+    with each other in one round are the program's own race, which no barrier orders)."""
+    seen: dict[tuple[int, int], list[tuple[int, bool, tuple[int, int]]]] = {}
+    racy = False
+    for tv in range(8):
+        count = 0
+        for kv in range(rounds):
+            for pos, item in enumerate(body):
+                if item == "sync":
+                    count += 1
+                    continue
+                elem = _element(tv, kv, item)
+                for other, other_store, where in seen.get((count, elem), []):
+                    if not (across_statements and where == (pos, kv)):
+                        racy |= other != tv and (item[0] or other_store)
+                seen.setdefault((count, elem), []).append((tv, item[0], (pos, kv)))
+    return racy
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=st.lists(_ITEM.filter(lambda i: i != "sync"), min_size=2, max_size=6), rounds=st.integers(1, 3))
+def test_thread_sync_leaves_no_interleaving_that_races(body: list, rounds: int) -> None:
+    """ThreadSync on the same rounds without barriers: the barriers it places inside the round
+    (it may rely on one at the top of the round to put the round's later accesses in one
+    iteration) leave no race between two statement instances by the definition."""
+    from loopir.passes import ThreadSync
+
+    A = Buffer("A", (8,), "float32")
+    S = Buffer("S", (32,), "float32", scope="shared")
+    t, k = Var("t"), Var("k")
+    items: dict[int, tuple] = {}
+    stmts: list[Stmt] = []
+    for item in body:
+        idx = _element(t, k, item)
+        st_ = BufferStore(S, A[t], (idx,)) if item[0] else BufferStore(A, S[idx], (t,))
+        items[id(st_)] = item
+        stmts.append(st_)
+    loop = For(k, 0, rounds, ForKind.SERIAL, seq(*stmts))
+    func = PrimFunc((A,), _bind(Var("b"), 1, "blockIdx.x", Allocate(S, _bind(t, 8, "threadIdx.x", loop))),
+                    name="rounds")  # fmt: skip
+    out = ThreadSync()(func)
+    found: list[For] = []
+    post_order_stmts(out.body, lambda n: found.append(n) if isinstance(n, For) and n.loop_var is k else None)
+    (planned,) = found
+    inner = planned.body.seq if isinstance(planned.body, SeqStmt) else (planned.body,)
+    synced = ["sync" if isinstance(s, Evaluate) else items[id(s)] for s in inner]
+    assert not _brute_force_racy(synced, rounds, across_statements=True), synced
