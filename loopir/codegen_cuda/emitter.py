@@ -270,6 +270,7 @@ class KernelEmitter(CodeWriter):
         self.indent = 1
         # variable bounds for the floordiv / alignment proofs
         self.env: dict[Var, an.Bound] = {v: (0, None) for v in size_vars}
+        self.size_vars = frozenset(size_vars)
         self.alignment: dict[Buffer, int] = {}
         self.shared_bytes = 0
         self.launch: dict[str, PrimExpr] = dict(zip(GRID_TAGS, spec.grid)) | dict(
@@ -428,8 +429,17 @@ class KernelEmitter(CodeWriter):
             self.line(f"(void)({self.expr(v)});")
         # pure expressions evaluated for nothing are dropped
 
+    def _block_uniform(self, e: PrimExpr) -> bool:
+        """Whether ``e`` is one value in every thread of a block: it reads only sizes and block
+        coordinates (no thread or loop variable, no memory)."""
+        blocks = {v for tag, v in self.thread_vars.items() if tag.startswith("blockIdx.")}
+        loads: list[bool] = []
+        post_order_visit(e, lambda n: loads.append(True) if isinstance(n, BufferLoad) else None)
+        return not loads and all(v in self.size_vars or v in blocks for v in collect_vars(e))
+
     def visit_IfThenElse(self, s: IfThenElse) -> None:
-        if _has_barrier(s.then_case) or (s.else_case is not None and _has_barrier(s.else_case)):
+        barrier = _has_barrier(s.then_case) or (s.else_case is not None and _has_barrier(s.else_case))
+        if barrier and not self._block_uniform(s.condition):
             logger.warning(
                 "kernel %s: __syncthreads() under the condition %s; correct only if the "
                 "condition is uniform across the thread block",

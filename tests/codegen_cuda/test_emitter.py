@@ -493,3 +493,24 @@ def test_nested_loops_of_one_thread_tag_are_an_error():
     body = bind(t1, 8, "threadIdx.x", bind(t2, 8, "threadIdx.x", BufferStore(A, 0.0, (t1, t2))))
     with pytest.raises(CodegenError, match="bound to threadIdx.x inside another threadIdx.x"):
         emit_cuda(PrimFunc((A,), body))
+
+
+@pytest.mark.parametrize("uniform", [True, False])
+def test_a_barrier_under_a_condition_warns_unless_the_block_agrees(uniform: bool, caplog) -> None:
+    """``__syncthreads()`` under ``if``: no warning when the condition reads only sizes and
+    block coordinates (a pipeline's first step under ``n >= 1``, the attention kernels'
+    ``blockIdx``-dependent KV tile count); a warning naming the kernel when a thread variable
+    decides it (the emitter cannot know that the caller made it uniform)."""
+    import logging
+
+
+    n = Var("n")
+    a = Buffer("A", (n,), "float32")
+    s = Buffer("S", (32,), "float32", scope="shared")
+    b, t = Var("b"), Var("t")
+    cond = b * 32 < n if uniform else t < 16
+    body = seq(BufferStore(s, a[b * 32 + t], (t,)), IfThenElse(cond, sync()), BufferStore(a, s[31 - t], (b * 32 + t,)))
+    func = PrimFunc((a,), bind(b, 4, "blockIdx.x", Allocate(s, bind(t, 32, "threadIdx.x", body))), name="k")
+    with caplog.at_level(logging.WARNING, logger="loopir.codegen_cuda.emitter"):
+        emit_cuda(func)
+    assert ("under the condition" in caplog.text) == (not uniform), caplog.text
