@@ -328,21 +328,24 @@ def prebuild(funcs: list[Any], fast: bool = True, **config: Any) -> None:
 
     arch = detect_arch()
 
-    keys = {k.replace("__", "."): v for k, v in config.items()}
-
     def one(f: Any) -> None:
-        with loopir.PassContext(config={"cuda.fast_math": fast, **keys}):
+        with _context(fast, config):
             build_library([prepare_function(f)], arch=arch)
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(one, funcs))
 
 
+def _context(fast: bool, config: dict[str, Any]) -> Any:
+    """A PassContext with ``cuda.fast_math`` ``fast`` and the keys of ``config`` (``.`` spelled
+    ``__``, as keyword arguments)."""
+    return loopir.PassContext(config={"cuda.fast_math": fast, **{k.replace("__", "."): v for k, v in config.items()}})
+
+
 def _fast(func: Any, on: bool = True, **config: Any) -> Any:
     """``func`` built for CUDA (default GPU schedule) with ``cuda.fast_math`` ``on`` and the
     other PassContext keys of ``config`` (``.`` spelled ``__``)."""
-    keys = {k.replace("__", "."): v for k, v in config.items()}
-    with loopir.PassContext(config={"cuda.fast_math": on, **keys}):
+    with _context(on, config):
         return loopir.build(func, target="cuda")
 
 

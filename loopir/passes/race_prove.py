@@ -661,7 +661,7 @@ def _prove_exclusive(
     same_value: bool, same_iteration: Sequence[Var] = (),
 ) -> bool:  # fmt: skip
     p = _Problem(extent, who, fixed)
-    # with equal barrier counts, the loops _same_iterations names run one iteration too: one
+    # with equal barrier counts, the loops _iteration_loops names run one iteration too: one
     # variable for both sides (so that a pipeline's versions of one iteration compare)
     p.same_iteration = frozenset(same_iteration) | (frozenset(_iteration_loops(w, x)) if counts else frozenset())
     if same_value:
@@ -695,8 +695,6 @@ def _prove_exclusive(
         exprs0 = [ana.simplify(e) for e in parts[0][0]]
         exprs1 = [ana.simplify(e) for e in parts[1][0]]
         eqs = _equations(p, ana, exprs0, exprs1, ndim)
-        if counts:
-            eqs += _same_iterations(p, w, x)
         solver = _Solver(p)
         solver.solve(eqs)
     except _Contradiction:
@@ -756,19 +754,6 @@ def _iteration_loops(w: Any, x: Any) -> list[Var]:
         if fw is not fx or not always or "?" in (pw, px) or {pw, px} == {"head", "tail"}:
             break
         out.append(fw.loop_var)
-    return out
-
-
-def _same_iterations(p: _Problem, w: Any, x: Any) -> list[Eq]:
-    """[`_iteration_loops`][loopir.passes.race_prove._iteration_loops] as equations, for the
-    loops whose two sides have a variable each (those that share one need none)."""
-    out: list[Eq] = []
-    for v in _iteration_loops(w, x):
-        a, b = p.base[0].get(v), p.base[1].get(v)
-        if a is None or b is None:
-            break
-        if a is not b:
-            out.append(({a: 1, b: -1}, 0))
     return out
 
 

@@ -121,8 +121,10 @@ class _Planner:
         """Whether two threads may touch one element, one through ``a``, one through ``b``."""
         if a.buffer is not b.buffer or not (a.is_store or b.is_store):
             return False
-        around = {f.loop_var for f in a.loops} & {f.loop_var for f in b.loops}
-        same = tuple(v for v in self.same_iteration if v in around)
+        same: tuple[Var, ...] = ()
+        if self.same_iteration:  # the marked loops around both accesses
+            around = {f.loop_var for f in a.loops} & {f.loop_var for f in b.loops}
+            same = tuple(v for v in self.same_iteration if v in around)
         key = (id(a), id(b), *map(id, same))
         hit = self._pairs.get(key)
         if hit is None:

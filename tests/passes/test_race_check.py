@@ -378,16 +378,37 @@ def test_a_rounds_tail_meets_the_next_rounds_head() -> None:
     assert find_races(_head_tail(write_first=True)).races
 
 
-_ITEM = st.one_of(
-    st.just("sync"),
-    st.tuples(st.booleans(), st.integers(-1, 1), st.integers(0, 2), st.integers(0, 3), st.sampled_from([0, 8])),
-)
+#: an access: (store, s, b, c, m) of ``S[s * t + b * k + c + m]`` (``_element``)
+_ACCESS = st.tuples(st.booleans(), st.integers(-1, 1), st.integers(0, 2), st.integers(0, 3), st.sampled_from([0, 8]))
+_ITEM = st.one_of(st.just("sync"), _ACCESS)
 
 
 def _element(t: Any, k: Any, item: tuple) -> Any:
     """``S[s * t + b * k + c + m]``, ``7 - t`` for ``s = -1`` (affine: what the proofs decide)."""
     _, s_, b_, c_, m_ = item
     return (t * s_ + 7 if s_ < 0 else t * s_) + k * b_ + c_ + m_
+
+
+def _brute_force_racy(body: list, rounds: int, across_statements: bool = False) -> bool:
+    """The definition, by brute force over every instance: two instances race when different
+    threads touch one element, one a store, after the same number of barriers.
+    ``across_statements``: only pairs of two statement instances (a statement's threads racing
+    with each other in one round are the program's own race, which no barrier orders)."""
+    seen: dict[tuple[int, int], list[tuple[int, bool, tuple[int, int]]]] = {}
+    racy = False
+    for tv in range(8):
+        count = 0
+        for kv in range(rounds):
+            for pos, item in enumerate(body):
+                if item == "sync":
+                    count += 1
+                    continue
+                elem = _element(tv, kv, item)
+                for other, other_store, where in seen.get((count, elem), []):
+                    if not (across_statements and where == (pos, kv)):
+                        racy |= other != tv and (item[0] or other_store)
+                seen.setdefault((count, elem), []).append((tv, item[0], (pos, kv)))
+    return racy
 
 
 @settings(max_examples=300, deadline=None)
@@ -418,30 +439,8 @@ def test_what_the_checker_accepts_no_interleaving_breaks(body: list, rounds: int
         assert report.races or report.unproven, (body, rounds)
 
 
-def _brute_force_racy(body: list, rounds: int, across_statements: bool = False) -> bool:
-    """The definition, by brute force over every instance: two instances race when different
-    threads touch one element, one a store, after the same number of barriers.
-    ``across_statements``: only pairs of two statement instances (a statement's threads racing
-    with each other in one round are the program's own race, which no barrier orders)."""
-    seen: dict[tuple[int, int], list[tuple[int, bool, tuple[int, int]]]] = {}
-    racy = False
-    for tv in range(8):
-        count = 0
-        for kv in range(rounds):
-            for pos, item in enumerate(body):
-                if item == "sync":
-                    count += 1
-                    continue
-                elem = _element(tv, kv, item)
-                for other, other_store, where in seen.get((count, elem), []):
-                    if not (across_statements and where == (pos, kv)):
-                        racy |= other != tv and (item[0] or other_store)
-                seen.setdefault((count, elem), []).append((tv, item[0], (pos, kv)))
-    return racy
-
-
 @settings(max_examples=300, deadline=None)
-@given(body=st.lists(_ITEM.filter(lambda i: i != "sync"), min_size=2, max_size=6), rounds=st.integers(1, 3))
+@given(body=st.lists(_ACCESS, min_size=2, max_size=6), rounds=st.integers(1, 3))
 def test_thread_sync_leaves_no_interleaving_that_races(body: list, rounds: int) -> None:
     """ThreadSync on the same rounds without barriers: the barriers it places inside the round
     (it may rely on one at the top of the round to put the round's later accesses in one
