@@ -224,6 +224,21 @@ static int sm_count_of_current_device() {
   return count;
 }
 
+// Grow the device buffer *buf of *have bytes to at least `bytes` (its contents are not kept);
+// *grown tells whether it was reallocated.
+static int grow_buffer(void** buf, size_t* have, size_t bytes, bool* grown, const char* entry) {
+  *grown = false;
+  if (bytes <= *have) return 0;
+  if (*buf) cudaFree(*buf);
+  *buf = nullptr;
+  *have = 0;
+  cudaError_t err = cudaMalloc(buf, bytes);
+  if (err != cudaSuccess) return fail(2, entry, cudaGetErrorString(err));
+  *have = bytes;
+  *grown = true;
+  return 0;
+}
+
 // Run `args` on `st`: can_implement, grow the workspace if needed, initialize when the
 // arguments changed, launch, check the launch. ResetWorkspace: the kernel's workspace holds
 // state that one launch consumes (the stream-K scheduler's barrier counters only ever grow
@@ -234,16 +249,10 @@ static int run_gemm(State<Gemm>& st, typename Gemm::Arguments const& args, CallK
                     cudaStream_t stream, const char* entry) {
   cutlass::Status status = Gemm::can_implement(args);
   if (status != cutlass::Status::kSuccess) return fail(1, entry, cutlassGetStatusString(status));
-  size_t bytes = Gemm::get_workspace_size(args);
-  if (bytes > st.workspace_bytes) {
-    if (st.workspace) cudaFree(st.workspace);
-    st.workspace = nullptr;
-    st.workspace_bytes = 0;
-    cudaError_t err = cudaMalloc(&st.workspace, bytes);
-    if (err != cudaSuccess) return fail(2, entry, cudaGetErrorString(err));
-    st.workspace_bytes = bytes;
-    st.initialized = false;
-  }
+  bool grown = false;
+  if (int rc = grow_buffer(&st.workspace, &st.workspace_bytes, Gemm::get_workspace_size(args), &grown, entry))
+    return rc;
+  if (grown) st.initialized = false;
   if (!st.initialized || !(st.last == key)) {
     status = st.op.initialize(args, st.workspace, stream);
     if (status != cutlass::Status::kSuccess) {
@@ -284,15 +293,9 @@ template <class State, class T>
 static int krsc_filter(State& st, const void* w, const void** out, int K, int R, int S, int C,
                        long long sk, long long sr, long long ss, long long sc,
                        cudaStream_t stream, const char* entry) {
+  bool grown = false;
   size_t bytes = sizeof(T) * static_cast<size_t>(K) * R * S * C;
-  if (bytes > st.filter_bytes) {
-    if (st.filter) cudaFree(st.filter);
-    st.filter = nullptr;
-    st.filter_bytes = 0;
-    cudaError_t err = cudaMalloc(&st.filter, bytes);
-    if (err != cudaSuccess) return fail(2, entry, cudaGetErrorString(err));
-    st.filter_bytes = bytes;
-  }
+  if (int rc = grow_buffer(&st.filter, &st.filter_bytes, bytes, &grown, entry)) return rc;
   long long total = static_cast<long long>(K) * R * S * C;
   int blocks = static_cast<int>((total + 255) / 256 < 4096 ? (total + 255) / 256 : 4096);
   permute_filter<T><<<blocks, 256, 0, stream>>>(static_cast<T*>(st.filter),

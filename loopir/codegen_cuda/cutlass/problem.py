@@ -99,6 +99,11 @@ class EpilogueSpec:
         return "+".join(parts) if parts else "none"
 
 
+def _signature_key(signature: dict[str, Any]) -> str:
+    """A short stable hash of a problem's signature (the tuning cache's key)."""
+    return hashlib.sha256(json.dumps(signature, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def _check_dtype(_inst: Any, attribute: attrs.Attribute[Any], value: str) -> None:
     if value not in DTYPES:
         raise CodegenError(
@@ -166,8 +171,7 @@ class GemmProblem:
     def key(self) -> str:
         """A short stable hash of
         [`signature`][loopir.codegen_cuda.cutlass.problem.GemmProblem.signature]."""
-        text = json.dumps(self.signature(), sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return _signature_key(self.signature())
 
     def flops(self) -> float:
         return 2.0 * self.batch * self.m * self.n * self.k
@@ -325,8 +329,7 @@ class ConvProblem:
     def key(self) -> str:
         """A short stable hash of
         [`signature`][loopir.codegen_cuda.cutlass.problem.ConvProblem.signature]."""
-        text = json.dumps(self.signature(), sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return _signature_key(self.signature())
 
     def flops(self) -> float:
         return 2.0 * self.m * self.n * self.k
