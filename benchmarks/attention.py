@@ -166,7 +166,7 @@ def run_case(torch: Any, args: argparse.Namespace, dtype: str, case: tuple[int, 
     q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=tdt, generator=gen) for _ in range(3))
     ref = torch.nn.functional.scaled_dot_product_attention(q[:1, :2].double(), k[:1, :2].double(),
                                                            v[:1, :2].double(), is_causal=causal)  # fmt: skip
-    mod = loopir.build(attention(b, h, s, s, d, dtype, causal).func, target="cuda")
+    mod = loopir.build(attention(b, h, s, s, d, dtype, causal, **args.params).func, target="cuda")
     impls: dict[str, Any] = {"loopir": lambda o: mod(q, k, v, o)}
     for label, backend in _sdpa_backends(torch).items():
         impls[label] = lambda o, backend=backend: _sdpa(torch, backend, q, k, v, o, causal)
@@ -238,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--tol", type=float, default=2e-2, help="max abs error against float64")
     ap.add_argument("--decode", action="store_true", help="also the decode cases")
+    ap.add_argument("--params", type=json.loads, default={},
+                    help="JSON of examples.attention keyword arguments (block_m, unroll_rows, ...)")
+    ap.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated dtypes of the prefill cases")
     ap.add_argument("--smoke", action="store_true", help="build the loopir kernels only (no GPU)")
     ap.add_argument("--arch", default="sm_90a", help="nvcc architecture of --smoke")
     args = ap.parse_args(argv)
@@ -252,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "cases": [],
     }  # fmt: skip
     triton_attn = _triton_attention()
-    for dtype in DTYPES:
+    for dtype in args.dtypes.split(","):
         for case in cases:
             out["cases"].append(run_case(torch, args, dtype, case, triton_attn))
     mods: dict[str, Any] = {}

@@ -5,8 +5,9 @@ reduces its lanes with ``__shfl_down_sync`` (lanes past the row's end, or that d
 are skipped, which is the same as contributing the identity); with more than 32 threads lane 0
 of every warp publishes its part in shared memory, warp 0 combines the parts and the total is
 read back by every thread. Rows narrower than a warp (a power of two) are shuffled within
-their own segment of ``NT`` lanes. The call ends with ``__syncthreads()`` either way: the
-passes treat it as a barrier (ThreadSync and the race checker order shared memory across it).
+their own segment of ``NT`` lanes. Across warps the call ends with ``__syncthreads()``, and
+the passes treat it as a barrier (ThreadSync and the race checker order shared memory across
+it); within a warp it is shuffles only, no barrier (``loopir.ir.op.is_block_barrier``).
 """
 
 from __future__ import annotations
@@ -41,9 +42,7 @@ __device__ __forceinline__ T loopir_allreduce(T v, T id, T* smem, Op op) {
     if (lane + off < nl) v = op(v, o);
   }
   if (NT <= 32) {
-    v = __shfl_sync(mask, v, 0, W);
-    __syncthreads();
-    return v;
+    return __shfl_sync(mask, v, 0, W);
   }
   constexpr int NW = (NT + 31) / 32;
   T* s = smem + (threadIdx.y + blockDim.y * threadIdx.z) * (NW + 1);

@@ -251,7 +251,8 @@ _VEC = 8
 
 def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_dim: int,
               dtype: str = "float16", causal: bool = False, kv_heads: int | None = None, *,
-              lse: bool = False, block_m: int | None = None, block_n: int = 64) -> Schedule:  # fmt: skip
+              lse: bool = False, block_m: int | None = None, block_n: int = 64,
+              unroll_rows: bool = True) -> Schedule:  # fmt: skip
     """[`attention_func`][loopir.examples.attention.attention_func] scheduled for the GPU.
 
     The ``(batch, heads, query tile)`` loops on ``blockIdx``; ``block_m / 16`` warps of 32
@@ -269,6 +270,9 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
       ``V_s``);
     * fast math (``__expf``, ``__logf``, ``__fdividef``) for the softmax's exponentials, the
       logsumexp and the final division.
+
+    ``unroll_rows``: unroll each warp's loop over its rows in the per-row passes, so that the
+    rows' loads and shuffle reductions overlap instead of running one latency chain per row.
 
     ``block_m``: 128 for ``head_dim`` up to 64 (about 177 KiB of shared memory, 8 warps), else
     64 (about 179 KiB, 4 warps): one block per SM. fp16/bf16 only (the tensor cores' inputs).
@@ -303,6 +307,8 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
             y, rows = sch.split(loops[at], [warps, None])
             cols, x = sch.split(loops[at + 1], [None, 32])
             sch.reorder(y, rows, cols, x)
+            if unroll_rows:  # a warp's rows are independent: their shuffle chains overlap
+                sch.unroll(rows)
         sch.bind(y, "threadIdx.y")
         sch.bind(x, "threadIdx.x")
     for name, at in _LOADS.items():

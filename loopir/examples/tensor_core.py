@@ -20,7 +20,6 @@ from loopir.errors import ScheduleError
 from loopir.ir.expr import convert
 from loopir.ir.op import STORE_CASTS
 from loopir.ir.stmt import PrimFunc
-from loopir.passes.software_pipeline import WAIT_FIRST_KEY
 from loopir.schedule import Schedule
 from loopir.schedule import tensor_core_gemm as tcg
 from loopir.schedule.tensor_core_gemm import ldmatrix_swizzle
@@ -196,18 +195,16 @@ def tc_gemm(M: int, K: int, N: int, dtype: str = "float16", *, acc: str = "float
     sch = Schedule(tc_gemm_func(M, K, N, dtype, acc, b_trans, batch, out_dtype, a_prologue))
     m = tcg.match(sch, "C")
     assert m is not None
-    done = tcg.schedule_with_pad(sch, m, block, warp, stages, swizzle=swizzle, vec=vec, pad=pad,
-                                 fragment_stages=fragment_stages, raster=raster)  # fmt: skip
-    _wait_first(sch, done.k0, stages, wait_first)
+    tcg.schedule_with_pad(sch, m, block, warp, stages, swizzle=swizzle, vec=vec, pad=pad,
+                          fragment_stages=fragment_stages, raster=raster,
+                          wait_first=_bool("wait_first", wait_first))  # fmt: skip
     return sch
 
 
-def _wait_first(sch: Schedule, k0: Any, stages: int, on: bool) -> None:
-    """``wait_first`` of ``tc_gemm`` / ``hopper_gemm`` on the pipelined K loop ``k0``."""
-    if not isinstance(on, bool):
-        raise _fail(f"wait_first must be a bool, got {on!r}")
-    if on and stages > 1:
-        sch.annotate(k0, WAIT_FIRST_KEY, True)
+def _bool(name: str, value: Any, prim: str = _PRIM) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(f"{name} must be a bool, got {value!r}", prim)
+    return value
 
 
 def tc_gemm_space(sch: Schedule, b_trans: bool = False) -> None:
@@ -240,7 +237,7 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
                 block: tuple[int, int, int] = (128, 256, 64), wn: int = 256, stages: int | None = None,
                 vec: int = 8, pad: bool | None = None, batch: int | None = None,
                 out_dtype: str | None = None,
-                a_prologue: Callable[[Any], Any] | None = None, wait_first: bool = False) -> Schedule:  # fmt: skip
+                a_prologue: Callable[[Any], Any] | None = None, wait_first: bool = True) -> Schedule:  # fmt: skip
     """``C = A @ B.T`` (A ``[M, K]``, B ``[N, K]``, the ``nn.Linear`` layout) on Hopper's
     warpgroup tensor cores (``wgmma``, sm_90a), scheduled with loopir's primitives: the
     [`tc_gemm`][loopir.examples.tc_gemm] schedule with ``wgmma=True``
@@ -270,8 +267,11 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
     stages
         Software pipeline depth (1-4); default: the deepest, up to 4, whose shared tiles (and
         the padded C tile, when sizes are off the block tile) fit in 227 KB.
-    vec, pad, batch, out_dtype, a_prologue, wait_first
+    vec, pad, batch, out_dtype, a_prologue
         As for [`tc_gemm`][loopir.examples.tc_gemm].
+    wait_first
+        As for ``tc_gemm``, but on by default: 1.09-1.13x the two-barrier order at 4096 x 4096
+        x {4096, 11008} on the H200 (docs/benchmarks.md, session 13).
     """
     if pad is None:
         pad = bool(M % block[0] or N % block[1] or K % block[2]) if _ints(M, K, N) else False
@@ -287,8 +287,8 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
     sch = Schedule(tc_gemm_func(M, K, N, dtype, "float32", True, batch, out_dtype, a_prologue))
     m = tcg.match(sch, "C")
     assert m is not None
-    done = tcg.schedule_with_pad(sch, m, block, (16, wn), stages, vec=vec, pad=pad, wgmma=True)
-    _wait_first(sch, done.k0, stages, wait_first)
+    tcg.schedule_with_pad(sch, m, block, (16, wn), stages, vec=vec, pad=pad, wgmma=True,
+                          wait_first=_bool("wait_first", wait_first, _HOPPER))  # fmt: skip
     return sch
 
 

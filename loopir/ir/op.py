@@ -240,10 +240,12 @@ def thread_allreduce(reducer: str, acc: PrimExpr, extent: int) -> PrimExpr:
     row's total back into that element in every thread of the row.
 
     Lowered IR only (``LowerCrossThreadReduction`` makes it, for reductions over threadIdx.x
-    alone; other thread axes combine through shared memory in IR). It synchronizes the thread
-    block like a barrier, so every thread of the block must reach it; the CUDA backend emits
-    warp shuffles and a shared-memory combine across warps, the CPU executor runs it among
-    the fibers of a thread region.
+    alone; other thread axes combine through shared memory in IR). Every thread of the block
+    must reach it. Over more than 32 threads it synchronizes the block like a barrier (the
+    CUDA backend emits warp shuffles and a shared-memory combine across warps between
+    barriers); over at most 32 it is warp shuffles alone and orders no memory
+    ([`is_block_barrier`][loopir.ir.op.is_block_barrier]). The CPU executor runs it among the
+    fibers of a thread region.
     """
     from loopir.ir.expr import BufferLoad, IntImm, StringImm
 
@@ -253,9 +255,30 @@ def thread_allreduce(reducer: str, acc: PrimExpr, extent: int) -> PrimExpr:
 
 
 def is_barrier(expr: object) -> bool:
-    """Whether ``expr`` is a call that synchronizes threads: ``storage_sync`` or a
-    ``thread_allreduce`` (which contains barriers)."""
+    """Whether ``expr`` is a call that threads execute together: ``storage_sync`` or a
+    ``thread_allreduce`` (every thread of its row must reach it; see
+    [`is_block_barrier`][loopir.ir.op.is_block_barrier] for which of them order memory)."""
     return isinstance(expr, Call) and expr.op in ("tvm_storage_sync", "loopir.thread_allreduce")
+
+
+#: The widest ``thread_allreduce`` that is warp shuffles alone (no shared memory, no barrier).
+WARP_ALLREDUCE_MAX = 32
+
+
+def is_block_barrier(expr: object) -> bool:
+    """Whether ``expr`` orders shared memory across the thread block (``__syncthreads()``):
+    ``storage_sync``, or a ``thread_allreduce`` over more than a warp (its warps' parts meet in
+    shared memory between barriers). A reduction over at most 32 threads is warp shuffles
+    only: it exchanges registers, orders no memory access, and emits no barrier, so ThreadSync
+    plans the barriers around it that the shared accesses need (one inside a per-row loop of
+    warp reductions would stall every warp of the block once per row)."""
+    if not is_barrier(expr):
+        return False
+    assert isinstance(expr, Call)
+    if expr.op != "loopir.thread_allreduce":
+        return True
+    extent = expr.args[2]
+    return not (isinstance(extent, IntImm) and extent.value <= WARP_ALLREDUCE_MAX)
 
 
 def bitwise_and(a: ExprLike, b: ExprLike) -> PrimExpr:
@@ -563,7 +586,7 @@ __all__ = [
     "const", "true", "false", "min_", "max_", "floordiv", "floormod", "ceildiv", "cast",
     "if_then_else", "all_", "any_", "not_", "call", "exp", "exp2", "log", "log2", "log1p",
     "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos", "floor", "ceil", "round", "fabs",
-    "abs", "pow", "fma", "storage_sync", "make_const", "thread_allreduce", "is_barrier",
+    "abs", "pow", "fma", "storage_sync", "make_const", "thread_allreduce", "is_barrier", "is_block_barrier",
     "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left", "shift_right",
     "WARP_COLLECTIVES", "WARPGROUP_COLLECTIVES", "TENSOR_CORE_OPS", "MMA_SHAPES", "WGMMA_SHAPES",
     "is_warp_collective", "is_tensor_core_call", "ptx_ldmatrix", "ptx_mma", "ptx_wgmma", "wgmma_shape", "wgmma_nk", "mma_fill", "mma_store", "tensor_core_problem", "STORE_CASTS",

@@ -34,9 +34,10 @@ becomes::
             vi = T.axis.spatial(R, i); T.where(tx == 0)
             S[vi] = S_acc[0]
 
-``thread_allreduce`` synchronizes the thread block like a barrier (the CUDA backend emits warp
-shuffles and, above 32 threads, a shared-memory combine across warps; the CPU executor runs
-it among a thread region's fibers). A reduction over ``threadIdx.y``/``z``, over several
+``thread_allreduce`` over more than 32 threads synchronizes the thread block like a barrier
+(the CUDA backend emits warp shuffles and a shared-memory combine across warps); over at most
+32 it is warp shuffles alone, no barrier, and ThreadSync orders the shared accesses around it
+(the CPU executor runs it among a thread region's fibers either way). A reduction over ``threadIdx.y``/``z``, over several
 thread axes, or over ``threadIdx.x`` rows that would share warps combines through shared
 memory instead (``loopir.passes.cross_thread_tree``), and the write-back reads the total
 from there. A non-identity ``init`` is combined into the written value. A block whose init

@@ -97,7 +97,7 @@ class RaceCheckWarning(LoopIRWarning):
 
 
 def _is_sync(s: Stmt) -> bool:
-    return isinstance(s, Evaluate) and op.is_barrier(s.value)
+    return isinstance(s, Evaluate) and op.is_block_barrier(s.value)
 
 
 def _is_hw_loop(s: For) -> bool:

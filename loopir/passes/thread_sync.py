@@ -59,8 +59,9 @@ __all__ = ["ThreadSync", "is_sync"]
 
 
 def is_sync(s: Stmt) -> bool:
-    """Whether ``s`` is a shared-memory barrier statement (a cross-thread reduction is one)."""
-    return isinstance(s, Evaluate) and op.is_barrier(s.value)
+    """Whether ``s`` is a shared-memory barrier statement (a cross-thread reduction over more
+    than a warp is one; a warp's shuffles are not)."""
+    return isinstance(s, Evaluate) and op.is_block_barrier(s.value)
 
 
 def _sync() -> Stmt:

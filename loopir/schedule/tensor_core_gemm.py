@@ -39,7 +39,7 @@ from loopir.ir.expr import Add, BufferLoad, Cast, IntImm, Mul, PrimExpr, Var
 from loopir.ir.functor import post_order_visit
 from loopir.ir.op import STORE_CASTS
 from loopir.ir.stmt import Block, BufferStore, IterKind
-from loopir.passes.software_pipeline import DEPTH_KEY
+from loopir.passes.software_pipeline import DEPTH_KEY, WAIT_FIRST_KEY
 from loopir.schedule import gpu_patterns as pat
 from loopir.schedule import tree
 from loopir.schedule.schedule import Schedule
@@ -410,14 +410,17 @@ def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, 
 
 def schedule_with_pad(sch: Schedule, m: TensorCoreGemm, block: tuple[int, int, int], warp: tuple[int, int],
                       stages: int, *, swizzle: bool = True, vec: int = 8, pad: bool = True,
-                      fragment_stages: int = 1, raster: int = 1, wgmma: bool = False) -> Scheduled:  # fmt: skip
+                      fragment_stages: int = 1, raster: int = 1, wgmma: bool = False,
+                      wait_first: bool = False) -> Scheduled:  # fmt: skip
     """[`schedule`][loopir.schedule.tensor_core_gemm.schedule] with a block tile ``(bm, bn,
     bk)`` and a warp tile ``(wm, wn)`` (multiples of 16): first ``pad`` (``pad_einsum``) of the
     sizes off the block tile when ``pad``; the shared tiles XOR-swizzled when ``swizzle`` (else
     their rows padded); ``fragment_stages=2`` pipelines the K steps of one shared tile, the
     fragments double-buffered in registers; ``raster``: the largest power of two at most it
     that divides the number of block rows groups them (``schedule``); ``wgmma``: the warp tile is
-    ``(16, wn)`` and each warp's K step one ``wgmma`` (``schedule``)."""
+    ``(16, wn)`` and each warp's K step one ``wgmma`` (``schedule``); ``wait_first``: each step
+    of the pipelined K loop waits and synchronizes before it issues the next copies
+    ([`WAIT_FIRST_KEY`][loopir.passes.software_pipeline.WAIT_FIRST_KEY]: one barrier a step)."""
     (bm, bn, bk), (wm, wn) = block, warp
     M, K, N = m.sizes
     rows = -(-M // bm)
@@ -434,6 +437,8 @@ def schedule_with_pad(sch: Schedule, m: TensorCoreGemm, block: tuple[int, int, i
     if fragment_stages == 2:
         # k1: the fragment loads of A and B, then the mma
         sch.annotate(done.k1, "software_pipeline_stage", [0, 0, 1])
+    if wait_first and stages > 1:
+        sch.annotate(done.k0, WAIT_FIRST_KEY, True)
     return done
 
 

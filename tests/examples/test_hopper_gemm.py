@@ -159,17 +159,18 @@ NVCC_CASES = {
     "defaults_512": ((512, 256, 512), {}),
     "bf16_out_pad": ((300, 200, 260), dict(dtype="bfloat16", out_dtype="bfloat16")),
     "wn256_batch": ((256, 128, 256), dict(block=(128, 256, 64), wn=256, batch=2, stages=3)),
-    "defaults_wait_first": ((512, 512, 512), dict(wait_first=True)),
+    "two_barriers": ((512, 512, 512), dict(wait_first=False)),
 }
 
 
-@pytest.mark.parametrize("wait_first, barriers", [(False, 2), (True, 1)])
-def test_wait_first_steps_have_one_barrier(wait_first: bool, barriers: int) -> None:
+@pytest.mark.parametrize("wait_first, barriers", [(False, 2), (True, 1), (None, 1)])
+def test_wait_first_steps_have_one_barrier(wait_first: bool | None, barriers: int) -> None:
     """``wait_first``: a K step waits for its tiles (one group fewer pending: its own is not
     committed yet) and synchronizes, then copies and multiplies; ThreadSync and the race
     checker prove that the step's copies (version ``(k + 3) % 4``) and reads (``k % 4``) need
-    no barrier between them."""
-    src = _source(hopper_gemm(512, 512, 512, wait_first=wait_first))
+    no barrier between them. It is the default (None: not given)."""
+    params = {} if wait_first is None else {"wait_first": wait_first}
+    src = _source(hopper_gemm(512, 512, 512, **params))
     steady = src[src.index("_steady"):]
     steady = steady[:steady.index("\n  }\n")]
     assert steady.count("__syncthreads()") == barriers
@@ -282,7 +283,7 @@ def test_a_bias_and_cast_epilogue_is_fused() -> None:
                    name="D")  # fmt: skip
     func = te.create_prim_func([A, B, bias, D])
     sch = loopir.Schedule(func)
-    assert default_gpu_schedule(sch, wgmma=True) == ["tensor_core C (64 x 64 x 64 tiles on wgmma, 4-stage cp.async pipeline)"]
+    assert default_gpu_schedule(sch, wgmma=True) == ["tensor_core C (64 x 64 x 64 tiles on wgmma, 4-stage cp.async pipeline, waits first)"]
     check_equivalent(func, sch.func, norm=True)
     assert "loopir_wgmma_m64n64k64_f16(" in _source(sch)
 

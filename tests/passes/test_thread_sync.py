@@ -288,3 +288,45 @@ def test_the_race_checker_tells_two_versions_from_one(shift: int, racy: bool) ->
     report = find_races(g)
     assert bool(report.races) == racy, report
     assert not report.unproven
+
+
+def _warp_rounds(width: int) -> PrimFunc:
+    """Rounds of: fill S[t], a ``width``-thread allreduce (in a local accumulator), read
+    S[31 - t]. Only a reduction over more than a warp is a barrier between the fill and the
+    read (a warp's is shuffles)."""
+    A = Buffer("A", (4, 64), "float32")
+    B = Buffer("B", (4, 64), "float32")
+    S = Buffer("S", (64,), "float32", scope="shared")
+    acc = Buffer("acc", (1,), "float32", scope="local")
+    t, r = Var("t"), Var("r")
+    round_ = seq(BufferStore(S, A[r, t], (t,)), BufferStore(acc, A[r, t], (0,)),
+                 Evaluate(op.thread_allreduce("sum", acc[0], width)),
+                 BufferStore(B, S[width - 1 - t] + acc[0], (r, t)))  # fmt: skip
+    body = Allocate(S, Allocate(acc, _bind(t, width, "threadIdx.x", _loop(r, 4, round_))))
+    return PrimFunc((A, B), _bind(Var("b"), 1, "blockIdx.x", body), name=f"warp_rounds_{width}")
+
+
+@pytest.mark.parametrize("width", [32, 64])
+def test_a_warp_reduction_is_no_barrier_but_a_wider_one_is(width: int) -> None:
+    """A reduction over one warp emits no __syncthreads (it is shuffles): ThreadSync plans the
+    barriers the shared fill and read need around it (a RAW after the fill, a WAR before the
+    next round's); over two warps the reduction is the RAW's barrier itself."""
+    f = _warp_rounds(width)
+    assert find_races(f).races  # the next round's fill against this round's read, at least
+    g = Sequential([ThreadSync()])(f)
+    assert _syncs(g) == (2 if width == 32 else 1)
+    assert not find_races(g).races and not find_races(g).unproven
+    a = np.random.default_rng(4).random((4, 64), dtype=np.float32)
+    want = a[:, :width][:, ::-1] + a[:, :width].sum(axis=1, keepdims=True)
+    for seed in range(5):
+        out = run_cpu(g, [a, np.zeros((4, 64), np.float32)], {"thread_order": "random", "seed": seed})
+        np.testing.assert_allclose(out[1][:, :width], want, rtol=1e-5)
+
+
+def test_a_warp_allreduce_emits_shuffles_without_a_barrier() -> None:
+    from loopir.codegen_cuda.allreduce import ALLREDUCE_HELPERS
+
+    warp_path = ALLREDUCE_HELPERS.split("if (NT <= 32) {")[1].split("}")[0]
+    assert "__shfl_sync" in warp_path and "__syncthreads" not in warp_path
+    assert op.is_block_barrier(op.storage_sync("shared"))
+    assert not op.is_block_barrier(Evaluate(op.storage_sync("shared")))  # the call, not the statement
