@@ -37,7 +37,7 @@ from typing import Any
 
 import loopir
 from loopir import te
-from loopir.examples import layernorm, softmax, transpose
+from loopir.examples import layernorm, softmax, tc_gemm, transpose
 from loopir.examples.reductions import cross_entropy_func as chunked_cross_entropy_func
 from loopir.examples.reductions import layernorm_func, rmsnorm_func, softmax_func
 from loopir.examples.transpose import transpose_func
@@ -288,6 +288,10 @@ def main() -> int:
     ap.add_argument("--no-accurate", action="store_true", help="rows: skip the fast-math-off builds")
     ap.add_argument("--no-triton", action="store_true", help="rows: skip the Triton kernels")
     ap.add_argument("--prebuild", action="store_true", help="rows: compile the loopir kernels in parallel first")
+    ap.add_argument("--gemv-tc", type=json.loads, default=[],
+                    help="gemv: also examples.tc_gemm on tensor cores (M padded to 16), a JSON list of "
+                         "[block, warp, stages], e.g. '[[[16, 64, 128], [16, 16], 4]]'")
+    ap.add_argument("--gemv-m", default="1,8,16", help="gemv: which M")
     args = ap.parse_args()
     groups = set(args.only.split(","))
     import torch
@@ -467,7 +471,7 @@ def gemv_cases(torch: Any, args: argparse.Namespace, tri: dict[str, Any], copy_b
         for n in (4096, 11008):
             k = 4096
             w = (torch.rand(n, k, device="cuda") - 0.5).to(tdt)
-            for m in (1, 8, 16):
+            for m in (int(v) for v in args.gemv_m.split(",")):
                 x = (torch.rand(m, k, device="cuda") - 0.5).to(tdt)
                 y = torch.empty(m, n, device="cuda")
                 mod = loopir.build(gemv_func(m, n, k, dtype), target="cuda")
@@ -475,6 +479,11 @@ def gemv_cases(torch: Any, args: argparse.Namespace, tri: dict[str, Any], copy_b
                 impls = {"loopir": lambda mod=mod, x=x, w=w, y=y: mod(x, w, y),
                          "gemv-rule": lambda mod=rule, x=x, w=w, y=y: mod(x, w, y),
                          "torch": lambda x=x, w=w: torch.nn.functional.linear(x, w)}  # fmt: skip
+                for block, warp, stages in args.gemv_tc:
+                    tc = loopir.build(tc_gemm(m, k, n, dtype, block=tuple(block), warp=tuple(warp), stages=stages,
+                                              b_trans=True).func, target="cuda")  # fmt: skip
+                    label = "tc{}x{}x{}w{}x{}s{}".format(*block, *warp, stages)
+                    impls[label] = lambda mod=tc, x=x, w=w, y=y: mod(x, w, y)
                 if tri and not args.no_triton:
                     impls["triton"] = lambda x=x, w=w, y=y: tri["more"]["gemv"](x, w, y)
                 ref = x.double() @ w.double().t()

@@ -3,7 +3,11 @@
     ncu --section SpeedOfLight -k regex:main_kernel python benchmarks/profile_row.py softmax float16 32768 1024
 
 Ops: softmax, layernorm, rmsnorm (default GPU schedule, ``cuda.fast_math`` on unless
-``--accurate``), gemv (``M K N``: rows, columns read, outputs).
+``--accurate``), gemv (``M K N``: rows, columns read, outputs); and the tensor-core examples,
+``attention B H S D [1 (causal)]`` (``examples.attention``, fp16 or bf16; kernel
+``attention_kernel0``) and ``hopper M K N`` (``examples.hopper_gemm``; kernel ``main_kernel0``)::
+
+    ncu --section WarpStateStats -k regex:attention python benchmarks/profile_row.py attention float16 4 32 1024 64
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("op", choices=["softmax", "layernorm", "rmsnorm", "gemv"])
+    ap.add_argument("op", choices=["softmax", "layernorm", "rmsnorm", "gemv", "attention", "hopper"])
     ap.add_argument("dtype")
     ap.add_argument("sizes", type=int, nargs="+")
     ap.add_argument("--accurate", action="store_true")
@@ -28,6 +32,8 @@ def main() -> int:
     import torch
 
     tdt = getattr(torch, args.dtype)
+    if args.op in ("attention", "hopper"):
+        return _tensor_core(torch, args.op, args.dtype, args.sizes)
     if args.op == "gemv":
         from memory_bound import gemv_func
 
@@ -47,6 +53,24 @@ def main() -> int:
     mod(*tensors)
     torch.cuda.synchronize()
     print(getattr(mod, "library_calls", None))
+    return 0
+
+
+def _tensor_core(torch: object, op: str, dtype: str, sizes: list[int]) -> int:
+    from loopir.examples import attention, hopper_gemm
+
+    tdt = getattr(torch, dtype)
+    rand = lambda *shape: torch.randn(*shape, device="cuda").to(tdt)  # type: ignore[attr-defined]  # noqa: E731
+    if op == "attention":
+        b, h, s, d, *causal = sizes
+        mod = loopir.build(attention(b, h, s, s, d, dtype, bool(causal and causal[0])).func, target="cuda")
+        q, k, v = rand(b, h, s, d), rand(b, h, s, d), rand(b, h, s, d)
+        mod(q, k, v, torch.empty_like(q))  # type: ignore[attr-defined]
+    else:
+        m, k, n = sizes
+        mod = loopir.build(hopper_gemm(m, k, n, dtype).func, target="cuda")
+        mod(rand(m, k), rand(n, k), torch.empty(m, n, device="cuda"))  # type: ignore[attr-defined]
+    torch.cuda.synchronize()  # type: ignore[attr-defined]
     return 0
 
 
