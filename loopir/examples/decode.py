@@ -19,83 +19,83 @@ from loopir.schedule import Schedule
 __all__ = ["MAX_SPLITS", "decode_attention", "decode_attention_func", "default_splits"]
 
 _DECODE = '''
-def decode_attention(Q: T.Buffer(({B}, {H}, 1, {D}), "{dt}"), K: T.Buffer(({B}, {KH}, {SKV}, {D}), "{dt}"),
-                     V: T.Buffer(({B}, {KH}, {SKV}, {D}), "{dt}"), O: T.Buffer(({B}, {H}, 1, {D}), "{dt}")):
-    O_part = T.alloc_buffer(({B}, {H}, {SPLITS}, {D}), "float32")
-    M_part = T.alloc_buffer(({B}, {H}, {SPLITS}), "float32")
-    L_part = T.alloc_buffer(({B}, {H}, {SPLITS}), "float32")
+def decode_attention(Q: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}"), K: T.Buffer(({B}, {KH}, {SKV}, {D}), "{dt}"),
+                     V: T.Buffer(({B}, {KH}, {SKV}, {D}), "{dt}"), O: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}")):
+    O_part = T.alloc_buffer(({B}, {H}, {SQ}, {SPLITS}, {D}), "float32")
+    M_part = T.alloc_buffer(({B}, {H}, {SQ}, {SPLITS}), "float32")
+    L_part = T.alloc_buffer(({B}, {H}, {SQ}, {SPLITS}), "float32")
     for b, kh, sp in T.grid({B}, {KH}, {SPLITS}):
         with T.block("split"):
             vb, vkh, vsp = T.axis.remap("SSS", [b, kh, sp])
-            S = T.alloc_buffer(({G}, {BN}), "float32")
-            m = T.alloc_buffer(({G},), "float32")
-            m_prev = T.alloc_buffer(({G},), "float32")
-            l = T.alloc_buffer(({G},), "float32")
-            tmax = T.alloc_buffer(({G},), "float32")
-            tsum = T.alloc_buffer(({G},), "float32")
-            acc = T.alloc_buffer(({G}, {D}), "float32")
-            for r in range({G}):
+            S = T.alloc_buffer(({R}, {BN}), "float32")
+            m = T.alloc_buffer(({R},), "float32")
+            m_prev = T.alloc_buffer(({R},), "float32")
+            l = T.alloc_buffer(({R},), "float32")
+            tmax = T.alloc_buffer(({R},), "float32")
+            tsum = T.alloc_buffer(({R},), "float32")
+            acc = T.alloc_buffer(({R}, {D}), "float32")
+            for r in range({R}):
                 with T.block("init_stats"):
-                    vr = T.axis.spatial({G}, r)
+                    vr = T.axis.spatial({R}, r)
                     m[vr] = T.min_value("float32")
                     l[vr] = T.float32(0)
-            for r, d in T.grid({G}, {D}):
+            for r, d in T.grid({R}, {D}):
                 with T.block("init_acc"):
                     vr, vd = T.axis.remap("SS", [r, d])
                     acc[vr, vd] = T.float32(0)
             for j0 in range({TILES}):
-                for r, jj, d in T.grid({G}, {BN}, {D}):
+                for r, jj, d in T.grid({R}, {BN}, {D}):
                     with T.block("S"):
                         vj0, vr, vjj, vd = T.axis.remap("SSSR", [j0, r, jj, d])
                         with T.init():
                             S[vr, vjj] = T.float32(0)
-                        S[vr, vjj] = S[vr, vjj] + T.Cast("float32", Q[vb, vkh * {G} + vr, 0, vd]) * T.Cast("float32", K[vb, vkh, {ROW}, vd])
-                for r in range({G}):
+                        S[vr, vjj] = S[vr, vjj] + T.Cast("float32", Q[vb, {HEAD}, {QPOS}, vd]) * T.Cast("float32", K[vb, vkh, {ROW}, vd])
+                for r in range({R}):
                     with T.block("save_max"):
-                        vr = T.axis.spatial({G}, r)
+                        vr = T.axis.spatial({R}, r)
                         m_prev[vr] = m[vr]
-                for r, jj in T.grid({G}, {BN}):
+                for r, jj in T.grid({R}, {BN}):
                     with T.block("row_max"):
                         vj0, vr, vjj = T.axis.remap("SSR", [j0, r, jj])
                         with T.init():
                             tmax[vr] = T.min_value("float32")
                         tmax[vr] = T.max(tmax[vr], T.if_then_else({VALID}, S[vr, vjj] * T.float32({SCALE}), T.min_value("float32")))
-                for r in range({G}):
+                for r in range({R}):
                     with T.block("new_max"):
-                        vr = T.axis.spatial({G}, r)
+                        vr = T.axis.spatial({R}, r)
                         m[vr] = T.max(m_prev[vr], tmax[vr])
-                for r, jj in T.grid({G}, {BN}):
+                for r, jj in T.grid({R}, {BN}):
                     with T.block("P"):
                         vj0, vr, vjj = T.axis.remap("SSS", [j0, r, jj])
                         S[vr, vjj] = T.if_then_else({VALID}, T.exp(S[vr, vjj] * T.float32({SCALE}) - m[vr]), T.float32(0))
-                for r, jj in T.grid({G}, {BN}):
+                for r, jj in T.grid({R}, {BN}):
                     with T.block("row_sum"):
                         vr, vjj = T.axis.remap("SR", [r, jj])
                         with T.init():
                             tsum[vr] = T.float32(0)
                         tsum[vr] = tsum[vr] + S[vr, vjj]
-                for r in range({G}):
+                for r in range({R}):
                     with T.block("new_sum"):
-                        vr = T.axis.spatial({G}, r)
+                        vr = T.axis.spatial({R}, r)
                         l[vr] = l[vr] * {RESCALE} + tsum[vr]
-                for r, d in T.grid({G}, {D}):
+                for r, d in T.grid({R}, {D}):
                     with T.block("rescale"):
                         vr, vd = T.axis.remap("SS", [r, d])
                         acc[vr, vd] = acc[vr, vd] * {RESCALE}
-                for r, d, jj in T.grid({G}, {D}, {BN}):
+                for r, d, jj in T.grid({R}, {D}, {BN}):
                     with T.block("PV"):
                         vj0, vr, vd, vjj = T.axis.remap("SSSR", [j0, r, d, jj])
                         acc[vr, vd] = acc[vr, vd] + S[vr, vjj] * T.Cast("float32", V[vb, vkh, {ROW}, vd])
-            for r, d in T.grid({G}, {D}):
+            for r, d in T.grid({R}, {D}):
                 with T.block("write_part"):
                     vr, vd = T.axis.remap("SS", [r, d])
-                    O_part[vb, vkh * {G} + vr, vsp, vd] = acc[vr, vd]
+                    O_part[vb, {HEAD}, {QPOS}, vsp, vd] = acc[vr, vd]
                     if vd == 0:
-                        M_part[vb, vkh * {G} + vr, vsp] = m[vr]
-                        L_part[vb, vkh * {G} + vr, vsp] = l[vr]
-    for b, h in T.grid({B}, {H}):
+                        M_part[vb, {HEAD}, {QPOS}, vsp] = m[vr]
+                        L_part[vb, {HEAD}, {QPOS}, vsp] = l[vr]
+    for b, h, i in T.grid({B}, {H}, {SQ}):
         with T.block("combine"):
-            vb, vh = T.axis.remap("SS", [b, h])
+            vb, vh, vi = T.axis.remap("SSS", [b, h, i])
             top = T.alloc_buffer(({D},), "float32")
             total = T.alloc_buffer(({D},), "float32")
             out = T.alloc_buffer(({D},), "float32")
@@ -104,32 +104,33 @@ def decode_attention(Q: T.Buffer(({B}, {H}, 1, {D}), "{dt}"), K: T.Buffer(({B}, 
                     vd, vsp = T.axis.remap("SR", [d, sp])
                     with T.init():
                         top[vd] = T.min_value("float32")
-                    top[vd] = T.max(top[vd], M_part[vb, vh, vsp])
+                    top[vd] = T.max(top[vd], M_part[vb, vh, vi, vsp])
             for d, sp in T.grid({D}, {SPLITS}):
                 with T.block("total"):
                     vd, vsp = T.axis.remap("SR", [d, sp])
                     with T.init():
                         total[vd] = T.float32(0)
-                    total[vd] = total[vd] + {WEIGHT} * L_part[vb, vh, vsp]
+                    total[vd] = total[vd] + {WEIGHT} * L_part[vb, vh, vi, vsp]
             for d, sp in T.grid({D}, {SPLITS}):
                 with T.block("merge"):
                     vd, vsp = T.axis.remap("SR", [d, sp])
                     with T.init():
                         out[vd] = T.float32(0)
-                    out[vd] = out[vd] + {WEIGHT} * O_part[vb, vh, vsp, vd]
+                    out[vd] = out[vd] + {WEIGHT} * O_part[vb, vh, vi, vsp, vd]
             for d in range({D}):
                 with T.block("O"):
                     vd = T.axis.spatial({D}, d)
-                    O[vb, vh, 0, vd] = T.Cast("{dt}", T.if_then_else(total[vd] > T.float32(0), out[vd] / total[vd], T.float32(0)))
+                    O[vb, vh, vi, vd] = T.Cast("{dt}", T.if_then_else(total[vd] > T.float32(0), out[vd] / total[vd], T.float32(0)))
 '''
 
 # exp(M_s - top), 0 for a split that saw no key (M_s = -inf; also when every split is empty)
-_WEIGHT = ("T.if_then_else(M_part[vb, vh, vsp] == T.min_value(\"float32\"), T.float32(0), "
-           "T.exp(M_part[vb, vh, vsp] - top[vd]))")
+_WEIGHT = ("T.if_then_else(M_part[vb, vh, vi, vsp] == T.min_value(\"float32\"), T.float32(0), "
+           "T.exp(M_part[vb, vh, vi, vsp] - top[vd]))")
 
 
 def decode_attention_func(batch: int, heads: int, seq_kv: int | Var, head_dim: int, dtype: str = "float16",
-                          kv_heads: int | None = None, *, splits: int = 8, block_n: int = 64) -> PrimFunc:  # fmt: skip
+                          kv_heads: int | None = None, *, splits: int = 8, block_n: int = 64, seq_q: int = 1,
+                          causal: bool = False) -> PrimFunc:  # fmt: skip
     """Decode attention (one query per sequence) as flash-decoding: the keys split into
     ``splits`` chunks, each chunk's partial softmax (running maximum, sum and output, blocks
     under ``split``, one per batch, KV head and chunk: the query heads of a KV head's group
@@ -141,6 +142,13 @@ def decode_attention_func(batch: int, heads: int, seq_kv: int | Var, head_dim: i
     seq_kv, head_dim)``; ``seq_kv`` may be a ``loopir.Var``. Chunks are ``ceil(seq_kv / splits)``
     keys rounded up to ``block_n``; a chunk past the keys contributes nothing (columns past the
     keys read the last key's rows, so that the loads need no select, and weigh 0).
+
+    ``seq_q`` (an int, a few: speculative decoding's draft tokens) queries per sequence, ``Q`` and
+    ``O`` then ``(batch, heads, seq_q, head_dim)``: each chunk's rows are the ``heads / kv_heads``
+    query heads of the KV head times the ``seq_q`` positions (row ``r``: head ``r // seq_q``,
+    position ``r % seq_q``), all reading the chunk's keys once. With ``causal`` the mask is
+    aligned to the bottom right, as ``attention``'s: position ``i`` sees the keys ``j <= i +
+    seq_kv - seq_q`` (a position that sees none is 0).
     """
     from loopir.script import from_source
 
@@ -148,6 +156,10 @@ def decode_attention_func(batch: int, heads: int, seq_kv: int | Var, head_dim: i
     _check(batch, heads, head_dim, dtype, kv_heads, 1, block_n)
     if isinstance(splits, bool) or not isinstance(splits, int) or splits <= 0:
         raise _fail(f"splits must be a positive int, got {splits!r}")
+    if isinstance(seq_q, bool) or not isinstance(seq_q, int) or seq_q <= 0:
+        raise _fail(f"seq_q must be a positive int (the queries of a decode step), got {seq_q!r}")
+    if not isinstance(causal, bool):
+        raise _fail(f"causal must be a bool, got {causal!r}")
     skv = _size("seq_kv", seq_kv)
     # a chunk of whole tiles: ceil(ceil(seq_kv / splits) / block_n) tiles
     tiles = f"T.ceildiv(T.ceildiv({skv}, {splits}), {block_n})"
@@ -155,14 +167,19 @@ def decode_attention_func(batch: int, heads: int, seq_kv: int | Var, head_dim: i
     # K and V rows clamped to the last key (a column past the keys reads a real row, whose score
     # VALID masks and whose P is 0; V is finite): plain loads, which vectorize, not a select
     row = f"T.min({col}, {skv} - 1)"
-    fields = dict(B=batch, H=heads, SKV=skv, D=head_dim, dt=dtype, KH=kv_heads, G=heads // kv_heads,
-                  BN=block_n, SPLITS=splits, TILES=tiles, COL=col, VALID=f"{col} < {skv}", ROW=row,
+    group = heads // kv_heads
+    # one query: row r is head r of the group (the template as before seq_q existed)
+    head, qpos = (f"vkh * {group} + vr", "0") if seq_q == 1 else (f"vkh * {group} + vr // {seq_q}", f"vr % {seq_q}")
+    valid = f"{col} <= {qpos} + ({skv} - {seq_q})" if causal and seq_q > 1 else f"{col} < {skv}"
+    fields = dict(B=batch, H=heads, SKV=skv, D=head_dim, dt=dtype, KH=kv_heads, R=group * seq_q, SQ=seq_q,
+                  HEAD=head, QPOS=qpos, BN=block_n, SPLITS=splits, TILES=tiles, COL=col, VALID=valid, ROW=row,
                   SCALE=repr(1.0 / math.sqrt(head_dim)), RESCALE=_RESCALE.replace("vii", "vr"), WEIGHT=_WEIGHT)  # fmt: skip
     return from_source(_DECODE.format(**fields))
 
 
 def decode_attention(batch: int, heads: int, seq_kv: int | Var, head_dim: int, dtype: str = "float16",
-                     kv_heads: int | None = None, *, splits: int | None = None) -> Schedule:  # fmt: skip
+                     kv_heads: int | None = None, *, splits: int | None = None, seq_q: int = 1,
+                     causal: bool = False) -> Schedule:  # fmt: skip
     """[`decode_attention_func`][loopir.examples.decode.decode_attention_func] scheduled for
     the GPU: a thread block of ``lanes = head_dim / vec`` threads (``vec``: the elements of a
     16-byte load, fewer where they do not divide ``head_dim``; 16 lanes, half a warp, at
@@ -181,7 +198,11 @@ def decode_attention(batch: int, heads: int, seq_kv: int | Var, head_dim: int, d
 
     ``splits`` (the chunk count) defaults to
     [`default_splits`][loopir.examples.decode.default_splits]``(batch, kv_heads)``; the
-    other parameters are ``decode_attention_func``'s.
+    other parameters are ``decode_attention_func``'s. With ``seq_q`` queries a block's rows are
+    its group's heads times the positions: each lane keeps ``vec`` accumulators and a tile's
+    partial dot products per row: 4 rows compile without spills at head_dim 128 in 16 bits
+    (tests/examples/test_decode_attention.py); past 4 a tile has half the keys, and 8 rows still
+    spill about 128 bytes (correct, slower).
 
     Raises
     ------
@@ -194,9 +215,12 @@ def decode_attention(batch: int, heads: int, seq_kv: int | Var, head_dim: int, d
     lanes, group = head_dim // vec, heads // kv_heads
     if splits is None:
         splits = default_splits(batch, kv_heads)
-    keys = lanes * _TILE_ROUNDS  # a tile's keys
+    rows = group * seq_q
+    # a lane's partial dot products are rows x keys registers: fewer keys a tile past 4 rows
+    rounds = _TILE_ROUNDS if rows <= _ROWS_AT_FULL_ROUNDS else 1
+    keys = lanes * rounds  # a tile's keys
     sch = Schedule(decode_attention_func(batch, heads, seq_kv, head_dim, dtype, kv_heads, splits=splits,
-                                         block_n=keys))  # fmt: skip
+                                         block_n=keys, seq_q=seq_q, causal=causal))  # fmt: skip
     split = sch.get_block("split")
     b, kh, sp = sch.get_loops(split)
     sch.bind(sch.fuse(b, kh), "blockIdx.y")
@@ -221,7 +245,7 @@ def decode_attention(batch: int, heads: int, seq_kv: int | Var, head_dim: int, d
     dx, dv = sch.split(sch.get_loops(s_blk)[-1], [lanes, vec])
     rf = sch.rfactor(dx, 0)
     sch.set_scope(rf, 0, "shared")
-    sch.storage_align(rf, 0, 0, group * keys, 1)
+    sch.storage_align(rf, 0, 0, rows * keys, 1)
     loc = sch.cache_write(rf, 0, "local")
     rj0, rr, rjj, rdx, rdv = sch.get_loops(rf)[-5:]
     sch.reorder(rdx, rjj, rr, rdv)
@@ -233,13 +257,13 @@ def decode_attention(batch: int, heads: int, seq_kv: int | Var, head_dim: int, d
         sch.unroll(lp)
     sch.decompose_reduction(rf, rdv)
     *s_rows, sjj, sdx = sch.get_loops(s_blk)[1:]  # below j0 (the loops within "split")
-    sjo, sjx = sch.split(sjj, [_TILE_ROUNDS, lanes])
+    sjo, sjx = sch.split(sjj, [rounds, lanes])
     sch.reorder(sjx, *s_rows, sjo, sdx)
     sch.bind(sjx, "threadIdx.x")
     for lp in (*s_rows, sjo, sdx):
         sch.unroll(lp)
     for name in ("row_max", "P", "row_sum"):  # lane t: keys t, t + lanes, ...
-        _, jx = sch.split(sch.get_loops(sch.get_block(name))[-1], [_TILE_ROUNDS, lanes])
+        _, jx = sch.split(sch.get_loops(sch.get_block(name))[-1], [rounds, lanes])
         sch.bind(jx, "threadIdx.x")
     for name in ("init_stats", "save_max", "new_max", "new_sum"):
         _, inner = sch.split(sch.get_loops(sch.get_block(name))[-1], [None, lanes])
@@ -264,8 +288,7 @@ def decode_attention(batch: int, heads: int, seq_kv: int | Var, head_dim: int, d
     for name in ("P", "new_sum", "rescale", "combine"):
         sch.annotate(sch.get_block(name), "loopir.fast_math", True)
     combine = sch.get_block("combine")
-    b2, h2 = sch.get_loops(combine)
-    sch.bind(sch.fuse(b2, h2), "blockIdx.x")
+    sch.bind(sch.fuse(*sch.get_loops(combine)), "blockIdx.x")
     # each column's thread computes the chunks' weights itself (a few chunks): registers
     for writer, buf in (("top", "top"), ("total", "total"), ("merge", "out")):
         sch.set_scope(sch.get_block(writer), buf, "local")
@@ -288,6 +311,10 @@ def _vector(head_dim: int, dtype: str) -> int:
 #: together. H200, batch 8, 32 heads, head_dim 128, fp16: 1 key a lane read 2.8 TB/s at KV 4096
 #: and 3.0-3.3 at 32768, 2 keys 3.5 and 3.9; 3 spilled (sm_90a, nvcc 13.0), 4 spills with GQA
 _TILE_ROUNDS = 2
+#: up to this many rows a block (query heads of a KV head x queries) a tile has _TILE_ROUNDS
+#: keys a lane, past it one (8 rows x 2 keys spilled 1.1 KB, x 1 key 128 bytes; sm_90a, head_dim
+#: 128, bf16)
+_ROWS_AT_FULL_ROUNDS = 4
 #: H200's multiprocessors, and the split kernel's thread blocks resident on one: 12 at up to
 #: 168 registers a thread (151 at one query head a KV head; 210, 9 blocks, at 4; a block of one
 #: 16-lane half warp is allocated a whole warp's registers)

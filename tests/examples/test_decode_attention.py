@@ -28,11 +28,11 @@ from tests.tensor_intrin.kernels import from_storage
 
 
 def _decode_run(func: loopir.PrimFunc, batch: int, heads: int, skv: int, d: int, kv_heads: int, dtype: str,
-                seed: int, order: str = "sequential") -> None:  # fmt: skip
-    arrays = _inputs((batch, heads, 1, skv, d), kv_heads, dtype, seed)
+                seed: int, order: str = "sequential", sq: int = 1, causal: bool = False) -> None:  # fmt: skip
+    arrays = _inputs((batch, heads, sq, skv, d), kv_heads, dtype, seed)
     loopir.build(func, target="cpu", thread_order=order)(*arrays)
     q, k, v = (from_storage(a, dtype) for a in arrays[:3])
-    _check(from_storage(arrays[3], dtype), reference(q, k, v, False)[0], dtype)
+    _check(from_storage(arrays[3], dtype), reference(q, k, v, causal)[0], dtype)
 
 
 @settings(max_examples=6, deadline=None)
@@ -47,6 +47,36 @@ def test_decode_equals_float64_attention(batch: int, kv_heads: int, group: int, 
     func = decode_attention_func(batch, heads, skv, 16, dtype, kv_heads, splits=splits, block_n=16)
     loopir.verify(func)
     _decode_run(func, batch, heads, skv, 16, kv_heads, dtype, seed=skv * 10 + splits)
+
+
+@settings(max_examples=6, deadline=None)
+@given(kv_heads=st.integers(1, 2), group=st.sampled_from([1, 2]), sq=st.integers(2, 4), skv=st.integers(1, 90),
+       splits=st.integers(1, 4), causal=st.booleans())  # fmt: skip
+def test_decode_of_a_few_queries_equals_float64_attention(kv_heads: int, group: int, sq: int, skv: int,
+                                                          splits: int, causal: bool) -> None:  # fmt: skip
+    """Speculative decoding's draft tokens: ``seq_q`` queries per sequence, the causal mask
+    aligned to the bottom right (with fewer keys than queries the first positions see none:
+    0), drawn lengths and chunk counts."""
+    from loopir.examples.decode import decode_attention_func
+
+    heads = kv_heads * group
+    func = decode_attention_func(1, heads, skv, 16, "float16", kv_heads, splits=splits, block_n=16, seq_q=sq,
+                                 causal=causal)  # fmt: skip
+    loopir.verify(func)
+    _decode_run(func, 1, heads, skv, 16, kv_heads, "float16", seed=skv * 10 + sq, sq=sq, causal=causal)
+
+
+def test_decode_gpu_schedule_of_a_few_queries_on_the_cpu() -> None:
+    """The GPU schedule with 3 causal queries, GQA 2:1 (6 rows a block), a symbolic KV length
+    (2 keys: the first position sees none), random thread order."""
+    from loopir.examples.decode import decode_attention
+
+    sch = decode_attention(1, 4, Var("seq_kv"), 32, "float16", 2, splits=3, seq_q=3, causal=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lowered = loopir.lower(sch.func)
+    for skv in (2, 70):
+        _decode_run(lowered, 1, 4, skv, 32, 2, "float16", seed=skv, order="random", sq=3, causal=True)
 
 
 def test_decode_gpu_schedule_computes_the_same_on_the_cpu() -> None:
@@ -125,10 +155,11 @@ def test_decode_compiles_with_nvcc(tmp_path: Path) -> None:
 
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is not on PATH")
-    binary = compile_cuda(_source(decode_attention(8, 32, Var("seq_kv"), 128, "bfloat16", 8)), arch="sm_90a",
-                          cache_dir=tmp_path)  # fmt: skip
-    for res in binary.resources.values():
-        assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0, binary.log
+    for kv_heads, seq_q in ((8, 1), (16, 2)):  # GQA 4:1, and 2:1 with 2 queries: 4 rows a block
+        sch = decode_attention(8, 32, Var("seq_kv"), 128, "bfloat16", kv_heads, seq_q=seq_q, causal=True)
+        binary = compile_cuda(_source(sch), arch="sm_90a", cache_dir=tmp_path)
+        for res in binary.resources.values():
+            assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0, binary.log
 
 
 def test_decode_bad_arguments_are_refused() -> None:
@@ -136,6 +167,10 @@ def test_decode_bad_arguments_are_refused() -> None:
 
     with pytest.raises(ScheduleError, match="splits must be a positive int, got 0"):
         decode_attention_func(1, 4, 64, 16, splits=0)
+    with pytest.raises(ScheduleError, match=r"seq_q must be a positive int \(the queries of a decode step\), got 0"):
+        decode_attention_func(1, 4, 64, 16, seq_q=0)
+    with pytest.raises(ScheduleError, match="causal must be a bool, got 1"):
+        decode_attention_func(1, 4, 64, 16, causal=1)  # type: ignore[arg-type]
     with pytest.raises(ScheduleError, match="kv_heads = 3 must divide heads = 4"):
         decode_attention_func(1, 4, 64, 16, kv_heads=3)
     from loopir.examples.decode import decode_attention
@@ -170,3 +205,23 @@ def test_decode_gpu_matches_torch_sdpa(skv: int) -> None:
     torch.testing.assert_close(o.float(), want, rtol=2e-2, atol=2e-2)
 
 
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("skv", [3, 1000])
+def test_decode_of_a_few_causal_queries_on_the_gpu(skv: int) -> None:
+    """4 draft tokens, GQA 4:1 (16 rows a block: spilling, still right), head_dim 128, a causal
+    float64 reference (bottom right)."""
+    torch = pytest.importorskip("torch")
+    from loopir.examples.decode import decode_attention
+
+    mod = loopir.build(decode_attention(2, 16, Var("seq_kv"), 128, "float16", 4, seq_q=4, causal=True).func,
+                       target="cuda")  # fmt: skip
+    gen = torch.Generator(device="cuda").manual_seed(skv)
+    q = torch.randn(2, 16, 4, 128, device="cuda", dtype=torch.float16, generator=gen)
+    k = torch.randn(2, 4, skv, 128, device="cuda", dtype=torch.float16, generator=gen)
+    v = torch.randn(2, 4, skv, 128, device="cuda", dtype=torch.float16, generator=gen)
+    o = torch.full_like(q, float("nan"))
+    mod(q, k, v, o)
+    want, _ = reference(q.cpu().numpy(), k.cpu().numpy(), v.cpu().numpy(), True)
+    _check(o.float().cpu().numpy(), want, "float16")
