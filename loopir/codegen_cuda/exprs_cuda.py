@@ -27,12 +27,14 @@ from loopir.ir.expr import (
     IntImm,
     Max,
     Min,
+    Mul,
     Not,
     Or,
     PrimExpr,
     Ramp,
     Select,
     StringImm,
+    Sub,
     Var,
 )
 
@@ -52,6 +54,8 @@ class Scope(Protocol):
 
 #: The fast-math intrinsics (loopir.passes.fast_math) as CUDA's approximate float32 functions.
 FAST_F32 = {"fast_exp": "__expf", "fast_log": "__logf"}
+#: log2(e): ``exp(x) = exp2(x * LOG2E)``
+LOG2E = 1.4426950408889634
 
 
 def _is_lowp(dtype: str) -> bool:
@@ -66,6 +70,22 @@ class ExprPrinter(CPrinter):
     def __init__(self, emitter: Scope) -> None:
         self.em = emitter
         self.uses_floor_helpers = False
+
+    def _exp2_fold(self, x: PrimExpr) -> str | None:
+        """``fast_exp(a * c - b)`` (``c`` a constant, or absent) as ``exp2f(fmaf(a, c * LOG2E, -b
+        * LOG2E))``: one FFMA and ``ex2.approx`` where ``__expf`` takes a subtraction, a multiply
+        and the same ``ex2.approx`` (``b``, a row maximum, is loop-invariant: its product is
+        hoisted), as FlashAttention and Triton fold the softmax scale. The folded argument
+        differs from ``(a * c - b) * LOG2E`` by rounding: at most ``2^-24 * LOG2E * (|b| + |a *
+        c - b|)`` (see loopir.passes.fast_math). None if ``x`` is not a difference."""
+        if not isinstance(x, Sub) or x.dtype != "float32":
+            return None
+        a, scale = x.a, 1.0
+        if isinstance(a, Mul) and isinstance(a.b, FloatImm):
+            a, scale = a.a, a.b.value
+        factor = self.print(FloatImm(scale * LOG2E, "float32"))
+        log2e = self.print(FloatImm(LOG2E, "float32"))
+        return f"exp2f(fmaf({self.print(a)}, {factor}, -({self.print(x.b)}) * {log2e}))"
 
     def print_prec(self, e: PrimExpr) -> Printed:
         if dt.lanes(e.dtype) > 1 and not isinstance(e, (Ramp, Broadcast)):
@@ -186,6 +206,8 @@ class ExprPrinter(CPrinter):
             args = [f"(float)({a})" for a in args]
         if op == "fast_div":  # loopir.passes.fast_math; exact in float64
             res = f"({args[0]} / {args[1]})" if d == "float64" else f"__fdividef({args[0]}, {args[1]})"
+        elif op == "fast_exp" and d == "float32" and (folded := self._exp2_fold(e.args[0])) is not None:
+            res = folded
         elif op in FAST_F32:
             res = f"{MATH_F64[op[5:]] if d == 'float64' else FAST_F32[op]}({args[0]})"
         elif op == "sigmoid":

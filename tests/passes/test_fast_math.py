@@ -76,6 +76,10 @@ def test_the_cuda_text_and_a_script_round_trip() -> None:
         source = emit_cuda(loopir.lower(_exp_log_div(), target="cuda")).source
     assert "__expf(" in source and "__logf(" in source and "__fdividef(" in source
     assert "exp(D_v_0) / 3.0" in source  # float64: the exact exp and division
+    with loopir.PassContext(config={FAST_MATH_KEY: True}):
+        soft = emit_cuda(loopir.lower(softmax_func(4, 64), target="cuda")).source
+    # exp(X - M): the subtraction folded into the ex2's scaling (one FFMA), not __expf(X - M)
+    assert "exp2f(fmaf(X[" in soft and "__expf" not in soft, soft
     f = fast_math(softmax_func(4, 64))
     loopir.assert_structural_equal(loopir.script.from_source(f.script()), f)
 
@@ -100,11 +104,14 @@ def test_gpu_results_within_the_documented_bounds() -> None:
     E = te.compute((n,), lambda i: te.exp(X[i]), name="E")
     L = te.compute((n,), lambda i: te.log(X[i] + 41.0), name="L")
     Q = te.compute((n,), lambda i: X[i] / (X[i] * X[i] + 1.5), name="Q")
+    B = te.placeholder((n,), "float32", name="B")
+    F = te.compute((n,), lambda i: te.exp(X[i] * 0.3 - B[i]), name="F")  # the ex2 fold
     with loopir.PassContext(config={FAST_MATH_KEY: True}):
-        mod = loopir.build(te.create_prim_func([X, E, L, Q]), target="cuda")
-    assert "__expf" in mod.source
-    e, lg, q = (np.full(n, np.nan, "float32") for _ in range(3))
-    mod(x, e, lg, q)
+        mod = loopir.build(te.create_prim_func([X, B, E, L, Q, F]), target="cuda")
+    assert "__expf" in mod.source and "exp2f(fmaf(" in mod.source
+    b = rng.uniform(-20.0, 20.0, n).astype("float32")
+    e, lg, q, fo = (np.full(n, np.nan, "float32") for _ in range(4))
+    mod(x, b, e, lg, q, fo)
     xd = x.astype("float64")
 
     def ulps(got, exact):
@@ -119,3 +126,7 @@ def test_gpu_results_within_the_documented_bounds() -> None:
     assert (ulps(lg, np.log(arg))[~near] <= 3.5).all()
     den = (xd * xd + 1.5).astype("float32").astype("float64")  # nvcc contracts x * x + 1.5 to one fma
     assert (ulps(q, xd / den) <= 2.5).all()
+    # the fold: 2 ulp of exp2f, plus |a c| + |b| + |a c - b| ulp from rounding the argument
+    ac, bd = (xd * np.float64(np.float32(0.3))), b.astype("float64")
+    fold_ok = ulps(fo, np.exp(ac - bd)) <= 2 + np.abs(ac) + np.abs(bd) + np.abs(ac - bd) + 0.5
+    assert fold_ok.all(), (x[~fold_ok][:5], b[~fold_ok][:5])
