@@ -73,3 +73,37 @@ def test_the_pipelined_kernel_is_proven_race_free(stages: int, wait_first: bool)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         check_races(func)
+
+
+def _lines(func: loopir.PrimFunc) -> list[str]:
+    keep = ("ptx_wgmma", "tvm_storage_sync", "cp_async_wait", "k_0_0_steady in")
+    return [ln.strip() for ln in func.script().splitlines() if any(k in ln for k in keep)]
+
+
+def test_the_steps_of_the_module_doc_example() -> None:
+    """The pipeline of ``loopir.passes.pipeline_mma``'s example (one async stage, the compute in
+    stage 1, 3 versions, 5 K steps): the prologue issues step 0, each steady step issues step
+    ``k + 1`` from version ``(k + 1) % 3`` and retires step ``k``, the epilogue issues the last
+    step and retires the last two, the very last with ``wait_group 0``."""
+    got = _lines(_lower_unchecked(_annotated(3, k_steps=5)))
+    issue, wait = 'T.ptx_wgmma_async("m64n32k64", ', 'T.ptx_wgmma_wait({}, "m64n32k64", '
+    ops = [ln for ln in got if "ptx_wgmma" in ln]
+    assert ops == [
+        issue + "A_shared[0, i0_0_1 * 16, 0], B_shared[0, 0, 0], C_warp[0, 0, tx_1, 0])",
+        issue + "A_shared[(k_0_0_steady + 1) % 3, i0_0_1 * 16, 0], B_shared[(k_0_0_steady + 1) % 3, 0, 0], C_warp[0, 0, tx_2, 0])",
+        wait.format(1) + "A_shared[k_0_0_steady, i0_0_1 * 16, 0], B_shared[k_0_0_steady, 0, 0], C_warp[0, 0, tx_3, 0])",
+        issue + "A_shared[1, i0_0_1 * 16, 0], B_shared[1, 0, 0], C_warp[0, 0, tx_4, 0])",
+        wait.format(1) + "A_shared[0, i0_0_1 * 16, 0], B_shared[0, 0, 0], C_warp[0, 0, tx_5, 0])",
+        wait.format(0) + "A_shared[1, i0_0_1 * 16, 0], B_shared[1, 0, 0], C_warp[0, 0, tx_6, 0])",
+    ], "\n".join(ops)
+    steady = got[got.index("for k_0_0_steady in T.serial(3):"):]
+    # ThreadSync: the barrier at the top of a step orders its copy after every thread's wait
+    assert steady[1] == 'T.tvm_storage_sync("shared")'
+
+
+def test_a_bad_depth_is_refused() -> None:
+    sch = _annotated(3)
+    k0 = sch.get_loops(sch.get_block("C_o"))[4]
+    sch.annotate(k0, MMA_IN_FLIGHT_KEY, 2)
+    with pytest.raises(loopir.PassError, match="pipeline_mma_in_flight: must be 0 or 1"):
+        loopir.lower(sch.func)
