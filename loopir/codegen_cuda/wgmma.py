@@ -41,11 +41,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from loopir import arith
+from loopir.codegen_cuda.wgmma_async import check_accumulators
 from loopir.errors import CodegenError
 from loopir.ir.buffer import Range
 from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr, Var
 from loopir.ir.functor import post_order_visit, substitute
-from loopir.codegen_cuda.wgmma_async import check_accumulators
 from loopir.ir.op import WGMMA_ISSUES, wgmma_nk, wgmma_wait_groups
 from loopir.ir.stmt import Stmt
 from loopir.tensor_intrin.layouts import SW128_ROW, WARP_SIZE, WARPGROUP_WARPS

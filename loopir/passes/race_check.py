@@ -67,7 +67,13 @@ from loopir.ir.stmt import (
     Stmt,
 )
 from loopir.passes.context import PassContext, register_config
-from loopir.passes.race_inflight import IN_FLIGHT_KEY, in_flight, in_flight_count, phases
+from loopir.passes.race_inflight import (
+    IN_FLIGHT_KEY,
+    EnclosingPath,
+    in_flight,
+    in_flight_count,
+    phases,
+)
 from loopir.passes.race_prove import BLOCK_TAGS, GRID_TAGS, prove_exclusive
 from loopir.passes.race_prove import const_int as _const
 from loopir.tensor_intrin.calls import hardware_lane, touches
@@ -185,7 +191,7 @@ class _Labels:
         return min(ra, rb)
 
 
-class _Collector(Visitor):
+class _Collector(EnclosingPath, Visitor):
     """Every shared/global access of a kernel with its loops, guards and barrier count."""
 
     def __init__(self) -> None:
@@ -199,23 +205,8 @@ class _Collector(Visitor):
         # per barrier loop: the loop, whether every iteration passes a barrier, the count at
         # the start of the current iteration's body, the barriers per iteration
         self.barrier_loops: list[tuple[For, bool, PrimExpr, PrimExpr]] = []
-        # the enclosing statements (child index in a SeqStmt): where an async wgmma's reads end
         self.path: list[tuple[Stmt, int]] = []
         self.spans = False  # whole kernels only: the in-flight reads need the code after them
-
-    def visit(self, node: object) -> None:
-        if isinstance(node, (For, IfThenElse, Allocate)):
-            self.path.append((node, 0))
-            super().visit(node)  # type: ignore[arg-type]
-            self.path.pop()
-        else:
-            super().visit(node)  # type: ignore[arg-type]
-
-    def visit_SeqStmt(self, node: SeqStmt) -> None:
-        for i, c in enumerate(node.seq):
-            self.path.append((node, i))
-            self.visit(c)
-            self.path.pop()
 
     def _phase(self, start: PrimExpr, per_iter: PrimExpr) -> str:
         """Where the current point is in its iteration of a barrier loop (``_Access``)."""

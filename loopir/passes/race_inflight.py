@@ -38,11 +38,11 @@ import attrs
 
 from loopir.ir import op
 from loopir.ir.expr import Add, Call, IntImm, PrimExpr, Sub, Var
-from loopir.ir.functor import post_order_visit
+from loopir.ir.functor import Visitor, post_order_visit
 from loopir.ir.stmt import Allocate, Evaluate, For, ForKind, IfThenElse, SeqStmt, Stmt
 from loopir.tensor_intrin.calls import FOOTPRINT_KEY
 
-__all__ = ["IN_FLIGHT_KEY", "UNBOUNDED", "backward_span", "forward_span", "in_flight", "in_flight_count", "phases"]
+__all__ = ["EnclosingPath", "IN_FLIGHT_KEY", "UNBOUNDED", "backward_span", "forward_span", "in_flight", "in_flight_count", "phases"]
 
 #: Annotation of the loop ``in_flight_loop`` makes (with ``FOOTPRINT_KEY``: not in the IR).
 IN_FLIGHT_KEY = "loopir.in_flight"
@@ -245,3 +245,26 @@ def phases(loop: For, own: tuple[tuple[For, bool, str], ...]) -> tuple[tuple[For
         return tuple((f, always, "?") for f, always, _ in own)
     f, always, place = own[-1]
     return (*own[:-1], (f, always, "?" if place == "head" else "tail"))
+
+
+class EnclosingPath(Visitor):
+    """A visitor that keeps, while ``spans`` is set, the statements enclosing the node it
+    visits (``path``: outermost first, with the child's index in a ``SeqStmt``, 0 for the
+    others): what ``in_flight`` walks on from."""
+
+    path: list[tuple[Stmt, int]]
+    spans: bool
+
+    def visit(self, node: object) -> None:
+        if self.spans and isinstance(node, (For, IfThenElse, Allocate)):
+            self.path.append((node, 0))
+            super().visit(node)
+            self.path.pop()
+        else:
+            super().visit(node)
+
+    def visit_SeqStmt(self, node: SeqStmt) -> None:
+        for i, c in enumerate(node.seq):
+            self.path.append((node, i))
+            self.visit(c)
+            self.path.pop()

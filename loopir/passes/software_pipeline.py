@@ -62,7 +62,6 @@ from loopir.ir.functor import (
     Visitor,
     fresh_loop_vars,
     post_order_stmts,
-    post_order_visit,
     substitute,
 )
 from loopir.ir.stmt import (
