@@ -10,8 +10,8 @@ write (the write last). So the read happens at every barrier count from the issu
 the retiring wait's ``c_w``.
 
 The race checker gives the read those counts in two parts, each an access over a range of
-counts (a variable ``d`` of a loop the IR does not have, [`in_flight_loop`][loopir.passes.
-race_inflight.in_flight_loop]), so that each part stays inside one iteration of the loops
+counts (a variable ``d`` of a loop the IR does not have,
+[`in_flight`][loopir.passes.race_inflight.in_flight]), so that each part stays inside one iteration of the loops
 around it and the prover keeps its same-iteration reasoning (a pipeline's versions ``(k + 2) %
 3`` and ``k % 3`` of one iteration differ):
 
