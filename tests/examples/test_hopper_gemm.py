@@ -7,6 +7,11 @@
   shared tiles stored with the swizzle the descriptors name; its trace replays.
 * It lowers with no RaceCheckWarning and compiles with nvcc for sm_90a without spills; a kernel
   whose warps do not form warpgroups is refused by the emitter, naming the reason.
+* ``async_mma``: the same on the CPU (fixed and drawn shapes, against the plain program), the
+  steady step's structure, and a model of one thread's ``cp.async`` and ``wgmma`` groups: every
+  read after its copies' completion and a barrier, every copy after the retirement of the MMAs
+  that read the version before and a barrier (negative controls: waits one group short, copies
+  one step too far ahead).
 * On a GPU: the same numbers as the CPU executor (fixed and drawn shapes), and as torch.
 """
 
@@ -278,13 +283,14 @@ def test_gpu_matches_the_cpu(name: str) -> None:
 @settings(max_examples=10, deadline=None)
 @given(M=st.integers(1, 300), K=st.integers(1, 300), N=st.integers(1, 300),
        dtype=st.sampled_from(["float16", "bfloat16"]), half_out=st.booleans(), stages=st.integers(1, 4),
-       wide=st.booleans(), wait_first=st.booleans())  # fmt: skip
+       wide=st.booleans(), wait_first=st.booleans(), async_mma=st.booleans())  # fmt: skip
 def test_gpu_equals_the_cpu_on_drawn_shapes(M: int, K: int, N: int, dtype: str, half_out: bool, stages: int,
-                                            wide: bool, wait_first: bool) -> None:  # fmt: skip
-    """Drawn sizes (padded), both tile shapes, both pipeline orders: the CUDA kernel equals the
-    CPU executor."""
+                                            wide: bool, wait_first: bool, async_mma: bool) -> None:  # fmt: skip
+    """Drawn sizes (padded), both tile shapes, both pipeline orders, synchronous or (3 stages
+    or more) asynchronous wgmma: the CUDA kernel equals the CPU executor."""
     tiles = dict(block=(128, 128, 64), wn=128) if wide else dict(SMALL)
-    params = dict(tiles, dtype=dtype, stages=stages, out_dtype=dtype if half_out else None, wait_first=wait_first)
+    params = dict(tiles, dtype=dtype, stages=stages, out_dtype=dtype if half_out else None, wait_first=wait_first,
+                  async_mma=async_mma and stages >= 3)  # fmt: skip
     sch = hopper_gemm(M, K, N, **params)
     a, b, c = _inputs((M, K, N), params, seed=M * 90000 + K * 300 + N)
     cpu = c.copy()
