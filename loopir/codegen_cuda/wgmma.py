@@ -31,6 +31,16 @@ in a kernel with ``wgmma`` every ``__syncthreads()`` is preceded by ``fence.prox
 (HOPPER.md: "shared memory written by ordinary stores that the tensor cores read next also
 needs ``fence.proxy.async.shared::cta`` in each writing thread before the barrier").
 
+``ptx_wgmma_async`` (the asynchronous issue) is the same ``asm`` without the wait: the group
+stays in flight until a ``ptx_wgmma_wait`` (``loopir_wgmma_wait<N>()``: ``wgmma.wait_group N``),
+which is followed by a register fence on the accumulators of every group it names
+(``loopir_wgmma_fence_n{N}``, CUTLASS's ``warpgroup_fence_operand``: an empty ``asm`` that reads
+and writes them, so that the compiler keeps their uses after the wait). A kernel that touches
+an accumulator between its issue and the ``wait_group 0`` that retires it is refused
+([`check_accumulators`][loopir.codegen_cuda.wgmma_async.check_accumulators]); the race checker
+keeps the issue's tile reads in flight until its retiring wait
+([`loopir.passes.race_inflight`][loopir.passes.race_inflight]).
+
 Matrix descriptors (PTX ISA, "Matrix Descriptor Format"): start address >> 4 in bits 0-13,
 leading byte offset 1 (unused by K-major swizzled layouts), stride byte offset 1024 >> 4 (from
 one 8-row atom to the next) in bits 32-45, layout type 1 (``SWIZZLE_128B``) in bits 62-63.

@@ -185,10 +185,8 @@ def _back(s: Stmt) -> tuple[int, bool]:
     """Barriers of ``s`` (run backwards) and whether it is a boundary (a loop with barriers)."""
     if _barrier_loop(s):
         return 0, True
-    n: list[int] = []
+    n: list[int] = []  # a compound statement's barriers, all of them: a longer span is sound
     post_order_visit(s, lambda x: n.append(1) if isinstance(x, Call) and op.is_barrier(x) else None)
-    if n and isinstance(s, For) and s.kind is not ForKind.THREAD_BINDING:
-        return 0, True  # pragma: no cover - a loop with barriers is a barrier loop
     return len(n), False
 
 
@@ -234,17 +232,20 @@ def in_flight_count(count: PrimExpr, loop: For) -> PrimExpr:
 
 def phases(loop: For, own: tuple[tuple[For, bool, str], ...]) -> tuple[tuple[For, bool, str], ...]:
     """The places in their iterations of the barrier loops around an in-flight read part
-    (``race_check._Access.barrier_loops``) from its statement's own: it keeps them when it
-    spans no barrier; the wait's part spans back only within the innermost iteration, never to
-    its head, so it keeps them too; the issue's part to the end of the innermost iteration
-    (``"tail"``; ``"?"`` from the head) when it ends at a boundary, else anywhere (``"?"``)."""
+    (``race_check._Access.barrier_loops``) from its statement's own.
+
+    It keeps them when it spans no barrier. The wait's part spans back within the innermost
+    iteration, never to its head: its counts are those of the wait's place or earlier ones
+    after the head, so it keeps them too. The issue's part, when it ends at a boundary, spans
+    to at most the end of the innermost iteration, inside one iteration of each loop: after its
+    head (``"tail"``, which admits a next iteration's head at an equal count, as a tail does),
+    or from it (``"?"``); else it may span anything (``"?"``)."""
     how, span = loop.annotations[IN_FLIGHT_KEY], loop.extent
-    if how == "backward" or (isinstance(span, IntImm) and span.value == 1) or not own:
+    if how == "backward" or (isinstance(span, IntImm) and span.value == 1):
         return own
     if how == "forward-all":
         return tuple((f, always, "?") for f, always, _ in own)
-    f, always, place = own[-1]
-    return (*own[:-1], (f, always, "?" if place == "head" else "tail"))
+    return tuple((f, always, "?" if place in ("head", "?") else "tail") for f, always, place in own)
 
 
 class EnclosingPath(Visitor):
