@@ -75,7 +75,7 @@ def _has(s: Stmt, barriers_only: bool = False) -> bool:
     found: list[bool] = []
 
     def visit(n: object) -> None:
-        if isinstance(n, Call) and (op.is_barrier(n) or (
+        if isinstance(n, Call) and (op.is_block_barrier(n) or (
                 not barriers_only and n.op in (*op.WGMMA_ISSUES, "ptx_wgmma_wait"))):  # fmt: skip
             found.append(True)
 
@@ -89,7 +89,7 @@ def _barrier_loop(s: Stmt) -> bool:
 
 def _leaf(s: Evaluate, st: _State) -> tuple[bool, _State]:
     v = s.value
-    if op.is_barrier(v):
+    if op.is_block_barrier(v):
         return False, attrs.evolve(st, barriers=st.barriers + 1)
     if isinstance(v, Call) and v.op == "ptx_wgmma_async":
         return False, attrs.evolve(st, issues=st.issues + 1)
@@ -186,7 +186,7 @@ def _back(s: Stmt) -> tuple[int, bool]:
     if _barrier_loop(s):
         return 0, True
     n: list[int] = []  # a compound statement's barriers, all of them: a longer span is sound
-    post_order_visit(s, lambda x: n.append(1) if isinstance(x, Call) and op.is_barrier(x) else None)
+    post_order_visit(s, lambda x: n.append(1) if isinstance(x, Call) and op.is_block_barrier(x) else None)
     return len(n), False
 
 

@@ -46,7 +46,7 @@ CASES = {
     "batch2_pad": ((40, 64, 24), dict(SMALL, batch=2)),
     "wait_first_pad": ((70, 100, 200), dict(SMALL, stages=3, wait_first=True)),
     "wait_first_2wg": ((128, 64, 256), dict(block=(128, 32, 64), wn=32, stages=4, wait_first=True)),
-    "async_pad": ((70, 100, 200), dict(SMALL, stages=3, async_mma=True)),
+    "async_pad_two_barriers": ((70, 100, 200), dict(SMALL, stages=3, async_mma=True, wait_first=False)),
     "async_wait_first_2wg": ((128, 64, 256), dict(block=(128, 32, 64), wn=32, stages=4, async_mma=True,
                                                   wait_first=True)),
     "async_one_k_step": ((33, 65, 20), dict(SMALL, stages=4, async_mma=True, dtype="bfloat16")),
