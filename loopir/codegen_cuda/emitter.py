@@ -69,7 +69,7 @@ from loopir.codegen_cuda.split import (
 )
 from loopir.codegen_cuda.tensor_core import tensor_core_text
 from loopir.codegen_cuda.vector_compute import emit_vector_accumulate, vector_compute
-from loopir.codegen_cuda.wgmma import WGMMA_SMEM_ALIGN, has_wgmma
+from loopir.codegen_cuda.wgmma import WGMMA_SMEM_ALIGN, wgmma_smem_align
 from loopir.errors import CodegenError
 from loopir.ir import dtype as dt
 from loopir.ir.buffer import Buffer
@@ -284,8 +284,8 @@ class KernelEmitter(CodeWriter):
         self.uses_async = False
         self.uses_tensor_core = False
         self.thread_vars: dict[str, Var] = {}  # the thread loops around the statement, by tag
-        self.wgmma_shapes: set[tuple[int, int, str]] = set()
-        self.smem_align = WGMMA_SMEM_ALIGN if has_wgmma(spec.body) else 16
+        self.wgmma_shapes: set[tuple[str, int, int, str]] = set()
+        self.smem_align = wgmma_smem_align(spec.name, spec.body)
         self.in_async_copy = False  # inside a loop of a software pipeline's async stage
 
     # -- helpers used by the expression printer --------------------------------------------

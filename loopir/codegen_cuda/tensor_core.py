@@ -28,7 +28,7 @@ from loopir import arith
 from loopir.codegen_cuda.wgmma import wgmma_text
 from loopir.errors import CodegenError
 from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr
-from loopir.ir.op import tensor_core_problem
+from loopir.ir.op import WARPGROUP_COLLECTIVES, tensor_core_problem
 
 if TYPE_CHECKING:
     from loopir.codegen_cuda.emitter import KernelEmitter
@@ -116,12 +116,12 @@ def _check_fragment(em: KernelEmitter, call: Call, load: PrimExpr) -> None:
 
 def tensor_core_text(em: KernelEmitter, call: Call) -> str | None:
     """The CUDA of a warp-collective call (None for other calls)."""
-    if call.op not in ("ptx_ldmatrix", "ptx_mma", "ptx_wgmma"):
+    if call.op not in ("ptx_ldmatrix", "ptx_mma", *WARPGROUP_COLLECTIVES):
         return None
     problem = tensor_core_problem(call)
     if problem is not None:
         raise CodegenError(f"CUDA codegen: kernel {em.spec.name}: {problem}")
-    if call.op == "ptx_wgmma":
+    if call.op in WARPGROUP_COLLECTIVES:
         return wgmma_text(em, call)
     if call.op == "ptx_ldmatrix":
         trans, num, dst, src = call.args

@@ -116,7 +116,7 @@ def emit_cuda(func: PrimFunc, min_blocks_per_sm: int | None = None) -> EmitResul
     kernels: list[KernelSource] = []
     fp16 = bf16 = False
     helpers = allreduce = async_copies = tensor_cores = False
-    wgmma: set[tuple[int, int, str]] = set()
+    wgmma: set[tuple[str, int, int, str]] = set()
     for spec in splitter.kernels:
         em, text, info = _emit_kernel(func, spec, size_vars, min_blocks_per_sm)
         fp16 |= em.uses_fp16

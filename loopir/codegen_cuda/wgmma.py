@@ -31,6 +31,16 @@ in a kernel with ``wgmma`` every ``__syncthreads()`` is preceded by ``fence.prox
 (HOPPER.md: "shared memory written by ordinary stores that the tensor cores read next also
 needs ``fence.proxy.async.shared::cta`` in each writing thread before the barrier").
 
+``ptx_wgmma_async`` (the asynchronous issue) is the same ``asm`` without the wait: the group
+stays in flight until a ``ptx_wgmma_wait`` (``loopir_wgmma_wait<N>()``: ``wgmma.wait_group N``),
+which is followed by a register fence on the accumulators of every group it names
+(``loopir_wgmma_fence_n{N}``, CUTLASS's ``warpgroup_fence_operand``: an empty ``asm`` that reads
+and writes them, so that the compiler keeps their uses after the wait). A kernel that touches
+an accumulator between its issue and the ``wait_group 0`` that retires it is refused
+([`check_accumulators`][loopir.codegen_cuda.wgmma_async.check_accumulators]); the race checker
+keeps the issue's tile reads in flight until its retiring wait
+([`loopir.passes.race_inflight`][loopir.passes.race_inflight]).
+
 Matrix descriptors (PTX ISA, "Matrix Descriptor Format"): start address >> 4 in bits 0-13,
 leading byte offset 1 (unused by K-major swizzled layouts), stride byte offset 1024 >> 4 (from
 one 8-row atom to the next) in bits 32-45, layout type 1 (``SWIZZLE_128B``) in bits 62-63.
@@ -41,18 +51,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from loopir import arith
+from loopir.codegen_cuda.wgmma_async import check_accumulators
 from loopir.errors import CodegenError
 from loopir.ir.buffer import Range
 from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr, Var
 from loopir.ir.functor import post_order_visit, substitute
-from loopir.ir.op import wgmma_nk
+from loopir.ir.op import WGMMA_ISSUES, wgmma_nk, wgmma_wait_groups
 from loopir.ir.stmt import Stmt
 from loopir.tensor_intrin.layouts import SW128_ROW, WARP_SIZE, WARPGROUP_WARPS
 
 if TYPE_CHECKING:
     from loopir.codegen_cuda.emitter import KernelEmitter
 
-__all__ = ["WGMMA_SMEM_ALIGN", "has_wgmma", "wgmma_helpers", "wgmma_text"]
+__all__ = ["WGMMA_SMEM_ALIGN", "has_wgmma", "wait_text", "wgmma_helpers", "wgmma_smem_align", "wgmma_text"]
 
 #: Alignment of every shared buffer of a kernel with ``wgmma``: one 128-byte swizzle atom.
 WGMMA_SMEM_ALIGN = 1024
@@ -72,9 +83,10 @@ _DESC_HELPER = "\n".join([
 ])  # fmt: skip
 
 
-def _helper(n: int, k: int, dtype: str) -> str:
+def _helper(n: int, k: int, dtype: str, wait: bool = True) -> str:
     """``k / 16`` wgmma instructions along the 128-byte rows (the descriptors' start addresses
-    advanced by 32 bytes, 2 in their 16-byte units, per step), one commit, one wait."""
+    advanced by 32 bytes, 2 in their 16-byte units, per step), one commit, one wait (none for
+    the asynchronous issue: ``wait`` False)."""
     regs = n // 2
     t, ct = _PTX_TYPE[dtype], _CTYPE[dtype]
     d = ", ".join(f"%{i}" for i in range(regs))
@@ -83,29 +95,71 @@ def _helper(n: int, k: int, dtype: str) -> str:
              f'%{regs + 2 * s}, %{regs + 2 * s + 1}, p, 1, 1, 0, 0;\\n"' for s in range(k // 16)]  # fmt: skip
     descs = ", ".join(f'"l"(da + {2 * s}), "l"(db + {2 * s})' for s in range(k // 16))
     return "\n".join([
-        f"__device__ __forceinline__ void loopir_wgmma_m64n{n}k{k}_{t}(float* d, const {ct}* a, const {ct}* b) {{",
+        f"__device__ __forceinline__ void {_name(n, k, dtype, wait)}(float* d, const {ct}* a, const {ct}* b) {{",
         "  unsigned long long da = loopir_sw128_desc(a), db = loopir_sw128_desc(b);",
         '  asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(regs + 2 * (k // 16)) + ', 0;\\n"',
         '               "wgmma.fence.sync.aligned;\\n"',
         *steps,
-        '               "wgmma.commit_group.sync.aligned;\\n"',
-        '               "wgmma.wait_group.sync.aligned 0;\\n}\\n"',
+        *(['               "wgmma.commit_group.sync.aligned;\\n"',
+           '               "wgmma.wait_group.sync.aligned 0;\\n}\\n"'] if wait else
+          ['               "wgmma.commit_group.sync.aligned;\\n}\\n"']),
         f'               : {outs}',
         f'               : {descs}, "r"(1) : "memory");',
         "}",
     ])  # fmt: skip
 
 
+def _name(n: int, k: int, dtype: str, wait: bool = True) -> str:
+    return f"loopir_wgmma{'' if wait else '_async'}_m64n{n}k{k}_{_PTX_TYPE[dtype]}"
+
+
+def _fence_helper(n: int) -> str:
+    """A register fence on a warp's ``n / 2`` accumulators (CUTLASS's ``warpgroup_fence_operand``):
+    an empty ``asm`` that reads and writes them, after a ``wgmma.wait_group``, so that the
+    compiler moves no use of them above the wait (the issue's ``asm`` wrote them, as far as
+    it knows)."""
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(n // 2))
+    return "\n".join([
+        f"__device__ __forceinline__ void loopir_wgmma_fence_n{n}(float* d) {{",
+        f'  asm volatile("" : {outs} :: "memory");',
+        "}",
+    ])  # fmt: skip
+
+
+_WAIT_HELPER = "\n".join([
+    "template <int N> __device__ __forceinline__ void loopir_wgmma_wait() {",
+    '  asm volatile("wgmma.wait_group.sync.aligned %0;\\n" :: "n"(N) : "memory");',
+    "}",
+])  # fmt: skip
+
+
 def has_wgmma(body: Stmt) -> bool:
-    """Whether a kernel body calls ``ptx_wgmma``."""
+    """Whether a kernel body issues a ``wgmma`` (``ptx_wgmma`` or ``ptx_wgmma_async``)."""
     found: list[bool] = []
-    post_order_visit(body, lambda n: found.append(True) if isinstance(n, Call) and n.op == "ptx_wgmma" else None)
+    post_order_visit(body, lambda n: found.append(True) if isinstance(n, Call) and n.op in WGMMA_ISSUES else None)
     return bool(found)
 
 
-def wgmma_helpers(shapes: set[tuple[int, int, str]]) -> str:
-    """The device helpers of the ``(N, K, dtype)`` shapes a translation unit uses."""
-    return "\n".join([_DESC_HELPER, *(_helper(n, k, d) for n, k, d in sorted(shapes))])
+def wgmma_smem_align(name: str, body: Stmt) -> int:
+    """The alignment of a kernel's shared buffers: ``WGMMA_SMEM_ALIGN`` with ``wgmma``, after
+    checking its asynchronous accumulators
+    ([`check_accumulators`][loopir.codegen_cuda.wgmma_async.check_accumulators]); else 16."""
+    if not has_wgmma(body):
+        return 16
+    check_accumulators(name, body)
+    return WGMMA_SMEM_ALIGN
+
+
+def wgmma_helpers(shapes: set[tuple[str, int, int, str]]) -> str:
+    """The device helpers a translation unit uses: ``(kind, N, K, dtype)`` with kind
+    ``"sync"`` or ``"async"`` (an issue of that shape) or ``"fence"`` (the register fence of
+    ``N`` columns; a ``"fence"`` also brings the wait)."""
+    out = [_DESC_HELPER]
+    if any(kind == "fence" for kind, *_ in shapes):
+        out.append(_WAIT_HELPER)
+    for kind, n, k, d in sorted(shapes):
+        out.append(_fence_helper(n) if kind == "fence" else _helper(n, k, d, wait=kind == "sync"))
+    return "\n".join(out)
 
 
 def _fail(em: KernelEmitter, call: Call, why: str) -> CodegenError:
@@ -172,8 +226,27 @@ def _operand(em: KernelEmitter, call: Call, what: str, load: PrimExpr, lanes: tu
     return first
 
 
+def wait_text(em: KernelEmitter, call: Call) -> str:
+    """The CUDA of a ``ptx_wgmma_wait``: ``wgmma.wait_group``, then a register fence on the
+    accumulator of every group it names."""
+    pending = call.args[0]
+    assert isinstance(pending, IntImm)
+    lines = [f"loopir_wgmma_wait<{pending.value}>();"]
+    for shape, _, _, c in wgmma_wait_groups(call):
+        nk = wgmma_nk(shape)
+        assert nk is not None and isinstance(c, BufferLoad)
+        if c.buffer.scope != "local":
+            raise _fail(em, call, "ptx_wgmma_wait's accumulator must be registers (run LowerWarpMemory)")
+        em.wgmma_shapes.add(("fence", nk[0], 0, ""))
+        acc = f"&{em.buffer_name(c.buffer)}[{em.expr(em.flat_index(c.buffer, c.indices))}]"
+        lines.append(f"loopir_wgmma_fence_n{nk[0]}({acc});")
+    return " ".join(lines)
+
+
 def wgmma_text(em: KernelEmitter, call: Call) -> str:
-    """The CUDA of one ``ptx_wgmma`` call (module doc)."""
+    """The CUDA of one ``ptx_wgmma`` or ``ptx_wgmma_async`` call (module doc)."""
+    if call.op == "ptx_wgmma_wait":
+        return wait_text(em, call)
     shape, a, b, c = call.args
     nk = wgmma_nk(shape)
     assert nk is not None and isinstance(a, BufferLoad) and isinstance(b, BufferLoad) and isinstance(c, BufferLoad)
@@ -183,8 +256,9 @@ def wgmma_text(em: KernelEmitter, call: Call) -> str:
     lanes = _warp_layout(em, call)
     off_a = _operand(em, call, "a", a, lanes, 16, depth)
     off_b = _operand(em, call, "b", b, lanes, 0, depth)
-    em.wgmma_shapes.add((n, depth, a.dtype))
-    name = f"loopir_wgmma_m64n{n}k{depth}_{_PTX_TYPE[a.dtype]}"
+    sync = call.op == "ptx_wgmma"
+    em.wgmma_shapes.add(("sync" if sync else "async", n, depth, a.dtype))
+    name = _name(n, depth, a.dtype, sync)
     acc = f"&{em.buffer_name(c.buffer)}[{em.expr(em.flat_index(c.buffer, c.indices))}]"
     return (f"{name}({acc}, &{em.buffer_name(a.buffer)}[{em.expr(off_a)}], "
             f"&{em.buffer_name(b.buffer)}[{em.expr(off_b)}]);")  # fmt: skip

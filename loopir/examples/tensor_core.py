@@ -20,6 +20,7 @@ from loopir.errors import ScheduleError
 from loopir.ir.expr import convert
 from loopir.ir.op import STORE_CASTS
 from loopir.ir.stmt import PrimFunc
+from loopir.passes.pipeline_mma import MMA_IN_FLIGHT_KEY
 from loopir.schedule import Schedule
 from loopir.schedule import tensor_core_gemm as tcg
 from loopir.schedule.tensor_core_gemm import ldmatrix_swizzle
@@ -237,7 +238,8 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
                 block: tuple[int, int, int] = (128, 256, 64), wn: int = 256, stages: int | None = None,
                 vec: int = 8, pad: bool | None = None, batch: int | None = None,
                 out_dtype: str | None = None,
-                a_prologue: Callable[[Any], Any] | None = None, wait_first: bool = True) -> Schedule:  # fmt: skip
+                a_prologue: Callable[[Any], Any] | None = None, wait_first: bool = True,
+                async_mma: bool = False) -> Schedule:  # fmt: skip
     """``C = A @ B.T`` (A ``[M, K]``, B ``[N, K]``, the ``nn.Linear`` layout) on Hopper's
     warpgroup tensor cores (``wgmma``, sm_90a), scheduled with loopir's primitives: the
     [`tc_gemm`][loopir.examples.tc_gemm] schedule with ``wgmma=True``
@@ -247,9 +249,10 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
     warpgroup) issue four ``wgmma.m64n{wn}k16`` per 64-wide K step and wait once, reading A and
     B straight from the shared tiles, which are fetched with ``cp.async`` in a ``stages``-deep
     pipeline and stored with the 128-byte swizzle the matrix descriptors name. fp32
-    accumulation; the result in fp32 or converted (``out_dtype``). This first Hopper form
-    completes each K step's ``wgmma`` before the next (no TMA, no mbarriers, no warp
-    specialization yet: issue 32).
+    accumulation; the result in fp32 or converted (``out_dtype``). By default each K step's
+    ``wgmma`` completes before the next step (``wgmma.wait_group 0`` in the call); with
+    ``async_mma`` they stay in flight while the next step waits for its tiles (no TMA, no
+    mbarriers, no warp specialization yet: issue 32).
 
     Parameters
     ----------
@@ -272,6 +275,15 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
     wait_first
         As for ``tc_gemm``, but on by default: 1.09-1.13x the two-barrier order at 4096 x 4096
         x {4096, 11008} on the H200 (docs/benchmarks.md, session 13).
+    async_mma
+        Issue each K step's ``wgmma`` asynchronously and retire it one step later
+        (``wgmma.wait_group 1`` after the next step's issue, ``wait_group 0`` after the last),
+        as CUTLASS's sm90 mainloops do: the tensor cores multiply step ``k`` while the warps
+        wait for step ``k + 1``'s tiles and synchronize. The tiles read by step ``k`` are then
+        still read during step ``k + 1``, so the copies run ``stages - 2`` steps ahead (not
+        ``stages - 1``) with the same ``stages`` buffer versions; ``stages`` must be at least 3
+        ([`MMA_IN_FLIGHT_KEY`][loopir.passes.pipeline_mma.MMA_IN_FLIGHT_KEY], docs/pipelining.md).
+        Off by default until measured on a GPU.
     """
     if pad is None:
         pad = bool(M % block[0] or N % block[1] or K % block[2]) if _ints(M, K, N) else False
@@ -287,9 +299,22 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
     sch = Schedule(tc_gemm_func(M, K, N, dtype, "float32", True, batch, out_dtype, a_prologue))
     m = tcg.match(sch, "C")
     assert m is not None
-    tcg.schedule_with_pad(sch, m, block, (16, wn), stages, vec=vec, pad=pad, wgmma=True,
-                          wait_first=_bool("wait_first", wait_first, _HOPPER))  # fmt: skip
+    done = tcg.schedule_with_pad(sch, m, block, (16, wn), stages, vec=vec, pad=pad, wgmma=True,
+                                 wait_first=_bool("wait_first", wait_first, _HOPPER))  # fmt: skip
+    _async_mma(sch, done.k0, stages, _bool("async_mma", async_mma, _HOPPER))
     return sch
+
+
+def _async_mma(sch: Schedule, k0: Any, stages: int, on: bool) -> None:
+    """``async_mma`` of ``hopper_gemm`` on the pipelined K loop ``k0``: the compute one stage
+    earlier (its retiring wait takes the last), one step's MMAs in flight."""
+    if not on:
+        return
+    if stages < 3:
+        raise _fail(f"async_mma needs stages >= 3 (the version in flight, the one the copies fill and the "
+                    f"one read next), got {stages}", _HOPPER)  # fmt: skip
+    sch.annotate(k0, "software_pipeline_stage", [0, 0, stages - 2])
+    sch.annotate(k0, MMA_IN_FLIGHT_KEY, 1)
 
 
 def hopper_gemm_space(sch: Schedule) -> None:

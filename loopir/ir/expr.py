@@ -519,6 +519,10 @@ register_intrinsic("ptx_ldmatrix", 4, pure=False, result="int32")
 register_intrinsic("ptx_mma", 4, pure=False, result="int32")
 # Warpgroup-collective (sm_90a): wgmma with shared operands, completed in the call.
 register_intrinsic("ptx_wgmma", 4, pure=False, result="int32")
+# Its asynchronous form (issue without the wait) and the wait that retires issued groups:
+# ``ptx_wgmma_wait(pending, shape, a, b, c, ...)`` names what the groups it retires read.
+register_intrinsic("ptx_wgmma_async", 4, pure=False, result="int32")
+register_intrinsic("ptx_wgmma_wait", None, pure=False, result="int32")
 register_intrinsic("mma_fill", 3, pure=False, result="int32")
 register_intrinsic("mma_store", 4, pure=False, result="int32")
 

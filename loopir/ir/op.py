@@ -322,8 +322,11 @@ def shift_right(a: ExprLike, b: ExprLike) -> PrimExpr:
 
 #: Calls that all 32 lanes of a warp execute together (``.sync.aligned`` in PTX).
 WARP_COLLECTIVES = ("ptx_ldmatrix", "ptx_mma")
-#: Calls that all 128 threads of a warpgroup issue together (sm_90a): ``ptx_wgmma``.
-WARPGROUP_COLLECTIVES = ("ptx_wgmma",)
+#: Calls that all 128 threads of a warpgroup issue together (sm_90a): ``ptx_wgmma``, its
+#: asynchronous issue ``ptx_wgmma_async`` and the wait ``ptx_wgmma_wait``.
+WARPGROUP_COLLECTIVES = ("ptx_wgmma", "ptx_wgmma_async", "ptx_wgmma_wait")
+#: The calls that issue a ``wgmma`` (the operands ``shape, a, b, c`` alike).
+WGMMA_ISSUES = ("ptx_wgmma", "ptx_wgmma_async")
 #: Every tensor-core call: the collectives and the per-lane ``mma_fill`` / ``mma_store``.
 TENSOR_CORE_OPS = (*WARP_COLLECTIVES, *WARPGROUP_COLLECTIVES, "mma_fill", "mma_store")
 #: ``ptx_mma`` shapes.
@@ -436,6 +439,51 @@ def ptx_wgmma(a: PrimExpr, b: PrimExpr, c: PrimExpr, n: int, k: int = 16) -> Pri
     return call
 
 
+def ptx_wgmma_async(a: PrimExpr, b: PrimExpr, c: PrimExpr, n: int, k: int = 16) -> PrimExpr:
+    """[`ptx_wgmma`][loopir.ir.op.ptx_wgmma] issued without its wait: ``wgmma.fence``, the
+    ``k / 16`` instructions and ``commit_group`` (one group per call), as CUTLASS's sm90
+    mainloops issue them (``warpgroup_arrive``, ``gemm``, ``warpgroup_commit_batch``).
+
+    Its sequential meaning, the CPU executor's, is ``ptx_wgmma``'s: the MMA happens at the
+    issue. On the GPU the tensor cores read the shared tiles ``a`` and ``b`` and write the
+    accumulator ``c`` until a [`ptx_wgmma_wait`][loopir.ir.op.ptx_wgmma_wait] retires the
+    group: the race checker takes the tiles as read from the issue to that wait (and a barrier
+    after the wait as what orders a later write of them), and the CUDA emitter refuses code
+    that touches ``c`` in between.
+    """
+    from loopir.ir.expr import StringImm
+
+    call = Call("int32", "ptx_wgmma_async", (StringImm(wgmma_shape(n, k)), a, b, c))
+    _raise_if_bad(call)
+    return call
+
+
+def ptx_wgmma_wait(pending: int, *retired: PrimExpr) -> PrimExpr:
+    """``wgmma.wait_group.sync.aligned pending``: wait until at most ``pending`` of this
+    thread's ``wgmma`` groups are in flight (warpgroup-collective).
+
+    ``retired`` are the ``ptx_wgmma_async`` calls (or their operands) whose groups this wait
+    completes: the call carries their ``shape, a, b, c`` as its arguments, so that an analysis
+    that sees the wait as an ordinary statement sees it read their shared tiles (the in-flight
+    read ends here), and the emitter knows which accumulator registers it completes. The CPU
+    executor runs it as nothing (the MMAs happened at their issue).
+    """
+    args: list[PrimExpr] = [IntImm(pending, "int32")]
+    for r in retired:
+        if not (isinstance(r, Call) and r.op in WGMMA_ISSUES):
+            raise TypeError(f"ptx_wgmma_wait: retired must be ptx_wgmma_async calls, got {r}")
+        args.extend(r.args)
+    call = Call("int32", "ptx_wgmma_wait", tuple(args))
+    _raise_if_bad(call)
+    return call
+
+
+def wgmma_wait_groups(call: Call) -> list[tuple[PrimExpr, ...]]:
+    """The ``(shape, a, b, c)`` of each group a ``ptx_wgmma_wait`` names."""
+    rest = call.args[1:]
+    return [tuple(rest[i:i + 4]) for i in range(0, len(rest), 4)]
+
+
 def mma_fill(dst: PrimExpr, count: int, value: ExprLike) -> PrimExpr:
     """Set ``count`` elements of this lane's fragment, from ``dst`` (``W[..., lane, v]``) on,
     to ``value`` (per lane, not collective): the init of an accumulator fragment."""
@@ -508,6 +556,18 @@ def _tile_problem(what: str, e: PrimExpr, scopes: tuple[str, ...]) -> str | None
     return None
 
 
+def _wgmma_wait_problem(args: tuple[PrimExpr, ...]) -> str | None:
+    pending = _const_arg(args[0]) if args else None
+    if pending is None or pending < 0 or args[0].dtype != "int32":
+        return f"ptx_wgmma_wait: pending must be a non-negative int32 constant, got {args[:1]}"
+    if (len(args) - 1) % 4:
+        return f"ptx_wgmma_wait: the retired groups are (shape, a, b, c) each, got {len(args) - 1} arguments"
+    for i in range(1, len(args), 4):
+        if (prob := _wgmma_problem(args[i:i + 4])) is not None:
+            return f"ptx_wgmma_wait: {prob}"
+    return None
+
+
 def _wgmma_problem(args: tuple[PrimExpr, ...]) -> str | None:
     from loopir.ir.expr import BufferLoad
 
@@ -560,8 +620,10 @@ def tensor_core_problem(call: Call) -> str | None:
                 f"float32 (or float16 with float16 inputs), got {a.dtype}, {b.dtype}, {c.dtype}"
             )
         return None
-    if call.op == "ptx_wgmma":
+    if call.op in WGMMA_ISSUES:
         return _wgmma_problem(args)
+    if call.op == "ptx_wgmma_wait":
+        return _wgmma_wait_problem(args)
     if call.op == "mma_fill":
         count, dst, value = args
         if (_const_arg(count) or 0) < 1:
@@ -589,5 +651,6 @@ __all__ = [
     "abs", "pow", "fma", "storage_sync", "make_const", "thread_allreduce", "is_barrier", "is_block_barrier",
     "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left", "shift_right",
     "WARP_COLLECTIVES", "WARPGROUP_COLLECTIVES", "TENSOR_CORE_OPS", "MMA_SHAPES", "WGMMA_SHAPES",
-    "is_warp_collective", "is_tensor_core_call", "ptx_ldmatrix", "ptx_mma", "ptx_wgmma", "wgmma_shape", "wgmma_nk", "mma_fill", "mma_store", "tensor_core_problem", "STORE_CASTS",
+    "is_warp_collective", "is_tensor_core_call", "ptx_ldmatrix", "ptx_mma", "ptx_wgmma", "ptx_wgmma_async",
+    "ptx_wgmma_wait", "wgmma_wait_groups", "WGMMA_ISSUES", "wgmma_shape", "wgmma_nk", "mma_fill", "mma_store", "tensor_core_problem", "STORE_CASTS",
 ]  # fmt: skip

@@ -67,6 +67,13 @@ from loopir.ir.stmt import (
     Stmt,
 )
 from loopir.passes.context import PassContext, register_config
+from loopir.passes.race_inflight import (
+    IN_FLIGHT_KEY,
+    EnclosingPath,
+    in_flight,
+    in_flight_count,
+    phases,
+)
 from loopir.passes.race_prove import BLOCK_TAGS, GRID_TAGS, prove_exclusive
 from loopir.passes.race_prove import const_int as _const
 from loopir.tensor_intrin.calls import hardware_lane, touches
@@ -184,7 +191,7 @@ class _Labels:
         return min(ra, rb)
 
 
-class _Collector(Visitor):
+class _Collector(EnclosingPath, Visitor):
     """Every shared/global access of a kernel with its loops, guards and barrier count."""
 
     def __init__(self) -> None:
@@ -198,6 +205,8 @@ class _Collector(Visitor):
         # per barrier loop: the loop, whether every iteration passes a barrier, the count at
         # the start of the current iteration's body, the barriers per iteration
         self.barrier_loops: list[tuple[For, bool, PrimExpr, PrimExpr]] = []
+        self.path: list[tuple[Stmt, int]] = []
+        self.spans = False  # whole kernels only: the in-flight reads need the code after them
 
     def _phase(self, start: PrimExpr, per_iter: PrimExpr) -> str:
         """Where the current point is in its iteration of a barrier loop (``_Access``)."""
@@ -210,10 +219,14 @@ class _Collector(Visitor):
         if buf.scope not in ("shared", "global"):
             return
         assert self.stmt is not None
+        # an in-flight read (race_inflight) over a range of barrier counts: no label; in an
+        # iteration, the phases race_inflight.phases gives
+        fl = self.loops[-1] if self.loops and IN_FLIGHT_KEY in self.loops[-1].annotations else None
         loops = tuple((f, always, self._phase(start, per)) for f, always, start, per in self.barrier_loops)
+        count = self.count if fl is None else in_flight_count(self.count, fl)
         self.accesses.append(
-            _Access(buf, idx, store, tuple(self.loops), tuple(self.conds), self.count,
-                    self.label, self.stmt, loops)  # fmt: skip
+            _Access(buf, idx, store, tuple(self.loops), tuple(self.conds), count,
+                    self.label if fl is None else -1, self.stmt, loops if fl is None else phases(fl, loops))  # fmt: skip
         )
 
     def visit_Evaluate(self, node: Evaluate) -> None:
@@ -232,8 +245,11 @@ class _Collector(Visitor):
         """The elements a lane's tensor-core call touches, each as an access nested in loops
         over the call's footprint (``loopir.tensor_intrin.calls.touches``)."""
         assert isinstance(node.value, Call)
+        span = in_flight(self.path, node.value) if self.spans else None
         for t in touches(node.value, hardware_lane(self.loops)):
             loops = t.loops(node)
+            if span is not None and not t.is_store and t.buffer.scope == "shared":
+                loops = (*loops, span)
             self.loops.extend(loops)
             if t.cond is not None:
                 self.conds.append(t.cond)
@@ -337,6 +353,7 @@ class _Kernel:
     def __init__(self, root: For | None, func: PrimFunc | None) -> None:
         self.func = func
         c = _Collector()
+        c.spans = True
         if root is not None:
             c.visit(root)
         self.accesses = c.accesses
@@ -663,7 +680,7 @@ def _pairs(k: _Kernel) -> Iterator[tuple[_Access, _Access]]:
             for j, x in enumerate(accs):
                 if x.is_store and j < i:
                     continue  # that pair of stores was checked the other way round
-                if shared and k.labels.find(w.label) != k.labels.find(x.label):
+                if shared and min(w.label, x.label) >= 0 and k.labels.find(w.label) != k.labels.find(x.label):
                     continue
                 yield w, x
 

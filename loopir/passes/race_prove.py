@@ -670,7 +670,7 @@ def _prove_exclusive(
         loop_vars: dict[Var, Var] = {}
         sides = [p.access(s, acc, counts, loop_vars) for s, acc in enumerate((w, x))]
         ndim = len(w.indices)
-        if p.same_iteration and _versions_differ(sides[0][0][:ndim], sides[1][0][:ndim]):
+        if p.same_iteration and _versions_differ(sides[0][0][:ndim], sides[1][0][:ndim], p):
             return True
         flat_in = [e for exprs, conds in sides for e in (*exprs, *conds)]
         if any(_has_bitwise(e) for e in flat_in):
@@ -727,17 +727,29 @@ def _same(p: _Problem, solver: _Solver, pairs: list[tuple[Var | None, Var | None
     return True
 
 
-def _versions_differ(e0: Sequence[PrimExpr], e1: Sequence[PrimExpr]) -> bool:
+def _versions_differ(e0: Sequence[PrimExpr], e1: Sequence[PrimExpr], p: _Problem | None = None) -> bool:
     """Whether some dimension is ``(a + c0) % m`` on one side and ``(a + c1) % m`` on the other
     (one constant ``m``, the same ``a``: the variables the sides share), ``c0 - c1`` not a
     multiple of ``m``: the two never index one element. A pipeline's buffer versions ``(k + S -
-    1) % S`` and ``k % S`` in one iteration ``k`` are such a pair."""
+    1) % S`` and ``k % S`` in one iteration ``k`` are such a pair. One side may be ``a + c1``
+    without the ``% m`` where the bounds of ``p``'s variables keep it in ``0 .. m - 1`` (the
+    simplifier drops a ``% m`` that changes nothing: a loop of at most ``m`` iterations)."""
+    ana = None if p is None else arith.Analyzer({v: (p.lo[v], p.hi[v] + 1) for v in p.lo})
     for a, b in zip(e0, e1):
-        if isinstance(a, FloorMod) and isinstance(b, FloorMod):
-            m, mb = const_int(a.b), const_int(b.b)
-            diff = const_int(arith.simplify(a.a - b.a))
-            if m is not None and m > 0 and m == mb and diff is not None and diff % m:
-                return True
+        if not isinstance(a, FloorMod):
+            a, b = b, a
+        if not isinstance(a, FloorMod):
+            continue
+        m = const_int(a.b)
+        if isinstance(b, FloorMod):
+            if const_int(b.b) != m:
+                continue
+            b = b.a
+        elif ana is None or m is None or not ana.can_prove(b >= 0) or not ana.can_prove(b < m):
+            continue
+        diff = const_int(arith.simplify(a.a - b))
+        if m is not None and m > 0 and diff is not None and diff % m:
+            return True
     return False
 
 

@@ -56,12 +56,12 @@ from loopir.errors import PassError
 from loopir.ir import dtype as dt
 from loopir.ir import op
 from loopir.ir.buffer import Buffer
-from loopir.ir.expr import GE, LT, BufferLoad, Call, FloorMod, IntImm, Max, PrimExpr, Var
+from loopir.ir.expr import GE, LT, And, BufferLoad, Call, FloorMod, IntImm, Max, PrimExpr, Var
 from loopir.ir.functor import (
     Mutator,
+    Visitor,
     fresh_loop_vars,
     post_order_stmts,
-    post_order_visit,
     substitute,
 )
 from loopir.ir.stmt import (
@@ -80,10 +80,11 @@ from loopir.passes import storage_align
 from loopir.passes._walk import int_of
 from loopir.passes.base import Pass, require_lowered
 from loopir.passes.context import PassContext
-from loopir.tensor_intrin.calls import written_operands
+from loopir.passes.pipeline_mma import MMA_IN_FLIGHT_KEY, set_pending, with_retiring_waits
+from loopir.tensor_intrin.calls import touches, written_operands
 
 __all__ = [
-    "ASYNC_KEY", "ASYNC_COPY_KEY", "DEPTH_KEY", "ORDER_KEY", "STAGE_KEY", "WAIT_FIRST_KEY", "InjectSoftwarePipeline",
+    "ASYNC_KEY", "ASYNC_COPY_KEY", "DEPTH_KEY", "MMA_IN_FLIGHT_KEY", "ORDER_KEY", "STAGE_KEY", "WAIT_FIRST_KEY", "InjectSoftwarePipeline",
     "cp_async_commit", "cp_async_wait", "pipeline_requested",
 ]  # fmt: skip
 
@@ -138,21 +139,36 @@ def _ints(value: Any, what: str, loop: For) -> list[int]:
     return vals
 
 
-def _accessed(stmt: Stmt) -> tuple[set[Buffer], set[Buffer]]:
-    reads: set[Buffer] = set()
-    writes: set[Buffer] = set()
+class _Accessed(Visitor):
+    def __init__(self) -> None:
+        self.reads: set[Buffer] = set()
+        self.writes: set[Buffer] = set()
 
-    def visit(n: object) -> None:
-        if isinstance(n, BufferLoad):
-            reads.add(n.buffer)
-        elif isinstance(n, BufferStore):
-            writes.add(n.buffer)
-        elif isinstance(n, Evaluate) and isinstance(n.value, Call) and op.is_tensor_core_call(n.value):
+    def visit_BufferLoad(self, n: BufferLoad) -> None:
+        self.reads.add(n.buffer)
+        self.generic_visit(n)
+
+    def visit_BufferStore(self, n: BufferStore) -> None:
+        self.writes.add(n.buffer)
+        self.generic_visit(n)
+
+    def visit_Evaluate(self, n: Evaluate) -> None:
+        v = n.value
+        if isinstance(v, Call) and v.op == "ptx_wgmma_wait":
+            # it reads the tiles of the MMAs it retires; their accumulator is named for the
+            # emitter only (the MMA happened at the issue)
+            self.reads.update(t.buffer for t in touches(v))
+            return
+        if isinstance(v, Call) and op.is_tensor_core_call(v):
             # a tensor-core call writes through an operand (an ldmatrix its fragment)
-            writes.update(a.buffer for a in written_operands(n.value))
+            self.writes.update(a.buffer for a in written_operands(v))
+        self.generic_visit(n)
 
-    post_order_visit(stmt, visit)
-    return reads, writes
+
+def _accessed(stmt: Stmt) -> tuple[set[Buffer], set[Buffer]]:
+    v = _Accessed()
+    v.visit(stmt)
+    return v.reads, v.writes
 
 
 def _multi_buffered(buf: Buffer, versions: int) -> Buffer:
@@ -255,6 +271,8 @@ class _Rewrite(Mutator):
         if loop.annotations.get("loopir.prefetch_shared"):
             raise PassError(f"pass InjectSoftwarePipeline: loop {name} also asks for the register prefetch; "
                             "a pipelined loop needs none (drop loopir.prefetch_shared)")  # fmt: skip
+        # asynchronous wgmma: a wait statement after each compute, one stage later
+        stmts, stages, order, retire = with_retiring_waits(loop, stmts, stages, order)
         accesses = [_accessed(s) for s in stmts]
         versions = self._versions(name, stages, accesses)
         new = {}
@@ -264,7 +282,7 @@ class _Rewrite(Mutator):
         stmts = [_Versioned(new, loop).visit(s) for s in stmts]
         producers = {b for s, (_, w) in zip(stages, accesses) if s in async_stages for b in w}
         async_src = next(iter(async_stages), None)
-        out = self._steps(loop, stmts, stages, order, async_src, producers, accesses)
+        out = self._steps(loop, stmts, stages, order, async_src, producers, accesses, retire)
         for a in reversed(inner):
             out = Allocate(new.get(a.buffer, (a.buffer, 1))[0], out)
         return out
@@ -286,7 +304,8 @@ class _Rewrite(Mutator):
         return out
 
     def _steps(self, loop: For, stmts: list[Stmt], stages: list[int], order: list[int], async_src: int | None,
-               producers: set[Buffer], accesses: list[tuple[set[Buffer], set[Buffer]]]) -> Stmt:  # fmt: skip
+               producers: set[Buffer], accesses: list[tuple[set[Buffer], set[Buffer]]],
+               retire: dict[int, int]) -> Stmt:  # fmt: skip
         top = max(stages)
         wait_first = bool(loop.annotations.get(WAIT_FIRST_KEY)) and async_src is not None
         n, lo, var = loop.extent, loop.min, loop.loop_var
@@ -301,7 +320,8 @@ class _Rewrite(Mutator):
             return s
 
         def consumes(i: int, live: Sequence[int]) -> bool:
-            return async_src is not None and bool(accesses[i][0] & producers) and stages[i] > async_src and i in live
+            # a wgmma wait reads the tiles its compute read: the copies were waited for then
+            return i not in retire and async_src is not None and bool(accesses[i][0] & producers) and stages[i] > async_src and i in live
 
         def step_body(step: PrimExpr, live: Sequence[int], guard: Any) -> Stmt:
             out: list[Stmt] = []
@@ -319,6 +339,8 @@ class _Rewrite(Mutator):
                 if i in live:
                     g = guard(i)
                     body = at(i, step)
+                    if i in retire and retire[i] not in live:
+                        body = set_pending(body)  # the last wait: nothing issued after its MMAs
                     out.append(body if g is None else IfThenElse(g, body))
                 if async_src is not None and pos == last_async:
                     out.append(Evaluate(cp_async_commit()))
@@ -332,8 +354,11 @@ class _Rewrite(Mutator):
         i_var = Var(f"{var.name}_steady", var.dtype)
         body = For(i_var, 0, ana.simplify(Max(n - top, IntImm(0, n.dtype))), ForKind.SERIAL,
                    step_body(i_var + top, range(len(stmts)), lambda i: None))  # fmt: skip
+        # an epilogue step before ``top`` (fewer iterations than stages) ran in the prologue
         epilogue = [step_body(n + e, [i for i in range(len(stmts)) if stages[i] > e],
-                              lambda i, e=e: cond(GE(n + (e - stages[i]), IntImm(0, n.dtype)))) for e in range(top)]  # fmt: skip
+                              lambda i, e=e: cond(And(GE(n + (e - stages[i]), IntImm(0, n.dtype)),
+                                                      GE(n + e, IntImm(top, n.dtype)))))
+                    for e in range(top)]  # fmt: skip
         return seq(*prologue, body, *epilogue)
 
 

@@ -25,6 +25,11 @@ ptx_mma          reads the A and B fragments of all 32 lanes (8 and 4 elements e
 ptx_wgmma        reads the 16 rows of A and the N rows of B from its operands' rows on, the
                  whole 64-element segments of their columns (the 128-byte swizzle permutes
                  within one); reads and writes its own N / 2 accumulator elements
+ptx_wgmma_async  what ``ptx_wgmma`` touches (the race checker keeps its tile reads in flight
+                 until the wait that retires them)
+ptx_wgmma_wait   reads the A and B tiles of every group it names, as their issue does: the
+                 in-flight reads end here (nothing of the accumulator: the MMA happened at
+                 the issue in the sequential meaning)
 mma_fill         writes its ``count`` fragment elements
 mma_store        reads its fragment elements; writes their places in the tile (C layout)
 ===============  ============================================================================
@@ -98,7 +103,7 @@ def written_operands(call: Call) -> list[BufferLoad]:
     """The operands a tensor-core call writes through (``ptx_mma``'s accumulator it also
     reads: a read-modify-write)."""
     out = {"ptx_ldmatrix": call.args[2:3], "ptx_mma": call.args[3:4], "ptx_wgmma": call.args[3:4],
-           "mma_fill": call.args[1:2], "mma_store": call.args[2:3]}.get(call.op, ())  # fmt: skip
+           "ptx_wgmma_async": call.args[3:4], "mma_fill": call.args[1:2], "mma_store": call.args[2:3]}.get(call.op, ())  # fmt: skip
     return [a for a in out if isinstance(a, BufferLoad)]
 
 
@@ -162,8 +167,10 @@ def touches(call: Call, lane: PrimExpr | None = None) -> list[Touch]:
     if call.op == "ptx_mma":
         _, a, b, c = call.args
         return [_all_lanes(a, 8), _all_lanes(b, 4), _row(c, 4, False), _row(c, 4, True)]
-    if call.op == "ptx_wgmma":
+    if call.op in op.WGMMA_ISSUES:
         return _wgmma_touches(call)
+    if call.op == "ptx_wgmma_wait":
+        return [t for group in op.wgmma_wait_groups(call) for t in _wgmma_tiles(group)]
     if call.op in ("mma_fill", "mma_store"):
         out: list[Touch] = []
         _collect(per_lane_stmt(call, lane), (), out)
@@ -214,9 +221,21 @@ def _wgmma_stmt(call: Call, lane: PrimExpr | None, kind: ForKind) -> Stmt:
 
 
 def _wgmma_touches(call: Call) -> list[Touch]:
-    shape, a, b, c = call.args
-    nk = op.wgmma_nk(shape)
+    c = call.args[3]
+    nk = op.wgmma_nk(call.args[0])
     assert isinstance(c, BufferLoad) and nk is not None
+    n = nk[0]
+    t, v = Var("t", "int32"), Var("v", "int32")
+    idx_c = _acc_element(c, t * 8 + v, None)
+    iters = ((t, n // 16), (v, 8))
+    return [*_wgmma_tiles(call.args), Touch(c.buffer, idx_c, False, iters), Touch(c.buffer, idx_c, True, iters)]
+
+
+def _wgmma_tiles(args: Sequence[PrimExpr]) -> list[Touch]:
+    """The reads of the A and B tiles of a wgmma's ``(shape, a, b, c)``."""
+    shape, a, b, _ = args
+    nk = op.wgmma_nk(shape)
+    assert nk is not None
     n = nk[0]
     out = []
     for load, rows in ((a, 16), (b, n)):
@@ -226,10 +245,7 @@ def _wgmma_touches(call: Call) -> list[Touch]:
         *lead, r0, c0 = load.indices
         idx = (*lead, r0 + r, c0 // SW128_ROW * SW128_ROW + col)
         out.append(Touch(load.buffer, idx, False, ((r, rows), (col, SW128_ROW))))
-    t, v = Var("t", "int32"), Var("v", "int32")
-    idx_c = _acc_element(c, t * 8 + v, None)
-    iters = ((t, n // 16), (v, 8))
-    return [*out, Touch(c.buffer, idx_c, False, iters), Touch(c.buffer, idx_c, True, iters)]
+    return out
 
 
 def _store_at(dst: BufferLoad, src: BufferLoad, lane: PrimExpr, layout: FragmentLayout,
@@ -265,7 +281,7 @@ def per_lane_stmt(call: Call, lane: PrimExpr | None = None, kind: ForKind = ForK
     ValueError
         For another call, or an ``mma_store`` of a local fragment without ``lane``.
     """
-    if call.op == "ptx_wgmma":
+    if call.op in op.WGMMA_ISSUES:
         return _wgmma_stmt(call, lane, kind)
     e = Var("e", "int32")
     if call.op == "mma_fill":

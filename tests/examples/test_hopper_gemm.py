@@ -7,6 +7,11 @@
   shared tiles stored with the swizzle the descriptors name; its trace replays.
 * It lowers with no RaceCheckWarning and compiles with nvcc for sm_90a without spills; a kernel
   whose warps do not form warpgroups is refused by the emitter, naming the reason.
+* ``async_mma``: the same on the CPU (fixed and drawn shapes, against the plain program), the
+  steady step's structure, and a model of one thread's ``cp.async`` and ``wgmma`` groups: every
+  read after its copies' completion and a barrier, every copy after the retirement of the MMAs
+  that read the version before and a barrier (negative controls: waits one group short, copies
+  one step too far ahead).
 * On a GPU: the same numbers as the CPU executor (fixed and drawn shapes), and as torch.
 """
 
@@ -41,6 +46,10 @@ CASES = {
     "batch2_pad": ((40, 64, 24), dict(SMALL, batch=2)),
     "wait_first_pad": ((70, 100, 200), dict(SMALL, stages=3, wait_first=True)),
     "wait_first_2wg": ((128, 64, 256), dict(block=(128, 32, 64), wn=32, stages=4, wait_first=True)),
+    "async_pad_two_barriers": ((70, 100, 200), dict(SMALL, stages=3, async_mma=True, wait_first=False)),
+    "async_wait_first_2wg": ((128, 64, 256), dict(block=(128, 32, 64), wn=32, stages=4, async_mma=True,
+                                                  wait_first=True)),
+    "async_one_k_step": ((33, 65, 20), dict(SMALL, stages=4, async_mma=True, dtype="bfloat16")),
 }
 
 
@@ -102,6 +111,41 @@ def test_any_shape_equals_numpy(M: int, K: int, N: int, stages: int, dtype: str)
     _check(_result(c, params), _reference(a, b, params), _tol(params))
 
 
+@settings(max_examples=6, deadline=None)
+@given(M=st.integers(1, 130), K=st.integers(1, 400), N=st.integers(1, 70), stages=st.integers(3, 4),
+       wait_first=st.booleans())  # fmt: skip
+def test_async_mma_equals_the_plain_program(M: int, K: int, N: int, stages: int, wait_first: bool) -> None:
+    """``async_mma``: drawn sizes (1 to 7 K steps, fewer than the stages too), both pipeline
+    orders; the lowered kernel (proven race-free, no warning) computes what the unscheduled
+    function does, in random thread order."""
+    from loopir.testing import check_equivalent
+
+    sch = hopper_gemm(M, K, N, **SMALL, stages=stages, wait_first=wait_first, async_mma=True)
+    check_equivalent(tc_gemm_func(M, K, N, b_trans=True), _lowered(sch), thread_order="random")
+
+
+def test_async_mma_structure() -> None:
+    """``async_mma``: each steady K step issues its wgmma without waiting and then retires the
+    previous step's (``wait_group 1``, a register fence on the accumulators), the copies run
+    ``stages - 2`` steps ahead in ``stages`` versions, and ``wait_group 0`` comes before the
+    accumulators are stored."""
+    src = _source(hopper_gemm(512, 512, 512, async_mma=True))
+    steady = src[src.index("_steady"):]
+    steady = steady[:steady.index("\n  }\n")]
+    assert "loopir_wgmma_async_m64n256k64_f16(" in steady and "loopir_wgmma_m64n" not in steady
+    assert steady.index("loopir_wgmma_async_") < steady.index("loopir_wgmma_wait<1>(); loopir_wgmma_fence_n256(")
+    # the copies 2 steps ahead of the compute in 4 versions (the version between: in flight)
+    assert "A_shared + (k_0_0_steady + 3) % 4 * 8192" in steady and "&A_shared[(k_0_0_steady + 1) % 4 * 8192" in steady
+    assert src.count("loopir_wgmma_wait<0>()") == 1
+    tail = src[src.index("loopir_wgmma_wait<0>()"):]
+    assert "make_float2(C_warp[" in tail and "wgmma_async" not in tail  # the stores of the accumulators
+
+
+def test_async_mma_needs_three_stages() -> None:
+    with pytest.raises(ScheduleError, match="async_mma needs stages >= 3"):
+        hopper_gemm(256, 128, 256, stages=2, async_mma=True)
+
+
 def test_schedule_structure() -> None:
     """One wgmma per warp and 16-wide K step, reading the swizzled shared tiles: no ldmatrix,
     no operand fragments; the accumulator is the warp's 16 x wn tiles."""
@@ -160,6 +204,9 @@ NVCC_CASES = {
     "bf16_out_pad": ((300, 200, 260), dict(dtype="bfloat16", out_dtype="bfloat16")),
     "wn256_batch": ((256, 128, 256), dict(block=(128, 256, 64), wn=256, batch=2, stages=3)),
     "two_barriers": ((512, 512, 512), dict(wait_first=False)),
+    "defaults_async": ((512, 512, 512), dict(async_mma=True)),
+    "async_two_barriers_bf16_pad": ((300, 200, 260), dict(dtype="bfloat16", out_dtype="bfloat16", block=(128, 128, 64),
+                                                           wn=128, stages=3, async_mma=True, wait_first=False)),
 }
 
 
@@ -188,6 +235,8 @@ def test_compiles_with_nvcc(name: str, tmp_path: Path) -> None:
     src = _source(hopper_gemm(*shape, **params))
     assert "wgmma.mma_async.sync.aligned.m64n" in src and "ldmatrix" not in src.split("loopir_wgmma_")[-1]
     assert "fence.proxy.async.shared::cta" in src and "__align__(1024)" in src
+    if params.get("async_mma"):
+        assert "wgmma.wait_group.sync.aligned %0" in src and "loopir_wgmma_wait<1>();" in src
     binary = compile_cuda(src, arch="sm_90a", cache_dir=tmp_path)
     for res in binary.resources.values():
         assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0, binary.log
@@ -234,13 +283,14 @@ def test_gpu_matches_the_cpu(name: str) -> None:
 @settings(max_examples=10, deadline=None)
 @given(M=st.integers(1, 300), K=st.integers(1, 300), N=st.integers(1, 300),
        dtype=st.sampled_from(["float16", "bfloat16"]), half_out=st.booleans(), stages=st.integers(1, 4),
-       wide=st.booleans(), wait_first=st.booleans())  # fmt: skip
+       wide=st.booleans(), wait_first=st.booleans(), async_mma=st.booleans())  # fmt: skip
 def test_gpu_equals_the_cpu_on_drawn_shapes(M: int, K: int, N: int, dtype: str, half_out: bool, stages: int,
-                                            wide: bool, wait_first: bool) -> None:  # fmt: skip
-    """Drawn sizes (padded), both tile shapes, both pipeline orders: the CUDA kernel equals the
-    CPU executor."""
+                                            wide: bool, wait_first: bool, async_mma: bool) -> None:  # fmt: skip
+    """Drawn sizes (padded), both tile shapes, both pipeline orders, synchronous or (3 stages
+    or more) asynchronous wgmma: the CUDA kernel equals the CPU executor."""
     tiles = dict(block=(128, 128, 64), wn=128) if wide else dict(SMALL)
-    params = dict(tiles, dtype=dtype, stages=stages, out_dtype=dtype if half_out else None, wait_first=wait_first)
+    params = dict(tiles, dtype=dtype, stages=stages, out_dtype=dtype if half_out else None, wait_first=wait_first,
+                  async_mma=async_mma and stages >= 3)  # fmt: skip
     sch = hopper_gemm(M, K, N, **params)
     a, b, c = _inputs((M, K, N), params, seed=M * 90000 + K * 300 + N)
     cpu = c.copy()
@@ -322,7 +372,13 @@ def _async_groups_complete(func: loopir.PrimFunc) -> int:
     closes it, ``wait_group n`` completes all but the newest ``n`` closed groups. Each read of a
     multi-buffered shared tile's version (its first index) must come after a barrier that was
     itself after the completion of the group of that version's last copy, the copies of other
-    threads being visible only so. Returns the reads checked; fails on the first too early."""
+    threads being visible only so. Returns the reads checked; fails on the first too early.
+
+    And ``wgmma`` groups: each ``ptx_wgmma_async`` is a group reading the versions of its A and
+    B tiles, retired by a ``ptx_wgmma_wait(n)`` that leaves at most ``n`` newer ones in flight
+    (a synchronous ``ptx_wgmma`` is retired at once). Every copy into a version must come after
+    a barrier that was itself after the retirement of every group that read the version before:
+    the other threads' MMAs read it until then."""
     from loopir.arith.evaluate import evaluate
     from loopir.ir.expr import BufferLoad, Call
     from loopir.ir.stmt import Allocate, BufferStore, Evaluate, For, ForKind, IfThenElse, SeqStmt
@@ -333,6 +389,8 @@ def _async_groups_complete(func: loopir.PrimFunc) -> int:
     state = {"open": 0, "reads": 0}
     last_copy: dict[tuple[object, int], int] = {}  # (buffer, version) -> its group's index
     done_at_barrier: set[int] = set()  # groups complete at the last barrier
+    mmas: list[tuple[set, list[bool]]] = []  # wgmma groups: versions read, retired?
+    mmas_at_barrier: set[int] = set()  # wgmma groups retired at the last barrier
 
     def val(e: object, env: dict) -> int:
         return int(evaluate(e, env))  # type: ignore[arg-type]
@@ -376,6 +434,11 @@ def _async_groups_complete(func: loopir.PrimFunc) -> int:
                 walk(s.else_case, env, in_async)
         elif isinstance(s, BufferStore):
             exprs(s.value, env)
+            if s.buffer in versioned:
+                key = (s.buffer, val(s.indices[0], env))
+                for g, (reads, _) in enumerate(mmas):
+                    assert key not in reads or g in mmas_at_barrier, \
+                        f"{s.buffer.name}[{key[1]}] is overwritten before the wgmma group {g} reading it is retired and synced"
             if in_async and s.buffer in versioned:
                 last_copy[(s.buffer, val(s.indices[0], env))] = len(groups)  # the open group
         elif isinstance(s, Evaluate) and isinstance(s.value, Call):
@@ -388,19 +451,29 @@ def _async_groups_complete(func: loopir.PrimFunc) -> int:
                     groups[g] = True
             elif c.op == "tvm_storage_sync":
                 done_at_barrier.update(g for g, ok in enumerate(groups) if ok)
+                mmas_at_barrier.update(g for g, (_, ok) in enumerate(mmas) if ok[0])
+            elif c.op == "ptx_wgmma_wait":
+                exprs(c, env)
+                for g in range(len(mmas) - val(c.args[0], env)):
+                    mmas[g][1][0] = True
             else:
                 exprs(c, env)
+                if c.op in ("ptx_wgmma", "ptx_wgmma_async"):
+                    reads = {(t.buffer, val(t.indices[0], env)) for t in c.args[1:3] if t.buffer in versioned}
+                    mmas.append((reads, [c.op == "ptx_wgmma"]))
 
     walk(func.body, {}, False)
     return int(state["reads"])
 
 
-@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("stages, async_mma", [(2, False), (3, False), (4, False), (3, True), (4, True)])
 @pytest.mark.parametrize("wait_first", [False, True])
-def test_every_read_waits_for_its_copies(stages: int, wait_first: bool) -> None:
+def test_every_read_waits_for_its_copies(stages: int, wait_first: bool, async_mma: bool) -> None:
     """The wait counts of both pipeline orders, checked by modelling the cp.async groups (the
-    CPU executor runs copies synchronously, so it cannot tell a wait one group short)."""
-    func = _lowered(hopper_gemm(64, 64 * 7, 32, block=(64, 32, 64), wn=32, stages=stages, wait_first=wait_first))
+    CPU executor runs copies synchronously, so it cannot tell a wait one group short), and the
+    wgmma groups (the executor's MMAs happen at their issue)."""
+    func = _lowered(hopper_gemm(64, 64 * 7, 32, block=(64, 32, 64), wn=32, stages=stages, wait_first=wait_first,
+                                async_mma=async_mma))  # fmt: skip
     assert _async_groups_complete(func) >= 2 * 7  # A and B of each of the 7 K steps
 
 
@@ -419,3 +492,38 @@ def test_a_wait_one_group_short_is_caught(wait_first: bool) -> None:
     func = _lowered(hopper_gemm(64, 64 * 7, 32, block=(64, 32, 64), wn=32, stages=3, wait_first=wait_first))
     with pytest.raises(AssertionError, match="before it is waited and synced"):
         _async_groups_complete(func.with_body(Looser().visit(func.body)))
+
+
+@pytest.mark.parametrize("wait_first", [False, True])
+def test_a_wgmma_wait_one_group_short_is_caught(wait_first: bool) -> None:
+    """The wgmma model fails an ``async_mma`` kernel whose steady waits leave two groups in
+    flight: a copy then overwrites a version a wgmma still reads."""
+    from loopir.ir.expr import Call, IntImm
+    from loopir.ir.functor import Mutator
+
+    class Looser(Mutator):
+        def visit_Call(self, e: Call) -> object:
+            if e.op == "ptx_wgmma_wait" and e.args[0].value == 1:  # type: ignore[attr-defined]
+                return Call(e.dtype, e.op, (IntImm(2, "int32"), *e.args[1:]))
+            return self.generic_visit(e)
+
+    func = _lowered(hopper_gemm(64, 64 * 7, 32, block=(64, 32, 64), wn=32, stages=3, wait_first=wait_first,
+                                async_mma=True))  # fmt: skip
+    assert _async_groups_complete(func) >= 2 * 7
+    with pytest.raises(AssertionError, match="before the wgmma group .* is retired and synced"):
+        _async_groups_complete(func.with_body(Looser().visit(func.body)))
+
+
+def test_a_copy_one_step_too_far_ahead_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wgmma model also fails the kernel whose copies run ``S - 1`` steps ahead with ``S``
+    versions (the pipeline giving the tiles one version fewer than the wait's reads need)."""
+    from loopir.passes import software_pipeline as sp
+
+    versions = sp._Rewrite._versions
+    monkeypatch.setattr(sp._Rewrite, "_versions",
+                        lambda self, *a: {b: v - 1 for b, v in versions(self, *a).items()})  # fmt: skip
+    sch = hopper_gemm(64, 64 * 7, 32, block=(64, 32, 64), wn=32, stages=4, async_mma=True)
+    with loopir.PassContext(config={"cuda.race_check": False}):
+        func = loopir.lower(sch.func)
+    with pytest.raises(AssertionError, match="before the wgmma group .* is retired and synced"):
+        _async_groups_complete(func)

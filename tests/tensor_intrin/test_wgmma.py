@@ -133,3 +133,43 @@ C16 = Buffer("C16", (4, 32, 8), "float16", scope="warp")
 def test_builder_refuses_malformed_calls(build, match: str) -> None:
     with pytest.raises(TypeError, match=match):
         build()
+
+
+# --- the asynchronous form ----------------------------------------------------------------------
+
+
+def test_async_issue_means_the_synchronous_one_and_the_wait_nothing() -> None:
+    """``ptx_wgmma_async`` followed by ``ptx_wgmma_wait(0)`` computes on the CPU executor what
+    ``ptx_wgmma`` does (the MMA happens at the issue in the sequential meaning); the wait reads
+    the retired tiles (``touches``) and writes nothing."""
+    from loopir.ir.stmt import Evaluate, For, ForKind, seq
+    from loopir.tensor_intrin.calls import touches
+
+    rng = np.random.default_rng(0)
+    a = to_storage(rng.standard_normal((128, 64)), "float16")
+    outs = []
+    for asynchronous in (False, True):
+        Cl = Buffer("C", (4, 32, 8), "float32", scope="warp")
+        Sl = Buffer("S", (128, 64), "float16", scope="shared")
+        lane = Var("tx")
+        issue = (op.ptx_wgmma_async if asynchronous else op.ptx_wgmma)(Sl[0, 0], Sl[64, 0], Cl[0, lane, 0], 64, 64)
+        body = seq(Evaluate(issue), *([Evaluate(op.ptx_wgmma_wait(0, issue))] if asynchronous else []))
+        func = PrimFunc((Sl, Cl), For(lane, 0, 32, ForKind.THREAD_BINDING, body, thread_tag="threadIdx.x"))
+        c = np.zeros((4, 32, 8), np.float32)
+        loopir.build(func, target="cpu")(a.copy(), c)
+        outs.append(c)
+        if asynchronous:
+            wait = op.ptx_wgmma_wait(0, issue)
+            assert [(t.buffer.name, t.is_store) for t in touches(wait)] == [("S", False), ("S", False)]
+            assert [t.iters[0][1] for t in touches(wait)] == [16, 64]  # A's 16 rows, B's 64
+    assert np.array_equal(outs[0], outs[1]) and np.abs(outs[0]).max() > 0
+
+
+@pytest.mark.parametrize("build, match", [
+    (lambda: op.ptx_wgmma_wait(-1), "pending must be a non-negative int32 constant"),
+    (lambda: op.ptx_wgmma_wait(1, S[0, 0]), "retired must be ptx_wgmma_async calls"),
+    (lambda: op.ptx_wgmma_async(G[0, 0], S[0, 0], C[0, tx, 0], 64), "ptx_wgmma a must be a load of a shared buffer"),
+])  # fmt: skip
+def test_async_builders_refuse_malformed_calls(build, match: str) -> None:
+    with pytest.raises(TypeError, match=match):
+        build()
