@@ -81,8 +81,8 @@ class ExprPrinter(CPrinter):
         if not isinstance(x, Sub) or x.dtype != "float32":
             return None
         a, scale = x.a, 1.0
-        if isinstance(a, Mul) and isinstance(a.b, FloatImm):
-            a, scale = a.a, a.b.value
+        if isinstance(x.a, Mul) and isinstance(x.a.b, FloatImm):
+            a, scale = x.a.a, x.a.b.value
         factor = self.print(FloatImm(scale * LOG2E, "float32"))
         log2e = self.print(FloatImm(LOG2E, "float32"))
         return f"exp2f(fmaf({self.print(a)}, {factor}, -({self.print(x.b)}) * {log2e}))"
