@@ -190,17 +190,30 @@ def _back(s: Stmt) -> tuple[int, bool]:
     return len(n), False
 
 
-def backward_span(path: Sequence[tuple[Stmt, int]]) -> int:
+def _issues(s: Stmt) -> int:
+    n: list[int] = []
+    post_order_visit(s, lambda x: n.append(1) if isinstance(x, Call) and x.op == "ptx_wgmma_async" else None)
+    return len(n)
+
+
+def backward_span(path: Sequence[tuple[Stmt, int]], pending: int = 0) -> int:
     """The barriers the wait's part of an in-flight read spans back (module doc): to one barrier
     after the last boundary before the wait (the start of its iteration of a loop with
-    barriers, the end of such a loop before it), or the kernel's start."""
-    barriers = 0
+    barriers, the end of such a loop before it), to the issue of the oldest group it retires
+    (the ``pending + 1``-th issue back, when a statement without barriers holds it: a pipeline
+    unrolled into its prologue and epilogue, fewer steps than stages, has no boundary), or the
+    kernel's start."""
+    barriers = issues = 0
     for node, child in reversed(path):
         if isinstance(node, SeqStmt):
             for c in reversed(node.seq[:child]):
                 n, boundary = _back(c)
                 if boundary:
                     return max(barriers - 1, 0)
+                k = _issues(c)
+                if k and n == 0 and issues + k > pending:
+                    return barriers  # the read starts at that issue's count
+                issues += k
                 barriers += n
         elif _barrier_loop(node):
             return max(barriers - 1, 0)
@@ -216,7 +229,9 @@ def in_flight(path: Sequence[tuple[Stmt, int]], call: Call) -> For | None:
         span, bounded = forward_span(path)
         how = "forward" if bounded else "forward-all"
     elif call.op == "ptx_wgmma_wait":
-        span, how = backward_span(path), "backward"
+        pending = call.args[0]
+        span = backward_span(path, pending.value if isinstance(pending, IntImm) else 0)
+        how = "backward"
     else:
         return None
     v = Var("in_flight", "int32")
