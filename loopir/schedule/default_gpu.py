@@ -460,11 +460,13 @@ def _tensor_core(sch: Schedule, name: str, gemv_rows: int = MAX_GEMV_ROWS, wgmma
     hopper = tcg.wgmma_params(m) if wgmma else None
     if hopper is not None:
         bm, bn, bk = hopper["block"]
-        # wait_first: one barrier per K step, 1.09-1.13x on the H200 (docs/benchmarks.md, session 13)
+        # one barrier per K step, wgmma retired a step later: 1.09-1.13x, then 1.1-1.2x more, on
+        # the H200 (docs/benchmarks.md, session 13)
+        in_flight = hopper["stages"] >= 3
         tcg.schedule_with_pad(sch, m, hopper["block"], (TILE_ROWS_WGMMA, hopper["wn"]), hopper["stages"],
-                              wgmma=True, wait_first=True)  # fmt: skip
+                              wgmma=True, wait_first=True, async_mma=in_flight)  # fmt: skip
         return (f"tensor_core {name} ({bm} x {bn} x {bk} tiles on wgmma, {hopper['stages']}-stage cp.async "
-                "pipeline, waits first)")
+                f"pipeline, waits first{', async wgmma' if in_flight else ''})")
     params = tcg.default_params(m)
     tcg.schedule_with_pad(sch, m, params["block"], params["warp"], params["stages"])
     bm, bn, bk = params["block"]

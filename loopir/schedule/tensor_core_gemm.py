@@ -39,6 +39,7 @@ from loopir.ir.expr import Add, BufferLoad, Cast, IntImm, Mul, PrimExpr, Var
 from loopir.ir.functor import post_order_visit
 from loopir.ir.op import STORE_CASTS
 from loopir.ir.stmt import Block, BufferStore, IterKind
+from loopir.passes.pipeline_mma import MMA_IN_FLIGHT_KEY
 from loopir.passes.software_pipeline import DEPTH_KEY, WAIT_FIRST_KEY
 from loopir.schedule import gpu_patterns as pat
 from loopir.schedule import tree
@@ -411,7 +412,7 @@ def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, 
 def schedule_with_pad(sch: Schedule, m: TensorCoreGemm, block: tuple[int, int, int], warp: tuple[int, int],
                       stages: int, *, swizzle: bool = True, vec: int = 8, pad: bool = True,
                       fragment_stages: int = 1, raster: int = 1, wgmma: bool = False,
-                      wait_first: bool = False) -> Scheduled:  # fmt: skip
+                      wait_first: bool = False, async_mma: bool = False) -> Scheduled:  # fmt: skip
     """[`schedule`][loopir.schedule.tensor_core_gemm.schedule] with a block tile ``(bm, bn,
     bk)`` and a warp tile ``(wm, wn)`` (multiples of 16): first ``pad`` (``pad_einsum``) of the
     sizes off the block tile when ``pad``; the shared tiles XOR-swizzled when ``swizzle`` (else
@@ -420,7 +421,10 @@ def schedule_with_pad(sch: Schedule, m: TensorCoreGemm, block: tuple[int, int, i
     that divides the number of block rows groups them (``schedule``); ``wgmma``: the warp tile is
     ``(16, wn)`` and each warp's K step one ``wgmma`` (``schedule``); ``wait_first``: each step
     of the pipelined K loop waits and synchronizes before it issues the next copies
-    ([`WAIT_FIRST_KEY`][loopir.passes.software_pipeline.WAIT_FIRST_KEY]: one barrier a step)."""
+    ([`WAIT_FIRST_KEY`][loopir.passes.software_pipeline.WAIT_FIRST_KEY]: one barrier a step);
+    ``async_mma`` (``wgmma``, ``stages >= 3``): each step's ``wgmma`` issued asynchronously and
+    retired one step later, the compute one stage after the copies' last but one
+    ([`MMA_IN_FLIGHT_KEY`][loopir.passes.pipeline_mma.MMA_IN_FLIGHT_KEY])."""
     (bm, bn, bk), (wm, wn) = block, warp
     M, K, N = m.sizes
     rows = -(-M // bm)
@@ -439,6 +443,12 @@ def schedule_with_pad(sch: Schedule, m: TensorCoreGemm, block: tuple[int, int, i
         sch.annotate(done.k1, "software_pipeline_stage", [0, 0, 1])
     if wait_first and stages > 1:
         sch.annotate(done.k0, WAIT_FIRST_KEY, True)
+    if async_mma:
+        if not wgmma or stages < 3:
+            raise ScheduleError(f"tensor_core_gemm: async_mma needs wgmma and stages >= 3 (the version in "
+                                f"flight, the one the copies fill and the one read next), got stages {stages}")  # fmt: skip
+        sch.annotate(done.k0, "software_pipeline_stage", [0, 0, stages - 2])
+        sch.annotate(done.k0, MMA_IN_FLIGHT_KEY, 1)
     return done
 
 

@@ -38,5 +38,5 @@ def test_the_fused_case_is_one_wgmma_kernel_equal_to_its_stages() -> None:
 
     func = _module().gemm_bias_gelu_func(96, 64, 80, "float16")
     sch = loopir.Schedule(func)
-    assert default_gpu_schedule(sch, wgmma=True) == ["tensor_core C (64 x 64 x 64 tiles on wgmma, 4-stage cp.async pipeline, waits first)"]
+    assert default_gpu_schedule(sch, wgmma=True) == ["tensor_core C (64 x 64 x 64 tiles on wgmma, 4-stage cp.async pipeline, waits first, async wgmma)"]
     check_equivalent(func, sch.func, norm=True)

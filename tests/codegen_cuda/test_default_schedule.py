@@ -84,7 +84,7 @@ def test_wgmma_on_hopper_or_when_asked(caplog: pytest.LogCaptureFixture, cuda_ca
         with caplog.at_level(logging.INFO, logger="loopir.codegen_cuda.default_schedule"):
             code = prepare_function(func)
     assert "tiles on wgmma" in caplog.text
-    assert "loopir_wgmma_m64n64k64_f16(" in code.emitted.source  # 64 x 64 tiles: M = 100, N = 90
+    assert "loopir_wgmma_async_m64n64k64_f16(" in code.emitted.source  # 64 x 64 tiles: M = 100, N = 90
     sch = loopir.Schedule(func)
     assert default_gpu_schedule(sch, wgmma=True)[0].startswith("tensor_core C (64 x 64 x 64 tiles on wgmma")
     check_equivalent(func, sch.func, norm=True)

@@ -158,7 +158,7 @@ def test_schedule_structure() -> None:
     assert 'A_shared = T.allocate((4, 128, 64), "float16", "shared")' in low
     assert 'B_shared = T.allocate((4, 128, 64), "float16", "shared")' in low
     assert 'C_warp = T.allocate((1, 8, 32, 8), "float32", "warp")' in low
-    assert 'T.ptx_wgmma("m64n128k64"' in low
+    assert 'T.ptx_wgmma_async("m64n128k64"' in low and 'T.ptx_wgmma_wait(1, "m64n128k64"' in low  # 4 stages
 
 
 @pytest.mark.parametrize("name", ["pad_70x100x40", "batch2_pad"])
@@ -217,7 +217,7 @@ def test_wait_first_steps_have_one_barrier(wait_first: bool | None, barriers: in
     checker prove that the step's copies (version ``(k + 3) % 4``) and reads (``k % 4``) need
     no barrier between them. It is the default (None: not given)."""
     params = {} if wait_first is None else {"wait_first": wait_first}
-    src = _source(hopper_gemm(512, 512, 512, **params))
+    src = _source(hopper_gemm(512, 512, 512, **params, async_mma=False))  # the copies 3 steps ahead
     steady = src[src.index("_steady"):]
     steady = steady[:steady.index("\n  }\n")]
     assert steady.count("__syncthreads()") == barriers
@@ -344,9 +344,9 @@ def test_a_bias_and_cast_epilogue_is_fused() -> None:
                    name="D")  # fmt: skip
     func = te.create_prim_func([A, B, bias, D])
     sch = loopir.Schedule(func)
-    assert default_gpu_schedule(sch, wgmma=True) == ["tensor_core C (64 x 64 x 64 tiles on wgmma, 4-stage cp.async pipeline, waits first)"]
+    assert default_gpu_schedule(sch, wgmma=True) == ["tensor_core C (64 x 64 x 64 tiles on wgmma, 4-stage cp.async pipeline, waits first, async wgmma)"]
     check_equivalent(func, sch.func, norm=True)
-    assert "loopir_wgmma_m64n64k64_f16(" in _source(sch)
+    assert "loopir_wgmma_async_m64n64k64_f16(" in _source(sch)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
