@@ -238,7 +238,7 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
                 vec: int = 8, pad: bool | None = None, batch: int | None = None,
                 out_dtype: str | None = None,
                 a_prologue: Callable[[Any], Any] | None = None, wait_first: bool = True,
-                async_mma: bool | None = None) -> Schedule:  # fmt: skip
+                async_mma: bool | None = None, raster: int = 1) -> Schedule:  # fmt: skip
     """``C = A @ B.T`` (A ``[M, K]``, B ``[N, K]``, the ``nn.Linear`` layout) on Hopper's
     warpgroup tensor cores (``wgmma``, sm_90a), scheduled with loopir's primitives: the
     [`tc_gemm`][loopir.examples.tc_gemm] schedule with ``wgmma=True``
@@ -269,7 +269,7 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
     stages
         Software pipeline depth (1-4); default: the deepest, up to 4, whose shared tiles (and
         the padded C tile, when sizes are off the block tile) fit in 227 KB.
-    vec, pad, batch, out_dtype, a_prologue
+    vec, pad, batch, out_dtype, a_prologue, raster
         As for [`tc_gemm`][loopir.examples.tc_gemm].
     wait_first
         As for ``tc_gemm``, but on by default: 1.09-1.13x the two-barrier order at 4096 x 4096
@@ -304,7 +304,9 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
     elif _bool("async_mma", async_mma, _HOPPER) and stages < 3:
         raise _fail(f"async_mma needs stages >= 3 (the version in flight, the one the copies fill and the "
                     f"one read next), got {stages}", _HOPPER)  # fmt: skip
-    tcg.schedule_with_pad(sch, m, block, (16, wn), stages, vec=vec, pad=pad, wgmma=True,
+    if isinstance(raster, bool) or not isinstance(raster, int) or raster < 1:
+        raise _fail(f"raster must be a positive int, got {raster!r}", _HOPPER)
+    tcg.schedule_with_pad(sch, m, block, (16, wn), stages, vec=vec, pad=pad, wgmma=True, raster=raster,
                           wait_first=_bool("wait_first", wait_first, _HOPPER), async_mma=async_mma)  # fmt: skip
     return sch
 

@@ -50,6 +50,7 @@ CASES = {
     "async_wait_first_2wg": ((128, 64, 256), dict(block=(128, 32, 64), wn=32, stages=4, async_mma=True,
                                                   wait_first=True)),
     "async_one_k_step": ((33, 65, 20), dict(SMALL, stages=4, async_mma=True, dtype="bfloat16")),
+    "raster_4_rows": ((256, 128, 96), dict(SMALL, raster=4)),  # 4 block rows grouped (L2 reuse)
 }
 
 
@@ -144,6 +145,8 @@ def test_async_mma_structure() -> None:
 def test_async_mma_needs_three_stages() -> None:
     with pytest.raises(ScheduleError, match="async_mma needs stages >= 3"):
         hopper_gemm(256, 128, 256, stages=2, async_mma=True)
+    with pytest.raises(ScheduleError, match="examples.hopper_gemm: raster must be a positive int, got 0"):
+        hopper_gemm(256, 128, 256, raster=0)
 
 
 def test_schedule_structure() -> None:
