@@ -14,7 +14,10 @@ computes), each dtype:
 - cuDNN (torch conv2d, channels_last, ``cudnn.benchmark``) replayed from a CUDA graph;
 - the bytes each moves (input + filter read once, output written once) and the fraction of the
   device's copy bandwidth (``copy_``, read + write) that is, next to a write-only fill of the
-  output (most of the bytes).
+  output (most of the bytes);
+- a 1x1 convolution is also a plain GEMM (``gemm_equivalent``): ``--gemm`` GEMM tuning candidates
+  run on the same memory (persistent ping-pong / cooperative kernels, which CUTLASS's sm90 conv
+  kernel has not).
 
 A JSON and a table sorted by time; ``--compile-only`` builds every unit into ``--cache`` and
 stops (no GPU). ``--profile NAME`` runs one call of a configuration (``--profile cudnn``: of
@@ -49,8 +52,9 @@ from loopir.codegen_cuda.cutlass.enumerate import (  # noqa: E402
     GemmCandidate,
     enumerate_candidates,
     fits_registers,
+    tuning_candidates,
 )
-from loopir.codegen_cuda.cutlass.problem import ConvProblem  # noqa: E402
+from loopir.codegen_cuda.cutlass.problem import ConvProblem, GemmProblem  # noqa: E402
 from loopir.codegen_cuda.cutlass.tune import compile_candidates  # noqa: E402
 
 ARCH = 90
@@ -90,8 +94,21 @@ def sweep_candidates(problem: ConvProblem, stages: set[int], spilling: set[tuple
     return out
 
 
+def gemm_equivalent(problem: ConvProblem) -> GemmProblem | None:
+    """The GEMM a 1x1, stride-1, unpadded NHWC convolution is (None for any other): the input is
+    an (N*H*W, C) row-major A, the KRSC filter a (K, C) row-major, i.e. column-major, B, the NHWC
+    output the (N*P*Q, K) row-major D. CUTLASS's GEMM kernels include persistent ones (ping-pong:
+    one warpgroup's epilogue overlaps the other's main loop), which its sm90 conv kernel lacks."""
+    one = (problem.r, problem.s, problem.stride, problem.pad) == (1, 1, (1, 1), (0, 0))
+    if not one or (problem.p, problem.q) != (problem.h, problem.w):
+        return None
+    return GemmProblem(problem.batch * problem.p * problem.q, problem.kout, problem.c,
+                       problem.dtype_ab, problem.dtype_d, "row", "col")  # fmt: skip
+
+
 def sweep_specs(args: Any) -> dict[str, list[KernelSpec]]:
-    """Each dtype's kernel specs (the plain family of ``conv.py``'s problem for the shape)."""
+    """Each dtype's kernel specs (the plain family of ``conv.py``'s problem for the shape), then
+    the first ``args.gemm`` tuning candidates of its GEMM (1x1 convolutions)."""
     stages = {int(s) for s in args.stages.split(",")}
     spilling = {tuple(int(v) for v in t.split("x")) for t in args.spilling.split(",") if t}
     epilogues = set(args.epilogues.split(","))
@@ -100,6 +117,10 @@ def sweep_specs(args: Any) -> dict[str, list[KernelSpec]]:
     for dtype in args.dtypes.split(","):
         prob = problem_of(conv_spec(SHAPES[args.shape], dtype, "plain"), "plain")
         out[dtype] = [KernelSpec.for_problem(prob, c) for c in sweep_candidates(prob, stages, spilling, epilogues, nosmem_tk)]
+        gemm = gemm_equivalent(prob)
+        if gemm is not None and args.gemm:
+            cands = tuning_candidates(gemm, enumerate_candidates(gemm, ARCH), args.gemm)
+            out[dtype] += [KernelSpec.for_problem(gemm, c) for c in cands]
     return out
 
 
@@ -120,6 +141,8 @@ def main() -> int:
                     help="tiles kept although their accumulators spill (1x1x1 cluster, TMA store)")
     ap.add_argument("--epilogues", default="tma,nosmem")
     ap.add_argument("--nosmem-tk", default="64", help="K tiles given a NoSmem-epilogue variant")
+    ap.add_argument("--gemm", type=int, default=6,
+                    help="GEMM tuning candidates of a 1x1 conv's GEMM (persistent kernels), 0: none")  # fmt: skip
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--cache", default=None)
     ap.add_argument("--compile-only", action="store_true")

@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from conv import SHAPES, conv_spec, problem_of  # noqa: E402
-from conv_sweep import TOL, traffic_bytes  # noqa: E402
+from conv_sweep import TOL, gemm_equivalent, traffic_bytes  # noqa: E402
 from timing import events_per_call, rel_err  # noqa: E402
 
 from loopir.codegen_cuda.cutlass.emit import KernelSpec  # noqa: E402
@@ -46,8 +46,11 @@ def _tensors(torch: Any, sp: ConvSpec) -> dict[str, Any]:
 
 
 def _bind(spec: KernelSpec, lib: Any, t: dict[str, Any], prob: Any) -> Any:
+    """``spec``'s entry point bound to the tensors (a GEMM spec: the conv's equivalent GEMM)."""
     from loopir.codegen_cuda.cutlass.runtime import entry_dims
 
+    if not spec.is_conv:
+        prob = gemm_equivalent(prob)
     return lib.bind(spec.entry, t["x"].data_ptr(), t["w"].data_ptr(), t["d"].data_ptr(), *entry_dims(prob))
 
 
@@ -97,7 +100,8 @@ def _candidate_row(torch: Any, spec: KernelSpec, lib: Any, t: dict[str, Any], re
     from loopir.codegen_cuda.cutlass.runtime import time_ms
 
     c = spec.candidate
-    row: dict[str, Any] = {"dtype": dtype, "kernel": c.short, "tile": list(c.tile), "cluster": list(c.cluster),
+    row: dict[str, Any] = {"dtype": dtype, "kernel": c.short, "kind": "conv" if c.is_conv else "gemm",
+                           "tile": list(c.tile), "cluster": list(c.cluster),
                            "stages": c.stages, "epilogue": c.epilogue_schedule.rsplit("::", 1)[-1]}  # fmt: skip
     if lib is None:
         return {**row, "error": "did not compile"}

@@ -17,7 +17,7 @@ pytest.importorskip("cutlass_library")
 
 def _args(**kw: Any) -> argparse.Namespace:
     base = dict(shape="c2_1x1_64_256", dtypes="float16,bfloat16", stages="0,2",
-                spilling="128x256x64,256x128x64", epilogues="tma,nosmem", nosmem_tk="64")  # fmt: skip
+                spilling="128x256x64,256x128x64", epilogues="tma,nosmem", nosmem_tk="64", gemm=0)  # fmt: skip
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -41,6 +41,15 @@ def test_swept_configurations() -> None:
     assert len(nosmem) == 7 and all(c.tile[2] == 64 and c.stages == 2 for c in nosmem)
     assert {(64, 256, 64), (128, 128, 64), (256, 64, 64)} <= {c.tile for c in nosmem}
     assert sweep.traffic_bytes(prob) == 2 * (32 * 56 * 56 * 64 + 256 * 64 + 32 * 56 * 56 * 256)
+    # a 1x1 conv is also a GEMM: (N*H*W, C) row-major input, (K, C) filter, NHWC output
+    gemm = sweep.gemm_equivalent(prob)
+    assert (gemm.m, gemm.n, gemm.k, gemm.layout_a, gemm.layout_b) == (32 * 56 * 56, 256, 64, "row", "col")
+    with_gemm = sweep.sweep_specs(_args(gemm=6))["bfloat16"]
+    assert len(with_gemm) == 39 and all(not s.is_conv for s in with_gemm[33:])
+    assert any("Pingpong" in s.candidate.kernel_schedule for s in with_gemm[33:])
+    three = sweep.problem_of(sweep.conv_spec(sweep.SHAPES["c2_3x3_64"], "float16", "plain"), "plain")
+    s2 = sweep.problem_of(sweep.conv_spec(sweep.SHAPES["c3_proj_256_512_s2"], "float16", "plain"), "plain")
+    assert sweep.gemm_equivalent(three) is None and sweep.gemm_equivalent(s2) is None
     fused_tma_only = sweep.sweep_candidates(
         sweep.problem_of(sweep.conv_spec(sweep.SHAPES["c2_1x1_64_256"], "float16", "fused"), "fused"),
         {2}, set(), {"tma", "nosmem"}, {64})  # fmt: skip
