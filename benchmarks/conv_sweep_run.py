@@ -143,7 +143,8 @@ def _sweep_dtype(torch: Any, dtype: str, specs: list[KernelSpec], lib_of: dict[s
 
 def _annotate(results: dict[str, Any]) -> None:
     """Each row's bandwidth, fraction of copy bandwidth and ratio to cuDNN of its dtype; the
-    fastest configuration of each dtype (``results["best"]``)."""
+    fastest configuration of each dtype (``results["best"]``), and of each kind (conv or GEMM
+    kernel: ``results["best_by_kind"]``)."""
     nbytes, copy = results["bytes"], results["bandwidth"]["copy_GBps"]
     cudnn = {r["dtype"]: r["ms"] for r in results["rows"] if r["kernel"] == "cudnn"}
     for r in results["rows"]:
@@ -151,9 +152,10 @@ def _annotate(results: dict[str, Any]) -> None:
             r["GBps"] = nbytes / r["ms"] / 1e6
             r["frac_copy"] = r["GBps"] / copy
             r["vs_cudnn"] = cudnn[r["dtype"]] / r["ms"] if r["dtype"] in cudnn else None
-    results["best"] = {}
+    results["best"], results["best_by_kind"] = {}, {"conv": {}, "gemm": {}}
     for r in sorted((r for r in results["rows"] if "ms" in r and r["kernel"] != "cudnn"), key=lambda r: -r["ms"]):
         results["best"][r["dtype"]] = r["kernel"]
+        results["best_by_kind"][r.get("kind", "conv")][r["dtype"]] = r["kernel"]
 
 
 def table(results: dict[str, Any]) -> str:

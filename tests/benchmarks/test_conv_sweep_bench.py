@@ -75,6 +75,6 @@ def test_merged_table(tmp_path: Path) -> None:
     assert text.index("  fast\n") < text.index("  cudnn\n") < text.index("  slow\n") < text.index("bad: wrong")
     merged = json.loads((tmp_path / "m.json").read_text())
     rows = {r["kernel"]: r for r in merged["rows"]}
-    assert merged["best"] == {"float16": "fast"}
+    assert merged["best"] == {"float16": "fast"} and merged["best_by_kind"]["conv"] == {"float16": "fast"}
     assert rows["fast"]["vs_cudnn"] == pytest.approx(1.2) and rows["fast"]["frac_copy"] == pytest.approx(0.8)
     assert "floor 16.00 us" in text and sum(r == "cudnn" for r in rows) == 1
