@@ -7,8 +7,9 @@ computes), each dtype:
 - the configurations: every sm90 conv fprop tile, cluster and stage count ``cutlass_library``
   offers for it (``enumerate_candidates``: the generator's automatic stage count and the fixed
   ones of ``CONV_SM90_STAGES``), filtered by ``--stages`` and by whether the accumulators fit in
-  registers (``--spilling`` adds tiles that do not), each also with the ``NoSmemWarpSpecialized``
-  epilogue (direct stores from registers) with ``--epilogues tma,nosmem``;
+  registers (``--spilling`` adds tiles that do not); with ``--epilogues tma,nosmem`` the
+  ``NoSmemWarpSpecialized`` epilogue too (direct stores from registers; not in the generator's
+  conv list), for the ``--nosmem-tk`` K tiles at the fixed stage counts;
 - each checked against float64 (torch on the GPU) before it is timed (CUDA events around
   back-to-back calls of the bound entry point, as ``conv.py`` tunes);
 - cuDNN (torch conv2d, channels_last, ``cudnn.benchmark``) replayed from a CUDA graph;
