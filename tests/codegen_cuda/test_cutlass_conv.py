@@ -13,12 +13,14 @@ from __future__ import annotations
 import ctypes
 import json
 
+import attrs
 import pytest
 
 pytest.importorskip("cutlass_library")
 
 from loopir.codegen_cuda.cutlass.emit import KernelSpec, emit_module  # noqa: E402
 from loopir.codegen_cuda.cutlass.enumerate import (  # noqa: E402
+    CONV_SM90_STAGES,
     default_candidate,
     enumerate_candidates,
     rank_candidates,
@@ -124,6 +126,28 @@ def test_cost_model_reads_the_implicit_gemm() -> None:
     assert a.tile[0] >= a.tile[1] and a != b
     ranked = rank_candidates(deep, enumerate_candidates(deep, 80))
     assert ranked[0] == b and len(tuning_candidates(deep, ranked, 4)) == 4
+
+
+def test_sm90_fixed_stage_counts_for_short_k() -> None:
+    """CUTLASS's generator lists each sm90 conv tile with the automatic stage count only (the
+    whole shared memory: one CTA per SM, and the kernel is not persistent); every tile is also
+    offered with 2-4 fixed stages (a 1x1 conv of 64 channels has one 64-deep K tile: stages past
+    two only take shared memory from other CTAs), emitted as ``StageCount<n>``. The automatic
+    count stays the default."""
+    p = conv(h=56, w=56, p=56, q=56, c=64, k=256, r=1, s=1, pad=(0, 0))
+    cands = enumerate_candidates(p, 90)
+    auto = [c for c in cands if c.stages == 0]
+    assert len(cands) == len(auto) * (1 + len(CONV_SM90_STAGES))
+    for n in CONV_SM90_STAGES:
+        assert {attrs.evolve(c, stages=n) for c in auto} == {c for c in cands if c.stages == n}
+    # the K tile that is the whole K, with the fewest stages, on a tile whose accumulators fit
+    assert any(c.tile == (64, 256, 64) and c.stages == 2 for c in rank_candidates(p, cands))
+    best = default_candidate(p, 90)
+    assert best.stages == 0 and tuning_candidates(p, cands, 3)[0] == best
+    two = emit_module([KernelSpec.for_problem(p, attrs.evolve(best, stages=2))])
+    assert "cutlass::conv::collective::StageCount<2>,\n    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90>" in two
+    assert "StageCountAutoCarveout" not in two
+    assert "cutlass::conv::collective::StageCountAutoCarveout<" in emit_module([KernelSpec.for_problem(p, best)])
 
 
 def test_emitted_sm90_unit() -> None:

@@ -512,8 +512,7 @@ using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBui
 using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
     ElementAB, Layout, ${align_a}, ElementAB, Layout, ${align_b}, float, TileShape, ClusterShape,
-    cutlass::conv::collective::StageCountAutoCarveout<
-        static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    ${stages},
     ${kernel_schedule}>::CollectiveOp;
 using ProblemShape = cutlass::conv::ConvProblemShape<
     cutlass::conv::Operator::kFprop, CollectiveMainloop::DispatchPolicy::NumSpatialDimensions>;
@@ -609,6 +608,15 @@ def _filter_permute(spec: KernelSpec) -> str:
     )
 
 
+def _conv_sm90_stages(stages: int) -> str:
+    """The 3.x conv mainloop's stage count: ``stages`` fixed, or (0) as many as the shared memory
+    left after the epilogue's holds (one CTA per SM: short-K convolutions want fewer)."""
+    if stages:
+        return f"cutlass::conv::collective::StageCount<{stages}>"
+    return ("cutlass::conv::collective::StageCountAutoCarveout<\n"
+            "        static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>")  # fmt: skip
+
+
 def _emit_conv_sm90(spec: KernelSpec, common: dict[str, object]) -> str:
     cand = spec.candidate
     element_c = "ElementD" if spec.has_source else "void"
@@ -616,7 +624,7 @@ def _emit_conv_sm90(spec: KernelSpec, common: dict[str, object]) -> str:
     values = dict(
         common, element_c=element_c, fusion=_fusion_sm90(spec, element_c), cm=cm, cn=cn, ck=ck,
         epilogue_schedule=cand.epilogue_schedule, kernel_schedule=cand.kernel_schedule,
-        permute=_filter_permute(spec),
+        stages=_conv_sm90_stages(cand.stages), permute=_filter_permute(spec),
         source_ptr="static_cast<const ElementD*>(S)" if spec.has_source else "nullptr",
         beta="beta" if spec.has_source else "0.0f",
         bias_arg="  args.epilogue.thread.bias_ptr = static_cast<const ElementD*>(bias);" if spec.has_bias else "",

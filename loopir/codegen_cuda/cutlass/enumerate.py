@@ -11,7 +11,8 @@ Convolutions come from the generator's ``conv2d`` fprop operations (NHWC, 16-byt
 channels, fp32 accumulation): for ``arch`` 90 the CUTLASS 3.x implicit-GEMM kernels of
 ``GenerateSM90`` (im2col TMA, warp-specialized; CUTLASS has no persistent conv schedule on sm_90),
 for ``arch`` 80 the 2.x ``Conv2dFprop`` kernels of ``GenerateSM80`` with the optimized iterators
-(they run on sm_90 too).
+(they run on sm_90 too). The generator lists its sm90 conv kernels with the automatic stage count
+only; each is also offered with the fixed counts of ``CONV_SM90_STAGES`` (short-K convolutions).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from loopir.codegen_cuda.cutlass.problem import (
 from loopir.errors import CodegenError
 
 __all__ = [
+    "CONV_SM90_STAGES",
     "GemmCandidate",
     "default_candidate",
     "enumerate_candidates",
@@ -322,8 +324,23 @@ def _scan_conv_sm90(problem: ConvProblem) -> list[GemmCandidate]:
             swizzle="", layout_a="TensorNHWC", layout_b="TensorNHWC", align_a=align, align_b=align,
             align_c=align_d, element_ab=_element_tag(want_ab, 90), math_op="", iterator="im2col_tma",
         )  # fmt: skip
-        found.append(cand)
+        found.extend(_with_stage_counts(cand))
     return _distinct(found, f"sm_90 conv2d fprop kernel for {problem.signature()}")
+
+
+CONV_SM90_STAGES = (2, 3, 4)
+"""Fixed mainloop stage counts offered besides the generator's automatic one for each sm90 conv
+tile. CUTLASS's conv generator lists only ``StageCountAuto`` kernels, which fill the shared
+memory (one CTA per SM); its sm90 conv kernel is not persistent, so a short-K convolution
+(K = C*R*S of one or two K tiles, e.g. ResNet-50's 1x1 convs of 64 channels) then serializes
+each tile's loads, MMA and output store on an SM. Fewer stages leave room for more CTAs per SM,
+whose epilogues overlap the others' loads."""
+
+
+def _with_stage_counts(cand: GemmCandidate) -> list[GemmCandidate]:
+    """``cand`` (automatic stage count) and its variants with each of
+    [`CONV_SM90_STAGES`][loopir.codegen_cuda.cutlass.enumerate.CONV_SM90_STAGES]."""
+    return [cand, *(attrs.evolve(cand, stages=n) for n in CONV_SM90_STAGES)]
 
 
 def _scan_conv_generator(problem: ConvProblem) -> list[GemmCandidate]:
