@@ -35,6 +35,8 @@ from loopir.ir.buffer import Buffer, Range
 from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr, Var
 from loopir.ir.functor import post_order_visit
 from loopir.ir.op import is_tensor_core_call
+from loopir.ir.tma import is_tma_call, tma_problem
+from loopir.tensor_intrin.tma import tma_stmt
 from loopir.ir.reducer import identity
 from loopir.ir.stmt import (
     Allocate,
@@ -267,9 +269,23 @@ class _StmtEmitter(ExprEmitter):
         if isinstance(s.value, Call) and is_tensor_core_call(s.value):
             emit_tensor_core(self, s.value)
             return
+        if isinstance(s.value, Call) and is_tma_call(s.value):
+            self._tma(s.value)
+            return
         code = self.expr(s.value)
         if code != "0":
             self.emit(f"(void)({code});")
+
+    def _tma(self, call: Call) -> None:
+        """A TMA copy as the loop nest it means; the mbarrier calls as nothing: sequentially
+        the copy has landed when ``tma_load`` returns (``loopir.tensor_intrin.tma``)."""
+        if (problem := tma_problem(call)) is not None:
+            raise CodegenError(f"cpu codegen: {problem}")
+        if call.op != "ptx_tma_load":
+            self.emit(f"/* {call.op}: nothing sequentially */")
+            return
+        self.emit("/* ptx_tma_load: the box, zeros out of bounds, swizzled */")
+        self.stmt(tma_stmt(call))
 
     def _allreduce(self, call: Call) -> None:
         """``thread_allreduce`` among the fibers of a threadIdx.x row: each publishes its part,
