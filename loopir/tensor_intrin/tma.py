@@ -23,6 +23,7 @@ block barrier (see there).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import reduce
 
 from loopir.ir import dtype as dt
@@ -32,7 +33,7 @@ from loopir.ir.stmt import BufferStore, For, ForKind, IfThenElse, Stmt
 from loopir.ir.tma import is_tma_call, tma_box, tma_swizzle
 from loopir.tensor_intrin.calls import Touch, touches
 
-__all__ = ["call_touches", "tma_stmt", "tma_touches"]
+__all__ = ["call_touches", "tile_element", "tma_stmt", "tma_touches"]
 
 
 def _parts(call: Call) -> tuple[BufferLoad, BufferLoad, tuple[int, ...], int]:
@@ -57,20 +58,29 @@ def _tile_index(dst: BufferLoad, box: tuple[int, ...], flat: PrimExpr) -> tuple[
     return (*prefix, *reversed(out))
 
 
+def tile_element(call: Call, b: Sequence[PrimExpr]) -> tuple[PrimExpr, ...]:
+    """The indices of the destination buffer where the ``ptx_tma_load`` ``call`` stores the
+    box's element ``b`` (outermost first): ``b`` itself in the tile without a swizzle, else the
+    swizzled place (``loopir.ir.tma.tma_swizzle``). Readers of a swizzled tile index it so."""
+    dst, _src, box, swizzle = _parts(call)
+    if len(b) != len(box):
+        raise ValueError(f"tile_element: {len(b)} indices for a box of rank {len(box)}")
+    if not swizzle:
+        return (*dst.indices[:len(dst.indices) - len(box)], *b)
+    flat: PrimExpr = reduce(lambda acc, ib: acc * ib[1] + ib[0], zip(b[1:], box[1:], strict=True), b[0])
+    pos = tma_swizzle(flat, dt.bits(dst.dtype) // 8, swizzle)
+    assert not isinstance(pos, int)
+    return _tile_index(dst, box, pos)
+
+
 def tma_stmt(call: Call) -> Stmt:
     """``ptx_tma_load`` as the loop nest it means (see
     [`tma_load`][loopir.ir.tma.tma_load]): serial loops over the box, each element stored at its
     swizzled place in the tile, zero where the box leaves the tensor."""
-    dst, src, box, swizzle = _parts(call)
+    dst, src, box, _ = _parts(call)
     iters = [Var(f"tma_b{i}", "int32") for i in range(len(box))]
     g = [o + b for o, b in zip(src.indices, iters, strict=True)]
-    if swizzle:
-        flat: PrimExpr = reduce(lambda acc, ib: acc * ib[1] + ib[0], zip(iters[1:], box[1:], strict=True), iters[0])
-        pos = tma_swizzle(flat, dt.bits(dst.dtype) // 8, swizzle)
-        assert not isinstance(pos, int)
-        idx = _tile_index(dst, box, pos)
-    else:
-        idx = (*dst.indices[:len(dst.indices) - len(box)], *iters)
+    idx = tile_element(call, iters)
     body: Stmt = IfThenElse(_in_bounds(src, g), BufferStore(dst.buffer, BufferLoad(src.buffer, tuple(g)), idx),
                             BufferStore(dst.buffer, op.const(0, dst.dtype), idx))  # fmt: skip
     for v, n in reversed(list(zip(iters, box, strict=True))):
