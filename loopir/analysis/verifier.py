@@ -59,7 +59,6 @@ from loopir.ir.buffer import Buffer, BufferRegion, Range
 from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr, Select, Var
 from loopir.ir.functor import Visitor, collect_vars
 from loopir.ir.span import locate
-from loopir.ir.tma import is_tma_call, tma_problem
 from loopir.ir.stmt import (
     Allocate,
     Block,
@@ -71,6 +70,7 @@ from loopir.ir.stmt import (
     PrimFunc,
     Stmt,
 )
+from loopir.ir.tma import is_tma_call, tma_problem
 
 __all__ = ["verify"]
 

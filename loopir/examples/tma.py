@@ -27,7 +27,17 @@ from loopir.ir import op
 from loopir.ir import tma as T
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import PrimExpr, Var
-from loopir.ir.stmt import Allocate, BufferStore, Evaluate, For, ForKind, IfThenElse, PrimFunc, Stmt, seq
+from loopir.ir.stmt import (
+    Allocate,
+    BufferStore,
+    Evaluate,
+    For,
+    ForKind,
+    IfThenElse,
+    PrimFunc,
+    Stmt,
+    seq,
+)
 from loopir.tensor_intrin.tma import tile_element
 
 __all__ = ["tma_copy"]

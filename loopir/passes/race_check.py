@@ -66,6 +66,7 @@ from loopir.ir.stmt import (
     SeqStmt,
     Stmt,
 )
+from loopir.ir.tma import is_tma_call
 from loopir.passes.context import PassContext, register_config
 from loopir.passes.race_inflight import (
     IN_FLIGHT_KEY,
@@ -74,10 +75,9 @@ from loopir.passes.race_inflight import (
     in_flight_count,
     phases,
 )
-from loopir.passes.tma_check import check_tma_waits
 from loopir.passes.race_prove import BLOCK_TAGS, GRID_TAGS, prove_exclusive
 from loopir.passes.race_prove import const_int as _const
-from loopir.ir.tma import is_tma_call
+from loopir.passes.tma_check import check_tma_waits
 from loopir.tensor_intrin.calls import hardware_lane
 from loopir.tensor_intrin.tma import call_touches
 

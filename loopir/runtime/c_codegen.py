@@ -35,8 +35,6 @@ from loopir.ir.buffer import Buffer, Range
 from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr, Var
 from loopir.ir.functor import post_order_visit
 from loopir.ir.op import is_tensor_core_call
-from loopir.ir.tma import is_tma_call, tma_problem
-from loopir.tensor_intrin.tma import tma_stmt
 from loopir.ir.reducer import identity
 from loopir.ir.stmt import (
     Allocate,
@@ -52,6 +50,7 @@ from loopir.ir.stmt import (
     SeqStmt,
     Stmt,
 )
+from loopir.ir.tma import is_tma_call, tma_problem
 from loopir.runtime.c_expr import BufferInfo, ExprEmitter, c_ident
 from loopir.runtime.c_fibers import (
     THREAD_COORDS,
@@ -63,6 +62,7 @@ from loopir.runtime.c_fibers import (
 from loopir.runtime.c_parallel import OMP_PRELUDE, SIMD_PRELUDE, concurrency_problem
 from loopir.runtime.c_types import ERR_FIELDS, PRELUDE, expr_ctype, storage_bytes, storage_ctype
 from loopir.runtime.c_warp import WARP_TABLES, emit_tensor_core, merge_warp_copies, open_warp_copies
+from loopir.tensor_intrin.tma import tma_stmt
 
 __all__ = ["CProgram", "generate_c", "ENTRY"]
 

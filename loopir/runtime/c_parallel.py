@@ -56,7 +56,6 @@ from loopir.ir.expr import (
 )
 from loopir.ir.functor import Mutator, collect_vars, post_order_visit, substitute
 from loopir.ir.op import TENSOR_CORE_OPS, floordiv
-from loopir.ir.tma import TMA_OPS
 from loopir.ir.stmt import (
     Allocate,
     Block,
@@ -69,6 +68,7 @@ from loopir.ir.stmt import (
     SeqStmt,
     Stmt,
 )
+from loopir.ir.tma import TMA_OPS
 
 __all__ = ["concurrency_problem", "OMP_PRELUDE", "SIMD_PRELUDE", "SIMD_ENTRY", "THREADS_ENTRY"]
 
