@@ -39,16 +39,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import attrs
+
 from loopir.errors import CodegenError
 from loopir.ir import op
 from loopir.ir.equality import structural_equal
 from loopir.ir.expr import BufferLoad, Call
 from loopir.ir.functor import post_order_visit
 from loopir.ir.printer import script
-import attrs
-
 from loopir.ir.stmt import Allocate, Evaluate, For, ForKind, PrimFunc, SeqStmt, Stmt, seq
-from loopir.ir.tma import is_tma_call
 
 __all__ = ["check_tma_waits", "sync_after_mbarrier_init", "tma_wait_problem"]
 
@@ -101,8 +100,7 @@ def tma_wait_problem(path: Sequence[Stmt], call: Call) -> str | None:
 
 def _walk(s: Stmt, path: list[Stmt], out: list[str]) -> None:
     path.append(s)
-    if isinstance(s, Evaluate) and is_tma_call(s.value) and s.value.op == "ptx_tma_load":
-        assert isinstance(s.value, Call)
+    if isinstance(s, Evaluate) and isinstance(s.value, Call) and s.value.op == "ptx_tma_load":
         if (prob := tma_wait_problem(path, s.value)) is not None:
             out.append(f"{prob}:\n  {script(s).strip()}")
     else:

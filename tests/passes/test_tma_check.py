@@ -15,7 +15,17 @@ from loopir.ir import op
 from loopir.ir import tma as T
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import Var
-from loopir.ir.stmt import Allocate, BufferStore, Evaluate, For, ForKind, IfThenElse, PrimFunc, Stmt, seq
+from loopir.ir.stmt import (
+    Allocate,
+    BufferStore,
+    Evaluate,
+    For,
+    ForKind,
+    IfThenElse,
+    PrimFunc,
+    Stmt,
+    seq,
+)
 from loopir.passes.race_check import check_races, find_races
 
 G = Buffer("G", (64, 64), "float16")
