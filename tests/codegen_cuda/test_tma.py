@@ -97,7 +97,7 @@ CASES = [((100, 72), (16, 64), "float16", 128), ((257, 136), (64, 64), "bfloat16
 @pytest.mark.nvcc
 @pytest.mark.parametrize(("shape", "block", "dtype", "swizzle"), CASES)
 def test_tma_copy_on_the_gpu_equals_numpy(shape, block, dtype, swizzle, tmp_path) -> None:
-    import torch
+    torch = pytest.importorskip("torch")
 
     threads = 128 if 128 % block[1] == 0 and (block[0] * block[1]) % 128 == 0 else 32
     mod = loopir.build(tma_copy(*shape, block, dtype, swizzle, threads=threads), target="cuda")
