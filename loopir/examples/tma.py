@@ -18,6 +18,10 @@ not stored. In lowered IR (there is no schedule primitive that makes TMA copies 
             storage_sync()                       # the race checker's first, conservative form
             for i in serial(bm * bn / threads):  # B = A_s at the swizzled places, in bounds
                 ...
+
+With ``tiles > 1`` the part from the copy on is a serial loop ``k`` over a column of tiles,
+with a barrier first (the previous tile's readers are done before the copy overwrites it) and
+the wait on parity ``k % 2`` (one barrier, one phase per copy).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from loopir.ir import dtype as dt
 from loopir.ir import op
 from loopir.ir import tma as T
 from loopir.ir.buffer import Buffer
-from loopir.ir.expr import PrimExpr, Var
+from loopir.ir.expr import BufferLoad, Call, PrimExpr, Var
 from loopir.ir.stmt import (
     Allocate,
     BufferStore,
@@ -47,9 +51,30 @@ def _bind(v: Var, n: int | PrimExpr, tag: str, body: Stmt) -> For:
     return For(v, 0, n, ForKind.THREAD_BINDING, body, thread_tag=tag)
 
 
+def _reads(load: Call, M: int | Var, N: int | Var, row0: PrimExpr, col0: PrimExpr, tx: Var,
+           threads: int) -> For:  # fmt: skip
+    """Every thread stores its share of the tile the copy ``load`` filled into ``B``, in bounds.
+
+    Rows and columns as the prover can tell apart (no division of a sum): thread ``tx`` holds
+    column ``tx % bn`` of rows ``tx // bn``, or a share of a row when the row is longer."""
+    dst, src = load.args[0], load.args[1]
+    assert isinstance(dst, BufferLoad) and isinstance(src, BufferLoad)
+    bm, bn = (int(n) for n in dst.buffer.shape)  # type: ignore[call-overload]
+    i = Var("i")
+    if threads % bn == 0:
+        r, c = i * (threads // bn) + tx // bn, tx % bn
+    else:
+        per_row = bn // threads
+        r, c = i // per_row, i % per_row * threads + tx
+    B = Buffer("B", src.buffer.shape, src.buffer.dtype)
+    store = BufferStore(B, dst.buffer[tile_element(load, (r, c))], (row0 + r, col0 + c))
+    return For(i, 0, bm * bn // threads, ForKind.SERIAL, IfThenElse(op.all_(row0 + r < M, col0 + c < N), store))
+
+
 def tma_copy(M: int | Var, N: int | Var, block: tuple[int, int] = (64, 64), dtype: str = "float16",
-             swizzle: int = 128, threads: int = 128) -> PrimFunc:  # fmt: skip
-    """``B = A`` (``M`` x ``N``), one ``block`` tile per thread block through ``tma_load``.
+             swizzle: int = 128, threads: int = 128, tiles: int = 1) -> PrimFunc:  # fmt: skip
+    """``B = A`` (``M`` x ``N``), ``tiles`` tiles of ``block`` per thread block, each through one
+    ``tma_load``.
 
     Parameters
     ----------
@@ -65,42 +90,42 @@ def tma_copy(M: int | Var, N: int | Var, block: tuple[int, int] = (64, 64), dtyp
         [`tile_element`][loopir.tensor_intrin.tma.tile_element]).
     threads
         Threads per block; must divide ``rows * cols``, and divide ``cols`` or be a multiple of it.
+    tiles
+        Tiles (one below the other) per block, copied in a serial loop ``k`` that reuses one
+        mbarrier: copy ``k`` completes its phase ``k``, waited on with parity ``k % 2``.
 
     Raises
     ------
     TypeError
         For a box TMA cannot copy (``loopir.ir.tma.tma_load``), naming the buffer.
     ValueError
-        When ``threads`` does not divide the tile.
+        When ``threads`` does not divide the tile, or ``tiles`` is not positive.
     """
     bm, bn = block
-    if (bm * bn) % threads or (threads % bn and bn % threads):
+    if (bm * bn) % threads or (threads % bn and bn % threads) or tiles < 1:
         raise ValueError(f"tma_copy: threads={threads} must divide the {bm} x {bn} tile, and divide "
-                         "or be a multiple of its row")
+                         f"or be a multiple of its row; tiles={tiles} must be positive")
     A = Buffer("A", (M, N), dtype)
-    B = Buffer("B", (M, N), dtype)
     A_s = Buffer("A_s", (bm, bn), dtype, scope="shared")
     bar = Buffer("bar", (1,), "uint64", scope="shared")
-    by, bx, tx, i = Var("by"), Var("bx"), Var("tx"), Var("i")
-    nbytes = bm * bn * dt.bits(dtype) // 8
-    load = T.tma_load(A_s[0, 0], A[by * bm, bx * bn], bar[0], (bm, bn), swizzle)
-    # rows and columns as the prover can tell apart (no division of a sum): thread tx holds
-    # column tx % bn of rows tx // bn, or a share of a row when the row is longer
-    if threads % bn == 0:
-        r, c = i * (threads // bn) + tx // bn, tx % bn
-    else:
-        per_row = bn // threads
-        r, c = i // per_row, i % per_row * threads + tx
-    row, col = by * bm + r, bx * bn + c
-    store = BufferStore(B, A_s[tile_element(load, (r, c))], (row, col))
+    by, bx, tx, k = Var("by"), Var("bx"), Var("tx"), Var("k")
+    row0 = (by * tiles + k) * bm if tiles > 1 else by * bm
+    load = T.tma_load(A_s[0, 0], A[row0, bx * bn], bar[0], (bm, bn), swizzle)
+    reads = _reads(load, M, N, row0, bx * bn, tx, threads)
+    step = seq(
+        Evaluate(op.storage_sync()) if tiles > 1 else None,  # the last tile's readers are done
+        IfThenElse(tx == 0, seq(Evaluate(T.mbarrier_arrive_expect_tx(bar[0], bm * bn * dt.bits(dtype) // 8)),
+                                Evaluate(load))),  # fmt: skip
+        Evaluate(T.mbarrier_wait(bar[0], k % 2 if tiles > 1 else 0)),
+        Evaluate(op.storage_sync()),
+        reads,
+    )
     body = seq(
         IfThenElse(tx == 0, Evaluate(T.mbarrier_init(bar[0], 1))),
         Evaluate(op.storage_sync()),
-        IfThenElse(tx == 0, seq(Evaluate(T.mbarrier_arrive_expect_tx(bar[0], nbytes)), Evaluate(load))),
-        Evaluate(T.mbarrier_wait(bar[0], 0)),
-        Evaluate(op.storage_sync()),
-        For(i, 0, bm * bn // threads, ForKind.SERIAL, IfThenElse(op.all_(row < M, col < N), store)),
+        For(k, 0, tiles, ForKind.SERIAL, step) if tiles > 1 else step,
     )
     kernel = Allocate(A_s, Allocate(bar, _bind(tx, threads, "threadIdx.x", body)))
-    grid = _bind(by, op.ceildiv(M, bm), "blockIdx.y", _bind(bx, op.ceildiv(N, bn), "blockIdx.x", kernel))
+    grid = _bind(by, op.ceildiv(M, bm * tiles), "blockIdx.y", _bind(bx, op.ceildiv(N, bn), "blockIdx.x", kernel))
+    B = reads.body.then_case.buffer  # type: ignore[attr-defined]
     return PrimFunc((A, B), grid, name="tma_copy")

@@ -66,7 +66,7 @@ def test_a_tile_off_the_alignment_tma_needs_is_refused() -> None:
 @pytest.mark.nvcc
 def test_the_module_compiles_for_sm_90a(tmp_path) -> None:
     # the real host path (the driver entry point, cuTensorMapEncodeTiled), every rank's helper
-    funcs = [tma_copy(64, 64, (16, 64), swizzle=128), tma_copy(Var("M"), Var("N"), (8, 16), "float32", 0)]
+    funcs = [tma_copy(64, 64, (16, 64), swizzle=128), tma_copy(Var("M"), Var("N"), (8, 16), "float32", 0, tiles=3)]
     codes = [prepare_function(attrs.evolve(f, name=f"tma_copy_{i}")) for i, f in enumerate(funcs)]
     built = build_library(codes, arch="sm_90a", cache_dir=tmp_path)
     assert built.binary.data[:4] == b"\x7fELF"
@@ -88,19 +88,19 @@ def test_the_host_encodes_the_map_per_call_and_checks_symbolic_strides(tmp_path)
         mod(bad, np.zeros_like(bad))
 
 
-CASES = [((100, 72), (16, 64), "float16", 128), ((257, 136), (64, 64), "bfloat16", 128),
-         ((64, 40), (32, 32), "float16", 64), ((33, 20), (8, 16), "float32", 64),
-         ((130, 24), (64, 16), "float16", 32), ((75, 8), (16, 8), "float32", 0)]  # fmt: skip
+CASES = [((100, 72), (16, 64), "float16", 128, 1), ((257, 136), (64, 64), "bfloat16", 128, 3),
+         ((64, 40), (32, 32), "float16", 64, 1), ((33, 20), (8, 16), "float32", 64, 2),
+         ((130, 24), (64, 16), "float16", 32, 1), ((75, 8), (16, 8), "float32", 0, 4)]  # fmt: skip
 
 
 @pytest.mark.gpu
 @pytest.mark.nvcc
-@pytest.mark.parametrize(("shape", "block", "dtype", "swizzle"), CASES)
-def test_tma_copy_on_the_gpu_equals_numpy(shape, block, dtype, swizzle, tmp_path) -> None:
+@pytest.mark.parametrize(("shape", "block", "dtype", "swizzle", "tiles"), CASES)
+def test_tma_copy_on_the_gpu_equals_numpy(shape, block, dtype, swizzle, tiles, tmp_path) -> None:
     torch = pytest.importorskip("torch")
 
     threads = 128 if 128 % block[1] == 0 and (block[0] * block[1]) % 128 == 0 else 32
-    mod = loopir.build(tma_copy(*shape, block, dtype, swizzle, threads=threads), target="cuda")
+    mod = loopir.build(tma_copy(*shape, block, dtype, swizzle, threads=threads, tiles=tiles), target="cuda")
     tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[dtype]
     a = torch.randn(shape, device="cuda").to(tdt)
     b = torch.zeros_like(a)
@@ -113,3 +113,20 @@ def test_tma_copy_on_the_gpu_equals_numpy(shape, block, dtype, swizzle, tmp_path
     a2 = torch.randn(shape, device="cuda").to(tdt)
     mod(a2, b)  # a new pointer: the map is encoded again
     assert torch.equal(a2, b)
+
+
+def test_a_3d_copy_uses_the_3d_instruction_and_three_coordinates() -> None:
+    G = Buffer("G", (4, 10, 16), "float16")
+    tile = Buffer("tile", (2, 4, 16), "float16", scope="shared")
+    bar = Buffer("bar", (1,), "uint64", scope="shared")
+    tx, z = Var("tx"), Var("z")
+    body = IfThenElse(tx == 0, seq(Evaluate(T.mbarrier_init(bar[0], 1)),
+                                   Evaluate(T.tma_load(tile[0, 0, 0], G[z * 2, 3, 0], bar[0], (2, 4, 16))),
+                                   Evaluate(T.mbarrier_wait(bar[0], 0))))  # fmt: skip
+    k = For(tx, 0, 32, ForKind.THREAD_BINDING, body, thread_tag="threadIdx.x")
+    f = PrimFunc((G,), For(z, 0, 2, ForKind.THREAD_BINDING, Allocate(tile, Allocate(bar, k)),
+                           thread_tag="blockIdx.x"), name="box3")  # fmt: skip
+    src, host = _source(f)
+    assert "loopir_tma_load_3d(&tile[0], &G_tmap, &bar[0], static_cast<int>(0), static_cast<int>(3), static_cast<int>(z * 2));" in src
+    assert "const uint64_t d[3] = {static_cast<uint64_t>(16), static_cast<uint64_t>(10), static_cast<uint64_t>(4)};" in host
+    assert "const uint32_t b[3] = {16, 4, 2};" in host

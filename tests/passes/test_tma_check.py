@@ -121,3 +121,15 @@ def test_thread_sync_plans_the_barriers_the_model_needs() -> None:
     assert text.index("ptx_mbarrier_init") < text.index("tvm_storage_sync") < text.index("ptx_tma_load")
     assert text.index("ptx_mbarrier_wait") < text.rindex("tvm_storage_sync") < text.index("OUT[")
     check_races(lowered)
+
+
+def test_a_loop_of_copies_needs_the_readers_done_before_the_next_copy() -> None:
+    k = Var("k")
+    issue = IfThenElse(TX == 0, seq(Evaluate(T.mbarrier_arrive_expect_tx(BAR[0], 2048)), _load()))
+    step = seq(issue, Evaluate(T.mbarrier_wait(BAR[0], k % 2)), _sync(), _reads())
+    racy = _kernel(For(k, 0, 3, ForKind.SERIAL, step))
+    with pytest.raises(CodegenError, match=r"data race on shared buffer tile"):
+        check_races(racy)
+    check_races(_kernel(For(k, 0, 3, ForKind.SERIAL, seq(_sync(), step))))
+    lowered = lower_for_cuda(tma_copy(100, 72, (16, 64), tiles=3))  # the example writes that barrier
+    assert not find_races(lowered).unproven

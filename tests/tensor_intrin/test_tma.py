@@ -131,15 +131,15 @@ def test_the_executor_places_the_box_as_tma_does(data: st.DataObject, dtype: str
 
 
 @settings(max_examples=10, deadline=None)
-@given(M=st.integers(1, 150), N=st.sampled_from([8, 16, 24, 64, 72, 136]),
+@given(tiles=st.integers(1, 3), M=st.integers(1, 150), N=st.sampled_from([8, 16, 24, 64, 72, 136]),
        case=st.sampled_from([((16, 64), "float16", 128), ((32, 32), "float16", 64), ((8, 16), "float32", 64),
                              ((64, 16), "float16", 32), ((16, 32), "float32", 0), ((4, 8), "float16", 0)]))  # fmt: skip
-def test_tma_copy_on_the_executor_equals_numpy(M: int, N: int, case: tuple[tuple[int, int], str, int]) -> None:
+def test_tma_copy_on_the_executor_equals_numpy(tiles: int, M: int, N: int, case: tuple[tuple[int, int], str, int]) -> None:
     block, dtype, swizzle = case
     a = np.random.default_rng(M * N).standard_normal((M, N)).astype(dtype)
     b = np.zeros_like(a)
     threads = 128 if (block[0] * block[1]) % 128 == 0 and (128 % block[1] == 0 or block[1] % 128 == 0) else 32
-    loopir.build(tma_copy(M, N, block, dtype, swizzle, threads=threads), target="cpu")(a, b)
+    loopir.build(tma_copy(M, N, block, dtype, swizzle, threads=threads, tiles=tiles), target="cpu")(a, b)
     np.testing.assert_array_equal(b, a)
 
 
@@ -147,3 +147,24 @@ def test_tma_copy_refuses_threads_that_do_not_tile_it() -> None:
     with pytest.raises(ValueError, match=r"threads=96 must divide the 16 x 64 tile"):
         tma_copy(64, 64, (16, 64), threads=96)
     assert op.is_block_barrier(op.storage_sync())
+
+
+def test_a_3d_box_is_copied_with_zeros_out_of_bounds() -> None:
+    G = Buffer("G", (3, 10, 8), "float32")
+    R = Buffer("R", (2, 4, 8), "float32")
+    tile = Buffer("tile", (2, 4, 8), "float32", scope="shared")
+    bar = Buffer("bar", (1,), "uint64", scope="shared")
+    tx, i, j, c = Var("tx"), Var("i"), Var("j"), Var("c")
+    load = T.tma_load(tile[0, 0, 0], G[2, 8, -4], bar[0], (2, 4, 8))
+    copy = For(i, 0, 2, ForKind.SERIAL, For(j, 0, 4, ForKind.SERIAL, For(c, 0, 8, ForKind.SERIAL,
+               BufferStore(R, tile[i, j, c], (i, j, c)))))  # fmt: skip
+    body = IfThenElse(tx == 0, seq(Evaluate(T.mbarrier_init(bar[0], 1)), Evaluate(load),
+                                   Evaluate(T.mbarrier_wait(bar[0], 0)), copy))  # fmt: skip
+    f = PrimFunc((G, R), Allocate(tile, Allocate(bar, For(tx, 0, 32, ForKind.THREAD_BINDING, body,
+                                                              thread_tag="threadIdx.x"))), name="box3")  # fmt: skip
+    g = np.arange(240, dtype=np.float32).reshape(3, 10, 8) + 1
+    r = np.full((2, 4, 8), -1, np.float32)
+    loopir.build(f, target="cpu")(g, r)
+    want = np.zeros((2, 4, 8), np.float32)
+    want[0, :2, 4:] = g[2, 8:10, :4]  # rows 8, 9 of plane 2, columns 0-3 (the box starts at -4)
+    np.testing.assert_array_equal(r, want)
