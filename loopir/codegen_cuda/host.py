@@ -350,7 +350,8 @@ class _HostEmitter(CodeWriter):
 
     def tensor_map(self, kernel: str, j: int, m: TensorMapParam) -> str:
         """Encode the TMA tensor map ``m`` of ``kernel`` when its buffer's pointer, sizes or the
-        device changed since the last call (a static of the launch site); its launch argument."""
+        device changed since the last call of this host thread (a thread_local static of the launch
+        site: concurrent callers need no lock); its launch argument."""
         b = m.buffer
         cache = f"{kernel}_tmap{j}"
         esize = dt.bits(b.dtype) // 8
@@ -360,7 +361,7 @@ class _HostEmitter(CodeWriter):
             acc = f"{acc} * {d}"
             strides.append(acc)
         box = [str(n) for n in reversed(m.box)]
-        self.line(f"static loopir_tma::MapCache {cache};")
+        self.line(f"static thread_local loopir_tma::MapCache {cache};")
         with self.block(""):
             self.line(f"const uint64_t d[{len(dims)}] = {{{', '.join(dims)}}};")
             self.line(f"const uint64_t s[{max(1, len(strides))}] = {{{', '.join(strides) or '0'}}};")

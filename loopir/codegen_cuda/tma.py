@@ -18,7 +18,7 @@ Each distinct ``(global buffer, box, swizzle)`` of a kernel's copies is one tens
 a map must live in parameter, constant or global memory). The host program encodes it before
 the launch with ``cuTensorMapEncodeTiled``, obtained through
 ``cudaGetDriverEntryPointByVersion`` (no link-time dependency on ``libcuda``), and keeps it in
-a static of the launch site with the pointer, sizes and device it was made for: it is encoded
+a thread-local static of the launch site with the pointer, sizes and device it was made for: it is encoded
 again only when one of them changes (``TMA_HOST_HELPERS``). Out-of-bounds elements are filled
 with zeros (``CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE``).
 

@@ -50,7 +50,7 @@ from loopir.ir.stmt import (
     SeqStmt,
     Stmt,
 )
-from loopir.ir.tma import is_tma_call, tma_problem
+from loopir.ir.tma import is_tma_call
 from loopir.runtime.c_expr import BufferInfo, ExprEmitter, c_ident
 from loopir.runtime.c_fibers import (
     THREAD_COORDS,
@@ -61,8 +61,13 @@ from loopir.runtime.c_fibers import (
 )
 from loopir.runtime.c_parallel import OMP_PRELUDE, SIMD_PRELUDE, concurrency_problem
 from loopir.runtime.c_types import ERR_FIELDS, PRELUDE, expr_ctype, storage_bytes, storage_ctype
-from loopir.runtime.c_warp import WARP_TABLES, emit_tensor_core, merge_warp_copies, open_warp_copies
-from loopir.tensor_intrin.tma import tma_stmt
+from loopir.runtime.c_warp import (
+    WARP_TABLES,
+    emit_tensor_core,
+    emit_tma,
+    merge_warp_copies,
+    open_warp_copies,
+)
 
 __all__ = ["CProgram", "generate_c", "ENTRY"]
 
@@ -270,22 +275,11 @@ class _StmtEmitter(ExprEmitter):
             emit_tensor_core(self, s.value)
             return
         if isinstance(s.value, Call) and is_tma_call(s.value):
-            self._tma(s.value)
+            emit_tma(self, s.value)
             return
         code = self.expr(s.value)
         if code != "0":
             self.emit(f"(void)({code});")
-
-    def _tma(self, call: Call) -> None:
-        """A TMA copy as the loop nest it means; the mbarrier calls as nothing: sequentially
-        the copy has landed when ``tma_load`` returns (``loopir.tensor_intrin.tma``)."""
-        if (problem := tma_problem(call)) is not None:
-            raise CodegenError(f"cpu codegen: {problem}")
-        if call.op != "ptx_tma_load":
-            self.emit(f"/* {call.op}: nothing sequentially */")
-            return
-        self.emit("/* ptx_tma_load: the box, zeros out of bounds, swizzled */")
-        self.stmt(tma_stmt(call))
 
     def _allreduce(self, call: Call) -> None:
         """``thread_allreduce`` among the fibers of a threadIdx.x row: each publishes its part,
