@@ -40,6 +40,10 @@ TMA_DTYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "
 #: The most elements of a box along one dimension (``cuTensorMapEncodeTiled``'s ``boxDim``).
 MAX_BOX = 256
 _BARRIER_DTYPES = ("uint64", "int64")
+#: The values a constant operand of an mbarrier call may take (PTX: arrival counts up to
+#: 2**20 - 1, a transaction count up to 2**20 - 1 bytes per phase, a phase parity 0 or 1).
+_RANGES = {"ptx_mbarrier_init": (1, (1 << 20) - 1), "ptx_mbarrier_arrive_expect_tx": (0, (1 << 20) - 1),
+           "ptx_mbarrier_wait": (0, 1)}  # fmt: skip
 
 
 def is_tma_call(expr: object) -> bool:
@@ -194,5 +198,9 @@ def tma_problem(call: Call) -> str | None:
                 "ptx_mbarrier_wait": "phase"}[call.op]  # fmt: skip
         if len(args) != 2:
             return f"{call.op}: expected (barrier, {what}), got {len(args)} arguments"
-        return _barrier_problem(call.op, args[0]) or _int_problem(f"{call.op}: the {what}", args[1])
+        prob = _barrier_problem(call.op, args[0]) or _int_problem(f"{call.op}: the {what}", args[1])
+        lo, hi = _RANGES[call.op]
+        if prob is None and isinstance(args[1], IntImm) and not lo <= args[1].value <= hi:
+            prob = f"{call.op}: the {what} must be {lo} to {hi}, got {args[1].value}"
+        return prob
     return f"{call.op} is not a TMA or mbarrier call"

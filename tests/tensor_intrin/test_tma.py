@@ -51,6 +51,9 @@ def test_the_calls_print_parse_back_and_compare_structurally() -> None:
     (lambda: T.tma_load(S[0, 0, 0], A[0, 0], BAR[0], (16, 300)), r"1 to 256 elements"),
     (lambda: T.mbarrier_init(Buffer("b", (1,), "int32", scope="shared")[0], 1), r"ptx_mbarrier_init: the barrier"),
     (lambda: T.mbarrier_wait(BAR[0], 0.5), r"ptx_mbarrier_wait: the phase must be a scalar integer"),
+    (lambda: T.mbarrier_wait(BAR[0], 2), r"ptx_mbarrier_wait: the phase must be 0 to 1, got 2"),
+    (lambda: T.mbarrier_init(BAR[0], 0), r"ptx_mbarrier_init: the count must be 1 to 1048575, got 0"),
+    (lambda: T.mbarrier_arrive_expect_tx(BAR[0], 1 << 20), r"the bytes must be 0 to 1048575, got 1048576"),
 ])  # fmt: skip
 def test_builders_refuse_malformed_calls(build, match: str) -> None:
     with pytest.raises(TypeError, match=match):
