@@ -9,8 +9,11 @@ Device side (``TMA_DEVICE_HELPERS``), one inline function per call of
 * ``ptx_mbarrier_arrive_expect_tx`` -> ``mbarrier.arrive.expect_tx.shared::cta.b64``;
 * ``ptx_mbarrier_wait`` -> ``mbarrier.try_wait.parity.shared::cta.b64`` in a loop until it
   succeeds;
-* ``ptx_tma_load`` -> ``cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::complete_tx::bytes``
-  with the coordinates innermost first, through a tensor map.
+* ``ptx_tma_load`` -> ``fence.proxy.async.shared::cta`` (the issuing thread's own earlier
+  shared accesses ordered before the async proxy's write; other threads' are ordered by the
+  fence before every barrier) and
+  ``cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::complete_tx::bytes`` with the
+  coordinates innermost first, through a tensor map.
 
 Each distinct ``(global buffer, box, swizzle)`` of a kernel's copies is one tensor map
 ([`TensorMapParam`][loopir.codegen_cuda.tma.TensorMapParam]), passed to the kernel as a
@@ -156,6 +159,8 @@ def _load_helper(rank: int) -> str:
     ins = "".join(f', "r"(c{i})' for i in range(rank))
     return f"""\
 __device__ __forceinline__ void loopir_tma_load_{rank}d(void* dst, const CUtensorMap* map, void* bar, {cs}) {{
+  // this thread's own earlier shared accesses before the async proxy's write
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   asm volatile("cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes"
                " [%0], [%1, {{{regs}}}], [%2];"
                :: "r"(loopir_smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(loopir_smem_addr(bar)){ins}

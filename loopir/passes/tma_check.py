@@ -8,8 +8,8 @@ here before the race check:
 
     after each ``tma_load``, the issuing thread waits on the copy's barrier
     (``mbarrier_wait(bar, ...)`` with the same barrier element, unconditionally, in the same
-    loop iteration) before it reaches any block barrier, and touches nothing of the destination
-    buffer in between.
+    loop iteration, of a serial loop or a virtual thread) before it reaches any block barrier,
+    and in between touches nothing of the destination buffer and writes nothing of the source.
 
 Why it suffices: every access by another thread that the race checker accepts is separated
 from the issue by a block barrier. One before the issue orders the access before the copy. One
@@ -47,7 +47,17 @@ from loopir.ir.equality import structural_equal
 from loopir.ir.expr import BufferLoad, Call
 from loopir.ir.functor import post_order_visit
 from loopir.ir.printer import script
-from loopir.ir.stmt import Allocate, Evaluate, For, ForKind, PrimFunc, SeqStmt, Stmt, seq
+from loopir.ir.stmt import (
+    Allocate,
+    BufferStore,
+    Evaluate,
+    For,
+    ForKind,
+    PrimFunc,
+    SeqStmt,
+    Stmt,
+    seq,
+)
 
 __all__ = ["check_tma_waits", "sync_after_mbarrier_init", "tma_wait_problem"]
 
@@ -61,8 +71,8 @@ def _scan(s: Stmt, bar: BufferLoad, call: Call) -> str | None:
     """``"waited"``, a problem, or None (keep looking) for the statement ``s`` after the copy."""
     if _waits_on(s, bar):
         return "waited"
-    dst = call.args[0]
-    assert isinstance(dst, BufferLoad)
+    dst, src = call.args[0], call.args[1]
+    assert isinstance(dst, BufferLoad) and isinstance(src, BufferLoad)
     found: list[str] = []
 
     def visit(n: object) -> None:
@@ -70,8 +80,9 @@ def _scan(s: Stmt, bar: BufferLoad, call: Call) -> str | None:
             found.append("reaches a block barrier before it waits on its mbarrier")
         elif isinstance(n, BufferLoad) and n.buffer is dst.buffer:
             found.append(f"touches {dst.buffer.name} before it waits on its mbarrier")
-        elif hasattr(n, "buffer") and getattr(n, "buffer", None) is dst.buffer:
-            found.append(f"writes {dst.buffer.name} before it waits on its mbarrier")
+        elif isinstance(n, BufferStore) and n.buffer in (dst.buffer, src.buffer):
+            # the copy reads its source until it completes: a write would be read or not
+            found.append(f"writes {n.buffer.name} before it waits on its mbarrier")
 
     post_order_visit(s, visit)
     return found[0] if found else None
@@ -84,7 +95,9 @@ def tma_wait_problem(path: Sequence[Stmt], call: Call) -> str | None:
     assert isinstance(bar, BufferLoad)
     child = path[-1]
     for parent in reversed(path[:-1]):
-        if isinstance(parent, For) and parent.kind is not ForKind.THREAD_BINDING:
+        if isinstance(parent, For) and (parent.kind is not ForKind.THREAD_BINDING
+                                        or str(parent.thread_tag).startswith("vthread")):  # fmt: skip
+            # a virtual thread is an iteration of the real thread's loop, as a serial one
             return f"the issuing thread leaves an iteration of loop {parent.loop_var.name} before it waits on {bar}"
         if isinstance(parent, SeqStmt):
             after = next(i for i, c in enumerate(parent.seq) if c is child) + 1

@@ -33,7 +33,10 @@ def test_the_kernel_takes_a_tensor_map_and_issues_the_copy() -> None:
     assert "loopir_tma_load_2d(&A_s[0], &A_tmap, &bar[0], static_cast<int>(bx * 64), static_cast<int>(by * 16));" in src
     assert "mbarrier.try_wait.parity.shared::cta.b64" in src and "mbarrier.arrive.expect_tx" in src
     assert "__shared__ __align__(1024) half A_s[1024];" in src  # the swizzle atom
-    assert src.count("fence.proxy.async.shared::cta;") == 2  # before each barrier
+    kernel = src[src.index('extern "C" __global__'):]
+    assert kernel.count("fence.proxy.async.shared::cta;") == 2  # before each barrier
+    helper = src[src.index("void loopir_tma_load_2d("):]
+    assert helper.index("fence.proxy.async.shared::cta;") < helper.index("cp.async.bulk.tensor.2d")
     # the host encodes one map (innermost first) and passes it by value after the pointers
     assert "const uint32_t b[2] = {64, 16};" in host and "CU_TENSOR_MAP_SWIZZLE_128B" in host
     assert "CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, d, s, b" in host

@@ -85,7 +85,9 @@ def test_everyone_waits_then_a_barrier_then_the_reads_passes() -> None:
     ((_issue(_wait(1)), _reads()), r"touches tile before it waits"),  # another barrier's wait
     ((For(Var("k"), 0, 2, ForKind.SERIAL, _issue()), _wait(), _sync(), _reads()),
      r"leaves an iteration of loop k before it waits on bar\[0\]"),
-    ((_issue(IfThenElse(TX < 1, _wait())), _sync(), _reads()), r"reaches a block barrier"),  # a conditional wait is none
+    ((_issue(IfThenElse(TX < 1, _wait())), _sync(), _reads()), r"reaches a block barrier"),
+    ((_issue(BufferStore(G, G[1, 1] + 1, (1, 1)), _wait()), _sync(), _reads()),
+     r"writes G before it waits on its mbarrier"),  # the copy may read the new value or the old  # a conditional wait is none
 ])  # fmt: skip
 def test_breaking_the_wait_rule_is_refused_naming_the_copy(stmts: tuple[Stmt, ...], match: str) -> None:
     with pytest.raises(CodegenError, match=r"TMA check \(k\): the issuing thread " + match):
