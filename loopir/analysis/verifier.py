@@ -37,6 +37,9 @@ Each failed check raises [`loopir.errors.IRValidationError`][loopir.errors.IRVal
     A tensor-core call (``ptx_ldmatrix``, ``ptx_mma``, ``mma_fill``, ``mma_store``) whose
     operands break its conventions (``loopir.ir.op.tensor_core_problem``: operand kinds,
     scopes, dtypes, constants).
+``tma-call``
+    A TMA or mbarrier call (``ptx_tma_load``, ``ptx_mbarrier_*``) whose operands break its
+    conventions (``loopir.ir.tma.tma_problem``).
 
 Checks that cannot be decided cheaply (symbolic extents, huge spaces) are accepted rather
 than guessed: the verifier never rejects valid IR.
@@ -67,6 +70,7 @@ from loopir.ir.stmt import (
     PrimFunc,
     Stmt,
 )
+from loopir.ir.tma import is_tma_call, tma_problem
 
 __all__ = ["verify"]
 
@@ -199,6 +203,8 @@ class _Verifier(Visitor):
             problem = op.tensor_core_problem(e)
             if problem is not None:
                 raise _err("tensor-core-call", problem, self.stmt_stack[-1])
+        if is_tma_call(e) and (problem := tma_problem(e)) is not None:
+            raise _err("tma-call", problem, self.stmt_stack[-1])
         self.generic_visit(e)
 
     def visit_Select(self, e: Select) -> None:

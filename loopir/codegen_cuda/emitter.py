@@ -68,6 +68,7 @@ from loopir.codegen_cuda.split import (
     KernelSpec,
 )
 from loopir.codegen_cuda.tensor_core import tensor_core_text
+from loopir.codegen_cuda.tma import TMA_SMEM_ALIGN, TensorMapParam, has_tma, tma_text
 from loopir.codegen_cuda.vector_compute import emit_vector_accumulate, vector_compute
 from loopir.codegen_cuda.wgmma import WGMMA_SMEM_ALIGN, wgmma_smem_align
 from loopir.errors import CodegenError
@@ -121,6 +122,9 @@ class KernelSource:
     dynamic_shared_bytes
         Dynamic shared memory it takes at launch (0: none; see
         [`loopir.codegen_cuda.shared_memory`][loopir.codegen_cuda.shared_memory]).
+    tensor_maps
+        The TMA tensor maps it takes after the scalars, which the host encodes
+        ([`loopir.codegen_cuda.tma`][loopir.codegen_cuda.tma]).
     """
 
     spec: KernelSpec
@@ -128,6 +132,7 @@ class KernelSource:
     alignment: Mapping[Buffer, int]
     shared_bytes: int
     dynamic_shared_bytes: int = 0
+    tensor_maps: tuple[TensorMapParam, ...] = ()
 
     @property
     def name(self) -> str:
@@ -286,6 +291,9 @@ class KernelEmitter(CodeWriter):
         self.thread_vars: dict[str, Var] = {}  # the thread loops around the statement, by tag
         self.wgmma_shapes: set[tuple[str, int, int, str]] = set()
         self.smem_align = wgmma_smem_align(spec.name, spec.body)
+        if has_tma(spec.body):  # swizzled TMA tiles follow address bits 7-9
+            self.smem_align = max(self.smem_align, TMA_SMEM_ALIGN)
+        self.tensor_maps: list[TensorMapParam] = []
         self.in_async_copy = False  # inside a loop of a software pipeline's async stage
 
     # -- helpers used by the expression printer --------------------------------------------
@@ -357,6 +365,9 @@ class KernelEmitter(CodeWriter):
             params.append(name)
             decls.append(f"{ctype(v.dtype)} {name}")
         self.stmt(spec.body)
+        for m in self.tensor_maps:  # known once the body is printed
+            params.append(m.name)
+            decls.append(f"const __grid_constant__ CUtensorMap {m.name}")
         threads = 1
         const_block = all(isinstance(e, IntImm) for e in spec.block)
         if const_block:
@@ -380,6 +391,7 @@ class KernelEmitter(CodeWriter):
             alignment=dict(self.alignment),
             shared_bytes=self.shared_bytes,
             dynamic_shared_bytes=self.dynamic_bytes,
+            tensor_maps=tuple(self.tensor_maps),
         )
 
     # -- statements --------------------------------------------------------------------------
@@ -407,6 +419,9 @@ class KernelEmitter(CodeWriter):
             self.line(text)
             self.uses_async = True
             return
+        if isinstance(v, Call) and (text := tma_text(self, v)) is not None:
+            self.line(text)
+            return
         if isinstance(v, Call) and (text := tensor_core_text(self, v)) is not None:
             self.line(text)
             self.uses_tensor_core = True
@@ -414,7 +429,7 @@ class KernelEmitter(CodeWriter):
         if isinstance(v, Call) and v.op == "tvm_storage_sync":
             scope = v.args[0].value if isinstance(v.args[0], StringImm) else None
             if scope == "shared":
-                if self.smem_align == WGMMA_SMEM_ALIGN:  # wgmma reads through the async proxy
+                if self.smem_align >= WGMMA_SMEM_ALIGN:  # wgmma and TMA use the async proxy
                     self.line('asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");')
                 self.line("__syncthreads();")
             elif scope == "warp":

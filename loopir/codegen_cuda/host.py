@@ -46,6 +46,7 @@ from loopir.codegen_cuda.split import (
     HostSeq,
     shape_vars,
 )
+from loopir.codegen_cuda.tma import TensorMapParam
 from loopir.errors import CodegenError
 from loopir.ir import dtype as dt
 from loopir.ir.buffer import Buffer
@@ -326,6 +327,7 @@ class _HostEmitter(CodeWriter):
                 )
                 args = [self.buffer_name(b) for b in spec.buffers]
                 args += [self.var_name(v) for v in spec.scalars]
+                args += [self.tensor_map(k.name, j, m) for j, m in enumerate(k.tensor_maps)]
                 self.line("const dim3 grid(g[0], g[1], g[2]), block(t[0], t[1], t[2]);")
                 rest = "".join(", " + a for a in args)
                 dyn = k.dynamic_shared_bytes
@@ -345,6 +347,30 @@ class _HostEmitter(CodeWriter):
                     f'if (int rc = loopir_rt::check_launch("{fn}", "{k.name}", stream, {sync})) '
                     "return rc;"
                 )
+
+    def tensor_map(self, kernel: str, j: int, m: TensorMapParam) -> str:
+        """Encode the TMA tensor map ``m`` of ``kernel`` when its buffer's pointer, sizes or the
+        device changed since the last call of this host thread (a thread_local static of the launch
+        site: concurrent callers need no lock); its launch argument."""
+        b = m.buffer
+        cache = f"{kernel}_tmap{j}"
+        esize = dt.bits(b.dtype) // 8
+        dims = [f"static_cast<uint64_t>({self.expr(e)})" for e in reversed(b.shape)]
+        strides, acc = [], f"uint64_t{{{esize}}}"
+        for d in dims[:-1]:
+            acc = f"{acc} * {d}"
+            strides.append(acc)
+        box = [str(n) for n in reversed(m.box)]
+        self.line(f"static thread_local loopir_tma::MapCache {cache};")
+        with self.block(""):
+            self.line(f"const uint64_t d[{len(dims)}] = {{{', '.join(dims)}}};")
+            self.line(f"const uint64_t s[{max(1, len(strides))}] = {{{', '.join(strides) or '0'}}};")
+            self.line(f"const uint32_t b[{len(box)}] = {{{', '.join(box)}}};")
+            self.line(
+                f'if (int rc = loopir_tma::encode({cache}, "{self.func.name}", "{kernel}", "{b.name}", '
+                f"{self.buffer_name(b)}, {m.data_type}, {len(dims)}, d, s, b, {m.swizzle_enum}, device)) return rc;"
+            )
+        return f"{cache}.map"
 
     def extern(self, call_id: str) -> None:
         c = self.externs.get(call_id)

@@ -55,6 +55,8 @@ inline void trace_arg(T v) {
     std::snprintf(b, sizeof b, " %p", static_cast<const void*>(v));
   else if constexpr (std::is_floating_point_v<T>)
     std::snprintf(b, sizeof b, " %g", static_cast<double>(v));
+  else if constexpr (std::is_class_v<T>)  // a TMA tensor map, passed by value
+    std::snprintf(b, sizeof b, " tensormap");
   else
     std::snprintf(b, sizeof b, " %lld", static_cast<long long>(v));
   trace += b;

@@ -16,6 +16,7 @@ from loopir.codegen_cuda.async_copy import ASYNC_HELPERS
 from loopir.codegen_cuda.emitter import EmitResult, KernelEmitter, KernelSource
 from loopir.codegen_cuda.split import HostDeviceSplitter, KernelSpec, shape_vars
 from loopir.codegen_cuda.tensor_core import TENSOR_CORE_HELPERS
+from loopir.codegen_cuda.tma import TMA_DEVICE_HELPERS
 from loopir.codegen_cuda.wgmma import wgmma_helpers
 from loopir.errors import CodegenError
 from loopir.ir.expr import Var
@@ -150,6 +151,9 @@ def emit_cuda(func: PrimFunc, min_blocks_per_sm: int | None = None) -> EmitResul
     if wgmma:
         parts.append(wgmma_helpers(wgmma))
         preamble.append(wgmma_helpers(wgmma))
+    if any(k.tensor_maps for k in kernels) or any("loopir_mbarrier" in t for t in texts):
+        parts.append(TMA_DEVICE_HELPERS)
+        preamble.append(TMA_DEVICE_HELPERS)
     parts.extend(texts)
     source = "\n\n".join(parts) + "\n"
     return EmitResult(

@@ -523,6 +523,11 @@ register_intrinsic("ptx_wgmma", 4, pure=False, result="int32")
 # ``ptx_wgmma_wait(pending, shape, a, b, c, ...)`` names what the groups it retires read.
 register_intrinsic("ptx_wgmma_async", 4, pure=False, result="int32")
 register_intrinsic("ptx_wgmma_wait", None, pure=False, result="int32")
+# TMA and mbarriers (sm_90a; builders and conventions in loopir.ir.tma).
+register_intrinsic("ptx_tma_load", None, pure=False, result="int32")
+register_intrinsic("ptx_mbarrier_init", 2, pure=False, result="int32")
+register_intrinsic("ptx_mbarrier_arrive_expect_tx", 2, pure=False, result="int32")
+register_intrinsic("ptx_mbarrier_wait", 2, pure=False, result="int32")
 register_intrinsic("mma_fill", 3, pure=False, result="int32")
 register_intrinsic("mma_store", 4, pure=False, result="int32")
 

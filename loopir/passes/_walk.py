@@ -11,7 +11,9 @@ from loopir.ir.buffer import Buffer, Range
 from loopir.ir.expr import And, BufferLoad, Call, IntImm, PrimExpr, Ramp, Var
 from loopir.ir.functor import Visitor
 from loopir.ir.stmt import Allocate, BufferStore, Evaluate, For, ForKind, IfThenElse, Stmt
-from loopir.tensor_intrin.calls import FOOTPRINT_KEY, hardware_lane, touches
+from loopir.ir.tma import is_tma_call
+from loopir.tensor_intrin.calls import FOOTPRINT_KEY, hardware_lane
+from loopir.tensor_intrin.tma import call_touches
 
 __all__ = [
     "Access",
@@ -143,7 +145,7 @@ class _Collector(Visitor):
 
     def visit_Evaluate(self, node: Evaluate) -> None:
         prev, self.stmt = self.stmt, node
-        if op.is_tensor_core_call(node.value):
+        if op.is_tensor_core_call(node.value) or is_tma_call(node.value):
             self._tensor_core(node)
         else:
             self.generic_visit(node)
@@ -153,7 +155,7 @@ class _Collector(Visitor):
         """What a lane's tensor-core call touches, each as an access nested in loops over its
         footprint (annotated ``FOOTPRINT_KEY``: they are not in the IR)."""
         assert isinstance(node.value, Call)
-        for t in touches(node.value, hardware_lane(self.loops)):
+        for t in call_touches(node.value, hardware_lane(self.loops)):
             loops = t.loops(node)
             self.loops.extend(loops)
             parts = conjuncts(t.cond) if t.cond is not None else []

@@ -66,6 +66,7 @@ from loopir.ir.stmt import (
     SeqStmt,
     Stmt,
 )
+from loopir.ir.tma import is_tma_call
 from loopir.passes.context import PassContext, register_config
 from loopir.passes.race_inflight import (
     IN_FLIGHT_KEY,
@@ -76,7 +77,9 @@ from loopir.passes.race_inflight import (
 )
 from loopir.passes.race_prove import BLOCK_TAGS, GRID_TAGS, prove_exclusive
 from loopir.passes.race_prove import const_int as _const
-from loopir.tensor_intrin.calls import hardware_lane, touches
+from loopir.passes.tma_check import check_tma_waits
+from loopir.tensor_intrin.calls import hardware_lane
+from loopir.tensor_intrin.tma import call_touches
 
 __all__ = [
     "RaceCheckWarning", "RaceReport", "check_races", "collect_accesses", "find_races",
@@ -235,7 +238,7 @@ class _Collector(EnclosingPath, Visitor):
             self.label = self.labels.new()
             return
         prev, self.stmt = self.stmt, node
-        if op.is_tensor_core_call(node.value):
+        if op.is_tensor_core_call(node.value) or is_tma_call(node.value):
             self._tensor_core(node)
         else:
             self.generic_visit(node)
@@ -246,7 +249,7 @@ class _Collector(EnclosingPath, Visitor):
         over the call's footprint (``loopir.tensor_intrin.calls.touches``)."""
         assert isinstance(node.value, Call)
         span = in_flight(self.path, node.value) if self.spans else None
-        for t in touches(node.value, hardware_lane(self.loops)):
+        for t in call_touches(node.value, hardware_lane(self.loops)):
             loops = t.loops(node)
             if span is not None and not t.is_store and t.buffer.scope == "shared":
                 loops = (*loops, span)
@@ -823,6 +826,7 @@ def check_races(func: PrimFunc, ctx: PassContext | None = None) -> None:
     ctx = ctx or PassContext.current()
     if not ctx.get("cuda.race_check"):
         return
+    check_tma_waits(func)  # what the race checker's model of TMA copies assumes
     report = find_races(func)
     if report.races:
         raise CodegenError(f"race check ({func.name}): {report.races[0]}")

@@ -54,6 +54,7 @@ from loopir.passes._walk import is_thread_loop
 from loopir.passes.base import Pass, require_lowered
 from loopir.passes.context import PassContext
 from loopir.passes.race_check import collect_accesses, threads_may_share
+from loopir.passes.tma_check import sync_after_mbarrier_init
 
 __all__ = ["ThreadSync", "is_sync"]
 
@@ -282,6 +283,7 @@ class _Kernel:
 
     def visit(self, s: Stmt) -> Stmt:
         if isinstance(s, For) and s.kind is ForKind.THREAD_BINDING:
+            s = sync_after_mbarrier_init(s)  # the TMA rule needs the init's barrier first
             written = frozenset(a.buffer for a in collect_accesses(s) if a.is_store)
             planner = _Planner(set(), _launch_extents(s), written)
             out, _ = planner.plan(s, _EMPTY)

@@ -50,6 +50,7 @@ from loopir.ir.stmt import (
     SeqStmt,
     Stmt,
 )
+from loopir.ir.tma import is_tma_call
 from loopir.runtime.c_expr import BufferInfo, ExprEmitter, c_ident
 from loopir.runtime.c_fibers import (
     THREAD_COORDS,
@@ -60,7 +61,13 @@ from loopir.runtime.c_fibers import (
 )
 from loopir.runtime.c_parallel import OMP_PRELUDE, SIMD_PRELUDE, concurrency_problem
 from loopir.runtime.c_types import ERR_FIELDS, PRELUDE, expr_ctype, storage_bytes, storage_ctype
-from loopir.runtime.c_warp import WARP_TABLES, emit_tensor_core, merge_warp_copies, open_warp_copies
+from loopir.runtime.c_warp import (
+    WARP_TABLES,
+    emit_tensor_core,
+    emit_tma,
+    merge_warp_copies,
+    open_warp_copies,
+)
 
 __all__ = ["CProgram", "generate_c", "ENTRY"]
 
@@ -266,6 +273,9 @@ class _StmtEmitter(ExprEmitter):
             return  # the executor's copies are synchronous: nothing is in flight
         if isinstance(s.value, Call) and is_tensor_core_call(s.value):
             emit_tensor_core(self, s.value)
+            return
+        if isinstance(s.value, Call) and is_tma_call(s.value):
+            emit_tma(self, s.value)
             return
         code = self.expr(s.value)
         if code != "0":

@@ -68,6 +68,7 @@ from loopir.ir.stmt import (
     SeqStmt,
     Stmt,
 )
+from loopir.ir.tma import TMA_OPS
 
 __all__ = ["concurrency_problem", "OMP_PRELUDE", "SIMD_PRELUDE", "SIMD_ENTRY", "THREADS_ENTRY"]
 
@@ -223,7 +224,7 @@ class _Collector:
     def _evaluate(self, s: Evaluate) -> None:
         v = s.value
         if isinstance(v, Call) and (v.op in ("tvm_storage_sync", "loopir.thread_allreduce")
-                                    or v.op in TENSOR_CORE_OPS):  # fmt: skip
+                                    or v.op in TENSOR_CORE_OPS or v.op in TMA_OPS):  # fmt: skip
             # tensor-core calls: their stores are not BufferStores, and the collective ones
             # keep their rendezvous in static variables
             raise _Refused(f"it contains {v.op}")

@@ -32,6 +32,7 @@ from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr, Var
 from loopir.ir.functor import post_order_visit
 from loopir.ir.op import is_warp_collective, tensor_core_problem
 from loopir.ir.stmt import BufferStore, Stmt
+from loopir.ir.tma import tma_problem
 from loopir.runtime.c_fibers import WARP_SLOTS
 from loopir.runtime.c_types import expr_ctype, storage_ctype
 from loopir.tensor_intrin.calls import per_lane_stmt
@@ -44,6 +45,7 @@ from loopir.tensor_intrin.layouts import (
     MMA_C_16x8,
     ldmatrix_source,
 )
+from loopir.tensor_intrin.tma import tma_stmt
 
 if TYPE_CHECKING:
     from loopir.runtime.c_codegen import _StmtEmitter
@@ -129,6 +131,18 @@ def emit_tensor_core(em: _StmtEmitter, call: Call) -> None:
         ) from None
     em.emit(f"/* {call.op} of one lane */")
     em.stmt(stmt)
+
+
+def emit_tma(em: _StmtEmitter, call: Call) -> None:
+    """A TMA copy as the loop nest it means; the mbarrier calls as nothing: sequentially the
+    copy has landed when ``tma_load`` returns (``loopir.tensor_intrin.tma``)."""
+    if (problem := tma_problem(call)) is not None:
+        raise CodegenError(f"cpu codegen: {problem}")
+    if call.op != "ptx_tma_load":
+        em.emit(f"/* {call.op}: nothing sequentially */")
+        return
+    em.emit("/* ptx_tma_load: the box, zeros out of bounds, swizzled */")
+    em.stmt(tma_stmt(call))
 
 
 def emit_collective(em: _StmtEmitter, call: Call) -> None:

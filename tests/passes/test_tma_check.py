@@ -1,0 +1,137 @@
+"""The race checker's first model of TMA copies (``loopir.passes.tma_check``): the copy is a
+write by the issuing thread at the issue, sound because the issuing thread must wait on its
+mbarrier before its next block barrier. Kernels that break the rule are refused, naming the
+copy; readers not separated from the copy by a barrier after the wait are races."""
+
+from __future__ import annotations
+
+import pytest
+
+import loopir
+from loopir.codegen_cuda import lower_for_cuda
+from loopir.errors import CodegenError
+from loopir.examples.tma import tma_copy
+from loopir.ir import op
+from loopir.ir import tma as T
+from loopir.ir.buffer import Buffer
+from loopir.ir.expr import Var
+from loopir.ir.stmt import (
+    Allocate,
+    BufferStore,
+    Evaluate,
+    For,
+    ForKind,
+    IfThenElse,
+    PrimFunc,
+    Stmt,
+    seq,
+)
+from loopir.passes.race_check import check_races, find_races
+
+G = Buffer("G", (64, 64), "float16")
+OUT = Buffer("OUT", (64, 64), "float16")
+TILE = Buffer("tile", (16, 64), "float16", scope="shared")
+BAR = Buffer("bar", (2,), "uint64", scope="shared")
+TX, I = Var("tx"), Var("i")
+
+
+def _load(bar: int = 0) -> Evaluate:
+    return Evaluate(T.tma_load(TILE[0, 0], G[0, 0], BAR[bar], (16, 64)))
+
+
+def _wait(bar: int = 0) -> Evaluate:
+    return Evaluate(T.mbarrier_wait(BAR[bar], 0))
+
+
+def _sync() -> Evaluate:
+    return Evaluate(op.storage_sync())
+
+
+def _reads() -> For:
+    """Every thread reads row ``i * 8 + tx // 16`` of the tile and stores it."""
+    r, c = I * 8 + TX // 16, TX % 16 * 4
+    body = For(Var("j"), 0, 4, ForKind.SERIAL, BufferStore(OUT, TILE[r, c], (r, c)))
+    return For(I, 0, 2, ForKind.SERIAL, body)
+
+
+def _kernel(*stmts: Stmt) -> PrimFunc:
+    init = IfThenElse(TX == 0, Evaluate(T.mbarrier_init(BAR[0], 1)))
+    body = seq(init, _sync(), *stmts)
+    k = For(TX, 0, 128, ForKind.THREAD_BINDING, body, thread_tag="threadIdx.x")
+    return PrimFunc((G, OUT), Allocate(TILE, Allocate(BAR, k)), name="k")
+
+
+def _issue(*after: Stmt) -> IfThenElse:
+    return IfThenElse(TX == 0, seq(Evaluate(T.mbarrier_arrive_expect_tx(BAR[0], 2048)), _load(), *after))
+
+
+def test_the_example_is_proven_race_free() -> None:
+    lowered = lower_for_cuda(tma_copy(100, 72, (16, 64)))
+    report = find_races(lowered)
+    assert not report.races and not report.unproven
+    check_races(lowered)
+
+
+def test_everyone_waits_then_a_barrier_then_the_reads_passes() -> None:
+    check_races(_kernel(_issue(), _wait(), _sync(), _reads()))
+    check_races(_kernel(_issue(_wait()), _sync(), _reads()))  # the issuing thread alone waits
+
+
+@pytest.mark.parametrize(("stmts", "match"), [
+    ((_issue(), _sync(), _reads()), r"reaches a block barrier before it waits on its mbarrier \(bar\[0\]\)"),
+    ((_reads(), _issue()), r"never waits on bar\[0\] after it"),
+    ((_issue(_sync()), _wait(), _reads()), r"reaches a block barrier before it waits on its mbarrier \(bar\[0\]\)"),
+    ((_issue(_reads(), _wait()), _sync()), r"touches tile before it waits on its mbarrier"),
+    ((_issue(_wait(1)), _reads()), r"touches tile before it waits"),  # another barrier's wait
+    ((For(Var("k"), 0, 2, ForKind.SERIAL, _issue()), _wait(), _sync(), _reads()),
+     r"leaves an iteration of loop k before it waits on bar\[0\]"),
+    ((_issue(IfThenElse(TX < 1, _wait())), _sync(), _reads()), r"reaches a block barrier"),
+    ((_issue(BufferStore(G, G[1, 1] + 1, (1, 1)), _wait()), _sync(), _reads()),
+     r"writes G before it waits on its mbarrier"),  # the copy may read the new value or the old  # a conditional wait is none
+])  # fmt: skip
+def test_breaking_the_wait_rule_is_refused_naming_the_copy(stmts: tuple[Stmt, ...], match: str) -> None:
+    with pytest.raises(CodegenError, match=r"TMA check \(k\): the issuing thread " + match):
+        check_races(_kernel(*stmts))
+    with loopir.PassContext(config={"cuda.race_check": False}):
+        check_races(_kernel(*stmts))  # the key turns it off with the race check
+
+
+def test_reads_without_a_barrier_after_the_wait_race_with_the_copy() -> None:
+    # every thread waits, but the model orders other threads only through a block barrier
+    racy = _kernel(_issue(), _wait(), _reads())
+    with pytest.raises(CodegenError, match=r"data race on shared buffer tile"):
+        check_races(racy)
+
+
+def test_a_second_copy_into_a_tile_still_being_read_races() -> None:
+    again = IfThenElse(TX == 0, seq(_load(), _wait()))
+    racy = _kernel(_issue(), _wait(), _sync(), _reads(), again, _sync(), _reads())
+    with pytest.raises(CodegenError, match=r"data race on shared buffer tile"):
+        check_races(racy)
+    check_races(_kernel(_issue(), _wait(), _sync(), _reads(), _sync(), again, _sync(), _reads()))
+
+
+def test_thread_sync_plans_the_barriers_the_model_needs() -> None:
+    # written without barriers: ThreadSync adds one after the init and one before the reads
+    init = IfThenElse(TX == 0, Evaluate(T.mbarrier_init(BAR[0], 1)))
+    body = seq(init, _issue(), _wait(), _reads())
+    k = For(TX, 0, 128, ForKind.THREAD_BINDING, body, thread_tag="threadIdx.x")
+    blk = For(Var("b"), 0, 1, ForKind.THREAD_BINDING, Allocate(TILE, Allocate(BAR, k)), thread_tag="blockIdx.x")
+    lowered = lower_for_cuda(PrimFunc((G, OUT), blk, name="k"))
+    text = lowered.script()
+    assert text.count("tvm_storage_sync") == 2
+    assert text.index("ptx_mbarrier_init") < text.index("tvm_storage_sync") < text.index("ptx_tma_load")
+    assert text.index("ptx_mbarrier_wait") < text.rindex("tvm_storage_sync") < text.index("OUT[")
+    check_races(lowered)
+
+
+def test_a_loop_of_copies_needs_the_readers_done_before_the_next_copy() -> None:
+    k = Var("k")
+    issue = IfThenElse(TX == 0, seq(Evaluate(T.mbarrier_arrive_expect_tx(BAR[0], 2048)), _load()))
+    step = seq(issue, Evaluate(T.mbarrier_wait(BAR[0], k % 2)), _sync(), _reads())
+    racy = _kernel(For(k, 0, 3, ForKind.SERIAL, step))
+    with pytest.raises(CodegenError, match=r"data race on shared buffer tile"):
+        check_races(racy)
+    check_races(_kernel(For(k, 0, 3, ForKind.SERIAL, seq(_sync(), step))))
+    lowered = lower_for_cuda(tma_copy(100, 72, (16, 64), tiles=3))  # the example writes that barrier
+    assert not find_races(lowered).unproven
