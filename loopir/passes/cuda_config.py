@@ -25,6 +25,15 @@ register_config(
     "package), 'generated' (never offload)",
 )
 register_config(
+    "cuda.conv_pointwise_as_gemm",
+    bool,
+    False,
+    "offload a 1x1, stride-1, unpadded conv2d as the GEMM it is on the same NHWC memory (CUTLASS's "
+    "persistent GEMM kernels; its sm90 conv kernel is not persistent). Off until every ResNet-50 1x1 "
+    "shape is measured: on the H200, c2 1x1 64->256 ran at 1.05x cuDNN as a ping-pong GEMM against "
+    "0.58x as a conv (docs/benchmarks.md, session 13)",
+)
+register_config(
     "cuda.gemm_allow_tf32",
     bool,
     False,

@@ -153,3 +153,23 @@ def test_a_padded_input_read_elsewhere_keeps_its_stage() -> None:
     out, p = offload(te.create_prim_func([X, Wt, Y, E]))
     assert p.report[0].offloaded and sp.output_hw() == (9, 7)
     assert blocks(out) == ["Xpad", "E"] and [b.name for b in out.body.block.alloc_buffers] == ["Xpad"]
+
+
+@pytest.mark.parametrize("layout, code", [("KRSC", "NT"), ("KCRS", "NT"), ("RSCK", "NN")])
+def test_a_pointwise_conv_is_offloaded_as_its_gemm_when_asked(layout: str, code: str) -> None:
+    """``cuda.conv_pointwise_as_gemm``: a 1x1, stride-1, unpadded conv is the GEMM (N*H*W, C) x
+    (K, C)^T (RSCK: (C, K)) into the NHWC output, with its bias and activation; the default (and a
+    strided or padded one) stays a conv."""
+    spec = ConvSpec(pad=None, r=1, s=1, layout=layout, activation="relu", bias=True)
+    out, _ = offload(conv2d(spec), **{"cuda.conv_pointwise_as_gemm": True})
+    (call,) = library_calls_of(out).values()
+    prob = call["problem"]
+    assert "kind" not in prob and (prob["m"], prob["n"], prob["k"]) == (spec.n * spec.h * spec.w, spec.k, spec.c)
+    assert prob["layout"] == code  # A (N*H*W, C) row-major; B (K, C) stored [N, K] ("T"), or (C, K)
+    assert (call["a"], call["b"], call["d"], call["bias"]) == ("X", "Wt", "D", "bias")
+    assert prob["epilogue"]["activation"] == "relu" and prob["epilogue"]["has_bias"]
+    (default,) = library_calls_of(offload(conv2d(spec))[0]).values()
+    assert default["problem"]["kind"] == "conv2d_fprop"
+    strided = ConvSpec(pad=None, r=1, s=1, stride=(2, 2))
+    (kept,) = library_calls_of(offload(conv2d(strided), **{"cuda.conv_pointwise_as_gemm": True})[0]).values()
+    assert kept["problem"]["kind"] == "conv2d_fprop"

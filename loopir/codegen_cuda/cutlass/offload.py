@@ -38,6 +38,8 @@ Configuration keys:
 - ``cuda.conv_backend``: the same three values, for convolutions.
 - ``cuda.gemm_allow_tf32``: offload fp32 GEMMs and convolutions to TF32 tensor-core kernels
   (default False).
+- ``cuda.conv_pointwise_as_gemm``: offload a 1x1, stride-1, unpadded convolution as the GEMM it
+  is on the same memory (default False; see ``_pointwise``).
 - ``cuda.cutlass_arch``: 90 (CUTLASS 3.x, sm_90a) or 80 (CUTLASS 2.x; also runs on sm90).
 - ``cuda.cutlass_tune_candidates``: when building, tune calls that have no cached choice over
   this many candidates (0, the default: cached choice, else the default heuristic).
@@ -165,6 +167,7 @@ class _Settings:
     conv: bool
     warn: Any
     gemv_rows: int = 0  # with the backend "auto": GEMMs of at most this many rows stay generated
+    pointwise_gemm: bool = False  # cuda.conv_pointwise_as_gemm
 
 
 class GemmOffload(Pass):
@@ -218,7 +221,8 @@ class GemmOffload(Pass):
             return None
         return _Settings(arch, bool(ctx.get("cuda.gemm_allow_tf32")), backend != "generated",
                          conv_backend != "generated", logger.warning if strict else logger.info,
-                         int(ctx.get("cuda.gemv_max_rows")) if backend == "auto" else 0)  # fmt: skip
+                         int(ctx.get("cuda.gemv_max_rows")) if backend == "auto" else 0,
+                         bool(ctx.get("cuda.conv_pointwise_as_gemm")))  # fmt: skip
 
     def transform(self, func: PrimFunc, ctx: PassContext) -> PrimFunc:
         self.report = []
@@ -302,7 +306,11 @@ class GemmOffload(Pass):
             lambda st: match_output_epilogue(st, core.y, [core.n, core.p, core.q, core.k], params=params),
             run.stages, i, params, run.allocs)  # fmt: skip
 
-        def make(d: Buffer, spec: EpilogueSpec) -> ConvProblem:
+        def make(d: Buffer, spec: EpilogueSpec) -> ConvProblem | GemmProblem:
+            if run.settings.pointwise_gemm and _pointwise(core):  # the same memory as a GEMM
+                return GemmProblem(m=core.n * core.p * core.q, n=core.k, k=core.c, dtype_ab=core.dtype,
+                                   dtype_d=d.dtype, layout_a="row", layout_b="row" if core.layout_w == "RSCK" else "col",
+                                   epilogue=spec)  # fmt: skip
             return ConvProblem(
                 core.n, core.h, core.w_in, core.c, core.k, core.r, core.s, core.p, core.q, core.dtype,
                 d.dtype, core.pad[:2], core.stride, core.dilation, core.layout_w, spec,
@@ -417,6 +425,19 @@ def _writes(stmt: Stmt, buf: Buffer) -> bool:
     hit: list[bool] = []
     post_order_stmts(stmt, lambda n: hit.append(True) if isinstance(n, BufferStore) and n.buffer is buf else None)
     return bool(hit)
+
+
+def _pointwise(core: Conv2dCore) -> bool:
+    """Whether the convolution is a GEMM on the same memory: a 1x1 filter, stride and dilation
+    1, no padding, so the NHWC input is the ``(N*H*W, C)`` row-major A, the filter ``(K, C)``
+    (KRSC, KCRS: B stored ``[N, K]``) or ``(C, K)`` (RSCK), the NHWC output the ``(N*P*Q, K)``
+    D, its per-channel bias D's per-column bias. It is offloaded as that GEMM: CUTLASS 4.2's
+    sm90 implicit-GEMM conv kernel is not persistent and, at ResNet-50's c2 1x1 64 -> 256
+    (K = 64: one K step a tile), runs each tile's load, MMA and store back to back, 0.58x
+    cuDNN, where the persistent ping-pong GEMM kernels reach 1.05x (docs/benchmarks.md,
+    session 13: cuDNN calls a GEMM there too). Only with ``cuda.conv_pointwise_as_gemm``: the
+    other 1x1 shapes are not measured that way yet."""
+    return (core.r, core.s, core.stride, core.dilation, core.pad) == (1, 1, (1, 1), (1, 1), (0, 0, 0, 0))
 
 
 def _conv_operands_reason(core: Conv2dCore, params: Sequence[Buffer]) -> str | None:
