@@ -388,7 +388,7 @@ _TF32_REASON = (
 )
 
 
-_P = TypeVar("_P", GemmProblem, ConvProblem)
+_P = TypeVar("_P", bound=Problem)
 
 
 class _Run:
