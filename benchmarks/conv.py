@@ -38,7 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from timing import events_per_call, rel_err  # noqa: E402
+from timing import events_per_call, graph_per_call, rel_err  # noqa: E402
 
 from loopir.codegen_cuda.cutlass.emit import KernelSpec  # noqa: E402
 from loopir.codegen_cuda.cutlass.enumerate import default_candidate, shared_tuning_candidates  # noqa: E402
@@ -263,17 +263,7 @@ def cudnn_graph_times(torch: Any, families: dict[tuple[str, str], Any], args: An
                 y = F.conv2d(x, w, stride=sp.stride, padding=sp.r // 2)
                 return torch.relu(y + b) if fused else y
 
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(3):  # cudnn.benchmark's choice and the workspace before capture
-                    op()
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                for _ in range(args.calls):
-                    op()
-            ms = events_per_call(torch, graph.replay, 1, args.repeat, warmup=2) / args.calls
+            ms = graph_per_call(torch, op, args.calls, args.repeat)
             t = tuned[(dtype, family, name)]
             ours = min(v for v in t["ms"].values() if v is not None)
             row = {"dtype": dtype, "family": family, "shape": name, "cutlass_kernel_ms": ours,

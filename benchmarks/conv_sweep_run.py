@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from conv import SHAPES, conv_spec, problem_of  # noqa: E402
 from conv_sweep import TOL, gemm_equivalent, traffic_bytes  # noqa: E402
-from timing import events_per_call, rel_err  # noqa: E402
+from timing import events_per_call, graph_per_call, rel_err  # noqa: E402
 
 from loopir.codegen_cuda.cutlass.emit import KernelSpec  # noqa: E402
 from loopir.testing.conv import ConvSpec  # noqa: E402
@@ -73,17 +73,7 @@ def _cudnn(torch: Any, t: dict[str, Any], args: Any) -> tuple[float, list[str]]:
     def op() -> Any:
         return F.conv2d(t["x"], t["w"], **t["kw"])
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):  # cudnn.benchmark's choice before capture
-            op()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(args.calls):
-            op()
-    ms = events_per_call(torch, graph.replay, 1, args.repeat, warmup=2) / args.calls
+    ms = graph_per_call(torch, op, args.calls, args.repeat)
     try:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             op()

@@ -28,3 +28,20 @@ def events_per_call(torch: Any, fn: Any, calls: int, repeat: int, warmup: int = 
 def rel_err(got: Any, ref: Any) -> float:
     """``||got - ref|| / ||ref||`` in float64 (torch tensors)."""
     return float((got.double() - ref).norm() / ref.norm())
+
+
+def graph_per_call(torch: Any, op: Any, calls: int, repeat: int) -> float:
+    """Milliseconds per call of ``op`` replayed from a CUDA graph of ``calls`` calls: run three
+    times first on a side stream (cudnn.benchmark's choice and its workspace are made before the
+    capture), then captured and timed as :func:`events_per_call` times ``graph.replay``."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            op()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            op()
+    return float(events_per_call(torch, graph.replay, 1, repeat, warmup=2)) / calls
