@@ -20,6 +20,8 @@ from loopir.errors import ScheduleError
 from loopir.ir.expr import convert
 from loopir.ir.op import STORE_CASTS
 from loopir.ir.stmt import PrimFunc
+from loopir.passes.pipeline_mma import MMA_IN_FLIGHT_KEY
+from loopir.passes.software_pipeline import WAIT_FIRST_KEY
 from loopir.schedule import Schedule
 from loopir.schedule import tensor_core_gemm as tcg
 from loopir.schedule.tensor_core_gemm import ldmatrix_swizzle
@@ -316,7 +318,9 @@ def hopper_gemm_space(sch: Schedule) -> None:
     applied to ``Schedule(tc_gemm_func(..., b_trans=True))``: warps along M ``wy`` (4 or 8: one
     or two warpgroups, 64 or 128 rows) x along N ``wz`` (1 or 2, 128 columns each: one
     ``wgmma.m64n128k16`` per warp and 16-wide K step) and the ``cp.async`` pipeline depth (2-4)
-    sampled; K steps of 64 and the 128-byte swizzle fixed (what ``wgmma``'s descriptors read).
+    sampled; K steps of 64 and the 128-byte swizzle fixed (what ``wgmma``'s descriptors read);
+    each step waits first and, from depth 3, its ``wgmma`` is retired a step later, as
+    ``hopper_gemm``'s defaults.
     Every candidate fits the 227 KB of shared memory (at most 4 x 48 KB). The sizes must be
     multiples of every candidate's block tile (M of 128, N of 256, K of 64).
     """
@@ -330,4 +334,7 @@ def hopper_gemm_space(sch: Schedule) -> None:
                     "(apply it to tc_gemm_func(..., b_trans=True))", _HOPPER)  # fmt: skip
     swizzle = ldmatrix_swizzle(64, m.batch > 0)
     tiles = (uniform([4, 8]), uniform([1, 2]), 1, 8, 4)
-    tcg.schedule(sch, m, tiles, uniform([2, 3, 4]), (swizzle, swizzle), 8, (False, False, False), wgmma=True)
+    done = tcg.schedule(sch, m, tiles, uniform([2, 3, 4]), (swizzle, swizzle), 8, (False, False, False), wgmma=True)
+    # hopper_gemm's defaults: one barrier a step, and from 3 stages the wgmma retired a step later
+    sch.annotate(done.k0, WAIT_FIRST_KEY, True)
+    sch.annotate(done.k0, MMA_IN_FLIGHT_KEY, 1)

@@ -94,7 +94,8 @@ STAGE_KEY = "software_pipeline_stage"
 DEPTH_KEY = "loopir.software_pipeline_depth"
 """loopir's shorthand (a single int, so that a design space can sample it): depth ``d`` means
 every statement but the last in stage 0, the last in stage ``d - 1``, stage 0 async; 1 is no
-pipeline."""
+pipeline. With ``MMA_IN_FLIGHT_KEY`` the last is in stage ``d - 2`` from ``d = 3`` (its retiring
+wait in ``d - 1``), and below 3 the key is dropped."""
 ORDER_KEY = "software_pipeline_order"
 ASYNC_KEY = "software_pipeline_async_stages"
 WAIT_FIRST_KEY = "loopir.pipeline_wait_first"
@@ -376,6 +377,14 @@ def _expand_depth(loop: For) -> For:
         raise PassError(f"pass InjectSoftwarePipeline: loop {loop.loop_var.name}: {DEPTH_KEY} needs fetches "
                         "followed by a compute statement; the body has one statement")  # fmt: skip
     ann = {**loop.annotations, STAGE_KEY: [0] * (n - 1) + [depth - 1], ASYNC_KEY: [0]}
+    if ann.get(MMA_IN_FLIGHT_KEY):
+        # a sampled depth with wgmma in flight (a design space): the compute a stage earlier, so
+        # that its retiring wait takes the last; below 3 stages no version is left for the
+        # group in flight, and the MMAs complete in their step
+        if depth >= 3:
+            ann[STAGE_KEY] = [0] * (n - 1) + [depth - 2]
+        else:
+            del ann[MMA_IN_FLIGHT_KEY]
     return attrs.evolve(loop, annotations=ann)
 
 

@@ -396,7 +396,7 @@ def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, 
             sch.transform_layout(copy, 0, swz)
         else:
             sch.storage_align(copy, 0, m.batch, 32, 8)
-    if isinstance(stages, int):
+    if type(stages) is int:  # a sampled depth (an ExprRV, an int too) must stay a reference
         if stages > 1:
             sch.annotate(k0, "software_pipeline_stage", [0, 0, stages - 1])
             sch.annotate(k0, "software_pipeline_async_stages", [0])

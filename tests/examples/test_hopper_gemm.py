@@ -373,6 +373,46 @@ def test_design_space_candidates_are_correct_and_replay(seed: int, batch: int | 
     assert "wgmma.mma_async" in _source(sch)
 
 
+def test_design_space_depth_follows_a_changed_decision() -> None:
+    """A tuner mutates the sampled depth and replays the trace: the pipeline must follow the new
+    decision (the depth was recorded as the literal stage list of the first sample, so every
+    replay kept it)."""
+    from loopir.examples.tensor_core import hopper_gemm_space
+
+    func = tc_gemm_func(128, 64 * 5, 256, b_trans=True)
+    sch = loopir.Schedule(func, seed=0)
+    hopper_gemm_space(sch)
+    index = list(sch.trace.decisions)[-1]  # the depth: uniform([2, 3, 4])
+    versions = []
+    for choice in range(3):
+        replay = loopir.Schedule(func)
+        sch.trace.with_decision(index, choice).apply_to(replay)
+        low = _lowered(replay).script()
+        versions.append(next(ln for ln in low.splitlines() if "A_shared = T.allocate(" in ln))
+    assert [v.split("(")[2].split(",")[0] for v in versions] == ["2", "3", "4"], versions
+
+
+@pytest.mark.parametrize("depth", [2, 3, 4])
+def test_design_space_depths_wait_first_and_keep_wgmma_in_flight_from_three(depth: int) -> None:
+    """The space's sampled depth with hopper_gemm's defaults: waits first at every depth, the
+    wgmma retired a step later from depth 3 (the synchronous call at 2); equal to the
+    unscheduled function and race-free."""
+    from loopir.examples.tensor_core import hopper_gemm_space
+    from loopir.testing import check_equivalent
+
+    func = tc_gemm_func(128, 64 * 5, 256, b_trans=True)
+    for seed in range(40):
+        sch = loopir.Schedule(func, seed=seed)
+        hopper_gemm_space(sch)
+        if sch.trace.decisions and list(sch.trace.decisions.values())[-1] == [2, 3, 4].index(depth):
+            break
+    else:
+        pytest.fail(f"no seed sampled depth {depth}")
+    low = _lowered(sch).script()
+    assert ("T.ptx_wgmma_async(" in low) == (depth >= 3) and ("T.ptx_wgmma(" in low) == (depth < 3)
+    check_equivalent(func, _lowered(sch), thread_order="random")
+
+
 def test_design_space_refuses_b_stored_k_by_n() -> None:
     from loopir.examples.tensor_core import hopper_gemm_space
 
