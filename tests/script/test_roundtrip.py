@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -87,6 +88,7 @@ def _examples() -> dict[str, Any]:
         "hopper_gemm": lambda: E.hopper_gemm(97, 100, 50, block=(64, 32, 64), wn=32),
         "attention": lambda: E.attention(1, 2, 70, 100, 32, causal=True, lse=True, block_m=32),
         "decode_attention": lambda: E.decode_attention(1, 4, loopir.Var("seq_kv"), 32, kv_heads=2),
+        "tma_copy": lambda: SimpleNamespace(func=E.tma_copy(loopir.Var("M"), 72, tiles=2)),  # lowered IR
     }
 
 
