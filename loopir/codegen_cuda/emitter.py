@@ -288,6 +288,7 @@ class KernelEmitter(CodeWriter):
         self.uses_allreduce = False
         self.uses_async = False
         self.uses_tensor_core = False
+        self.uses_tma = False  # TMA or mbarrier calls: the translation unit's TMA helpers
         self.thread_vars: dict[str, Var] = {}  # the thread loops around the statement, by tag
         self.wgmma_shapes: set[tuple[str, int, int, str]] = set()
         self.smem_align = wgmma_smem_align(spec.name, spec.body)
@@ -421,6 +422,7 @@ class KernelEmitter(CodeWriter):
             return
         if isinstance(v, Call) and (text := tma_text(self, v)) is not None:
             self.line(text)
+            self.uses_tma = True
             return
         if isinstance(v, Call) and (text := tensor_core_text(self, v)) is not None:
             self.line(text)

@@ -116,7 +116,7 @@ def emit_cuda(func: PrimFunc, min_blocks_per_sm: int | None = None) -> EmitResul
     texts: list[str] = []
     kernels: list[KernelSource] = []
     fp16 = bf16 = False
-    helpers = allreduce = async_copies = tensor_cores = False
+    helpers = allreduce = async_copies = tensor_cores = tma = False
     wgmma: set[tuple[str, int, int, str]] = set()
     for spec in splitter.kernels:
         em, text, info = _emit_kernel(func, spec, size_vars, min_blocks_per_sm)
@@ -126,6 +126,7 @@ def emit_cuda(func: PrimFunc, min_blocks_per_sm: int | None = None) -> EmitResul
         allreduce |= em.uses_allreduce
         async_copies |= em.uses_async
         tensor_cores |= em.uses_tensor_core
+        tma |= em.uses_tma
         wgmma |= em.wgmma_shapes
         texts.append(text)
         kernels.append(info)
@@ -151,7 +152,7 @@ def emit_cuda(func: PrimFunc, min_blocks_per_sm: int | None = None) -> EmitResul
     if wgmma:
         parts.append(wgmma_helpers(wgmma))
         preamble.append(wgmma_helpers(wgmma))
-    if any(k.tensor_maps for k in kernels) or any("loopir_mbarrier" in t for t in texts):
+    if tma:
         parts.append(TMA_DEVICE_HELPERS)
         preamble.append(TMA_DEVICE_HELPERS)
     parts.extend(texts)

@@ -22,6 +22,7 @@ from loopir.errors import CodegenError
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import BufferLoad, Call, IntImm
 from loopir.ir.functor import post_order_visit
+from loopir.ir.op import WGMMA_ISSUES
 from loopir.ir.printer import script
 from loopir.ir.stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, SeqStmt, Stmt
 
@@ -49,7 +50,7 @@ def _leaf(kernel: str, s: Stmt, state: _InFlight) -> _InFlight:
     if isinstance(call, Call) and call.op == "ptx_wgmma_wait":
         pending = call.args[0]
         return {} if isinstance(pending, IntImm) and pending.value == 0 else state
-    if isinstance(call, Call) and call.op in ("ptx_wgmma_async", "ptx_wgmma"):
+    if isinstance(call, Call) and call.op in WGMMA_ISSUES:
         acc = call.args[3]
         assert isinstance(acc, BufferLoad)
         # the other operands are shared tiles: only the accumulator is in registers

@@ -181,19 +181,21 @@ def forward_span(path: Sequence[tuple[Stmt, int]]) -> tuple[int, bool]:
     return max(e.barriers for e in ends), False
 
 
-def _back(s: Stmt) -> tuple[int, bool]:
-    """Barriers of ``s`` (run backwards) and whether it is a boundary (a loop with barriers)."""
+def _back(s: Stmt) -> tuple[int, int, bool]:
+    """Barriers and asynchronous ``wgmma`` issues of ``s`` (run backwards), and whether it is a
+    boundary (a loop with barriers)."""
     if _barrier_loop(s):
-        return 0, True
-    n: list[int] = []  # a compound statement's barriers, all of them: a longer span is sound
-    post_order_visit(s, lambda x: n.append(1) if isinstance(x, Call) and op.is_block_barrier(x) else None)
-    return len(n), False
+        return 0, 0, True
+    # a compound statement's barriers, all of them: a longer span is sound
+    barriers, issues = [0], [0]
 
+    def count(x: object) -> None:
+        if isinstance(x, Call):
+            barriers[0] += op.is_block_barrier(x)
+            issues[0] += x.op == "ptx_wgmma_async"
 
-def _issues(s: Stmt) -> int:
-    n: list[int] = []
-    post_order_visit(s, lambda x: n.append(1) if isinstance(x, Call) and x.op == "ptx_wgmma_async" else None)
-    return len(n)
+    post_order_visit(s, count)
+    return barriers[0], issues[0], False
 
 
 def backward_span(path: Sequence[tuple[Stmt, int]], pending: int = 0) -> int:
@@ -207,10 +209,9 @@ def backward_span(path: Sequence[tuple[Stmt, int]], pending: int = 0) -> int:
     for node, child in reversed(path):
         if isinstance(node, SeqStmt):
             for c in reversed(node.seq[:child]):
-                n, boundary = _back(c)
+                n, k, boundary = _back(c)
                 if boundary:
                     return max(barriers - 1, 0)
-                k = _issues(c)
                 if k and n == 0 and issues + k > pending:
                     return barriers  # the read starts at that issue's count
                 issues += k

@@ -734,7 +734,7 @@ def _versions_differ(e0: Sequence[PrimExpr], e1: Sequence[PrimExpr], p: _Problem
     1) % S`` and ``k % S`` in one iteration ``k`` are such a pair. One side may be ``a + c1``
     without the ``% m`` where the bounds of ``p``'s variables keep it in ``0 .. m - 1`` (the
     simplifier drops a ``% m`` that changes nothing: a loop of at most ``m`` iterations)."""
-    ana = None if p is None else arith.Analyzer({v: (p.lo[v], p.hi[v] + 1) for v in p.lo})
+    ana: arith.Analyzer | None = None  # the bounds of p's variables, built when first needed
     for a, b in zip(e0, e1):
         if not isinstance(a, FloorMod):
             a, b = b, a
@@ -745,8 +745,13 @@ def _versions_differ(e0: Sequence[PrimExpr], e1: Sequence[PrimExpr], p: _Problem
             if const_int(b.b) != m:
                 continue
             b = b.a
-        elif ana is None or m is None or not ana.can_prove(b >= 0) or not ana.can_prove(b < m):
-            continue
+        else:
+            if p is None or m is None:
+                continue
+            if ana is None:
+                ana = arith.Analyzer({v: (p.lo[v], p.hi[v] + 1) for v in p.lo})
+            if not (ana.can_prove(b >= 0) and ana.can_prove(b < m)):
+                continue
         diff = const_int(arith.simplify(a.a - b))
         if m is not None and m > 0 and diff is not None and diff % m:
             return True
