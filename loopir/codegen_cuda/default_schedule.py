@@ -86,7 +86,8 @@ class DefaultGPUSchedule(Pass):
         try:
             self.applied = default_gpu_schedule(sch, tensor_cores=bool(ctx.get(TENSOR_CORES_KEY)),
                                                 wgmma=_wgmma(ctx), gemv_rows=int(ctx.get("cuda.gemv_max_rows")),
-                                                row_registers=bool(ctx.get("cuda.default_schedule.row_registers")))
+                                                row_registers=bool(ctx.get("cuda.default_schedule.row_registers")),
+                                                decode_rows=int(ctx.get("cuda.decode_gemm_max_rows")))
         except ScheduleError as exc:
             raise PassError(f"pass {self.name}: {exc}") from exc
         logger.info(

@@ -75,6 +75,16 @@ register_config(
     "cuBLAS (docs/benchmarks.md)",
 )
 register_config(
+    "cuda.decode_gemm_max_rows",
+    int,
+    16,
+    "16-bit GEMMs with more than cuda.gemv_max_rows and at most this many rows (up to 16), B [N, K], "
+    "K contiguous, no batch or epilogue (decode with a few tokens): GemmOffload leaves them to the "
+    "default GPU schedule's tensor-core rule, one 16-row tile (loopir.schedule.tensor_core_gemm."
+    "skinny_params) when its tensor cores are on; 0 keeps them GEMMs. On the H200 these read the "
+    "weight at 0.85-0.95 of copy bandwidth at M = 8 and 16 (docs/benchmarks.md, session 14)",
+)
+register_config(
     "cuda.default_schedule.row_registers",
     bool,
     False,

@@ -18,7 +18,9 @@ tried on an unchanged schedule):
     inlined into one) as C's tile is copied out of shared memory. With ``wgmma`` (the CUDA
     target on a Hopper GPU), a GEMM whose B is ``[N, K]`` with a float32 accumulator and M, N
     of at least 64 goes on ``wgmma`` instead (sm_90a; tiles from
-    [`wgmma_params`][loopir.schedule.tensor_core_gemm.wgmma_params]).
+    [`wgmma_params`][loopir.schedule.tensor_core_gemm.wgmma_params]). A decode GEMM of more
+    than ``gemv_rows`` and at most ``decode_rows`` rows (B ``[N, K]``) is one 16-row tile of
+    ``mma.sync`` ([`skinny_params`][loopir.schedule.tensor_core_gemm.skinny_params]).
 ``inline``
     a spatial block that writes an intermediate buffer is inlined into its consumers
     (``compute_inline``), so that an elementwise chain is one kernel.
@@ -446,7 +448,8 @@ def _gemm(sch: Schedule, name: str) -> str | None:
     return f"gemm {name} (128 x 128 tiles, 256 threads)"
 
 
-def _tensor_core(sch: Schedule, name: str, gemv_rows: int = MAX_GEMV_ROWS, wgmma: bool = False) -> str | None:
+def _tensor_core(sch: Schedule, name: str, gemv_rows: int = MAX_GEMV_ROWS, wgmma: bool = False,
+                 decode_rows: int = 0) -> str | None:  # fmt: skip
     m = tcg.match(sch, name)
     for _ in range(16):  # a chain of elementwise consumers (bias add, activation) becomes one
         inline = None if m is not None else tcg.inlinable_consumer(sch, name)
@@ -455,7 +458,15 @@ def _tensor_core(sch: Schedule, name: str, gemv_rows: int = MAX_GEMV_ROWS, wgmma
         sch.compute_inline(sch.get_block(inline))
         m = tcg.match(sch, name)
     M, K, N = m.sizes if m is not None else (0, 0, 0)
-    if m is None or min(M, N, K) < tcg.TILE or (M <= gemv_rows and gemv_shape(sch, name) is not None):
+    if m is None or (M <= gemv_rows and gemv_shape(sch, name) is not None):
+        return None
+    skinny = tcg.skinny_params(m) if M <= decode_rows else None
+    if skinny is not None:
+        tcg.schedule_with_pad(sch, m, skinny["block"], skinny["warp"], skinny["stages"])
+        bm, bn, bk = skinny["block"]
+        return (f"tensor_core {name} (M = {M}: one {bm} x {bn} x {bk} tile of rows on mma.sync, "
+                f"{skinny['stages']}-stage cp.async pipeline)")  # fmt: skip
+    if min(M, N, K) < tcg.TILE:
         return None
     hopper = tcg.wgmma_params(m) if wgmma else None
     if hopper is not None:
@@ -537,7 +548,8 @@ TILE_ROWS_WGMMA = 16
 
 
 def default_gpu_schedule(sch: Schedule, tensor_cores: bool = True, gemv_rows: int = 1,
-                         wgmma: bool = False, row_registers: bool = False) -> list[str]:  # fmt: skip
+                         wgmma: bool = False, row_registers: bool = False,
+                         decode_rows: int = tcg.SKINNY_ROWS) -> list[str]:  # fmt: skip
     """Schedule every unscheduled root-level block of ``sch`` for the GPU (rules above).
 
     Parameters
@@ -554,6 +566,12 @@ def default_gpu_schedule(sch: Schedule, tensor_cores: bool = True, gemv_rows: in
         The ``tensor_core`` rule puts GEMMs that fit it on Hopper's ``wgmma`` (sm_90a;
         [`wgmma_params`][loopir.schedule.tensor_core_gemm.wgmma_params]) instead of
         ``mma.sync``.
+    decode_rows
+        GEMMs of more than ``gemv_rows`` and at most this many rows (up to 16) with B ``[N, K]``
+        go to the ``tensor_core`` rule as one 16-row tile
+        ([`skinny_params`][loopir.schedule.tensor_core_gemm.skinny_params]; 0: none), as
+        ``cuda.decode_gemm_max_rows``: on the H200 they read the weight at 0.85-0.95 of copy
+        bandwidth at M = 8 and 16, ahead of cuBLAS (docs/benchmarks.md).
     row_registers
         The ``rows`` rule keeps a 16-bit row in registers where it fits
         ([`stage_row_registers`][loopir.schedule.default_gpu.stage_row_registers]). Off by
@@ -578,7 +596,8 @@ def default_gpu_schedule(sch: Schedule, tensor_cores: bool = True, gemv_rows: in
         for name in pat.unscheduled_blocks(sch):
             if name not in pat.unscheduled_blocks(sch):  # folded into a GEMM scheduled before
                 continue
-            line = _attempt(sch, functools.partial(_tensor_core, name=name, gemv_rows=gemv_rows, wgmma=wgmma))
+            line = _attempt(sch, functools.partial(_tensor_core, name=name, gemv_rows=gemv_rows, wgmma=wgmma,
+                                                      decode_rows=decode_rows))
             if line:
                 done.append(line)
     done += [f"inline {name}" for name in inline_all(sch)]

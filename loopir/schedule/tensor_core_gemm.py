@@ -49,8 +49,8 @@ from loopir.tensor_intrin.cuda import DTYPE_ABBREV, wgmma_intrin
 from loopir.tensor_intrin.layouts import MMA_A, MMA_B, MMA_C, WARP_SIZE, FragmentLayout
 
 __all__ = [
-    "SM90_SMEM", "TILE", "Scheduled", "TensorCoreGemm", "default_params", "inlinable_consumer", "ldmatrix_swizzle",
-    "match", "schedule", "schedule_with_pad", "tensorize_tiles", "wgmma_params", "wgmma_stages",
+    "SKINNY_ROWS", "SM90_SMEM", "TILE", "Scheduled", "TensorCoreGemm", "default_params", "inlinable_consumer", "ldmatrix_swizzle",
+    "match", "schedule", "schedule_with_pad", "skinny_params", "tensorize_tiles", "wgmma_params", "wgmma_stages",
 ]  # fmt: skip
 
 #: The side of one tensorized tile (``mma.sync.m16n8k16``, two per 16x16x16 tile).
@@ -252,6 +252,37 @@ def default_params(m: TensorCoreGemm) -> dict[str, Any]:
     bk = 32 if K >= 32 else 16
     steps = -(-K // bk)
     return {"block": (bm, bn, bk), "warp": (bm // 2, bn // 2), "stages": min(4, steps) if steps >= 3 else 1}
+
+
+#: The most rows of a decode GEMM (``Y = X W^T``, a few tokens) that
+#: [`skinny_params`][loopir.schedule.tensor_core_gemm.skinny_params] gives one 16-row tile.
+SKINNY_ROWS = 16
+
+
+def skinny_params(m: TensorCoreGemm) -> dict[str, Any] | None:
+    """Tiles for a decode GEMM of at most ``SKINNY_ROWS`` rows with B ``[N, K]`` (the weight
+    read once, at the copy limit; M padded to one 16-row tile): 16 x 32 block tiles of two warps
+    (16 x 16 each), K steps of 256 when N is at most 4096 (fewer blocks than SMs: each keeps
+    more bytes in flight) else 128, a 4-stage pipeline; None when the GEMM is not that (more
+    rows, B ``[K, N]``, a batch, N under 32 or K under 64).
+
+    On the H200 (docs/benchmarks.md, session 14; K 4096, fp16) these read the weight at 0.85-0.95
+    of copy bandwidth at M = 8 and 16 (torch/cuBLAS: 0.44-0.83), where the CUDA-core GEMV rule
+    reaches 0.36-0.59: with 8-16 rows each weight element costs 8-16 fp32 FMAs, the whole CUDA-core
+    rate at copy bandwidth, and nothing on tensor cores.
+
+    >>> from loopir.schedule import Schedule
+    >>> from loopir.examples import tc_gemm_func
+    >>> skinny_params(match(Schedule(tc_gemm_func(8, 4096, 11008, "float16", b_trans=True)), "C"))
+    {'block': (16, 32, 128), 'warp': (16, 16), 'stages': 4}
+    """
+    M, K, N = m.sizes
+    if M > SKINNY_ROWS or not m.b_trans or m.batch or N < 32 or K < 64:
+        return None
+    bk = 256 if N <= 4096 else 128
+    while bk > K:
+        bk //= 2
+    return {"block": (TILE, 32, bk), "warp": (TILE, TILE), "stages": 4}
 
 
 #: Shared memory a block may use on sm_90 (the opt-in maximum).

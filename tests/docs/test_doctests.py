@@ -14,6 +14,7 @@ MODULES = [
     "loopir.ir.module",
     "loopir.schedule.database",
     "loopir.schedule.default_gpu",
+    "loopir.schedule.tensor_core_gemm",
     "loopir.te",
     "loopir.tune.spaces",
 ]

@@ -145,10 +145,11 @@ def test_gemm_offload_leaves_decode_gemvs_to_the_gemv_rule() -> None:
             p = GemmOffload()
             p(_gemv_func(rows, 256, 1024))
             assert [d.offloaded for d in p.report] == [offloaded], p.report
-    for rows, offloaded in ((8, True), (1, False)):  # the default: CUTLASS keeps M > 1
-        p = GemmOffload()
-        p(_gemv_func(rows, 256, 1024))
-        assert [d.offloaded for d in p.report] == [offloaded], p.report
+    with loopir.PassContext(config={"cuda.decode_gemm_max_rows": 0}):  # (else the tensor-core rule's, M > 1)
+        for rows, offloaded in ((8, True), (1, False)):  # the default: CUTLASS keeps M > 1
+            p = GemmOffload()
+            p(_gemv_func(rows, 256, 1024))
+            assert [d.offloaded for d in p.report] == [offloaded], p.report
 
 
 @pytest.mark.nvcc

@@ -54,6 +54,7 @@ from typing import Any, TypeVar
 import attrs
 
 from loopir.codegen_cuda.cutlass.problem import ConvProblem, EpilogueSpec, GemmProblem, Problem
+from loopir.codegen_cuda.default_schedule import TENSOR_CORES_KEY
 from loopir.errors import CodegenError, PassError
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import BufferLoad, Call, FloatImm, IntImm, StringImm, register_intrinsic
@@ -144,6 +145,19 @@ def _is_gemv(core: GemmCore, epi: EpilogueMatch | None, max_rows: int) -> bool:
             and core.layout_a == "row" and core.layout_b == "col")  # fmt: skip
 
 
+def _kept_decode(core: GemmCore, epi: EpilogueMatch | None, settings: _Settings) -> str | None:
+    """Why a decode GEMM stays generated code (None: it is offloaded): at most
+    ``cuda.gemv_max_rows`` rows go to the default schedule's GEMV rule, 16-bit ones of at most
+    ``cuda.decode_gemm_max_rows`` rows to its tensor-core rule's 16-row tiles."""
+    if _is_gemv(core, epi, settings.gemv_rows):
+        return (f"a decode GEMV (M = {core.m}): the default GPU schedule's GEMV rule reads W once "
+                "(cuda.gemv_max_rows)")  # fmt: skip
+    if core.dtype_ab in ("float16", "bfloat16") and _is_gemv(core, epi, settings.decode_rows):
+        return (f"a decode GEMM (M = {core.m}): the default GPU schedule's tensor-core rule reads W once "
+                "in 16-row tiles (cuda.decode_gemm_max_rows)")  # fmt: skip
+    return None
+
+
 def _reads_buffer(stmt: Stmt, buf: Buffer) -> bool:
     hit: list[bool] = []
 
@@ -168,6 +182,7 @@ class _Settings:
     warn: Any
     gemv_rows: int = 0  # with the backend "auto": GEMMs of at most this many rows stay generated
     pointwise_gemm: bool = False  # cuda.conv_pointwise_as_gemm
+    decode_rows: int = 0  # ... and 16-bit ones of at most this many (cuda.decode_gemm_max_rows)
 
 
 class GemmOffload(Pass):
@@ -222,7 +237,9 @@ class GemmOffload(Pass):
         return _Settings(arch, bool(ctx.get("cuda.gemm_allow_tf32")), backend != "generated",
                          conv_backend != "generated", logger.warning if strict else logger.info,
                          int(ctx.get("cuda.gemv_max_rows")) if backend == "auto" else 0,
-                         bool(ctx.get("cuda.conv_pointwise_as_gemm")))  # fmt: skip
+                         bool(ctx.get("cuda.conv_pointwise_as_gemm")),
+                         int(ctx.get("cuda.decode_gemm_max_rows")) if backend == "auto" and bool(
+                             ctx.get(TENSOR_CORES_KEY)) else 0)  # fmt: skip
 
     def transform(self, func: PrimFunc, ctx: PassContext) -> PrimFunc:
         self.report = []
@@ -281,10 +298,9 @@ class GemmOffload(Pass):
             return 1
         plan = _plan(core.block, core.c, lambda st: match_epilogue(st, core, params=params),
                      run.stages, i, params, run.allocs)  # fmt: skip
-        if plan[0] is None and _is_gemv(core, plan[1], run.settings.gemv_rows):
-            return self._keep(run, stage, OffloadDecision(core.block, False, (
-                f"a decode GEMV (M = {core.m}): the default GPU schedule's GEMV rule reads W once "
-                "(cuda.gemv_max_rows)")))  # fmt: skip
+        kept = _kept_decode(core, plan[1], run.settings) if plan[0] is None else None
+        if kept is not None:
+            return self._keep(run, stage, OffloadDecision(core.block, False, kept))
 
         def make(d: Buffer, spec: EpilogueSpec) -> GemmProblem:
             return GemmProblem(
