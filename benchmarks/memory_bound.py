@@ -39,7 +39,7 @@ import loopir
 from loopir import te
 from loopir.examples import layernorm, softmax, tc_gemm, transpose
 from loopir.examples.reductions import cross_entropy_func as chunked_cross_entropy_func
-from loopir.examples.reductions import layernorm_func, rmsnorm_func, softmax_func
+from loopir.examples.reductions import layernorm_func, rmsnorm, rmsnorm_func, softmax_func
 from loopir.examples.transpose import transpose_func
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -313,7 +313,7 @@ def main() -> int:
     if "gemv" in groups:
         out["cases"] += gemv_cases(torch, args, tri, copy_bw)
     if "variants" in groups:
-        out["cases"] += row_variants(torch, args, copy_bw)
+        out["cases"] += row_variants(torch, args, tri, copy_bw)
     if "classic" in groups:
         classic_cases(torch, args, tri, copy_bw, out)
     if args.json:
@@ -404,28 +404,59 @@ def low_precision_rows(torch: Any, args: argparse.Namespace, tri: dict[str, Any]
     return rows
 
 
-def row_variants(torch: Any, args: argparse.Namespace, copy_bw: float) -> list[Any]:
-    """fp16 softmax and layernorm through the examples' schedules, fast math on, over threads
-    per row and with the row staged in shared memory (``cache_row``)."""
-    rows = []
-    for r, c in ROWS:
-        x = (torch.rand(r, c, device="cuda") * 4 - 2).half()
-        w, b = (torch.rand(c, device="cuda") + 0.5).half(), (torch.rand(c, device="cuda") - 0.5).half()
-        y = torch.empty_like(x)
-        for name, build, margs, ref in (
-            ("softmax", softmax, (x, y), torch.softmax(x.double(), dim=-1)),
-            ("layernorm", layernorm, (x, w, b, y),
-             torch.nn.functional.layer_norm(x.double(), (c,), w.double(), b.double(), 1e-5)),
-        ):
-            impls = {}
-            for threads in (64, 128, 256, 512):
-                for cache in (False, True):
-                    if c % (threads * 8):
-                        continue
-                    mod = _fast(build(r, c, "float16", threads=threads, vector=8, cache_row=cache).func)
-                    impls[f"t{threads}{'-smem' if cache else ''}"] = lambda m=mod, a=margs: m(*a)
-            rows.append(run_case(torch, args, f"{name} float16 {r}x{c} variants", 2 * x.numel() * 2, ref, y,
-                                 impls, 2e-2, copy_bw))  # fmt: skip
+#: ``--only variants``: (threads per row, rows per block, row in registers) of the examples'
+#: schedules (a warp per row from 32 threads; 8 halves per vector).
+VARIANTS = [(32, 4, True), (32, 8, True), (32, 4, False), (64, 2, True), (64, 4, True), (128, 1, True),
+            (128, 2, True), (256, 1, True), (128, 1, False), (256, 1, False)]  # fmt: skip
+
+
+def row_variants(torch: Any, args: argparse.Namespace, tri: dict[str, Any], copy_bw: float) -> list[Any]:
+    """fp16/bf16 softmax, layernorm and RMSNorm through the examples' schedules, fast math on,
+    over threads per row, rows per block and the row kept in registers (``VARIANTS``, those whose
+    row is whole vectors per thread and at most 64 elements per thread in registers), next to the
+    default schedule, torch and Triton."""
+    F = torch.nn.functional
+    rows: list[Any] = []
+    builders = {"softmax": softmax, "layernorm": layernorm, "rmsnorm": rmsnorm}
+    funcs = {"softmax": softmax_func, "layernorm": layernorm_func, "rmsnorm": rmsnorm_func}
+    ops_wanted = [op for op in args.ops.split(",") if op in builders]
+    dtypes = args.dtypes.split(",")
+
+    def fits(c: int, t: int, regs: bool) -> bool:
+        return c % (t * 8) == 0 and (not regs or c // t <= 64)
+
+    scheds = {(op, d, r, c, v): builders[op](r, c, d, threads=v[0], rows_per_block=v[1], registers=v[2], vector=8)
+              for op in ops_wanted for d in dtypes for r, c in ROWS for v in VARIANTS if fits(c, v[0], v[2])}  # fmt: skip
+    if args.prebuild:
+        prebuild([sch.func for sch in scheds.values()] + [funcs[op](r, c, d) for op in ops_wanted for d in dtypes
+                                                           for r, c in ROWS])  # fmt: skip
+    for dtype in dtypes:
+        tdt = getattr(torch, dtype)
+        for r, c in ROWS:
+            x = (torch.rand(r, c, device="cuda") * 4 - 2).to(tdt)
+            w, b = (torch.rand(c, device="cuda") + 0.5).to(tdt), (torch.rand(c, device="cuda") - 0.5).to(tdt)
+            y = torch.empty_like(x)
+            xd = x.double()
+            cases = {
+                "softmax": ((x, y), lambda x=x: torch.softmax(x, dim=-1), torch.softmax(xd, dim=-1)),
+                "layernorm": ((x, w, b, y), lambda x=x, w=w, b=b, c=c: F.layer_norm(x, (c,), w, b, 1e-5),
+                              F.layer_norm(xd, (c,), w.double(), b.double(), 1e-5)),
+                "rmsnorm": ((x, w, y), lambda x=x, w=w, c=c: F.rms_norm(x, (c,), w, 1e-6),
+                            F.rms_norm(xd, (c,), w.double(), 1e-6)),
+            }  # fmt: skip
+            for op in ops_wanted:
+                margs, torch_fn, ref = cases[op]
+                dflt = _fast(funcs[op](r, c, dtype))
+                impls = {"default": lambda m=dflt, a=margs: m(*a), "torch": torch_fn}
+                for v in VARIANTS:
+                    if (op, dtype, r, c, v) in scheds:
+                        mod = _fast(scheds[op, dtype, r, c, v].func)
+                        impls["t{}r{}{}".format(v[0], v[1], "-regs" if v[2] else "")] = lambda m=mod, a=margs: m(*a)
+                tf = (tri.get(op) or tri["more"][op]) if tri and not args.no_triton else None
+                if tf is not None:
+                    impls["triton"] = lambda f=tf, a=margs: f(*a)
+                rows.append(run_case(torch, args, f"{op} {dtype} {r}x{c} variants", 2 * x.numel() * 2, ref, y,
+                                     impls, 2e-2, copy_bw))  # fmt: skip
     return rows
 
 
@@ -463,7 +494,7 @@ def gemv_cases(torch: Any, args: argparse.Namespace, tri: dict[str, Any], copy_b
     rows = []
     dtypes = args.dtypes.split(",")
     if args.prebuild:
-        funcs = [gemv_func(m, n, 4096, d) for d in dtypes for n in (4096, 11008) for m in (1, 8, 16)]
+        funcs = [gemv_func(int(m), n, 4096, d) for d in dtypes for n in (4096, 11008) for m in args.gemv_m.split(",")]
         prebuild(funcs, fast=False)
         prebuild(funcs, cuda__gemv_max_rows=16)
     for dtype in dtypes:

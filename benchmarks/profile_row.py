@@ -2,8 +2,8 @@
 
     ncu --section SpeedOfLight -k regex:main_kernel python benchmarks/profile_row.py softmax float16 32768 1024
 
-Ops: softmax, layernorm, rmsnorm (default GPU schedule, ``cuda.fast_math`` on unless
-``--accurate``), gemv (``M K N``: rows, columns read, outputs); and the tensor-core examples,
+Ops: softmax, layernorm, rmsnorm (default GPU schedule, or ``--variant`` the examples' schedule,
+``cuda.fast_math`` on unless ``--accurate``), gemv (``M K N``: rows, columns read, outputs); and the tensor-core examples,
 ``attention B H S D [1 (causal)]`` (``examples.attention``, fp16 or bf16; kernel
 ``attention_kernel0``) and ``hopper M K N`` (``examples.hopper_gemm``; kernel ``main_kernel0``)::
 
@@ -28,6 +28,8 @@ def main() -> int:
     ap.add_argument("dtype")
     ap.add_argument("sizes", type=int, nargs="+")
     ap.add_argument("--accurate", action="store_true")
+    ap.add_argument("--variant", default=None, help="rows: the examples' schedule 'THREADS,ROWS_PER_BLOCK,REGS' "
+                    "(e.g. 32,4,1: a warp per row, 4 rows a block, the row in registers) instead of the default")  # fmt: skip
     args = ap.parse_args()
     import torch
 
@@ -48,6 +50,12 @@ def main() -> int:
         w = torch.rand(c, device="cuda").to(tdt)
         extra = {"softmax": [], "layernorm": [w, w], "rmsnorm": [w]}[args.op]
         tensors = [x, *extra, torch.empty_like(x)]
+        if args.variant:
+            from loopir.examples.reductions import layernorm, rmsnorm, softmax
+
+            t, rpb, regs = (int(v) for v in args.variant.split(","))
+            build = {"softmax": softmax, "layernorm": layernorm, "rmsnorm": rmsnorm}[args.op]
+            func = build(r, c, args.dtype, threads=t, rows_per_block=rpb, registers=bool(regs), vector=8).func
     with loopir.PassContext(config={"cuda.fast_math": not args.accurate}):
         mod = loopir.build(func, target="cuda")
     mod(*tensors)

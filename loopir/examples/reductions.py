@@ -78,44 +78,57 @@ def row_sum_func(rows: Any, cols: Any, dtype: str = "float32") -> Any:
 
 
 def softmax(rows: Any, cols: Any, dtype: str = "float32", threads: int | None = None, vector: int | None = None,
-            cache_row: bool = False) -> Schedule:  # fmt: skip
+            cache_row: bool = False, registers: bool = False, rows_per_block: int = 1) -> Schedule:  # fmt: skip
     """Row softmax, one block of ``threads`` threads per row (default
     [`default_threads`][loopir.schedule.default_gpu.default_threads]): the row max and the sum of
     exponentials are cross-thread reductions kept in shared memory. ``vector`` output elements per
     thread are computed as one vector (vector loads of the row, one vector store; default: 8 halves
     for float16 when the row allows, else 1, as measured on the H200). ``cache_row`` stages the row
     through shared memory (read once, in 16-byte vectors); measured on the H200 it gains nothing
-    here (docs/benchmarks.md), so it is off by default."""
+    here (docs/benchmarks.md), so it is off by default. ``registers`` keeps each thread's part
+    of the row in its registers instead (``cols`` a multiple of ``threads * vector``);
+    ``rows_per_block`` rows share a block, one per ``threadIdx.y`` (with ``threads=32``: a warp
+    per row, [`per_row`][loopir.schedule.default_gpu.per_row])."""
     sch = Schedule(softmax_func(rows, cols, dtype))
     threads = threads or default_threads(cols)
     if vector is None:  # measured: 8 halves help fp16 a little, 4 floats cost fp32 a little
         vector = default_vector(cols, dtype, threads) if dtype == "float16" else 1
-    per_row(sch, "Y", ["M", "S"], threads, vector, "X" if cache_row else None)
+    _per_row(sch, ["M", "S"], threads, vector, cache_row, registers, rows_per_block)
     return sch
 
 
+def _per_row(sch: Schedule, stats: list[str], threads: int, vector: int, cache_row: bool, registers: bool,
+             rows_per_block: int) -> None:  # fmt: skip
+    if cache_row and registers:
+        raise ValueError("examples.reductions: cache_row (shared memory) and registers exclude each other")
+    per_row(sch, "Y", stats, threads, vector, "X" if cache_row or registers else None,
+            cache_scope="local" if registers else "shared", rows_per_block=rows_per_block)  # fmt: skip
+
+
 def layernorm(rows: Any, cols: Any, dtype: str = "float32", threads: int | None = None, vector: int | None = None,
-              cache_row: bool = False) -> Schedule:  # fmt: skip
+              cache_row: bool = False, registers: bool = False, rows_per_block: int = 1) -> Schedule:  # fmt: skip
     """Layernorm, one block per row: the sums of x and x^2 are cross-thread reductions (``vector``:
-    default [`default_vector`][loopir.schedule.default_gpu.default_vector]; ``cache_row`` as for
-    [`softmax`][loopir.examples.reductions.softmax])."""
+    default [`default_vector`][loopir.schedule.default_gpu.default_vector]; ``cache_row``,
+    ``registers`` and ``rows_per_block`` as for [`softmax`][loopir.examples.reductions.softmax])."""
     sch = Schedule(layernorm_func(rows, cols, dtype))
     threads = threads or default_threads(cols)
     vector = default_vector(cols, dtype, threads) if vector is None else vector
-    per_row(sch, "Y", ["S1", "S2"], threads, vector, "X" if cache_row else None)
+    _per_row(sch, ["S1", "S2"], threads, vector, cache_row, registers, rows_per_block)
     return sch
 
 
 def rmsnorm(rows: Any, cols: Any, dtype: str = "float16", threads: int | None = None,
-            cache_row: bool | None = None) -> Schedule:  # fmt: skip
+            cache_row: bool | None = None, registers: bool = False, rows_per_block: int = 1,
+            vector: int = 1) -> Schedule:  # fmt: skip
     """RMSNorm, one block per row: the sum of squares is a cross-thread reduction; the row is
     staged through shared memory (``cache_row``, the configuration measured in the LLaMA
     layer module, docs/benchmarks.md; by default where ``cols`` is a constant, since a shared
-    tile needs a constant size)."""
+    tile needs a constant size; not with ``registers``); ``registers``, ``rows_per_block`` and
+    ``vector`` as for [`softmax`][loopir.examples.reductions.softmax]."""
     sch = Schedule(rmsnorm_func(rows, cols, dtype))
     if cache_row is None:
-        cache_row = isinstance(cols, int)
-    per_row(sch, "Y", ["S"], threads or default_threads(cols), cache_row="X" if cache_row else None)
+        cache_row = isinstance(cols, int) and not registers
+    _per_row(sch, ["S"], threads or default_threads(cols), vector, cache_row, registers, rows_per_block)
     return sch
 
 

@@ -67,12 +67,12 @@ register_config(
 register_config(
     "cuda.gemv_max_rows",
     int,
-    1,
+    2,
     "GEMMs with at most this many rows (M, up to 16), K contiguous in both operands and no batch "
     "or epilogue are decode GEMVs: GemmOffload leaves them to the default GPU schedule's GEMV rule "
-    "(loopir.schedule.gemv); 0 keeps them GEMMs. Default 1: on the H200 the rule reads the weight "
-    "at 0.85-0.88 of copy bandwidth at M = 1 (1.0-3.8x torch), but at M = 8 and 16 it trails "
-    "cuBLAS (docs/benchmarks.md)",
+    "(loopir.schedule.gemv); 0 keeps them GEMMs. Default 2: on the H200 the rule reads the weight "
+    "at 0.84-1.0 of copy bandwidth at M = 1 and 2 (1.0-3.8x torch); from M = 3 the tensor-core "
+    "rule (cuda.decode_gemm_max_rows) is ahead (docs/benchmarks.md)",
 )
 register_config(
     "cuda.decode_gemm_max_rows",
@@ -82,7 +82,7 @@ register_config(
     "K contiguous, no batch or epilogue (decode with a few tokens): GemmOffload leaves them to the "
     "default GPU schedule's tensor-core rule, one 16-row tile (loopir.schedule.tensor_core_gemm."
     "skinny_params) when its tensor cores are on; 0 keeps them GEMMs. On the H200 these read the "
-    "weight at 0.85-0.95 of copy bandwidth at M = 8 and 16 (docs/benchmarks.md, session 14)",
+    "weight at 0.83-0.95 of copy bandwidth at M = 4-16, 1.0-2.3x torch (docs/benchmarks.md, session 14)",
 )
 register_config(
     "cuda.default_schedule.row_registers",

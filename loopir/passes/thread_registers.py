@@ -9,8 +9,11 @@ each see their own thread's slot. On the GPU each thread has its own copy of a l
 the axis is dropped: ``X_local[0, jo, tx, v]`` becomes ``X_local[0, jo, v]`` in every thread
 loop, and the buffer is recorded in the function attribute ``loopir.thread_registers`` so that
 the kernel splitter accepts it under several thread loops (it refuses any other local buffer
-shared by them). A buffer with an access whose index on that axis is anything else, or that is
-accessed outside a ``threadIdx.x`` loop, is left as it is.
+shared by them). The same holds axis by axis for ``threadIdx.y`` and ``.z``: a buffer every
+access of which lies under loops of the same thread tags, each tag's loop variable indexing one
+axis (a warp per row, the rows on ``threadIdx.y``: ``X_local[ty, jo, tx, v]``), loses all those
+axes. A buffer with an access whose index on such an axis is anything else, that is accessed
+outside the thread loops, or under a virtual thread, is left as it is.
 
 Before / after::
 
@@ -37,58 +40,62 @@ from loopir.passes._walk import collect_accesses, is_thread_loop
 from loopir.passes.base import Pass, require_lowered
 from loopir.passes.context import PassContext
 
-__all__ = ["THREAD_REGISTERS_ATTR", "PrivatizeThreadLocals", "thread_axis"]
+__all__ = ["THREAD_REGISTERS_ATTR", "PrivatizeThreadLocals", "thread_axes"]
 
 #: Function attribute: the names of the local buffers whose per-thread axis this pass dropped.
 THREAD_REGISTERS_ATTR = "loopir.thread_registers"
 
 
-def _accesses(body: Stmt) -> dict[Buffer, list[tuple[tuple[PrimExpr, ...], For | None]]]:
-    """Every access's indices to each local buffer, with its innermost ``threadIdx.x`` loop
-    (None, which disqualifies the buffer, when another thread loop -- ``threadIdx.y``, a
-    virtual thread -- lies between the buffer's allocation and the access: threads of that
-    loop would share the slot in the IR but not on the GPU)."""
+def _accesses(body: Stmt) -> dict[Buffer, list[tuple[tuple[PrimExpr, ...], dict[str, For] | None]]]:
+    """Every access's indices to each local buffer, with its ``threadIdx`` loops between the
+    buffer's allocation and the access by tag (None, which disqualifies the buffer, when a
+    virtual thread lies there or two loops share a tag: threads of such a loop would share the
+    slot in the IR but not on the GPU)."""
     accesses, allocs = collect_accesses(body)
     above = {a.buffer: set(map(id, loops)) for a, loops in allocs}
-    seen: dict[Buffer, list[tuple[tuple[PrimExpr, ...], For | None]]] = {}
+    seen: dict[Buffer, list[tuple[tuple[PrimExpr, ...], dict[str, For] | None]]] = {}
     for acc in accesses:
         if acc.buffer.scope != "local":
             continue
         outer = above.get(acc.buffer, set())
         inner = [f for f in acc.loops if id(f) not in outer and is_thread_loop(f, ("threadIdx.", "vthread."))]
-        tx = [f for f in inner if f.thread_tag == "threadIdx.x"]
-        ok = len(tx) == len(inner) == 1
-        seen.setdefault(acc.buffer, []).append((acc.indices, tx[0] if ok else None))
+        tags = {f.thread_tag: f for f in inner if f.thread_tag is not None and f.thread_tag.startswith("threadIdx.")}
+        ok = bool(inner) and len(tags) == len(inner)
+        seen.setdefault(acc.buffer, []).append((acc.indices, tags if ok else None))
     return seen
 
 
-def thread_axis(buf: Buffer, accesses: list[tuple[tuple[PrimExpr, ...], For | None]]) -> int | None:
-    """The axis of ``buf`` that every access indexes by its enclosing ``threadIdx.x`` loop's
-    variable (that loop starting at 0 with the axis's constant extent), or None."""
-    if buf.strides is not None or len(accesses) < 2:
+def thread_axes(buf: Buffer, accesses: list[tuple[tuple[PrimExpr, ...], dict[str, For] | None]]) -> tuple[int, ...] | None:
+    """The axes of ``buf``, one per ``threadIdx`` tag, that every access indexes by its enclosing
+    loop of that tag's variable (each loop starting at 0 with the axis's constant extent, every
+    access under loops of the same tags), in increasing order, or None."""
+    if buf.strides is not None or len(accesses) < 2 or any(loops is None for _, loops in accesses):
         return None
-    for d, extent in enumerate(buf.shape):
-        if not isinstance(extent, IntImm):
-            continue
-        if all(
-            loop is not None
-            and isinstance(idx[d], Var)
-            and idx[d] is loop.loop_var
-            and isinstance(loop.min, IntImm) and loop.min.value == 0
-            and isinstance(loop.extent, IntImm) and loop.extent.value == extent.value
-            for idx, loop in accesses
-        ):  # fmt: skip
-            return d
-    return None
+    tags = {frozenset(loops or ()) for _, loops in accesses}
+    if len(tags) != 1:
+        return None
+    axes = []
+    for tag in sorted(tags.pop()):
+        d = next((d for d, extent in enumerate(buf.shape) if d not in axes and isinstance(extent, IntImm) and all(
+            _indexed_by(idx[d], (loops or {})[tag], extent.value) for idx, loops in accesses)), None)  # fmt: skip
+        if d is None:
+            return None
+        axes.append(d)
+    return tuple(sorted(axes))
+
+
+def _indexed_by(index: PrimExpr, loop: For, extent: int) -> bool:
+    return (isinstance(index, Var) and index is loop.loop_var and isinstance(loop.min, IntImm)
+            and loop.min.value == 0 and isinstance(loop.extent, IntImm) and loop.extent.value == extent)  # fmt: skip
 
 
 class _Drop(Mutator):
-    def __init__(self, axes: dict[Buffer, tuple[int, Buffer]]) -> None:
+    def __init__(self, axes: dict[Buffer, tuple[tuple[int, ...], Buffer]]) -> None:
         self.axes = axes
 
     def _indices(self, buf: Buffer, indices: tuple[PrimExpr, ...]) -> tuple[Buffer, tuple[PrimExpr, ...]]:
-        d, new = self.axes[buf]
-        return new, tuple(self.visit(i) for k, i in enumerate(indices) if k != d)
+        drop, new = self.axes[buf]
+        return new, tuple(self.visit(i) for k, i in enumerate(indices) if k not in drop)
 
     def visit_BufferLoad(self, node: BufferLoad) -> PrimExpr:
         if node.buffer not in self.axes:
@@ -114,12 +121,12 @@ class _Drop(Mutator):
 def privatize_thread_locals(func: PrimFunc) -> PrimFunc:
     """``func`` with the per-thread axis of every qualifying local buffer dropped (see the
     module docstring); ``func`` itself when none qualifies."""
-    axes: dict[Buffer, tuple[int, Buffer]] = {}
+    axes: dict[Buffer, tuple[tuple[int, ...], Buffer]] = {}
     for buf, accesses in _accesses(func.body).items():
-        d = thread_axis(buf, accesses)
-        if d is not None:
-            shape = tuple(e for k, e in enumerate(buf.shape) if k != d)
-            axes[buf] = (d, attrs.evolve(buf, shape=shape))
+        drop = thread_axes(buf, accesses)
+        if drop is not None:
+            shape = tuple(e for k, e in enumerate(buf.shape) if k not in drop)
+            axes[buf] = (drop, attrs.evolve(buf, shape=shape))
     if not axes:
         return func
     out = func.with_body(_Drop(axes).visit(func.body))

@@ -100,6 +100,27 @@ def default_threads(cols: Any) -> int:
     return 128 if isinstance(cols, int) and cols <= 1024 else 256
 
 
+#: Rows a block of the ``rows`` rule's warp-per-row form.
+WARP_ROWS_PER_BLOCK = 4
+_WARP = 32
+
+
+def row_form(cols: Any, dtype: str, depth: int = 1) -> tuple[int, int]:
+    """Threads per row and rows per block of the ``rows`` rule. 16-bit rows of at most 1024
+    columns in whole 16-byte vectors per lane take a warp each, 4 rows a block (the row's
+    statistics are warp shuffles, no shared-memory round; measured on the H200 for softmax,
+    layernorm and RMSNorm over 32768 x 1024: 0.87-0.89 of copy against 0.73-0.88 with 128
+    threads a row), 16-bit rows of up to 4096 columns 128 threads (0.80 against 0.72 for softmax
+    over 4096 columns, the others alike; docs/benchmarks.md, session 14); others
+    [`default_threads`][loopir.schedule.default_gpu.default_threads], one row a block."""
+    if isinstance(cols, int) and dt.bits(dtype) == 16:
+        if depth == 1 and cols <= 1024 and cols % (_WARP * pat.vector_width(dtype)) == 0:
+            return _WARP, WARP_ROWS_PER_BLOCK
+        if 1024 < cols <= 4096:
+            return 128, 1
+    return default_threads(cols), 1
+
+
 def default_vector(cols: Any, dtype: str, threads: int) -> int:
     """Output elements per thread computed as one 16-byte vector (4 floats, 8 halves) when
     every thread's share of a row is whole vectors, else 1."""
@@ -138,7 +159,7 @@ def _thread_strided(sch: Schedule, loop: LoopRV, threads: int, vector: int, mark
 
 def per_row(sch: Schedule, out: str, stats: list[str], threads: int, vector: int = 1,
             cache_row: str | None = None, row_loops: int = 1, cache_scope: str = "shared",
-            stat_vector: int | None = None) -> None:  # fmt: skip
+            stat_vector: int | None = None, rows_per_block: int = 1) -> None:  # fmt: skip
     """One thread block per row of ``out``; its statistics reduced across the row's threads.
 
     ``out``'s first ``row_loops`` loops (fused) are bound to blockIdx.x, the rest (fused) are
@@ -149,10 +170,19 @@ def per_row(sch: Schedule, out: str, stats: list[str], threads: int, vector: int
     ``cache_scope="local"`` keeps each thread's part of the row in its registers instead
     ([`stage_row_registers`][loopir.schedule.default_gpu.stage_row_registers]).
     ``stat_vector`` (default ``vector``) is the run length of the statistics' reductions.
+    ``rows_per_block`` > 1 gives each block that many rows, one per ``threadIdx.y`` (with 32
+    ``threads``, a warp per row: its reductions are shuffles, no shared-memory round).
     """
     y = sch.get_block(out)
     loops = sch.get_loops(y)
     i = fuse_all(sch, loops[:row_loops])
+    ty: LoopRV | None = None
+    extent = _extent(sch, i)
+    if extent is not None:  # no more rows a block than there are
+        rows_per_block = min(rows_per_block, extent)
+    if rows_per_block > 1:
+        i, ty = sch.split(i, [None, rows_per_block])
+        sch.bind(ty, "threadIdx.y")
     sch.bind(i, "blockIdx.x")
     _thread_strided(sch, fuse_all(sch, loops[row_loops:]), threads, vector, sch.vectorize)
     for name in reversed(stats):  # consumers first: each lands before what reads it
@@ -160,9 +190,11 @@ def per_row(sch: Schedule, out: str, stats: list[str], threads: int, vector: int
         # shared before compute_at: the scope at compute_at picks the region (semantics.md)
         sch.set_scope(blk, 0, "shared")
         sch.compute_at(blk, i, preserve_unit_loops=True)
+        if ty is not None:  # the block's rows, one per threadIdx.y as in the output's nest
+            sch.bind(sch.get_loops(blk)[1], "threadIdx.y")
         cross_thread(sch, blk, threads, _reduce_iter_count(sch, blk), vector if stat_vector is None else stat_vector)
     if cache_row is not None and cache_scope == "local":
-        stage_row_registers(sch, [*stats, out], cache_row, i, threads, vector)
+        stage_row_registers(sch, [*stats, out], cache_row, i, threads, vector, ty is not None)
     elif cache_row is not None:
         stage_row(sch, [*stats, out], cache_row, i, threads)
 
@@ -172,7 +204,7 @@ MAX_ROW_REGISTERS = 32
 
 
 def stage_row_registers(sch: Schedule, readers: list[str], buffer: str, row: LoopRV, threads: int,
-                        vector: int) -> None:  # fmt: skip
+                        vector: int, row_threads: bool = False) -> None:  # fmt: skip
     """Read each thread's part of the block's row of 2-D ``buffer`` from global memory once, in
     ``vector``-wide loads, into a ``local`` cache from which every block of ``readers`` reads.
 
@@ -181,10 +213,14 @@ def stage_row_registers(sch: Schedule, readers: list[str], buffer: str, row: Loo
     ``vector``), so that each thread reads only its own slot ``tx``; lowering for CUDA
     ([`PrivatizeThreadLocals`][loopir.passes.thread_registers.PrivatizeThreadLocals]) makes the
     slot the thread's registers. The row length must be a multiple of ``threads * vector``.
+    ``row_threads``: ``row`` holds several rows, one per ``threadIdx.y`` (``per_row``'s
+    ``rows_per_block``); the cache's row loop is bound alike, its slot per row made private too.
     """
     blocks = [sch.get_block(n) for n in readers]
     tile = sch.cache_read(blocks[0], buffer, "local", consumer_blocks=blocks)
     sch.compute_at(tile, row, preserve_unit_loops=True)
+    if row_threads:
+        sch.bind(sch.get_loops(tile)[1], "threadIdx.y")
     span = threads * vector
     sch.transform_layout(tile, 0, f"lambda a0, a1: (a0, a1 // {span}, a1 % {span} // {vector}, a1 % {vector})")
     _thread_strided(sch, sch.get_loops(tile)[-1], threads, vector, sch.vectorize)
@@ -346,21 +382,26 @@ def _rows(sch: Schedule, name: str, pending: list[str], registers: bool = False)
     row = pat.row_pattern(sch, name, pending)
     if row is None:
         return None
-    threads = default_threads(row.cols)
-    vector = default_vector(row.cols, row.dtype, threads)
-    staged = _register_row(sch, name, row.stats, row.depth, row.cols, threads, vector) if registers else None
-    stat_vector = None
     length = _stat_length(sch, row.stats)
+    threads, rows_per_block = row_form(row.cols, row.dtype, row.depth)
+    if rows_per_block > 1 and length != row.cols:
+        threads, rows_per_block = default_threads(row.cols), 1  # statistics over other lengths
+    vector = default_vector(row.cols, row.dtype, threads)
+    staged = (_register_row(sch, name, row.stats, row.depth, row.cols, threads, vector)
+              if registers or rows_per_block > 1 else None)  # fmt: skip
+    stat_vector = None
     if row.cols is not None and length is not None and length > row.cols:
         # short output rows over long reductions (a chunk's statistics): size for the reductions
         threads = default_threads(length)
         vector = default_vector(row.cols, row.dtype, threads)
         bits = min(dt.bits(r.buffer.dtype) for n in row.stats for r in pat.realize(sch, n)[0].block.reads)
         stat_vector = 128 // bits if length % (threads * (128 // bits)) == 0 else 1
-    per_row(sch, name, row.stats, threads, vector, staged, row.depth, "local", stat_vector)
+    per_row(sch, name, row.stats, threads, vector, staged, row.depth, "local", stat_vector, rows_per_block)
     for s in row.stats:
         pending.remove(s)
     lanes = f" x {vector} lanes" if vector > 1 else ""
+    if rows_per_block > 1:
+        lanes += f", {rows_per_block} rows a block"
     if stat_vector is not None and stat_vector > 1:
         lanes += f", statistics x {stat_vector} lanes"
     regs = f", {staged} in registers" if staged else ""
@@ -390,6 +431,8 @@ def _register_row(sch: Schedule, name: str, stats: list[str], depth: int, cols: 
         return None  # measured for float16 / bfloat16 only (docs/benchmarks.md, issue 35)
     out = pat.realize(sch, name)[0].block
     shape = pat.constant_shape(out.writes[0].buffer)
+    if shape is None:  # the cache's layout change needs a constant shape
+        return None
     common: set[str] | None = None
     for n in [name, *stats]:
         reads = {r.buffer.name for r in pat.realize(sch, n)[0].block.reads
@@ -547,7 +590,7 @@ def _attempt(sch: Schedule, rule: Callable[[Schedule], str | None]) -> str | Non
 TILE_ROWS_WGMMA = 16
 
 
-def default_gpu_schedule(sch: Schedule, tensor_cores: bool = True, gemv_rows: int = 1,
+def default_gpu_schedule(sch: Schedule, tensor_cores: bool = True, gemv_rows: int = 2,
                          wgmma: bool = False, row_registers: bool = False,
                          decode_rows: int = tcg.SKINNY_ROWS) -> list[str]:  # fmt: skip
     """Schedule every unscheduled root-level block of ``sch`` for the GPU (rules above).
@@ -560,8 +603,9 @@ def default_gpu_schedule(sch: Schedule, tensor_cores: bool = True, gemv_rows: in
         Try the ``tensor_core`` rule first (its kernels need sm_80 or newer).
     gemv_rows
         GEMMs of at most this many rows go to the ``gemv`` rule (0: none; at most
-        ``MAX_GEMV_ROWS``). 1 by default, as ``cuda.gemv_max_rows``: on the H200 the rule is
-        ahead of cuBLAS at M = 1 and behind it at M = 8 and 16 (docs/benchmarks.md).
+        ``MAX_GEMV_ROWS``). 2 by default, as ``cuda.gemv_max_rows``: on the H200 the rule is
+        ahead of cuBLAS and of the tensor-core rule at M = 1 and 2, behind both from M = 4
+        (docs/benchmarks.md).
     wgmma
         The ``tensor_core`` rule puts GEMMs that fit it on Hopper's ``wgmma`` (sm_90a;
         [`wgmma_params`][loopir.schedule.tensor_core_gemm.wgmma_params]) instead of
@@ -570,8 +614,8 @@ def default_gpu_schedule(sch: Schedule, tensor_cores: bool = True, gemv_rows: in
         GEMMs of more than ``gemv_rows`` and at most this many rows (up to 16) with B ``[N, K]``
         go to the ``tensor_core`` rule as one 16-row tile
         ([`skinny_params`][loopir.schedule.tensor_core_gemm.skinny_params]; 0: none), as
-        ``cuda.decode_gemm_max_rows``: on the H200 they read the weight at 0.85-0.95 of copy
-        bandwidth at M = 8 and 16, ahead of cuBLAS (docs/benchmarks.md).
+        ``cuda.decode_gemm_max_rows``: on the H200 they read the weight at 0.83-0.95 of copy
+        bandwidth at M = 4-16, 1.0-2.3x cuBLAS (docs/benchmarks.md).
     row_registers
         The ``rows`` rule keeps a 16-bit row in registers where it fits
         ([`stage_row_registers`][loopir.schedule.default_gpu.stage_row_registers]). Off by

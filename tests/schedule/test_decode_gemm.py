@@ -46,10 +46,13 @@ def test_the_tiles() -> None:
 
 
 def test_the_default_schedule_takes_2_to_16_rows() -> None:
-    for m in (2, 5, 8, 16):
+    for m in (3, 5, 8, 16):
         line = default_gpu_schedule(loopir.Schedule(_decode_func(m, 256, 1024)))[0]
         assert line.startswith(f"tensor_core Y (M = {m}: one 16 x 32 x 256 tile of rows on mma.sync"), line
-    assert default_gpu_schedule(loopir.Schedule(_decode_func(1, 256, 1024)))[0].startswith("gemv Y")
+    for m in (1, 2):  # the GEMV rule's (cuda.gemv_max_rows)
+        assert default_gpu_schedule(loopir.Schedule(_decode_func(m, 256, 1024)))[0].startswith("gemv Y")
+    line = default_gpu_schedule(loopir.Schedule(_decode_func(2, 256, 1024)), gemv_rows=1)[0]
+    assert line.startswith("tensor_core Y (M = 2: one 16 x 32"), line
     assert default_gpu_schedule(loopir.Schedule(_decode_func(4, 256, 1024)), gemv_rows=4)[0].startswith("gemv Y")
     off = default_gpu_schedule(loopir.Schedule(_decode_func(8, 256, 1024)), decode_rows=0)[0]
     assert "tile of rows" not in off, off
@@ -65,7 +68,7 @@ def test_it_computes_the_gemm(m, n, k, dtype) -> None:
     thread order, against the unscheduled function."""
     f = _decode_func(m, n, k, dtype)
     sch = loopir.Schedule(f)
-    assert "tile of rows" in default_gpu_schedule(sch)[0]
+    assert "tile of rows" in default_gpu_schedule(sch, gemv_rows=1)[0]
     low = loopir.lower(sch.func, target="cuda")
     loopir.testing.check_equivalent(f, low, rtol=1e-4, atol=1e-4, thread_order="random")
 
@@ -80,7 +83,7 @@ def test_gemm_offload_leaves_16_bit_decode_gemms_to_the_default_schedule() -> No
             p(_decode_func(m, 256, 1024, dtype))
         return [d.offloaded for d in p.report]
 
-    for m in (2, 8, 16):
+    for m in (2, 3, 8, 16):  # 1-2: the GEMV rule's, 3-16: the tensor-core rule's
         assert offloaded(m) == [False]
         assert offloaded(m, "bfloat16") == [False]
     assert offloaded(17) == [True]
@@ -97,7 +100,7 @@ def test_gemm_offload_leaves_16_bit_decode_gemms_to_the_default_schedule() -> No
 def test_the_kernels_compile_without_spills(arch, tmp_path) -> None:
     from loopir.codegen_cuda.compile import compile_cuda
 
-    for m, n in ((2, 4096), (8, 11008), (16, 4096)):
+    for m, n in ((3, 4096), (8, 11008), (16, 4096)):
         for dtype in ("float16", "bfloat16"):
             with loopir.PassContext(config={"cuda.gemm_backend": "generated"}):
                 source = emit_cuda(loopir.lower(_decode_func(m, n, 4096, dtype), target="cuda")).source
@@ -107,7 +110,7 @@ def test_the_kernels_compile_without_spills(arch, tmp_path) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m", [2, 5, 8, 16])
+@pytest.mark.parametrize("m", [3, 5, 8, 16])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_decode_gemms_on_the_gpu_match_float64(m, dtype) -> None:
     """Through ``mod()`` with the default configuration, as a torch program calls it."""

@@ -27,6 +27,10 @@ def _examples() -> dict[str, tuple[object, dict[str, int]]]:
     return {
         "softmax_f32": (softmax_func(6, 300), {}),
         "softmax_f16": (softmax_func(3, 2048, "float16"), {}),
+        # a warp per row, 4 rows a block (6 rows: the last block half full), the row in registers
+        "softmax_f16_warp_rows": (softmax_func(6, 512, "bfloat16"), {}),
+        "layernorm_f16_warp_rows": (layernorm_func(n, 256, "float16"), {"n": 7}),
+        "rmsnorm_f16_warp_rows": (rmsnorm_func(4, 1024, "float16"), {}),
         "layernorm_f16": (layernorm_func(5, 200, "float16"), {}),
         "rmsnorm": (rmsnorm_func(4, 512), {}),
         "row_sum": (row_sum_func(3, 1000), {}),
@@ -82,7 +86,10 @@ def test_every_workload_is_scheduled_correct_and_race_free(name: str) -> None:
 
 EXPECTED_RULES = {
     "softmax_f32": ["rows Y <- M, S (128 threads)"],
-    "softmax_f16": ["rows Y <- M, S (256 threads x 8 lanes)"],
+    "softmax_f16": ["rows Y <- M, S (128 threads x 8 lanes)"],
+    "softmax_f16_warp_rows": ["rows Y <- M, S (32 threads x 8 lanes, 4 rows a block, X in registers)"],
+    "layernorm_f16_warp_rows": ["rows Y <- S1, S2 (32 threads x 8 lanes, 4 rows a block)"],  # symbolic rows
+    "rmsnorm_f16_warp_rows": ["rows Y <- S (32 threads x 8 lanes, 4 rows a block, X in registers)"],
     "layernorm_f16": ["rows Y <- S1, S2 (128 threads)"],
     "row_sum": ["reduction S (128 threads)"],
     "transpose": ["transpose B (32 x 32 shared tile of A)"],
