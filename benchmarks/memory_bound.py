@@ -122,6 +122,14 @@ def _triton() -> dict[str, Any]:
         y = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
         tl.store(y_ptr + offs, y, mask=m)
 
+    @triton.jit
+    def swiglu_k(g_ptr, u_ptr, y_ptr, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        g = tl.load(g_ptr + offs, mask=m).to(tl.float32)
+        u = tl.load(u_ptr + offs, mask=m).to(tl.float32)
+        tl.store(y_ptr + offs, (g / (1.0 + tl.exp(-g)) * u).to(y_ptr.dtype.element_ty), mask=m)
+
     def p2(n: int) -> int:
         return 1 << (n - 1).bit_length()
 
@@ -205,12 +213,21 @@ def _triton_more() -> dict[str, Any]:
             acc += tl.sum(x[:, None, :].to(tl.float32) * w[None, :, :].to(tl.float32), axis=2)
         tl.store(y_ptr + rm[:, None] * N + rn[None, :], acc, mask=rn[None, :] < N)
 
+    @triton.jit
+    def swiglu_k(g_ptr, u_ptr, y_ptr, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        g = tl.load(g_ptr + offs, mask=m).to(tl.float32)
+        u = tl.load(u_ptr + offs, mask=m).to(tl.float32)
+        tl.store(y_ptr + offs, (g / (1.0 + tl.exp(-g)) * u).to(y_ptr.dtype.element_ty), mask=m)
+
     def p2(n: int) -> int:
         return 1 << (n - 1).bit_length()
 
     return {
         "rmsnorm": lambda x, w, y: rmsnorm_k[(x.shape[0],)](x, w, y, x.shape[1], 1e-6, BLOCK=p2(x.shape[1])),
         "xent": lambda x, t, loss: xent_k[(x.shape[0],)](x, t, loss, x.shape[1], BLOCK=4096),
+        "swiglu": lambda g, u, y: swiglu_k[(triton.cdiv(g.numel(), 2048),)](g, u, y, g.numel(), BLOCK=2048),
         "gemv": lambda x, w, y: gemv_k[(triton.cdiv(w.shape[0], 16),)](x, w, y, w.shape[0], w.shape[1],
                                                                        M=x.shape[0], BN=16, BK=max(16, 256 // x.shape[0])),
     }  # fmt: skip
@@ -280,9 +297,9 @@ def main() -> int:
                          "many); default: the examples' defaults, and 4 for the elementwise chain")
     ap.add_argument("--threads", type=int, default=None,
                     help="threads per row (softmax, layernorm; default: loopir.examples.reductions.default_threads)")
-    ap.add_argument("--only", default="classic,rows,xent,gemv",  # also: variants
+    ap.add_argument("--only", default="classic,rows,xent,gemv,swiglu",  # also: variants
                     help="comma-separated groups: classic (issue 14's cases), rows (fp16/bf16 softmax, "
-                         "layernorm, rmsnorm), xent, gemv")
+                         "layernorm, rmsnorm), xent, gemv, swiglu (the LLaMA MLP's product), variants")
     ap.add_argument("--ops", default="softmax,layernorm,rmsnorm", help="rows: which ops")
     ap.add_argument("--dtypes", default="float16,bfloat16", help="rows: which dtypes")
     ap.add_argument("--no-accurate", action="store_true", help="rows: skip the fast-math-off builds")
@@ -312,6 +329,8 @@ def main() -> int:
         out["cases"] += cross_entropy_cases(torch, args, tri, copy_bw)
     if "gemv" in groups:
         out["cases"] += gemv_cases(torch, args, tri, copy_bw)
+    if "swiglu" in groups:
+        out["cases"] += swiglu_cases(torch, args, tri, copy_bw)
     if "variants" in groups:
         out["cases"] += row_variants(torch, args, tri, copy_bw)
     if "classic" in groups:
@@ -485,6 +504,39 @@ def cross_entropy_cases(torch: Any, args: argparse.Namespace, tri: dict[str, Any
         # torch returns the losses in the logits' type: bf16 rounds them to 2^-8 relative
         rows.append(run_case(torch, args, f"cross-entropy {dtype} {n}x{vocab}", x.numel() * x.element_size(), ref,
                              loss, impls, 1e-2 if dtype == "bfloat16" else 1e-3, copy_bw))  # fmt: skip
+    return rows
+
+
+def swiglu_func(rows: int, cols: int, dtype: str) -> Any:
+    """The LLaMA MLP's elementwise product ``Y = silu(G) * U`` (float32 inside)."""
+    G = te.placeholder((rows, cols), dtype, name="G")
+    U = te.placeholder((rows, cols), dtype, name="U")
+
+    def f(i: Any, j: Any) -> Any:
+        g = G[i, j].astype("float32")
+        return (g / (1.0 + te.exp(-g)) * U[i, j].astype("float32")).astype(dtype)
+
+    return te.create_prim_func([G, U, te.compute((rows, cols), f, name="Y")])
+
+
+def swiglu_cases(torch: Any, args: argparse.Namespace, tri: dict[str, Any], copy_bw: float) -> list[Any]:
+    """The LLaMA-7B layer's elementwise product at 2048 tokens (2048 x 11008), fp16 and bf16:
+    the default schedule (fast math on and off), torch's ``silu(g) * u`` (two kernels) and
+    Triton; bytes: G and U read, Y written."""
+    rows = []
+    for dtype in args.dtypes.split(","):
+        tdt = getattr(torch, dtype)
+        g, u = ((torch.rand(2048, 11008, device="cuda") * 8 - 4).to(tdt) for _ in range(2))
+        y = torch.empty_like(g)
+        fast, accurate = (_fast(swiglu_func(2048, 11008, dtype), on=on) for on in (True, False))
+        impls = {"loopir": lambda m=fast, g=g, u=u, y=y: m(g, u, y),
+                 "accurate": lambda m=accurate, g=g, u=u, y=y: m(g, u, y),
+                 "torch": lambda g=g, u=u: torch.nn.functional.silu(g) * u}  # fmt: skip
+        if tri and not args.no_triton:
+            impls["triton"] = lambda g=g, u=u, y=y: tri["more"]["swiglu"](g, u, y)
+        ref = torch.nn.functional.silu(g.double()) * u.double()
+        rows.append(run_case(torch, args, f"swiglu {dtype} 2048x11008", 3 * g.numel() * g.element_size(), ref, y,
+                             impls, 1e-2, copy_bw))  # fmt: skip
     return rows
 
 

@@ -83,8 +83,10 @@ class ExprPrinter(CPrinter):
         a, scale = x.a, 1.0
         if isinstance(x.a, Mul) and isinstance(x.a.b, FloatImm):
             a, scale = x.a.a, x.a.b.value
-        factor = self.print(FloatImm(scale * LOG2E, "float32"))
         log2e = self.print(FloatImm(LOG2E, "float32"))
+        if isinstance(a, FloatImm) and a.value == 0.0:  # exp(-b) (a SiLU's): one multiply
+            return f"exp2f(-({self.print(x.b)}) * {log2e})"
+        factor = self.print(FloatImm(scale * LOG2E, "float32"))
         return f"exp2f(fmaf({self.print(a)}, {factor}, -({self.print(x.b)}) * {log2e}))"
 
     def print_prec(self, e: PrimExpr) -> Printed:

@@ -80,6 +80,12 @@ def test_the_cuda_text_and_a_script_round_trip() -> None:
         soft = emit_cuda(loopir.lower(softmax_func(4, 64), target="cuda")).source
     # exp(X - M): the subtraction folded into the ex2's scaling (one FFMA), not __expf(X - M)
     assert "exp2f(fmaf(X[" in soft and "__expf" not in soft, soft
+    X = te.placeholder((64,), "float16", name="X")
+    silu = te.compute((64,), lambda i: (X[i].astype("float32") / (1.0 + te.exp(-X[i].astype("float32")))), name="Y")
+    with loopir.PassContext(config={FAST_MATH_KEY: True}):
+        text = emit_cuda(loopir.lower(te.create_prim_func([X, silu]), target="cuda")).source
+    # exp(0 - x): one multiply into the ex2, no FFMA with a zero operand
+    assert "exp2f(-(((float)X[" in text and "fmaf(0.0f" not in text, text
     f = fast_math(softmax_func(4, 64))
     loopir.assert_structural_equal(loopir.script.from_source(f.script()), f)
 
@@ -106,12 +112,13 @@ def test_gpu_results_within_the_documented_bounds() -> None:
     Q = te.compute((n,), lambda i: X[i] / (X[i] * X[i] + 1.5), name="Q")
     B = te.placeholder((n,), "float32", name="B")
     F = te.compute((n,), lambda i: te.exp(X[i] * 0.3 - B[i]), name="F")  # the ex2 fold
+    N = te.compute((n,), lambda i: te.exp(-B[i]), name="N")  # exp(0 - b): the fold without its FFMA
     with loopir.PassContext(config={FAST_MATH_KEY: True}):
-        mod = loopir.build(te.create_prim_func([X, B, E, L, Q, F]), target="cuda")
-    assert "__expf" in mod.source and "exp2f(fmaf(" in mod.source
+        mod = loopir.build(te.create_prim_func([X, B, E, L, Q, F, N]), target="cuda")
+    assert "__expf" in mod.source and "exp2f(fmaf(" in mod.source and "exp2f(-(B[" in mod.source
     b = rng.uniform(-20.0, 20.0, n).astype("float32")
-    e, lg, q, fo = (np.full(n, np.nan, "float32") for _ in range(4))
-    mod(x, b, e, lg, q, fo)
+    e, lg, q, fo, ne = (np.full(n, np.nan, "float32") for _ in range(5))
+    mod(x, b, e, lg, q, fo, ne)
     xd = x.astype("float64")
 
     def ulps(got, exact):
@@ -130,3 +137,5 @@ def test_gpu_results_within_the_documented_bounds() -> None:
     ac, bd = (xd * np.float64(np.float32(0.3))), b.astype("float64")
     fold_ok = ulps(fo, np.exp(ac - bd)) <= 2 + np.abs(ac) + np.abs(bd) + np.abs(ac - bd) + 0.5
     assert fold_ok.all(), (x[~fold_ok][:5], b[~fold_ok][:5])
+    neg_ok = ulps(ne, np.exp(-bd)) <= 2 + 2 * np.abs(bd) + 0.5
+    assert neg_ok.all(), b[~neg_ok][:5]
