@@ -14,7 +14,8 @@ head_dim per head (halved when causal), as FlashAttention reports.
 
 Then decode (``--decode``; one query per sequence, batch 8, 32 heads, head_dim 128, KV length 4k
 and 32k): ``examples.decode_attention`` (one build for every KV length) vs torch SDPA and the
-KV read's bandwidth (K and V bytes over the time).
+KV read's bandwidth (K and V bytes over the time); ``--paged`` also over a paged KV cache (the
+same keys in shuffled pages of 16, a page table and per-sequence lengths).
 
 ``--smoke`` builds what it can without a GPU: every loopir kernel of the run, lowered, race
 checked, emitted and compiled with nvcc for ``--arch`` when nvcc is on PATH; it imports neither
@@ -214,6 +215,18 @@ def run_decode(torch: Any, args: argparse.Namespace, mods: dict[str, Any],
                                                             target="cuda"))  # fmt: skip
     impls = {"loopir": lambda o: mod(q, k, v, o),
              "torch": lambda o: o.copy_(torch.nn.functional.scaled_dot_product_attention(q, kr, vr))}  # fmt: skip
+    if args.paged:  # the same keys in a pool of shuffled pages of 16 (vLLM's paged KV cache)
+        pages = skv // 16
+        perm = torch.randperm(b * pages, device="cuda", generator=gen)
+        kp, vp = (torch.empty(b * pages, kh, 16, d, device="cuda", dtype=torch.float16) for _ in range(2))
+        for pool, x in ((kp, k), (vp, v)):
+            pool[perm] = x.view(b, kh, pages, 16, d).permute(0, 2, 1, 3, 4).reshape(b * pages, kh, 16, d)
+        table = perm.view(b, pages).to(torch.int32)
+        lens = torch.full((b,), skv, device="cuda", dtype=torch.int32)
+        paged = mods.setdefault(f"paged{b}x{h}x{kh}x{d}", loopir.build(
+            decode_attention(b, h, Var("max_pages"), d, "float16", kh, page_size=16, num_pages=Var("num_pages")).func,
+            target="cuda"))  # fmt: skip
+        impls["paged"] = lambda o: paged(q, kp, vp, table, lens, o)
     row: dict[str, Any] = {"case": f"decode b{b}h{h}kv{kh}s{skv}d{d}", "kv_bytes": 2 * b * kh * skv * d * 2}
     for label, fn in impls.items():
         o = torch.full_like(q, float("nan"))
@@ -225,8 +238,9 @@ def run_decode(torch: Any, args: argparse.Namespace, mods: dict[str, Any],
         ms = events_per_call(torch, lambda fn=fn, o=o: fn(o), args.calls, args.repeat, warmup=2)
         row[label] = {"ms": ms, "GB/s": row["kv_bytes"] / ms / 1e6, "err": err}
     row["loopir_vs_torch"] = row["torch"]["ms"] / row["loopir"]["ms"]
+    paged_line = f"  paged {row['paged']['ms']:.3f} ms {row['paged']['GB/s']:.0f} GB/s" if "paged" in row else ""
     print(f"{row['case']}: loopir {row['loopir']['ms']:.3f} ms {row['loopir']['GB/s']:.0f} GB/s  torch "
-          f"{row['torch']['ms']:.3f} ms  loopir/torch {row['loopir_vs_torch']:.2f}x", flush=True)
+          f"{row['torch']['ms']:.3f} ms  loopir/torch {row['loopir_vs_torch']:.2f}x{paged_line}", flush=True)
     return row
 
 
@@ -238,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--tol", type=float, default=2e-2, help="max abs error against float64")
     ap.add_argument("--decode", action="store_true", help="also the decode cases")
+    ap.add_argument("--paged", action="store_true", help="decode: also over a paged KV cache (pages of 16)")
     ap.add_argument("--params", type=json.loads, default={},
                     help="JSON of examples.attention keyword arguments (block_m, unroll_rows, ...)")
     ap.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated dtypes of the prefill cases")

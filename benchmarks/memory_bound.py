@@ -309,6 +309,8 @@ def main() -> int:
                     help="gemv: also examples.tc_gemm on tensor cores (M padded to 16), a JSON list of "
                          "[block, warp, stages], e.g. '[[[16, 64, 128], [16, 16], 4]]'")
     ap.add_argument("--gemv-m", default="1,8,16", help="gemv: which M")
+    ap.add_argument("--xent-chunks", default="", help="xent: also the chunked form with these chunk lengths "
+                    "(comma-separated; the default is 4096)")  # fmt: skip
     args = ap.parse_args()
     groups = set(args.only.split(","))
     import torch
@@ -496,6 +498,10 @@ def cross_entropy_cases(torch: Any, args: argparse.Namespace, tri: dict[str, Any
         impls = {"loopir": lambda mod=mod, x=x, t=t, loss=loss, p=p: mod(x, t, loss, p),
                  "plain": lambda mod=plain, x=x, t=t, loss=loss: mod(x, t, loss),
                  "torch": lambda x=x, t=t: torch.nn.functional.cross_entropy(x, t.long(), reduction="none")}
+        for chunk in (int(c) for c in args.xent_chunks.split(",") if c):
+            other = _fast(chunked_cross_entropy_func(n, vocab, dtype, chunk=chunk))
+            pc = torch.empty(n, vocab // chunk, 2, device="cuda")
+            impls[f"chunk{chunk}"] = lambda mod=other, x=x, t=t, loss=loss, p=pc: mod(x, t, loss, p)
         if tri:
             impls["triton"] = lambda x=x, t=t, loss=loss: tri["more"]["xent"](x, t, loss)
         if "xent" in liger:

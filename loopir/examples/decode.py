@@ -19,8 +19,7 @@ from loopir.schedule import Schedule
 __all__ = ["MAX_SPLITS", "decode_attention", "decode_attention_func", "default_splits"]
 
 _DECODE = '''
-def decode_attention(Q: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}"), K: T.Buffer(({B}, {KH}, {SKV}, {D}), "{dt}"),
-                     V: T.Buffer(({B}, {KH}, {SKV}, {D}), "{dt}"), O: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}")):
+def decode_attention(Q: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}"), {KV_PARAMS}, O: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}")):
     O_part = T.alloc_buffer(({B}, {H}, {SQ}, {SPLITS}, {D}), "float32")
     M_part = T.alloc_buffer(({B}, {H}, {SQ}, {SPLITS}), "float32")
     L_part = T.alloc_buffer(({B}, {H}, {SQ}, {SPLITS}), "float32")
@@ -49,7 +48,7 @@ def decode_attention(Q: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}"), K: T.Buffer(({B
                         vj0, vr, vjj, vd = T.axis.remap("SSSR", [j0, r, jj, d])
                         with T.init():
                             S[vr, vjj] = T.float32(0)
-                        S[vr, vjj] = S[vr, vjj] + T.Cast("float32", Q[vb, {HEAD}, {QPOS}, vd]) * T.Cast("float32", K[vb, vkh, {ROW}, vd])
+                        S[vr, vjj] = S[vr, vjj] + T.Cast("float32", Q[vb, {HEAD}, {QPOS}, vd]) * T.Cast("float32", K[{KV_AT}, vd])
                 for r in range({R}):
                     with T.block("save_max"):
                         vr = T.axis.spatial({R}, r)
@@ -85,7 +84,7 @@ def decode_attention(Q: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}"), K: T.Buffer(({B
                 for r, d, jj in T.grid({R}, {D}, {BN}):
                     with T.block("PV"):
                         vj0, vr, vd, vjj = T.axis.remap("SSSR", [j0, r, d, jj])
-                        acc[vr, vd] = acc[vr, vd] + S[vr, vjj] * T.Cast("float32", V[vb, vkh, {ROW}, vd])
+                        acc[vr, vd] = acc[vr, vd] + S[vr, vjj] * T.Cast("float32", V[{KV_AT}, vd])
             for r, d in T.grid({R}, {D}):
                 with T.block("write_part"):
                     vr, vd = T.axis.remap("SS", [r, d])
@@ -130,7 +129,8 @@ _WEIGHT = ("T.if_then_else(M_part[vb, vh, vi, vsp] == T.min_value(\"float32\"), 
 
 def decode_attention_func(batch: int, heads: int, seq_kv: int | Var, head_dim: int, dtype: str = "float16",
                           kv_heads: int | None = None, *, splits: int = 8, block_n: int = 64, seq_q: int = 1,
-                          causal: bool = False) -> PrimFunc:  # fmt: skip
+                          causal: bool = False, page_size: int | None = None,
+                          num_pages: int | Var | None = None) -> PrimFunc:  # fmt: skip
     """Decode attention (one query per sequence) as flash-decoding: the keys split into
     ``splits`` chunks, each chunk's partial softmax (running maximum, sum and output, blocks
     under ``split``, one per batch, KV head and chunk: the query heads of a KV head's group
@@ -149,6 +149,16 @@ def decode_attention_func(batch: int, heads: int, seq_kv: int | Var, head_dim: i
     position ``r % seq_q``), all reading the chunk's keys once. With ``causal`` the mask is
     aligned to the bottom right, as ``attention``'s: position ``i`` sees the keys ``j <= i +
     seq_kv - seq_q`` (a position that sees none is 0).
+
+    ``page_size`` (a paged KV cache, as vLLM's and FlashInfer's "HND" layout): ``K`` and ``V`` are
+    a pool of ``(num_pages, kv_heads, page_size, head_dim)`` pages, two more parameters follow
+    them, the page table ``PT`` (``(batch, seq_kv)`` int32: ``seq_kv`` is then the table's width,
+    the most pages of a sequence) and the lengths ``L`` (``(batch,)`` int32: sequence ``b`` has
+    ``L[b]`` keys, key ``j`` at row ``j % page_size`` of page ``PT[b, j // page_size]``); the
+    parameters are ``Q, K, V, PT, L, O``. ``num_pages`` and ``seq_kv`` may be ``loopir.Var``.
+    Every entry of ``PT`` a sequence reads (its first page even with no key) must be a page of
+    the pool; the rest of the table is not read. Indices are 32-bit: a pool of at most 2^31
+    elements.
     """
     from loopir.script import from_source
 
@@ -171,15 +181,44 @@ def decode_attention_func(batch: int, heads: int, seq_kv: int | Var, head_dim: i
     # one query: row r is head r of the group (the template as before seq_q existed)
     head, qpos = (f"vkh * {group} + vr", "0") if seq_q == 1 else (f"vkh * {group} + vr // {seq_q}", f"vr % {seq_q}")
     valid = f"{col} <= {qpos} + ({skv} - {seq_q})" if causal and seq_q > 1 else f"{col} < {skv}"
+    kv = f'T.Buffer(({batch}, {kv_heads}, {skv}, {head_dim}), "{dtype}")'
     fields = dict(B=batch, H=heads, SKV=skv, D=head_dim, dt=dtype, KH=kv_heads, R=group * seq_q, SQ=seq_q,
-                  HEAD=head, QPOS=qpos, BN=block_n, SPLITS=splits, TILES=tiles, COL=col, VALID=valid, ROW=row,
+                  HEAD=head, QPOS=qpos, BN=block_n, SPLITS=splits, TILES=tiles, COL=col, VALID=valid,
+                  KV_PARAMS=f"K: {kv}, V: {kv}", KV_AT=f"vb, vkh, {row}",
                   SCALE=repr(1.0 / math.sqrt(head_dim)), RESCALE=_RESCALE.replace("vii", "vr"), WEIGHT=_WEIGHT)  # fmt: skip
+    if page_size is not None:
+        fields.update(_paged_fields(batch, kv_heads, head_dim, dtype, splits, block_n, seq_q, causal, seq_kv,
+                                    page_size, num_pages, qpos))  # fmt: skip
     return from_source(_DECODE.format(**fields))
+
+
+def _paged_fields(batch: int, kv_heads: int, head_dim: int, dtype: str, splits: int, block_n: int, seq_q: int,
+                  causal: bool, max_pages: int | Var, page_size: int, num_pages: int | Var | None,
+                  qpos: str) -> dict[str, str]:  # fmt: skip
+    """The template's fields for a paged KV cache: keys ``K[PT[b, j // P], kv_head, j % P, :]``
+    of a sequence of ``L[b]`` keys (``j < L[b]``), at most ``max_pages * P`` keys a sequence."""
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size <= 0:
+        raise _fail(f"page_size must be a positive int, got {page_size!r}")
+    pages = _size("max_pages", max_pages)
+    if num_pages is None:
+        raise _fail("a paged KV cache needs num_pages (the pool's pages: an int or a loopir.Var)")
+    pool = _size("num_pages", num_pages)
+    # a chunk of whole tiles over the table's capacity; columns past L[b] are masked, their rows
+    # clamped into the sequence (its first page when it has no key: the table's entries must
+    # be pages of the pool)
+    tiles = f"T.ceildiv(T.ceildiv({pages} * {page_size}, {splits}), {block_n})"
+    col = f"vsp * {tiles} * {block_n} + vj0 * {block_n} + vjj"
+    row = f"T.max(T.min({col}, L[vb] - 1), 0)"
+    valid = f"{col} <= {qpos} + (L[vb] - {seq_q})" if causal and seq_q > 1 else f"{col} < L[vb]"
+    kv = f'T.Buffer(({pool}, {kv_heads}, {page_size}, {head_dim}), "{dtype}")'
+    return dict(TILES=tiles, COL=col, VALID=valid, KV_AT=f"PT[vb, {row} // {page_size}], vkh, {row} % {page_size}",
+                KV_PARAMS=f'K: {kv}, V: {kv}, PT: T.Buffer(({batch}, {pages}), "int32"), L: T.Buffer(({batch},), "int32")')  # fmt: skip
 
 
 def decode_attention(batch: int, heads: int, seq_kv: int | Var, head_dim: int, dtype: str = "float16",
                      kv_heads: int | None = None, *, splits: int | None = None, seq_q: int = 1,
-                     causal: bool = False) -> Schedule:  # fmt: skip
+                     causal: bool = False, page_size: int | None = None,
+                     num_pages: int | Var | None = None) -> Schedule:  # fmt: skip
     """[`decode_attention_func`][loopir.examples.decode.decode_attention_func] scheduled for
     the GPU: a thread block of ``lanes = head_dim / vec`` threads (``vec``: the elements of a
     16-byte load, fewer where they do not divide ``head_dim``; 16 lanes, half a warp, at
@@ -202,7 +241,8 @@ def decode_attention(batch: int, heads: int, seq_kv: int | Var, head_dim: int, d
     its group's heads times the positions: each lane keeps ``vec`` accumulators and a tile's
     partial dot products per row: 4 rows compile without spills at head_dim 128 in 16 bits
     (tests/examples/test_decode_attention.py); past 4 a tile has half the keys, and 8 rows still
-    spill about 128 bytes (correct, slower).
+    spill about 128 bytes (correct, slower). ``page_size`` and ``num_pages``: a paged KV cache
+    (``decode_attention_func``), the same schedule, each key's row found through the page table.
 
     Raises
     ------
@@ -220,7 +260,8 @@ def decode_attention(batch: int, heads: int, seq_kv: int | Var, head_dim: int, d
     rounds = _TILE_ROUNDS if rows <= _ROWS_AT_FULL_ROUNDS else 1
     keys = lanes * rounds  # a tile's keys
     sch = Schedule(decode_attention_func(batch, heads, seq_kv, head_dim, dtype, kv_heads, splits=splits,
-                                         block_n=keys, seq_q=seq_q, causal=causal))  # fmt: skip
+                                         block_n=keys, seq_q=seq_q, causal=causal, page_size=page_size,
+                                         num_pages=num_pages))  # fmt: skip
     split = sch.get_block("split")
     b, kh, sp = sch.get_loops(split)
     sch.bind(sch.fuse(b, kh), "blockIdx.y")
