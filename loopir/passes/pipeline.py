@@ -28,8 +28,9 @@ Order (each is its own pass object; see their modules):
 10. ``InjectSharedPrefetch`` -- register prefetch of the next shared tile, for loops annotated
    ``"loopir.prefetch_shared"`` or every eligible loop under ``tir.prefetch_shared``
    (docs/prefetch.md); it runs only when one of those asks for it.
-11. the target's late passes (``"cuda"``: ``LowerWarpMemory``, warp buffers of tensor-core
-   fragments -> each thread's registers).
+11. the target's late passes (``"cuda"``: ``PrivatizeThreadLocals`` and ``LowerWarpMemory``, a
+   thread's slots of local buffers and warp buffers of tensor-core fragments -> each thread's
+   registers; ``HoistIfThenElse``, loop-invariant guards above their loops).
 
 Vectorized loops are kept as loops: the CUDA backend emits them as vector accesses when it can.
 """
@@ -47,6 +48,7 @@ from loopir.passes.base import Pass, Sequential
 from loopir.passes.compact import CompactBufferAllocation
 from loopir.passes.context import PassContext
 from loopir.passes.cross_thread import LowerCrossThreadReduction
+from loopir.passes.hoist_if import HoistIfThenElse
 from loopir.passes.inject_vthread import InjectVirtualThread
 from loopir.passes.local_pad import LocalPadding
 from loopir.passes.lower_blocks import LowerBlocks
@@ -71,7 +73,7 @@ _TARGET_PASSES: dict[str, Callable[[PassContext], list[Pass]]] = {"cpu": lambda 
 # Passes a target runs after the standard ones: lowering to the target's memory model (the CPU
 # executor runs IR without them: a warp buffer is an ordinary array there).
 _LATE_TARGET_PASSES: dict[str, Callable[[PassContext], list[Pass]]] = {
-    "cuda": lambda ctx: [PrivatizeThreadLocals(), LowerWarpMemory()],
+    "cuda": lambda ctx: [PrivatizeThreadLocals(), LowerWarpMemory(), HoistIfThenElse()],
 }
 
 # The backend module of each target, by name: imported on the target's first use, so that
