@@ -190,8 +190,8 @@ def per_row(sch: Schedule, out: str, stats: list[str], threads: int, vector: int
         # shared before compute_at: the scope at compute_at picks the region (semantics.md)
         sch.set_scope(blk, 0, "shared")
         sch.compute_at(blk, i, preserve_unit_loops=True)
-        if ty is not None:  # the block's rows, one per threadIdx.y as in the output's nest
-            sch.bind(sch.get_loops(blk)[1], "threadIdx.y")
+        if ty is not None:  # the block's rows (fused), one per threadIdx.y as in the output's nest
+            sch.bind(fuse_all(sch, sch.get_loops(blk)[1:1 + row_loops]), "threadIdx.y")
         cross_thread(sch, blk, threads, _reduce_iter_count(sch, blk), vector if stat_vector is None else stat_vector)
     if cache_row is not None and cache_scope == "local":
         stage_row_registers(sch, [*stats, out], cache_row, i, threads, vector, ty is not None)
@@ -391,10 +391,16 @@ def _rows(sch: Schedule, name: str, pending: list[str], registers: bool = False)
               if registers or rows_per_block > 1 else None)  # fmt: skip
     stat_vector = None
     if row.cols is not None and length is not None and length > row.cols:
-        # short output rows over long reductions (a chunk's statistics): size for the reductions
-        threads = default_threads(length)
-        vector = default_vector(row.cols, row.dtype, threads)
+        # short output rows over long reductions (a chunk's statistics): size for the reductions,
+        # a warp per row where its reductions' reads are 16-bit runs of up to 1024
         bits = min(dt.bits(r.buffer.dtype) for n in row.stats for r in pat.realize(sch, n)[0].block.reads)
+        threads, rows_per_block = default_threads(length), 1
+        inner = _extent(sch, sch.get_loops(sch.get_block(name))[row.depth - 1])
+        # (several row loops: a block's rows must be a box, within one value of the outer ones)
+        if bits == 16 and length <= 1024 and length % (_WARP * 8) == 0 and (
+                row.depth == 1 or (inner is not None and inner % WARP_ROWS_PER_BLOCK == 0)):  # fmt: skip
+            threads, rows_per_block = _WARP, WARP_ROWS_PER_BLOCK
+        vector = default_vector(row.cols, row.dtype, threads)
         stat_vector = 128 // bits if length % (threads * (128 // bits)) == 0 else 1
     per_row(sch, name, row.stats, threads, vector, staged, row.depth, "local", stat_vector, rows_per_block)
     for s in row.stats:

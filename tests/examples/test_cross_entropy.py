@@ -42,6 +42,27 @@ def test_the_default_schedule_reads_each_chunk_in_one_block() -> None:
     assert first.count("const uint4 X_v") == 2 and "X[" not in first  # the max's pass, the sum's pass
 
 
+@pytest.mark.parametrize(("rows", "vocab", "warps"), [(3, 4096, True), (2, 3072, False)])
+def test_chunks_of_1024_take_a_warp_each(rows, vocab, warps) -> None:
+    """Chunks of up to 1024 16-bit logits: a warp per (row, chunk), 4 a block, when the chunks of
+    a row come in fours (3 chunks a row: a block's 4 would span two rows, not a box: a block
+    per chunk), in random thread order, race-free."""
+    from loopir.passes.race_check import check_races
+
+    f = cross_entropy_func(rows, vocab, "float16", chunk=1024)
+    sch = loopir.Schedule(f)
+    lines = default_gpu_schedule(sch)
+    want = "rows P <- Mc, Sc (32 threads, 4 rows a block, statistics x 8 lanes)" if warps else \
+        "rows P <- Mc, Sc (128 threads, statistics x 8 lanes)"  # fmt: skip
+    assert want in lines, lines
+    low = loopir.lower(sch.func, target="cuda")
+    check_races(low)
+    loopir.testing.check_equivalent(f, low, rtol=1e-4, atol=1e-4, thread_order="random",
+                                    inputs=list(_inputs(rows, vocab, 1024, "float16", rows)))  # fmt: skip
+    (first, *_rest) = emit_cuda(low).kernel_texts
+    assert ("loopir_allreduce<32>" in first) == warps
+
+
 @pytest.mark.nvcc
 def test_cross_entropy_kernels_compile(tmp_path) -> None:
     from loopir.codegen_cuda.compile import compile_cuda
@@ -54,8 +75,9 @@ def test_cross_entropy_kernels_compile(tmp_path) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fast", [False, True])
-def test_cross_entropy_on_the_gpu(fast) -> None:
-    x, t, loss, p = _inputs(16, 131072, 4096, "float16", 7)
+@pytest.mark.parametrize("chunk", [4096, 1024])
+def test_cross_entropy_on_the_gpu(fast, chunk) -> None:
+    x, t, loss, p = _inputs(16, 131072, chunk, "float16", 7)
     with loopir.PassContext(config={"cuda.fast_math": fast}):
-        loopir.build(cross_entropy_func(16, 131072, "float16"), target="cuda")(x, t, loss, p)
+        loopir.build(cross_entropy_func(16, 131072, "float16", chunk=chunk), target="cuda")(x, t, loss, p)
     np.testing.assert_allclose(loss, _reference(x, t), rtol=1e-4, atol=1e-4)
