@@ -310,7 +310,7 @@ def main() -> int:
                          "[block, warp, stages], e.g. '[[[16, 64, 128], [16, 16], 4]]'")
     ap.add_argument("--gemv-m", default="1,8,16", help="gemv: which M")
     ap.add_argument("--xent-chunks", default="", help="xent: also the chunked form with these chunk lengths "
-                    "(comma-separated; the default is 4096)")  # fmt: skip
+                    "(comma-separated; the default is 8192)")  # fmt: skip
     args = ap.parse_args()
     groups = set(args.only.split(","))
     import torch
@@ -492,7 +492,7 @@ def cross_entropy_cases(torch: Any, args: argparse.Namespace, tri: dict[str, Any
         x = (torch.randn(n, vocab, device="cuda") * 2).to(getattr(torch, dtype))
         t = torch.randint(0, vocab, (n,), device="cuda", dtype=torch.int32)
         loss = torch.empty(n, device="cuda")
-        p = torch.empty(n, vocab // 4096, 2, device="cuda")
+        p = torch.empty(n, vocab // 8192, 2, device="cuda")  # the default chunks of 8192
         mod = _fast(chunked_cross_entropy_func(n, vocab, dtype))
         plain = _fast(cross_entropy_func(n, vocab, dtype))
         impls = {"loopir": lambda mod=mod, x=x, t=t, loss=loss, p=p: mod(x, t, loss, p),

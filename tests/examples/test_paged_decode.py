@@ -47,11 +47,12 @@ def _paged_inputs(lens: list[int], heads: int, kv_heads: int, d: int, page: int,
     k_pool, v_pool = to_storage(kp, dtype), to_storage(vp, dtype)
     o = to_storage(np.full((batch, heads, sq, d), np.nan), dtype)
     seqs = []
+    k64, v64, q64 = (from_storage(a, dtype) for a in (k_pool, v_pool, q))
     for b, n in enumerate(lens):
-        rows = [(int(table[b, j // page]), j % page) for j in range(n)]
-        kb = np.stack([from_storage(k_pool, dtype)[p, :, r] for p, r in rows], axis=1) if n else np.zeros((kv_heads, 0, d))
-        vb = np.stack([from_storage(v_pool, dtype)[p, :, r] for p, r in rows], axis=1) if n else np.zeros((kv_heads, 0, d))
-        seqs.append((from_storage(q, dtype)[b:b + 1], kb[None], vb[None]))
+        j = np.arange(n)
+        pages_of, rows_of = table[b, j // page], j % page  # key j of sequence b
+        kb, vb = (np.moveaxis(x[pages_of, :, rows_of], 0, 1) for x in (k64, v64))  # (kv_heads, n, d)
+        seqs.append((q64[b:b + 1], kb[None], vb[None]))
     return [q, k_pool, v_pool, table, np.array(lens, np.int32), o], seqs
 
 
