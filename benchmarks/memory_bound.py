@@ -122,14 +122,6 @@ def _triton() -> dict[str, Any]:
         y = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
         tl.store(y_ptr + offs, y, mask=m)
 
-    @triton.jit
-    def swiglu_k(g_ptr, u_ptr, y_ptr, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        m = offs < n
-        g = tl.load(g_ptr + offs, mask=m).to(tl.float32)
-        u = tl.load(u_ptr + offs, mask=m).to(tl.float32)
-        tl.store(y_ptr + offs, (g / (1.0 + tl.exp(-g)) * u).to(y_ptr.dtype.element_ty), mask=m)
-
     def p2(n: int) -> int:
         return 1 << (n - 1).bit_length()
 

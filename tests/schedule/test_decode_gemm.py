@@ -10,23 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import loopir
-from loopir import te
 from loopir.codegen_cuda import emit_cuda
 from loopir.schedule import tensor_core_gemm as tcg
 from loopir.schedule.default_gpu import default_gpu_schedule
-
-
-def _decode_func(m: int, n: int, k: int, dtype: str = "float16", w_layout: str = "nk"):
-    X = te.placeholder((m, k), dtype, name="X")
-    W = te.placeholder((n, k) if w_layout == "nk" else (k, n), dtype, name="W")
-    r = te.reduce_axis(k, name="r")
-
-    def w(j, kk):
-        return W[j, kk] if w_layout == "nk" else W[kk, j]
-
-    Y = te.compute((m, n), lambda i, j: te.sum(X[i, r].astype("float32") * w(j, r).astype("float32"), axis=r),
-                   name="Y")  # fmt: skip
-    return te.create_prim_func([X, W, Y])
+from tests.schedule.test_gemv import _gemv_func as _decode_func
 
 
 def _params(m: int, n: int, k: int, w_layout: str = "nk"):
