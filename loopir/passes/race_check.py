@@ -77,7 +77,7 @@ from loopir.passes.race_inflight import (
 )
 from loopir.passes.race_prove import BLOCK_TAGS, GRID_TAGS, prove_exclusive
 from loopir.passes.race_prove import const_int as _const
-from loopir.passes.tma_check import check_tma_waits
+from loopir.passes.race_tma import TmaWindowError, thread_free, tma_window
 from loopir.tensor_intrin.calls import hardware_lane
 from loopir.tensor_intrin.tma import call_touches
 
@@ -248,6 +248,9 @@ class _Collector(EnclosingPath, Visitor):
         """The elements a lane's tensor-core call touches, each as an access nested in loops
         over the call's footprint (``loopir.tensor_intrin.calls.touches``)."""
         assert isinstance(node.value, Call)
+        if self.spans and node.value.op == "ptx_tma_load":
+            self._tma(node)
+            return
         span = in_flight(self.path, node.value) if self.spans else None
         for t in call_touches(node.value, hardware_lane(self.loops)):
             loops = t.loops(node)
@@ -260,6 +263,30 @@ class _Collector(EnclosingPath, Visitor):
             if t.cond is not None:
                 self.conds.pop()
             del self.loops[len(self.loops) - len(loops):]
+
+    def _tma(self, node: Evaluate) -> None:
+        """A TMA copy: its barrier read at the issue, its tile write and source read in
+        flight until the matching wait, by no thread (``loopir.passes.race_tma``)."""
+        assert isinstance(node.value, Call)
+        offset = per = None
+        if self.barrier_loops:
+            _, _, start, per_iter = self.barrier_loops[-1]
+            offset, per = _const(arith.simplify(Sub(self.count, start))), _const(arith.simplify(per_iter))
+        pieces = tma_window(self.path, node, offset, per)
+        own = tuple((f, always, self._phase(start, p)) for f, always, start, p in self.barrier_loops)
+        touches = call_touches(node.value)
+        loops, conds = thread_free(self.loops, self.conds, [i for t in touches for i in t.indices], node)
+        for t in touches:
+            if not t.is_store and t.buffer.scope == "shared":  # the barrier: read at the issue
+                self._add(t.buffer, t.indices, False)
+                continue
+            for pc in pieces:
+                places = own if pc.place is None else (*own[:-1], (own[-1][0], own[-1][1], pc.place))
+                cond = () if t.cond is None else (pc.apply(t.cond),)
+                count = Add(self.count, IntImm(pc.delta, "int32")) if pc.delta else self.count
+                self.accesses.append(_Access(t.buffer, tuple(pc.apply(i) for i in t.indices), t.is_store,
+                                             (*loops, *t.loops(node)), (*(pc.apply(c) for c in conds), *pc.conds, *cond),
+                                             count, -1, node, places))  # fmt: skip
 
     def visit_BufferStore(self, node: BufferStore) -> None:
         prev, self.stmt = self.stmt, node
@@ -685,7 +712,15 @@ def _pairs(k: _Kernel) -> Iterator[tuple[_Access, _Access]]:
                     continue  # that pair of stores was checked the other way round
                 if shared and min(w.label, x.label) >= 0 and k.labels.find(w.label) != k.labels.find(x.label):
                     continue
+                if w.stmt is x.stmt and _is_copy(w) and _is_copy(x):
+                    continue  # one copy's in-flight pieces: one writer (race_tma refuses a reissue)
                 yield w, x
+
+
+def _is_copy(acc: _Access) -> bool:
+    """Whether ``acc`` is a piece of a TMA copy's in-flight write or source read."""
+    v = acc.stmt.value if isinstance(acc.stmt, Evaluate) else None
+    return acc.label == -1 and isinstance(v, Call) and v.op == "ptx_tma_load"
 
 
 def _what(acc: _Access) -> str:
@@ -826,8 +861,10 @@ def check_races(func: PrimFunc, ctx: PassContext | None = None) -> None:
     ctx = ctx or PassContext.current()
     if not ctx.get("cuda.race_check"):
         return
-    check_tma_waits(func)  # what the race checker's model of TMA copies assumes
-    report = find_races(func)
+    try:
+        report = find_races(func)
+    except TmaWindowError as e:
+        raise CodegenError(f"race check ({func.name}): {e}") from None
     if report.races:
         raise CodegenError(f"race check ({func.name}): {report.races[0]}")
     for msg in report.unproven:

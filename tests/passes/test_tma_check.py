@@ -1,7 +1,7 @@
-"""The race checker's first model of TMA copies (``loopir.passes.tma_check``): the copy is a
-write by the issuing thread at the issue, sound because the issuing thread must wait on its
-mbarrier before its next block barrier. Kernels that break the rule are refused, naming the
-copy; readers not separated from the copy by a barrier after the wait are races."""
+"""The race checker's model of TMA copies (``loopir.passes.race_tma``): the copy's write is in
+flight, by no thread, from the issue to the barrier count of the first wait on its barrier
+element; readers must come after a block barrier after that wait. A copy with no such wait is
+refused naming it; accesses in the window are races."""
 
 from __future__ import annotations
 
@@ -78,22 +78,30 @@ def test_everyone_waits_then_a_barrier_then_the_reads_passes() -> None:
 
 
 @pytest.mark.parametrize(("stmts", "match"), [
-    ((_issue(), _sync(), _reads()), r"reaches a block barrier before it waits on its mbarrier \(bar\[0\]\)"),
-    ((_reads(), _issue()), r"never waits on bar\[0\] after it"),
-    ((_issue(_sync()), _wait(), _reads()), r"reaches a block barrier before it waits on its mbarrier \(bar\[0\]\)"),
-    ((_issue(_reads(), _wait()), _sync()), r"touches tile before it waits on its mbarrier"),
-    ((_issue(_wait(1)), _reads()), r"touches tile before it waits"),  # another barrier's wait
+    ((_issue(), _sync(), _reads()), r"is never waited on \(bar\[0\]\)"),
+    ((_reads(), _issue()), r"is never waited on \(bar\[0\]\)"),
+    ((_issue(_wait(1)), _sync(), _reads()), r"is never waited on \(bar\[0\]\)"),  # another barrier's wait
     ((For(Var("k"), 0, 2, ForKind.SERIAL, _issue()), _wait(), _sync(), _reads()),
-     r"leaves an iteration of loop k before it waits on bar\[0\]"),
-    ((_issue(IfThenElse(TX < 1, _wait())), _sync(), _reads()), r"reaches a block barrier"),
-    ((_issue(BufferStore(G, G[1, 1] + 1, (1, 1)), _wait()), _sync(), _reads()),
-     r"writes G before it waits on its mbarrier"),  # the copy may read the new value or the old  # a conditional wait is none
+     r"is in loop k and not waited on in its iteration"),
+    ((_issue(IfThenElse(TX < 1, _wait())), _sync(), _reads()), r"is never waited on"),  # a conditional wait is none
+    ((_issue(Evaluate(T.mbarrier_arrive_expect_tx(BAR[0], 2048)), _wait()), _sync(), _reads()),
+     r"is not waited on before mbarrier_arrive_expect_tx\(bar\[0\]\) starts another phase"),
 ])  # fmt: skip
-def test_breaking_the_wait_rule_is_refused_naming_the_copy(stmts: tuple[Stmt, ...], match: str) -> None:
-    with pytest.raises(CodegenError, match=r"TMA check \(k\): the issuing thread " + match):
+def test_a_copy_without_its_wait_is_refused_naming_the_copy(stmts: tuple[Stmt, ...], match: str) -> None:
+    with pytest.raises(CodegenError, match=r"race check \(k\): the TMA copy " + match + r"(.|\n)*ptx_tma_load\(tile"):
         check_races(_kernel(*stmts))
     with loopir.PassContext(config={"cuda.race_check": False}):
         check_races(_kernel(*stmts))  # the key turns it off with the race check
+
+
+@pytest.mark.parametrize(("stmts", "buffer"), [
+    ((_issue(_sync()), _wait(), _reads()), "tile"),  # a barrier before the wait: still in flight
+    ((_issue(_reads(), _wait()), _sync()), "tile"),  # the issuing thread reads before its wait
+    ((_issue(BufferStore(G, G[1, 1] + 1, (1, 1)), _wait()), _sync(), _reads()), "G"),  # the source, read until done
+])  # fmt: skip
+def test_accesses_while_the_copy_is_in_flight_race_with_it(stmts: tuple[Stmt, ...], buffer: str) -> None:
+    with pytest.raises(CodegenError, match=rf"data race on (shared|global) buffer {buffer}\[(.|\n)*ptx_tma_load"):
+        check_races(_kernel(*stmts))
 
 
 def test_reads_without_a_barrier_after_the_wait_race_with_the_copy() -> None:

@@ -1,0 +1,375 @@
+"""How long a TMA copy writes its shared tile, in barriers: the race checker's in-flight copies.
+
+A ``ptx_tma_load`` (``cp.async.bulk.tensor``) writes its tile through the async proxy some time
+after the issue; the bytes are there for a thread once a wait on the copy's mbarrier phase has
+returned. The race checker ([`loopir.passes.race_check`][loopir.passes.race_check]) orders two
+accesses of different threads only by block barriers (equal barrier counts: concurrent), so
+the copy becomes a write that is *in flight* at every barrier count from its issue ``c_i`` to
+the count ``c_w`` of the wait that completes it (the **matching wait**: the first
+``mbarrier_wait`` on the copy's barrier element after the issue, in program order):
+
+* an access of the tile at a count in ``c_i .. c_w`` is concurrent with the copy: before the
+  issue in its interval (the copy overwrites what a reader may still read: WAR), or after it
+  (it may read the old bytes: RAW). This holds for *every* thread, the issuing one too: the
+  write is made by no thread (the async proxy), so it is an access with no thread coordinates
+  (the prover then cannot force the threads equal);
+* an access at a count after ``c_w`` comes after a block barrier that every thread passes
+  after the wait returned in the waiting threads. Why that is enough: the wait made the
+  bytes visible to the waiting thread (``mbarrier.try_wait`` acquires the completed
+  transactions), and ``bar.sync`` orders everything before it in any thread before everything
+  after it in every thread (it is cumulative). One waiting thread suffices; every thread of
+  ``hopper_gemm(tma=True)`` waits.
+
+Ordering by a thread's *own* wait with no block barrier after it (every consumer waits, as in
+warp-specialized kernels) is not modelled: such a reader is in ``c_i .. c_w`` and refused. Sound,
+and one ``__syncthreads`` a K step is what the pipelines here have anyway.
+
+The matching wait is found by walking the code forward from the issue (``tma_window``), the
+way [`loopir.passes.race_inflight`][loopir.passes.race_inflight] walks to a ``wgmma``'s
+retiring wait: through the rest of the issue's iteration of the innermost loop with barriers
+``L``, then the next iterations of ``L`` (the issue's loop variable ``k`` shifted to ``k - j``
+in the copy's barrier element, compared symbolically with each wait's: ``(k - 1 + 2) % 3`` is
+``(k + 1) % 3``), and after ``L`` (the issue in one of its last iterations, ``k`` pinned to
+``L``'s end). The window is then a list of **pieces**, each an access of the copy's tile (and
+of its global source, read until the copy completes) anchored at the issue, in one barrier
+interval: ``count + delta`` and, for a piece ``j`` iterations of ``L`` after the issue, the
+copy's indices with ``k - j`` for ``k`` and the guard ``k - j >= L.min`` (the piece is in
+iteration ``k``, the copy was issued in ``k - j``). Each piece keeps its place in its iteration
+(head, inner, tail), so the prover still compares a pipeline's buffer versions within one
+iteration; no piece spans more than one barrier interval. The cost depends on the stages and
+the barriers per step, never on the sizes or the number of K steps.
+
+Refused, naming the copy (a [`CodegenError`][loopir.errors.CodegenError]):
+
+* no matching wait on some path (the kernel, or ``_MAX_ITERATIONS`` iterations, ends first);
+* another ``mbarrier_arrive_expect_tx`` or ``mbarrier_init`` on the copy's barrier element
+  (or one the walk cannot tell apart from it) before the matching wait: that starts the next
+  phase, so the wait may be for it; the same copy statement issued again before it;
+* structures the walk does not follow (a loop with barriers of unknown extent before the
+  wait, a branch on a condition it cannot decide that holds barriers, the copy's coordinates
+  depending on the issuing thread).
+
+Before / after (one copy, two stages of a pipeline; the reader of stage ``k % 2`` runs after
+the barrier that follows the wait)::
+
+    for k in serial(n):                             # the tile of the copy issued at k is in
+        mbarrier_wait(bar[k % 2], k // 2 % 2)        # flight until the wait of iteration k + 1
+        storage_sync()
+        if tx == 0: ... tma_load(S[(k + 1) % 2, 0, 0], G[.., (k + 1) * 64], bar[(k + 1) % 2])
+        ... reads S[k % 2, ...]                     # another version: no race
+
+Not checked here: that a wait's parity names the copy's phase (see
+[`tma_phase_problem`][loopir.passes.race_tma.tma_phase_problem], which the race check runs
+too) and that ``expect_tx`` announces the copies' bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from loopir import arith
+from loopir.errors import CodegenError
+from loopir.ir import op
+from loopir.ir.expr import BufferLoad, Call, FloorMod, IntImm, PrimExpr, Var
+from loopir.ir.functor import collect_vars, post_order_visit, substitute
+from loopir.ir.printer import script
+from loopir.ir.stmt import Allocate, Evaluate, For, ForKind, IfThenElse, SeqStmt, Stmt
+
+__all__ = ["Piece", "TmaWindowError", "tma_window"]
+
+#: Iterations of a loop the walk follows before it gives up (a copy is waited on within a
+#: pipeline's depth).
+_MAX_ITERATIONS = 8
+_BLOCK_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+
+
+class TmaWindowError(CodegenError):
+    """A TMA copy whose in-flight window the walk refuses (module doc)."""
+
+
+@attrs.frozen
+class Piece:
+    """One barrier interval of a copy's in-flight write, anchored at the issue: the count is
+    the issue's plus ``delta``; ``shift`` maps the issue's loop variables to what they were when
+    the copy was issued (seen from the piece's iteration); ``conds`` restrict the piece's
+    instances; ``place``: its place in its iteration of the innermost loop with barriers
+    (``"head"``, ``"inner"``, ``"tail"``, ``"?"``; None: the issue's own)."""
+
+    delta: int
+    shift: tuple[tuple[Var, PrimExpr], ...] = ()
+    conds: tuple[PrimExpr, ...] = ()
+    place: str | None = None
+
+    def apply(self, e: PrimExpr) -> PrimExpr:
+        return substitute(e, dict(self.shift)) if self.shift else e
+
+
+class _Found(Exception):
+    """The matching wait, this many barriers after the walk's start."""
+
+    def __init__(self, barriers: int) -> None:
+        self.barriers = barriers
+
+
+def _is(s: Stmt, *ops: str) -> Call | None:
+    v = s.value if isinstance(s, Evaluate) else None
+    return v if isinstance(v, Call) and v.op in ops else None
+
+
+def _relevant(s: Stmt, bar: BufferLoad) -> bool:
+    """Whether ``s`` holds a block barrier or an mbarrier call or copy on ``bar``'s buffer."""
+    found: list[bool] = []
+
+    def visit(n: object) -> None:
+        if isinstance(n, Call) and (op.is_block_barrier(n) or (
+                n.op in ("ptx_mbarrier_wait", "ptx_mbarrier_arrive_expect_tx", "ptx_mbarrier_init", "ptx_tma_load")
+                and _barrier(n).buffer is bar.buffer)):  # fmt: skip
+            found.append(True)
+
+    post_order_visit(s, visit)
+    return bool(found)
+
+
+def _barrier(call: Call) -> BufferLoad:
+    b = call.args[2] if call.op == "ptx_tma_load" else call.args[0]
+    assert isinstance(b, BufferLoad), call
+    return b
+
+
+def _same(a: PrimExpr, b: PrimExpr) -> bool | None:
+    """Whether two barrier indices are equal (True), differ (False) or cannot be told apart."""
+    d = arith.simplify(a - b)
+    if isinstance(d, IntImm):
+        return d.value == 0
+    if isinstance(a, FloorMod) and isinstance(b, FloorMod):
+        m, n = arith.simplify(a.b), arith.simplify(b.b)
+        diff = arith.simplify(a.a - b.a)
+        if (
+            isinstance(m, IntImm)
+            and isinstance(n, IntImm)
+            and m.value == n.value
+            and isinstance(diff, IntImm)
+        ):
+            return diff.value % m.value == 0
+    return None
+
+
+def _same_element(a: Sequence[PrimExpr], b: Sequence[PrimExpr]) -> bool | None:
+    verdicts = [_same(x, y) for x, y in zip(a, b, strict=True)]
+    if any(v is False for v in verdicts):
+        return False
+    return True if all(verdicts) else None
+
+
+class _Walk:
+    """A forward walk from one copy (module doc): counts barriers until the matching wait."""
+
+    def __init__(self, issue: Evaluate, call: Call, sub: dict[Var, PrimExpr]) -> None:
+        self.issue, self.call, self.bar = issue, call, _barrier(call)
+        self.target = [arith.simplify(substitute(i, sub)) for i in self.bar.indices]
+        self.env: dict[Var, PrimExpr] = {}
+
+    def fail(self, why: str) -> TmaWindowError:
+        return TmaWindowError(f"the TMA copy {why}:\n  {script(self.issue).strip()}")
+
+    def element(self, call: Call) -> bool | None:
+        idx = [arith.simplify(substitute(i, self.env)) for i in _barrier(call).indices]
+        return _same_element(idx, self.target)
+
+    def stmt(self, s: Stmt, n: int) -> int:
+        """Walk ``s`` after ``n`` barriers; the barriers after it (``_Found`` at the wait)."""
+        if isinstance(s, Evaluate):
+            if op.is_block_barrier(s.value):
+                return n + 1
+            call = _is(
+                s,
+                "ptx_mbarrier_wait",
+                "ptx_mbarrier_arrive_expect_tx",
+                "ptx_mbarrier_init",
+                "ptx_tma_load",
+            )
+            if call is None or _barrier(call).buffer is not self.bar.buffer:
+                return n
+            same = self.element(call)
+            if call.op == "ptx_mbarrier_wait":
+                if same:
+                    raise _Found(n)
+                return n
+            if s is self.issue and same is not False:
+                raise self.fail(f"is issued again on {self.bar} before a wait on it")
+            if call.op != "ptx_tma_load" and same is not False:
+                raise self.fail(f"is not waited on before {call.op.removeprefix('ptx_')}({_barrier(call)}) "
+                                "starts another phase of its barrier")  # fmt: skip
+            return n
+        if isinstance(s, SeqStmt):
+            for c in s.seq:
+                n = self.stmt(c, n)
+            return n
+        if not _relevant(s, self.bar):
+            return n
+        if isinstance(s, Allocate):
+            return self.stmt(s.body, n)
+        if isinstance(s, IfThenElse):
+            cond = arith.simplify(substitute(s.condition, self.env))
+            if isinstance(cond, IntImm):
+                branch = s.then_case if cond.value else s.else_case
+                return n if branch is None else self.stmt(branch, n)
+            if self._has_barrier(s):
+                raise self.fail(f"is followed by a branch with barriers on a condition the race check cannot "
+                                f"decide ({s.condition}) before its wait")  # fmt: skip
+            # a wait that may not run is none; a copy or arrive that may run is checked
+            for branch in (s.then_case, s.else_case):
+                if branch is not None:
+                    try:
+                        self.stmt(branch, n)
+                    except _Found:
+                        pass
+            return n
+        assert isinstance(s, For), s
+        if s.kind is ForKind.THREAD_BINDING:
+            return self.stmt(s.body, n)  # a thread runs its own iteration
+        lo, ext = (
+            arith.simplify(substitute(s.min, self.env)),
+            arith.simplify(substitute(s.extent, self.env)),
+        )
+        if not (isinstance(lo, IntImm) and isinstance(ext, IntImm)):
+            raise self.fail(
+                f"is followed by loop {s.loop_var.name} of unknown extent before its wait"
+            )
+        for i in range(min(ext.value, _MAX_ITERATIONS)):
+            self.env[s.loop_var] = IntImm(lo.value + i, s.loop_var.dtype)
+            try:
+                n = self.stmt(s.body, n)
+            finally:
+                del self.env[s.loop_var]
+        if ext.value > _MAX_ITERATIONS:
+            raise self.fail(
+                f"is not waited on within {_MAX_ITERATIONS} iterations of loop {s.loop_var.name}"
+            )
+        return n
+
+    @staticmethod
+    def _has_barrier(s: Stmt) -> bool:
+        found: list[bool] = []
+        post_order_visit(s, lambda x: found.append(True) if op.is_block_barrier(x) else None)
+        return bool(found)
+
+    def after(self, path: Sequence[tuple[Stmt, int]], level: int, n: int, stop: int = -1) -> int:
+        """Walk the code after child ``path[level][1]`` of ``path[level][0]`` up to (not into
+        the end of) level ``stop``; the barriers then."""
+        while level > stop:
+            node, child = path[level]
+            if isinstance(node, SeqStmt):
+                for c in node.seq[child + 1 :]:
+                    n = self.stmt(c, n)
+            elif isinstance(node, For) and node.kind is not ForKind.THREAD_BINDING and not (
+                    isinstance(node.extent, IntImm) and node.extent.value == 1):  # fmt: skip
+                raise self.fail(
+                    f"is in loop {node.loop_var.name} and not waited on in its iteration"
+                )
+            level -= 1
+        return n
+
+
+def _barrier_loop(s: Stmt) -> bool:
+    return (
+        isinstance(s, For) and s.kind is not ForKind.THREAD_BINDING and _Walk._has_barrier(s.body)
+    )
+
+
+def _place(o: int, per: int) -> str:
+    return "head" if o == 0 else "tail" if o == per else "inner"
+
+
+def tma_window(path: Sequence[tuple[Stmt, int]], issue: Evaluate, offset: int | None,
+               per: int | None) -> list[Piece]:  # fmt: skip
+    """The pieces of the in-flight write of the copy ``issue`` (module doc).
+
+    ``path``: the issue's enclosing statements, outermost first, each with the index of the
+    child on the way (``race_inflight.EnclosingPath``); ``offset``: the barriers from the start
+    of the issue's iteration of its innermost loop with barriers to the issue, ``per``: that
+    loop's barriers per iteration (None: not constants, or no such loop).
+
+    Raises
+    ------
+    TmaWindowError
+        When the walk finds no matching wait on some path, or another phase starts first
+        (module doc), naming the copy.
+    """
+    call = issue.value
+    assert isinstance(call, Call) and call.op == "ptx_tma_load", issue
+    at = max((i for i, (node, _) in enumerate(path) if _barrier_loop(node)), default=None)
+    if at is None:  # straight-line code (with loops entered on the way): one interval a barrier
+        w = _Walk(issue, call, {})
+        try:
+            w.after(path, len(path) - 1, 0)
+        except _Found as f:
+            return [Piece(d) for d in range(f.barriers + 1)]
+        raise w.fail(f"is never waited on ({w.bar})")
+    loop = path[at][0]
+    assert isinstance(loop, For)
+    if offset is None or per is None or per < 1:
+        raise TmaWindowError(f"the TMA copy is in loop {loop.loop_var.name}, whose barriers per iteration are "
+                             f"not a constant:\n  {script(issue).strip()}")  # fmt: skip
+    k = loop.loop_var
+    w = _Walk(issue, call, {})
+    try:  # the rest of the issue's iteration
+        w.after(path, len(path) - 1, 0, at)
+    except _Found as f:
+        return [Piece(d, place=_place(offset + d, per)) for d in range(f.barriers + 1)]
+    pieces = [Piece(o - offset, place=_place(o, per)) for o in range(offset, per + 1)]
+    waited_in = None
+    for j in range(1, _MAX_ITERATIONS + 1):  # the next iterations: k is the issue's k + j
+        shift = ((k, k - j),)
+        w = _Walk(issue, call, dict(shift))
+        cond = (k - j >= loop.min,)
+        try:
+            w.stmt(loop.body, 0)
+        except _Found as f:
+            pieces += [
+                Piece(o - offset, shift, cond, _place(o, per)) for o in range(f.barriers + 1)
+            ]
+            waited_in = j
+            break
+        pieces += [Piece(o - offset, shift, cond, _place(o, per)) for o in range(per + 1)]
+    if waited_in is None:
+        raise w.fail(
+            f"is not waited on within {_MAX_ITERATIONS} iterations of loop {k.name} ({w.bar})"
+        )
+    for n in range(waited_in):  # the issue in the n-th last iteration: the wait after the loop
+        last = arith.simplify(loop.min + loop.extent - 1 - n)
+        if (
+            isinstance(last, IntImm)
+            and isinstance(loop.min, IntImm)
+            and last.value < loop.min.value
+        ):
+            continue
+        w = _Walk(issue, call, {k: last})
+        try:
+            w.after(path, at - 1, 0)
+        except _Found as f:
+            start = (n + 1) * per - offset  # the loop's end, from the issue's count
+            pieces += [Piece(start + d, (), (k == last,), "?") for d in range(f.barriers + 1)]
+            continue
+        raise w.fail(f"is not waited on after the last iterations of loop {k.name} ({w.bar})")
+    return pieces
+
+
+def thread_free(loops: Sequence[For], conds: Sequence[PrimExpr], exprs: Sequence[PrimExpr],
+                issue: Stmt) -> tuple[tuple[For, ...], tuple[PrimExpr, ...]]:  # fmt: skip
+    """The issue's loops without its ``threadIdx`` loops and its guards without those that name
+    them: the async proxy's write is no thread's. The copy's coordinates must not name them."""
+    threads = {
+        f.loop_var
+        for f in loops
+        if f.kind is ForKind.THREAD_BINDING and f.thread_tag in _BLOCK_TAGS
+    }
+    used = {v for e in exprs for v in collect_vars(e)}
+    if used & threads:
+        names = ", ".join(sorted(v.name for v in used & threads))
+        raise TmaWindowError(f"the TMA copy's coordinates depend on the issuing thread ({names}); the race "
+                             f"check models a copy whose tile is the same for every thread:\n  {script(issue).strip()}")  # fmt: skip
+    keep = tuple(f for f in loops if f.loop_var not in threads)
+    return keep, tuple(c for c in conds if not (set(collect_vars(c)) & threads))
