@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import attrs
 import numpy as np
@@ -77,7 +78,7 @@ from loopir.passes.race_inflight import (
 )
 from loopir.passes.race_prove import BLOCK_TAGS, GRID_TAGS, prove_exclusive
 from loopir.passes.race_prove import const_int as _const
-from loopir.passes.race_tma import TmaWindowError, thread_free, tma_window
+from loopir.passes.race_tma import Piece, TmaWindowError, thread_free, tma_window, twin_covers
 from loopir.tensor_intrin.calls import hardware_lane
 from loopir.tensor_intrin.tma import call_touches
 
@@ -210,6 +211,9 @@ class _Collector(EnclosingPath, Visitor):
         self.barrier_loops: list[tuple[For, bool, PrimExpr, PrimExpr]] = []
         self.path: list[tuple[Stmt, int]] = []
         self.spans = False  # whole kernels only: the in-flight reads need the code after them
+        # TMA pieces (race_tma): "twin", or the loop whose accesses meet other pieces
+        self.twins: dict[int, object] = {}
+        self.deferred: dict[int, list[Any]] = {}
 
     def _phase(self, start: PrimExpr, per_iter: PrimExpr) -> str:
         """Where the current point is in its iteration of a barrier loop (``_Access``)."""
@@ -281,12 +285,32 @@ class _Collector(EnclosingPath, Visitor):
                 self._add(t.buffer, t.indices, False)
                 continue
             for pc in pieces:
+                if pc.inside is not None:  # met when the collector enters that loop
+                    self.deferred.setdefault(id(pc.inside), []).append((node, t, pc, loops, conds))
+                    continue
                 places = own if pc.place is None else (*own[:-1], (own[-1][0], own[-1][1], pc.place))
                 cond = () if t.cond is None else (pc.apply(t.cond),)
                 count = Add(self.count, IntImm(pc.delta, "int32")) if pc.delta else self.count
                 self.accesses.append(_Access(t.buffer, tuple(pc.apply(i) for i in t.indices), t.is_store,
                                              (*loops, *t.loops(node)), (*(pc.apply(c) for c in conds), *pc.conds, *cond),
                                              count, -1, node, places))  # fmt: skip
+                self._mark(pc)
+
+    def _mark(self, pc: Piece) -> None:
+        if pc.twin or pc.outside is not None:
+            self.twins[id(self.accesses[-1])] = pc.outside if pc.outside is not None else "twin"
+
+    def _deferred(self, loop: For) -> None:
+        """The pieces of copies issued before ``loop`` that are in flight in its first
+        iterations (``race_tma.Piece.inside``), as accesses in the loop."""
+        for node, t, pc, loops, conds in self.deferred.pop(id(loop), []):
+            own = tuple((f, always, self._phase(start, p)) for f, always, start, p in self.barrier_loops)
+            places = (*own[:-1], (own[-1][0], own[-1][1], pc.place or "?"))
+            cond = () if t.cond is None else (t.cond,)
+            count = Add(self.count, IntImm(pc.delta, "int32")) if pc.delta else self.count
+            self.accesses.append(_Access(t.buffer, t.indices, t.is_store, (*loops, loop, *t.loops(node)),
+                                         (*conds, *pc.conds, *cond), count, -1, node, places))  # fmt: skip
+            self._mark(pc)
 
     def visit_BufferStore(self, node: BufferStore) -> None:
         prev, self.stmt = self.stmt, node
@@ -346,6 +370,9 @@ class _Collector(EnclosingPath, Visitor):
         self.count = Add(base, Mul(Sub(node.loop_var, node.min), per_iter))
         self.loops.append(node)
         self.barrier_loops.append((node, _at_least_one(per_iter, self.loops), self.count, per_iter))
+        self.loops.pop()
+        self._deferred(node)
+        self.loops.append(node)
         self.visit(node.body)
         self.barrier_loops.pop()
         self.loops.pop()
@@ -387,6 +414,7 @@ class _Kernel:
         if root is not None:
             c.visit(root)
         self.accesses = c.accesses
+        self.twins = c.twins  # ids of the twin pieces of TMA copies (race_tma)
         self.written = frozenset(a.buffer for a in self.accesses if a.is_store)
         self.labels = c.labels
         self.launch: dict[str, int | None] = {}
@@ -714,7 +742,23 @@ def _pairs(k: _Kernel) -> Iterator[tuple[_Access, _Access]]:
                     continue
                 if w.stmt is x.stmt and _is_copy(w) and _is_copy(x):
                     continue  # one copy's in-flight pieces: one writer (race_tma refuses a reissue)
+                if _covered(k, w, x) or _covered(k, x, w):
+                    continue
                 yield w, x
+
+
+def _covered(k: _Kernel, piece: _Access, other: _Access) -> bool:
+    """Whether ``piece`` (a copy's in-flight piece) meets ``other`` only where another piece
+    does: its twin (``race_tma.twin_covers``), or, for a piece after its loop (``Piece.post``),
+    the pieces of the loop's iterations (``other`` in the loop: at most at its last count)."""
+    kind = k.twins.get(id(piece))
+    if kind is None or not other.barrier_loops:
+        return False
+    if kind != "twin":  # a loop: accesses in it meet the pieces in its iterations
+        return any(f is kind for f, _, _ in other.barrier_loops)
+    loop, _, place = piece.barrier_loops[-1]
+    theirs = next((p for f, _, p in other.barrier_loops if f is loop), None)
+    return twin_covers(place, True, theirs)
 
 
 def _is_copy(acc: _Access) -> bool:

@@ -77,7 +77,7 @@ from loopir.ir.functor import collect_vars, post_order_visit, substitute
 from loopir.ir.printer import script
 from loopir.ir.stmt import Allocate, Evaluate, For, ForKind, IfThenElse, SeqStmt, Stmt
 
-__all__ = ["Piece", "TmaWindowError", "tma_window"]
+__all__ = ["Piece", "TmaWindowError", "thread_free", "tma_window", "twin_covers"]
 
 #: Iterations of a loop the walk follows before it gives up (a copy is waited on within a
 #: pipeline's depth).
@@ -101,6 +101,15 @@ class Piece:
     shift: tuple[tuple[Var, PrimExpr], ...] = ()
     conds: tuple[PrimExpr, ...] = ()
     place: str | None = None
+    #: an interval between two iterations, given twice: as the tail of one and the head of the
+    #: next (``twin_covers``)
+    twin: bool = False
+    #: a loop whose accesses this piece does not meet: they meet other pieces of the same
+    #: intervals, in the loop's iterations (a piece after the loop, or before it: ``outside``)
+    outside: For | None = None
+    #: a piece in a loop with barriers the walk entered after the issue (its ``Window.inside``
+    #: entry), not anchored at the issue
+    inside: For | None = None
 
     def apply(self, e: PrimExpr) -> PrimExpr:
         return substitute(e, dict(self.shift)) if self.shift else e
@@ -170,6 +179,9 @@ class _Walk:
         self.issue, self.call, self.bar = issue, call, _barrier(call)
         self.target = [arith.simplify(substitute(i, sub)) for i in self.bar.indices]
         self.env: dict[Var, PrimExpr] = {}
+        #: the iterations of loops with barriers the walk entered: (loop, iteration, barriers before it)
+        self.entered: list[tuple[For, int, int]] = []
+        self.exited: set[int] = set()  # the loops it walked to their end
 
     def fail(self, why: str) -> TmaWindowError:
         return TmaWindowError(f"the TMA copy {why}:\n  {script(self.issue).strip()}")
@@ -239,6 +251,8 @@ class _Walk:
                 f"is followed by loop {s.loop_var.name} of unknown extent before its wait"
             )
         for i in range(min(ext.value, _MAX_ITERATIONS)):
+            if self._has_barrier(s.body):
+                self.entered.append((s, i, n))
             self.env[s.loop_var] = IntImm(lo.value + i, s.loop_var.dtype)
             try:
                 n = self.stmt(s.body, n)
@@ -248,6 +262,7 @@ class _Walk:
             raise self.fail(
                 f"is not waited on within {_MAX_ITERATIONS} iterations of loop {s.loop_var.name}"
             )
+        self.exited.add(id(s))
         return n
 
     @staticmethod
@@ -283,6 +298,45 @@ def _place(o: int, per: int) -> str:
     return "head" if o == 0 else "tail" if o == per else "inner"
 
 
+def _straight(w: _Walk, last: int) -> list[Piece]:
+    """The pieces of a copy issued outside loops with barriers, waited on ``last`` barriers
+    later: one a barrier interval at the issue; where the walk entered one loop with barriers,
+    also one in each of its iterations it walked (``Piece.inside``, pinned to the iteration by
+    a guard), which the accesses in the loop meet instead (``Piece.outside``)."""
+    loops = {id(f): f for f, _, _ in w.entered}
+    if len(loops) != 1 or set(loops) & w.exited:
+        return [Piece(d) for d in range(last + 1)]
+    (loop,) = loops.values()
+    per = _barriers_per_iteration(loop.body)
+    starts = [(i, n) for _, i, n in w.entered] + [(None, last)]
+    pieces = [Piece(d, outside=loop if starts[0][1] <= d else None) for d in range(last + 1)]
+    for (i, n0), (_, n1) in zip(starts, starts[1:]):  # iteration i: barriers n0 .. n1
+        assert i is not None
+        cond = (loop.loop_var == loop.min + i,)
+        pieces += [Piece(o, (), cond, "?" if per is None else _place(o, per), per is not None and o in (0, per),
+                         inside=loop) for o in range(n1 - n0 + 1)]  # fmt: skip
+    return pieces
+
+
+def _barriers_per_iteration(s: Stmt) -> int | None:
+    """The block barriers one run of ``s`` passes, when a constant (no branch holds any)."""
+    if isinstance(s, Evaluate):
+        return int(op.is_block_barrier(s.value))
+    if isinstance(s, SeqStmt):
+        parts = [_barriers_per_iteration(c) for c in s.seq]
+        return None if None in parts else sum(p for p in parts if p is not None)
+    if isinstance(s, Allocate):
+        return _barriers_per_iteration(s.body)
+    if not _Walk._has_barrier(s):
+        return 0
+    if isinstance(s, For):
+        inner = _barriers_per_iteration(s.body)
+        if s.kind is ForKind.THREAD_BINDING or inner is None:
+            return inner
+        return inner * s.extent.value if isinstance(s.extent, IntImm) else None
+    return None
+
+
 def tma_window(path: Sequence[tuple[Stmt, int]], issue: Evaluate, offset: int | None,
                per: int | None) -> list[Piece]:  # fmt: skip
     """The pieces of the in-flight write of the copy ``issue`` (module doc).
@@ -306,7 +360,7 @@ def tma_window(path: Sequence[tuple[Stmt, int]], issue: Evaluate, offset: int | 
         try:
             w.after(path, len(path) - 1, 0)
         except _Found as f:
-            return [Piece(d) for d in range(f.barriers + 1)]
+            return _straight(w, f.barriers)
         raise w.fail(f"is never waited on ({w.bar})")
     loop = path[at][0]
     assert isinstance(loop, For)
@@ -319,7 +373,8 @@ def tma_window(path: Sequence[tuple[Stmt, int]], issue: Evaluate, offset: int | 
         w.after(path, len(path) - 1, 0, at)
     except _Found as f:
         return [Piece(d, place=_place(offset + d, per)) for d in range(f.barriers + 1)]
-    pieces = [Piece(o - offset, place=_place(o, per)) for o in range(offset, per + 1)]
+    # the tail of one iteration and the head of the next are one interval, given in both forms
+    pieces = [Piece(o - offset, place=_place(o, per), twin=o == per) for o in range(offset, per + 1)]
     waited_in = None
     for j in range(1, _MAX_ITERATIONS + 1):  # the next iterations: k is the issue's k + j
         shift = ((k, k - j),)
@@ -329,11 +384,11 @@ def tma_window(path: Sequence[tuple[Stmt, int]], issue: Evaluate, offset: int | 
             w.stmt(loop.body, 0)
         except _Found as f:
             pieces += [
-                Piece(o - offset, shift, cond, _place(o, per)) for o in range(f.barriers + 1)
+                Piece(o - offset, shift, cond, _place(o, per), o == 0) for o in range(f.barriers + 1)
             ]
             waited_in = j
             break
-        pieces += [Piece(o - offset, shift, cond, _place(o, per)) for o in range(per + 1)]
+        pieces += [Piece(o - offset, shift, cond, _place(o, per), o in (0, per)) for o in range(per + 1)]
     if waited_in is None:
         raise w.fail(
             f"is not waited on within {_MAX_ITERATIONS} iterations of loop {k.name} ({w.bar})"
@@ -351,10 +406,19 @@ def tma_window(path: Sequence[tuple[Stmt, int]], issue: Evaluate, offset: int | 
             w.after(path, at - 1, 0)
         except _Found as f:
             start = (n + 1) * per - offset  # the loop's end, from the issue's count
-            pieces += [Piece(start + d, (), (k == last,), "?") for d in range(f.barriers + 1)]
+            pieces += [Piece(start + d, (), (k == last,), "?", outside=loop) for d in range(f.barriers + 1)]
             continue
         raise w.fail(f"is not waited on after the last iterations of loop {k.name} ({w.bar})")
     return pieces
+
+
+def twin_covers(piece_place: str, twin: bool, other_place: str | None) -> bool:
+    """Whether a piece need not be paired with an access at ``other_place`` in the same loop:
+    a twin piece in the tail of iteration ``k`` against an access in a head (of ``k + 1``, at
+    that count) is covered by its twin in the head of ``k + 1``, which the prover compares in
+    one iteration, and the other way round. Every instance of the one has the other (the
+    same copy, the same count, both iterations exist when the access's does)."""
+    return twin and {piece_place, other_place} == {"head", "tail"}
 
 
 def thread_free(loops: Sequence[For], conds: Sequence[PrimExpr], exprs: Sequence[PrimExpr],
