@@ -76,7 +76,9 @@ class BoxCopy:
     """A statement that copies one box of a global buffer into a shared tile: the tile's first
     element ``dst``, the box's origin ``src``, its extents and the swizzle of its layout."""
 
-    def __init__(self, dst: BufferLoad, src: BufferLoad, box: tuple[int, ...], swizzle: int) -> None:
+    def __init__(
+        self, dst: BufferLoad, src: BufferLoad, box: tuple[int, ...], swizzle: int
+    ) -> None:
         self.dst, self.src, self.box, self.swizzle = dst, src, box, swizzle
 
     @property
@@ -103,7 +105,9 @@ def box_copy(s: Stmt) -> BoxCopy | str:
         loops.append(s)
         s = s.body
     if not (isinstance(s, BufferStore) and isinstance(s.value, BufferLoad)):
-        return "the body is not a plain copy (a store of a load; a guard or a padding select is none)"
+        return (
+            "the body is not a plain copy (a store of a load; a guard or a padding select is none)"
+        )
     store, load = s, s.value
     iters = [f.loop_var for f in loops]
     box = tuple(f.extent.value for f in loops)  # type: ignore[attr-defined]
@@ -118,7 +122,7 @@ def box_copy(s: Stmt) -> BoxCopy | str:
     if any(set(collect_vars(o)) & set(iters) for o in origin):
         return "the box's origin depends on its loops"
     k = len(box)
-    prefix = store.indices[:len(store.indices) - k]
+    prefix = store.indices[: len(store.indices) - k]
     if any(set(collect_vars(p)) & set(iters) for p in prefix):
         return f"the tile's leading indices {prefix} depend on the box's loops"
     dst = BufferLoad(store.buffer, (*prefix, *(IntImm(0, "int32") for _ in box)))
@@ -126,7 +130,7 @@ def box_copy(s: Stmt) -> BoxCopy | str:
     grid = np.indices(box).reshape(k, -1)
     env = {v: grid[d].astype(np.int64) for d, v in enumerate(iters)}
     try:
-        have = [_eval(i, env, grid.shape[1]) for i in store.indices[len(prefix):]]
+        have = [_eval(i, env, grid.shape[1]) for i in store.indices[len(prefix) :]]
     except NotEnumerable:
         return "the tile's indices cannot be evaluated"
     inner = box[-1] * dt.bits(store.buffer.dtype) // 8
@@ -135,11 +139,15 @@ def box_copy(s: Stmt) -> BoxCopy | str:
             continue
         copy = BoxCopy(dst, src, box, swizzle)
         try:
-            call = copy.call(BufferLoad(Buffer("bar", (1,), "uint64", scope="shared"), (IntImm(0, "int32"),)))
+            call = copy.call(
+                BufferLoad(Buffer("bar", (1,), "uint64", scope="shared"), (IntImm(0, "int32"),))
+            )
         except TypeError as e:
             return str(e)
-        want = tile_element(call, iters)[len(prefix):]
-        if all(np.array_equal(h, _eval(w, env, grid.shape[1])) for h, w in zip(have, want, strict=True)):
+        want = tile_element(call, iters)[len(prefix) :]
+        if all(
+            np.array_equal(h, _eval(w, env, grid.shape[1])) for h, w in zip(have, want, strict=True)
+        ):
             return copy
     return (f"the tile's layout {tuple(str(i) for i in store.indices[len(prefix):])} is not one a TMA copy "
             f"writes (no swizzle, or 32/64/128 bytes)")  # fmt: skip
@@ -149,7 +157,9 @@ class TmaPipeline:
     """The TMA form of one pipelined loop (module doc): the barrier buffer, the issuing thread's
     guard and the statements that replace the copies and the ``cp.async`` waits."""
 
-    def __init__(self, loop: For, versions: int, threads: Sequence[For], body: Sequence[Stmt]) -> None:
+    def __init__(
+        self, loop: For, versions: int, threads: Sequence[For], body: Sequence[Stmt]
+    ) -> None:
         self.loop, self.versions = loop, versions
         self.bar = Buffer(f"{loop.loop_var.name}_tma_bar", (versions,), "uint64", scope="shared")
         self.threads = list(threads)
@@ -158,7 +168,14 @@ class TmaPipeline:
         if not tx:  # threadIdx.x bound inside the statements: the issue gets a loop of its own
             found: list[For] = []
             for s in body:
-                post_order_stmts(s, lambda n: found.append(n) if isinstance(n, For) and n.thread_tag == "threadIdx.x" else None)
+                post_order_stmts(
+                    s,
+                    lambda n: (
+                        found.append(n)
+                        if isinstance(n, For) and n.thread_tag == "threadIdx.x"
+                        else None
+                    ),
+                )
             if found:
                 self.tx_extent = found[0].extent
 
@@ -167,7 +184,14 @@ class TmaPipeline:
         if self.tx_extent is not None:
             tx = Var("tma_tx", "int32")
             cond = tx == 0 if cond is None else op.all_(cond, tx == 0)
-            return For(tx, 0, self.tx_extent, ForKind.THREAD_BINDING, IfThenElse(cond, s), thread_tag="threadIdx.x")
+            return For(
+                tx,
+                0,
+                self.tx_extent,
+                ForKind.THREAD_BINDING,
+                IfThenElse(cond, s),
+                thread_tag="threadIdx.x",
+            )
         return s if cond is None else IfThenElse(cond, s)
 
     def element(self, j: PrimExpr) -> BufferLoad:
@@ -194,10 +218,15 @@ class TmaPipeline:
                 raise _fail(self.loop, f"the tile {c.dst} is not the version {bar.indices[0]} of its barrier "
                                        "(the copies must fill versioned buffers)")  # fmt: skip
         total = sum(c.nbytes for c in boxes)
-        body = [Evaluate(T.mbarrier_arrive_expect_tx(bar, total)), *(Evaluate(c.call(bar)) for c in boxes)]
+        body = [
+            Evaluate(T.mbarrier_arrive_expect_tx(bar, total)),
+            *(Evaluate(c.call(bar)) for c in boxes),
+        ]
         return self._one_thread(seq(*body))
 
     def wait(self, j: PrimExpr) -> Stmt:
         """Every thread waits for the copies of relative iteration ``j``."""
         v = IntImm(self.versions, j.dtype)
-        return Evaluate(T.mbarrier_wait(self.element(j), FloorMod(FloorDiv(j, v), IntImm(2, j.dtype))))
+        return Evaluate(
+            T.mbarrier_wait(self.element(j), FloorMod(FloorDiv(j, v), IntImm(2, j.dtype)))
+        )

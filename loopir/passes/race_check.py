@@ -276,7 +276,7 @@ class _Collector(EnclosingPath, Visitor):
         if self.barrier_loops:
             _, _, start, per_iter = self.barrier_loops[-1]
             offset, per = _const(arith.simplify(Sub(self.count, start))), _const(arith.simplify(per_iter))
-        pieces = tma_window(self.path, node, offset, per)
+        pieces = tma_window(self.path, node, offset, per, self.conds)
         own = tuple((f, always, self._phase(start, p)) for f, always, start, p in self.barrier_loops)
         touches = call_touches(node.value)
         loops, conds = thread_free(self.loops, self.conds, [i for t in touches for i in t.indices], node)

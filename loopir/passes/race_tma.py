@@ -49,18 +49,24 @@ Refused, naming the copy (a [`CodegenError`][loopir.errors.CodegenError]):
   wait, a branch on a condition it cannot decide that holds barriers, the copy's coordinates
   depending on the issuing thread).
 
-Before / after (one copy, two stages of a pipeline; the reader of stage ``k % 2`` runs after
-the barrier that follows the wait)::
+Example (``tests/passes/test_tma_check.py`` builds it: accepted; with the reads of version
+``(k + 1) % 2``, the one in flight, refused as a race on ``S``)::
 
-    for k in serial(n):                             # the tile of the copy issued at k is in
-        mbarrier_wait(bar[k % 2], k // 2 % 2)        # flight until the wait of iteration k + 1
+    if tx == 0: mbarrier_init(bar[0], 1); mbarrier_init(bar[1], 1)
+    storage_sync()
+    if tx == 0: mbarrier_arrive_expect_tx(bar[0], 2048); tma_load(S[0, 0, 0], G[0, 0], bar[0], (16, 64))
+    for k in serial(3):                      # the copy issued at k is in flight until the
+        mbarrier_wait(bar[k % 2], k // 2 % 2)  # wait of iteration k + 1 (or after the loop)
         storage_sync()
-        if tx == 0: ... tma_load(S[(k + 1) % 2, 0, 0], G[.., (k + 1) * 64], bar[(k + 1) % 2])
-        ... reads S[k % 2, ...]                     # another version: no race
+        if tx == 0 and k < 2:
+            mbarrier_arrive_expect_tx(bar[(k + 1) % 2], 2048)
+            tma_load(S[(k + 1) % 2, 0, 0], G[(k + 1) * 16, 0], bar[(k + 1) % 2], (16, 64))
+        OUT[k * 16 + r, c] = S[k % 2, r, c]    # another version than the one in flight
 
-Not checked here: that a wait's parity names the copy's phase (see
-[`tma_phase_problem`][loopir.passes.race_tma.tma_phase_problem], which the race check runs
-too) and that ``expect_tx`` announces the copies' bytes.
+Not checked: that a wait's parity names the copy's phase (a wait on a phase already complete
+returns at once; the pipelines generate ``j // V % 2``,
+[`loopir.passes.pipeline_tma`][loopir.passes.pipeline_tma]) and that ``expect_tx`` announces
+the copies' bytes.
 """
 
 from __future__ import annotations
@@ -294,6 +300,11 @@ def _barrier_loop(s: Stmt) -> bool:
     )
 
 
+def _false(cond: PrimExpr) -> bool:
+    c = arith.simplify(cond)
+    return isinstance(c, IntImm) and not c.value
+
+
 def _place(o: int, per: int) -> str:
     return "head" if o == 0 else "tail" if o == per else "inner"
 
@@ -337,14 +348,21 @@ def _barriers_per_iteration(s: Stmt) -> int | None:
     return None
 
 
-def tma_window(path: Sequence[tuple[Stmt, int]], issue: Evaluate, offset: int | None,
-               per: int | None) -> list[Piece]:  # fmt: skip
+def tma_window(
+    path: Sequence[tuple[Stmt, int]],
+    issue: Evaluate,
+    offset: int | None,
+    per: int | None,
+    guards: Sequence[PrimExpr] = (),
+) -> list[Piece]:  # fmt: skip
     """The pieces of the in-flight write of the copy ``issue`` (module doc).
 
     ``path``: the issue's enclosing statements, outermost first, each with the index of the
     child on the way (``race_inflight.EnclosingPath``); ``offset``: the barriers from the start
     of the issue's iteration of its innermost loop with barriers to the issue, ``per``: that
-    loop's barriers per iteration (None: not constants, or no such loop).
+    loop's barriers per iteration (None: not constants, or no such loop); ``guards``: the
+    conditions the issue runs under (an issue they rule out in the loop's last iterations has
+    no path after the loop).
 
     Raises
     ------
@@ -374,7 +392,9 @@ def tma_window(path: Sequence[tuple[Stmt, int]], issue: Evaluate, offset: int | 
     except _Found as f:
         return [Piece(d, place=_place(offset + d, per)) for d in range(f.barriers + 1)]
     # the tail of one iteration and the head of the next are one interval, given in both forms
-    pieces = [Piece(o - offset, place=_place(o, per), twin=o == per) for o in range(offset, per + 1)]
+    pieces = [
+        Piece(o - offset, place=_place(o, per), twin=o == per) for o in range(offset, per + 1)
+    ]
     waited_in = None
     for j in range(1, _MAX_ITERATIONS + 1):  # the next iterations: k is the issue's k + j
         shift = ((k, k - j),)
@@ -384,11 +404,14 @@ def tma_window(path: Sequence[tuple[Stmt, int]], issue: Evaluate, offset: int | 
             w.stmt(loop.body, 0)
         except _Found as f:
             pieces += [
-                Piece(o - offset, shift, cond, _place(o, per), o == 0) for o in range(f.barriers + 1)
+                Piece(o - offset, shift, cond, _place(o, per), o == 0)
+                for o in range(f.barriers + 1)
             ]
             waited_in = j
             break
-        pieces += [Piece(o - offset, shift, cond, _place(o, per), o in (0, per)) for o in range(per + 1)]
+        pieces += [
+            Piece(o - offset, shift, cond, _place(o, per), o in (0, per)) for o in range(per + 1)
+        ]
     if waited_in is None:
         raise w.fail(
             f"is not waited on within {_MAX_ITERATIONS} iterations of loop {k.name} ({w.bar})"
@@ -401,12 +424,16 @@ def tma_window(path: Sequence[tuple[Stmt, int]], issue: Evaluate, offset: int | 
             and last.value < loop.min.value
         ):
             continue
+        if any(_false(substitute(g, {k: last})) for g in guards):
+            continue  # not issued in that iteration
         w = _Walk(issue, call, {k: last})
         try:
             w.after(path, at - 1, 0)
         except _Found as f:
             start = (n + 1) * per - offset  # the loop's end, from the issue's count
-            pieces += [Piece(start + d, (), (k == last,), "?", outside=loop) for d in range(f.barriers + 1)]
+            pieces += [
+                Piece(start + d, (), (k == last,), "?", outside=loop) for d in range(f.barriers + 1)
+            ]
             continue
         raise w.fail(f"is not waited on after the last iterations of loop {k.name} ({w.bar})")
     return pieces

@@ -69,7 +69,13 @@ def test_tma_equals_cp_async_and_float64_on_the_cpu(mt: int, kt: int, nt: int, s
     """Drawn sizes in whole block tiles (1 to 6 K steps: fewer than the stages too), every
     pipeline form: the TMA kernel equals the ``cp.async`` one exactly and float64 closely."""
     M, K, N = 64 * mt, 64 * kt, 32 * nt
-    params = dict(SMALL, stages=stages, wait_first=wait_first, async_mma=async_mma and stages >= 3, dtype=dtype)
+    params = dict(
+        SMALL,
+        stages=stages,
+        wait_first=wait_first,
+        async_mma=async_mma and stages >= 3,
+        dtype=dtype,
+    )
     a, b, c = _inputs(M, K, N, dtype, seed=M * 1000 + K * 10 + N)
     got = _run(_lowered(hopper_gemm(M, K, N, **params, tma=True)), a, b, c)
     plain = _run(_lowered(hopper_gemm(M, K, N, **params)), a, b, c)
@@ -92,13 +98,21 @@ def test_structure() -> None:
     assert "cp_async" not in low and "async_copy" not in low
     assert 'k_0_0_tma_bar = T.allocate((4,), "uint64", "shared")' in low
     assert low.count("T.ptx_mbarrier_init(k_0_0_tma_bar[") == 4
-    steady = low[low.index("k_0_0_steady in T.serial"):]
-    assert "T.ptx_mbarrier_wait(k_0_0_tma_bar[(k_0_0_steady + 1) % 4], (k_0_0_steady + 1) // 4 % 2)" in steady
-    assert "T.ptx_mbarrier_arrive_expect_tx(k_0_0_tma_bar[(k_0_0_steady + 3) % 4], 49152)" in steady  # 16 + 32 KB
+    steady = low[low.index("k_0_0_steady in T.serial") :]
+    assert (
+        "T.ptx_mbarrier_wait(k_0_0_tma_bar[(k_0_0_steady + 1) % 4], (k_0_0_steady + 1) // 4 % 2)"
+        in steady
+    )
+    assert (
+        "T.ptx_mbarrier_arrive_expect_tx(k_0_0_tma_bar[(k_0_0_steady + 3) % 4], 49152)" in steady
+    )  # 16 + 32 KB
     assert ("T.ptx_tma_load(A_shared[(k_0_0_steady + 3) % 4, 0, 0], A[i0_0_0 * 128, k_0_0_steady * 64 + 192], "
             "k_0_0_tma_bar[(k_0_0_steady + 3) % 4], 128, 128, 64)") in steady  # fmt: skip
-    assert "B[i1_0_0 * 256, k_0_0_steady * 64 + 192], k_0_0_tma_bar[(k_0_0_steady + 3) % 4], 128, 256, 64)" in steady
-    body = steady[:steady.index("T.ptx_wgmma_wait(1")]
+    assert (
+        "B[i1_0_0 * 256, k_0_0_steady * 64 + 192], k_0_0_tma_bar[(k_0_0_steady + 3) % 4], 128, 256, 64)"
+        in steady
+    )
+    body = steady[: steady.index("T.ptx_wgmma_wait(1")]
     assert body.count("tvm_storage_sync") == 1 and "if i0_0_1 == 0 and tma_tx" in body
 
 
@@ -167,13 +181,19 @@ def _no_wait(stmts: list[Stmt]) -> list[Stmt]:
 
 
 def _copy_first(stmts: list[Stmt]) -> list[Stmt]:
-    i = next(i for i, s in enumerate(stmts) if isinstance(s, For) and s.loop_var.name.startswith("tma_tx"))
-    return [stmts[i], *stmts[:i], *stmts[i + 1:]]
+    i = next(
+        i
+        for i, s in enumerate(stmts)
+        if isinstance(s, For) and s.loop_var.name.startswith("tma_tx")
+    )
+    return [stmts[i], *stmts[:i], *stmts[i + 1 :]]
 
 
 @pytest.fixture(scope="module")
 def pipelined() -> PrimFunc:
-    return lower_for_cuda(hopper_gemm(128, 512, 128, block=(64, 64, 64), wn=64, stages=3, tma=True).func)
+    return lower_for_cuda(
+        hopper_gemm(128, 512, 128, block=(64, 64, 64), wn=64, stages=3, tma=True).func
+    )
 
 
 def test_the_correct_kernel_is_proven(pipelined: PrimFunc) -> None:
@@ -189,7 +209,9 @@ def test_the_correct_kernel_is_proven(pipelined: PrimFunc) -> None:
                    r"\(k_0_0_tma_bar\[\(k_0_0_steady \+ 2\) % 3\]\):\n  T.ptx_tma_load\(A_shared\[\(k_0_0_steady \+ 2\)"),
     (_copy_first, r"data race on shared buffer A_shared(.|\n)*T.ptx_tma_load\(A_shared\[\(k_0_0_steady \+ 2\) % 3"),
 ])  # fmt: skip
-def test_broken_pipelines_are_refused_naming_the_copy(pipelined: PrimFunc, broken: Callable, match: str) -> None:
+def test_broken_pipelines_are_refused_naming_the_copy(
+    pipelined: PrimFunc, broken: Callable, match: str
+) -> None:
     bad = pipelined.with_body(_Steady(broken).visit(pipelined.body))
     with pytest.raises(CodegenError, match=r"race check \(main\): " + match):
         check_races(bad)
@@ -199,8 +221,10 @@ def test_broken_pipelines_are_refused_naming_the_copy(pipelined: PrimFunc, broke
 
 NVCC_CASES = {
     "defaults_512": ((512, 512, 512), {}),
-    "bf16_out_3_stages": ((256, 384, 256), dict(dtype="bfloat16", out_dtype="bfloat16", block=(128, 128, 64),
-                                                wn=128, stages=3)),  # fmt: skip
+    "bf16_out_3_stages": (
+        (256, 384, 256),
+        dict(dtype="bfloat16", out_dtype="bfloat16", block=(128, 128, 64), wn=128, stages=3),
+    ),  # fmt: skip
     "two_barriers_sync_mma": ((512, 512, 512), dict(wait_first=False, async_mma=False)),
 }
 
@@ -217,7 +241,10 @@ def test_compiles_with_nvcc_for_sm_90a(name: str, tmp_path: Path) -> None:
         warnings.simplefilter("error")
         src = prepare_function(hopper_gemm(*shape, **params, tma=True).func).emitted.source
     assert "cp.async.bulk.tensor.2d" in src and "loopir_tma_load_2d(&A_shared[" in src
-    assert "__grid_constant__ CUtensorMap A_tmap" in src and "loopir_cp_async" not in src.split("__global__")[-1]
+    assert (
+        "__grid_constant__ CUtensorMap A_tmap" in src
+        and "loopir_cp_async" not in src.split("__global__")[-1]
+    )
     binary = compile_cuda(src, arch="sm_90a", cache_dir=tmp_path)
     for res in binary.resources.values():
         assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0, binary.log
@@ -247,7 +274,9 @@ def test_gpu_equals_float64_and_the_cpu(shape: tuple[int, int, int], params: dic
     if M * N * K <= 256 * 384 * 256:
         cpu = to_storage(np.full((M, N), np.nan), out)
         loopir.build(loopir.lower(sch.func), target="cpu")(a, b, cpu)
-        np.testing.assert_allclose(got, from_storage(cpu, out), rtol=max(tol, 1e-4), atol=max(tol, 1e-4))
+        np.testing.assert_allclose(
+            got, from_storage(cpu, out), rtol=max(tol, 1e-4), atol=max(tol, 1e-4)
+        )
 
 
 @pytest.mark.gpu

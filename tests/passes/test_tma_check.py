@@ -5,6 +5,7 @@ refused naming it; accesses in the window are races."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import loopir
@@ -143,3 +144,36 @@ def test_a_loop_of_copies_needs_the_readers_done_before_the_next_copy() -> None:
     check_races(_kernel(For(k, 0, 3, ForKind.SERIAL, seq(_sync(), step))))
     lowered = lower_for_cuda(tma_copy(100, 72, (16, 64), tiles=3))  # the example writes that barrier
     assert not find_races(lowered).unproven
+
+
+def _doc_pipeline(read_version: int) -> PrimFunc:
+    """The example of ``loopir.passes.race_tma``'s module doc: two stages, three tiles."""
+    G3 = Buffer("G", (48, 64), "float16")
+    out = Buffer("OUT", (48, 64), "float16")
+    s = Buffer("S", (2, 16, 64), "float16", scope="shared")
+    k, i = Var("k"), Var("i")
+
+    def issue(j, cond=None):
+        v = j % 2
+        body = seq(Evaluate(T.mbarrier_arrive_expect_tx(BAR[v], 2048)),
+                   Evaluate(T.tma_load(s[v, 0, 0], G3[j * 16, 0], BAR[v], (16, 64))))  # fmt: skip
+        return IfThenElse(TX == 0 if cond is None else op.all_(TX == 0, cond), body)
+
+    r, c = i * 8 + TX // 16, TX % 16 * 4
+    reads = For(i, 0, 2, ForKind.SERIAL, BufferStore(out, s[(k + read_version) % 2, r, c], (k * 16 + r, c)))
+    step = seq(Evaluate(T.mbarrier_wait(BAR[k % 2], k // 2 % 2)), _sync(), issue(k + 1, k < 2), reads)
+    init = IfThenElse(TX == 0, seq(Evaluate(T.mbarrier_init(BAR[0], 1)), Evaluate(T.mbarrier_init(BAR[1], 1))))
+    body = seq(init, _sync(), issue(0), For(k, 0, 3, ForKind.SERIAL, step))
+    kern = For(TX, 0, 128, ForKind.THREAD_BINDING, body, thread_tag="threadIdx.x")
+    return PrimFunc((G3, out), Allocate(s, Allocate(BAR, kern)), name="k")
+
+
+def test_the_module_doc_example() -> None:
+    report = find_races(_doc_pipeline(0))
+    assert not report.races and not report.unproven
+    with pytest.raises(CodegenError, match=r"data race on shared buffer S\[(.|\n)*ptx_tma_load\(S\[\(k \+ 1\) % 2"):
+        check_races(_doc_pipeline(1))
+    a = np.arange(48 * 64).reshape(48, 64).astype("float16")
+    b = np.zeros_like(a)
+    loopir.build(_doc_pipeline(0), target="cpu")(a, b)  # the sequential meaning: a copy
+    np.testing.assert_array_equal(a[:, ::4], b[:, ::4])  # the columns the readers store
