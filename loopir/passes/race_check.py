@@ -76,6 +76,7 @@ from loopir.passes.race_inflight import (
     in_flight_count,
     phases,
 )
+from loopir.passes.race_phase import check_phases
 from loopir.passes.race_prove import BLOCK_TAGS, GRID_TAGS, prove_exclusive
 from loopir.passes.race_prove import const_int as _const
 from loopir.passes.race_tma import Piece, TmaWindowError, thread_free, tma_window, twin_covers
@@ -911,6 +912,7 @@ def check_races(func: PrimFunc, ctx: PassContext | None = None) -> None:
         raise CodegenError(f"race check ({func.name}): {e}") from None
     if report.races:
         raise CodegenError(f"race check ({func.name}): {report.races[0]}")
+    check_phases(func)  # the waits that order the copies poll their phases (race_phase)
     for msg in report.unproven:
         warnings.warn(f"race check ({func.name}): {msg}", RaceCheckWarning, stacklevel=2)
 

@@ -122,10 +122,13 @@ class Piece:
 
 
 class _Found(Exception):
-    """The matching wait, this many barriers after the walk's start."""
+    """The matching wait, this many barriers after the walk's start (with its call and the
+    iterations of the loops the walk entered, for ``race_phase``)."""
 
-    def __init__(self, barriers: int) -> None:
-        self.barriers = barriers
+    def __init__(
+        self, barriers: int, call: Call | None = None, env: dict[Var, PrimExpr] | None = None
+    ) -> None:
+        self.barriers, self.call, self.env = barriers, call, dict(env or {})
 
 
 def _is(s: Stmt, *ops: str) -> Call | None:
@@ -153,14 +156,35 @@ def _barrier(call: Call) -> BufferLoad:
     return b
 
 
-def _same(a: PrimExpr, b: PrimExpr) -> bool | None:
-    """Whether two barrier indices are equal (True), differ (False) or cannot be told apart."""
-    d = arith.simplify(a - b)
+def _ranges(path: Sequence[tuple[Stmt, int]]) -> dict[Var, tuple[int, int]]:
+    """The constant ranges of the serial loops around a statement (``path``)."""
+    out = {}
+    for node, _ in path:
+        if isinstance(node, For) and node.kind is not ForKind.THREAD_BINDING and isinstance(node.min, IntImm) \
+                and isinstance(node.extent, IntImm):  # fmt: skip
+            out[node.loop_var] = (node.min.value, node.min.value + node.extent.value)
+    return out
+
+
+def _same(
+    a: PrimExpr, b: PrimExpr, ranges: dict[Var, tuple[int, int]] | None = None
+) -> bool | None:
+    """Whether two barrier indices are equal (True), differ (False) or cannot be told apart.
+    ``ranges`` bound the loop variables: ``k`` over ``[0, 2)`` is ``k % 2`` (the simplifier
+    drops a ``% m`` that changes nothing)."""
+    ana = arith.Analyzer(ranges or {})
+    d = ana.simplify(a - b)
     if isinstance(d, IntImm):
         return d.value == 0
+    if not isinstance(a, FloorMod):
+        a, b = b, a
+    if isinstance(a, FloorMod) and not isinstance(b, FloorMod):
+        m = arith.simplify(a.b)
+        if isinstance(m, IntImm) and ana.can_prove(b >= 0) and ana.can_prove(b < m):
+            b = FloorMod(b, m)
     if isinstance(a, FloorMod) and isinstance(b, FloorMod):
         m, n = arith.simplify(a.b), arith.simplify(b.b)
-        diff = arith.simplify(a.a - b.a)
+        diff = ana.simplify(a.a - b.a)
         if (
             isinstance(m, IntImm)
             and isinstance(n, IntImm)
@@ -171,8 +195,9 @@ def _same(a: PrimExpr, b: PrimExpr) -> bool | None:
     return None
 
 
-def _same_element(a: Sequence[PrimExpr], b: Sequence[PrimExpr]) -> bool | None:
-    verdicts = [_same(x, y) for x, y in zip(a, b, strict=True)]
+def _same_element(a: Sequence[PrimExpr], b: Sequence[PrimExpr],
+                  ranges: dict[Var, tuple[int, int]] | None = None) -> bool | None:  # fmt: skip
+    verdicts = [_same(x, y, ranges) for x, y in zip(a, b, strict=True)]
     if any(v is False for v in verdicts):
         return False
     return True if all(verdicts) else None
@@ -181,20 +206,22 @@ def _same_element(a: Sequence[PrimExpr], b: Sequence[PrimExpr]) -> bool | None:
 class _Walk:
     """A forward walk from one copy (module doc): counts barriers until the matching wait."""
 
-    def __init__(self, issue: Evaluate, call: Call, sub: dict[Var, PrimExpr]) -> None:
+    def __init__(self, issue: Evaluate, call: Call, sub: dict[Var, PrimExpr],
+                 ranges: dict[Var, tuple[int, int]] | None = None) -> None:  # fmt: skip
         self.issue, self.call, self.bar = issue, call, _barrier(call)
+        self.ranges = ranges
         self.target = [arith.simplify(substitute(i, sub)) for i in self.bar.indices]
         self.env: dict[Var, PrimExpr] = {}
         #: the iterations of loops with barriers the walk entered: (loop, iteration, barriers before it)
         self.entered: list[tuple[For, int, int]] = []
-        self.exited: set[int] = set()  # the loops it walked to their end
+        self.exited: dict[int, int] = {}  # the loops it walked to their end: barriers then
 
     def fail(self, why: str) -> TmaWindowError:
         return TmaWindowError(f"the TMA copy {why}:\n  {script(self.issue).strip()}")
 
     def element(self, call: Call) -> bool | None:
         idx = [arith.simplify(substitute(i, self.env)) for i in _barrier(call).indices]
-        return _same_element(idx, self.target)
+        return _same_element(idx, self.target, self.ranges)
 
     def stmt(self, s: Stmt, n: int) -> int:
         """Walk ``s`` after ``n`` barriers; the barriers after it (``_Found`` at the wait)."""
@@ -213,7 +240,7 @@ class _Walk:
             same = self.element(call)
             if call.op == "ptx_mbarrier_wait":
                 if same:
-                    raise _Found(n)
+                    raise _Found(n, call, self.env)
                 return n
             if s is self.issue and same is not False:
                 raise self.fail(f"is issued again on {self.bar} before a wait on it")
@@ -268,7 +295,7 @@ class _Walk:
             raise self.fail(
                 f"is not waited on within {_MAX_ITERATIONS} iterations of loop {s.loop_var.name}"
             )
-        self.exited.add(id(s))
+        self.exited[id(s)] = n
         return n
 
     @staticmethod
@@ -313,17 +340,19 @@ def _straight(w: _Walk, last: int) -> list[Piece]:
     """The pieces of a copy issued outside loops with barriers, waited on ``last`` barriers
     later: one a barrier interval at the issue; where the walk entered one loop with barriers,
     also one in each of its iterations it walked (``Piece.inside``, pinned to the iteration by
-    a guard), which the accesses in the loop meet instead (``Piece.outside``)."""
+    a guard), which the accesses in the loop meet instead (``Piece.outside``: the pieces at the
+    loop's counts, and after it, where no access in the loop is)."""
     loops = {id(f): f for f, _, _ in w.entered}
-    if len(loops) != 1 or set(loops) & w.exited:
+    if len(loops) != 1:
         return [Piece(d) for d in range(last + 1)]
     (loop,) = loops.values()
     per = _barriers_per_iteration(loop.body)
-    starts = [(i, n) for _, i, n in w.entered] + [(None, last)]
+    # the last entered iteration ends at the wait, or at the loop's end when the walk left it
+    starts = [(i, n) for _, i, n in w.entered] + [(None, w.exited.get(id(loop), last))]
     pieces = [Piece(d, outside=loop if starts[0][1] <= d else None) for d in range(last + 1)]
     for (i, n0), (_, n1) in zip(starts, starts[1:]):  # iteration i: barriers n0 .. n1
         assert i is not None
-        cond = (loop.loop_var == loop.min + i,)
+        cond = (loop.loop_var == arith.simplify(loop.min + i),)
         pieces += [Piece(o, (), cond, "?" if per is None else _place(o, per), per is not None and o in (0, per),
                          inside=loop) for o in range(n1 - n0 + 1)]  # fmt: skip
     return pieces
@@ -372,9 +401,10 @@ def tma_window(
     """
     call = issue.value
     assert isinstance(call, Call) and call.op == "ptx_tma_load", issue
+    ranges = _ranges(path)
     at = max((i for i, (node, _) in enumerate(path) if _barrier_loop(node)), default=None)
     if at is None:  # straight-line code (with loops entered on the way): one interval a barrier
-        w = _Walk(issue, call, {})
+        w = _Walk(issue, call, {}, ranges)
         try:
             w.after(path, len(path) - 1, 0)
         except _Found as f:
@@ -386,7 +416,7 @@ def tma_window(
         raise TmaWindowError(f"the TMA copy is in loop {loop.loop_var.name}, whose barriers per iteration are "
                              f"not a constant:\n  {script(issue).strip()}")  # fmt: skip
     k = loop.loop_var
-    w = _Walk(issue, call, {})
+    w = _Walk(issue, call, {}, ranges)
     try:  # the rest of the issue's iteration
         w.after(path, len(path) - 1, 0, at)
     except _Found as f:
@@ -398,19 +428,24 @@ def tma_window(
     waited_in = None
     for j in range(1, _MAX_ITERATIONS + 1):  # the next iterations: k is the issue's k + j
         shift = ((k, k - j),)
-        w = _Walk(issue, call, dict(shift))
-        cond = (k - j >= loop.min,)
+        w = _Walk(issue, call, dict(shift), ranges)
+        cond = (k - j >= arith.simplify(loop.min),)
+        # no iteration is j after another when the loop is not longer than j: no pieces there
+        exists = not (isinstance(loop.extent, IntImm) and loop.extent.value <= j)
         try:
             w.stmt(loop.body, 0)
         except _Found as f:
             pieces += [
                 Piece(o - offset, shift, cond, _place(o, per), o == 0)
                 for o in range(f.barriers + 1)
+                if exists
             ]
             waited_in = j
             break
         pieces += [
-            Piece(o - offset, shift, cond, _place(o, per), o in (0, per)) for o in range(per + 1)
+            Piece(o - offset, shift, cond, _place(o, per), o in (0, per))
+            for o in range(per + 1)
+            if exists
         ]
     if waited_in is None:
         raise w.fail(
@@ -426,7 +461,7 @@ def tma_window(
             continue
         if any(_false(substitute(g, {k: last})) for g in guards):
             continue  # not issued in that iteration
-        w = _Walk(issue, call, {k: last})
+        w = _Walk(issue, call, {k: last}, ranges)
         try:
             w.after(path, at - 1, 0)
         except _Found as f:

@@ -113,11 +113,20 @@ def test_reads_without_a_barrier_after_the_wait_race_with_the_copy() -> None:
 
 
 def test_a_second_copy_into_a_tile_still_being_read_races() -> None:
-    again = IfThenElse(TX == 0, seq(_load(), _wait()))
+    second = Evaluate(T.mbarrier_wait(BAR[0], 1))  # phase 1 of the barrier
+    again = IfThenElse(TX == 0, seq(Evaluate(T.mbarrier_arrive_expect_tx(BAR[0], 2048)), _load(), second))
     racy = _kernel(_issue(), _wait(), _sync(), _reads(), again, _sync(), _reads())
     with pytest.raises(CodegenError, match=r"data race on shared buffer tile"):
         check_races(racy)
     check_races(_kernel(_issue(), _wait(), _sync(), _reads(), _sync(), again, _sync(), _reads()))
+    # without its own arrival the copy's bytes count toward no phase it waits for (phase 0 is
+    # complete: the wait returns at once); with the arrival, on parity 0 again, the same
+    no_arrival = IfThenElse(TX == 0, seq(_load(), _wait()))
+    with pytest.raises(CodegenError, match=r"the TMA copy does not follow its own mbarrier_arrive_expect_tx"):
+        check_races(_kernel(_issue(), _wait(), _sync(), _reads(), _sync(), no_arrival, _sync(), _reads()))
+    stale = IfThenElse(TX == 0, seq(Evaluate(T.mbarrier_arrive_expect_tx(BAR[0], 2048)), _load(), _wait()))
+    with pytest.raises(CodegenError, match=r"the mbarrier arrival is waited on with parity 0, not proven"):
+        check_races(_kernel(_issue(), _wait(), _sync(), _reads(), _sync(), stale, _sync(), _reads()))
 
 
 def test_thread_sync_plans_the_barriers_the_model_needs() -> None:
@@ -177,3 +186,12 @@ def test_the_module_doc_example() -> None:
     b = np.zeros_like(a)
     loopir.build(_doc_pipeline(0), target="cpu")(a, b)  # the sequential meaning: a copy
     np.testing.assert_array_equal(a[:, ::4], b[:, ::4])  # the columns the readers store
+
+
+def test_the_phase_proof_refuses_a_loop_it_does_not_follow() -> None:
+    # two copies on one barrier in a loop without barriers: the second is phase 1, which a
+    # walk that stops at the loop would take for phase 0 (the init before it)
+    k = Var("k")
+    body = _issue(_wait())
+    with pytest.raises(CodegenError, match=r"the mbarrier arrival is in loop k, whose earlier iterations"):
+        check_races(_kernel(For(k, 0, 2, ForKind.SERIAL, body), _sync(), _reads()))
