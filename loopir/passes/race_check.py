@@ -21,6 +21,12 @@ witness enumerates at most ``WITNESS_POINTS`` instances of each access (all of t
 few, else the first and last iterations of the large loops): a witness under exact guards is a real
 race. A search that finds none proves nothing.
 
+Asynchronous writers and readers are accesses over ranges of barrier counts: a ``wgmma``'s
+tile reads until its retiring wait ([`loopir.passes.race_inflight`][loopir.passes.race_inflight]),
+a TMA copy's tile write until the first wait on its mbarrier element, by no thread
+([`loopir.passes.race_tma`][loopir.passes.race_tma]; the waits' parities are proven by
+[`loopir.passes.race_phase`][loopir.passes.race_phase]).
+
 A proven race raises [`CodegenError`][loopir.errors.CodegenError] showing the function with both
 accesses marked. A pair that is neither proven nor refuted gives a
 [`RaceCheckWarning`][loopir.passes.race_check.RaceCheckWarning] with the reason. ``cuda.race_check``
@@ -79,7 +85,7 @@ from loopir.passes.race_inflight import (
 from loopir.passes.race_phase import check_phases
 from loopir.passes.race_prove import BLOCK_TAGS, GRID_TAGS, prove_exclusive
 from loopir.passes.race_prove import const_int as _const
-from loopir.passes.race_tma import Piece, TmaWindowError, thread_free, tma_window, twin_covers
+from loopir.passes.race_tma import CopyCollector, TmaWindowError, copy_pair_skipped
 from loopir.tensor_intrin.calls import hardware_lane
 from loopir.tensor_intrin.tma import call_touches
 
@@ -196,7 +202,7 @@ class _Labels:
         return min(ra, rb)
 
 
-class _Collector(EnclosingPath, Visitor):
+class _Collector(EnclosingPath, CopyCollector, Visitor):
     """Every shared/global access of a kernel with its loops, guards and barrier count."""
 
     def __init__(self) -> None:
@@ -212,8 +218,7 @@ class _Collector(EnclosingPath, Visitor):
         self.barrier_loops: list[tuple[For, bool, PrimExpr, PrimExpr]] = []
         self.path: list[tuple[Stmt, int]] = []
         self.spans = False  # whole kernels only: the in-flight reads need the code after them
-        # TMA pieces (race_tma): "twin", or the loop whose accesses meet other pieces
-        self.twins: dict[int, object] = {}
+        self.twins: dict[int, object] = {}  # CopyCollector's
         self.deferred: dict[int, list[Any]] = {}
 
     def _phase(self, start: PrimExpr, per_iter: PrimExpr) -> str:
@@ -254,7 +259,7 @@ class _Collector(EnclosingPath, Visitor):
         over the call's footprint (``loopir.tensor_intrin.calls.touches``)."""
         assert isinstance(node.value, Call)
         if self.spans and node.value.op == "ptx_tma_load":
-            self._tma(node)
+            self.tma_copy(node)
             return
         span = in_flight(self.path, node.value) if self.spans else None
         for t in call_touches(node.value, hardware_lane(self.loops)):
@@ -269,49 +274,12 @@ class _Collector(EnclosingPath, Visitor):
                 self.conds.pop()
             del self.loops[len(self.loops) - len(loops):]
 
-    def _tma(self, node: Evaluate) -> None:
-        """A TMA copy: its barrier read at the issue, its tile write and source read in
-        flight until the matching wait, by no thread (``loopir.passes.race_tma``)."""
-        assert isinstance(node.value, Call)
-        offset = per = None
-        if self.barrier_loops:
-            _, _, start, per_iter = self.barrier_loops[-1]
-            offset, per = _const(arith.simplify(Sub(self.count, start))), _const(arith.simplify(per_iter))
-        pieces = tma_window(self.path, node, offset, per, self.conds)
-        own = tuple((f, always, self._phase(start, p)) for f, always, start, p in self.barrier_loops)
-        touches = call_touches(node.value)
-        loops, conds = thread_free(self.loops, self.conds, [i for t in touches for i in t.indices], node)
-        for t in touches:
-            if not t.is_store and t.buffer.scope == "shared":  # the barrier: read at the issue
-                self._add(t.buffer, t.indices, False)
-                continue
-            for pc in pieces:
-                if pc.inside is not None:  # met when the collector enters that loop
-                    self.deferred.setdefault(id(pc.inside), []).append((node, t, pc, loops, conds))
-                    continue
-                places = own if pc.place is None else (*own[:-1], (own[-1][0], own[-1][1], pc.place))
-                cond = () if t.cond is None else (pc.apply(t.cond),)
-                count = Add(self.count, IntImm(pc.delta, "int32")) if pc.delta else self.count
-                self.accesses.append(_Access(t.buffer, tuple(pc.apply(i) for i in t.indices), t.is_store,
-                                             (*loops, *t.loops(node)), (*(pc.apply(c) for c in conds), *pc.conds, *cond),
-                                             count, -1, node, places))  # fmt: skip
-                self._mark(pc)
-
-    def _mark(self, pc: Piece) -> None:
-        if pc.twin or pc.outside is not None:
-            self.twins[id(self.accesses[-1])] = pc.outside if pc.outside is not None else "twin"
-
-    def _deferred(self, loop: For) -> None:
-        """The pieces of copies issued before ``loop`` that are in flight in its first
-        iterations (``race_tma.Piece.inside``), as accesses in the loop."""
-        for node, t, pc, loops, conds in self.deferred.pop(id(loop), []):
-            own = tuple((f, always, self._phase(start, p)) for f, always, start, p in self.barrier_loops)
-            places = (*own[:-1], (own[-1][0], own[-1][1], pc.place or "?"))
-            cond = () if t.cond is None else (t.cond,)
-            count = Add(self.count, IntImm(pc.delta, "int32")) if pc.delta else self.count
-            self.accesses.append(_Access(t.buffer, t.indices, t.is_store, (*loops, loop, *t.loops(node)),
-                                         (*conds, *pc.conds, *cond), count, -1, node, places))  # fmt: skip
-            self._mark(pc)
+    def new_access(self, buffer: Buffer, indices: tuple[PrimExpr, ...], is_store: bool, loops: tuple[For, ...],
+                   conds: tuple[PrimExpr, ...], count: PrimExpr, stmt: Stmt,
+                   places: tuple[tuple[For, bool, str], ...]) -> _Access:  # fmt: skip
+        """An access over a range of barrier counts (no label): a TMA copy's piece."""
+        self.accesses.append(_Access(buffer, indices, is_store, loops, conds, count, -1, stmt, places))
+        return self.accesses[-1]
 
     def visit_BufferStore(self, node: BufferStore) -> None:
         prev, self.stmt = self.stmt, node
@@ -372,7 +340,7 @@ class _Collector(EnclosingPath, Visitor):
         self.loops.append(node)
         self.barrier_loops.append((node, _at_least_one(per_iter, self.loops), self.count, per_iter))
         self.loops.pop()
-        self._deferred(node)
+        self.tma_deferred(node)
         self.loops.append(node)
         self.visit(node.body)
         self.barrier_loops.pop()
@@ -741,31 +709,9 @@ def _pairs(k: _Kernel) -> Iterator[tuple[_Access, _Access]]:
                     continue  # that pair of stores was checked the other way round
                 if shared and min(w.label, x.label) >= 0 and k.labels.find(w.label) != k.labels.find(x.label):
                     continue
-                if w.stmt is x.stmt and _is_copy(w) and _is_copy(x):
-                    continue  # one copy's in-flight pieces: one writer (race_tma refuses a reissue)
-                if _covered(k, w, x) or _covered(k, x, w):
-                    continue
+                if copy_pair_skipped(k.twins, w, x):
+                    continue  # race_tma: one copy's pieces, or a piece another covers
                 yield w, x
-
-
-def _covered(k: _Kernel, piece: _Access, other: _Access) -> bool:
-    """Whether ``piece`` (a copy's in-flight piece) meets ``other`` only where another piece
-    does: its twin (``race_tma.twin_covers``), or, for a piece after its loop (``Piece.post``),
-    the pieces of the loop's iterations (``other`` in the loop: at most at its last count)."""
-    kind = k.twins.get(id(piece))
-    if kind is None or not other.barrier_loops:
-        return False
-    if kind != "twin":  # a loop: accesses in it meet the pieces in its iterations
-        return any(f is kind for f, _, _ in other.barrier_loops)
-    loop, _, place = piece.barrier_loops[-1]
-    theirs = next((p for f, _, p in other.barrier_loops if f is loop), None)
-    return twin_covers(place, True, theirs)
-
-
-def _is_copy(acc: _Access) -> bool:
-    """Whether ``acc`` is a piece of a TMA copy's in-flight write or source read."""
-    v = acc.stmt.value if isinstance(acc.stmt, Evaluate) else None
-    return acc.label == -1 and isinstance(v, Call) and v.op == "ptx_tma_load"
 
 
 def _what(acc: _Access) -> str:

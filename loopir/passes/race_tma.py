@@ -63,27 +63,38 @@ Example (``tests/passes/test_tma_check.py`` builds it: accepted; with the reads 
             tma_load(S[(k + 1) % 2, 0, 0], G[(k + 1) * 16, 0], bar[(k + 1) % 2], (16, 64))
         OUT[k * 16 + r, c] = S[k % 2, r, c]    # another version than the one in flight
 
-Not checked: that a wait's parity names the copy's phase (a wait on a phase already complete
-returns at once; the pipelines generate ``j // V % 2``,
-[`loopir.passes.pipeline_tma`][loopir.passes.pipeline_tma]) and that ``expect_tx`` announces
-the copies' bytes.
+That the matching wait polls the parity of the copy's phase (a wait on a phase already
+complete returns at once) is proven by [`loopir.passes.race_phase`][loopir.passes.race_phase],
+which the race check runs after this model. Not checked: that ``expect_tx`` announces the
+copies' bytes (a wrong count hangs or completes the phase early).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
 from loopir import arith
 from loopir.errors import CodegenError
 from loopir.ir import op
+from loopir.ir.buffer import Buffer
 from loopir.ir.expr import BufferLoad, Call, FloorMod, IntImm, PrimExpr, Var
 from loopir.ir.functor import collect_vars, post_order_visit, substitute
 from loopir.ir.printer import script
 from loopir.ir.stmt import Allocate, Evaluate, For, ForKind, IfThenElse, SeqStmt, Stmt
+from loopir.tensor_intrin.tma import call_touches
 
-__all__ = ["Piece", "TmaWindowError", "thread_free", "tma_window", "twin_covers"]
+__all__ = [
+    "CopyCollector",
+    "Piece",
+    "TmaWindowError",
+    "copy_pair_skipped",
+    "thread_free",
+    "tma_window",
+    "twin_covers",
+]
 
 #: Iterations of a loop the walk follows before it gives up (a copy is waited on within a
 #: pipeline's depth).
@@ -499,3 +510,118 @@ def thread_free(loops: Sequence[For], conds: Sequence[PrimExpr], exprs: Sequence
                              f"check models a copy whose tile is the same for every thread:\n  {script(issue).strip()}")  # fmt: skip
     keep = tuple(f for f in loops if f.loop_var not in threads)
     return keep, tuple(c for c in conds if not (set(collect_vars(c)) & threads))
+
+
+def _is_copy(acc: Any) -> bool:
+    """Whether the race checker's access ``acc`` is a piece of a TMA copy."""
+    v = acc.stmt.value if isinstance(acc.stmt, Evaluate) else None
+    return bool(acc.label == -1 and isinstance(v, Call) and v.op == "ptx_tma_load")
+
+
+def _covered(twins: dict[int, object], piece: Any, other: Any) -> bool:
+    """Whether ``piece`` meets ``other`` only where another piece does: its twin
+    (``twin_covers``), or, for a piece marked with a loop (``Piece.outside``), the pieces in the
+    loop's iterations (``other`` in the loop)."""
+    kind = twins.get(id(piece))
+    if kind is None or not other.barrier_loops:
+        return False
+    if kind != "twin":  # a loop: accesses in it meet the pieces in its iterations
+        return any(f is kind for f, _, _ in other.barrier_loops)
+    loop, _, place = piece.barrier_loops[-1]
+    theirs = next((p for f, _, p in other.barrier_loops if f is loop), None)
+    return twin_covers(place, True, theirs)
+
+
+def copy_pair_skipped(twins: dict[int, object], w: Any, x: Any) -> bool:
+    """Whether the race checker need not ask about the pair ``(w, x)``: two pieces of one copy
+    (one writer; a copy issued again before its wait is refused by the walk), or a piece that
+    another piece covers for ``x`` (``_covered``)."""
+    if w.stmt is x.stmt and _is_copy(w) and _is_copy(x):
+        return True
+    return _covered(twins, w, x) or _covered(twins, x, w)
+
+
+class CopyCollector:
+    """The race checker's collector's part for TMA copies (a mixin of
+    ``race_check._Collector``, which provides the state below): each copy's barrier read at the
+    issue, its tile write and source read as the pieces of its window, by no thread."""
+
+    barrier_loops: list[tuple[For, bool, PrimExpr, PrimExpr]]
+    count: PrimExpr
+    loops: list[For]
+    conds: list[PrimExpr]
+    path: list[tuple[Stmt, int]]
+    #: id of a piece's access -> "twin" or the loop (``Piece.outside``) whose accesses skip it
+    twins: dict[int, object]
+    #: id of a loop -> the pieces of copies issued before it that are in flight in it
+    deferred: dict[int, list[Any]]
+
+    def _phase(self, start: PrimExpr, per_iter: PrimExpr) -> str:
+        raise NotImplementedError
+
+    def _add(self, buf: Buffer, idx: tuple[PrimExpr, ...], store: bool) -> None:
+        raise NotImplementedError
+
+    def new_access(self, buffer: Buffer, indices: tuple[PrimExpr, ...], is_store: bool, loops: tuple[For, ...],
+                   conds: tuple[PrimExpr, ...], count: PrimExpr, stmt: Stmt,
+                   places: tuple[tuple[For, bool, str], ...]) -> Any:  # fmt: skip
+        raise NotImplementedError
+
+    def _mark(self, acc: Any, pc: Piece) -> None:
+        if pc.twin or pc.outside is not None:
+            self.twins[id(acc)] = pc.outside if pc.outside is not None else "twin"
+
+    def tma_copy(self, node: Evaluate) -> None:
+        """The accesses of the copy ``node`` (module doc)."""
+        assert isinstance(node.value, Call)
+        offset = per = None
+        if self.barrier_loops:
+            _, _, start, per_iter = self.barrier_loops[-1]
+            offset, per = (
+                _const(arith.simplify(self.count - start)),
+                _const(arith.simplify(per_iter)),
+            )
+        pieces = tma_window(self.path, node, offset, per, self.conds)
+        own = tuple(
+            (f, always, self._phase(start, p)) for f, always, start, p in self.barrier_loops
+        )
+        touches = call_touches(node.value)
+        loops, conds = thread_free(
+            self.loops, self.conds, [i for t in touches for i in t.indices], node
+        )
+        for t in touches:
+            if not t.is_store and t.buffer.scope == "shared":  # the barrier: read at the issue
+                self._add(t.buffer, t.indices, False)
+                continue
+            for pc in pieces:
+                if pc.inside is not None:  # met when the collector enters that loop
+                    self.deferred.setdefault(id(pc.inside), []).append((node, t, pc, loops, conds))
+                    continue
+                places = (
+                    own if pc.place is None else (*own[:-1], (own[-1][0], own[-1][1], pc.place))
+                )
+                cond = () if t.cond is None else (pc.apply(t.cond),)
+                count = self.count + pc.delta if pc.delta else self.count
+                acc = self.new_access(t.buffer, tuple(pc.apply(i) for i in t.indices), t.is_store,
+                                      (*loops, *t.loops(node)), (*(pc.apply(c) for c in conds), *pc.conds, *cond),
+                                      count, node, places)  # fmt: skip
+                self._mark(acc, pc)
+
+    def tma_deferred(self, loop: For) -> None:
+        """The pieces of copies issued before ``loop`` that are in flight in its first
+        iterations (``Piece.inside``), as accesses in the loop (its iteration's count and place
+        just entered)."""
+        for node, t, pc, loops, conds in self.deferred.pop(id(loop), []):
+            own = tuple(
+                (f, always, self._phase(start, p)) for f, always, start, p in self.barrier_loops
+            )
+            places = (*own[:-1], (own[-1][0], own[-1][1], pc.place or "?"))
+            cond = () if t.cond is None else (t.cond,)
+            count = self.count + pc.delta if pc.delta else self.count
+            acc = self.new_access(t.buffer, t.indices, t.is_store, (*loops, loop, *t.loops(node)),
+                                  (*conds, *pc.conds, *cond), count, node, places)  # fmt: skip
+            self._mark(acc, pc)
+
+
+def _const(e: PrimExpr) -> int | None:
+    return e.value if isinstance(e, IntImm) else None
