@@ -509,7 +509,14 @@ def thread_free(loops: Sequence[For], conds: Sequence[PrimExpr], exprs: Sequence
         raise TmaWindowError(f"the TMA copy's coordinates depend on the issuing thread ({names}); the race "
                              f"check models a copy whose tile is the same for every thread:\n  {script(issue).strip()}")  # fmt: skip
     keep = tuple(f for f in loops if f.loop_var not in threads)
-    return keep, tuple(c for c in conds if not (set(collect_vars(c)) & threads))
+    parts = [p for c in conds for p in _conjuncts(c)]  # ``tx == 0 and k < 2``: keep ``k < 2``
+    return keep, tuple(c for c in parts if not (set(collect_vars(c)) & threads))
+
+
+def _conjuncts(c: PrimExpr) -> list[PrimExpr]:
+    from loopir.ir.expr import And
+
+    return [*_conjuncts(c.a), *_conjuncts(c.b)] if isinstance(c, And) else [c]
 
 
 def _is_copy(acc: Any) -> bool:
