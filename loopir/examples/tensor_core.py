@@ -292,16 +292,16 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
         of ``cp.async`` by every thread: every thread waits on the stage's barrier (parity
         ``k // stages % 2``), then the step's one ``__syncthreads`` (``wait_first``) orders the
         reads and the next copies into that stage
-        ([`TMA_KEY`][loopir.passes.pipeline_tma.TMA_KEY]). Needs sizes that are multiples of
-        the block tile (no ``pad``), no ``a_prologue``, ``stages >= 2``. Off by default until
-        measured.
+        ([`TMA_KEY`][loopir.passes.pipeline_tma.TMA_KEY]). Padded sizes: the boxes that leave
+        A or B are filled with zeros by TMA (what ``pad`` fetches). Needs K a multiple of 8
+        (16-byte rows), no ``a_prologue``, ``stages >= 2``. Off by default until measured.
     """
     if pad is None:
         pad = bool(M % block[0] or N % block[1] or K % block[2]) if _ints(M, K, N) else False
-    if _bool("tma", tma, _HOPPER) and (pad or a_prologue is not None):
-        raise _fail(f"tma=True needs M, N, K multiples of the block tile {block} and no a_prologue (the box copies "
-                    f"are plain; TMA's zero fill for padded sizes is not used yet), got M={M}, K={K}, N={N}, "
-                    f"pad={pad}, a_prologue={a_prologue is not None}", _HOPPER)  # fmt: skip
+    if _bool("tma", tma, _HOPPER) and (a_prologue is not None or (isinstance(K, int) and K % 8)):
+        raise _fail(f"tma=True needs K a multiple of 8 (TMA reads rows of A and B whose stride must be a multiple "
+                    f"of 16 bytes) and no a_prologue (the fetch must be a box copy), got K={K}, "
+                    f"a_prologue={a_prologue is not None}", _HOPPER)  # fmt: skip
     bm, bn, bk = block
     if bk != 64 or bm % 64 or not (isinstance(wn, int) and 16 <= wn <= 256 and wn % 16 == 0) or bn % wn:
         raise _fail(f"block {block} and wn {wn!r}: the block tile must be (64k, a multiple of wn, 64) and wn "

@@ -3,8 +3,9 @@
 With the annotation [`TMA_KEY`][loopir.passes.pipeline_tma.TMA_KEY] on a loop that
 InjectSoftwarePipeline pipelines, the statements of its async stage are box copies of global
 tiles into shared ones (two serial loops, ``S[v, f(r, c)] = G[o0 + r, o1 + c]``, with ``f`` the
-identity or the layout a TMA swizzle writes) and become one TMA issue per step instead of
-``cp.async`` groups:
+identity or the layout a TMA swizzle writes; for a padded operand the value may be
+``Select(bounds, G[...], 0)``, TMA filling the zeros) and become one TMA issue per step instead
+of ``cp.async`` groups:
 
 * one mbarrier per buffer version, ``<loop>_tma_bar[V]``, initialized (count 1) by thread 0
   before the prologue, then a block barrier;
@@ -54,7 +55,20 @@ from loopir.ir import dtype as dt
 from loopir.ir import op
 from loopir.ir import tma as T
 from loopir.ir.buffer import Buffer
-from loopir.ir.expr import BufferLoad, Call, FloorDiv, FloorMod, IntImm, PrimExpr, Var
+from loopir.ir.expr import (
+    GE,
+    LT,
+    And,
+    BufferLoad,
+    Call,
+    FloatImm,
+    FloorDiv,
+    FloorMod,
+    IntImm,
+    PrimExpr,
+    Select,
+    Var,
+)
 from loopir.ir.functor import collect_vars, post_order_stmts, substitute
 from loopir.ir.stmt import BufferStore, Evaluate, For, ForKind, IfThenElse, Stmt, seq
 from loopir.tensor_intrin.tma import tile_element
@@ -96,7 +110,10 @@ def box_copy(s: Stmt) -> BoxCopy | str:
     ``S[p..., f(r)] = G[o + r]``: ``G`` a global buffer of the rank of the box, ``o`` free of
     the loops, ``S`` shared with its last dimensions the box, ``f`` what a TMA copy with one of
     the swizzles writes (checked at every point of the box: its cost is the box's size, a
-    constant)."""
+    constant). The value may be ``Select(c, G[o + r], 0)`` (a padded operand's fetch) where each
+    conjunct of ``c`` is ``o[d] + r[d] < G.shape[d]`` or ``o[d] + r[d] >= 0``: TMA's zero fill
+    outside the tensor is then the same value (where ``c`` holds, the copy reads ``G`` in
+    bounds, as the program it replaces did)."""
     loops: list[For] = []
     while isinstance(s, For):
         if s.kind is not ForKind.SERIAL or not isinstance(s.min, IntImm) or s.min.value != 0 \
@@ -104,11 +121,15 @@ def box_copy(s: Stmt) -> BoxCopy | str:
             return f"loop {s.loop_var.name} is not a serial loop from 0 over a constant extent"
         loops.append(s)
         s = s.body
-    if not (isinstance(s, BufferStore) and isinstance(s.value, BufferLoad)):
-        return (
-            "the body is not a plain copy (a store of a load; a guard or a padding select is none)"
-        )
-    store, load = s, s.value
+    if not isinstance(s, BufferStore):
+        return "the body is not a store"
+    value: PrimExpr = s.value
+    cond: PrimExpr | None = None
+    if isinstance(s.value, Select) and _is_zero(s.value.false_value):
+        value, cond = s.value.true_value, s.value.condition
+    if not isinstance(value, BufferLoad):
+        return "the body is not a copy (a store of a load, or of a select of a load and zero)"
+    store, load = s, value
     iters = [f.loop_var for f in loops]
     box = tuple(f.extent.value for f in loops)  # type: ignore[attr-defined]
     if store.buffer.scope != "shared" or load.buffer.scope != "global" or len(load.indices) != len(box) \
@@ -119,6 +140,8 @@ def box_copy(s: Stmt) -> BoxCopy | str:
     for i, o, v in zip(load.indices, origin, iters, strict=True):
         if not isinstance(d := arith.simplify(i - o - v), IntImm) or d.value:
             return f"source index {i} is not the box's origin plus loop {v.name}"
+    if cond is not None and (why := _bounds_problem(cond, load)) is not None:
+        return why
     if any(set(collect_vars(o)) & set(iters) for o in origin):
         return "the box's origin depends on its loops"
     k = len(box)
@@ -151,6 +174,36 @@ def box_copy(s: Stmt) -> BoxCopy | str:
             return copy
     return (f"the tile's layout {tuple(str(i) for i in store.indices[len(prefix):])} is not one a TMA copy "
             f"writes (no swizzle, or 32/64/128 bytes)")  # fmt: skip
+
+
+def _is_zero(e: PrimExpr) -> bool:
+    return isinstance(e, (IntImm, FloatImm)) and e.value == 0
+
+
+def _bounds_problem(cond: PrimExpr, load: BufferLoad) -> str | None:
+    """Why ``cond`` is not a conjunction of bounds of ``load``'s indices (``box_copy``)."""
+    parts, todo = [], [cond]
+    while todo:
+        c = todo.pop()
+        if isinstance(c, And):
+            todo += [c.a, c.b]
+        else:
+            parts.append(c)
+    for c in parts:
+        ok = False
+        for g, n in zip(load.indices, load.buffer.shape, strict=True):
+            if isinstance(c, LT):  # g < n, in any form: a - b == g - n
+                ok = ok or _zero(c.a - c.b - (g - n))
+            elif isinstance(c, GE):  # g >= 0: a - b == g
+                ok = ok or _zero(c.a - c.b - g)
+        if not ok:
+            return f"the select's condition {c} is not a bound of {load} (TMA fills zeros only outside the tensor)"
+    return None
+
+
+def _zero(e: PrimExpr) -> bool:
+    d = arith.simplify(e)
+    return isinstance(d, IntImm) and d.value == 0
 
 
 class TmaPipeline:

@@ -426,8 +426,9 @@ def schedule_with_pad(sch: Schedule, m: TensorCoreGemm, block: tuple[int, int, i
     ``async_mma`` (``wgmma``, ``stages >= 3``): each step's ``wgmma`` issued asynchronously and
     retired one step later, the compute one stage after the copies' last but one
     ([`MMA_IN_FLIGHT_KEY`][loopir.passes.pipeline_mma.MMA_IN_FLIGHT_KEY]); ``tma`` (sm_90a,
-    ``stages >= 2``, no padding): the shared tiles fetched by TMA copies on mbarriers instead of
-    ``cp.async`` ([`TMA_KEY`][loopir.passes.pipeline_tma.TMA_KEY])."""
+    ``stages >= 2``, K rows of a multiple of 16 bytes): the shared tiles fetched by TMA copies
+    on mbarriers instead of ``cp.async``, zeros past padded sizes from TMA's fill
+    ([`TMA_KEY`][loopir.passes.pipeline_tma.TMA_KEY])."""
     (bm, bn, bk), (wm, wn) = block, warp
     M, K, N = m.sizes
     rows = -(-M // bm)
@@ -435,10 +436,10 @@ def schedule_with_pad(sch: Schedule, m: TensorCoreGemm, block: tuple[int, int, i
         raster //= 2
     # which of A, B, C pad_einsum grows
     grown = (bool(M % bm or K % bk), bool(K % bk or N % bn), bool(M % bm or N % bn)) if pad else (False,) * 3
-    if tma and (not wgmma or any(grown) or any(p is not None for p in m.producers) or stages < 2):
-        raise ScheduleError(f"tensor_core_gemm: tma needs wgmma, sizes that are multiples of the block tile {block} "
-                            f"(no pad: TMA's zero fill is not used yet), operands without producers and stages >= 2; "
-                            f"got wgmma={wgmma}, sizes {m.sizes}, producers {tuple(m.producers)}, stages {stages}")  # fmt: skip
+    if tma and (not wgmma or any(p is not None for p in m.producers) or stages < 2 or K * dt.bits(m.dtype) % 128):
+        raise ScheduleError(f"tensor_core_gemm: tma needs wgmma, operands without producers, stages >= 2 and K a "
+                            f"multiple of 16 bytes of {m.dtype} (TMA's global row stride); got wgmma={wgmma}, producers "
+                            f"{tuple(m.producers)}, stages {stages}, K={K}")  # fmt: skip
     if any(grown):
         sch.pad(sch.get_block(m.block), [1] * m.batch + [bm, bn, bk])
     batched = m.batch > 0
