@@ -172,7 +172,13 @@ class _Back:
                 )
             if not same:
                 return None
-            return "init" if call.op == _INIT else (s, dict(walk_env))
+            if call.op == _INIT:
+                if not (isinstance(call.args[1], IntImm) and call.args[1].value == 1):
+                    raise _Problem(
+                        f"follows {script(s).strip()}: the phase proof counts one arrival a phase (count 1)"
+                    )
+                return "init"
+            return (s, dict(walk_env))
         if isinstance(s, SeqStmt):
             for c in reversed(s.seq):
                 if (r := self.stmt(c, walk_env)) is not None:
@@ -403,6 +409,54 @@ def _check(
                                    f"{arith.simplify(qq)}, the previous phase's ({' and '.join(map(str, cs)) or 'always'})")  # fmt: skip
 
 
+def _launch(body: Stmt) -> dict[str, int | None]:
+    """The extent of each ``threadIdx`` tag (None: not a constant)."""
+    from loopir.ir.functor import post_order_stmts
+
+    out: dict[str, int | None] = {}
+
+    def visit(n: object) -> None:
+        if (
+            isinstance(n, For)
+            and n.kind is ForKind.THREAD_BINDING
+            and str(n.thread_tag).startswith("threadIdx")
+        ):
+            ext = n.extent.value if isinstance(n.extent, IntImm) else None
+            old = out.get(str(n.thread_tag), 0)
+            out[str(n.thread_tag)] = None if ext is None or old is None else max(ext, old)
+
+    post_order_stmts(body, visit)
+    return out
+
+
+def _one_thread(path: Sequence[tuple[Stmt, int]], launch: dict[str, int | None]) -> None:
+    """An arrival made by one thread: each ``threadIdx`` tag of the launch with more than one
+    thread is bound by a loop around it whose variable a guard pins (``tx == 0``); the phase
+    proof counts one arrival per statement instance."""
+    from loopir.ir.expr import EQ, And
+
+    pinned: set[Var] = set()
+    todo = [n.condition for n, i in path if isinstance(n, IfThenElse) and i == 0]
+    while todo:
+        c = todo.pop()
+        if isinstance(c, And):
+            todo += [c.a, c.b]
+        elif isinstance(c, EQ) and isinstance(c.a, Var) and isinstance(arith.simplify(c.b), IntImm):
+            pinned.add(c.a)
+    loops = {
+        str(n.thread_tag): n
+        for n, _ in path
+        if isinstance(n, For) and n.kind is ForKind.THREAD_BINDING
+    }
+    for tag, ext in launch.items():
+        if ext == 1:
+            continue
+        f = loops.get(tag)
+        if f is None or f.loop_var not in pinned:
+            raise _Problem(f"is made by every thread of {tag} (one thread arrives and copies a phase's bytes: "
+                           f"guard it to one thread)")  # fmt: skip
+
+
 class _CopyProblem(Exception):
     pass
 
@@ -451,12 +505,18 @@ def check_phases(func: PrimFunc) -> None:
     _paths(func.body, [], found)
     arrivals = [(p, n) for p, n in found if _call(n, _ARRIVE) is not None]
     forward: dict[int, list[_Case]] = {}
+    launch = _launch(func.body)
     try:
         for path, node in found:
             if _call(node, "ptx_tma_load") is not None:
+                try:
+                    _one_thread(path, launch)
+                except _Problem as e:
+                    raise _CopyProblem(f"{e}:\n  {script(node).strip()}") from None
                 _own_arrival(path, node)
         for path, node in arrivals:
             cur = node
+            _one_thread(path, launch)
             forward[id(node)] = _forward(path, node)
         for path, node in arrivals:
             cur = node

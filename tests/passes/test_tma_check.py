@@ -195,3 +195,19 @@ def test_the_phase_proof_refuses_a_loop_it_does_not_follow() -> None:
     body = _issue(_wait())
     with pytest.raises(CodegenError, match=r"the mbarrier arrival is in loop k, whose earlier iterations"):
         check_races(_kernel(For(k, 0, 2, ForKind.SERIAL, body), _sync(), _reads()))
+
+
+def test_the_phase_proof_needs_one_arrival_a_phase_by_one_thread() -> None:
+    ok = (_issue(), _wait(), _sync(), _reads())
+    check_races(_kernel(*ok))
+    init2 = IfThenElse(TX == 0, Evaluate(T.mbarrier_init(BAR[0], 2)))
+    body = seq(init2, _sync(), *ok)
+    k = For(TX, 0, 128, ForKind.THREAD_BINDING, body, thread_tag="threadIdx.x")
+    with pytest.raises(CodegenError, match=r"the phase proof counts one arrival a phase \(count 1\)"):
+        check_races(PrimFunc((G, OUT), Allocate(TILE, Allocate(BAR, k)), name="k"))
+    everyone = seq(Evaluate(T.mbarrier_arrive_expect_tx(BAR[0], 2048)), IfThenElse(TX == 0, _load()))
+    with pytest.raises(CodegenError, match=r"the mbarrier arrival is made by every thread of threadIdx.x"):
+        check_races(_kernel(everyone, _wait(), _sync(), _reads()))
+    copies = seq(IfThenElse(TX == 0, Evaluate(T.mbarrier_arrive_expect_tx(BAR[0], 2048))), _load())
+    with pytest.raises(CodegenError, match=r"the TMA copy is made by every thread of threadIdx.x(.|\n)*ptx_tma_load"):
+        check_races(_kernel(copies, _wait(), _sync(), _reads()))
