@@ -22,8 +22,11 @@ Each arrival is a statement in a loop; the walks shift the loop's variable (``A'
 are constants. Two parities ``X % 2`` and ``Y % 2`` differ when ``X - Y`` is an odd constant,
 or ``X = x // V``, ``Y = y // V`` with ``x - y`` an odd multiple of ``V`` (the pipelines'
 ``(k + c) // V % 2``); the cost depends on the stages, not on the sizes or the K steps.
-Anything else is refused (a [`CodegenError`][loopir.errors.CodegenError] naming the arrival):
-a wait whose parity cannot be proven is one the race model cannot rely on.
+Checked with it, the premises: every init of a barrier counts one arrival, every arrival and
+every copy is made by one thread (a guard pins each ``threadIdx`` of the launch), and a copy
+follows its own arrival in its block (its bytes are its phase's). Anything else is refused (a
+[`CodegenError`][loopir.errors.CodegenError] naming the arrival or the copy): a wait whose
+parity cannot be proven is one the race model cannot rely on.
 
 Example: the pipelines of ``hopper_gemm(tma=True)`` arrive on ``bar[j % V]`` for iterations
 ``j = 0, 1, ...`` and wait with ``j // V % 2``: the wait after the arrival of ``j`` and the one
