@@ -240,7 +240,7 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
                 vec: int = 8, pad: bool | None = None, batch: int | None = None,
                 out_dtype: str | None = None,
                 a_prologue: Callable[[Any], Any] | None = None, wait_first: bool = True,
-                async_mma: bool | None = None, raster: int = 1) -> Schedule:  # fmt: skip
+                async_mma: bool | None = None, raster: int = 1, tma: bool = False) -> Schedule:  # fmt: skip
     """``C = A @ B.T`` (A ``[M, K]``, B ``[N, K]``, the ``nn.Linear`` layout) on Hopper's
     warpgroup tensor cores (``wgmma``, sm_90a), scheduled with loopir's primitives: the
     [`tc_gemm`][loopir.examples.tc_gemm] schedule with ``wgmma=True``
@@ -286,9 +286,22 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
         ([`MMA_IN_FLIGHT_KEY`][loopir.passes.pipeline_mma.MMA_IN_FLIGHT_KEY], docs/pipelining.md).
         None (the default): on when ``stages >= 3``. On the H200 it takes ``hopper_gemm`` from
         0.71-0.77x cuBLAS to 0.84-0.90x (docs/benchmarks.md, session 13).
+    tma
+        Fetch the A and B tiles with TMA copies (``cp.async.bulk.tensor``, 128-byte swizzled
+        boxes of 64 columns) completing on one mbarrier per stage, issued by thread 0, instead
+        of ``cp.async`` by every thread: every thread waits on the stage's barrier (parity
+        ``k // stages % 2``), then the step's one ``__syncthreads`` (``wait_first``) orders the
+        reads and the next copies into that stage
+        ([`TMA_KEY`][loopir.passes.pipeline_tma.TMA_KEY]). Padded sizes: the boxes that leave
+        A or B are filled with zeros by TMA (what ``pad`` fetches). Needs K a multiple of 8
+        (16-byte rows), no ``a_prologue``, ``stages >= 2``. Off by default until measured.
     """
     if pad is None:
         pad = bool(M % block[0] or N % block[1] or K % block[2]) if _ints(M, K, N) else False
+    if _bool("tma", tma, _HOPPER) and (a_prologue is not None or (isinstance(K, int) and K % 8)):
+        raise _fail(f"tma=True needs K a multiple of 8 (TMA reads rows of A and B whose stride must be a multiple "
+                    f"of 16 bytes) and no a_prologue (the fetch must be a box copy), got K={K}, "
+                    f"a_prologue={a_prologue is not None}", _HOPPER)  # fmt: skip
     bm, bn, bk = block
     if bk != 64 or bm % 64 or not (isinstance(wn, int) and 16 <= wn <= 256 and wn % 16 == 0) or bn % wn:
         raise _fail(f"block {block} and wn {wn!r}: the block tile must be (64k, a multiple of wn, 64) and wn "
@@ -309,7 +322,7 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
     if isinstance(raster, bool) or not isinstance(raster, int) or raster < 1:
         raise _fail(f"raster must be a positive int, got {raster!r}", _HOPPER)
     tcg.schedule_with_pad(sch, m, block, (16, wn), stages, vec=vec, pad=pad, wgmma=True, raster=raster,
-                          wait_first=_bool("wait_first", wait_first, _HOPPER), async_mma=async_mma)  # fmt: skip
+                          wait_first=_bool("wait_first", wait_first, _HOPPER), async_mma=async_mma, tma=tma)  # fmt: skip
     return sch
 
 

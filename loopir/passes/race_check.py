@@ -21,6 +21,12 @@ witness enumerates at most ``WITNESS_POINTS`` instances of each access (all of t
 few, else the first and last iterations of the large loops): a witness under exact guards is a real
 race. A search that finds none proves nothing.
 
+Asynchronous writers and readers are accesses over ranges of barrier counts: a ``wgmma``'s
+tile reads until its retiring wait ([`loopir.passes.race_inflight`][loopir.passes.race_inflight]),
+a TMA copy's tile write until the first wait on its mbarrier element, by no thread
+([`loopir.passes.race_tma`][loopir.passes.race_tma]; the waits' parities are proven by
+[`loopir.passes.race_phase`][loopir.passes.race_phase]).
+
 A proven race raises [`CodegenError`][loopir.errors.CodegenError] showing the function with both
 accesses marked. A pair that is neither proven nor refuted gives a
 [`RaceCheckWarning`][loopir.passes.race_check.RaceCheckWarning] with the reason. ``cuda.race_check``
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import attrs
 import numpy as np
@@ -75,9 +82,10 @@ from loopir.passes.race_inflight import (
     in_flight_count,
     phases,
 )
+from loopir.passes.race_phase import check_phases
 from loopir.passes.race_prove import BLOCK_TAGS, GRID_TAGS, prove_exclusive
 from loopir.passes.race_prove import const_int as _const
-from loopir.passes.tma_check import check_tma_waits
+from loopir.passes.race_tma import CopyCollector, TmaWindowError, copy_pair_skipped
 from loopir.tensor_intrin.calls import hardware_lane
 from loopir.tensor_intrin.tma import call_touches
 
@@ -194,7 +202,7 @@ class _Labels:
         return min(ra, rb)
 
 
-class _Collector(EnclosingPath, Visitor):
+class _Collector(EnclosingPath, CopyCollector, Visitor):
     """Every shared/global access of a kernel with its loops, guards and barrier count."""
 
     def __init__(self) -> None:
@@ -210,6 +218,8 @@ class _Collector(EnclosingPath, Visitor):
         self.barrier_loops: list[tuple[For, bool, PrimExpr, PrimExpr]] = []
         self.path: list[tuple[Stmt, int]] = []
         self.spans = False  # whole kernels only: the in-flight reads need the code after them
+        self.twins: dict[int, object] = {}  # CopyCollector's
+        self.deferred: dict[int, list[Any]] = {}
 
     def _phase(self, start: PrimExpr, per_iter: PrimExpr) -> str:
         """Where the current point is in its iteration of a barrier loop (``_Access``)."""
@@ -248,6 +258,9 @@ class _Collector(EnclosingPath, Visitor):
         """The elements a lane's tensor-core call touches, each as an access nested in loops
         over the call's footprint (``loopir.tensor_intrin.calls.touches``)."""
         assert isinstance(node.value, Call)
+        if self.spans and node.value.op == "ptx_tma_load":
+            self.tma_copy(node)
+            return
         span = in_flight(self.path, node.value) if self.spans else None
         for t in call_touches(node.value, hardware_lane(self.loops)):
             loops = t.loops(node)
@@ -260,6 +273,13 @@ class _Collector(EnclosingPath, Visitor):
             if t.cond is not None:
                 self.conds.pop()
             del self.loops[len(self.loops) - len(loops):]
+
+    def new_access(self, buffer: Buffer, indices: tuple[PrimExpr, ...], is_store: bool, loops: tuple[For, ...],
+                   conds: tuple[PrimExpr, ...], count: PrimExpr, stmt: Stmt,
+                   places: tuple[tuple[For, bool, str], ...]) -> _Access:  # fmt: skip
+        """An access over a range of barrier counts (no label): a TMA copy's piece."""
+        self.accesses.append(_Access(buffer, indices, is_store, loops, conds, count, -1, stmt, places))
+        return self.accesses[-1]
 
     def visit_BufferStore(self, node: BufferStore) -> None:
         prev, self.stmt = self.stmt, node
@@ -319,6 +339,9 @@ class _Collector(EnclosingPath, Visitor):
         self.count = Add(base, Mul(Sub(node.loop_var, node.min), per_iter))
         self.loops.append(node)
         self.barrier_loops.append((node, _at_least_one(per_iter, self.loops), self.count, per_iter))
+        self.loops.pop()
+        self.tma_deferred(node)
+        self.loops.append(node)
         self.visit(node.body)
         self.barrier_loops.pop()
         self.loops.pop()
@@ -360,6 +383,7 @@ class _Kernel:
         if root is not None:
             c.visit(root)
         self.accesses = c.accesses
+        self.twins = c.twins  # ids of the twin pieces of TMA copies (race_tma)
         self.written = frozenset(a.buffer for a in self.accesses if a.is_store)
         self.labels = c.labels
         self.launch: dict[str, int | None] = {}
@@ -685,6 +709,8 @@ def _pairs(k: _Kernel) -> Iterator[tuple[_Access, _Access]]:
                     continue  # that pair of stores was checked the other way round
                 if shared and min(w.label, x.label) >= 0 and k.labels.find(w.label) != k.labels.find(x.label):
                     continue
+                if copy_pair_skipped(k.twins, w, x):
+                    continue  # race_tma: one copy's pieces, or a piece another covers
                 yield w, x
 
 
@@ -826,10 +852,13 @@ def check_races(func: PrimFunc, ctx: PassContext | None = None) -> None:
     ctx = ctx or PassContext.current()
     if not ctx.get("cuda.race_check"):
         return
-    check_tma_waits(func)  # what the race checker's model of TMA copies assumes
-    report = find_races(func)
+    try:
+        report = find_races(func)
+    except TmaWindowError as e:
+        raise CodegenError(f"race check ({func.name}): {e}") from None
     if report.races:
         raise CodegenError(f"race check ({func.name}): {report.races[0]}")
+    check_phases(func)  # the waits that order the copies poll their phases (race_phase)
     for msg in report.unproven:
         warnings.warn(f"race check ({func.name}): {msg}", RaceCheckWarning, stacklevel=2)
 

@@ -81,10 +81,12 @@ from loopir.passes._walk import int_of
 from loopir.passes.base import Pass, require_lowered
 from loopir.passes.context import PassContext
 from loopir.passes.pipeline_mma import MMA_IN_FLIGHT_KEY, set_pending, with_retiring_waits
+from loopir.passes.pipeline_tma import TMA_KEY, TmaPipeline
 from loopir.tensor_intrin.calls import touches, written_operands
 
 __all__ = [
-    "ASYNC_KEY", "ASYNC_COPY_KEY", "DEPTH_KEY", "MMA_IN_FLIGHT_KEY", "ORDER_KEY", "STAGE_KEY", "WAIT_FIRST_KEY", "InjectSoftwarePipeline",
+    "ASYNC_KEY", "ASYNC_COPY_KEY", "DEPTH_KEY", "MMA_IN_FLIGHT_KEY", "ORDER_KEY", "STAGE_KEY", "TMA_KEY", "WAIT_FIRST_KEY",
+    "InjectSoftwarePipeline",
     "cp_async_commit", "cp_async_wait", "pipeline_requested",
 ]  # fmt: skip
 
@@ -222,6 +224,8 @@ class _Rewrite(Mutator):
         self.allocs: dict[Buffer, Allocate] = {}
         self.replaced: dict[Buffer, Buffer] = {}
         self.loops = 0
+        self.threads: list[For] = []  # the thread-bound loops around the loop being visited
+        self.bars: dict[Buffer, Buffer] = {}  # a TMA pipeline's barriers, allocated with its first tile
 
     def visit_Allocate(self, s: Allocate) -> Stmt:
         self.allocs[s.buffer] = s
@@ -233,10 +237,18 @@ class _Rewrite(Mutator):
         if s.buffer in set().union(*_accessed(out.body)):
             raise PassError(f"pass InjectSoftwarePipeline: {s.buffer.name} gets versions for a pipelined loop "
                             "but is also accessed outside it")  # fmt: skip
-        return Allocate(new, out.body)
+        bar = self.bars.get(s.buffer)
+        return Allocate(new, out.body if bar is None else Allocate(bar, out.body))
 
     def visit_For(self, s: For) -> Stmt:
-        s = self.generic_visit(s)
+        bound = s.kind is ForKind.THREAD_BINDING and str(s.thread_tag).startswith("threadIdx")
+        if bound:
+            self.threads.append(s)
+        try:
+            s = self.generic_visit(s)
+        finally:
+            if bound:
+                self.threads.pop()
         assert isinstance(s, For)
         if DEPTH_KEY in s.annotations and STAGE_KEY not in s.annotations:
             s = _expand_depth(s)
@@ -283,10 +295,35 @@ class _Rewrite(Mutator):
         stmts = [_Versioned(new, loop).visit(s) for s in stmts]
         producers = {b for s, (_, w) in zip(stages, accesses) if s in async_stages for b in w}
         async_src = next(iter(async_stages), None)
-        out = self._steps(loop, stmts, stages, order, async_src, producers, accesses, retire)
+        tma = None
+        if loop.annotations.get(TMA_KEY):
+            tma = self._tma(loop, stmts, stages, async_src, new)
+        out = self._steps(loop, stmts, stages, order, async_src, producers, accesses, retire, tma)
+        if tma is not None:
+            out = seq(tma.init(), out)
         for a in reversed(inner):
             out = Allocate(new.get(a.buffer, (a.buffer, 1))[0], out)
         return out
+
+    def _tma(self, loop: For, stmts: list[Stmt], stages: list[int], async_src: int | None,
+             new: dict[Buffer, tuple[Buffer, int]]) -> TmaPipeline:  # fmt: skip
+        """The TMA form of the loop (``TMA_KEY``): one version count for the async stage's
+        tiles, their barriers allocated with the first."""
+        name = loop.loop_var.name
+        if async_src is None:
+            raise PassError(f"pass InjectSoftwarePipeline: loop {name}: {TMA_KEY} needs an async stage "
+                            "(software_pipeline_async_stages) whose copies become TMA copies")  # fmt: skip
+        orig = {nb: (b, v) for b, (nb, v) in new.items()}  # the statements name the versioned buffers
+        written = [orig[b][0] if b in orig else b for s, st in zip(stmts, stages) if st == async_src
+                   for b in _accessed(s)[1]]  # fmt: skip
+        counts = {new[b][1] if b in new else 1 for b in written}
+        if len(counts) != 1 or 1 in counts or not written:
+            raise PassError(f"pass InjectSoftwarePipeline: loop {name}: {TMA_KEY} needs the async stage's tiles "
+                            f"({', '.join(b.name for b in written)}) versioned alike, got "
+                            f"{sorted(counts)} versions")  # fmt: skip
+        tma = TmaPipeline(loop, counts.pop(), self.threads, stmts)
+        self.bars[written[0]] = tma.bar
+        return tma
 
     def _versions(self, name: str, stages: list[int], accesses: list[tuple[set[Buffer], set[Buffer]]]) -> dict[Buffer, int]:
         out: dict[Buffer, int] = {}
@@ -306,7 +343,7 @@ class _Rewrite(Mutator):
 
     def _steps(self, loop: For, stmts: list[Stmt], stages: list[int], order: list[int], async_src: int | None,
                producers: set[Buffer], accesses: list[tuple[set[Buffer], set[Buffer]]],
-               retire: dict[int, int]) -> Stmt:  # fmt: skip
+               retire: dict[int, int], tma: TmaPipeline | None = None) -> Stmt:  # fmt: skip
         top = max(stages)
         wait_first = bool(loop.annotations.get(WAIT_FIRST_KEY)) and async_src is not None
         n, lo, var = loop.extent, loop.min, loop.loop_var
@@ -324,26 +361,53 @@ class _Rewrite(Mutator):
             # a wgmma wait reads the tiles its compute read: the copies were waited for then
             return i not in retire and async_src is not None and bool(accesses[i][0] & producers) and stages[i] > async_src and i in live
 
+        consumer_stages = {stages[i] for i in range(len(stmts)) if consumes(i, range(len(stmts)))}
+        if tma is not None and len(consumer_stages) != 1:
+            raise PassError(f"pass InjectSoftwarePipeline: loop {var.name}: {TMA_KEY} needs the copies' readers "
+                            f"in one stage, got stages {sorted(consumer_stages)}")  # fmt: skip
+
+        def tma_wait(i: int, step: PrimExpr, guard: Any) -> Stmt:
+            assert tma is not None
+            g, w = guard(i), tma.wait(step - stages[i])
+            return w if g is None else IfThenElse(g, w)
+
         def step_body(step: PrimExpr, live: Sequence[int], guard: Any) -> Stmt:
             out: list[Stmt] = []
             first = [i for i in order if consumes(i, live)] if wait_first else []
             if first:  # one wait and one barrier before the step's copies (WAIT_FIRST_KEY)
                 assert async_src is not None
-                out.append(Evaluate(cp_async_wait(min(stages[i] for i in first) - async_src - 1)))
+                s_min = min(stages[i] for i in first)
+                if tma is not None:
+                    out.append(tma_wait(next(i for i in first if stages[i] == s_min), step, guard))
+                else:
+                    out.append(Evaluate(cp_async_wait(s_min - async_src - 1)))
                 out.append(Evaluate(op.storage_sync("shared")))
+            issued = False
             for pos, i in enumerate(order):
                 if consumes(i, live) and not wait_first:
                     assert async_src is not None
-                    committed = last_async is not None and last_async < pos
-                    out.append(Evaluate(cp_async_wait(stages[i] - async_src - 1 + int(committed))))
+                    if tma is not None:
+                        out.append(tma_wait(i, step, guard))
+                    else:
+                        committed = last_async is not None and last_async < pos
+                        out.append(Evaluate(cp_async_wait(stages[i] - async_src - 1 + int(committed))))
                     out.append(Evaluate(op.storage_sync("shared")))
+                if tma is not None and i in live and stages[i] == async_src:
+                    if not issued:  # the step's copies, one issue (all in stage async_src: one guard)
+                        copies = [fresh_loop_vars(substitute(stmts[c], {var: lo + (step - stages[c])}))
+                                  for c in order if c in live and stages[c] == async_src]  # fmt: skip
+                        g = guard(i)
+                        body = tma.issue(step - stages[i], copies)
+                        out.append(body if g is None else IfThenElse(g, body))
+                        issued = True
+                    continue
                 if i in live:
                     g = guard(i)
                     body = at(i, step)
                     if i in retire and retire[i] not in live:
                         body = set_pending(body)  # the last wait: nothing issued after its MMAs
                     out.append(body if g is None else IfThenElse(g, body))
-                if async_src is not None and pos == last_async:
+                if async_src is not None and pos == last_async and tma is None:
                     out.append(Evaluate(cp_async_commit()))
             return seq(*out)
 

@@ -40,6 +40,7 @@ from loopir.ir.functor import post_order_visit
 from loopir.ir.op import STORE_CASTS
 from loopir.ir.stmt import Block, BufferStore, IterKind
 from loopir.passes.pipeline_mma import MMA_IN_FLIGHT_KEY
+from loopir.passes.pipeline_tma import TMA_KEY
 from loopir.passes.software_pipeline import DEPTH_KEY, WAIT_FIRST_KEY
 from loopir.schedule import gpu_patterns as pat
 from loopir.schedule import tree
@@ -358,7 +359,7 @@ class Scheduled:
 
 def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, Any], stages: Any,
              swizzles: tuple[str | None, str | None], vec: int,
-             grown: tuple[bool, bool, bool], raster: int = 1, wgmma: bool = False) -> Scheduled:  # fmt: skip
+             grown: tuple[bool, bool, bool], raster: int = 1, wgmma: bool = False, tma: bool = False) -> Scheduled:  # fmt: skip
     """Schedule block ``m.block`` (module docstring), after ``sch.pad`` grew what ``grown``
     says (A, B, C). ``tiles``: warps ``wy, wz`` per block, 16x16 tiles ``mi, nj`` per warp,
     ``kf`` 16-steps per K step (ints or sampled values); ``stages`` an int or a sampled
@@ -394,7 +395,7 @@ def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, 
     sch.bind(i1, "threadIdx.y")
     sch.bind(j1, "threadIdx.z")
 
-    shared = [_fetch(sch, m, outer, idx, k0, grown[idx], (wy, wz), vec) for idx in (0, 1)]
+    shared = [_fetch(sch, m, outer, idx, k0, grown[idx], (wy, wz), vec, tma) for idx in (0, 1)]
     operand_warps = None if wgmma else (sch.cache_read(outer, 0, "warp"), sch.cache_read(outer, 1, "warp"))
     for w in operand_warps or ():
         sch.compute_at(w, k1)
@@ -443,7 +444,7 @@ def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, 
 def schedule_with_pad(sch: Schedule, m: TensorCoreGemm, block: tuple[int, int, int], warp: tuple[int, int],
                       stages: int, *, swizzle: bool = True, vec: int = 8, pad: bool = True,
                       fragment_stages: int = 1, raster: int = 1, wgmma: bool = False,
-                      wait_first: bool = False, async_mma: bool = False) -> Scheduled:  # fmt: skip
+                      wait_first: bool = False, async_mma: bool = False, tma: bool = False) -> Scheduled:  # fmt: skip
     """[`schedule`][loopir.schedule.tensor_core_gemm.schedule] with a block tile ``(bm, bn,
     bk)`` and a warp tile ``(wm, wn)`` (multiples of 16): first ``pad`` (``pad_einsum``) of the
     sizes off the block tile when ``pad``; the shared tiles XOR-swizzled when ``swizzle`` (else
@@ -455,7 +456,10 @@ def schedule_with_pad(sch: Schedule, m: TensorCoreGemm, block: tuple[int, int, i
     ([`WAIT_FIRST_KEY`][loopir.passes.software_pipeline.WAIT_FIRST_KEY]: one barrier a step);
     ``async_mma`` (``wgmma``, ``stages >= 3``): each step's ``wgmma`` issued asynchronously and
     retired one step later, the compute one stage after the copies' last but one
-    ([`MMA_IN_FLIGHT_KEY`][loopir.passes.pipeline_mma.MMA_IN_FLIGHT_KEY])."""
+    ([`MMA_IN_FLIGHT_KEY`][loopir.passes.pipeline_mma.MMA_IN_FLIGHT_KEY]); ``tma`` (sm_90a,
+    ``stages >= 2``, K rows of a multiple of 16 bytes): the shared tiles fetched by TMA copies
+    on mbarriers instead of ``cp.async``, zeros past padded sizes from TMA's fill
+    ([`TMA_KEY`][loopir.passes.pipeline_tma.TMA_KEY])."""
     (bm, bn, bk), (wm, wn) = block, warp
     M, K, N = m.sizes
     rows = -(-M // bm)
@@ -463,12 +467,16 @@ def schedule_with_pad(sch: Schedule, m: TensorCoreGemm, block: tuple[int, int, i
         raster //= 2
     # which of A, B, C pad_einsum grows
     grown = (bool(M % bm or K % bk), bool(K % bk or N % bn), bool(M % bm or N % bn)) if pad else (False,) * 3
+    if tma and (not wgmma or any(p is not None for p in m.producers) or stages < 2 or K * dt.bits(m.dtype) % 128):
+        raise ScheduleError(f"tensor_core_gemm: tma needs wgmma, operands without producers, stages >= 2 and K a "
+                            f"multiple of 16 bytes of {m.dtype} (TMA's global row stride); got wgmma={wgmma}, producers "
+                            f"{tuple(m.producers)}, stages {stages}, K={K}")  # fmt: skip
     if any(grown):
         sch.pad(sch.get_block(m.block), [1] * m.batch + [bm, bn, bk])
     batched = m.batch > 0
     swizzles = (ldmatrix_swizzle(bk, batched), ldmatrix_swizzle(bk if m.b_trans else bn, batched))
     done = schedule(sch, m, (bm // wm, bn // wn, wm // TILE, wn // TILE, bk // TILE), stages,
-                    swizzles if swizzle else (None, None), vec, grown, max(raster, 1), wgmma)  # fmt: skip
+                    swizzles if swizzle else (None, None), vec, grown, max(raster, 1), wgmma, tma)  # fmt: skip
     if fragment_stages == 2:
         # k1: the fragment loads of A and B, then the mma
         sch.annotate(done.k1, "software_pipeline_stage", [0, 0, 1])
@@ -480,6 +488,8 @@ def schedule_with_pad(sch: Schedule, m: TensorCoreGemm, block: tuple[int, int, i
                                 f"flight, the one the copies fill and the one read next), got stages {stages}")  # fmt: skip
         sch.annotate(done.k0, "software_pipeline_stage", [0, 0, stages - 2])
         sch.annotate(done.k0, MMA_IN_FLIGHT_KEY, 1)
+    if tma:
+        sch.annotate(done.k0, TMA_KEY, True)
     return done
 
 
@@ -514,9 +524,10 @@ def _bind_threads(sch: Schedule, loop: LoopRV, warps: tuple[Any, Any], vec: int 
 
 
 def _fetch(sch: Schedule, m: TensorCoreGemm, outer: BlockRV, idx: int, k0: LoopRV, padded: bool,
-           warps: tuple[Any, Any], vec: int) -> BlockRV:  # fmt: skip
-    """The shared tile of operand ``idx`` fetched at ``k0`` by all threads; its copy block.
-    The padded copy of the operand and its elementwise producer are computed in the fetch."""
+           warps: tuple[Any, Any], vec: int, tma: bool = False) -> BlockRV:  # fmt: skip
+    """The shared tile of operand ``idx`` fetched at ``k0`` by all threads (``tma``: its loops
+    left serial, a box copy that the pipeline issues as one TMA copy); its copy block. The
+    padded copy of the operand and its elementwise producer are computed in the fetch."""
     copy = sch.cache_read(outer, idx, "shared")
     sch.compute_at(copy, k0)
     if padded:  # pad's zero-filled copy of the operand (the buffer the fetch reads)
@@ -527,7 +538,8 @@ def _fetch(sch: Schedule, m: TensorCoreGemm, outer: BlockRV, idx: int, k0: LoopR
     producer = m.producers[idx]
     if producer is not None:  # an elementwise producer of the operand, computed as it is fetched
         sch.compute_inline(sch.get_block(producer))
-    _bind_threads(sch, sch.fuse(*sch.get_loops(copy)[-2:]), warps, vec)
+    if not tma:
+        _bind_threads(sch, sch.fuse(*sch.get_loops(copy)[-2:]), warps, vec)
     return copy
 
 

@@ -16,9 +16,9 @@ ptx_mbarrier_arrive_expect_tx    reads the barrier (an atomic update: threads ar
 ptx_mbarrier_wait                reads the barrier
 ===============================  ==========================================================
 
-The copy is asynchronous on the GPU; the race checker takes the write as happening at the issue
-only because ``loopir.passes.tma_check`` proves the issuing thread waits for it before its next
-block barrier (see there).
+The copy is asynchronous on the GPU; the race checker takes the write (and the source read) as
+in flight, by no thread, from the issue to the first wait on its barrier element
+([`loopir.passes.race_tma`][loopir.passes.race_tma]); these touches are what it puts there.
 """
 
 from __future__ import annotations

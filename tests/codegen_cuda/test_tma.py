@@ -124,6 +124,7 @@ def test_a_3d_copy_uses_the_3d_instruction_and_three_coordinates() -> None:
     bar = Buffer("bar", (1,), "uint64", scope="shared")
     tx, z = Var("tx"), Var("z")
     body = IfThenElse(tx == 0, seq(Evaluate(T.mbarrier_init(bar[0], 1)),
+                                   Evaluate(T.mbarrier_arrive_expect_tx(bar[0], 2 * 4 * 16 * 2)),
                                    Evaluate(T.tma_load(tile[0, 0, 0], G[z * 2, 3, 0], bar[0], (2, 4, 16))),
                                    Evaluate(T.mbarrier_wait(bar[0], 0))))  # fmt: skip
     k = For(tx, 0, 32, ForKind.THREAD_BINDING, body, thread_tag="threadIdx.x")
