@@ -332,7 +332,7 @@ def test_the_cuda_target_pipeline_starts_with_the_offload_then_the_default_sched
 
     names = [p.name for p in default_pipeline(target="cuda").passes]
     assert names[:5] == ["GemmOffload", "DefaultGPUSchedule", "FastMath", "LowerCrossThreadReduction", "LowerBlocks"]
-    assert names[-2:] == ["PrivatizeThreadLocals", "LowerWarpMemory"]
+    assert names[-3:] == ["PrivatizeThreadLocals", "LowerWarpMemory", "HoistIfThenElse"]
     assert [p.name for p in default_pipeline(target="cpu").passes][0] == "LowerCrossThreadReduction"
     with pytest.raises(PassError, match="no passes are registered for target 'tpu'"):
         default_pipeline(target="tpu")
