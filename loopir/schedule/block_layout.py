@@ -2,7 +2,7 @@
 
 A block over a 16 x 16 tile whose buffers live in a warp's ``mma`` fragments (a ``warp``
 buffer ``W[.., lane, local]`` in the layout
-[`MMA_C`][loopir.tensor_intrin.layouts.MMA_C]) reads ``W[i // 16, j // 16, lane(i, j),
+``MMA_C`` of [`loopir.tensor_intrin.layouts`][loopir.tensor_intrin.layouts]) reads ``W[i // 16, j // 16, lane(i, j),
 local(i, j)]`` for each ``(i, j)``. Re-expressed through the same map, the block iterates
 ``(tile, lane, local)`` instead, so that after binding ``lane`` to ``threadIdx.x`` every lane
 touches exactly the elements it holds: what ``LowerWarpMemory`` turns into the lane's
