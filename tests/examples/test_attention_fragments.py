@@ -69,6 +69,16 @@ def test_schedule_computes_the_same_on_the_cpu(kv_heads: int, group: int, sq: in
     _run(_lowered(sch), shape, kv_heads, dtype, causal, True, seed=seed, order="random")
 
 
+@pytest.mark.parametrize("shape, kv_heads, causal, dtype", [
+    ((1, 2, 150, 200, 64), 1, True, "float16"),  # block_m 128, 8 warps
+    ((1, 2, 100, 130, 128), 2, False, "bfloat16"),  # block_m 64, 4 warps
+])  # fmt: skip
+def test_default_tiles_compute_the_same_on_the_cpu(shape: tuple, kv_heads: int, causal: bool, dtype: str) -> None:
+    """The GPU's tiles (block_n 64), lowered, in random thread order."""
+    sch = attention(*shape, dtype, causal, kv_heads, lse=True, fragments=True)
+    _run(_lowered(sch), shape, kv_heads, dtype, causal, True, seed=7, order="random")
+
+
 def test_symbolic_lengths_serve_every_length() -> None:
     sch = attention(1, 2, Var("seq_q"), Var("seq_kv"), 16, "float16", True, 1, lse=True, block_m=32, block_n=16,
                     fragments=True)  # fmt: skip
