@@ -218,11 +218,13 @@ def attention_func(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, 
                   BM=block_m, BN=block_n, SCALE=repr(1.0 / math.sqrt(head_dim)), ROW=row, COL=col,
                   IN_Q=f"{row} < {sq}", IN_KV=in_kv, VALID=valid, RESCALE=_RESCALE, KV_TILES=kv_tiles,
                   LSE_PARAM=f', LSE: T.Buffer(({batch}, {heads}, {sq}), "float32")' if lse else "")  # fmt: skip
-    fields["LSE_BLOCK"] = _LSE_BLOCK.format(**fields) if lse else ""
     if fragments:
-        from loopir.examples.attention_fragments import FRAGMENT_TEMPLATE
+        from loopir.examples import attention_fragments as af
 
-        return from_source(FRAGMENT_TEMPLATE.format(**fields))
+        fields["QRESCALE"] = af.QRESCALE
+        fields["LSE_BLOCK"] = af.FRAGMENT_LSE_BLOCK.format(**fields) if lse else ""
+        return from_source(af.FRAGMENT_TEMPLATE.format(**fields))
+    fields["LSE_BLOCK"] = _LSE_BLOCK.format(**fields) if lse else ""
     return from_source(_TEMPLATE.format(**fields))
 
 

@@ -4,14 +4,16 @@
 [`attention_func`][loopir.examples.attention.attention_func]``(..., fragments=True)`` writes the
 program of [`loopir.examples.attention`][loopir.examples.attention] with its per-row passes
 split so that each is an elementwise block or a plain row reduction (which the fragments'
-tensor intrinsics take), per KV tile:
+tensor intrinsics take), and with four copies of each row statistic (``m[i, q]``, ``q < 4``,
+all equal: every block computes every copy; a block at column ``j`` reads copy ``j % 8 // 2``,
+the one the lane holding ``(i, j)`` will hold), per KV tile:
 
 1. ``S = Q_tile K_tile^T`` (block ``S``); ``m_prev = m`` (``save_max``);
 2. ``S = S * scale`` on valid keys, ``-inf`` elsewhere (``S_mask``, in place);
 3. ``m = max(m, S[i, j])`` over the tile (``row_max``, no init: ``m`` is the running maximum);
 4. ``P = exp(S - m)`` on valid keys, 0 elsewhere, rounded to the input type (``P``);
 5. ``alpha = exp(m_prev - m)`` (1 while both are ``-inf``) and ``l = l * alpha``
-   (``rescale``, per row); ``l = l + P[i, j]`` over the tile (``row_sum``, no init);
+   (``rescale``); ``l = l + P[i, j]`` over the tile (``row_sum``, no init);
 6. ``acc = acc * alpha`` (``acc_rescale``), then ``acc += P V_tile`` (``PV``: the second GEMM
    accumulating into the output directly, no init).
 
@@ -19,16 +21,20 @@ It computes what the default program does (the same float operations, but ``S * 
 rounded before the subtraction of the maximum).
 
 [`schedule_fragments`][loopir.examples.attention_fragments.schedule_fragments] schedules it
-with ``S`` (float32), ``P`` (the input type) and ``acc`` (float32) in ``warp`` buffers in the
-accumulator layout ``(i // 16, j // 16, MMA_C(i % 16, j % 16))``, a warp per 16 query rows:
+with everything but the Q, K and V tiles in registers, a warp per 16 query rows:
 
-* ``S = Q K^T`` on ``mma.sync`` into ``S``'s fragments (Q and K by ``ldmatrix``), with no store;
-* ``S_mask``, ``P``, ``acc_rescale``, ``init_acc`` and ``O`` iterate ``(warp, tile, lane,
-  local)`` through ``transform_block_layout``: each lane its own registers;
-* ``row_max`` and ``row_sum`` tensorized with ``frag_row_max_f32_n{n}`` /
-  ``frag_row_sum_{t}_n{n}`` (``loopir.tensor_intrin.fragment``): register reductions and two
-  quad shuffles per row pair; the statistics ``m``, ``m_prev``, ``l``, ``alpha`` stay in shared
-  memory (one float per row, written by the quad's first lane);
+* ``S`` (float32), ``P`` (the input type) and ``acc`` (float32) are ``warp`` buffers in the
+  accumulator layout ``(i // 16, j // 16, MMA_C(i % 16, j % 16))``; the statistics ``m``,
+  ``m_prev``, ``l``, ``alpha`` are ``warp`` buffers by ``quad_stats_map``: lane ``l`` holds
+  its copies of rows ``l // 4`` and ``l // 4 + 8``, the rows of its accumulator elements;
+* ``S = Q K^T`` on ``mma.sync`` into ``S``'s fragments (Q and K by ``ldmatrix``), no store;
+* the elementwise blocks iterate ``(warp, tile, lane, local)`` (``S_mask``, ``P``,
+  ``acc_rescale``, ``init_acc``, ``O``) or ``(warp, lane, local)`` (the statistics' blocks)
+  through ``transform_block_layout``: each lane its own registers;
+* ``row_max`` and ``row_sum`` tensorized with ``frag_row_max_f32_n{n}_quad`` /
+  ``frag_row_sum_{t}_n{n}_quad`` (``loopir.tensor_intrin.fragment``): register reductions and
+  two quad shuffles per pair of rows, every lane keeping its copies: no shared memory, no
+  barrier;
 * ``P`` feeds the second GEMM as it is: the 16 x 16 C-fragment layout is the A-operand layout
   of ``mma.m16n8k16`` lane for lane (``MMA_C`` and ``MMA_A`` are one map), so ``P V`` needs
   no ``ldmatrix`` and no shared memory for ``P`` (V by ``ldmatrix.trans``);
@@ -41,10 +47,10 @@ from typing import Any
 
 from loopir.schedule import Schedule
 from loopir.tensor_intrin.cuda import DTYPE_ABBREV
-from loopir.tensor_intrin.fragment import row_reduce_intrin
+from loopir.tensor_intrin.fragment import quad_stats_map, row_reduce_intrin
 from loopir.tensor_intrin.layouts import MMA_C
 
-__all__ = ["FRAGMENT_TEMPLATE", "schedule_fragments"]
+__all__ = ["FRAGMENT_LSE_BLOCK", "FRAGMENT_TEMPLATE", "QRESCALE", "schedule_fragments"]
 
 #: The program (fields as ``loopir.examples.attention``'s template).
 FRAGMENT_TEMPLATE = '''
@@ -59,19 +65,19 @@ def attention(Q: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}"), K: T.Buffer(({B}, {KH}
             S = T.alloc_buffer(({BM}, {BN}), "float32")
             P = T.alloc_buffer(({BM}, {BN}), "{dt}")
             acc = T.alloc_buffer(({BM}, {D}), "float32")
-            m = T.alloc_buffer(({BM},), "float32")
-            m_prev = T.alloc_buffer(({BM},), "float32")
-            l = T.alloc_buffer(({BM},), "float32")
-            alpha = T.alloc_buffer(({BM},), "float32")
+            m = T.alloc_buffer(({BM}, 4), "float32")
+            m_prev = T.alloc_buffer(({BM}, 4), "float32")
+            l = T.alloc_buffer(({BM}, 4), "float32")
+            alpha = T.alloc_buffer(({BM}, 4), "float32")
             for ii, d in T.grid({BM}, {D}):
                 with T.block("Q_load"):
                     vii, vd = T.axis.remap("SS", [ii, d])
                     Q_s[vii, vd] = T.if_then_else({IN_Q}, Q[vb, vh, {ROW}, vd], T.{dt}(0))
-            for ii in range({BM}):
+            for ii, q in T.grid({BM}, 4):
                 with T.block("init_stats"):
-                    vii = T.axis.spatial({BM}, ii)
-                    m[vii] = T.min_value("float32")
-                    l[vii] = T.float32(0)
+                    vii, vq = T.axis.remap("SS", [ii, q])
+                    m[vii, vq] = T.min_value("float32")
+                    l[vii, vq] = T.float32(0)
             for ii, d in T.grid({BM}, {D}):
                 with T.block("init_acc"):
                     vii, vd = T.axis.remap("SS", [ii, d])
@@ -91,35 +97,35 @@ def attention(Q: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}"), K: T.Buffer(({B}, {KH}
                         with T.init():
                             S[vii, vjj] = T.float32(0)
                         S[vii, vjj] = S[vii, vjj] + T.Cast("float32", Q_s[vii, vd]) * T.Cast("float32", K_s[vjj, vd])
-                for ii in range({BM}):
+                for ii, q in T.grid({BM}, 4):
                     with T.block("save_max"):
-                        vii = T.axis.spatial({BM}, ii)
-                        m_prev[vii] = m[vii]
+                        vii, vq = T.axis.remap("SS", [ii, q])
+                        m_prev[vii, vq] = m[vii, vq]
                 for ii, jj in T.grid({BM}, {BN}):
                     with T.block("S_mask"):
                         vj0, vii, vjj = T.axis.remap("SSS", [j0, ii, jj])
                         S[vii, vjj] = T.if_then_else({VALID}, S[vii, vjj] * T.float32({SCALE}), T.min_value("float32"))
-                for ii, jj in T.grid({BM}, {BN}):
+                for ii, q, jj in T.grid({BM}, 4, {BN}):
                     with T.block("row_max"):
-                        vii, vjj = T.axis.remap("SR", [ii, jj])
-                        m[vii] = T.max(m[vii], S[vii, vjj])
+                        vii, vq, vjj = T.axis.remap("SSR", [ii, q, jj])
+                        m[vii, vq] = T.max(m[vii, vq], S[vii, vjj])
                 for ii, jj in T.grid({BM}, {BN}):
                     with T.block("P"):
                         vj0, vii, vjj = T.axis.remap("SSS", [j0, ii, jj])
-                        P[vii, vjj] = T.Cast("{dt}", T.if_then_else({VALID}, T.exp(S[vii, vjj] - m[vii]), T.float32(0)))
-                for ii in range({BM}):
+                        P[vii, vjj] = T.Cast("{dt}", T.if_then_else({VALID}, T.exp(S[vii, vjj] - m[vii, vjj % 8 // 2]), T.float32(0)))
+                for ii, q in T.grid({BM}, 4):
                     with T.block("rescale"):
-                        vii = T.axis.spatial({BM}, ii)
-                        alpha[vii] = {RESCALE}
-                        l[vii] = l[vii] * {RESCALE}
-                for ii, jj in T.grid({BM}, {BN}):
+                        vii, vq = T.axis.remap("SS", [ii, q])
+                        alpha[vii, vq] = {QRESCALE}
+                        l[vii, vq] = l[vii, vq] * {QRESCALE}
+                for ii, q, jj in T.grid({BM}, 4, {BN}):
                     with T.block("row_sum"):
-                        vii, vjj = T.axis.remap("SR", [ii, jj])
-                        l[vii] = l[vii] + T.Cast("float32", P[vii, vjj])
+                        vii, vq, vjj = T.axis.remap("SSR", [ii, q, jj])
+                        l[vii, vq] = l[vii, vq] + T.Cast("float32", P[vii, vjj])
                 for ii, d in T.grid({BM}, {D}):
                     with T.block("acc_rescale"):
                         vii, vd = T.axis.remap("SS", [ii, d])
-                        acc[vii, vd] = acc[vii, vd] * alpha[vii]
+                        acc[vii, vd] = acc[vii, vd] * alpha[vii, vd % 8 // 2]
                 for ii, d, jj in T.grid({BM}, {D}, {BN}):
                     with T.block("PV"):
                         vii, vd, vjj = T.axis.remap("SSR", [ii, d, jj])
@@ -128,16 +134,27 @@ def attention(Q: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}"), K: T.Buffer(({B}, {KH}
                 with T.block("O"):
                     vii, vd = T.axis.remap("SS", [ii, d])
                     if {IN_Q}:
-                        O[vb, vh, {ROW}, vd] = T.Cast("{dt}", T.if_then_else(l[vii] > T.float32(0), acc[vii, vd] / l[vii], T.float32(0)))
+                        O[vb, vh, {ROW}, vd] = T.Cast("{dt}", T.if_then_else(l[vii, vd % 8 // 2] > T.float32(0), acc[vii, vd] / l[vii, vd % 8 // 2], T.float32(0)))
 {LSE_BLOCK}'''
 
-#: Blocks computed per row (a thread per row), and their loop's index below block "tile".
-_ROWS = {"init_stats": 0, "save_max": 1, "rescale": 1, "LSE": 0}
-#: Elementwise blocks over fragments, and their loop's index below block "tile".
-_ELEMENTWISE = {"init_acc": 0, "S_mask": 1, "P": 1, "acc_rescale": 1, "O": 0}
-_SHARED = (("Q_load", "Q_s"), ("K_load", "K_s"), ("V_load", "V_s"), ("init_stats", "m"), ("init_stats", "l"),
-           ("save_max", "m_prev"), ("rescale", "alpha"))  # fmt: skip
+#: The logsumexp: the first copy of each row's statistics.
+FRAGMENT_LSE_BLOCK = '''            for ii, q in T.grid({BM}, 4):
+                with T.block("LSE"):
+                    vii, vq = T.axis.remap("SS", [ii, q])
+                    if {IN_Q} and vq == 0:
+                        LSE[vb, vh, {ROW}] = T.if_then_else(l[vii, vq] > T.float32(0), m[vii, vq] + T.log(l[vii, vq]), T.min_value("float32"))
+'''
+#: ``exp(m_prev - m)`` of copy ``vq``, and 1 while the row has seen no valid key.
+QRESCALE = "T.if_then_else(m_prev[vii, vq] == m[vii, vq], T.float32(1), T.exp(m_prev[vii, vq] - m[vii, vq]))"
+
+#: Elementwise blocks over the quad-replicated statistics.
+_STATS_BLOCKS = ("init_stats", "save_max", "rescale", "LSE")
+#: Elementwise blocks over fragments.
+_ELEMENTWISE = ("init_acc", "S_mask", "P", "acc_rescale", "O")
+_SHARED = (("Q_load", "Q_s"), ("K_load", "K_s"), ("V_load", "V_s"))
 _FRAGMENTS = (("S", "S"), ("P", "P"), ("init_acc", "acc"))
+#: The statistics, each ``(rows, 4)``: one copy per lane of a quad.
+_STATS = (("init_stats", "m"), ("init_stats", "l"), ("save_max", "m_prev"), ("rescale", "alpha"))
 _ALIGN = (("Q_load", "Q_s", 16, 8), ("K_load", "K_s", 16, 8), ("V_load", "V_s", 16, 8))
 _FAST_MATH = ("P", "rescale", "O", "LSE")
 _VEC = 8
@@ -148,6 +165,12 @@ def _fragment_map(i: Any, j: Any) -> tuple[Any, ...]:
     """``(i, j) -> (i // 16, j // 16, lane, local)``: the accumulator layout of 16 x 16 tiles
     (also the A-operand layout of ``mma.m16n8k16``: ``MMA_A`` is the same map)."""
     return (i // _TILE, j // _TILE, *MMA_C.to_lane_local(i % _TILE, j % _TILE))
+
+
+def _stats_map(i: Any, q: Any) -> tuple[Any, ...]:
+    """``(i, q) -> (i // 16, lane, local)``: copy ``q`` of row ``i``'s statistic in the
+    registers of the lanes holding the row's accumulator elements (``quad_stats_map``)."""
+    return (i // _TILE, *quad_stats_map(i % _TILE, q))
 
 
 def schedule_fragments(sch: Schedule, *, dtype: str, block_m: int, block_n: int, head_dim: int,
@@ -164,23 +187,27 @@ def schedule_fragments(sch: Schedule, *, dtype: str, block_m: int, block_n: int,
         blk = sch.get_block(writer)
         sch.set_scope(blk, buf, "warp")
         sch.transform_layout(blk, buf, _fragment_map)
+    for writer, buf in _STATS:
+        blk = sch.get_block(writer)
+        sch.set_scope(blk, buf, "warp")
+        sch.transform_layout(blk, buf, _stats_map)
     for name in _ELEMENTWISE:
         w, tc, lane, v = sch.transform_block_layout(sch.get_block(name), _fragment_map)
         sch.bind(w, "threadIdx.y")
         sch.bind(lane, "threadIdx.x")
         sch.unroll(tc)
         sch.unroll(v)
-    for name, at in _ROWS.items():
+    for name in _STATS_BLOCKS:
         if name == "LSE" and not lse:
             continue
-        loops = sch.get_loops(sch.get_block(name))
-        _, y, x = sch.split(loops[at], [None, warps, 32])
-        sch.bind(y, "threadIdx.y")
-        sch.bind(x, "threadIdx.x")
+        w, lane, v = sch.transform_block_layout(sch.get_block(name), _stats_map)
+        sch.bind(w, "threadIdx.y")
+        sch.bind(lane, "threadIdx.x")
+        sch.unroll(v)
     t = DTYPE_ABBREV[dtype]
-    for name, intrin in (("row_max", row_reduce_intrin("max", "float32", block_n)),
-                         ("row_sum", row_reduce_intrin("sum", dtype, block_n))):  # fmt: skip
-        rows = sch.get_loops(sch.get_block(name))[-2]
+    for name, intrin in (("row_max", row_reduce_intrin("max", "float32", block_n, quad=True)),
+                         ("row_sum", row_reduce_intrin("sum", dtype, block_n, quad=True))):  # fmt: skip
+        rows = sch.get_loops(sch.get_block(name))[-3]
         wi, ii = sch.split(rows, [warps, _TILE])
         outer = sch.blockize(ii)
         sch.bind(wi, "threadIdx.y")

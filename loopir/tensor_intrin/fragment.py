@@ -16,6 +16,15 @@ the fragment's type ``f32``, ``f16`` or ``bf16``, ``n`` a multiple of 16 up to 2
   [`ptx_shfl_xor`][loopir.ir.op.ptx_shfl_xor] steps (lane masks 1 and 2) combine the quad, and
   the quad's first lane folds the total into ``m``.
 
+With the suffix ``_quad`` the statistics are *quad-replicated* registers instead: ``m`` is a
+``warp`` buffer ``[32, 2]`` holding copy ``q`` (0 to 3) of row ``i``'s value at
+[`quad_stats_map`][loopir.tensor_intrin.fragment.quad_stats_map]``(i, q)``, the description
+``m[quad_stats_map(i, q)] = op(m[..], X[j // 16, MMA_C(i, j % 16)])`` over ``i < 16``, ``q < 4``
+(spatial) and ``j < n`` (reduced): every copy is the whole row's reduction, which the
+implementation's shuffles give every lane of the quad, so each lane folds its own copies and
+nothing goes through shared memory (a program keeps one copy per quad lane, ``s[i, q]``, and
+reads copy ``j % 8 // 2`` at column ``j``: the one the lane holding ``(i, j)`` holds).
+
 The description is the meaning: the CPU executor runs the implementation (its shuffles as the
 warp's exchange) and the property tests compare the two; ``max`` is exact, ``sum`` adds in
 another order. On the GPU the per-lane work is ``n / 2`` register operations and 4 shuffles
@@ -25,6 +34,7 @@ per pair of rows, instead of a row's pass through shared memory.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 from loopir.ir import op
 from loopir.ir.buffer import Buffer, BufferRegion
@@ -46,7 +56,7 @@ from loopir.tensor_intrin import _register_builtin
 from loopir.tensor_intrin.cuda import DTYPE_ABBREV, _grid, _lanes, _region
 from loopir.tensor_intrin.layouts import MMA_C, WARP_SIZE
 
-__all__ = ["FRAGMENT_INTRIN_NAMES", "row_reduce_intrin"]
+__all__ = ["FRAGMENT_INTRIN_NAMES", "quad_stats_map", "row_reduce_intrin"]
 
 #: The names this module registers.
 FRAGMENT_INTRIN_NAMES: list[str] = []
@@ -54,10 +64,18 @@ _OPS = ("max", "sum")
 _DTYPES = ("float32", "float16", "bfloat16")
 
 
-def row_reduce_intrin(reducer: str, dtype: str, n: int) -> str:
+def row_reduce_intrin(reducer: str, dtype: str, n: int, quad: bool = False) -> str:
     """The name of the row reduction ``reducer`` (``"max"``, ``"sum"``) over a 16 x ``n``
-    accumulator tile of ``dtype`` elements."""
-    return f"frag_row_{reducer}_{DTYPE_ABBREV[dtype]}_n{n}"
+    accumulator tile of ``dtype`` elements (``quad``: into quad-replicated statistics)."""
+    return f"frag_row_{reducer}_{DTYPE_ABBREV[dtype]}_n{n}" + ("_quad" if quad else "")
+
+
+def quad_stats_map(i: Any, q: Any) -> tuple[Any, Any]:
+    """``(i, q) -> (lane, local)`` of quad-replicated row statistics of a 16-row tile: copy
+    ``q`` of row ``i``'s value is held by lane ``4 * (i % 8) + q`` in local ``i // 8``, so
+    that each lane holds its two rows' values (those of its accumulator elements), each row's
+    value by the 4 lanes of its quad. ``i`` and ``q`` are ints or loopir expressions."""
+    return 4 * (i % 8) + q, i // 8
 
 
 def _combine(reducer: str, a: PrimExpr, b: PrimExpr) -> PrimExpr:
@@ -68,18 +86,19 @@ def _identity(reducer: str) -> PrimExpr:
     return identity(reducer, "float32")
 
 
-def _row_reduce(name: str, reducer: str, dtype: str, n: int) -> tuple[PrimFunc, PrimFunc]:
+def _row_reduce(name: str, reducer: str, dtype: str, n: int, quad: bool) -> tuple[PrimFunc, PrimFunc]:
     tiles = n // 16
     x = Buffer("X", (tiles, WARP_SIZE, 8), dtype, scope="warp")
-    m = Buffer("m", (16,), "float32", scope="shared")
+    m = Buffer("m", (WARP_SIZE, 2) if quad else (16,), "float32", scope="warp" if quad else "shared")
 
     def make(v: list[Var]) -> tuple[Stmt, list[BufferRegion], list[BufferRegion]]:
-        i, j = v
+        i, j = v[0], v[-1]
+        mi = quad_stats_map(i, v[1]) if quad else (i,)
         xi = (j // 16, *MMA_C.to_lane_local(i, j % 16))
-        value = _combine(reducer, m[i], op.cast(x[xi], "float32"))
-        return BufferStore(m, value, (i,)), [_region(m, (i,)), _region(x, xi)], [_region(m, (i,))]
+        value = _combine(reducer, m[mi], op.cast(x[xi], "float32"))
+        return BufferStore(m, value, mi), [_region(m, mi), _region(x, xi)], [_region(m, mi)]
 
-    desc_body = _grid(name, (16, n), "SR", make)
+    desc_body = _grid(name, (16, 4, n) if quad else (16, n), "SSR" if quad else "SR", make)
     red = Buffer("red", (WARP_SIZE, 2), "float32", scope="warp")
     other = Buffer("other", (WARP_SIZE, 2), "float32", scope="warp")
 
@@ -99,9 +118,13 @@ def _row_reduce(name: str, reducer: str, dtype: str, n: int) -> tuple[PrimFunc, 
                 BufferStore(red, _combine(reducer, red[tx, r2], other[tx, r2]), (tx, r2)),
             )))  # fmt: skip
         r3 = Var("r", "int32")
-        row = tx // 4 + 8 * r3
-        fold = BufferStore(m, _combine(reducer, m[row], red[tx, r3]), (row,))
-        steps.append(IfThenElse(tx % 4 == IntImm(0, "int32"), For(r3, 0, 2, ForKind.UNROLLED, fold)))
+        if quad:  # every lane: its copies of its two rows' statistics
+            fold = BufferStore(m, _combine(reducer, m[tx, r3], red[tx, r3]), (tx, r3))
+            steps.append(For(r3, 0, 2, ForKind.UNROLLED, fold))
+        else:  # the quad's first lane: the row's one value
+            row = tx // 4 + 8 * r3
+            fold = BufferStore(m, _combine(reducer, m[row], red[tx, r3]), (row,))
+            steps.append(IfThenElse(tx % 4 == IntImm(0, "int32"), For(r3, 0, 2, ForKind.UNROLLED, fold)))
         return seq(*steps)
 
     reads = (BufferRegion.full(m), BufferRegion.full(x))
@@ -120,9 +143,10 @@ def _register_all() -> None:
     for reducer in _OPS:
         for dtype in _DTYPES:
             for n in range(16, 257, 16):
-                name = row_reduce_intrin(reducer, dtype, n)
-                _register_builtin(name, functools.partial(_row_reduce, name, reducer, dtype, n))
-                FRAGMENT_INTRIN_NAMES.append(name)
+                for quad in (False, True):
+                    name = row_reduce_intrin(reducer, dtype, n, quad)
+                    _register_builtin(name, functools.partial(_row_reduce, name, reducer, dtype, n, quad))
+                    FRAGMENT_INTRIN_NAMES.append(name)
 
 
 _register_all()

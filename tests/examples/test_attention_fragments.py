@@ -63,7 +63,7 @@ def test_schedule_computes_the_same_on_the_cpu(kv_heads: int, group: int, sq: in
     loopir.verify(sch.func)
     text = sch.func.script()
     t = "f16" if dtype == "float16" else "bf16"
-    for intrin in (f"frag_row_max_f32_n{block_n}", f"frag_row_sum_{t}_n{block_n}", f"mma_{t}{t}f32",
+    for intrin in (f"frag_row_max_f32_n{block_n}_quad", f"frag_row_sum_{t}_n{block_n}_quad", f"mma_{t}{t}f32",
                    f"mma_ldmatrix_{t}_b_trans", f"mma_ldmatrix_{t}_b", "mma_fill_f32"):  # fmt: skip
         assert f'"loopir.tensorized": "{intrin}"' in text
     _run(_lowered(sch), shape, kv_heads, dtype, causal, True, seed=seed, order="random")
@@ -97,16 +97,20 @@ def _source(sch: loopir.Schedule) -> str:
 
 
 def test_s_p_and_the_output_are_registers() -> None:
-    """At head_dim 64, block_m 128, block_n 64: each thread holds its warp's 16 x 64 tile of S
-    (32 floats), of P (32 halves) and its 16 x 64 of the output (32 floats); shared memory
-    holds the Q, K and V tiles and the per-row statistics only; P goes to the second mma as
-    its A fragment."""
+    """At head_dim 64, block_m 128, block_n 64: each thread holds its part of its warp's 16 x 64
+    tile of S (32 floats), of P (32 halves) and of its 16 x 64 of the output (32 floats), and
+    its copies of its two rows' statistics (2 floats each); shared memory holds the Q, K and V
+    tiles only; P goes to the second mma as its A fragment; one barrier per KV tile besides
+    the two of the K/V pipeline."""
     src = _source(attention(4, 32, 1024, 1024, 64, fragments=True))
     kernel = src.split("__global__")[1]
-    for decl in ("float S[32];", "half P[32];", "float acc[32];"):
+    for decl in ("float S[32];", "half P[32];", "float acc[32];", "float m[2];", "float l[2];", "float m_prev[2];",
+                 "float alpha[2];"):  # fmt: skip
         assert decl in kernel
     shared = set(re.findall(r"__shared__ __align__\(16\) \w+ (\w+)\[", kernel))
-    assert shared == {"K_s", "V_s", "m", "m_prev", "l", "alpha"}  # Q_s: dynamic shared memory
+    assert shared == {"K_s", "V_s"}  # and Q_s, in dynamic shared memory
+    loop = kernel.split("for (int j0_steady")[1].split("loopir_cp_async_commit();\n  loopir_cp_async_wait")[0]
+    assert loop.count("__syncthreads();") == 3
     # two row reductions of two quad shuffles, in the pipelined loop and its epilogue
     assert "loopir_allreduce" not in src and kernel.count("__shfl_xor_sync") == 8
     assert re.search(r"loopir_mma_m16n8k16\(&acc\[[^]]*\], &P\[", kernel)

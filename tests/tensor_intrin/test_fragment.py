@@ -34,7 +34,7 @@ from loopir.ir.expr import Var
 from loopir.ir.stmt import Allocate, Evaluate, For, ForKind, PrimFunc, seq
 from loopir.ir.stmt import BufferStore as Store
 from loopir.script import from_source
-from loopir.tensor_intrin.fragment import FRAGMENT_INTRIN_NAMES, row_reduce_intrin
+from loopir.tensor_intrin.fragment import FRAGMENT_INTRIN_NAMES, quad_stats_map, row_reduce_intrin
 from loopir.tensor_intrin.layouts import MMA_C
 
 from .kernels import from_storage, to_storage
@@ -84,7 +84,7 @@ def test_shfl_xor_is_no_barrier_and_malformed_calls_are_refused() -> None:
 
 
 def test_every_size_and_type_is_registered_and_reads_back() -> None:
-    assert len(FRAGMENT_INTRIN_NAMES) == 2 * 3 * 16
+    assert len(FRAGMENT_INTRIN_NAMES) == 2 * 3 * 16 * 2  # reducers, types, widths, shared / quad
     intrin = tensor_intrin.get(row_reduce_intrin("sum", "bfloat16", 64))
     for f in (intrin.desc, intrin.impl):  # the shuffle prints as T.ptx_shfl_xor and parses back
         loopir.assert_structural_equal(from_source(f.script()), f)
@@ -146,6 +146,89 @@ def _program(rows: int, cols: int, reducer: str, dtype: str) -> tuple[PrimFunc, 
     sch.bind(wi, "threadIdx.y")
     sch.tensorize(outer, row_reduce_intrin(reducer, dtype, cols))
     return func, sch
+
+
+_QUAD_PROGRAM = '''
+def frag(A: T.Buffer((3, {R}, {C}), "float32"), M: T.Buffer((3, {R}, 4), "float32")):
+    for b in range(3):
+        with T.block("tile"):
+            vb = T.axis.spatial(3, b)
+            W = T.alloc_buffer(({R}, {C}), "{dt}")
+            m = T.alloc_buffer(({R}, 4), "float32")
+            for i, j in T.grid({R}, {C}):
+                with T.block("W"):
+                    vi, vj = T.axis.remap("SS", [i, j])
+                    W[vi, vj] = T.Cast("{dt}", A[vb, vi, vj])
+            for i, q in T.grid({R}, 4):
+                with T.block("m_init"):
+                    vi, vq = T.axis.remap("SS", [i, q])
+                    m[vi, vq] = M[vb, vi, vq]
+            for i, q, j in T.grid({R}, 4, {C}):
+                with T.block("reduce"):
+                    vi, vq, vj = T.axis.remap("SSR", [i, q, j])
+                    m[vi, vq] = {COMBINE}
+            for i, q in T.grid({R}, 4):
+                with T.block("out"):
+                    vi, vq = T.axis.remap("SS", [i, q])
+                    M[vb, vi, vq] = m[vi, vq]
+'''
+
+
+def _quad_program(rows: int, cols: int, reducer: str, dtype: str) -> tuple[PrimFunc, loopir.Schedule]:
+    """W reduced along its rows into 4 copies per row, ``m[i, q]``, kept in registers by
+    ``quad_stats_map``: the lanes holding row i's elements hold its copies."""
+    elem = "W[vi, vj]" if dtype == "float32" else 'T.Cast("float32", W[vi, vj])'
+    combine = f"T.max(m[vi, vq], {elem})" if reducer == "max" else f"m[vi, vq] + {elem}"
+    func = from_source(_QUAD_PROGRAM.format(R=rows, C=cols, dt=dtype, COMBINE=combine))
+    fmap = lambda i, j: (i // 16, j // 16, *MMA_C.to_lane_local(i % 16, j % 16))  # noqa: E731
+    smap = lambda i, q: (i // 16, *quad_stats_map(i % 16, q))  # noqa: E731
+    sch = loopir.Schedule(func)
+    sch.bind(sch.get_loops(sch.get_block("tile"))[0], "blockIdx.x")
+    for name, buf, index_map in (("W", "W", fmap), ("m_init", "m", smap)):
+        sch.set_scope(sch.get_block(name), buf, "warp")
+        sch.transform_layout(sch.get_block(name), buf, index_map)
+    for name, index_map in (("W", fmap), ("m_init", smap), ("out", smap)):
+        w, *rest, lane, v = sch.transform_block_layout(sch.get_block(name), index_map)
+        sch.bind(w, "threadIdx.y")
+        sch.bind(lane, "threadIdx.x")
+        for loop in (*rest, v):
+            sch.unroll(loop)
+    i = sch.get_loops(sch.get_block("reduce"))[0]
+    wi, ii = sch.split(i, [rows // 16, 16])
+    outer = sch.blockize(ii)
+    sch.bind(wi, "threadIdx.y")
+    sch.tensorize(outer, row_reduce_intrin(reducer, dtype, cols, quad=True))
+    return func, sch
+
+
+@settings(max_examples=8, deadline=None)
+@given(warps=st.integers(1, 3), tiles=st.integers(1, 8), reducer=st.sampled_from(["max", "sum"]),
+       dtype=st.sampled_from(["float32", "float16", "bfloat16"]), seed=st.integers(0, 2**16))  # fmt: skip
+def test_quad_replicated_reductions_compute_the_program(warps: int, tiles: int, reducer: str, dtype: str,
+                                                        seed: int) -> None:  # fmt: skip
+    """Every copy of every row (the 4 lanes of its quad) gets the row's reduction."""
+    rows, cols = 16 * warps, 16 * tiles
+    func, sch = _quad_program(rows, cols, reducer, dtype)
+    rng = np.random.default_rng(seed)
+    a = from_storage(to_storage(rng.standard_normal((3, rows, cols)), dtype), dtype).astype(np.float32)
+    m = np.repeat(rng.standard_normal((3, rows, 1)).astype(np.float32), 4, axis=2)
+    want = _run(func, a, m)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lowered = loopir.lower(sch.func)
+    for got in (_run(sch.func, a, m), _run(lowered, a, m, thread_order="random", seed=seed)):
+        assert (got == got[..., :1]).all()  # the copies agree
+        if reducer == "max":
+            assert np.array_equal(got, want)
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_quad_reduction_is_registers_and_shuffles_only() -> None:
+    _, sch = _quad_program(32, 64, "sum", "float16")
+    kernel = _source(sch).split("frag_kernel0")[1]
+    assert "__shared__" not in kernel and "__syncthreads" not in kernel
+    assert "float m[2];" in kernel and kernel.count("__shfl_xor_sync(0xffffffffu") == 2
 
 
 def _run(func: PrimFunc, a: np.ndarray, m: np.ndarray, **options: object) -> np.ndarray:
