@@ -25,7 +25,7 @@ with everything but the Q, K and V tiles in registers, a warp per 16 query rows:
 
 * ``S`` (float32), ``P`` (the input type) and ``acc`` (float32) are ``warp`` buffers in the
   accumulator layout ``(i // 16, j // 16, MMA_C(i % 16, j % 16))``; the statistics ``m``,
-  ``m_prev``, ``l``, ``alpha`` are ``warp`` buffers by ``quad_stats_map``: lane ``l`` holds
+  ``m_prev``, ``l``, ``alpha`` are ``warp`` buffers in the ``ROW_STATS`` layout: lane ``l`` holds
   its copies of rows ``l // 4`` and ``l // 4 + 8``, the rows of its accumulator elements;
 * ``S = Q K^T`` on ``mma.sync`` into ``S``'s fragments (Q and K by ``ldmatrix``), no store;
 * the elementwise blocks iterate ``(warp, tile, lane, local)`` (``S_mask``, ``P``,
@@ -47,8 +47,8 @@ from typing import Any
 
 from loopir.schedule import Schedule
 from loopir.tensor_intrin.cuda import DTYPE_ABBREV
-from loopir.tensor_intrin.fragment import quad_stats_map, row_reduce_intrin
-from loopir.tensor_intrin.layouts import MMA_C
+from loopir.tensor_intrin.fragment import row_reduce_intrin
+from loopir.tensor_intrin.layouts import MMA_C, ROW_STATS
 
 __all__ = ["FRAGMENT_LSE_BLOCK", "FRAGMENT_TEMPLATE", "QRESCALE", "schedule_fragments"]
 
@@ -169,8 +169,8 @@ def _fragment_map(i: Any, j: Any) -> tuple[Any, ...]:
 
 def _stats_map(i: Any, q: Any) -> tuple[Any, ...]:
     """``(i, q) -> (i // 16, lane, local)``: copy ``q`` of row ``i``'s statistic in the
-    registers of the lanes holding the row's accumulator elements (``quad_stats_map``)."""
-    return (i // _TILE, *quad_stats_map(i % _TILE, q))
+    registers of the lanes holding the row's accumulator elements (``ROW_STATS``)."""
+    return (i // _TILE, *ROW_STATS.to_lane_local(i % _TILE, q))
 
 
 def schedule_fragments(sch: Schedule, *, dtype: str, block_m: int, block_n: int, head_dim: int,

@@ -18,8 +18,8 @@ the fragment's type ``f32``, ``f16`` or ``bf16``, ``n`` a multiple of 16 up to 2
 
 With the suffix ``_quad`` the statistics are *quad-replicated* registers instead: ``m`` is a
 ``warp`` buffer ``[32, 2]`` holding copy ``q`` (0 to 3) of row ``i``'s value at
-[`quad_stats_map`][loopir.tensor_intrin.fragment.quad_stats_map]``(i, q)``, the description
-``m[quad_stats_map(i, q)] = op(m[..], X[j // 16, MMA_C(i, j % 16)])`` over ``i < 16``, ``q < 4``
+``ROW_STATS.to_lane_local(i, q)`` ([`loopir.tensor_intrin.layouts`][loopir.tensor_intrin.layouts]),
+the description ``m[ROW_STATS(i, q)] = op(m[..], X[j // 16, MMA_C(i, j % 16)])`` over ``i < 16``, ``q < 4``
 (spatial) and ``j < n`` (reduced): every copy is the whole row's reduction, which the
 implementation's shuffles give every lane of the quad, so each lane folds its own copies and
 nothing goes through shared memory (a program keeps one copy per quad lane, ``s[i, q]``, and
@@ -34,7 +34,6 @@ per pair of rows, instead of a row's pass through shared memory.
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 from loopir.ir import op
 from loopir.ir.buffer import Buffer, BufferRegion
@@ -54,9 +53,9 @@ from loopir.ir.stmt import (
 )
 from loopir.tensor_intrin import _register_builtin
 from loopir.tensor_intrin.cuda import DTYPE_ABBREV, _grid, _lanes, _region
-from loopir.tensor_intrin.layouts import MMA_C, WARP_SIZE
+from loopir.tensor_intrin.layouts import MMA_C, ROW_STATS, WARP_SIZE
 
-__all__ = ["FRAGMENT_INTRIN_NAMES", "quad_stats_map", "row_reduce_intrin"]
+__all__ = ["FRAGMENT_INTRIN_NAMES", "row_reduce_intrin"]
 
 #: The names this module registers.
 FRAGMENT_INTRIN_NAMES: list[str] = []
@@ -68,14 +67,6 @@ def row_reduce_intrin(reducer: str, dtype: str, n: int, quad: bool = False) -> s
     """The name of the row reduction ``reducer`` (``"max"``, ``"sum"``) over a 16 x ``n``
     accumulator tile of ``dtype`` elements (``quad``: into quad-replicated statistics)."""
     return f"frag_row_{reducer}_{DTYPE_ABBREV[dtype]}_n{n}" + ("_quad" if quad else "")
-
-
-def quad_stats_map(i: Any, q: Any) -> tuple[Any, Any]:
-    """``(i, q) -> (lane, local)`` of quad-replicated row statistics of a 16-row tile: copy
-    ``q`` of row ``i``'s value is held by lane ``4 * (i % 8) + q`` in local ``i // 8``, so
-    that each lane holds its two rows' values (those of its accumulator elements), each row's
-    value by the 4 lanes of its quad. ``i`` and ``q`` are ints or loopir expressions."""
-    return 4 * (i % 8) + q, i // 8
 
 
 def _combine(reducer: str, a: PrimExpr, b: PrimExpr) -> PrimExpr:
@@ -93,7 +84,7 @@ def _row_reduce(name: str, reducer: str, dtype: str, n: int, quad: bool) -> tupl
 
     def make(v: list[Var]) -> tuple[Stmt, list[BufferRegion], list[BufferRegion]]:
         i, j = v[0], v[-1]
-        mi = quad_stats_map(i, v[1]) if quad else (i,)
+        mi = ROW_STATS.to_lane_local(i, v[1]) if quad else (i,)
         xi = (j // 16, *MMA_C.to_lane_local(i, j % 16))
         value = _combine(reducer, m[mi], op.cast(x[xi], "float32"))
         return BufferStore(m, value, mi), [_region(m, mi), _region(x, xi)], [_region(m, mi)]

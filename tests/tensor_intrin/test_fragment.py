@@ -34,8 +34,8 @@ from loopir.ir.expr import Var
 from loopir.ir.stmt import Allocate, Evaluate, For, ForKind, PrimFunc, seq
 from loopir.ir.stmt import BufferStore as Store
 from loopir.script import from_source
-from loopir.tensor_intrin.fragment import FRAGMENT_INTRIN_NAMES, quad_stats_map, row_reduce_intrin
-from loopir.tensor_intrin.layouts import MMA_C
+from loopir.tensor_intrin.fragment import FRAGMENT_INTRIN_NAMES, row_reduce_intrin
+from loopir.tensor_intrin.layouts import MMA_C, ROW_STATS
 
 from .kernels import from_storage, to_storage
 
@@ -176,12 +176,12 @@ def frag(A: T.Buffer((3, {R}, {C}), "float32"), M: T.Buffer((3, {R}, 4), "float3
 
 def _quad_program(rows: int, cols: int, reducer: str, dtype: str) -> tuple[PrimFunc, loopir.Schedule]:
     """W reduced along its rows into 4 copies per row, ``m[i, q]``, kept in registers by
-    ``quad_stats_map``: the lanes holding row i's elements hold its copies."""
+    ``ROW_STATS``: the lanes holding row i's elements hold its copies."""
     elem = "W[vi, vj]" if dtype == "float32" else 'T.Cast("float32", W[vi, vj])'
     combine = f"T.max(m[vi, vq], {elem})" if reducer == "max" else f"m[vi, vq] + {elem}"
     func = from_source(_QUAD_PROGRAM.format(R=rows, C=cols, dt=dtype, COMBINE=combine))
     fmap = lambda i, j: (i // 16, j // 16, *MMA_C.to_lane_local(i % 16, j % 16))  # noqa: E731
-    smap = lambda i, q: (i // 16, *quad_stats_map(i % 16, q))  # noqa: E731
+    smap = lambda i, q: (i // 16, *ROW_STATS.to_lane_local(i % 16, q))  # noqa: E731
     sch = loopir.Schedule(func)
     sch.bind(sch.get_loops(sch.get_block("tile"))[0], "blockIdx.x")
     for name, buf, index_map in (("W", "W", fmap), ("m_init", "m", smap)):
