@@ -263,7 +263,7 @@ _VEC = 8
 def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_dim: int,
               dtype: str = "float16", causal: bool = False, kv_heads: int | None = None, *,
               lse: bool = False, block_m: int | None = None, block_n: int = 64,
-              unroll_rows: bool = True, fragments: bool = False) -> Schedule:  # fmt: skip
+              unroll_rows: bool = True, fragments: bool = True) -> Schedule:  # fmt: skip
     """[`attention_func`][loopir.examples.attention.attention_func] scheduled for the GPU.
 
     The ``(batch, heads, query tile)`` loops on ``blockIdx``; ``block_m / 16`` warps of 32
@@ -282,8 +282,14 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
     * fast math (``__expf``, ``__logf``, ``__fdividef``) for the softmax's exponentials, the
       logsumexp and the final division.
 
+    ``fragments`` (default): FlashAttention 2's schedule instead, S, P, the output and the row
+    statistics in the ``mma`` fragments' registers
+    ([`loopir.examples.attention_fragments`][loopir.examples.attention_fragments]); False: the
+    schedule described here, every intermediate in shared memory.
+
     ``unroll_rows``: unroll each warp's loop over its rows in the per-row passes, so that the
-    rows' loads and shuffle reductions overlap instead of running one latency chain per row.
+    rows' loads and shuffle reductions overlap instead of running one latency chain per row
+    (the shared-memory schedule).
 
     ``block_m``: 128 for ``head_dim`` up to 64 (about 177 KiB of shared memory, 8 warps), else
     64 (about 179 KiB, 4 warps): one block per SM. fp16/bf16 only (the tensor cores' inputs).

@@ -73,7 +73,8 @@ CASES = {
     "transpose": Case(_sched(examples.transpose), transpose_func, ("M", "N"), (1024, 1024),
                       ((1, 1), (33, 70), (100, 257), (1000, 3))),
     # FlashAttention's program: one build for every query and key length
-    "attention": Case(lambda sq, skv: examples.attention(2, 4, sq, skv, 64, "float16", True, 2).func,
+    "attention": Case(lambda sq, skv: examples.attention(2, 4, sq, skv, 64, "float16", True, 2,
+                                                         fragments=False).func,
                       lambda sq, skv: attention_func(2, 4, sq, skv, 64, "float16", True, 2), ("seq_q", "seq_kv"),
                       (1000, 1000), ((1, 1), (33, 70), (100, 257), (130, 64))),
     "attention_fragments": Case(lambda sq, skv: examples.attention(2, 4, sq, skv, 64, "float16", True, 2,
