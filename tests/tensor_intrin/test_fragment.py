@@ -305,3 +305,21 @@ def test_compiles_with_nvcc(arch: str, reducer: str, dtype: str, tmp_path: Path)
     binary = compile_cuda(_source(sch), arch=arch, cache_dir=tmp_path)
     for res in binary.resources.values():
         assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0, binary.log
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("reducer, dtype, quad", [("max", "float32", False), ("sum", "bfloat16", False),
+                                                  ("max", "float16", True), ("sum", "float32", True)])  # fmt: skip
+def test_gpu_equals_the_cpu_executor(reducer: str, dtype: str, quad: bool) -> None:
+    """The shuffles on the hardware: the CUDA build computes what the CPU executor does."""
+    rows, cols = 48, 128
+    _, sch = _quad_program(rows, cols, reducer, dtype) if quad else _program(rows, cols, reducer, dtype)
+    rng = np.random.default_rng(1)
+    a = from_storage(to_storage(rng.standard_normal((3, rows, cols)), dtype), dtype).astype(np.float32)
+    m = rng.standard_normal((3, rows, 4) if quad else (3, rows)).astype(np.float32)
+    if quad:
+        m = np.repeat(m[..., :1], 4, axis=2)
+    want = _run(sch.func, a, m)
+    got = m.copy()
+    loopir.build(sch.func, target="cuda")(a, got)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
