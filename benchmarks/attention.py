@@ -60,7 +60,7 @@ def selected(pattern: str | None) -> list[tuple[int, int, int, int, bool]]:
     return [c for c in CASES if any(fnmatch.fnmatch(case_name(*c), p) for p in pats)]
 
 
-def smoke(arch: str, cases: list[tuple[int, int, int, int, bool]]) -> int:
+def smoke(arch: str, cases: list[tuple[int, int, int, int, bool]], params: dict[str, Any] | None = None) -> int:
     from loopir.codegen_cuda import compile_cuda, prepare_function
 
     nvcc = shutil.which("nvcc") is not None
@@ -68,7 +68,7 @@ def smoke(arch: str, cases: list[tuple[int, int, int, int, bool]]) -> int:
         for b, h, s, d, causal in cases:
             with warnings.catch_warnings():
                 warnings.simplefilter("error")  # a RaceCheckWarning fails the smoke run
-                src = prepare_function(attention(b, h, s, s, d, dtype, causal).func).emitted.source
+                src = prepare_function(attention(b, h, s, s, d, dtype, causal, **(params or {})).func).emitted.source
             line = f"{dtype} {case_name(b, h, s, d, causal)}: {len(src)} chars of CUDA"
             if nvcc:
                 res = next(iter(compile_cuda(src, arch=arch).resources.values()))
@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     cases = selected(args.cases)
     if args.smoke:
-        return smoke(args.arch, cases)
+        return smoke(args.arch, cases, args.params)
 
     import torch
 

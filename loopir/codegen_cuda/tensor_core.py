@@ -10,7 +10,9 @@ loops by then. What is left:
   fragment (two 16-bit elements each, the first in the low half, as PTX packs them);
 * ``ptx_mma(shape, a, b, c)`` -> ``loopir_mma_m16n8k16(&c, &a, &b)``:
   ``mma.sync.aligned.m16n8k16.row.col.{f32.f16.f16.f32 | f32.bf16.bf16.f32 | f16.f16.f16.f16}``
-  accumulating into ``c`` in place.
+  accumulating into ``c`` in place;
+* ``ptx_shfl_xor(dst, src, mask)`` -> ``dst = __shfl_xor_sync(0xffffffff, src, mask)`` (a
+  full-warp exchange of one 32-bit register per lane).
 
 The ldmatrix asm clobbers ``memory``: the compiler must not move this thread's own shared
 stores past it (a lane may supply the row it just wrote). Fragments go through ``memcpy`` to and from 32-bit registers, so a fragment needs no more
@@ -116,11 +118,17 @@ def _check_fragment(em: KernelEmitter, call: Call, load: PrimExpr) -> None:
 
 def tensor_core_text(em: KernelEmitter, call: Call) -> str | None:
     """The CUDA of a warp-collective call (None for other calls)."""
-    if call.op not in ("ptx_ldmatrix", "ptx_mma", *WARPGROUP_COLLECTIVES):
+    if call.op not in ("ptx_ldmatrix", "ptx_mma", "ptx_shfl_xor", *WARPGROUP_COLLECTIVES):
         return None
     problem = tensor_core_problem(call)
     if problem is not None:
         raise CodegenError(f"CUDA codegen: kernel {em.spec.name}: {problem}")
+    if call.op == "ptx_shfl_xor":
+        dst, src, mask = call.args
+        assert isinstance(mask, IntImm)
+        for x in (dst, src):
+            _check_fragment(em, call, x)
+        return f"*{_address(em, dst)} = __shfl_xor_sync(0xffffffffu, *{_address(em, src)}, {mask.value});"
     if call.op in WARPGROUP_COLLECTIVES:
         return wgmma_text(em, call)
     if call.op == "ptx_ldmatrix":

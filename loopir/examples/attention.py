@@ -176,7 +176,7 @@ def _check(batch: int, heads: int, head_dim: int, dtype: str, kv_heads: int, blo
 
 def attention_func(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_dim: int,
                    dtype: str = "float16", causal: bool = False, kv_heads: int | None = None, *,
-                   lse: bool = False, block_m: int = 64, block_n: int = 64) -> PrimFunc:  # fmt: skip
+                   lse: bool = False, block_m: int = 64, block_n: int = 64, fragments: bool = False) -> PrimFunc:  # fmt: skip
     """The fused attention program (module docstring), unscheduled: ``(Q, K, V, O)``, and
     ``LSE`` ``(batch, heads, seq_q)`` in float32 after them when ``lse``.
 
@@ -197,6 +197,11 @@ def attention_func(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, 
         Also write the logsumexp of each row's scaled scores.
     block_m, block_n
         Query rows and keys per tile.
+    fragments
+        The program whose per-row passes are elementwise blocks and plain row reductions,
+        for the schedule with S, P and the output in the ``mma`` fragments
+        ([`loopir.examples.attention_fragments`][loopir.examples.attention_fragments]); it
+        computes the same.
     """
     from loopir.script import from_source
 
@@ -213,6 +218,12 @@ def attention_func(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, 
                   BM=block_m, BN=block_n, SCALE=repr(1.0 / math.sqrt(head_dim)), ROW=row, COL=col,
                   IN_Q=f"{row} < {sq}", IN_KV=in_kv, VALID=valid, RESCALE=_RESCALE, KV_TILES=kv_tiles,
                   LSE_PARAM=f', LSE: T.Buffer(({batch}, {heads}, {sq}), "float32")' if lse else "")  # fmt: skip
+    if fragments:
+        from loopir.examples import attention_fragments as af
+
+        fields["QRESCALE"] = af.QRESCALE
+        fields["LSE_BLOCK"] = af.FRAGMENT_LSE_BLOCK.format(**fields) if lse else ""
+        return from_source(af.FRAGMENT_TEMPLATE.format(**fields))
     fields["LSE_BLOCK"] = _LSE_BLOCK.format(**fields) if lse else ""
     return from_source(_TEMPLATE.format(**fields))
 
@@ -252,7 +263,7 @@ _VEC = 8
 def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_dim: int,
               dtype: str = "float16", causal: bool = False, kv_heads: int | None = None, *,
               lse: bool = False, block_m: int | None = None, block_n: int = 64,
-              unroll_rows: bool = True) -> Schedule:  # fmt: skip
+              unroll_rows: bool = True, fragments: bool = True) -> Schedule:  # fmt: skip
     """[`attention_func`][loopir.examples.attention.attention_func] scheduled for the GPU.
 
     The ``(batch, heads, query tile)`` loops on ``blockIdx``; ``block_m / 16`` warps of 32
@@ -271,8 +282,14 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
     * fast math (``__expf``, ``__logf``, ``__fdividef``) for the softmax's exponentials, the
       logsumexp and the final division.
 
+    ``fragments`` (default): FlashAttention 2's schedule instead, S, P, the output and the row
+    statistics in the ``mma`` fragments' registers
+    ([`loopir.examples.attention_fragments`][loopir.examples.attention_fragments]); False: the
+    schedule described here, every intermediate in shared memory.
+
     ``unroll_rows``: unroll each warp's loop over its rows in the per-row passes, so that the
-    rows' loads and shuffle reductions overlap instead of running one latency chain per row.
+    rows' loads and shuffle reductions overlap instead of running one latency chain per row
+    (the shared-memory schedule).
 
     ``block_m``: 128 for ``head_dim`` up to 64 (about 177 KiB of shared memory, 8 warps), else
     64 (about 179 KiB, 4 warps): one block per SM. fp16/bf16 only (the tensor cores' inputs).
@@ -289,7 +306,11 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
         raise _fail(f"block_m = {block_m} must be a multiple of 32, block_n = {block_n} and head_dim = "
                     f"{head_dim} multiples of 16 (the tensor cores' 16 x 16 tiles)")  # fmt: skip
     sch = Schedule(attention_func(batch, heads, seq_q, seq_kv, head_dim, dtype, causal, kv_heads, lse=lse,
-                                  block_m=block_m, block_n=block_n))  # fmt: skip
+                                  block_m=block_m, block_n=block_n, fragments=fragments))  # fmt: skip
+    if fragments:
+        from loopir.examples.attention_fragments import schedule_fragments
+
+        return schedule_fragments(sch, dtype=dtype, block_m=block_m, block_n=block_n, head_dim=head_dim, lse=lse)
     warps = block_m // 16
     tile = sch.get_block("tile")
     b, h, i0 = sch.get_loops(tile)

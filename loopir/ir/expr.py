@@ -517,6 +517,8 @@ register_intrinsic("loopir.cp_async_wait", 1, pure=False, result="int32")
 # mma_store.
 register_intrinsic("ptx_ldmatrix", 4, pure=False, result="int32")
 register_intrinsic("ptx_mma", 4, pure=False, result="int32")
+# dst[lane] = src[lane ^ mask] across a warp (loopir.ir.op.ptx_shfl_xor). Warp-collective.
+register_intrinsic("ptx_shfl_xor", 3, pure=False, result="int32")
 # Warpgroup-collective (sm_90a): wgmma with shared operands, completed in the call.
 register_intrinsic("ptx_wgmma", 4, pure=False, result="int32")
 # Its asynchronous form (issue without the wait) and the wait that retires issued groups:

@@ -321,7 +321,7 @@ def shift_right(a: ExprLike, b: ExprLike) -> PrimExpr:
 # --------------------------------------------------------------------------------------------
 
 #: Calls that all 32 lanes of a warp execute together (``.sync.aligned`` in PTX).
-WARP_COLLECTIVES = ("ptx_ldmatrix", "ptx_mma")
+WARP_COLLECTIVES = ("ptx_ldmatrix", "ptx_mma", "ptx_shfl_xor")
 #: Calls that all 128 threads of a warpgroup issue together (sm_90a): ``ptx_wgmma``, its
 #: asynchronous issue ``ptx_wgmma_async`` and the wait ``ptx_wgmma_wait``.
 WARPGROUP_COLLECTIVES = ("ptx_wgmma", "ptx_wgmma_async", "ptx_wgmma_wait")
@@ -497,6 +497,28 @@ def mma_fill(dst: PrimExpr, count: int, value: ExprLike) -> PrimExpr:
 STORE_CASTS = frozenset({("float32", "float16"), ("float32", "bfloat16")})
 
 
+#: Element types ``ptx_shfl_xor`` moves (one 32-bit register per element).
+SHFL_DTYPES = ("float32", "int32", "uint32")
+
+
+def ptx_shfl_xor(dst: PrimExpr, src: PrimExpr, lane_mask: int) -> PrimExpr:
+    """``dst = __shfl_xor_sync(0xffffffff, src, lane_mask)``: every lane ``l`` of the warp
+    receives lane ``l ^ lane_mask``'s element (warp-collective: the 32 lanes exchange their
+    values together, then each writes its own ``dst``; ``dst`` may be ``src``).
+
+    ``dst`` and ``src`` are fragment elements ``W[..., lane, v]`` of ``warp`` buffers (one
+    element per lane; ``W[..., v]`` of ``local`` ones after ``LowerWarpMemory``) of one
+    32-bit type (``SHFL_DTYPES``); ``lane_mask`` a constant from 1 to 31. Its sequential
+    meaning (the CPU executor's, exact): ``dst[..., l, v] = src[..., l ^ lane_mask, v]`` for
+    every lane ``l`` at once. Registers only: it orders no memory and is no barrier
+    ([`is_block_barrier`][loopir.ir.op.is_block_barrier]); the row reductions over ``mma``
+    accumulator fragments combine a quad's lanes with it (``loopir.tensor_intrin.fragment``).
+    """
+    call = Call("int32", "ptx_shfl_xor", (dst, src, IntImm(lane_mask, "int32")))
+    _raise_if_bad(call)
+    return call
+
+
 def mma_store(dst: PrimExpr, src: PrimExpr, rows: int = 16, cols: int = 16) -> PrimExpr:
     """Store this lane's part of an accumulator fragment into a ``rows`` x ``cols`` tile (per
     lane, not collective; the 32 lanes together write the whole tile). A ``float32`` fragment
@@ -620,6 +642,14 @@ def tensor_core_problem(call: Call) -> str | None:
                 f"float32 (or float16 with float16 inputs), got {a.dtype}, {b.dtype}, {c.dtype}"
             )
         return None
+    if call.op == "ptx_shfl_xor":
+        dst, src, mask = args
+        if not (isinstance(mask, IntImm) and 1 <= mask.value < 32):
+            return f"ptx_shfl_xor: lane_mask must be a constant from 1 to 31, got {mask}"
+        prob = _fragment_problem("ptx_shfl_xor dst", dst) or _fragment_problem("ptx_shfl_xor src", src)
+        if prob is None and not (dst.dtype == src.dtype and dst.dtype in SHFL_DTYPES):
+            prob = f"ptx_shfl_xor: dst and src must have one of {SHFL_DTYPES}, got {dst.dtype} and {src.dtype}"
+        return prob
     if call.op in WGMMA_ISSUES:
         return _wgmma_problem(args)
     if call.op == "ptx_wgmma_wait":
@@ -652,5 +682,5 @@ __all__ = [
     "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left", "shift_right",
     "WARP_COLLECTIVES", "WARPGROUP_COLLECTIVES", "TENSOR_CORE_OPS", "MMA_SHAPES", "WGMMA_SHAPES",
     "is_warp_collective", "is_tensor_core_call", "ptx_ldmatrix", "ptx_mma", "ptx_wgmma", "ptx_wgmma_async",
-    "ptx_wgmma_wait", "wgmma_wait_groups", "WGMMA_ISSUES", "wgmma_shape", "wgmma_nk", "mma_fill", "mma_store", "tensor_core_problem", "STORE_CASTS",
+    "ptx_wgmma_wait", "ptx_shfl_xor", "SHFL_DTYPES", "wgmma_wait_groups", "WGMMA_ISSUES", "wgmma_shape", "wgmma_nk", "mma_fill", "mma_store", "tensor_core_problem", "STORE_CASTS",
 ]  # fmt: skip

@@ -12,6 +12,9 @@ lane (see [`loopir.tensor_intrin.calls`][loopir.tensor_intrin.calls]): lane ``l`
   consecutive runs of 32 linear thread indices, are rows of ``threadIdx.x``). Anything else --
   a lane index that moves data between lanes (TVM turns some of those into shuffles), a
   block of 48 threads -- is refused with [`PassError`][loopir.errors.PassError];
+* a warp buffer holding the fragments of every warp of the block, indexed on one axis by the
+  warp's ``threadIdx.y`` in every access ([`warp_axes`][loopir.passes.lower_warp_memory.warp_axes]),
+  keeps only the thread's own warp's slot: ``W[w, .., lane, v]`` becomes ``W_local[.., v]``;
 * ``mma_fill`` and ``mma_store``, which act on one lane's row, become the unrolled loops they
   stand for ([`per_lane_stmt`][loopir.tensor_intrin.calls.per_lane_stmt]), their lane
   explicit;
@@ -46,7 +49,7 @@ from loopir.passes.simplify import simplify_stmt
 from loopir.tensor_intrin.calls import per_lane_stmt
 from loopir.tensor_intrin.layouts import WARP_SIZE
 
-__all__ = ["LowerWarpMemory", "WARP_REGISTERS_ATTR"]
+__all__ = ["LowerWarpMemory", "WARP_REGISTERS_ATTR", "warp_axes"]
 
 #: Function attribute: the names of the ``local`` buffers this pass made of warp buffers (each
 #: thread's registers hold its lane's row, whichever sibling threadIdx loop accesses them).
@@ -90,7 +93,7 @@ def _x_extent(kernel: For) -> int | None:
     return out if ok else None
 
 
-def _local_of(buf: Buffer) -> Buffer:
+def _local_of(buf: Buffer, warp_axis: int | None = None) -> Buffer:
     shape = buf.shape
     lanes = shape[-2] if len(shape) >= 2 else None
     if not (isinstance(lanes, IntImm) and lanes.value == WARP_SIZE) or buf.strides is not None:
@@ -98,15 +101,50 @@ def _local_of(buf: Buffer) -> Buffer:
             f"warp buffer {buf.name} must be compact with the lane (extent {WARP_SIZE}) as its "
             f"second-to-last dimension, got shape ({', '.join(str(x) for x in shape)})"
         )
-    return Buffer(buf.name, (*shape[:-2], shape[-1]), buf.dtype, scope="local")
+    outer = tuple(e for k, e in enumerate(shape[:-2]) if k != warp_axis)
+    return Buffer(buf.name, (*outer, shape[-1]), buf.dtype, scope="local")
+
+
+def warp_axes(body: Stmt) -> dict[Buffer, int]:
+    """For each warp buffer that every access indexes, on one axis before the lane's, by the
+    variable of its enclosing ``threadIdx.y`` loop (starting at 0, of that axis's extent): the
+    axis. The warp of ``threadIdx.y = w`` then touches only slot ``w``, so each thread keeps
+    just its own warp's slot: the axis is dropped with the lane's (a buffer of the fragments of
+    every warp, as a block over the fragments of all warps makes, stays in registers instead of
+    an array indexed by ``threadIdx.y``)."""
+    from loopir.passes._walk import collect_accesses
+
+    accesses, _ = collect_accesses(body)
+    by_buf: dict[Buffer, list[tuple[tuple[PrimExpr, ...], tuple[For, ...]]]] = {}
+    for a in accesses:
+        if a.buffer.scope == "warp":
+            by_buf.setdefault(a.buffer, []).append((tuple(a.indices), tuple(a.loops)))
+    out: dict[Buffer, int] = {}
+    for buf, accs in by_buf.items():
+        for d in range(len(buf.shape) - 2):
+            ext = buf.shape[d]
+            if isinstance(ext, IntImm) and all(_is_warp_index(idx[d], loops, ext.value) for idx, loops in accs):
+                out[buf] = d
+                break
+    return out
+
+
+def _is_warp_index(index: PrimExpr, loops: Sequence[For], extent: int) -> bool:
+    loop = next((f for f in loops if isinstance(index, Var) and f.loop_var is index), None)
+    return (
+        loop is not None and loop.thread_tag == "threadIdx.y"
+        and isinstance(loop.min, IntImm) and loop.min.value == 0
+        and isinstance(loop.extent, IntImm) and loop.extent.value == extent
+    )  # fmt: skip
 
 
 class _Rewrite(Mutator):
     """Inside one kernel: warp accesses -> local ones, per-lane calls -> loops."""
 
-    def __init__(self, kernel: For, locals_: dict[Buffer, Buffer]) -> None:
+    def __init__(self, kernel: For, locals_: dict[Buffer, Buffer], axes: dict[Buffer, int]) -> None:
         self.kernel = kernel
         self.locals = locals_
+        self.axes = axes
         self.loops: list[For] = []
         self.conds: list[PrimExpr] = []  # enclosing if conditions (both branches)
         self.x_extent = _x_extent(kernel)
@@ -129,7 +167,7 @@ class _Rewrite(Mutator):
 
     def visit_Allocate(self, node: Allocate) -> Stmt:
         if node.buffer.scope == "warp" and node.buffer not in self.locals:
-            self.locals[node.buffer] = _local_of(node.buffer)
+            self.locals[node.buffer] = _local_of(node.buffer, self.axes.get(node.buffer))
         new = self.locals.get(node.buffer)
         body = self.visit(node.body)
         if new is None and body is node.body:
@@ -196,7 +234,8 @@ class _Rewrite(Mutator):
                 f"{why}; a warp buffer is indexed by the hardware lane of the accessing thread "
                 "(threadIdx.x, or threadIdx.x % 32), so that each lane's row is its registers"
             )
-        return (*idx[:-2], idx[-1])
+        axis = self.axes.get(buf)
+        return (*(i for k, i in enumerate(idx[:-2]) if k != axis), idx[-1])
 
     def _not_the_lane(self, lane: PrimExpr) -> str | None:
         lane = arith.simplify(lane)  # a bound operand's ``0 + tx``
@@ -223,7 +262,8 @@ class _Rewrite(Mutator):
 class _Kernels(Mutator):
     """Finds the kernels; moves warp allocations made outside them into their one kernel."""
 
-    def __init__(self) -> None:
+    def __init__(self, axes: dict[Buffer, int]) -> None:
+        self.axes = axes
         self.outside: list[Buffer] = []  # warp buffers allocated above the current statement
         self.lowered: set[str] = set()  # names of the local buffers made
 
@@ -253,8 +293,8 @@ class _Kernels(Mutator):
         locals_: dict[Buffer, Buffer] = {}
         hoisted = [b for b in self.outside if _uses(node, b)]
         for b in hoisted:
-            locals_[b] = _local_of(b)
-        new = _Rewrite(node, locals_).visit(attrs.evolve(node, body=body))
+            locals_[b] = _local_of(b, self.axes.get(b))
+        new = _Rewrite(node, locals_, self.axes).visit(attrs.evolve(node, body=body))
         assert isinstance(new, For)
         self.lowered.update(b.name for b in locals_.values())
         for b in reversed(hoisted):
@@ -302,7 +342,7 @@ class LowerWarpMemory(Pass):
                             "global memory")  # fmt: skip
         if not _has_warp(func.body):
             return func
-        kernels = _Kernels()
+        kernels = _Kernels(warp_axes(func.body))
         out = func.with_body(kernels.visit(func.body))
         names = tuple(sorted({*func.attrs.get(WARP_REGISTERS_ATTR, ()), *kernels.lowered}))
         return attrs.evolve(out, attrs=out.attrs.set(WARP_REGISTERS_ATTR, names))

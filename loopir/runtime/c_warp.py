@@ -3,7 +3,7 @@
 * ``mma_fill`` and ``mma_store`` act on one lane's fragment row: they run as the loops
   ``loopir.tensor_intrin.calls.per_lane_stmt`` gives (the lane is the fragment's lane index),
   so they need no thread region.
-* ``ptx_ldmatrix`` and ``ptx_mma`` are warp-collective: they run inside a thread region (a
+* ``ptx_ldmatrix``, ``ptx_mma`` and ``ptx_shfl_xor`` are warp-collective: they run inside a thread region (a
   ``threadIdx`` loop containing one becomes a region, like one containing a barrier) as a
   rendezvous of the warp's 32 fibers (``loopir.runtime.c_fibers``). Each lane leaves the
   addresses of its operands in its slots; the last lane to arrive computes the whole warp-level
@@ -11,6 +11,8 @@
 
   - ``ldmatrix``: element ``2q + h`` of lane ``l`` comes from the row whose address lane
     ``ldmatrix_source(l, q, h)[0]`` supplied (``loopir.tensor_intrin.layouts``);
+  - ``ptx_shfl_xor``: every lane's ``src`` is read, then lane ``l``'s ``dst`` gets lane
+    ``l ^ mask``'s value;
   - ``mma.m16n8k16``: the 16x16 A, 16x8 B and 16x8 C tiles are gathered from the lanes'
     fragments by the PTX layouts, and every ``C[i, j]`` becomes
     ``C[i, j] + A[i, k] * B[k, j]`` accumulated for ``k = 0 .. 15`` in order, each step
@@ -161,6 +163,8 @@ def emit_collective(em: _StmtEmitter, call: Call) -> None:
     em.emit("void** const lir_ws = lir_warp_slot + lir_tid * LIR_WARP_SLOTS;")
     if call.op == "ptx_ldmatrix":
         _ldmatrix(em, call)
+    elif call.op == "ptx_shfl_xor":
+        _shfl_xor(em, call)
     else:
         _mma(em, call)
     em.indent -= 1
@@ -196,6 +200,18 @@ def _ldmatrix(em: _StmtEmitter, call: Call) -> None:
             f"((const {st}*)lir_wl[p * LIR_WARP_SLOTS + 1])[c];")  # fmt: skip
     em.emit("  }")
     em.emit("}")
+    _close(em)
+
+
+def _shfl_xor(em: _StmtEmitter, call: Call) -> None:
+    dst, src, mask = call.args
+    assert isinstance(mask, IntImm)
+    st = storage_ctype(dst.dtype)
+    _operands(em, [(dst, 1, True), (src, 1, False)])
+    # every lane's value first: dst may be src (or another lane's src)
+    em.emit(f"{st} lir_sh[32];")
+    em.emit(f"for (int64_t l = 0; l < 32; ++l) lir_sh[l] = *(const {st}*)lir_wl[l * LIR_WARP_SLOTS + 1];")
+    em.emit(f"for (int64_t l = 0; l < 32; ++l) *({st}*)lir_wl[l * LIR_WARP_SLOTS + 0] = lir_sh[l ^ {mask.value}];")
     _close(em)
 
 

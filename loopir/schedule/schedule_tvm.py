@@ -29,6 +29,26 @@ if TYPE_CHECKING:
     from loopir.schedule.trace import Trace
 
 
+def _block_layout_args(sch: Any, args: dict[str, Any]) -> None:
+    """transform_block_layout: the index map as its text (the block's loop-bound iter vars
+    are its parameters)."""
+    from loopir.schedule import layout
+
+    index_map = args["index_map"]
+    if not isinstance(index_map, str) and callable(index_map):
+        import inspect
+
+        try:
+            n = len(inspect.signature(index_map).parameters)
+        except (TypeError, ValueError):
+            raise ScheduleError("transform_block_layout: index_map must be a lambda of the block's "
+                                "loop-bound iter vars, or its text", primitive="transform_block_layout") from None
+        args["index_map"] = layout.index_map_text(index_map, n)
+    elif not isinstance(index_map, str):
+        raise ScheduleError(f"transform_block_layout: index_map must be a lambda or its text, got "
+                            f"{type(index_map).__name__}", primitive="transform_block_layout")  # fmt: skip
+
+
 def schedule_target(mod: Any) -> tuple[IRModule | None, PrimFunc | None]:
     """What ``Schedule(mod)`` works on: the module (None for a PrimFunc) and the function --
     the PrimFunc, a module's only function or its ``"main"``; None when a module of several
@@ -209,6 +229,24 @@ class TVMForms:
         return _result(self._func, deps.get_output_blocks(self._func, name))
 
     # --- loops -------------------------------------------------------------------------------
+    @instruction(inputs={"block": "block"}, returns="loops", resolve=_block_layout_args)
+    def transform_block_layout(self, block: BlockRV, index_map: Any) -> list[LoopRV]:
+        """Iterate a spatial block through a bijective index map of its loop-bound iter vars
+        (TVM's ``transform_block_layout``), e.g. ``lambda i, j: (i // 16, j // 16,
+        *MMA_C.to_lane_local(i % 16, j % 16))`` so that a block over a tile of ``mma``
+        accumulator fragments iterates ``(tile, lane, local)``: bind the lane loop to
+        ``threadIdx.x`` and each lane touches only its registers.
+
+        The loops directly above the block (containing nothing else) are replaced by loops over
+        the map's image; the trace records the map as the text of a lambda. Returns the new
+        loops, outermost first. See
+        [`loopir.schedule.block_layout.transform_block_layout`][loopir.schedule.block_layout.transform_block_layout].
+        """
+        from loopir.schedule import block_layout
+
+        name = self._block_name(block, "transform_block_layout")
+        return _result(*block_layout.transform_block_layout(self._func, name, index_map))
+
     @instruction(inputs={"block_or_loop": "any"}, returns="loop")
     def add_unit_loop(self, block_or_loop: BlockRV | LoopRV) -> LoopRV:
         """Put a loop ``u`` of extent 1 above a block or loop (TVM's ``add_unit_loop``).

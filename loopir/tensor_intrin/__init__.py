@@ -144,3 +144,4 @@ def names() -> tuple[str, ...]:
 
 # The built-in CUDA tensor-core intrinsics (last: the module registers through this one).
 from loopir.tensor_intrin import cuda as cuda  # noqa: E402
+from loopir.tensor_intrin import fragment as fragment  # noqa: E402

@@ -30,6 +30,7 @@ ptx_wgmma_async  what ``ptx_wgmma`` touches (the race checker keeps its tile rea
 ptx_wgmma_wait   reads the A and B tiles of every group it names, as their issue does: the
                  in-flight reads end here (nothing of the accumulator: the MMA happened at
                  the issue in the sequential meaning)
+ptx_shfl_xor     reads the ``src`` element of all 32 lanes; writes its own ``dst`` element
 mma_fill         writes its ``count`` fragment elements
 mma_store        reads its fragment elements; writes their places in the tile (C layout)
 ===============  ============================================================================
@@ -167,6 +168,9 @@ def touches(call: Call, lane: PrimExpr | None = None) -> list[Touch]:
     if call.op == "ptx_mma":
         _, a, b, c = call.args
         return [_all_lanes(a, 8), _all_lanes(b, 4), _row(c, 4, False), _row(c, 4, True)]
+    if call.op == "ptx_shfl_xor":
+        dst, src, _ = call.args
+        return [_all_lanes(src, 1), _row(dst, 1, True)]
     if call.op in op.WGMMA_ISSUES:
         return _wgmma_touches(call)
     if call.op == "ptx_wgmma_wait":

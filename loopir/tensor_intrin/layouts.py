@@ -15,6 +15,7 @@ operand       tile    lane's element ``local``                               loc
 A (row)       16x16   ``(g + 8 * (v // 2 % 2), 2 * t + v % 2 + 8 * (v // 4))``  8
 B (col)       16x8    ``(k, n) = (2 * t + v % 2 + 8 * (v // 2), g)``          4
 C, D          16x8    ``(g + 8 * (v // 2), 2 * t + v % 2)``                    4
+row stats     16x4    ``(row, copy) = (g + 8 * v, t)``                        2
 ============  ======  =====================================================  ==============
 
 The 16x16 B and C layouts are two 16x8 ones side by side, the first in locals 0-3 (columns
@@ -37,7 +38,7 @@ from typing import Any
 import attrs
 
 __all__ = [
-    "FragmentLayout", "LDMATRIX_ROW", "MMA_A", "MMA_B", "MMA_B_16x8", "MMA_C", "MMA_C_16x8",
+    "FragmentLayout", "LDMATRIX_ROW", "MMA_A", "MMA_B", "MMA_B_16x8", "MMA_C", "MMA_C_16x8", "ROW_STATS",
     "SW128_ROW", "WARP_SIZE", "WARPGROUP_WARPS", "accumulator_layout", "ldmatrix_source", "sw128",
 ]  # fmt: skip
 
@@ -132,6 +133,21 @@ MMA_B_16x8 = FragmentLayout("B 16x8", 16, 8, _b8_lane_local, _b8_row_col)
 MMA_C = FragmentLayout("C 16x16", 16, 16, _a_lane_local, _a_row_col)
 #: C/D of one ``m16n8k16`` (``(m, n)``), 4 elements per lane.
 MMA_C_16x8 = FragmentLayout("C 16x8", 16, 8, _c8_lane_local, _c8_row_col)
+
+
+def _stats_lane_local(i: Index, q: Index) -> tuple[Index, Index]:
+    return 4 * (i % 8) + q, i // 8
+
+
+def _stats_row_col(lane: Index, v: Index) -> tuple[Index, Index]:
+    return lane // 4 + 8 * v, lane % 4
+
+
+#: Quad-replicated statistics of the 16 rows of an accumulator tile (``(row, copy)``, 4 copies
+#: per row, 2 elements per lane): copy ``q`` of row ``i`` is held by lane ``4 * (i % 8) + q``
+#: in local ``i // 8``, so that each lane holds a copy of the two rows its C elements are in
+#: (rows ``lane // 4`` and ``lane // 4 + 8``), each row by the 4 lanes of its quad.
+ROW_STATS = FragmentLayout("row statistics 16x4", 16, 4, _stats_lane_local, _stats_row_col)
 
 
 def accumulator_layout(cols: int) -> FragmentLayout:

@@ -27,9 +27,16 @@ from hypothesis import strategies as st
 
 import loopir
 from loopir.errors import ScheduleError
-from loopir.examples.attention import attention, attention_func
+from loopir.examples.attention import attention as _attention
+from loopir.examples.attention import attention_func
 from loopir.ir.expr import Var
 from tests.tensor_intrin.kernels import from_storage, to_storage
+
+
+def attention(*args: object, **kwargs: object) -> loopir.Schedule:
+    """The shared-memory schedule (``fragments=False``), which these tests cover; the default,
+    the fragments' schedule, is tests/examples/test_attention_fragments.py's."""
+    return _attention(*args, fragments=False, **kwargs)  # type: ignore[arg-type]
 
 
 def reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> tuple[np.ndarray, np.ndarray]:

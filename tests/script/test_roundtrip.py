@@ -86,7 +86,9 @@ def _examples() -> dict[str, Any]:
         "tc_gemm": lambda: E.tc_gemm(128, 64, 128),
         "tc_gemm_padded": lambda: E.tc_gemm(97, 100, 50),
         "hopper_gemm": lambda: E.hopper_gemm(97, 100, 50, block=(64, 32, 64), wn=32),
-        "attention": lambda: E.attention(1, 2, 70, 100, 32, causal=True, lse=True, block_m=32),
+        "attention": lambda: E.attention(1, 2, 70, 100, 32, causal=True, lse=True, block_m=32, fragments=False),
+        "attention_fragments": lambda: E.attention(1, 2, 70, 100, 32, causal=True, lse=True, block_m=32,
+                                                   fragments=True),
         "decode_attention": lambda: E.decode_attention(1, 4, loopir.Var("seq_kv"), 32, kv_heads=2),
         "tma_copy": lambda: SimpleNamespace(func=E.tma_copy(loopir.Var("M"), 72, tiles=2)),  # lowered IR
     }

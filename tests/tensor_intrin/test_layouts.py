@@ -11,6 +11,7 @@ from loopir.tensor_intrin.layouts import (
     MMA_A,
     MMA_B,
     MMA_C,
+    ROW_STATS,
     WARP_SIZE,
     FragmentLayout,
     MMA_B_16x8,
@@ -52,6 +53,8 @@ ORACLES = [
     (MMA_C_16x8, ptx_c),
     (MMA_B, lambda lane, v: (lambda rc: (rc[0], rc[1] + 8 * (v // 4)))(ptx_b(lane, v % 4))),
     (MMA_C, lambda lane, v: two_halves(ptx_c, lane, v)),
+    # the statistics' copies: row groupID (+ 8), copy threadID_in_group
+    (ROW_STATS, lambda lane, v: ((lane >> 2) + 8 * v, lane % 4)),
 ]
 
 
@@ -102,3 +105,15 @@ def test_ldmatrix_routing_is_ptx(trans: bool) -> None:
                     assert (col, row) == (lane // 4, 2 * (lane % 4) + h)
                 else:
                     assert (row, col) == (lane // 4, 2 * (lane % 4) + h)
+
+
+def test_row_stats_are_where_the_rows_accumulator_elements_are() -> None:
+    """Each lane holds a copy of the statistics of exactly the rows of its C elements, and the
+    copy a block at column j reads, j % 8 // 2, is the copy of the lane holding (i, j)."""
+    for lane in range(WARP_SIZE):
+        rows = {MMA_C.to_row_col(lane, v)[0] for v in range(MMA_C.locals)}
+        assert rows == {ROW_STATS.to_row_col(lane, v)[0] for v in range(ROW_STATS.locals)}
+    for i in range(16):
+        for j in range(16):
+            lane, _ = MMA_C.to_lane_local(i, j)
+            assert ROW_STATS.to_lane_local(i, j % 8 // 2)[0] == lane

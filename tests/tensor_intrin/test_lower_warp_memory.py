@@ -54,7 +54,8 @@ def test_fragments_become_registers_and_per_lane_calls_loops() -> None:
     allocs: dict[str, tuple[int, ...]] = {}
     post_order_visit(func.body, lambda n: allocs.setdefault(n.buffer.name, tuple(int(x) for x in n.buffer.shape))
                      if isinstance(n, Allocate) else None)  # fmt: skip
-    assert allocs["A_warp"] == (8,) and allocs["C_warp"] == (1, 2, 8)
+    # C_warp (1, 2, 32, 8), its first axis the warp's threadIdx.y (of extent 1): that warp's slot only
+    assert allocs["A_warp"] == (8,) and allocs["C_warp"] == (2, 8)
     calls = _calls(func)
     assert "mma_fill" not in calls and "mma_store" not in calls
     assert calls.count("ptx_ldmatrix") == 2 and calls.count("ptx_mma") == 2
@@ -185,3 +186,29 @@ def test_compaction_gives_each_warp_its_fragments(dtype: str) -> None:
     post_order_visit(cuda.body, lambda n: regs.setdefault(n.buffer.name, tuple(int(x) for x in n.buffer.shape))
                      if isinstance(n, Allocate) and n.buffer.scope == "local" else None)  # fmt: skip
     assert regs == {"C_warp": (1, 1, 8), "A_warp": (1, 1, 8), "B_warp": (1, 1, 8)}
+
+
+def _two_warps(read_index: str) -> tuple[Buffer, Stmt]:
+    """Two warps (threadIdx.y) write their slot of a warp buffer W[2, 32, 1]; a second thread
+    nest reads slot ``ty`` (its own warp's) or ``1 - ty`` (the other warp's)."""
+    x, y = Buffer("X", (64,), "float32"), Buffer("Y", (64,), "float32")
+    w = Buffer("W", (2, 32, 1), "float32", scope="warp")
+    ty, tx, ty2, tx2 = (Var(n, "int32") for n in ("ty", "tx", "ty2", "tx2"))
+
+    def nest(a: Var, b: Var, body: Stmt) -> Stmt:
+        inner = For(b, 0, 32, ForKind.THREAD_BINDING, body, thread_tag="threadIdx.x")
+        return For(a, 0, 2, ForKind.THREAD_BINDING, inner, thread_tag="threadIdx.y")
+
+    slot = ty2 if read_index == "own" else 1 - ty2
+    body = seq(nest(ty, tx, BufferStore(w, x[ty * 32 + tx], (ty, tx, 0))),
+               nest(ty2, tx2, BufferStore(y, w[slot, tx2, 0], (ty2 * 32 + tx2,))))  # fmt: skip
+    return w, Allocate(w, body)
+
+
+def test_a_warp_axis_indexed_by_threadidx_y_everywhere_is_dropped() -> None:
+    from loopir.passes.lower_warp_memory import warp_axes
+
+    w, body = _two_warps("own")
+    assert warp_axes(body) == {w: 0}
+    w, body = _two_warps("other")  # a warp reads the other's slot: the axis must stay
+    assert warp_axes(body) == {}

@@ -1,0 +1,285 @@
+"""The prefill attention with S, P and the output in the ``mma`` fragments' registers
+(FlashAttention 2's schedule; issue 33).
+
+[`attention_func`][loopir.examples.attention.attention_func]``(..., fragments=True)`` writes the
+program of [`loopir.examples.attention`][loopir.examples.attention] with its per-row passes
+split so that each is an elementwise block or a plain row reduction (which the fragments'
+tensor intrinsics take), and with four copies of each row statistic (``m[i, q]``, ``q < 4``,
+all equal: every block computes every copy; a block at column ``j`` reads copy ``j % 8 // 2``,
+the one the lane holding ``(i, j)`` will hold), per KV tile:
+
+1. ``S = Q_tile K_tile^T`` (block ``S``); ``m_prev = m`` (``save_max``);
+2. ``S = S * scale`` on valid keys, ``-inf`` elsewhere (``S_mask``, in place);
+3. ``m = max(m, S[i, j])`` over the tile (``row_max``, no init: ``m`` is the running maximum);
+4. ``P = exp(S - m)`` on valid keys, 0 elsewhere, rounded to the input type (``P``);
+5. ``alpha = exp(m_prev - m)`` (1 while both are ``-inf``) and ``l = l * alpha``
+   (``rescale``); ``l = l + P[i, j]`` over the tile (``row_sum``, no init);
+6. ``acc = acc * alpha`` (``acc_rescale``), then ``acc += P V_tile`` (``PV``: the second GEMM
+   accumulating into the output directly, no init).
+
+It computes what the default program does (the same float operations, but ``S * scale`` is
+rounded before the subtraction of the maximum).
+
+[`schedule_fragments`][loopir.examples.attention_fragments.schedule_fragments] schedules it
+with everything but the Q, K and V tiles in registers, a warp per 16 query rows:
+
+* ``S`` (float32), ``P`` (the input type) and ``acc`` (float32) are ``warp`` buffers in the
+  accumulator layout ``(i // 16, j // 16, MMA_C(i % 16, j % 16))``; the statistics ``m``,
+  ``m_prev``, ``l``, ``alpha`` are ``warp`` buffers in the ``ROW_STATS`` layout: lane ``l`` holds
+  its copies of rows ``l // 4`` and ``l // 4 + 8``, the rows of its accumulator elements;
+* ``S = Q K^T`` on ``mma.sync`` into ``S``'s fragments (Q and K by ``ldmatrix``), no store;
+* the elementwise blocks iterate ``(warp, tile, lane, local)`` (``S_mask``, ``P``,
+  ``acc_rescale``, ``init_acc``, ``O``) or ``(warp, lane, local)`` (the statistics' blocks)
+  through ``transform_block_layout``: each lane its own registers;
+* ``row_max`` and ``row_sum`` tensorized with ``frag_row_max_f32_n{n}_quad`` /
+  ``frag_row_sum_{t}_n{n}_quad`` (``loopir.tensor_intrin.fragment``): register reductions and
+  two quad shuffles per pair of rows, every lane keeping its copies: no shared memory, no
+  barrier;
+* ``P`` feeds the second GEMM as it is: the 16 x 16 C-fragment layout is the A-operand layout
+  of ``mma.m16n8k16`` lane for lane (``MMA_C`` and ``MMA_A`` are one map), so ``P V`` needs
+  no ``ldmatrix`` and no shared memory for ``P`` (V by ``ldmatrix.trans``);
+* the K and V tiles as before: 16-byte ``cp.async`` one KV tile ahead, rows padded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loopir.schedule import Schedule
+from loopir.tensor_intrin.cuda import DTYPE_ABBREV
+from loopir.tensor_intrin.fragment import row_reduce_intrin
+from loopir.tensor_intrin.layouts import MMA_C, ROW_STATS
+
+__all__ = ["FRAGMENT_LSE_BLOCK", "FRAGMENT_TEMPLATE", "QRESCALE", "schedule_fragments"]
+
+#: The program (fields as ``loopir.examples.attention``'s template).
+FRAGMENT_TEMPLATE = '''
+def attention(Q: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}"), K: T.Buffer(({B}, {KH}, {SKV}, {D}), "{dt}"),
+              V: T.Buffer(({B}, {KH}, {SKV}, {D}), "{dt}"), O: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}"){LSE_PARAM}):
+    for b, h, i0 in T.grid({B}, {H}, T.ceildiv({SQ}, {BM})):
+        with T.block("tile"):
+            vb, vh, vi0 = T.axis.remap("SSS", [b, h, i0])
+            Q_s = T.alloc_buffer(({BM}, {D}), "{dt}")
+            K_s = T.alloc_buffer(({BN}, {D}), "{dt}")
+            V_s = T.alloc_buffer(({BN}, {D}), "{dt}")
+            S = T.alloc_buffer(({BM}, {BN}), "float32")
+            P = T.alloc_buffer(({BM}, {BN}), "{dt}")
+            acc = T.alloc_buffer(({BM}, {D}), "float32")
+            m = T.alloc_buffer(({BM}, 4), "float32")
+            m_prev = T.alloc_buffer(({BM}, 4), "float32")
+            l = T.alloc_buffer(({BM}, 4), "float32")
+            alpha = T.alloc_buffer(({BM}, 4), "float32")
+            for ii, d in T.grid({BM}, {D}):
+                with T.block("Q_load"):
+                    vii, vd = T.axis.remap("SS", [ii, d])
+                    Q_s[vii, vd] = T.if_then_else({IN_Q}, Q[vb, vh, {ROW}, vd], T.{dt}(0))
+            for ii, q in T.grid({BM}, 4):
+                with T.block("init_stats"):
+                    vii, vq = T.axis.remap("SS", [ii, q])
+                    m[vii, vq] = T.min_value("float32")
+                    l[vii, vq] = T.float32(0)
+            for ii, d in T.grid({BM}, {D}):
+                with T.block("init_acc"):
+                    vii, vd = T.axis.remap("SS", [ii, d])
+                    acc[vii, vd] = T.float32(0)
+            for j0 in range({KV_TILES}):
+                for jj, d in T.grid({BN}, {D}):
+                    with T.block("K_load"):
+                        vj0, vjj, vd = T.axis.remap("SSS", [j0, jj, d])
+                        K_s[vjj, vd] = T.if_then_else({IN_KV}, K[vb, vh // {G}, {COL}, vd], T.{dt}(0))
+                for jj, d in T.grid({BN}, {D}):
+                    with T.block("V_load"):
+                        vj0, vjj, vd = T.axis.remap("SSS", [j0, jj, d])
+                        V_s[vjj, vd] = T.if_then_else({IN_KV}, V[vb, vh // {G}, {COL}, vd], T.{dt}(0))
+                for ii, jj, d in T.grid({BM}, {BN}, {D}):
+                    with T.block("S"):
+                        vii, vjj, vd = T.axis.remap("SSR", [ii, jj, d])
+                        with T.init():
+                            S[vii, vjj] = T.float32(0)
+                        S[vii, vjj] = S[vii, vjj] + T.Cast("float32", Q_s[vii, vd]) * T.Cast("float32", K_s[vjj, vd])
+                for ii, q in T.grid({BM}, 4):
+                    with T.block("save_max"):
+                        vii, vq = T.axis.remap("SS", [ii, q])
+                        m_prev[vii, vq] = m[vii, vq]
+                for ii, jj in T.grid({BM}, {BN}):
+                    with T.block("S_mask"):
+                        vj0, vii, vjj = T.axis.remap("SSS", [j0, ii, jj])
+                        S[vii, vjj] = T.if_then_else({VALID}, S[vii, vjj] * T.float32({SCALE}), T.min_value("float32"))
+                for ii, q, jj in T.grid({BM}, 4, {BN}):
+                    with T.block("row_max"):
+                        vii, vq, vjj = T.axis.remap("SSR", [ii, q, jj])
+                        m[vii, vq] = T.max(m[vii, vq], S[vii, vjj])
+                for ii, jj in T.grid({BM}, {BN}):
+                    with T.block("P"):
+                        vj0, vii, vjj = T.axis.remap("SSS", [j0, ii, jj])
+                        P[vii, vjj] = T.Cast("{dt}", T.if_then_else({VALID}, T.exp(S[vii, vjj] - m[vii, vjj % 8 // 2]), T.float32(0)))
+                for ii, q in T.grid({BM}, 4):
+                    with T.block("rescale"):
+                        vii, vq = T.axis.remap("SS", [ii, q])
+                        alpha[vii, vq] = {QRESCALE}
+                        l[vii, vq] = l[vii, vq] * {QRESCALE}
+                for ii, q, jj in T.grid({BM}, 4, {BN}):
+                    with T.block("row_sum"):
+                        vii, vq, vjj = T.axis.remap("SSR", [ii, q, jj])
+                        l[vii, vq] = l[vii, vq] + T.Cast("float32", P[vii, vjj])
+                for ii, d in T.grid({BM}, {D}):
+                    with T.block("acc_rescale"):
+                        vii, vd = T.axis.remap("SS", [ii, d])
+                        acc[vii, vd] = acc[vii, vd] * alpha[vii, vd % 8 // 2]
+                for ii, d, jj in T.grid({BM}, {D}, {BN}):
+                    with T.block("PV"):
+                        vii, vd, vjj = T.axis.remap("SSR", [ii, d, jj])
+                        acc[vii, vd] = acc[vii, vd] + T.Cast("float32", P[vii, vjj]) * T.Cast("float32", V_s[vjj, vd])
+            for ii, d in T.grid({BM}, {D}):
+                with T.block("O"):
+                    vii, vd = T.axis.remap("SS", [ii, d])
+                    if {IN_Q}:
+                        O[vb, vh, {ROW}, vd] = T.Cast("{dt}", T.if_then_else(l[vii, vd % 8 // 2] > T.float32(0), acc[vii, vd] / l[vii, vd % 8 // 2], T.float32(0)))
+{LSE_BLOCK}'''
+
+#: The logsumexp: the first copy of each row's statistics.
+FRAGMENT_LSE_BLOCK = '''            for ii, q in T.grid({BM}, 4):
+                with T.block("LSE"):
+                    vii, vq = T.axis.remap("SS", [ii, q])
+                    if {IN_Q} and vq == 0:
+                        LSE[vb, vh, {ROW}] = T.if_then_else(l[vii, vq] > T.float32(0), m[vii, vq] + T.log(l[vii, vq]), T.min_value("float32"))
+'''
+#: ``exp(m_prev - m)`` of copy ``vq``, and 1 while the row has seen no valid key.
+QRESCALE = "T.if_then_else(m_prev[vii, vq] == m[vii, vq], T.float32(1), T.exp(m_prev[vii, vq] - m[vii, vq]))"
+
+#: Elementwise blocks over the quad-replicated statistics.
+_STATS_BLOCKS = ("init_stats", "save_max", "rescale", "LSE")
+#: Elementwise blocks over fragments.
+_ELEMENTWISE = ("init_acc", "S_mask", "P", "acc_rescale", "O")
+_SHARED = (("Q_load", "Q_s"), ("K_load", "K_s"), ("V_load", "V_s"))
+_FRAGMENTS = (("S", "S"), ("P", "P"), ("init_acc", "acc"))
+#: The statistics, each ``(rows, 4)``: one copy per lane of a quad.
+_STATS = (("init_stats", "m"), ("init_stats", "l"), ("save_max", "m_prev"), ("rescale", "alpha"))
+_ALIGN = (("Q_load", "Q_s", 16, 8), ("K_load", "K_s", 16, 8), ("V_load", "V_s", 16, 8))
+_FAST_MATH = ("P", "rescale", "O", "LSE")
+_VEC = 8
+_TILE = 16
+
+
+def _fragment_map(i: Any, j: Any) -> tuple[Any, ...]:
+    """``(i, j) -> (i // 16, j // 16, lane, local)``: the accumulator layout of 16 x 16 tiles
+    (also the A-operand layout of ``mma.m16n8k16``: ``MMA_A`` is the same map)."""
+    return (i // _TILE, j // _TILE, *MMA_C.to_lane_local(i % _TILE, j % _TILE))
+
+
+def _stats_map(i: Any, q: Any) -> tuple[Any, ...]:
+    """``(i, q) -> (i // 16, lane, local)``: copy ``q`` of row ``i``'s statistic in the
+    registers of the lanes holding the row's accumulator elements (``ROW_STATS``)."""
+    return (i // _TILE, *ROW_STATS.to_lane_local(i % _TILE, q))
+
+
+def schedule_fragments(sch: Schedule, *, dtype: str, block_m: int, block_n: int, head_dim: int,
+                       lse: bool) -> Schedule:  # fmt: skip
+    """The schedule of the module doc on ``sch`` (of ``attention_func(..., fragments=True)``)."""
+    warps = block_m // _TILE
+    tile = sch.get_block("tile")
+    b, h, i0 = sch.get_loops(tile)
+    sch.bind(sch.fuse(b, h), "blockIdx.y")
+    sch.bind(i0, "blockIdx.x")
+    for writer, buf in _SHARED:
+        sch.set_scope(sch.get_block(writer), buf, "shared")
+    for writer, buf in _FRAGMENTS:
+        blk = sch.get_block(writer)
+        sch.set_scope(blk, buf, "warp")
+        sch.transform_layout(blk, buf, _fragment_map)
+    for writer, buf in _STATS:
+        blk = sch.get_block(writer)
+        sch.set_scope(blk, buf, "warp")
+        sch.transform_layout(blk, buf, _stats_map)
+    for name in _ELEMENTWISE:
+        w, tc, lane, v = sch.transform_block_layout(sch.get_block(name), _fragment_map)
+        sch.bind(w, "threadIdx.y")
+        sch.bind(lane, "threadIdx.x")
+        sch.unroll(tc)
+        sch.unroll(v)
+    for name in _STATS_BLOCKS:
+        if name == "LSE" and not lse:
+            continue
+        w, lane, v = sch.transform_block_layout(sch.get_block(name), _stats_map)
+        sch.bind(w, "threadIdx.y")
+        sch.bind(lane, "threadIdx.x")
+        sch.unroll(v)
+    t = DTYPE_ABBREV[dtype]
+    for name, intrin in (("row_max", row_reduce_intrin("max", "float32", block_n, quad=True)),
+                         ("row_sum", row_reduce_intrin("sum", dtype, block_n, quad=True))):  # fmt: skip
+        rows = sch.get_loops(sch.get_block(name))[-3]
+        wi, ii = sch.split(rows, [warps, _TILE])
+        outer = sch.blockize(ii)
+        sch.bind(wi, "threadIdx.y")
+        sch.tensorize(outer, intrin)
+    for name, at in (("Q_load", 0), ("K_load", 1), ("V_load", 1)):
+        blk = sch.get_block(name)
+        rows, cols = sch.get_loops(blk)[at:at + 2]
+        _, y, x, v = sch.split(sch.fuse(rows, cols), [None, warps, 32, _VEC])
+        sch.bind(y, "threadIdx.y")
+        sch.bind(x, "threadIdx.x")
+        sch.vectorize(v)
+    _fragment_gemm(sch, "S", ("Q_s", "K_s"), warps, t, a_in_registers=False, b_trans=True, init=True)
+    _fragment_gemm(sch, "PV", ("P", "V_s"), warps, t, a_in_registers=True, b_trans=False, init=False)
+    from loopir.examples.attention import _pipeline_kv_loads
+
+    _pipeline_kv_loads(sch)
+    for writer, buf, factor, offset in _ALIGN:
+        sch.storage_align(sch.get_block(writer), buf, 0, factor, offset)
+    for name in _FAST_MATH:
+        if name == "LSE" and not lse:
+            continue
+        sch.annotate(sch.get_block(name), "loopir.fast_math", True)
+    return sch
+
+
+def _fragment_gemm(sch: Schedule, name: str, operands: tuple[str, str], warps: int, t: str, *,
+                   a_in_registers: bool, b_trans: bool, init: bool) -> None:  # fmt: skip
+    """GEMM block ``name`` (``C[i, j] += A[i, k] * B[.., ..]``, C a fragment ``warp`` buffer)
+    on ``mma.sync``: 16 x 16 x 16 tiles, warp ``w`` (``threadIdx.y``) its 16 rows; B's
+    fragments by ``ldmatrix`` from shared memory per 16-wide K step, A's too unless
+    ``a_in_registers`` (A already a fragment in the A layout: ``P``); C accumulated in place
+    (``init``: its init block decomposed and tensorized as ``mma_fill``)."""
+    blk = sch.get_block(name)
+    i, j, k = sch.get_loops(blk)[-3:]
+    i, i_tc = sch.split(i, [None, _TILE])
+    j, j_tc = sch.split(j, [None, _TILE])
+    k, k_tc = sch.split(k, [None, _TILE])
+    sch.reorder(i, j, k, i_tc, j_tc, k_tc)
+    outer = sch.blockize(i_tc)
+    iw, i2 = sch.split(i, [warps, None])
+    sch.reorder(iw, k, i2, j)
+    sch.bind(iw, "threadIdx.y")
+    fetches = [(operands[1], "b" + ("_trans" if b_trans else ""))]
+    if not a_in_registers:
+        fetches.insert(0, (operands[0], "a"))
+    for buf, kind in fetches:
+        copy = sch.cache_read(outer, buf, "warp", consumer_blocks=[outer])
+        sch.compute_at(copy, k)
+        r, c = sch.get_loops(copy)[-2:]
+        r0, r1 = sch.split(r, [None, _TILE])
+        c0, c1 = sch.split(c, [None, _TILE])
+        sch.reorder(r0, c0, r1, c1)
+        if kind == "a":
+            sch.transform_layout(copy, 0, _fragment_map)
+        else:
+            sch.transform_layout(copy, 0, _b_map(b_trans))
+        sch.tensorize(r1, f"mma_ldmatrix_{t}_{kind}")
+    init_block = sch.decompose_reduction(outer, k) if init else None
+    sch.tensorize(sch.get_loops(sch.get_block(name))[-3], f"mma_{t}{t}f32")
+    if init_block is not None:
+        (inner,) = sch.get_child_blocks(init_block)
+        rows = sch.get_loops(inner)[-2]
+        sch.tensorize(rows, "mma_fill_f32")
+
+
+def _b_map(transposed: bool) -> Any:
+    """The B fragments' layout: ``(k, n)`` tiles in ``MMA_B`` (``transposed``: stored ``[n,
+    k]``, as K)."""
+    from loopir.tensor_intrin.layouts import MMA_B
+
+    def tiles(i: Any, j: Any) -> tuple[Any, ...]:
+        kk, n = (j, i) if transposed else (i, j)
+        return (i // _TILE, j // _TILE, *MMA_B.to_lane_local(kk % _TILE, n % _TILE))
+
+    return tiles
