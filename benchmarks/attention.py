@@ -17,6 +17,10 @@ and 32k): ``examples.decode_attention`` (one build for every KV length) vs torch
 KV read's bandwidth (K and V bytes over the time); ``--paged`` also over a paged KV cache (the
 same keys in shuffled pages of 16, a page table and per-sequence lengths).
 
+``--variants '[{"block_m": 128}, {"block_m": 128, "min_blocks_per_sm": 2}]'`` times other
+schedules beside the default in the same run (``variant0``, ...; ``min_blocks_per_sm`` is the
+build's ``__launch_bounds__`` argument), each checked first as the rest.
+
 ``--smoke`` builds what it can without a GPU: every loopir kernel of the run, lowered, race
 checked, emitted and compiled with nvcc for ``--arch`` when nvcc is on PATH; it imports neither
 torch nor Triton.
@@ -169,6 +173,12 @@ def run_case(torch: Any, args: argparse.Namespace, dtype: str, case: tuple[int, 
                                                            v[:1, :2].double(), is_causal=causal)  # fmt: skip
     mod = loopir.build(attention(b, h, s, s, d, dtype, causal, **args.params).func, target="cuda")
     impls: dict[str, Any] = {"loopir": lambda o: mod(q, k, v, o)}
+    for i, variant in enumerate(args.variants):  # the sweep's schedules, timed beside the default
+        kw = dict(variant)
+        min_blocks = kw.pop("min_blocks_per_sm", None)
+        vmod = loopir.build(attention(b, h, s, s, d, dtype, causal, **kw).func, target="cuda",
+                            min_blocks_per_sm=min_blocks)  # fmt: skip
+        impls[f"variant{i}"] = lambda o, vmod=vmod: vmod(q, k, v, o)
     for label, backend in _sdpa_backends(torch).items():
         impls[label] = lambda o, backend=backend: _sdpa(torch, backend, q, k, v, o, causal)
     if triton_attn is not None:
@@ -255,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--paged", action="store_true", help="decode: also over a paged KV cache (pages of 16)")
     ap.add_argument("--params", type=json.loads, default={},
                     help="JSON of examples.attention keyword arguments (block_m, unroll_rows, ...)")
+    ap.add_argument("--variants", type=json.loads, default=[],
+                    help="JSON list of examples.attention keyword arguments (and min_blocks_per_sm, "
+                         "the build's), each timed as variant<i> beside the default")  # fmt: skip
     ap.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated dtypes of the prefill cases")
     ap.add_argument("--smoke", action="store_true", help="build the loopir kernels only (no GPU)")
     ap.add_argument("--arch", default="sm_90a", help="nvcc architecture of --smoke")

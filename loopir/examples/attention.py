@@ -221,7 +221,7 @@ def attention_func(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, 
     if fragments:
         from loopir.examples import attention_fragments as af
 
-        fields["QRESCALE"] = af.QRESCALE
+        fields["QRESCALE"] = af.QRESCALE.format(SCALE=fields["SCALE"])
         fields["LSE_BLOCK"] = af.FRAGMENT_LSE_BLOCK.format(**fields) if lse else ""
         return from_source(af.FRAGMENT_TEMPLATE.format(**fields))
     fields["LSE_BLOCK"] = _LSE_BLOCK.format(**fields) if lse else ""

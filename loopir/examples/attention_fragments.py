@@ -9,16 +9,21 @@ all equal: every block computes every copy; a block at column ``j`` reads copy `
 the one the lane holding ``(i, j)`` will hold), per KV tile:
 
 1. ``S = Q_tile K_tile^T`` (block ``S``); ``m_prev = m`` (``save_max``);
-2. ``S = S * scale`` on valid keys, ``-inf`` elsewhere (``S_mask``, in place);
-3. ``m = max(m, S[i, j])`` over the tile (``row_max``, no init: ``m`` is the running maximum);
-4. ``P = exp(S - m)`` on valid keys, 0 elsewhere, rounded to the input type (``P``);
-5. ``alpha = exp(m_prev - m)`` (1 while both are ``-inf``) and ``l = l * alpha``
-   (``rescale``); ``l = l + P[i, j]`` over the tile (``row_sum``, no init);
+2. ``S`` kept on valid keys, ``-inf`` elsewhere (``S_mask``, in place);
+3. ``m = max(m, S[i, j])`` over the tile (``row_max``, no init: ``m`` is the running maximum
+   of the unscaled scores);
+4. ``P = exp(S * scale - m * scale)`` on valid keys, 0 elsewhere, rounded to the input type
+   (``P``);
+5. ``alpha = exp(m_prev * scale - m * scale)`` (1 while both are ``-inf``) and
+   ``l = l * alpha`` (``rescale``); ``l = l + P[i, j]`` over the tile (``row_sum``, no init);
 6. ``acc = acc * alpha`` (``acc_rescale``), then ``acc += P V_tile`` (``PV``: the second GEMM
    accumulating into the output directly, no init).
 
-It computes what the default program does (the same float operations, but ``S * scale`` is
-rounded before the subtraction of the maximum).
+It computes what the default program does up to rounding: the maximum is taken over the
+unscaled scores (the scale is positive, so the maximum is the same key's) and the scale is
+applied inside the exponentials, where fast math folds it with ``log2(e)`` and the maximum
+into one FFMA per score, ``exp2f(fmaf(S, scale * log2(e), -m * scale * log2(e)))``, as
+FlashAttention 2 does (``softmax_scale_log2``): no multiplication by the scale per score.
 
 [`schedule_fragments`][loopir.examples.attention_fragments.schedule_fragments] schedules it
 with everything but the Q, K and V tiles in registers, a warp per 16 query rows:
@@ -104,7 +109,7 @@ def attention(Q: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}"), K: T.Buffer(({B}, {KH}
                 for ii, jj in T.grid({BM}, {BN}):
                     with T.block("S_mask"):
                         vj0, vii, vjj = T.axis.remap("SSS", [j0, ii, jj])
-                        S[vii, vjj] = T.if_then_else({VALID}, S[vii, vjj] * T.float32({SCALE}), T.min_value("float32"))
+                        S[vii, vjj] = T.if_then_else({VALID}, S[vii, vjj], T.min_value("float32"))
                 for ii, q, jj in T.grid({BM}, 4, {BN}):
                     with T.block("row_max"):
                         vii, vq, vjj = T.axis.remap("SSR", [ii, q, jj])
@@ -112,7 +117,7 @@ def attention(Q: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}"), K: T.Buffer(({B}, {KH}
                 for ii, jj in T.grid({BM}, {BN}):
                     with T.block("P"):
                         vj0, vii, vjj = T.axis.remap("SSS", [j0, ii, jj])
-                        P[vii, vjj] = T.Cast("{dt}", T.if_then_else({VALID}, T.exp(S[vii, vjj] - m[vii, vjj % 8 // 2]), T.float32(0)))
+                        P[vii, vjj] = T.Cast("{dt}", T.if_then_else({VALID}, T.exp(S[vii, vjj] * T.float32({SCALE}) - m[vii, vjj % 8 // 2] * T.float32({SCALE})), T.float32(0)))
                 for ii, q in T.grid({BM}, 4):
                     with T.block("rescale"):
                         vii, vq = T.axis.remap("SS", [ii, q])
@@ -142,10 +147,12 @@ FRAGMENT_LSE_BLOCK = '''            for ii, q in T.grid({BM}, 4):
                 with T.block("LSE"):
                     vii, vq = T.axis.remap("SS", [ii, q])
                     if {IN_Q} and vq == 0:
-                        LSE[vb, vh, {ROW}] = T.if_then_else(l[vii, vq] > T.float32(0), m[vii, vq] + T.log(l[vii, vq]), T.min_value("float32"))
+                        LSE[vb, vh, {ROW}] = T.if_then_else(l[vii, vq] > T.float32(0), m[vii, vq] * T.float32({SCALE}) + T.log(l[vii, vq]), T.min_value("float32"))
 '''
-#: ``exp(m_prev - m)`` of copy ``vq``, and 1 while the row has seen no valid key.
-QRESCALE = "T.if_then_else(m_prev[vii, vq] == m[vii, vq], T.float32(1), T.exp(m_prev[vii, vq] - m[vii, vq]))"
+#: ``exp((m_prev - m) * scale)`` of copy ``vq`` (the maxima are unscaled), and 1 while the row
+#: has seen no valid key.
+QRESCALE = ("T.if_then_else(m_prev[vii, vq] == m[vii, vq], T.float32(1), "
+            "T.exp(m_prev[vii, vq] * T.float32({SCALE}) - m[vii, vq] * T.float32({SCALE})))")
 
 #: Elementwise blocks over the quad-replicated statistics.
 _STATS_BLOCKS = ("init_stats", "save_max", "rescale", "LSE")

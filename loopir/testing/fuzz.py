@@ -81,7 +81,7 @@ PRIMITIVES: dict[str, int] = {
     "decompose_reduction": 2, "pad": 2, "get_producers": 1, "get_consumers": 1, "set_scope": 2,
     "storage_align": 1, "rfactor": 1, "transform_layout": 1, "get_child_blocks": 1,
     "get_output_blocks": 1, "add_unit_loop": 1, "loop_partition": 2, "reindex": 2,
-    "decompose_padding": 2, "blockize": 2, "tensorize": 2,
+    "decompose_padding": 2, "blockize": 2, "tensorize": 2, "transform_block_layout": 1,
 }  # fmt: skip
 """The primitives the fuzzer calls, with relative weights."""
 
@@ -452,6 +452,17 @@ class ScheduleFuzzer(TVMDraws):
             if _rare(ch, 8):
                 maps.append([f"{names[0]} // 2", *names[1:]] if n else ["0"])  # not one-to-one
             args = (block, 0, f"lambda {', '.join(names)}: ({', '.join(ch.choice(maps))},)")
+        elif kind == "transform_block_layout":
+            block = self._pick_block(ch)
+            node = self._block_node(block)
+            n = max(1, len(node.iter_vars) if node is not None else 2)
+            if _rare(ch, 8):  # a map over too few or too many indices
+                n = max(1, n + ch.choice([-1, 1]))
+            names = [f"i{k}" for k in range(n)]
+            maps = [names, names[::-1], [f"{names[0]} // 2", *names[1:], f"{names[0]} % 2"]]
+            if _rare(ch, 8):
+                maps.append([f"{names[0]} // 2", *names[1:]])  # not one-to-one
+            args = (block, f"lambda {', '.join(names)}: ({', '.join(ch.choice(maps))},)")
         elif kind == "rfactor":
             args = (self._pick_loop(ch), ch.choice([0, 0, 1, -1, 5]))
         elif kind in ("get_child_blocks", "add_unit_loop"):
