@@ -38,8 +38,14 @@ from typing import Any
 import loopir
 from loopir import te
 from loopir.examples import layernorm, softmax, tc_gemm, transpose
+from loopir.examples.reductions import (
+    CROSS_ENTROPY_CHUNK,
+    layernorm_func,
+    rmsnorm,
+    rmsnorm_func,
+    softmax_func,
+)
 from loopir.examples.reductions import cross_entropy_func as chunked_cross_entropy_func
-from loopir.examples.reductions import layernorm_func, rmsnorm, rmsnorm_func, softmax_func
 from loopir.examples.transpose import transpose_func
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -302,7 +308,7 @@ def main() -> int:
                          "[block, warp, stages], e.g. '[[[16, 64, 128], [16, 16], 4]]'")
     ap.add_argument("--gemv-m", default="1,8,16", help="gemv: which M")
     ap.add_argument("--xent-chunks", default="", help="xent: also the chunked form with these chunk lengths "
-                    "(comma-separated; the default is 8192)")  # fmt: skip
+                    "(comma-separated; the default is CROSS_ENTROPY_CHUNK, 16384)")  # fmt: skip
     args = ap.parse_args()
     groups = set(args.only.split(","))
     import torch
@@ -484,7 +490,7 @@ def cross_entropy_cases(torch: Any, args: argparse.Namespace, tri: dict[str, Any
         x = (torch.randn(n, vocab, device="cuda") * 2).to(getattr(torch, dtype))
         t = torch.randint(0, vocab, (n,), device="cuda", dtype=torch.int32)
         loss = torch.empty(n, device="cuda")
-        p = torch.empty(n, vocab // 8192, 2, device="cuda")  # the default chunks of 8192
+        p = torch.empty(n, vocab // CROSS_ENTROPY_CHUNK, 2, device="cuda")  # the default chunks
         mod = _fast(chunked_cross_entropy_func(n, vocab, dtype))
         plain = _fast(cross_entropy_func(n, vocab, dtype))
         impls = {"loopir": lambda mod=mod, x=x, t=t, loss=loss, p=p: mod(x, t, loss, p),

@@ -262,7 +262,7 @@ _VEC = 8
 
 def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_dim: int,
               dtype: str = "float16", causal: bool = False, kv_heads: int | None = None, *,
-              lse: bool = False, block_m: int | None = None, block_n: int = 64,
+              lse: bool = False, block_m: int | None = None, block_n: int | None = None,
               unroll_rows: bool = True, fragments: bool = True) -> Schedule:  # fmt: skip
     """[`attention_func`][loopir.examples.attention.attention_func] scheduled for the GPU.
 
@@ -291,8 +291,17 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
     rows' loads and shuffle reductions overlap instead of running one latency chain per row
     (the shared-memory schedule).
 
-    ``block_m``: 128 for ``head_dim`` up to 64 (about 177 KiB of shared memory, 8 warps), else
-    64 (about 179 KiB, 4 warps): one block per SM. fp16/bf16 only (the tensor cores' inputs).
+    ``block_m``, ``block_n`` (None: the defaults measured best on the H200, ``docs/benchmarks.md``
+    session 15): with ``fragments``, 64 x 64 at ``head_dim`` 64 (127 registers, 46 KiB of shared
+    memory: 4 blocks of 4 warps per SM) and 64 x 32 at 128 (128 registers, 52 KiB: 4 blocks;
+    64 x 64 when ``causal``: with ``block_n = block_m`` the software pipeline's peeled last
+    iteration is the only KV tile that meets the diagonal, and the mask is proven true in the
+    others, at 1-4 % of the time of 64 x 32's mask on every tile); larger query tiles idle the
+    SMs along a causal diagonal (1.45x slower at 4096, ``head_dim`` 64) and 128-row tiles at
+    ``head_dim`` 128 need more than 128 registers. Without
+    ``fragments``: ``block_m`` 128 for ``head_dim`` up to 64 (about 177 KiB of shared memory,
+    8 warps), else 64 (about 179 KiB, 4 warps): one block per SM; ``block_n`` 64. fp16/bf16
+    only (the tensor cores' inputs).
 
     The first tensor-core form: FlashAttention keeps S, P and the output in registers; here they
     go through shared memory (issue 33).
@@ -300,8 +309,10 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
     if dtype not in ("float16", "bfloat16"):
         raise _fail(f"attention on tensor cores takes 'float16' or 'bfloat16', got {dtype!r} "
                     "(attention_func runs any float type on the CPU)")  # fmt: skip
-    if block_m is None:
-        block_m = 128 if head_dim <= 64 else 64
+    if block_m is None:  # measured on the H200 (docs/benchmarks.md, session 15)
+        block_m = 64 if fragments or head_dim > 64 else 128
+    if block_n is None:  # causal: block_n = block_m keeps the tiles below the diagonal mask-free
+        block_n = 32 if fragments and head_dim > 64 and not causal else 64
     if block_m % 32 or block_n % 16 or head_dim % 16:
         raise _fail(f"block_m = {block_m} must be a multiple of 32, block_n = {block_n} and head_dim = "
                     f"{head_dim} multiples of 16 (the tensor cores' 16 x 16 tiles)")  # fmt: skip

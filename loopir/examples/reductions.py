@@ -142,7 +142,11 @@ def row_sum(rows: Any, cols: Any, dtype: str = "float32", threads: int = 512) ->
     return sch
 
 
-def cross_entropy_func(rows: Any, vocab: int, dtype: str = "float16", chunk: int = 8192) -> Any:
+#: The vocabulary chunk of [`cross_entropy_func`][loopir.examples.reductions.cross_entropy_func].
+CROSS_ENTROPY_CHUNK = 16384
+
+
+def cross_entropy_func(rows: Any, vocab: int, dtype: str = "float16", chunk: int = CROSS_ENTROPY_CHUNK) -> Any:
     """The cross-entropy forward ``L[i] = logsumexp_k X[i, k] - X[i, T[i]]`` over a large
     vocabulary, in a form that reads the logits from HBM once: the vocabulary in chunks of
     ``chunk``, each chunk's max ``Mc`` and its sum of exponentials relative to that max ``Sc``
@@ -154,9 +158,10 @@ def cross_entropy_func(rows: Any, vocab: int, dtype: str = "float16", chunk: int
 
     The default GPU schedule takes it as it is: its row rule makes ``P`` one thread block per
     (row, chunk) with ``Mc`` and ``Sc`` cross-thread reductions over 16-byte vectors, and the
-    per-row combination small kernels. Chunks of 8192 by default: on the H200 over 2048 x
-    131072 logits they read at 0.80-0.82 of copy bandwidth, against 0.61-0.62 with 4096, 0.65-0.68
-    with 1024 (a warp a chunk) and 0.44-0.45 with 2048 (docs/benchmarks.md, session 14)."""
+    per-row combination small kernels. Chunks of 16384 by default: on the H200 over 2048 x
+    131072 logits they read at 0.95 (fp16) and 0.81 (bf16) of copy bandwidth, against 0.83 and
+    0.80 with 8192 in the same run (session 15), 0.61-0.62 with 4096, 0.65-0.68 with 1024 (a
+    warp a chunk) and 0.44-0.45 with 2048 (docs/benchmarks.md, session 14)."""
     if vocab % chunk:
         raise ValueError(f"cross_entropy_func: vocab {vocab} is not a multiple of chunk {chunk}")
     X = te.placeholder((rows, vocab), dtype, name="X")

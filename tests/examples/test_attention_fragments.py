@@ -70,11 +70,11 @@ def test_schedule_computes_the_same_on_the_cpu(kv_heads: int, group: int, sq: in
 
 
 @pytest.mark.parametrize("shape, kv_heads, causal, dtype", [
-    ((1, 2, 150, 200, 64), 1, True, "float16"),  # block_m 128, 8 warps
-    ((1, 2, 100, 130, 128), 2, False, "bfloat16"),  # block_m 64, 4 warps
+    ((1, 2, 150, 200, 64), 1, True, "float16"),  # 64 x 64 tiles, 4 warps
+    ((1, 2, 100, 130, 128), 2, False, "bfloat16"),  # 64 x 32 tiles, 4 warps
 ])  # fmt: skip
 def test_default_tiles_compute_the_same_on_the_cpu(shape: tuple, kv_heads: int, causal: bool, dtype: str) -> None:
-    """The GPU's tiles (block_n 64), lowered, in random thread order."""
+    """The GPU's default tiles, lowered, in random thread order."""
     sch = attention(*shape, dtype, causal, kv_heads, lse=True, fragments=True)
     _run(_lowered(sch), shape, kv_heads, dtype, causal, True, seed=7, order="random")
 
@@ -97,7 +97,7 @@ def _source(sch: loopir.Schedule) -> str:
 
 
 def test_s_p_and_the_output_are_registers() -> None:
-    """At head_dim 64, block_m 128, block_n 64: each thread holds its part of its warp's 16 x 64
+    """At head_dim 64 (64 x 64 tiles): each thread holds its part of its warp's 16 x 64
     tile of S (32 floats), of P (32 halves) and of its 16 x 64 of the output (32 floats), and
     its copies of its two rows' statistics (2 floats each); shared memory holds the Q, K and V
     tiles only; P goes to the second mma as its A fragment; one barrier per KV tile besides
@@ -108,13 +108,29 @@ def test_s_p_and_the_output_are_registers() -> None:
                  "float alpha[2];"):  # fmt: skip
         assert decl in kernel
     shared = set(re.findall(r"__shared__ __align__\(16\) \w+ (\w+)\[", kernel))
-    assert shared == {"K_s", "V_s"}  # and Q_s, in dynamic shared memory
+    # static or (past 48 KiB) dynamic shared memory: the Q, K and V tiles, nothing else
+    assert {"K_s", "V_s"} <= shared <= {"Q_s", "K_s", "V_s"}
     loop = kernel.split("for (int j0_steady")[1].split("loopir_cp_async_commit();\n  loopir_cp_async_wait")[0]
     assert loop.count("__syncthreads();") == 3
     # two row reductions of two quad shuffles, in the pipelined loop and its epilogue
     assert "loopir_allreduce" not in src and kernel.count("__shfl_xor_sync") == 8
     assert re.search(r"loopir_mma_m16n8k16\(&acc\[[^]]*\], &P\[", kernel)
     assert not re.search(r"loopir_ldmatrix<[^>]*>\(&P", kernel)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_causal_defaults_mask_only_the_diagonal_tile(head_dim: int) -> None:
+    """Issue 33: no mask work on tiles entirely below the diagonal. The causal defaults take
+    block_n = block_m, so the pipeline's peeled last KV tile is the only one meeting the
+    diagonal: the steady loop's mask is proven true (no comparison left), the peeled tile keeps
+    it. 64 x 32 tiles (the non-causal default at 128) keep the mask in the steady loop."""
+    kernel = _source(attention(1, 4, 1024, 1024, head_dim, "float16", True, fragments=True)).split("__global__")[1]
+    steady, peeled = kernel.split("for (int j0_steady")[1].split("loopir_cp_async_commit();\n  loopir_cp_async_wait")
+    assert re.search(r"S\[[^]]*\] = true \? S\[", steady) and " <= " not in steady.split("exp2f")[0]
+    assert re.search(r"S\[[^]]*\] = \([^;]*<[^;]*\) \? S\[", peeled)
+    narrow = _source(attention(1, 4, 1024, 1024, head_dim, "float16", True, block_m=64, block_n=32, fragments=True))
+    steady = narrow.split("__global__")[1].split("for (int j0_steady")[1].split("loopir_cp_async_commit();\n  loopir_cp_async_wait")[0]
+    assert re.search(r"S\[[^]]*\] = \([^;]*<=[^;]*\) \? S\[", steady)
 
 
 @pytest.mark.nvcc

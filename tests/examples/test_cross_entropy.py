@@ -34,7 +34,7 @@ def test_the_chunked_form_is_the_cross_entropy(vocab, chunk) -> None:
 
 
 def test_the_default_schedule_reads_each_chunk_in_one_block() -> None:
-    f = cross_entropy_func(4, 16384, "float16")  # 2 chunks of 8192 a row
+    f = cross_entropy_func(4, 16384, "float16", chunk=8192)  # 2 chunks a row
     sch = loopir.Schedule(f)
     assert default_gpu_schedule(sch)[-1] == "rows P <- Mc, Sc (256 threads, statistics x 8 lanes)"
     loopir.testing.check_equivalent(f, sch.func, rtol=1e-4, atol=1e-4, inputs=list(_inputs(4, 16384, 8192, "float16", 1)))
@@ -75,7 +75,7 @@ def test_cross_entropy_kernels_compile(tmp_path) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fast", [False, True])
-@pytest.mark.parametrize("chunk", [8192, 1024])
+@pytest.mark.parametrize("chunk", [16384, 8192, 1024])  # the default, the previous one, a warp a chunk
 def test_cross_entropy_on_the_gpu(fast, chunk) -> None:
     x, t, loss, p = _inputs(16, 131072, chunk, "float16", 7)
     with loopir.PassContext(config={"cuda.fast_math": fast}):
