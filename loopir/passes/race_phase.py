@@ -23,8 +23,11 @@ are constants. Two parities ``X % 2`` and ``Y % 2`` differ when ``X - Y`` is an 
 or ``X = x // V``, ``Y = y // V`` with ``x - y`` an odd multiple of ``V`` (the pipelines'
 ``(k + c) // V % 2``); the cost depends on the stages, not on the sizes or the K steps.
 Checked with it, the premises: every init of a barrier counts one arrival, every arrival and
-every copy is made by one thread (a guard pins each ``threadIdx`` of the launch), and a copy
-follows its own arrival in its block (its bytes are its phase's). Anything else is refused (a
+every copy is made by one thread (a guard pins each ``threadIdx`` of the launch), a copy
+follows its own arrival in its block (its bytes are its phase's) under no condition the arrival
+is not under, and each arrival's ``expect_tx`` count equals its phase's copies' bytes (each
+``prod(box) * element size``), proven over the loops around it: fewer bytes complete the phase
+while copies still land, more never complete it. Anything else is refused (a
 [`CodegenError`][loopir.errors.CodegenError] naming the arrival or the copy): a wait whose
 parity cannot be proven is one the race model cannot rely on.
 
@@ -37,15 +40,18 @@ after the arrival of ``j - V`` (the previous on that element) poll ``j // V`` an
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from loopir import arith
 from loopir.errors import CodegenError
+from loopir.ir import dtype as dt
 from loopir.ir.equality import structural_equal
 from loopir.ir.expr import BufferLoad, Call, FloorDiv, FloorMod, IntImm, PrimExpr, Var
 from loopir.ir.functor import substitute
 from loopir.ir.printer import script
 from loopir.ir.stmt import Allocate, Evaluate, For, ForKind, IfThenElse, PrimFunc, SeqStmt, Stmt
+from loopir.ir.tma import tma_box
 from loopir.passes.race_tma import (
     _MAX_ITERATIONS,
     _barrier,
@@ -464,10 +470,12 @@ class _CopyProblem(Exception):
     pass
 
 
-def _own_arrival(path: Sequence[tuple[Stmt, int]], node: Evaluate) -> None:
+def _own_arrival(path: Sequence[tuple[Stmt, int]], node: Evaluate) -> Evaluate:
     """A copy's phase is the one its own arrival opened: the last event on its barrier element
     before it, in its own block (no loop in between), is an ``mbarrier_arrive_expect_tx`` (a
-    wait or init there, or none, would leave the copy's phase unproven)."""
+    wait or init there, or none, would leave the copy's phase unproven). Returns the arrival;
+    a copy under a condition that its arrival is not under is refused (its bytes may never
+    come, and the phase never completes)."""
     call = node.value
     assert isinstance(call, Call)
     bar = _barrier(call)
@@ -484,7 +492,11 @@ def _own_arrival(path: Sequence[tuple[Stmt, int]], node: Evaluate) -> None:
                 if same is False or (same and other.op == "ptx_tma_load"):
                     continue  # another element, or another copy of the same phase
                 if same and other.op == _ARRIVE:
-                    return
+                    if any(isinstance(p, IfThenElse) for p, _ in path[level + 1:]):
+                        raise _CopyProblem(f"is under a condition that its arrival {script(c).strip()} is not "
+                                           f"under: the bytes announced may never come:\n  {script(node).strip()}")  # fmt: skip
+                    assert isinstance(c, Evaluate)
+                    return c
                 break
             else:
                 continue
@@ -494,6 +506,27 @@ def _own_arrival(path: Sequence[tuple[Stmt, int]], node: Evaluate) -> None:
             break
     raise _CopyProblem(f"does not follow its own mbarrier_arrive_expect_tx({bar}) in its block:\n  "
                        f"{script(node).strip()}")  # fmt: skip
+
+
+def _copy_bytes(copy: Evaluate) -> int:
+    call = copy.value
+    assert isinstance(call, Call) and isinstance(call.args[0], BufferLoad)
+    box, _ = tma_box(call)
+    return math.prod(box) * dt.bits(call.args[0].buffer.dtype) // 8
+
+
+def _announced_bytes(path: Sequence[tuple[Stmt, int]], node: Evaluate, copies: Sequence[Evaluate]) -> None:
+    """The bytes an arrival announces (``expect_tx``) are its phase's copies' bytes (each
+    ``prod(box) * element size``; TMA counts a whole box, the zeros read out of bounds too):
+    fewer complete the phase while copies are still landing (the waits then order nothing),
+    more never complete it (the waits hang). Proven symbolically over the arrival's loops."""
+    call = node.value
+    assert isinstance(call, Call)
+    total = sum(_copy_bytes(c) for c in copies)
+    if not arith.can_prove_equal(call.args[1], total, _ranges(path)):
+        brought = " + ".join(str(_copy_bytes(c)) for c in copies) or "no copy"
+        raise _Problem(f"announces {call.args[1]} bytes, but its phase's copies bring {brought} "
+                       f"(= {total} bytes)")  # fmt: skip
 
 
 def check_phases(func: PrimFunc) -> None:
@@ -509,17 +542,21 @@ def check_phases(func: PrimFunc) -> None:
     arrivals = [(p, n) for p, n in found if _call(n, _ARRIVE) is not None]
     forward: dict[int, list[_Case]] = {}
     launch = _launch(func.body)
+    copies: dict[int, list[Evaluate]] = {}
     try:
+        for path, node in arrivals:
+            cur = node
+            _one_thread(path, launch)
         for path, node in found:
             if _call(node, "ptx_tma_load") is not None:
                 try:
                     _one_thread(path, launch)
                 except _Problem as e:
                     raise _CopyProblem(f"{e}:\n  {script(node).strip()}") from None
-                _own_arrival(path, node)
+                copies.setdefault(id(_own_arrival(path, node)), []).append(node)
         for path, node in arrivals:
             cur = node
-            _one_thread(path, launch)
+            _announced_bytes(path, node, copies.get(id(node), []))
             forward[id(node)] = _forward(path, node)
         for path, node in arrivals:
             cur = node

@@ -65,8 +65,8 @@ Example (``tests/passes/test_tma_check.py`` builds it: accepted; with the reads 
 
 That the matching wait polls the parity of the copy's phase (a wait on a phase already
 complete returns at once) is proven by [`loopir.passes.race_phase`][loopir.passes.race_phase],
-which the race check runs after this model. Not checked: that ``expect_tx`` announces the
-copies' bytes (a wrong count hangs or completes the phase early).
+which the race check runs after this model, with its premise that each ``expect_tx`` announces
+exactly its phase's copies' bytes (a wrong count hangs or completes the phase early).
 """
 
 from __future__ import annotations

@@ -211,3 +211,51 @@ def test_the_phase_proof_needs_one_arrival_a_phase_by_one_thread() -> None:
     copies = seq(IfThenElse(TX == 0, Evaluate(T.mbarrier_arrive_expect_tx(BAR[0], 2048))), _load())
     with pytest.raises(CodegenError, match=r"the TMA copy is made by every thread of threadIdx.x(.|\n)*ptx_tma_load"):
         check_races(_kernel(copies, _wait(), _sync(), _reads()))
+
+
+def _announcing(nbytes: object, *copies: Stmt) -> IfThenElse:
+    return IfThenElse(TX == 0, seq(Evaluate(T.mbarrier_arrive_expect_tx(BAR[0], nbytes)), *copies))
+
+
+@pytest.mark.parametrize("nbytes", [1024, 4096, 0])
+def test_expect_tx_must_announce_the_copies_bytes(nbytes: int) -> None:
+    """A 16 x 64 fp16 box brings 2048 bytes: announcing fewer completes the phase while the copy
+    still lands (the waits order nothing), more never completes it (they hang)."""
+    check_races(_kernel(_announcing(2048, _load()), _wait(), _sync(), _reads()))
+    with pytest.raises(CodegenError, match=rf"the mbarrier arrival announces {nbytes} bytes, but its phase's "
+                                           r"copies bring 2048 \(= 2048 bytes\)(.|\n)*expect_tx\(bar\[0\], "
+                                           rf"{nbytes}\)"):  # fmt: skip
+        check_races(_kernel(_announcing(nbytes, _load()), _wait(), _sync(), _reads()))
+
+
+def test_expect_tx_is_proven_symbolically_and_counts_every_copy_of_the_phase() -> None:
+    """The count is an expression of the loops around the arrival (proven equal over their
+    ranges); an arrival with no copy announces no bytes; two copies of a phase add up."""
+    k = Var("k")
+    other = Buffer("other", (16, 64), "float16", scope="shared")
+    odd = IfThenElse(TX == 0, seq(Evaluate(T.mbarrier_arrive_expect_tx(BAR[0], k * 512 + 2048)), _load()))
+    check_races(_kernel(For(k, 0, 1, ForKind.SERIAL, seq(odd, _wait(), _sync())), _reads()))  # k is 0
+    with pytest.raises(CodegenError, match=r"announces k \* 512 \+ 2048 bytes"):  # k may be 1
+        check_races(_kernel(For(k, 0, 2, ForKind.SERIAL, seq(odd, _wait(), _sync())), _reads()))
+    with pytest.raises(CodegenError, match=r"announces 2048 bytes, but its phase's copies bring no copy"):
+        check_races(_kernel(_announcing(2048), _wait(), _sync(), _reads()))
+    two = _announcing(4096, _load(), Evaluate(T.tma_load(other[0, 0], G[16, 0], BAR[0], (16, 64))))
+    func = _kernel(two, _wait(), _sync(), _reads())
+    func = PrimFunc(func.params, Allocate(other, func.body), name="k")
+    check_races(func)
+    with pytest.raises(CodegenError, match=r"announces 2048 bytes, but its phase's copies bring 2048 \+ 2048"):
+        check_races(PrimFunc(func.params, Allocate(other, _kernel(
+            _announcing(2048, _load(), Evaluate(T.tma_load(other[0, 0], G[16, 0], BAR[0], (16, 64)))),
+            _wait(), _sync(), _reads()).body), name="k"))  # fmt: skip
+
+
+def test_a_copy_under_a_condition_its_arrival_is_not_under_is_refused() -> None:
+    """``if i < n: tma_load(...)`` after an unconditional arrival: when the copy is skipped the
+    announced bytes never come and the phase never completes."""
+    n = Var("n")
+    rows = Buffer("rows", (n,), "int32")  # a kernel argument whose length is n
+    skipped = _announcing(2048, IfThenElse(n > 16, _load()))
+    func = _kernel(skipped, _wait(), _sync(), _reads())
+    with pytest.raises(CodegenError, match=r"the TMA copy is under a condition that its arrival "
+                                           r"T.ptx_mbarrier_arrive_expect_tx\(bar\[0\], 2048\) is not under"):  # fmt: skip
+        check_races(PrimFunc((*func.params, rows), func.body, name="k"))
