@@ -182,3 +182,17 @@ def test_gpu_causal_is_aligned_bottom_right(sq: int, skv: int) -> None:
     want, want_lse = reference(*(from_storage(a, "float16") for a in arrays[:3]), True)
     np.testing.assert_allclose(from_storage(o.cpu().numpy(), "float16"), want, rtol=2e-2, atol=2e-2)
     np.testing.assert_allclose(lse.cpu().numpy(), want_lse, rtol=2e-3, atol=2e-3)
+
+
+def test_local_padding_changes_nothing_the_program_pads_by_construction() -> None:
+    """Issue 33 asks for local padding's effect on the ragged tails: the tiles are loaded with
+    zeros past the lengths and the scores masked, so the pass finds nothing to pad and the
+    kernel is the same with it on and off (a ragged 1000 x 1000 and a symbolic length)."""
+    for seq in (1000, Var("seq")):
+        sources = []
+        for on in (False, True):
+            with loopir.PassContext(config={"tir.enable_local_pad": on}):
+                sources.append(_source(attention(2, 4, seq, seq, 64, "float16", False, fragments=True)))
+        assert sources[0] == sources[1]
+        # the K/V tiles' cp.async copies read 0 bytes (zero-filling) past the length
+        assert re.search(r"loopir_cp_async<16>\(K_s[^;]*\? 16 : 0\)", sources[0])
