@@ -55,7 +55,9 @@ __all__ = ["attention", "attention_func"]
 
 _PRIM = "examples.attention"
 
-_TEMPLATE = '''
+#: The parts of the program that both schedules' templates share (the fragments' program,
+#: ``attention_fragments.FRAGMENT_TEMPLATE``, keeps four copies of each row statistic).
+_HEAD = '''
 def attention(Q: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}"), K: T.Buffer(({B}, {KH}, {SKV}, {D}), "{dt}"),
               V: T.Buffer(({B}, {KH}, {SKV}, {D}), "{dt}"), O: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}"){LSE_PARAM}):
     for b, h, i0 in T.grid({B}, {H}, T.ceildiv({SQ}, {BM})):
@@ -66,21 +68,13 @@ def attention(Q: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}"), K: T.Buffer(({B}, {KH}
             V_s = T.alloc_buffer(({BN}, {D}), "{dt}")
             S = T.alloc_buffer(({BM}, {BN}), "float32")
             P = T.alloc_buffer(({BM}, {BN}), "{dt}")
-            PV = T.alloc_buffer(({BM}, {D}), "float32")
-            acc = T.alloc_buffer(({BM}, {D}), "float32")
-            m = T.alloc_buffer(({BM},), "float32")
-            m_prev = T.alloc_buffer(({BM},), "float32")
-            l = T.alloc_buffer(({BM},), "float32")
-            for ii, d in T.grid({BM}, {D}):
+'''
+_Q_LOAD = '''            for ii, d in T.grid({BM}, {D}):
                 with T.block("Q_load"):
                     vii, vd = T.axis.remap("SS", [ii, d])
                     Q_s[vii, vd] = T.if_then_else({IN_Q}, Q[vb, vh, {ROW}, vd], T.{dt}(0))
-            for ii in range({BM}):
-                with T.block("init_stats"):
-                    vii = T.axis.spatial({BM}, ii)
-                    m[vii] = T.min_value("float32")
-                    l[vii] = T.float32(0)
-            for ii, d in T.grid({BM}, {D}):
+'''
+_KV_TILES_AND_S = '''            for ii, d in T.grid({BM}, {D}):
                 with T.block("init_acc"):
                     vii, vd = T.axis.remap("SS", [ii, d])
                     acc[vii, vd] = T.float32(0)
@@ -99,7 +93,19 @@ def attention(Q: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}"), K: T.Buffer(({B}, {KH}
                         with T.init():
                             S[vii, vjj] = T.float32(0)
                         S[vii, vjj] = S[vii, vjj] + T.Cast("float32", Q_s[vii, vd]) * T.Cast("float32", K_s[vjj, vd])
-                for ii in range({BM}):
+'''
+
+_TEMPLATE = _HEAD + '''            PV = T.alloc_buffer(({BM}, {D}), "float32")
+            acc = T.alloc_buffer(({BM}, {D}), "float32")
+            m = T.alloc_buffer(({BM},), "float32")
+            m_prev = T.alloc_buffer(({BM},), "float32")
+            l = T.alloc_buffer(({BM},), "float32")
+''' + _Q_LOAD + '''            for ii in range({BM}):
+                with T.block("init_stats"):
+                    vii = T.axis.spatial({BM}, ii)
+                    m[vii] = T.min_value("float32")
+                    l[vii] = T.float32(0)
+''' + _KV_TILES_AND_S + '''                for ii in range({BM}):
                     with T.block("save_max"):
                         vii = T.axis.spatial({BM}, ii)
                         m_prev[vii] = m[vii]

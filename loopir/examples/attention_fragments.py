@@ -50,6 +50,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from loopir.examples.attention import _HEAD, _KV_TILES_AND_S, _Q_LOAD
 from loopir.schedule import Schedule
 from loopir.tensor_intrin.cuda import DTYPE_ABBREV
 from loopir.tensor_intrin.fragment import row_reduce_intrin
@@ -58,51 +59,17 @@ from loopir.tensor_intrin.layouts import MMA_C, ROW_STATS
 __all__ = ["FRAGMENT_LSE_BLOCK", "FRAGMENT_TEMPLATE", "QRESCALE", "schedule_fragments"]
 
 #: The program (fields as ``loopir.examples.attention``'s template).
-FRAGMENT_TEMPLATE = '''
-def attention(Q: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}"), K: T.Buffer(({B}, {KH}, {SKV}, {D}), "{dt}"),
-              V: T.Buffer(({B}, {KH}, {SKV}, {D}), "{dt}"), O: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}"){LSE_PARAM}):
-    for b, h, i0 in T.grid({B}, {H}, T.ceildiv({SQ}, {BM})):
-        with T.block("tile"):
-            vb, vh, vi0 = T.axis.remap("SSS", [b, h, i0])
-            Q_s = T.alloc_buffer(({BM}, {D}), "{dt}")
-            K_s = T.alloc_buffer(({BN}, {D}), "{dt}")
-            V_s = T.alloc_buffer(({BN}, {D}), "{dt}")
-            S = T.alloc_buffer(({BM}, {BN}), "float32")
-            P = T.alloc_buffer(({BM}, {BN}), "{dt}")
-            acc = T.alloc_buffer(({BM}, {D}), "float32")
+FRAGMENT_TEMPLATE = _HEAD + '''            acc = T.alloc_buffer(({BM}, {D}), "float32")
             m = T.alloc_buffer(({BM}, 4), "float32")
             m_prev = T.alloc_buffer(({BM}, 4), "float32")
             l = T.alloc_buffer(({BM}, 4), "float32")
             alpha = T.alloc_buffer(({BM}, 4), "float32")
-            for ii, d in T.grid({BM}, {D}):
-                with T.block("Q_load"):
-                    vii, vd = T.axis.remap("SS", [ii, d])
-                    Q_s[vii, vd] = T.if_then_else({IN_Q}, Q[vb, vh, {ROW}, vd], T.{dt}(0))
-            for ii, q in T.grid({BM}, 4):
+''' + _Q_LOAD + '''            for ii, q in T.grid({BM}, 4):
                 with T.block("init_stats"):
                     vii, vq = T.axis.remap("SS", [ii, q])
                     m[vii, vq] = T.min_value("float32")
                     l[vii, vq] = T.float32(0)
-            for ii, d in T.grid({BM}, {D}):
-                with T.block("init_acc"):
-                    vii, vd = T.axis.remap("SS", [ii, d])
-                    acc[vii, vd] = T.float32(0)
-            for j0 in range({KV_TILES}):
-                for jj, d in T.grid({BN}, {D}):
-                    with T.block("K_load"):
-                        vj0, vjj, vd = T.axis.remap("SSS", [j0, jj, d])
-                        K_s[vjj, vd] = T.if_then_else({IN_KV}, K[vb, vh // {G}, {COL}, vd], T.{dt}(0))
-                for jj, d in T.grid({BN}, {D}):
-                    with T.block("V_load"):
-                        vj0, vjj, vd = T.axis.remap("SSS", [j0, jj, d])
-                        V_s[vjj, vd] = T.if_then_else({IN_KV}, V[vb, vh // {G}, {COL}, vd], T.{dt}(0))
-                for ii, jj, d in T.grid({BM}, {BN}, {D}):
-                    with T.block("S"):
-                        vii, vjj, vd = T.axis.remap("SSR", [ii, jj, d])
-                        with T.init():
-                            S[vii, vjj] = T.float32(0)
-                        S[vii, vjj] = S[vii, vjj] + T.Cast("float32", Q_s[vii, vd]) * T.Cast("float32", K_s[vjj, vd])
-                for ii, q in T.grid({BM}, 4):
+''' + _KV_TILES_AND_S + '''                for ii, q in T.grid({BM}, 4):
                     with T.block("save_max"):
                         vii, vq = T.axis.remap("SS", [ii, q])
                         m_prev[vii, vq] = m[vii, vq]

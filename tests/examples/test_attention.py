@@ -230,16 +230,17 @@ def _source(sch: loopir.Schedule) -> str:
     (2, 8, 1000, 1000, 64, "float16", True, 2),
     (1, 4, Var("seq_q"), Var("seq_kv"), 128, "bfloat16", False, None),
 ])  # fmt: skip
-def test_compiles_with_nvcc(args: tuple, arch: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("fragments", [False, True])  # both schedules (the default is True)
+def test_compiles_with_nvcc(args: tuple, arch: str, fragments: bool, tmp_path: Path) -> None:
     from loopir.codegen_cuda import compile_cuda
 
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is not on PATH")
-    src = _source(attention(*args, lse=True))
+    src = _source(_attention(*args, lse=True, fragments=fragments))  # type: ignore[arg-type]
     assert "loopir_mma_m16n8k16" in src and "loopir_ldmatrix<4, true>" in src
     binary = compile_cuda(src, arch=arch, cache_dir=tmp_path)
     for res in binary.resources.values():
-        assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0, binary.log
+        assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0 and res.stack_frame_bytes == 0, binary.log
 
 
 @pytest.mark.parametrize("kwargs, what", [
