@@ -45,6 +45,7 @@ The decode form (one query per sequence, flash-decoding's split-KV chunks and th
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from loopir.errors import ScheduleError
 from loopir.ir.expr import Var
@@ -358,13 +359,20 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
         sch.vectorize(v)
     for name, (b_trans,) in _GEMMS.items():
         _tensor_core_gemm(sch, name, warps, dtype, b_trans, head_dim, block_n)
+    return _finish_schedule(sch, _ALIGN, _FAST_MATH, lse)
+
+
+def _finish_schedule(sch: Schedule, align: Sequence[tuple[str, str, int, int]], fast_math: Sequence[str],
+                    lse: bool) -> Schedule:  # fmt: skip
+    """Both schedules' last steps: the KV tiles pipelined, the shared rows padded (``align``:
+    ``(writer, buffer, factor, offset)``), fast math on the blocks ``fast_math`` (the
+    logsumexp's only when it is computed)."""
     _pipeline_kv_loads(sch)
-    for writer, buf, factor, offset in _ALIGN:
+    for writer, buf, factor, offset in align:
         sch.storage_align(sch.get_block(writer), buf, 0, factor, offset)
-    for name in _FAST_MATH:
-        if name == "LSE" and not lse:
-            continue
-        sch.annotate(sch.get_block(name), "loopir.fast_math", True)
+    for name in fast_math:
+        if name != "LSE" or lse:
+            sch.annotate(sch.get_block(name), "loopir.fast_math", True)
     return sch
 
 

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loopir.examples.attention import _HEAD, _KV_TILES_AND_S, _Q_LOAD
+from loopir.examples.attention import _HEAD, _KV_TILES_AND_S, _Q_LOAD, _finish_schedule
 from loopir.schedule import Schedule
 from loopir.tensor_intrin.cuda import DTYPE_ABBREV
 from loopir.tensor_intrin.fragment import row_reduce_intrin
@@ -195,16 +195,7 @@ def schedule_fragments(sch: Schedule, *, dtype: str, block_m: int, block_n: int,
         sch.vectorize(v)
     _fragment_gemm(sch, "S", ("Q_s", "K_s"), warps, t, a_in_registers=False, b_trans=True, init=True)
     _fragment_gemm(sch, "PV", ("P", "V_s"), warps, t, a_in_registers=True, b_trans=False, init=False)
-    from loopir.examples.attention import _pipeline_kv_loads
-
-    _pipeline_kv_loads(sch)
-    for writer, buf, factor, offset in _ALIGN:
-        sch.storage_align(sch.get_block(writer), buf, 0, factor, offset)
-    for name in _FAST_MATH:
-        if name == "LSE" and not lse:
-            continue
-        sch.annotate(sch.get_block(name), "loopir.fast_math", True)
-    return sch
+    return _finish_schedule(sch, _ALIGN, _FAST_MATH, lse)
 
 
 def _fragment_gemm(sch: Schedule, name: str, operands: tuple[str, str], warps: int, t: str, *,
