@@ -70,7 +70,7 @@ from loopir.codegen_cuda.split import (
 from loopir.codegen_cuda.tensor_core import tensor_core_text
 from loopir.codegen_cuda.tma import TMA_SMEM_ALIGN, TensorMapParam, has_tma, tma_text
 from loopir.codegen_cuda.vector_compute import emit_vector_accumulate, vector_compute
-from loopir.codegen_cuda.wgmma import WGMMA_SMEM_ALIGN, wgmma_smem_align
+from loopir.codegen_cuda.wgmma import has_wgmma, wgmma_smem_align
 from loopir.errors import CodegenError
 from loopir.ir import dtype as dt
 from loopir.ir.buffer import Buffer
@@ -292,8 +292,12 @@ class KernelEmitter(CodeWriter):
         self.thread_vars: dict[str, Var] = {}  # the thread loops around the statement, by tag
         self.wgmma_shapes: set[tuple[str, int, int, str]] = set()
         self.smem_align = wgmma_smem_align(spec.name, spec.body)
-        if has_tma(spec.body):  # swizzled TMA tiles follow address bits 7-9
+        tma = has_tma(spec.body)
+        if tma:  # swizzled TMA tiles follow address bits 7-9
             self.smem_align = max(self.smem_align, TMA_SMEM_ALIGN)
+        # wgmma and TMA read shared memory through the async proxy: a block barrier then also
+        # fences the generic proxy's writes before them
+        self.async_proxy = tma or has_wgmma(spec.body)
         self.tensor_maps: list[TensorMapParam] = []
         self.in_async_copy = False  # inside a loop of a software pipeline's async stage
 
@@ -431,7 +435,7 @@ class KernelEmitter(CodeWriter):
         if isinstance(v, Call) and v.op == "tvm_storage_sync":
             scope = v.args[0].value if isinstance(v.args[0], StringImm) else None
             if scope == "shared":
-                if self.smem_align >= WGMMA_SMEM_ALIGN:  # wgmma and TMA use the async proxy
+                if self.async_proxy:
                     self.line('asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");')
                 self.line("__syncthreads();")
             elif scope == "warp":
