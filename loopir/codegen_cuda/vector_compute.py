@@ -11,8 +11,12 @@
 
 Every load from memory that depends on the lane must be contiguous in it and aligned (the same
 proof as for copies); loads that do not, and loads of register arrays (a fragment converted as
-it is stored), are evaluated once per lane as written. Loads in a branch of a ``Select`` (or under ``&&`` / ``||``) are evaluated lazily by
-the scalar code, so a loop with one stays scalar. The lanes' values are computed by the ordinary scalar printer, so a vectorized
+it is stored), are evaluated once per lane as written. Loads in a branch of a ``Select`` (or
+under ``&&`` / ``||``) are evaluated lazily by the scalar code (a padded read past the end is
+never made): when the condition is the same for every lane (no lane variable, no load: the
+guard of a whole vector, such as a last chunk's ``col // 8 < vocab // 8``) the vector load is
+made under it (``float4 X_v = {}; if (cond) X_v = *(const float4*)(X + b);``), else the loop
+stays scalar. The lanes' values are computed by the ordinary scalar printer, so a vectorized
 loop means exactly what the scalar one means. 16-bit floats use the same carriers as copies
 (``uint2`` / ``uint4`` for 4 / 8 halves).
 """
@@ -24,8 +28,8 @@ from typing import Any
 from loopir.codegen_cuda.ctypes import ctype, vector_carrier
 from loopir.ir import dtype as dt
 from loopir.ir.equality import structural_equal
-from loopir.ir.expr import And, BufferLoad, IntImm, Or, PrimExpr, Select, Var
-from loopir.ir.functor import Mutator, collect_vars, post_order_visit, substitute
+from loopir.ir.expr import And, BufferLoad, IntImm, Not, Or, PrimExpr, Select, Var
+from loopir.ir.functor import Mutator, Visitor, collect_vars, post_order_visit, substitute
 from loopir.ir.stmt import BufferStore, For, ForKind
 
 __all__ = ["emit_vector_accumulate", "vector_compute"]
@@ -68,21 +72,73 @@ def _reads_other_elements_of(store: BufferStore) -> bool:
     return other
 
 
-def _guarded_lane_load(value: PrimExpr, v: Var) -> bool:
-    """Whether a lane-dependent load sits in a branch of a ``Select`` or under ``&&`` / ``||``:
-    those are evaluated lazily (a padded read past the end is never made), and a hoisted
-    vector load would make it."""
-    found = False
+def _uniform(cond: PrimExpr, v: Var) -> bool:
+    """Whether ``cond`` has one value for every lane of a statement: no lane variable and no
+    load (a register the lanes update, say), only indices and sizes."""
+    loads = False
 
     def visit(n: object) -> None:
-        nonlocal found
-        if isinstance(n, Select):
-            found |= bool(_lane_loads(n.true_value, v)) or bool(_lane_loads(n.false_value, v))
-        elif isinstance(n, (And, Or)):
-            found |= bool(_lane_loads(n.b, v))
+        nonlocal loads
+        loads = loads or isinstance(n, BufferLoad)
 
-    post_order_visit(value, visit)
-    return found
+    post_order_visit(cond, visit)
+    return not loads and v not in collect_vars(cond)
+
+
+class _Guards(Visitor):
+    """The conditions under which each load of ``loads`` is evaluated (see ``_load_guards``)."""
+
+    def __init__(self, loads: list[BufferLoad], v: Var) -> None:
+        self.loads, self.v = loads, v
+        self.under: PrimExpr | None = None
+        self.guards: dict[int, PrimExpr | None] = {}
+        self.ok = True
+
+    def visit_BufferLoad(self, n: BufferLoad) -> None:
+        for k, f in enumerate(self.loads):
+            if f.buffer is n.buffer and all(structural_equal(a, b) for a, b in zip(f.indices, n.indices)):
+                if self.under is None:
+                    self.guards[k] = None  # evaluated eagerly somewhere: always loaded
+                elif k not in self.guards:
+                    self.guards[k] = self.under
+                elif (g := self.guards[k]) is not None:
+                    self.guards[k] = Or(g, self.under)  # read in two lazy places
+        self.generic_visit(n)
+
+    def _lazy(self, branch: PrimExpr, cond: PrimExpr) -> None:
+        if not _lane_loads(branch, self.v):
+            return
+        if not _uniform(cond, self.v):
+            self.ok = False
+            return
+        outer = self.under
+        self.under = cond if outer is None else And(outer, cond)
+        self.visit(branch)
+        self.under = outer
+
+    def visit_Select(self, n: Select) -> None:
+        self.visit(n.condition)
+        self._lazy(n.true_value, n.condition)
+        self._lazy(n.false_value, Not(n.condition))
+
+    def visit_And(self, n: And) -> None:
+        self.visit(n.a)
+        self._lazy(n.b, n.a)
+
+    def visit_Or(self, n: Or) -> None:
+        self.visit(n.a)
+        self._lazy(n.b, Not(n.a))
+
+
+def _load_guards(value: PrimExpr, v: Var) -> dict[int, PrimExpr | None] | None:
+    """Under which condition each lane-dependent load of ``value`` is evaluated (keyed by its
+    position in ``_lane_loads``; None: always). A load in a branch of a ``Select`` or under
+    ``&&`` / ``||`` is evaluated lazily (a padded read past the end is never made): its vector
+    load is made under the same condition, which must then be the same for every lane
+    (``_uniform``: the guard of a tile of 8 columns, say); None when one is not."""
+    g = _Guards(_lane_loads(value, v), v)
+    g.visit(value)
+    return g.guards if g.ok else None
 
 
 class _LaneOf(Mutator):
@@ -105,7 +161,8 @@ def _vector_loads(em: Any, value: PrimExpr, v: Var, lanes: int) -> tuple[list[st
     """The declarations of one ``lanes``-wide vector load per distinct lane-dependent load of
     ``value`` (and its lanes as named scalars), or None when one is not provably contiguous and
     aligned or sits in a lazily evaluated branch."""
-    if _guarded_lane_load(value, v):
+    guards = _load_guards(value, v)
+    if guards is None:
         return None
     loads = _lane_loads(value, v)
     offsets = []
@@ -117,12 +174,17 @@ def _vector_loads(em: Any, value: PrimExpr, v: Var, lanes: int) -> tuple[list[st
         offsets.append((load, c, off))
     lines: list[str] = []
     lane_vars: list[list[Var]] = []
-    for load, c, off in offsets:
+    for k, (load, c, off) in enumerate(offsets):
         name = em.buffer_name(load.buffer)
         tmp = em.names.get(object(), f"{name}_v")
         elem = ctype(load.buffer.dtype)
         sconst = "const " if load.buffer.scope == "global" and load.buffer not in em.spec.written else ""
-        lines.append(f"const {c} {tmp} = *({sconst}{c}*)({name} + {em.expr(off)});")
+        guard = guards.get(k)
+        if guard is None:
+            lines.append(f"const {c} {tmp} = *({sconst}{c}*)({name} + {em.expr(off)});")
+        else:  # loaded where some lane reads it; zeros (never read) elsewhere
+            lines.append(f"{c} {tmp} = {{}};")
+            lines.append(f"if ({em.expr(guard)}) {tmp} = *({sconst}{c}*)({name} + {em.expr(off)});")
         names = [Var(f"{tmp}_{k}", load.buffer.dtype) for k in range(lanes)]
         parts = _lanes_of(tmp, c, dt.element(load.buffer.dtype), lanes)
         if parts is None:  # through a pointer to the vector (nvcc keeps it in registers mostly)

@@ -152,7 +152,8 @@ def cross_entropy_func(rows: Any, vocab: int, dtype: str = "float16", chunk: int
     ``chunk``, each chunk's max ``Mc`` and its sum of exponentials relative to that max ``Sc``
     (both written to the output ``P[i, c, 0:2]``; a chunk's second pass re-reads it from the
     L1/L2 caches), then per row ``M = max_c Mc``, ``S = sum_c Sc * exp(Mc - M)`` and ``L =
-    log(S) + M - X[i, T[i]]`` (float32 statistics; ``vocab`` a multiple of ``chunk``). The
+    log(S) + M - X[i, T[i]]`` (float32 statistics; ``ceil(vocab / chunk)`` chunks, the last one
+    guarded where ``vocab`` is no multiple of ``chunk``). The
     parameters are ``X, T, L, P``: ``P`` is an output, so that the default schedule keeps it a
     stage of its own rather than inlining it.
 
@@ -162,16 +163,30 @@ def cross_entropy_func(rows: Any, vocab: int, dtype: str = "float16", chunk: int
     131072 logits they read at 0.95 (fp16) and 0.81 (bf16) of copy bandwidth, against 0.83 and
     0.80 with 8192 in the same run (session 15), 0.61-0.62 with 4096, 0.65-0.68 with 1024 (a
     warp a chunk) and 0.44-0.45 with 2048 (docs/benchmarks.md, session 14)."""
-    if vocab % chunk:
-        raise ValueError(f"cross_entropy_func: vocab {vocab} is not a multiple of chunk {chunk}")
+    if not isinstance(vocab, int) or vocab < 1 or not isinstance(chunk, int) or chunk < 1:
+        raise ValueError(f"cross_entropy_func: vocab and chunk must be positive ints, got vocab={vocab!r}, "
+                         f"chunk={chunk!r}")  # fmt: skip
+    chunk = min(chunk, vocab)
     X = te.placeholder((rows, vocab), dtype, name="X")
     T = te.placeholder((rows,), "int32", name="T")
-    nc = vocab // chunk
+    nc = -(-vocab // chunk)
+
+    def logit(i: Any, col: Any, pad: Any) -> Any:
+        # a vocabulary that is no multiple of the chunk (LLaMA 3's 128256, GPT-2's 50257): the last
+        # chunk's columns past it count as ``pad``; exact multiples keep the unguarded form. The
+        # guard is written per 8 columns where the vocabulary allows it, so that it is the same
+        # for the 8 lanes of a 16-byte load and the loads stay vectors
+        if vocab % chunk == 0:
+            return _f32(X[i, col])
+        valid = te.floordiv(col, 8) < vocab // 8 if vocab % 8 == 0 else col < vocab
+        return te.if_then_else(valid, _f32(X[i, col]), pad)
+
     k = te.reduce_axis(chunk, name="k")
-    Mc = te.compute((rows, nc), lambda i, c: te.max(_f32(X[i, c * chunk + k]), axis=k), name="Mc")
+    Mc = te.compute((rows, nc), lambda i, c: te.max(logit(i, c * chunk + k, te.min_value("float32")), axis=k),
+                    name="Mc")  # fmt: skip
     k2 = te.reduce_axis(chunk, name="k2")
-    Sc = te.compute((rows, nc), lambda i, c: te.sum(te.exp(_f32(X[i, c * chunk + k2]) - Mc[i, c]), axis=k2),
-                    name="Sc")  # fmt: skip
+    Sc = te.compute((rows, nc), lambda i, c: te.sum(
+        te.exp(logit(i, c * chunk + k2, te.min_value("float32")) - Mc[i, c]), axis=k2), name="Sc")  # fmt: skip
     P = te.compute((rows, nc, 2), lambda i, c, t: te.if_then_else(t == 0, Mc[i, c], Sc[i, c]), name="P")
     c1 = te.reduce_axis(nc, name="c1")
     M = te.compute((rows,), lambda i: te.max(P[i, c1, 0], axis=c1), name="M")

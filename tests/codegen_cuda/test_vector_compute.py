@@ -11,7 +11,7 @@ from loopir.codegen_cuda import emit_cuda
 from loopir.examples import softmax
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import IntImm, Var
-from loopir.ir.stmt import BufferStore, For, ForKind, PrimFunc
+from loopir.ir.stmt import Allocate, BufferStore, For, ForKind, PrimFunc, Stmt, seq
 
 
 def _gelu(rows: int, cols: int, vector: int, dtype: str = "float32"):
@@ -70,12 +70,45 @@ def test_unaligned_or_self_reading_loops_stay_scalar() -> None:
     assert "float4" not in odd
 
 
+def _guarded_copy(guard_uses_lane: bool, reads_register: bool = False) -> PrimFunc:
+    """``Y[b + v] = (guard) ? X[b + v] * 2 : 0`` over vectors of 4: the guard ``t < 50`` is the
+    same for the 4 lanes; ``b + v < 199`` (``guard_uses_lane``) is not; ``R[0] > 0`` reads a
+    register."""
+    from loopir.ir.expr import GT, LT, FloatImm, Select
+
+    X, Y = Buffer("X", (256,), "float32"), Buffer("Y", (256,), "float32")
+    R = Buffer("R", (1,), "float32", scope="local")
+    t, v = Var("t"), Var("v")
+    b = t * 4
+    cond = LT(b + v, IntImm(199, "int32")) if guard_uses_lane else LT(t, IntImm(50, "int32"))
+    if reads_register:
+        cond = GT(R[0], FloatImm(0.0, "float32"))
+    body: Stmt = For(v, 0, 4, ForKind.VECTORIZED,
+                     BufferStore(Y, Select(cond, X[b + v] * 2.0, FloatImm(0.0, "float32")), (b + v,)))  # fmt: skip
+    if reads_register:
+        body = Allocate(R, seq(BufferStore(R, X[t], (0,)), body))
+    return PrimFunc((X, Y), For(t, 0, 64, ForKind.THREAD_BINDING, body, thread_tag="threadIdx.x"))
+
+
+def test_a_guard_the_same_for_every_lane_guards_the_vector_load() -> None:
+    """A load in a ``Select`` branch is evaluated lazily; when the condition is the same for
+    every lane (no lane variable, no load) the vector load is made under it, and each lane
+    still selects as written. A lane-dependent or register-reading guard keeps scalar lanes."""
+    (text,) = emit_cuda(_guarded_copy(False)).kernel_texts
+    assert "float4 X_v = {};" in text and "if (t < 50) X_v = *(const float4*)(X + t * 4);" in text
+    assert text.count("t < 50 ? ") == 4 or text.count("(t < 50) ? ") == 4
+    for lane, reg in ((True, False), (False, True)):
+        (scalar,) = emit_cuda(_guarded_copy(lane, reg)).kernel_texts
+        assert "float4 X_v" not in scalar
+
+
 @pytest.mark.nvcc
 def test_vectorized_kernels_compile(tmp_path) -> None:
     from loopir.codegen_cuda.compile import compile_cuda
 
     for f in (_gelu(8, 512, 8, "float16"), softmax(8, 1024, "float16", vector=8).func):
         compile_cuda(emit_cuda(loopir.lower(f, target="cuda")).source, arch="sm_90a", cache_dir=tmp_path)
+    compile_cuda(emit_cuda(_guarded_copy(False)).source, arch="sm_90a", cache_dir=tmp_path)
 
 
 @pytest.mark.gpu
@@ -94,3 +127,15 @@ def test_vectorized_kernels_match_the_cpu(dtype, vector) -> None:
     loopir.build(sch.func, target="cuda")(xs, g2)
     loopir.build(sch.func, target="cpu")(xs, c2)
     np.testing.assert_allclose(g2.astype("float64"), c2.astype("float64"), atol=1e-3)
+
+
+@pytest.mark.gpu
+def test_guarded_vector_loads_match_the_cpu() -> None:
+    """The lanes past the guard read nothing (X is 256 floats; threads 50-63 load no vector)."""
+    f = _guarded_copy(False)
+    x = np.random.default_rng(3).random(256).astype("float32") + 0.5
+    gpu, cpu = np.full(256, np.nan, "float32"), np.full(256, np.nan, "float32")
+    loopir.build(f, target="cuda")(x, gpu)
+    loopir.build(f, target="cpu")(x, cpu)
+    np.testing.assert_array_equal(gpu, cpu)
+    assert (cpu[200:] == 0).all() and (cpu[:200] == 2 * x[:200]).all()

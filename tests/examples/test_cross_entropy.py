@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -15,7 +17,8 @@ def _inputs(rows: int, vocab: int, chunk: int, dtype: str, seed: int):
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal((rows, vocab)) * 3).astype(dtype if dtype != "bfloat16" else "float32")
     t = rng.integers(0, vocab, rows).astype("int32")
-    return x, t, np.full(rows, np.nan, "float32"), np.full((rows, vocab // chunk, 2), np.nan, "float32")
+    chunks = -(-vocab // min(chunk, vocab))
+    return x, t, np.full(rows, np.nan, "float32"), np.full((rows, chunks, 2), np.nan, "float32")
 
 
 def _reference(x: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -24,13 +27,38 @@ def _reference(x: np.ndarray, t: np.ndarray) -> np.ndarray:
     return np.log(np.exp(xd - m[:, None]).sum(1)) + m - xd[np.arange(len(t)), t]
 
 
-@pytest.mark.parametrize("vocab,chunk", [(8192, 4096), (6000, 1000)])
+@pytest.mark.parametrize("vocab,chunk", [(8192, 4096), (6000, 1000), (6000, 1024), (4099, 1024), (300, 16384)])
 def test_the_chunked_form_is_the_cross_entropy(vocab, chunk) -> None:
+    """Any vocabulary: a last chunk cut short (6000 / 1024, an odd 4099) and one chunk shorter
+    than the default (300) too."""
     x, t, loss, p = _inputs(5, vocab, chunk, "float16", vocab)
     loopir.build(cross_entropy_func(5, vocab, "float16", chunk), target="cpu")(x, t, loss, p)
     np.testing.assert_allclose(loss, _reference(x, t), rtol=1e-5, atol=1e-5)
-    with pytest.raises(ValueError, match="not a multiple"):
-        cross_entropy_func(5, vocab + 1, "float16", chunk)
+
+
+def test_bad_sizes_are_refused() -> None:
+    for vocab, chunk in ((0, 1024), (4096, 0), (4096.0, 1024)):
+        with pytest.raises(ValueError, match=r"cross_entropy_func: vocab and chunk must be positive ints"):
+            cross_entropy_func(5, vocab, "float16", chunk)
+
+
+@pytest.mark.parametrize("vocab", [6000, 4099])
+def test_a_ragged_last_chunk_on_the_default_schedule(vocab) -> None:
+    """The default GPU schedule of a vocabulary that is no multiple of the chunk, in random
+    thread order, race-free: 16-byte loads under a guard the same for their 8 lanes where the
+    rows are aligned (6000), scalar guarded loads where they are not (4099)."""
+    from loopir.passes.race_check import check_races
+
+    f = cross_entropy_func(3, vocab, "float16", chunk=1024)
+    low = loopir.lower(f, target="cuda")
+    check_races(low)
+    loopir.testing.check_equivalent(f, low, rtol=1e-4, atol=1e-4, thread_order="random",
+                                    inputs=list(_inputs(3, vocab, 1024, "float16", 2)))  # fmt: skip
+    (first, *_rest) = emit_cuda(low).kernel_texts
+    if vocab % 8 == 0:
+        assert len(re.findall(r"uint4 X_v\w* = \{\};", first)) == 2 and "X[" not in first  # the max's, the sum's
+    else:
+        assert "uint4" not in first and "< 4099) ? " in first
 
 
 def test_the_default_schedule_reads_each_chunk_in_one_block() -> None:
@@ -67,17 +95,20 @@ def test_chunks_of_1024_take_a_warp_each(rows, vocab, warps) -> None:
 def test_cross_entropy_kernels_compile(tmp_path) -> None:
     from loopir.codegen_cuda.compile import compile_cuda
 
-    for dtype in ("float16", "bfloat16"):
+    for dtype, vocab in (("float16", 131072), ("bfloat16", 131072), ("float16", 128256), ("bfloat16", 50257)):
         with loopir.PassContext(config={"cuda.fast_math": True}):
-            source = emit_cuda(loopir.lower(cross_entropy_func(8, 131072, dtype), target="cuda")).source
+            source = emit_cuda(loopir.lower(cross_entropy_func(8, vocab, dtype), target="cuda")).source
         compile_cuda(source, arch="sm_90a", cache_dir=tmp_path)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fast", [False, True])
-@pytest.mark.parametrize("chunk", [16384, 8192, 1024])  # the default, the previous one, a warp a chunk
-def test_cross_entropy_on_the_gpu(fast, chunk) -> None:
-    x, t, loss, p = _inputs(16, 131072, chunk, "float16", 7)
+@pytest.mark.parametrize("chunk, vocab", [(16384, 131072), (8192, 131072), (1024, 131072), (16384, 128256),
+                                          (16384, 50257)])  # fmt: skip
+def test_cross_entropy_on_the_gpu(fast, chunk, vocab) -> None:
+    """The default chunk, the previous one, a warp a chunk; LLaMA 3's and GPT-2's vocabularies
+    (a last chunk cut short: guarded 16-byte loads, then scalar loads of unaligned rows)."""
+    x, t, loss, p = _inputs(16, vocab, chunk, "float16", 7)
     with loopir.PassContext(config={"cuda.fast_math": fast}):
-        loopir.build(cross_entropy_func(16, 131072, "float16", chunk=chunk), target="cuda")(x, t, loss, p)
+        loopir.build(cross_entropy_func(16, vocab, "float16", chunk=chunk), target="cuda")(x, t, loss, p)
     np.testing.assert_allclose(loss, _reference(x, t), rtol=1e-4, atol=1e-4)
