@@ -307,6 +307,8 @@ def main() -> int:
                     help="gemv: also examples.tc_gemm on tensor cores (M padded to 16), a JSON list of "
                          "[block, warp, stages], e.g. '[[[16, 64, 128], [16, 16], 4]]'")
     ap.add_argument("--gemv-m", default="1,8,16", help="gemv: which M")
+    ap.add_argument("--xent-vocabs", default="131072", help="xent: comma-separated vocabulary sizes (128256: "
+                    "LLaMA 3's, a last chunk cut short)")  # fmt: skip
     ap.add_argument("--xent-chunks", default="", help="xent: also the chunked form with these chunk lengths "
                     "(comma-separated; the default is CROSS_ENTROPY_CHUNK, 16384)")  # fmt: skip
     args = ap.parse_args()
@@ -485,12 +487,12 @@ def cross_entropy_cases(torch: Any, args: argparse.Namespace, tri: dict[str, Any
     "plain" the direct ``logsumexp - x[target]`` of this file, both through the default schedule."""
     liger = _liger()
     rows = []
-    for dtype in ("float16", "bfloat16"):
-        n, vocab = 2048, 131072
+    for dtype, vocab in ((d, int(v)) for v in args.xent_vocabs.split(",") for d in ("float16", "bfloat16")):
+        n = 2048
         x = (torch.randn(n, vocab, device="cuda") * 2).to(getattr(torch, dtype))
         t = torch.randint(0, vocab, (n,), device="cuda", dtype=torch.int32)
         loss = torch.empty(n, device="cuda")
-        p = torch.empty(n, vocab // CROSS_ENTROPY_CHUNK, 2, device="cuda")  # the default chunks
+        p = torch.empty(n, -(-vocab // min(CROSS_ENTROPY_CHUNK, vocab)), 2, device="cuda")  # the default chunks
         mod = _fast(chunked_cross_entropy_func(n, vocab, dtype))
         plain = _fast(cross_entropy_func(n, vocab, dtype))
         impls = {"loopir": lambda mod=mod, x=x, t=t, loss=loss, p=p: mod(x, t, loss, p),
@@ -498,7 +500,7 @@ def cross_entropy_cases(torch: Any, args: argparse.Namespace, tri: dict[str, Any
                  "torch": lambda x=x, t=t: torch.nn.functional.cross_entropy(x, t.long(), reduction="none")}
         for chunk in (int(c) for c in args.xent_chunks.split(",") if c):
             other = _fast(chunked_cross_entropy_func(n, vocab, dtype, chunk=chunk))
-            pc = torch.empty(n, vocab // chunk, 2, device="cuda")
+            pc = torch.empty(n, -(-vocab // min(chunk, vocab)), 2, device="cuda")
             impls[f"chunk{chunk}"] = lambda mod=other, x=x, t=t, loss=loss, p=pc: mod(x, t, loss, p)
         if tri:
             impls["triton"] = lambda x=x, t=t, loss=loss: tri["more"]["xent"](x, t, loss)
