@@ -174,12 +174,12 @@ def _vector_loads(em: Any, value: PrimExpr, v: Var, lanes: int) -> tuple[list[st
         offsets.append((load, c, off))
     lines: list[str] = []
     lane_vars: list[list[Var]] = []
-    for k, (load, c, off) in enumerate(offsets):
+    for idx, (load, c, off) in enumerate(offsets):
         name = em.buffer_name(load.buffer)
         tmp = em.names.get(object(), f"{name}_v")
         elem = ctype(load.buffer.dtype)
         sconst = "const " if load.buffer.scope == "global" and load.buffer not in em.spec.written else ""
-        guard = guards.get(k)
+        guard = guards.get(idx)
         if guard is None:
             lines.append(f"const {c} {tmp} = *({sconst}{c}*)({name} + {em.expr(off)});")
         else:  # loaded where some lane reads it; zeros (never read) elsewhere
