@@ -253,8 +253,9 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
     pipeline and stored with the 128-byte swizzle the matrix descriptors name. fp32
     accumulation; the result in fp32 or converted (``out_dtype``). By default each K step's
     ``wgmma`` completes before the next step (``wgmma.wait_group 0`` in the call); with
-    ``async_mma`` they stay in flight while the next step waits for its tiles (no TMA, no
-    mbarriers, no warp specialization yet: issue 32).
+    ``async_mma`` they stay in flight while the next step waits for its tiles; ``tma`` fetches
+    the tiles with TMA copies on mbarriers, and ``warp_specialized`` gives the copies to a
+    producer warpgroup (issue 32).
 
     Parameters
     ----------

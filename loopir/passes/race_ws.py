@@ -209,9 +209,25 @@ class _Threads:
         return m
 
 
+def _modelled(leaf: _Leaf, loop: For | None) -> None:
+    """Every guard on ``leaf``'s path names only threads (``_Threads.mask``) or only ``loop``'s
+    variable (``_guards``), or is constant: any other (a block's, a size's) could let a thread
+    skip its wait but not its reads, which the proof does not follow."""
+    for p in leaf.path:
+        if p[0] != "if":
+            continue
+        cond = p[1]
+        assert isinstance(cond, PrimExpr)
+        used = {v for v in collect_vars(cond) if isinstance(v, Var)}
+        if not used or all(_is_thread(leaf, v) for v in used) or (loop is not None and loop.loop_var in used):
+            continue
+        raise _Refused(f"the guard {cond} names neither only the threads nor only the pipeline's loop:\n  {_what(leaf)}")
+
+
 def _guards(leaf: _Leaf, loop: For) -> list[tuple[PrimExpr, bool]]:
     """The guards of ``leaf`` inside ``loop`` that name the loop's variable (each must name no
     thread: a mixed guard is refused)."""
+    _modelled(leaf, loop)
     out = []
     for p in leaf.inside(loop):
         if p[0] != "if":
@@ -340,6 +356,9 @@ class _Region:
             raise self.fail(f"the producer's loop {j.name} does not start at 0", copies[0])
         # the producer's iteration, in program order
         p_events = [x for x in self.prod if lp in x.loops()]
+        if any(f.kind is ForKind.SERIAL for f in copies[0].loops()[: copies[0].loops().index(lp)]):
+            raise self.fail(f"the producer's loop {j.name} is inside another serial loop (its barriers' phases would "
+                            "go on across that loop's iterations, which the proof does not count)", copies[0])  # fmt: skip
         if any(_call(x.node, *_MB, "ptx_tma_load") is not None for x in self.prod if x not in p_events):
             raise self.fail("an mbarrier call or copy of the producer outside its loop", next(
                 x for x in self.prod if x not in p_events and _call(x.node, *_MB, "ptx_tma_load") is not None))  # fmt: skip
@@ -406,6 +425,9 @@ class _Region:
                 raise self.fail(f"the producer's {c.op} on {b.buffer.name}", x)
         if expect is None:
             raise self.fail("the producer's copies follow no arrive_expect_tx", copies[0])
+        for x in self.prod:  # the copies are the producer's only accesses of the tiles
+            if _touched(x.node, tiles) and _call(x.node, "ptx_tma_load") is None:
+                raise self.fail("the producer accesses a tile other than by its copies", x)
         if empty is None:  # a loop of at most V iterations (no wait needed): the consumers' releases name it
             rel = [_bar(c).buffer for x in self.cons if (c := _call(x.node, "ptx_mbarrier_arrive")) is not None]
             if not rel:
@@ -425,6 +447,8 @@ class _Region:
         if not waits:
             raise self.fail(f"no consumer waits on {full.name}")
         lc = self._one_loop(waits, "full waits")
+        if any(f.kind is ForKind.SERIAL for f in waits[0].loops()[: waits[0].loops().index(lc)]):
+            raise self.fail(f"the consumers' loop {lc.loop_var.name} is inside another serial loop", waits[0])
         k = lc.loop_var
         n = _const(lc.extent)
         if not _range_equal(lp, lc):
@@ -444,6 +468,8 @@ class _Region:
                 raise self.fail("a consumer access of the tiles or their barriers before its loop", x)
             if mb and inside and _serial_inside(x, lc):
                 raise self.fail("an mbarrier call in a loop inside the consumers' loop", x)
+            if not inside:
+                _modelled(x, None)
             m = self.th.mask(x)
             var: PrimExpr = k if inside else lc.min + lc.extent
             g = _guards(x, lc) if inside else []
@@ -636,9 +662,11 @@ def _rest(leaves: list[_Leaf], proof: WsProof, nodes: list[IfThenElse], th: _Thr
     first_role = in_role.index(True)
     last_init = -1
     for i, x in enumerate(leaves):
-        if isinstance(x.node, BufferStore) and x.node.buffer in srcs:
-            raise _Refused(f"the kernel writes {x.node.buffer.name}, which TMA copies read asynchronously:\n  {_what(x)}")
         c = _call(x.node)
+        writes = [t.buffer for t in call_touches(c) if t.is_store] if c is not None and (
+            op.is_tensor_core_call(c) or c.op == "ptx_tma_load") else []  # fmt: skip
+        if (isinstance(x.node, BufferStore) and x.node.buffer in srcs) or set(writes) & srcs:
+            raise _Refused(f"the kernel writes a buffer that TMA copies read asynchronously:\n  {_what(x)}")
         if c is not None and c.op in _MB and _bar(c).buffer in proof.bars and c.op == "ptx_mbarrier_init":
             b = _bar(c)
             e = _const(b.indices[0])

@@ -118,10 +118,13 @@ def emit_tensor_core(em: _StmtEmitter, call: Call) -> None:
         emit_collective(em, call)
         return
     problem = tensor_core_problem(call)
-    if call.op in WARPGROUP_COLLECTIVES and em.in_region and problem is None:
-        # ``.sync.aligned``: the warp's lanes reach the call together (a rendezvous; each lane
-        # then computes its part). Without it a lane could still wait on an mbarrier phase
-        # that its warp's lane 0 has already released and a producer completed again.
+    converge = call.op in WARPGROUP_COLLECTIVES and em.in_region and problem is None
+    if converge:
+        # ``.sync.aligned``: the warp's lanes reach the call together and leave it together (a
+        # rendezvous before and after each lane computes its part: the operation's reads of
+        # shared memory are the warp's, done when any lane goes on). Without them a lane could
+        # still wait on an mbarrier phase that its warp's lane 0 has already released and a
+        # producer completed again, or still read a tile that lane 0 has released.
         em.emit("if (lir_warp_arrive(err)) lir_warp_release();  /* the warp converges */")
     if call.op == "ptx_wgmma_wait" and problem is None:
         # the sequential meaning: the MMAs it retires happened at their issue
@@ -138,6 +141,8 @@ def emit_tensor_core(em: _StmtEmitter, call: Call) -> None:
         ) from None
     em.emit(f"/* {call.op} of one lane */")
     em.stmt(stmt)
+    if converge:
+        em.emit("if (lir_warp_arrive(err)) lir_warp_release();  /* the warp's operation is done */")
 
 
 def emit_tma(em: _StmtEmitter, call: Call) -> None:

@@ -81,6 +81,20 @@ def test_ws_equals_tma_and_float64_on_the_cpu(M: int, k8: int, N: int, stages: i
     np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3 * max(np.abs(want).max(), 1.0))
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_warp_leaves_a_wgmma_together(seed: int) -> None:
+    """Synchronous wgmma, 2 stages: lane 0 releases the version right after the call; the
+    executor's lanes compute their parts of it after a rendezvous and leave it after another,
+    so that no lane still reads the tile the producer refills (seed 0 read it, without)."""
+    M, K, N = 3, 200, 1
+    a, b, c = _inputs(M, K, N, "float16", seed=M * 1000 + K * 10 + N)
+    sch = hopper_gemm(M, K, N, **SMALL, stages=2, async_mma=False, tma=True, warp_specialized=True)
+    out = c.copy()
+    loopir.build(_lowered(sch), target="cpu", thread_order="random", seed=seed)(a, b, out)
+    want = from_storage(a, "float16").astype(np.float64) @ from_storage(b, "float16").astype(np.float64).T
+    np.testing.assert_allclose(out, want, rtol=1e-3, atol=1e-3)
+
+
 def test_ws_equals_the_unscheduled_program() -> None:
     from loopir.testing import check_equivalent
 

@@ -17,9 +17,9 @@ from loopir.codegen_cuda import lower_for_cuda
 from loopir.errors import CodegenError
 from loopir.examples import hopper_gemm
 from loopir.ir import tma as T
-from loopir.ir.expr import Call, FloorMod, IntImm, PrimExpr
+from loopir.ir.expr import Call, FloatImm, FloorMod, IntImm, PrimExpr
 from loopir.ir.functor import Mutator, post_order_visit
-from loopir.ir.stmt import Evaluate, For, IfThenElse, PrimFunc, SeqStmt, Stmt, seq
+from loopir.ir.stmt import BufferStore, Evaluate, For, IfThenElse, PrimFunc, SeqStmt, Stmt, seq
 from loopir.passes.race_check import check_races, find_races
 from loopir.passes.race_ws import prove_ws
 
@@ -204,6 +204,37 @@ def _pending_2(call: Call, s: Evaluate) -> Stmt | None:
     return None
 
 
+class _BlockGuardedWait(Mutator):
+    """The consumers' full wait in the first block row only (a guard on blockIdx.y)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by: For | None = None
+
+    def visit_For(self, s: For) -> Stmt:
+        if s.thread_tag == "blockIdx.y":
+            self.by = s
+        return self.generic_visit(s)  # type: ignore[no-any-return]
+
+    def visit_Evaluate(self, s: Evaluate) -> Stmt:
+        v = s.value
+        if isinstance(v, Call) and v.op == "ptx_mbarrier_wait" and "tma_bar" in v.args[0].buffer.name:  # type: ignore[attr-defined]
+            assert self.by is not None
+            return IfThenElse(self.by.loop_var == 0, s)
+        return s
+
+
+class _ProducerStores(Mutator):
+    """The producer also stores into the tile it copies into (after its copies)."""
+
+    def visit_Evaluate(self, s: Evaluate) -> Stmt:
+        v = s.value
+        if isinstance(v, Call) and v.op == "ptx_tma_load" and v.args[0].buffer.name == "A_shared":  # type: ignore[attr-defined]
+            dst = v.args[0]
+            return seq(s, BufferStore(dst.buffer, FloatImm(0.0, "float16"), dst.indices))  # type: ignore[attr-defined]
+        return s
+
+
 WS = r"race check(.*): warp-specialized pipeline: "
 CASES = {
     "release_before_retiring_wait": (lambda b: _Seqs(_release_first).visit(b),
@@ -234,6 +265,10 @@ CASES = {
                                r"k_0_0_consume >= 2(.|\n)*T.ptx_wgmma_async\(\"m64n32k64\", A_shared\[\(k_0_0_consume \+ 1\)"),
     "one_warp_waits": (lambda b: _OneWarpWaits().visit(b),
                        WS + r"a consumer thread reads a tile without waiting on its full barrier itself"),
+    "block_guarded_wait": (lambda b: _BlockGuardedWait().visit(b),
+                           WS + r"the guard i0_0_0 == 0 names neither only the threads nor only the pipeline's loop"),
+    "producer_stores_tile": (lambda b: _ProducerStores().visit(b),
+                             WS + r"the producer accesses a tile other than by its copies"),
     # no wait at all: no roles are recognized, and the barrier-count model refuses the copy
     "no_full_wait": (lambda b: _Calls(_no_full_wait).visit(b),
                      r"race check \(main\): the TMA copy is in loop k_0_0_produce and not waited on in its iteration"),
