@@ -367,7 +367,10 @@ class _Kernel:
         c.spans = True
         if root is not None:
             # warp-specialized pipelines: their copies and tiles are race_ws's proof
-            proof = prove_ws(root)
+            try:
+                proof = prove_ws(root)
+            except CodegenError as e:
+                raise CodegenError(f"race check ({func.name if func else '?'}): {e}") from None
             c.ws_copies, c.ws_tiles = proof.copies, proof.tiles
             c.visit(root)
         self.accesses = c.accesses

@@ -648,7 +648,7 @@ def prove_ws(kernel: Stmt) -> WsProof:
         srcs = {b for r in regions for b in r.srcs}
         _rest(leaves, out, [n for n, _ in roles], th, inits, srcs)
     except _Refused as e:
-        raise CodegenError(f"race check: warp-specialized pipeline: {e}") from None
+        raise CodegenError(f"warp-specialized pipeline: {e}") from None
     return out
 
 
