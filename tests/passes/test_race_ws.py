@@ -308,3 +308,13 @@ def test_a_sync_release_before_the_wgmma_is_refused() -> None:
 
     with pytest.raises(CodegenError, match=r"release the version read here \(iteration k - 0\) before the read"):
         check_races(f.with_body(_Seqs(swap).visit(f.body)))
+
+
+def test_the_proof_is_symbolic_in_the_k_steps() -> None:
+    """1000 K steps (the loop's indices not specialized by its range): proven as 9 are, by the
+    symbolic path (``v * q + s``), not by iterations."""
+    f = _kernel(kt=1000, stages=4)
+    check_races(f)
+    bad = f.with_body(_Calls(_parity("empty", lambda p: 1 - p)).visit(f.body))
+    with pytest.raises(CodegenError, match=WS + r"the producer's wait polls parity"):
+        check_races(bad)
