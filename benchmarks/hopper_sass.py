@@ -3,10 +3,12 @@
 One command on the GPU machine (cuobjdump on PATH, no GPU needed)::
 
     python benchmarks/hopper_sass.py --shape 4096x4096x4096 --hopper '{"tma": true}'
+    python benchmarks/hopper_sass.py --hopper '{"tma": true, "warp_specialized": [40, 232]}'
 
 compiles the kernel for sm_90a (cubin) and counts, in ``cuobjdump -sass``: UTMALDG (TMA copies),
 LDGSTS (``cp.async``), BAR.SYNC (``__syncthreads``), SYNCS (mbarrier operations), HGMMA
-(``wgmma``), with ptxas' registers and spills. ``--hopper`` takes ``hopper_gemm`` parameters as
+(``wgmma``), USETMAXREG (``setmaxnreg``: a warp-specialized kernel's register reallocation), with
+ptxas' registers and spills, and whether ptxas ignored ``setmaxnreg`` (its warning C7508). ``--hopper`` takes ``hopper_gemm`` parameters as
 JSON (as ``benchmarks/tensor_core.py``).
 """
 
@@ -23,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-OPS = ("UTMALDG", "LDGSTS", "BAR", "SYNCS", "HGMMA")
+OPS = ("UTMALDG", "LDGSTS", "BAR", "SYNCS", "HGMMA", "USETMAXREG")
 
 
 def counts(sass: str) -> dict[str, int]:
@@ -54,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     cub = compile_cuda(src, arch="sm_90a", cache_dir=tempfile.mkdtemp(), output="cubin")
     res = next(iter(cub.resources.values()))
     line = f"hopper_gemm {args.shape} {args.dtype} {json.dumps(args.hopper)}: {res.registers} registers, " \
-           f"spills {res.spill_store_bytes}/{res.spill_load_bytes}"  # fmt: skip
+           f"spills {res.spill_store_bytes}/{res.spill_load_bytes}" \
+           + ("; setmaxnreg IGNORED (C7508)" if "C7508" in cub.log else "")  # fmt: skip
     try:
         sass = subprocess.run(["cuobjdump", "-sass", str(cub.path)], capture_output=True, text=True, check=True).stdout
     except (FileNotFoundError, subprocess.CalledProcessError) as e:

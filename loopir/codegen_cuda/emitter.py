@@ -289,6 +289,7 @@ class KernelEmitter(CodeWriter):
         self.uses_async = False
         self.uses_tensor_core = False
         self.uses_tma = False  # TMA or mbarrier calls: the translation unit's TMA helpers
+        self.uses_setmaxnreg = False  # warpgroup register reallocation: a register cap at entry
         self.thread_vars: dict[str, Var] = {}  # the thread loops around the statement, by tag
         self.wgmma_shapes: set[tuple[str, int, int, str]] = set()
         self.smem_align = wgmma_smem_align(spec.name, spec.body)
@@ -383,6 +384,9 @@ class KernelEmitter(CodeWriter):
         elif self.min_blocks:
             # caps registers so that min_blocks blocks of this size fit on one SM
             bounds = f"__launch_bounds__({threads}, {self.min_blocks}) "
+        elif self.uses_setmaxnreg:
+            # setmaxnreg takes effect only under a register cap at entry (ptxas ignores it else)
+            bounds = f"__launch_bounds__({threads}, 1) "
         else:
             bounds = f"__launch_bounds__({threads}) "
         head = f'extern "C" __global__ void {bounds}{spec.name}('

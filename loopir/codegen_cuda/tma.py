@@ -7,8 +7,10 @@ Device side (``TMA_DEVICE_HELPERS``), one inline function per call of
   ``fence.mbarrier_init.release.cluster`` (CUTLASS's ``fence_barrier_init``: the init is made
   visible to the async proxy that completes the transactions);
 * ``ptx_mbarrier_arrive_expect_tx`` -> ``mbarrier.arrive.expect_tx.shared::cta.b64``;
+* ``ptx_mbarrier_arrive`` -> ``mbarrier.arrive.shared::cta.b64`` with a count (release);
 * ``ptx_mbarrier_wait`` -> ``mbarrier.try_wait.parity.shared::cta.b64`` in a loop until it
   succeeds;
+* ``ptx_setmaxnreg`` -> ``setmaxnreg.{inc,dec}.sync.aligned.u32``;
 * ``ptx_tma_load`` -> ``fence.proxy.async.shared::cta`` (the issuing thread's own earlier
   shared accesses ordered before the async proxy's write; other threads' are ordered by the
   fence before every barrier) and
@@ -147,6 +149,11 @@ def tma_text(em: KernelEmitter, call: Call) -> str | None:
         raise _fail(em, problem, call)
     if call.op == "ptx_tma_load":
         return _load_text(em, call)
+    if call.op == "ptx_setmaxnreg":
+        n, inc = call.args
+        assert isinstance(n, IntImm) and isinstance(inc, IntImm)
+        em.uses_setmaxnreg = True
+        return f'asm volatile("setmaxnreg.{"inc" if inc.value else "dec"}.sync.aligned.u32 {n.value};");'
     bar, value = call.args
     assert isinstance(bar, BufferLoad)
     name = call.op.removeprefix("ptx_")
@@ -182,6 +189,11 @@ __device__ __forceinline__ void loopir_mbarrier_init(void* bar, unsigned count) 
 __device__ __forceinline__ void loopir_mbarrier_arrive_expect_tx(void* bar, unsigned bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
                :: "r"(loopir_smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void loopir_mbarrier_arrive(void* bar, unsigned count) {
+  // release (the default): this thread's earlier accesses before the phase's completion
+  asm volatile("{\\n .reg .b64 state;\\n mbarrier.arrive.shared::cta.b64 state, [%0], %1;\\n}"
+               :: "r"(loopir_smem_addr(bar)), "r"(count) : "memory");
 }
 __device__ __forceinline__ void loopir_mbarrier_wait(void* bar, unsigned phase) {
   unsigned done;

@@ -240,7 +240,8 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
                 vec: int = 8, pad: bool | None = None, batch: int | None = None,
                 out_dtype: str | None = None,
                 a_prologue: Callable[[Any], Any] | None = None, wait_first: bool = True,
-                async_mma: bool | None = None, raster: int = 1, tma: bool = False) -> Schedule:  # fmt: skip
+                async_mma: bool | None = None, raster: int = 1, tma: bool = False,
+                warp_specialized: bool | tuple[int, int] = False) -> Schedule:  # fmt: skip
     """``C = A @ B.T`` (A ``[M, K]``, B ``[N, K]``, the ``nn.Linear`` layout) on Hopper's
     warpgroup tensor cores (``wgmma``, sm_90a), scheduled with loopir's primitives: the
     [`tc_gemm`][loopir.examples.tc_gemm] schedule with ``wgmma=True``
@@ -252,8 +253,9 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
     pipeline and stored with the 128-byte swizzle the matrix descriptors name. fp32
     accumulation; the result in fp32 or converted (``out_dtype``). By default each K step's
     ``wgmma`` completes before the next step (``wgmma.wait_group 0`` in the call); with
-    ``async_mma`` they stay in flight while the next step waits for its tiles (no TMA, no
-    mbarriers, no warp specialization yet: issue 32).
+    ``async_mma`` they stay in flight while the next step waits for its tiles; ``tma`` fetches
+    the tiles with TMA copies on mbarriers, and ``warp_specialized`` gives the copies to a
+    producer warpgroup (issue 32).
 
     Parameters
     ----------
@@ -295,6 +297,16 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
         ([`TMA_KEY`][loopir.passes.pipeline_tma.TMA_KEY]). Padded sizes: the boxes that leave
         A or B are filled with zeros by TMA (what ``pad`` fetches). Needs K a multiple of 8
         (16-byte rows), no ``a_prologue``, ``stages >= 2``. Off by default until measured.
+    warp_specialized
+        With ``tma``: producer/consumer warp specialization, as CUTLASS 3's sm90
+        "warpspecialized" mainloop: one more warpgroup (128 threads) whose elected thread only
+        issues the TMA copies, each stage's after a wait on its *empty* mbarrier; the other
+        warps wait on the stage's *full* mbarrier themselves (no ``__syncthreads`` in the K
+        loop), run the ``wgmma``, and once it retired release the stage (one arrival per warp
+        on *empty*); the epilogue by them. ``(dec, inc)``: also ``setmaxnreg`` (the producer's
+        registers per thread down to ``dec``, the consumers' up to ``inc``). Needs one warp
+        column (``block[1] == wn``). ``wait_first`` has no meaning then
+        ([`WS_KEY`][loopir.passes.pipeline_ws.WS_KEY]). Off by default until measured.
     """
     if pad is None:
         pad = bool(M % block[0] or N % block[1] or K % block[2]) if _ints(M, K, N) else False
@@ -303,6 +315,12 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
                     f"of 16 bytes) and no a_prologue (the fetch must be a box copy), got K={K}, "
                     f"a_prologue={a_prologue is not None}", _HOPPER)  # fmt: skip
     bm, bn, bk = block
+    if warp_specialized is not False and (not (warp_specialized is True or _regs(warp_specialized)) or not tma):
+        raise _fail(f"warp_specialized must be False, True or (dec, inc) register counts (24 to 256, multiples "
+                    f"of 8), with tma=True; got {warp_specialized!r}, tma={tma!r}", _HOPPER)  # fmt: skip
+    if warp_specialized is not False and bn != wn:
+        raise _fail(f"warp_specialized needs one warp column, block[1] == wn (the warps along threadIdx.y "
+                    f"only, the producer warpgroup after them), got block {block}, wn {wn}", _HOPPER)  # fmt: skip
     if bk != 64 or bm % 64 or not (isinstance(wn, int) and 16 <= wn <= 256 and wn % 16 == 0) or bn % wn:
         raise _fail(f"block {block} and wn {wn!r}: the block tile must be (64k, a multiple of wn, 64) and wn "
                     "a multiple of 16 from 16 to 256", _HOPPER)  # fmt: skip
@@ -322,8 +340,16 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
     if isinstance(raster, bool) or not isinstance(raster, int) or raster < 1:
         raise _fail(f"raster must be a positive int, got {raster!r}", _HOPPER)
     tcg.schedule_with_pad(sch, m, block, (16, wn), stages, vec=vec, pad=pad, wgmma=True, raster=raster,
-                          wait_first=_bool("wait_first", wait_first, _HOPPER), async_mma=async_mma, tma=tma)  # fmt: skip
+                          wait_first=_bool("wait_first", wait_first, _HOPPER), async_mma=async_mma, tma=tma,
+                          warp_specialized=warp_specialized)  # fmt: skip
     return sch
+
+
+def _regs(value: object) -> bool:
+    """Whether ``value`` is a ``(dec, inc)`` pair of ``setmaxnreg`` register counts."""
+    return isinstance(value, tuple) and len(value) == 2 and all(
+        isinstance(v, int) and not isinstance(v, bool) and 24 <= v <= 256 and v % 8 == 0 for v in value
+    )
 
 
 def hopper_gemm_space(sch: Schedule) -> None:

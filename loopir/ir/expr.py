@@ -530,6 +530,9 @@ register_intrinsic("ptx_tma_load", None, pure=False, result="int32")
 register_intrinsic("ptx_mbarrier_init", 2, pure=False, result="int32")
 register_intrinsic("ptx_mbarrier_arrive_expect_tx", 2, pure=False, result="int32")
 register_intrinsic("ptx_mbarrier_wait", 2, pure=False, result="int32")
+register_intrinsic("ptx_mbarrier_arrive", 2, pure=False, result="int32")
+# Warpgroup register reallocation (sm_90a, warp specialization): ``(count, increase)``.
+register_intrinsic("ptx_setmaxnreg", 2, pure=False, result="int32")
 register_intrinsic("mma_fill", 3, pure=False, result="int32")
 register_intrinsic("mma_store", 4, pure=False, result="int32")
 

@@ -1,20 +1,27 @@
 """Hopper's tensor memory accelerator (TMA) and shared-memory barriers (mbarriers) as IR calls.
 
-Four intrinsics (sm_90a), each an ``Evaluate`` of a [`Call`][loopir.ir.expr.Call] built here:
+Six intrinsics (sm_90a), each an ``Evaluate`` of a [`Call`][loopir.ir.expr.Call] built here:
 
 * [`mbarrier_init`][loopir.ir.tma.mbarrier_init]``(bar, count)``: a barrier that completes a
   phase when ``count`` threads have arrived and every expected byte has landed;
 * [`mbarrier_arrive_expect_tx`][loopir.ir.tma.mbarrier_arrive_expect_tx]``(bar, bytes)``: this
   thread arrives and tells the barrier ``bytes`` more bytes are coming;
+* [`mbarrier_arrive`][loopir.ir.tma.mbarrier_arrive]``(bar, count)``: this thread arrives
+  ``count`` times (no bytes: a consumer releasing a buffer to its producer);
 * [`mbarrier_wait`][loopir.ir.tma.mbarrier_wait]``(bar, phase)``: wait until the phase of
   parity ``phase`` has completed (``mbarrier.try_wait.parity`` in a loop);
 * [`tma_load`][loopir.ir.tma.tma_load]``(dst, src, bar, box, swizzle)``: one thread copies a
   box of a global tensor into a shared tile (``cp.async.bulk.tensor``), the bytes counted on
-  ``bar``.
+  ``bar``;
+* [`setmaxnreg`][loopir.ir.tma.setmaxnreg]``(count, increase)``: the executing warpgroup's
+  register budget per thread becomes ``count`` (warp specialization: the producer gives
+  registers back, the consumers take them).
 
 ``bar`` is a load of one element of a ``shared`` buffer of dtype ``uint64`` (or ``int64``): the
-barrier object itself. Sequentially (the CPU executor) the mbarrier calls do nothing and the
-copy happens at ``tma_load``; [`loopir.tensor_intrin.tma`][loopir.tensor_intrin.tma] writes that
+barrier object itself. Sequentially the mbarrier calls do nothing and the copy happens at
+``tma_load``; in a thread region the CPU executor also models the barriers (a wait suspends
+its thread until the phase completes: warp-specialized kernels need it, whose consumers wait
+on a producer with no block barrier between); ``setmaxnreg`` does nothing on the CPU; [`loopir.tensor_intrin.tma`][loopir.tensor_intrin.tma] writes that
 meaning and what each call touches, once, for the executor and the analyses alike.
 """
 
@@ -24,14 +31,15 @@ from loopir.ir import dtype as dt
 from loopir.ir.expr import BufferLoad, Call, ExprLike, IntImm, PrimExpr, convert
 
 __all__ = [
-    "MBARRIER_OPS", "TMA_DTYPES", "TMA_OPS", "TMA_SWIZZLES", "is_tma_call", "mbarrier_arrive_expect_tx",
-    "mbarrier_init", "mbarrier_wait", "tma_box", "tma_load", "tma_problem", "tma_swizzle",
+    "MBARRIER_OPS", "TMA_DTYPES", "TMA_OPS", "TMA_SWIZZLES", "is_tma_call", "mbarrier_arrive",
+    "mbarrier_arrive_expect_tx", "mbarrier_init", "mbarrier_wait", "setmaxnreg", "tma_box", "tma_load",
+    "tma_problem", "tma_swizzle",
 ]  # fmt: skip
 
 #: The mbarrier calls (each names its barrier as its first argument).
-MBARRIER_OPS = ("ptx_mbarrier_init", "ptx_mbarrier_arrive_expect_tx", "ptx_mbarrier_wait")
+MBARRIER_OPS = ("ptx_mbarrier_init", "ptx_mbarrier_arrive_expect_tx", "ptx_mbarrier_wait", "ptx_mbarrier_arrive")
 #: Every call of this module.
-TMA_OPS = ("ptx_tma_load", *MBARRIER_OPS)
+TMA_OPS = ("ptx_tma_load", *MBARRIER_OPS, "ptx_setmaxnreg")
 #: Destination swizzles in bytes (0: none; else ``CU_TENSOR_MAP_SWIZZLE_{32,64,128}B``).
 TMA_SWIZZLES = (0, 32, 64, 128)
 #: Element types a tensor map can describe (``CUtensorMapDataType``).
@@ -43,7 +51,7 @@ _BARRIER_DTYPES = ("uint64", "int64")
 #: The values a constant operand of an mbarrier call may take (PTX: arrival counts up to
 #: 2**20 - 1, a transaction count up to 2**20 - 1 bytes per phase, a phase parity 0 or 1).
 _RANGES = {"ptx_mbarrier_init": (1, (1 << 20) - 1), "ptx_mbarrier_arrive_expect_tx": (0, (1 << 20) - 1),
-           "ptx_mbarrier_wait": (0, 1)}  # fmt: skip
+           "ptx_mbarrier_wait": (0, 1), "ptx_mbarrier_arrive": (1, (1 << 20) - 1)}  # fmt: skip
 
 
 def is_tma_call(expr: object) -> bool:
@@ -72,6 +80,22 @@ def mbarrier_arrive_expect_tx(bar: PrimExpr, nbytes: ExprLike) -> Call:
     the current phase also waits for ``nbytes`` bytes (of the ``tma_load`` calls that name
     ``bar``)."""
     return _checked(Call("int32", "ptx_mbarrier_arrive_expect_tx", (bar, convert(nbytes))))
+
+
+def mbarrier_arrive(bar: PrimExpr, count: ExprLike = 1) -> Call:
+    """``mbarrier.arrive.release.shared::cta.b64 _, [bar], count``: this thread arrives
+    ``count`` times on the current phase, its earlier memory accesses released to the threads
+    that wait on the phase (a consumer's arrival on an *empty* barrier: its reads of the buffer
+    are done)."""
+    return _checked(Call("int32", "ptx_mbarrier_arrive", (bar, convert(count))))
+
+
+def setmaxnreg(count: int, increase: bool) -> Call:
+    """``setmaxnreg.{inc,dec}.sync.aligned.u32 count``: the executing warpgroup's registers per
+    thread become ``count`` (24 to 256, a multiple of 8); every thread of the warpgroup
+    executes it (warp specialization: a producer warpgroup decreases, consumers increase).
+    Sequentially it does nothing."""
+    return _checked(Call("int32", "ptx_setmaxnreg", (IntImm(count, "int32"), IntImm(int(increase), "int32"))))
 
 
 def mbarrier_wait(bar: PrimExpr, phase: ExprLike) -> Call:
@@ -193,9 +217,16 @@ def tma_problem(call: Call) -> str | None:
     args = call.args
     if call.op == "ptx_tma_load":
         return _load_problem(args)
+    if call.op == "ptx_setmaxnreg":
+        if len(args) != 2 or not all(isinstance(a, IntImm) for a in args):
+            return f"ptx_setmaxnreg: expected constant (count, increase), got {args}"
+        n, inc = (a.value for a in args if isinstance(a, IntImm))
+        if not 24 <= n <= 256 or n % 8 or inc not in (0, 1):
+            return f"ptx_setmaxnreg: the count must be 24 to 256, a multiple of 8, and increase 0 or 1; got {n}, {inc}"
+        return None
     if call.op in MBARRIER_OPS:
         what = {"ptx_mbarrier_init": "count", "ptx_mbarrier_arrive_expect_tx": "bytes",
-                "ptx_mbarrier_wait": "phase"}[call.op]  # fmt: skip
+                "ptx_mbarrier_wait": "phase", "ptx_mbarrier_arrive": "count"}[call.op]  # fmt: skip
         if len(args) != 2:
             return f"{call.op}: expected (barrier, {what}), got {len(args)} arguments"
         prob = _barrier_problem(call.op, args[0]) or _int_problem(f"{call.op}: the {what}", args[1])

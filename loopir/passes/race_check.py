@@ -87,6 +87,7 @@ from loopir.passes.race_prove import BLOCK_TAGS, GRID_TAGS, prove_exclusive
 from loopir.passes.race_prove import const_int as _const
 from loopir.passes.race_tma import CopyCollector, TmaWindowError, copy_pair_skipped
 from loopir.passes.race_witness import _conflict, _linear, _Points, _Witness
+from loopir.passes.race_ws import prove_ws
 from loopir.tensor_intrin.calls import hardware_lane
 from loopir.tensor_intrin.tma import call_touches
 
@@ -221,6 +222,8 @@ class _Collector(EnclosingPath, CopyCollector, Visitor):
         self.spans = False  # whole kernels only: the in-flight reads need the code after them
         self.twins: dict[int, object] = {}  # CopyCollector's
         self.deferred: dict[int, list[Any]] = {}
+        self.ws_copies: frozenset[int] = frozenset()  # race_ws: copies and tiles it proved
+        self.ws_tiles: frozenset[Buffer] = frozenset()
 
     def _phase(self, start: PrimExpr, per_iter: PrimExpr) -> str:
         """Where the current point is in its iteration of a barrier loop (``_Access``)."""
@@ -230,7 +233,7 @@ class _Collector(EnclosingPath, CopyCollector, Visitor):
         return "head" if before == 0 else "tail" if before == total else "inner"
 
     def _add(self, buf: Buffer, idx: tuple[PrimExpr, ...], store: bool) -> None:
-        if buf.scope not in ("shared", "global"):
+        if buf.scope not in ("shared", "global") or buf in self.ws_tiles:
             return
         assert self.stmt is not None
         # an in-flight read (race_inflight) over a range of barrier counts: no label; in an
@@ -260,7 +263,8 @@ class _Collector(EnclosingPath, CopyCollector, Visitor):
         over the call's footprint (``loopir.tensor_intrin.calls.touches``)."""
         assert isinstance(node.value, Call)
         if self.spans and node.value.op == "ptx_tma_load":
-            self.tma_copy(node)
+            if id(node) not in self.ws_copies:
+                self.tma_copy(node)
             return
         span = in_flight(self.path, node.value) if self.spans else None
         for t in call_touches(node.value, hardware_lane(self.loops)):
@@ -362,6 +366,12 @@ class _Kernel:
         c = _Collector()
         c.spans = True
         if root is not None:
+            # warp-specialized pipelines: their copies and tiles are race_ws's proof
+            try:
+                proof = prove_ws(root)
+            except CodegenError as e:
+                raise CodegenError(f"race check ({func.name if func else '?'}): {e}") from None
+            c.ws_copies, c.ws_tiles = proof.copies, proof.tiles
             c.visit(root)
         self.accesses = c.accesses
         self.twins = c.twins  # ids of the twin pieces of TMA copies (race_tma)

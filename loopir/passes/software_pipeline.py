@@ -82,6 +82,7 @@ from loopir.passes.base import Pass, require_lowered
 from loopir.passes.context import PassContext
 from loopir.passes.pipeline_mma import MMA_IN_FLIGHT_KEY, set_pending, with_retiring_waits
 from loopir.passes.pipeline_tma import TMA_KEY, TmaPipeline
+from loopir.passes.pipeline_ws import WS_KEY, WsPipeline, grow_thread_loop, ws_registers
 from loopir.tensor_intrin.calls import touches, written_operands
 
 __all__ = [
@@ -225,7 +226,9 @@ class _Rewrite(Mutator):
         self.replaced: dict[Buffer, Buffer] = {}
         self.loops = 0
         self.threads: list[For] = []  # the thread-bound loops around the loop being visited
-        self.bars: dict[Buffer, Buffer] = {}  # a TMA pipeline's barriers, allocated with its first tile
+        self.bars: dict[Buffer, list[Buffer]] = {}  # a TMA pipeline's barriers, allocated with its first tile
+        # warp-specialized pipelines: (threadIdx.y var, wy, statement, setmaxnreg)
+        self.ws: list[tuple[Var, int, Stmt, bool]] = []
 
     def visit_Allocate(self, s: Allocate) -> Stmt:
         self.allocs[s.buffer] = s
@@ -237,8 +240,10 @@ class _Rewrite(Mutator):
         if s.buffer in set().union(*_accessed(out.body)):
             raise PassError(f"pass InjectSoftwarePipeline: {s.buffer.name} gets versions for a pipelined loop "
                             "but is also accessed outside it")  # fmt: skip
-        bar = self.bars.get(s.buffer)
-        return Allocate(new, out.body if bar is None else Allocate(bar, out.body))
+        body = out.body
+        for bar in self.bars.get(s.buffer, []):
+            body = Allocate(bar, body)
+        return Allocate(new, body)
 
     def visit_For(self, s: For) -> Stmt:
         bound = s.kind is ForKind.THREAD_BINDING and str(s.thread_tag).startswith("threadIdx")
@@ -250,6 +255,10 @@ class _Rewrite(Mutator):
             if bound:
                 self.threads.pop()
         assert isinstance(s, For)
+        mine = [w for w in self.ws if w[0] is s.loop_var]
+        if mine:  # the producer warpgroup of its warp-specialized pipelines (WS_KEY)
+            self.ws = [w for w in self.ws if w[0] is not s.loop_var]
+            s = grow_thread_loop(s, mine[0][1], [w[2] for w in mine], mine[0][3])
         if DEPTH_KEY in s.annotations and STAGE_KEY not in s.annotations:
             s = _expand_depth(s)
         if STAGE_KEY not in s.annotations:
@@ -298,12 +307,40 @@ class _Rewrite(Mutator):
         tma = None
         if loop.annotations.get(TMA_KEY):
             tma = self._tma(loop, stmts, stages, async_src, new)
-        out = self._steps(loop, stmts, stages, order, async_src, producers, accesses, retire, tma)
-        if tma is not None:
-            out = seq(tma.init(), out)
+        if loop.annotations.get(WS_KEY):
+            out = self._ws(loop, stmts, stages, order, async_src, retire, tma)
+        else:
+            out = self._steps(loop, stmts, stages, order, async_src, producers, accesses, retire, tma)
+            if tma is not None:
+                out = seq(tma.init(), out)
         for a in reversed(inner):
             out = Allocate(new.get(a.buffer, (a.buffer, 1))[0], out)
+        if loop.annotations.get(WS_KEY):
+            assert tma is not None
+            ty = next(f for f in self.threads if f.thread_tag == "threadIdx.y")
+            # by identity: the enclosing threadIdx.y loop keeps these out of its consumers' guard
+            # (a sequence is flattened into its parent's: its parts are recorded too)
+            for part in [out, *(out.seq if isinstance(out, SeqStmt) else [])]:
+                self.ws.append((ty.loop_var, ty.extent.value, part, ws_registers(loop) is not None))  # type: ignore[attr-defined]
         return out
+
+    def _ws(self, loop: For, stmts: list[Stmt], stages: list[int], order: list[int], async_src: int | None,
+            retire: dict[int, int], tma: TmaPipeline | None) -> Stmt:  # fmt: skip
+        """The warp-specialized form of the loop (``WS_KEY``, ``loopir.passes.pipeline_ws``):
+        the producer's loop of the async stage's copies, the consumers' of the others."""
+        if tma is None:
+            raise PassError(f"pass InjectSoftwarePipeline: loop {loop.loop_var.name}: {WS_KEY} needs {TMA_KEY} "
+                            "(the producer issues TMA copies)")  # fmt: skip
+        ws = WsPipeline(loop, tma)
+        self.bars[next(b for b, bars in self.bars.items() if tma.bar in bars)].append(ws.empty)
+        var, lo = loop.loop_var, loop.min
+        copies = [i for i in order if stages[i] == async_src]
+        computes = [i for i in order if stages[i] != async_src]
+
+        def at(j: PrimExpr) -> list[Stmt]:
+            return [fresh_loop_vars(substitute(stmts[c], {var: lo + j})) for c in copies]
+
+        return seq(ws.init(), ws.stmt(ws.producer(at), ws.consumer(stmts, computes, retire)))
 
     def _tma(self, loop: For, stmts: list[Stmt], stages: list[int], async_src: int | None,
              new: dict[Buffer, tuple[Buffer, int]]) -> TmaPipeline:  # fmt: skip
@@ -322,7 +359,7 @@ class _Rewrite(Mutator):
                             f"({', '.join(b.name for b in written)}) versioned alike, got "
                             f"{sorted(counts)} versions")  # fmt: skip
         tma = TmaPipeline(loop, counts.pop(), self.threads, stmts)
-        self.bars[written[0]] = tma.bar
+        self.bars[written[0]] = [tma.bar]
         return tma
 
     def _versions(self, name: str, stages: list[int], accesses: list[tuple[set[Buffer], set[Buffer]]]) -> dict[Buffer, int]:

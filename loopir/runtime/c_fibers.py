@@ -58,7 +58,7 @@ from loopir.ir.stmt import For, ForKind
 
 __all__ = [
     "FIBER_PRELUDE", "SEED_ENTRY", "contains_sync", "contains_tag", "fiber_prelude", "thread_extents",
-    "THREAD_COORDS", "ERR_DIVERGENCE", "ERR_WARP", "WARP_SLOTS",
+    "THREAD_COORDS", "ERR_DIVERGENCE", "ERR_MBARRIER", "ERR_WARP", "WARP_SLOTS",
 ]  # fmt: skip
 
 ERR_DIVERGENCE = 5
@@ -66,6 +66,10 @@ ERR_DIVERGENCE = 5
 #: by only some lanes of a warp (id 1: dim = the warp, value = lanes arrived, lo = fibers at a
 #: barrier).
 ERR_WARP = 6
+#: An mbarrier misused in a thread region (id 0: an arrival beyond the phase's pending count,
+#: value = the count, extent = pending, lo = expected) or a deadlock (id 1: value = fibers
+#: waiting on mbarriers, extent = the fibers, lo = fibers at a block barrier).
+ERR_MBARRIER = 7
 #: Operand slots per fiber for a warp-collective call.
 WARP_SLOTS = 4
 
@@ -136,6 +140,38 @@ static void lir_warp_release(void) {
   for (int64_t l = base; l < base + 32; ++l) if (l != lir_fiber_id) lir_fstate[l] = 0;
 }
 
+/* mbarriers (loopir.ir.tma) in a thread region: the barrier's 64 bits hold the arrivals still
+   pending in the current phase (bits 0-31), the count it was initialized with (32-62) and the
+   current phase's parity (63). expect_tx's bytes are not counted: the executor's copies land
+   when issued. A wait on parity p returns once the current phase's parity is not p (the phase
+   of parity p completed), else its fiber waits (state 4) until some phase completes; arriving
+   more often than a phase expects is an error, and so is every live fiber waiting with none
+   able to arrive (a deadlock on the GPU). */
+static int64_t lir_mbar_waiting;      /* fibers in state 4 */
+static void lir_mbar_init(uint64_t* bar, int64_t count, int64_t* err) {
+  (void)err;
+  *bar = ((uint64_t)count << 32) | (uint64_t)count;
+}
+static void lir_mbar_arrive(uint64_t* bar, int64_t count, int64_t* err) {
+  int64_t pending = (int64_t)(*bar & 0xffffffffu), expected = (int64_t)((*bar >> 32) & 0x7fffffffu);
+  uint64_t parity = *bar >> 63;
+  if (count > pending) { lir_fail(err, @ERR_MBAR@, 0, 0, count, pending, 0, expected); return; }
+  pending -= count;
+  if (pending == 0) {   /* the phase completes: the next one starts, its waiters may go on */
+    parity ^= 1u; pending = expected;
+    for (int64_t i = 0; lir_mbar_waiting && i < lir_fiber_dims[0] * lir_fiber_dims[1] * lir_fiber_dims[2]; ++i)
+      if (lir_fstate[i] == 4) { lir_fstate[i] = 0; --lir_mbar_waiting; }
+  }
+  *bar = (parity << 63) | ((uint64_t)expected << 32) | (uint64_t)pending;
+}
+static void lir_mbar_wait(uint64_t* bar, int64_t parity, int64_t* err) {
+  while ((int64_t)(*bar >> 63) == parity && !err[0]) {
+    int64_t me = lir_fiber_id;
+    lir_fstate[me] = 4; ++lir_mbar_waiting;
+    swapcontext(&lir_fctx[me], &lir_sched_ctx);
+  }
+}
+
 static void lir_run_fibers(int64_t* err, void* env, const int64_t* dims, void (*fn)(void)) {
   int64_t n = dims[0] * dims[1] * dims[2];
   if (n <= 0) return;
@@ -151,7 +187,7 @@ static void lir_run_fibers(int64_t* err, void* env, const int64_t* dims, void (*
     return;
   }
   lir_fctx = ctx; lir_fstate = state; lir_fiber_env = env; lir_fiber_fn = fn;
-  lir_warp_count = wcount; lir_warp_slot = wslot;
+  lir_warp_count = wcount; lir_warp_slot = wslot; lir_mbar_waiting = 0;
   lir_fiber_dims[0] = dims[0]; lir_fiber_dims[1] = dims[1]; lir_fiber_dims[2] = dims[2];
   for (int64_t i = 0; i < n; ++i) {
     getcontext(&ctx[i]);
@@ -160,7 +196,8 @@ static void lir_run_fibers(int64_t* err, void* env, const int64_t* dims, void (*
     ctx[i].uc_link = &lir_sched_ctx;
     makecontext(&ctx[i], lir_fiber_main, 0);
   }
-  /* state: 0 runnable, 1 at a barrier, 2 finished, 3 at a warp-collective call */
+  /* state: 0 runnable, 1 at a barrier, 2 finished, 3 at a warp-collective call, 4 at an
+     mbarrier wait */
   int64_t live = n, finished = 0;
   while (live > 0) {
     /* one round: every runnable fiber runs to its next barrier, collective call or end */
@@ -171,6 +208,10 @@ static void lir_run_fibers(int64_t* err, void* env, const int64_t* dims, void (*
       for (int64_t i = 0; i < n; ++i) {
         if (state[i] == 1) ++at_barrier;
         if (state[i] == 3 && warp < 0) warp = i / 32;
+      }
+      if (lir_mbar_waiting) {  /* waiting on mbarrier phases that no fiber can complete */
+        lir_fail(err, @ERR_MBAR@, 1, 0, lir_mbar_waiting, n, 0, at_barrier);
+        break;
       }
       if (warp >= 0) {  /* a warp whose lanes do not all reach its collective call */
         lir_fail(err, @ERR_WARP@, 1, warp, wcount[warp], 32, 0, at_barrier);
@@ -207,6 +248,7 @@ def fiber_prelude(random_order: bool = False) -> str:
     return (
         _PRELUDE.replace("@RANDOM@", "1" if random_order else "0").replace("@SEED@", SEED_ENTRY)
         .replace("@SLOTS@", str(WARP_SLOTS)).replace("@ERR_WARP@", str(ERR_WARP))
+        .replace("@ERR_MBAR@", str(ERR_MBARRIER))
     )
 
 

@@ -32,9 +32,9 @@ from loopir.ir import dtype as dt
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr, Var
 from loopir.ir.functor import post_order_visit
-from loopir.ir.op import is_warp_collective, tensor_core_problem
+from loopir.ir.op import WARPGROUP_COLLECTIVES, is_warp_collective, tensor_core_problem
 from loopir.ir.stmt import BufferStore, Stmt
-from loopir.ir.tma import tma_problem
+from loopir.ir.tma import MBARRIER_OPS, tma_problem
 from loopir.runtime.c_fibers import WARP_SLOTS
 from loopir.runtime.c_types import expr_ctype, storage_ctype
 from loopir.tensor_intrin.calls import per_lane_stmt
@@ -118,6 +118,14 @@ def emit_tensor_core(em: _StmtEmitter, call: Call) -> None:
         emit_collective(em, call)
         return
     problem = tensor_core_problem(call)
+    converge = call.op in WARPGROUP_COLLECTIVES and em.in_region and problem is None
+    if converge:
+        # ``.sync.aligned``: the warp's lanes reach the call together and leave it together (a
+        # rendezvous before and after each lane computes its part: the operation's reads of
+        # shared memory are the warp's, done when any lane goes on). Without them a lane could
+        # still wait on an mbarrier phase that its warp's lane 0 has already released and a
+        # producer completed again, or still read a tile that lane 0 has released.
+        em.emit("if (lir_warp_arrive(err)) lir_warp_release();  /* the warp converges */")
     if call.op == "ptx_wgmma_wait" and problem is None:
         # the sequential meaning: the MMAs it retires happened at their issue
         em.emit("/* ptx_wgmma_wait: nothing is in flight */")
@@ -133,13 +141,25 @@ def emit_tensor_core(em: _StmtEmitter, call: Call) -> None:
         ) from None
     em.emit(f"/* {call.op} of one lane */")
     em.stmt(stmt)
+    if converge:
+        em.emit("if (lir_warp_arrive(err)) lir_warp_release();  /* the warp's operation is done */")
 
 
 def emit_tma(em: _StmtEmitter, call: Call) -> None:
-    """A TMA copy as the loop nest it means; the mbarrier calls as nothing: sequentially the
-    copy has landed when ``tma_load`` returns (``loopir.tensor_intrin.tma``)."""
+    """A TMA copy as the loop nest it means, and the mbarrier calls: sequentially nothing (the
+    copy has landed when ``tma_load`` returns, ``loopir.tensor_intrin.tma``); in a thread
+    region the fibers' barrier objects (``lir_mbar_*`` in ``c_fibers``: a wait suspends its
+    fiber until the phase completes, so a consumer that waits on its producer with no block
+    barrier between runs after it, as on the GPU). ``setmaxnreg`` is nothing."""
     if (problem := tma_problem(call)) is not None:
         raise CodegenError(f"cpu codegen: {problem}")
+    if call.op in MBARRIER_OPS and em.in_region:
+        bar, value = call.args
+        ptr = _ptr(em, bar, 1, call.op == "ptx_mbarrier_init")
+        fn = {"ptx_mbarrier_init": "init", "ptx_mbarrier_wait": "wait"}.get(call.op, "arrive")
+        count = "1" if call.op == "ptx_mbarrier_arrive_expect_tx" else f"(int64_t)({em.expr(value)})"
+        em.emit(f"lir_mbar_{fn}((uint64_t*){ptr}, {count}, err);")
+        return
     if call.op != "ptx_tma_load":
         em.emit(f"/* {call.op}: nothing sequentially */")
         return

@@ -46,7 +46,7 @@ from loopir.ir.functor import post_order_visit
 from loopir.ir.op import WARPGROUP_COLLECTIVES, is_warp_collective
 from loopir.ir.stmt import Block, BlockRealize, PrimFunc
 from loopir.runtime.c_codegen import ENTRY, CProgram, generate_c
-from loopir.runtime.c_fibers import ERR_DIVERGENCE, ERR_WARP, SEED_ENTRY
+from loopir.runtime.c_fibers import ERR_DIVERGENCE, ERR_MBARRIER, ERR_WARP, SEED_ENTRY
 from loopir.runtime.c_parallel import SIMD_ENTRY, THREADS_ENTRY
 from loopir.runtime.c_types import ERR_ALLOC, ERR_DIV_ZERO, ERR_FIELDS, ERR_ITER_DOMAIN, ERR_OOB
 from loopir.runtime.cache import DEFAULT_FLAGS, compile_shared, find_compiler, supports_flag
@@ -347,6 +347,13 @@ class CPUModule:
             )
         if rec["code"] == ERR_WARP:
             return self._warp_error(rec)
+        if rec["code"] == ERR_MBARRIER and rec["id"] == 0:
+            return LaunchError(f"{name}: an mbarrier arrival of count {rec['value']} where its phase expects "
+                               f"{rec['extent']} more (of {rec['lo']}): more arrivals than its init count")
+        if rec["code"] == ERR_MBARRIER:
+            return LaunchError(f"{name}: mbarrier deadlock in a thread region: {rec['value']} of {rec['extent']} "
+                               f"threads wait on mbarrier phases that no thread can complete ({rec['lo']} at "
+                               "a block barrier)")
         if rec["code"] == ERR_ALLOC:
             buf, shape = self.program.buffers[rec["id"]]
             return LaunchError(f"{name}: cannot allocate {rec['value']} bytes for buffer {buf}{shape}")

@@ -41,6 +41,7 @@ from loopir.ir.op import STORE_CASTS
 from loopir.ir.stmt import Block, BufferStore, IterKind
 from loopir.passes.pipeline_mma import MMA_IN_FLIGHT_KEY
 from loopir.passes.pipeline_tma import TMA_KEY
+from loopir.passes.pipeline_ws import WS_KEY
 from loopir.passes.software_pipeline import DEPTH_KEY, WAIT_FIRST_KEY
 from loopir.schedule import gpu_patterns as pat
 from loopir.schedule import tree
@@ -444,7 +445,8 @@ def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, 
 def schedule_with_pad(sch: Schedule, m: TensorCoreGemm, block: tuple[int, int, int], warp: tuple[int, int],
                       stages: int, *, swizzle: bool = True, vec: int = 8, pad: bool = True,
                       fragment_stages: int = 1, raster: int = 1, wgmma: bool = False,
-                      wait_first: bool = False, async_mma: bool = False, tma: bool = False) -> Scheduled:  # fmt: skip
+                      wait_first: bool = False, async_mma: bool = False, tma: bool = False,
+                      warp_specialized: bool | tuple[int, int] = False) -> Scheduled:  # fmt: skip
     """[`schedule`][loopir.schedule.tensor_core_gemm.schedule] with a block tile ``(bm, bn,
     bk)`` and a warp tile ``(wm, wn)`` (multiples of 16): first ``pad`` (``pad_einsum``) of the
     sizes off the block tile when ``pad``; the shared tiles XOR-swizzled when ``swizzle`` (else
@@ -459,8 +461,14 @@ def schedule_with_pad(sch: Schedule, m: TensorCoreGemm, block: tuple[int, int, i
     ([`MMA_IN_FLIGHT_KEY`][loopir.passes.pipeline_mma.MMA_IN_FLIGHT_KEY]); ``tma`` (sm_90a,
     ``stages >= 2``, K rows of a multiple of 16 bytes): the shared tiles fetched by TMA copies
     on mbarriers instead of ``cp.async``, zeros past padded sizes from TMA's fill
-    ([`TMA_KEY`][loopir.passes.pipeline_tma.TMA_KEY])."""
+    ([`TMA_KEY`][loopir.passes.pipeline_tma.TMA_KEY]); ``warp_specialized`` (with ``tma``, one
+    warp column ``bn == wn``): a producer warpgroup issues the copies on full/empty mbarriers
+    and the warps wait on them themselves, ``(dec, inc)`` with ``setmaxnreg``
+    ([`WS_KEY`][loopir.passes.pipeline_ws.WS_KEY])."""
     (bm, bn, bk), (wm, wn) = block, warp
+    if warp_specialized is not False and (not tma or bn != wn):
+        raise ScheduleError(f"tensor_core_gemm: warp_specialized needs tma and one warp column (bn == wn: the "
+                            f"warps along threadIdx.y only), got tma={tma}, bn={bn}, wn={wn}")  # fmt: skip
     M, K, N = m.sizes
     rows = -(-M // bm)
     while raster > 1 and rows % raster:
@@ -490,6 +498,8 @@ def schedule_with_pad(sch: Schedule, m: TensorCoreGemm, block: tuple[int, int, i
         sch.annotate(done.k0, MMA_IN_FLIGHT_KEY, 1)
     if tma:
         sch.annotate(done.k0, TMA_KEY, True)
+    if warp_specialized is not False:
+        sch.annotate(done.k0, WS_KEY, True if warp_specialized is True else list(warp_specialized))
     return done
 
 

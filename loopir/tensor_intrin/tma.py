@@ -14,6 +14,8 @@ ptx_mbarrier_init                writes the barrier
 ptx_mbarrier_arrive_expect_tx    reads the barrier (an atomic update: threads arriving
                                  together do not race)
 ptx_mbarrier_wait                reads the barrier
+ptx_mbarrier_arrive              reads the barrier (an atomic update, as above)
+ptx_setmaxnreg                   nothing
 ===============================  ==========================================================
 
 The copy is asynchronous on the GPU; the race checker takes the write (and the source read) as
@@ -90,6 +92,8 @@ def tma_stmt(call: Call) -> Stmt:
 
 def tma_touches(call: Call) -> list[Touch]:
     """What one thread's TMA or mbarrier call reads and writes (module doc)."""
+    if call.op == "ptx_setmaxnreg":
+        return []
     if call.op != "ptx_tma_load":
         bar = call.args[0]
         assert isinstance(bar, BufferLoad), call

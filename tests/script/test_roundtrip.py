@@ -86,6 +86,8 @@ def _examples() -> dict[str, Any]:
         "tc_gemm": lambda: E.tc_gemm(128, 64, 128),
         "tc_gemm_padded": lambda: E.tc_gemm(97, 100, 50),
         "hopper_gemm": lambda: E.hopper_gemm(97, 100, 50, block=(64, 32, 64), wn=32),
+        "hopper_gemm_ws": lambda: E.hopper_gemm(97, 200, 30, block=(64, 32, 64), wn=32, tma=True,
+                                                warp_specialized=(40, 232)),  # mbarrier_arrive, setmaxnreg
         "attention": lambda: E.attention(1, 2, 70, 100, 32, causal=True, lse=True, block_m=32, fragments=False),
         "attention_fragments": lambda: E.attention(1, 2, 70, 100, 32, causal=True, lse=True, block_m=32,
                                                    fragments=True),

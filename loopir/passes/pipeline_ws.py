@@ -1,0 +1,285 @@
+"""Producer/consumer warp specialization of a TMA pipeline: ``loopir.warp_specialize``.
+
+With the annotation [`WS_KEY`][loopir.passes.pipeline_ws.WS_KEY] next to
+[`TMA_KEY`][loopir.passes.pipeline_tma.TMA_KEY] on the K loop, InjectSoftwarePipeline emits the
+loop as CUTLASS 3's sm90 "warpspecialized" mainloop (and FlashAttention 3's) instead of the
+software-pipelined steps:
+
+* one more **producer warpgroup**: the ``threadIdx.y`` loop around the pipeline (one warp per
+  ``threadIdx.y``, ``threadIdx.z`` of extent 1, ``wy`` consumer warps, ``wy % 4 == 0``) grows
+  by 4; the warps ``wy .. wy + 3`` are the producer, every other statement of the block
+  (accumulator fill, epilogue) runs in the consumers only (``threadIdx.y < wy``), the block
+  barriers outside the loop in every thread;
+* two mbarriers per buffer version ``v``: ``full[v]`` (count 1: the producer's
+  ``arrive_expect_tx``, completed by the copies' bytes) and ``empty[v]`` (count ``wy``: one
+  arrival per consumer warp), initialized by thread 0 before a block barrier;
+* the producer, one elected thread (``threadIdx.y == wy``, ``threadIdx.x == 0``), for each
+  iteration ``j`` (relative to the loop's start), ``V`` versions::
+
+      if j >= V: mbarrier_wait(empty[j % V], (j // V + 1) % 2)    # consumers released j - V
+      mbarrier_arrive_expect_tx(full[j % V], bytes); tma_load(...) ...
+
+* every consumer thread, for each ``j``::
+
+      mbarrier_wait(full[j % V], j // V % 2)                      # its own wait: no __syncthreads
+      compute(j)                                                  # wgmma on version j % V
+      [wgmma_wait(1) retiring j - 1]                              # asynchronous wgmma
+      if threadIdx.x == 0: mbarrier_arrive(empty[(j - 1) % V])    # (j % V when synchronous)
+
+  and after the loop the last retiring wait (``wait_group 0``) and arrival;
+* optionally (the annotation's value ``(dec, inc)``) ``setmaxnreg`` in each branch: the
+  producer gives registers back (``dec``), the consumers take them (``inc``).
+
+Why the parities: ``full[v]`` completes phase ``p`` with the copies of iteration ``v + pV``
+(one arrival a phase); ``empty[v]``'s phase ``p`` completes when the ``wy`` consumer warps have
+released iteration ``v + pV``, and the producer's copy of iteration ``j >= V`` waits for phase
+``j // V - 1``, parity ``(j // V + 1) % 2``. [`loopir.passes.race_ws`][loopir.passes.race_ws]
+proves these from the kernel (not from this construction) and the race checker orders the
+copies and reads by them.
+
+The CPU executor runs the mbarriers of a thread region as barriers (a wait suspends its fiber
+until the phase completes, ``loopir.runtime.c_fibers``): sequentially the program is the GEMM.
+
+Example (before / after, ``V = 2``, synchronous ``wgmma``, 4 consumer warps)::
+
+    for ty in thread_binding(4, "threadIdx.y"):      for ty in thread_binding(8, "threadIdx.y"):
+        fill(C)                                          if ty < 4: fill(C)
+        for k in serial(n):                              init full[0..1] (1), empty[0..1] (4); sync
+            A_s[...] = A[..., k * 64 + ...]              if ty >= 4:   # producer
+            compute(A_s)                                     if ty == 4 and tx == 0:
+        store(C)                                                 for k in serial(n):
+                                                                     if k >= 2: wait(empty[k % 2], (k // 2 + 1) % 2)
+                                                                     expect_tx(full[k % 2], ...); tma_load(...)
+                                                         else:         # consumers
+                                                             for k in serial(n):
+                                                                 wait(full[k % 2], k // 2 % 2)
+                                                                 compute(A_s[k % 2])
+                                                                 if tx == 0: arrive(empty[k % 2], 1)
+                                                         if ty < 4: store(C)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from loopir.errors import PassError
+from loopir.ir import op
+from loopir.ir import tma as T
+from loopir.ir.buffer import Buffer
+from loopir.ir.expr import GE, LT, FloorDiv, FloorMod, IntImm, PrimExpr, Var
+from loopir.ir.functor import fresh_loop_vars, post_order_visit, substitute
+from loopir.ir.stmt import Allocate, Evaluate, For, ForKind, IfThenElse, SeqStmt, Stmt, seq
+from loopir.passes.pipeline_mma import set_pending
+from loopir.passes.pipeline_tma import TmaPipeline
+
+__all__ = ["PRODUCER_WARPS", "WS_KEY", "WsPipeline", "grow_thread_loop", "ws_registers"]
+
+WS_KEY = "loopir.warp_specialize"
+"""On a loop with [`TMA_KEY`][loopir.passes.pipeline_tma.TMA_KEY]: a producer warpgroup issues
+the copies on *full*/*empty* mbarriers, the consumer warps wait on them themselves (module doc).
+``True``, or ``(dec, inc)``: also ``setmaxnreg`` (the producer's and the consumers' registers
+per thread)."""
+
+#: Warps of the producer warpgroup.
+PRODUCER_WARPS = 4
+
+
+def _fail(loop: For, why: str) -> PassError:
+    return PassError(f"pass InjectSoftwarePipeline: loop {loop.loop_var.name}: {WS_KEY}: {why}")
+
+
+def ws_registers(loop: For) -> tuple[int, int] | None:
+    """The ``(dec, inc)`` of ``setmaxnreg`` the annotation asks for (None: none)."""
+    value: Any = loop.annotations.get(WS_KEY)
+    if value is True:
+        return None
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(
+        isinstance(v, int) and not isinstance(v, bool) and 24 <= v <= 256 and v % 8 == 0 for v in value
+    ):
+        return int(value[0]), int(value[1])
+    raise _fail(loop, f"must be True or (dec, inc) register counts (24 to 256, multiples of 8), got {value!r}")
+
+
+@attrs.frozen
+class _Threads:
+    """The thread loops around the pipeline: ``ty`` (one warp per value), its extent ``wy``."""
+
+    ty: For
+    wy: int
+
+
+def _threads(loop: For, threads: Sequence[For], tx_extent: PrimExpr | None) -> _Threads:
+    ty = [f for f in threads if f.thread_tag == "threadIdx.y"]
+    others = [f for f in threads if f.thread_tag not in ("threadIdx.y", "threadIdx.z")]
+    tz = [f for f in threads if f.thread_tag == "threadIdx.z"]
+    if len(ty) != 1 or others or any(not (isinstance(f.extent, IntImm) and f.extent.value == 1) for f in tz):
+        raise _fail(loop, "needs the loop under one threadIdx.y loop (a warp each) and threadIdx.z of extent 1, "
+                          f"threadIdx.x bound inside; got {[f'{f.thread_tag}({f.extent})' for f in threads]}")  # fmt: skip
+    if not (isinstance(tx_extent, IntImm) and tx_extent.value == 32):
+        raise _fail(loop, f"needs threadIdx.x of extent 32 bound in the loop's statements (one warp per "
+                          f"threadIdx.y), got {tx_extent}")  # fmt: skip
+    wy = ty[0].extent
+    lo = ty[0].min
+    if not isinstance(wy, IntImm) or wy.value % PRODUCER_WARPS or not (isinstance(lo, IntImm) and lo.value == 0):
+        raise _fail(loop, f"needs threadIdx.y from 0 over a constant multiple of {PRODUCER_WARPS} (whole "
+                          f"consumer warpgroups), got extent {wy}")  # fmt: skip
+    return _Threads(ty[0], wy.value)
+
+
+class WsPipeline:
+    """The warp-specialized form of one TMA pipeline (module doc): its barriers and the
+    producer's and consumers' loops."""
+
+    def __init__(self, loop: For, tma: TmaPipeline) -> None:
+        self.loop, self.tma = loop, tma
+        self.th = _threads(loop, tma.threads, tma.tx_extent)
+        self.regs = ws_registers(loop)
+        name = loop.loop_var.name
+        v = tma.versions
+        # the full barriers are the TMA pipeline's own (allocated with its first tile)
+        self.full = tma.bar
+        self.empty = Buffer(f"{name}_empty_bar", (v,), "uint64", scope="shared")
+
+    @property
+    def ty(self) -> Var:
+        return self.th.ty.loop_var
+
+    def _warp_lane0(self, cond: PrimExpr | None, s: Stmt, name: str) -> Stmt:
+        """``s`` in lane 0 of the warps where ``cond`` holds (a loop binding threadIdx.x)."""
+        tx = Var(name, "int32")
+        c = tx == 0 if cond is None else op.all_(cond, tx == 0)
+        return For(tx, 0, 32, ForKind.THREAD_BINDING, IfThenElse(c, s), thread_tag="threadIdx.x")
+
+    def init(self) -> Stmt:
+        """Thread 0 initializes ``full`` (count 1) and ``empty`` (one arrival per consumer
+        warp), then a block barrier."""
+        v = self.tma.versions
+        inits = [Evaluate(T.mbarrier_init(self.full[i], 1)) for i in range(v)]
+        inits += [Evaluate(T.mbarrier_init(self.empty[i], self.th.wy)) for i in range(v)]
+        return seq(self._warp_lane0(self.ty == 0, seq(*inits), "ws_init_tx"), Evaluate(op.storage_sync("shared")))
+
+    def _ver(self, j: PrimExpr) -> PrimExpr:
+        return FloorMod(j, IntImm(self.tma.versions, j.dtype))
+
+    def _parity(self, j: PrimExpr, ahead: int) -> PrimExpr:
+        v = IntImm(self.tma.versions, j.dtype)
+        return FloorMod(FloorDiv(j, v) + ahead, IntImm(2, j.dtype))
+
+    def producer(self, copies: Any) -> Stmt:
+        """The elected producer thread's loop: ``copies(j)`` are the statements of relative
+        iteration ``j``'s async stage."""
+        loop = self.loop
+        j = Var(f"{loop.loop_var.name}_produce", loop.loop_var.dtype)
+        v = IntImm(self.tma.versions, j.dtype)
+        wait = IfThenElse(GE(j, v), Evaluate(T.mbarrier_wait(self.empty[self._ver(j)], self._parity(j, 1))))
+        issue = self.tma.issue(j, copies(j))
+        while isinstance(issue, For) and issue.thread_tag == "threadIdx.x":  # the TMA form's own lane loop
+            issue = issue.body
+            assert isinstance(issue, IfThenElse)
+            issue = issue.then_case
+        body = For(j, 0, loop.extent, ForKind.SERIAL, seq(wait, issue))
+        out: Stmt = self._warp_lane0(self.ty == self.th.wy, body, "ws_producer_tx")
+        if self.regs is not None:
+            out = seq(Evaluate(T.setmaxnreg(self.regs[0], False)), out)
+        return out
+
+    def _release(self, j: PrimExpr) -> Stmt:
+        return self._warp_lane0(None, Evaluate(T.mbarrier_arrive(self.empty[self._ver(j)], 1)), "ws_release_tx")
+
+    def consumer(self, stmts: Sequence[Stmt], computes: Sequence[int], retire: dict[int, int]) -> Stmt:
+        """The consumer warps' loop: ``stmts[i]`` for ``i`` in ``computes`` (in order), each
+        retiring wait (``retire``: wait -> compute) one iteration later, then the release."""
+        loop = self.loop
+        var, lo = loop.loop_var, loop.min
+        j = Var(f"{var.name}_consume", var.dtype)
+
+        def at(i: int, it: PrimExpr) -> Stmt:
+            return fresh_loop_vars(substitute(stmts[i], {var: lo + it}))
+
+        waits = [i for i in computes if i in retire]
+        now = [i for i in computes if i not in retire]
+        full_wait = Evaluate(T.mbarrier_wait(self.full[self._ver(j)], self._parity(j, 0)))
+        body: list[Stmt] = [full_wait, *(at(i, j) for i in now)]
+        if waits:  # asynchronous wgmma: iteration j - 1 retires (its tiles read) after j's issue
+            body.append(IfThenElse(GE(j, IntImm(1, j.dtype)), seq(*(at(w, j - 1) for w in waits),
+                                                                   self._release(j - 1))))  # fmt: skip
+        else:
+            body.append(self._release(j))
+        out: list[Stmt] = []
+        if self.regs is not None:
+            out.append(Evaluate(T.setmaxnreg(self.regs[1], True)))
+        out.append(For(j, 0, loop.extent, ForKind.SERIAL, seq(*body)))
+        if waits:  # the last iteration's wgmma retire after the loop (wait_group 0)
+            last = loop.extent - 1
+            tail = seq(*(set_pending(at(w, last)) for w in waits), self._release(last))
+            out.append(IfThenElse(GE(last, IntImm(0, last.dtype)), tail))
+        return seq(*out)
+
+    def stmt(self, producer: Stmt, consumer: Stmt) -> Stmt:
+        """Both roles: the producer warpgroup's branch and the consumers'."""
+        return IfThenElse(GE(self.ty, IntImm(self.th.wy, self.ty.dtype)), producer, consumer)
+
+
+def grow_thread_loop(ty: For, wy: int, pipelines: Sequence[Stmt], regs: bool = False) -> For:
+    """The ``threadIdx.y`` loop ``ty`` around warp-specialized ``pipelines`` (their statements,
+    by identity) with the producer warpgroup added (extent ``wy + 4``). Where the rest of the
+    body has no block barrier (the accumulator fill before the pipeline, the epilogue after
+    it), it moves into the consumers' branch: each role one branch of one if/else, as
+    ``setmaxnreg`` needs (``regs``), the producer's registers free of the accumulators. Else
+    (the epilogue through shared memory) every other statement is guarded ``ty < wy``, but the
+    block barriers, which every thread passes, the producer's too (no ``setmaxnreg`` then)."""
+    keep = {id(p) for p in pipelines}
+    consumers = LT(ty.loop_var, IntImm(wy, ty.loop_var.dtype))
+
+    def has_sync(s: Stmt) -> bool:
+        found: list[bool] = []
+        post_order_visit(s, lambda n: found.append(True) if op.is_barrier(n) else None)
+        return bool(found)
+
+    def merge(s: Stmt) -> Stmt | None:
+        if isinstance(s, (Allocate, For)) and not (isinstance(s, For) and s.kind is ForKind.SERIAL):
+            inner = merge(s.body)
+            return None if inner is None else attrs.evolve(s, body=inner)
+        if not isinstance(s, SeqStmt):
+            return None
+        roles = [i for i, x in enumerate(s.seq) if id(x) in keep and isinstance(x, IfThenElse) and x.else_case is not None]
+        if len(roles) != 1:
+            return None
+        r = roles[0]
+        role = s.seq[r]
+        assert isinstance(role, IfThenElse) and role.else_case is not None
+        mine = [i for i, x in enumerate(s.seq) if id(x) in keep]  # the init and its barrier, the roles
+        pre = [x for i, x in enumerate(s.seq[:r]) if i not in mine]
+        post = list(s.seq[r + 1 :])
+        if any(has_sync(x) for x in (*pre, *post)) or any(i > r for i in mine):
+            return None
+        heads = [x for i, x in enumerate(s.seq[:r]) if i in mine]
+        return seq(*heads, attrs.evolve(role, else_case=seq(*pre, role.else_case, *post)))
+
+    def guard(s: Stmt) -> Stmt:
+        if id(s) in keep:
+            return s
+        if isinstance(s, SeqStmt):
+            return seq(*(guard(x) for x in s.seq))
+        if not has_sync(s):
+            return IfThenElse(consumers, s)
+        if isinstance(s, Evaluate):  # the barrier itself
+            return s
+        if isinstance(s, (Allocate, For)):
+            return attrs.evolve(s, body=guard(s.body))
+        if isinstance(s, IfThenElse) and s.else_case is None:
+            return attrs.evolve(s, then_case=guard(s.then_case))
+        raise PassError(f"pass InjectSoftwarePipeline: {WS_KEY}: cannot keep the producer warpgroup out of "
+                        f"a statement with block barriers under threadIdx.y:\n{s}")  # fmt: skip
+
+    body = merge(ty.body)
+    if body is None:
+        if regs:
+            raise PassError(f"pass InjectSoftwarePipeline: {WS_KEY}: setmaxnreg needs each role one branch of one "
+                            "if/else, but the statements around the pipeline under threadIdx.y have block barriers "
+                            "(an epilogue through shared memory, as for sizes off the block tile); use True")  # fmt: skip
+        body = guard(ty.body)
+    return attrs.evolve(ty, extent=IntImm(wy + PRODUCER_WARPS, "int32"), body=body)
