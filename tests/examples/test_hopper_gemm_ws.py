@@ -36,23 +36,8 @@ from loopir.ir.expr import Call, IntImm
 from loopir.ir.functor import Mutator
 from loopir.ir.stmt import Evaluate, PrimFunc, Stmt
 from loopir.passes.race_check import check_races, find_races
+from tests.examples.test_hopper_gemm_tma import SMALL, _inputs, _lowered  # as tma=True's tests
 from tests.tensor_intrin.kernels import from_storage, to_storage
-
-#: one consumer warpgroup of 4 warps, 16 x 32 each: quick on the CPU executor
-SMALL = dict(block=(64, 32, 64), wn=32)
-
-
-def _lowered(sch: loopir.Schedule) -> PrimFunc:
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no RaceCheckWarning
-        return loopir.lower(sch.func)
-
-
-def _inputs(M: int, K: int, N: int, dtype: str, seed: int) -> tuple[np.ndarray, ...]:
-    rng = np.random.default_rng(seed)
-    a = to_storage(rng.standard_normal((M, K)), dtype)
-    b = to_storage(rng.standard_normal((N, K)), dtype)
-    return a, b, np.full((M, N), np.nan, "float32")
 
 
 def _run(func: PrimFunc, a: np.ndarray, b: np.ndarray, c: np.ndarray, order: str = "random") -> np.ndarray:
