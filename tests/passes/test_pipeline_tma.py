@@ -67,3 +67,23 @@ def test_other_fetches_are_not_boxes_with_the_reason(stmt: Stmt, why: str) -> No
     got = box_copy(stmt)
     assert isinstance(got, str)
     assert re.search(why, got), got
+
+
+@pytest.mark.parametrize("ws", [False, True])
+def test_before_and_after(golden, ws: bool) -> None:
+    """The K loop of a small ``hopper_gemm(tma=True)`` (4 K steps, 2 versions) before
+    InjectSoftwarePipeline and after: the TMA form (one thread arrives and copies ahead, every
+    thread waits, a block barrier) and the warp-specialized one (``warp_specialized=True``: a
+    producer warpgroup waiting on the empty barriers from step 2, consumers waiting on the full
+    ones and releasing each version)."""
+    import loopir.codegen_cuda  # noqa: F401  (the CUDA target's pipeline)
+    from loopir.examples import hopper_gemm
+    from loopir.passes import default_pipeline
+
+    f = hopper_gemm(64, 256, 32, "float16", block=(64, 32, 64), wn=32, stages=2, tma=True, warp_specialized=ws).func
+    passes = default_pipeline(target="cuda").passes
+    at = [p.name for p in passes].index("InjectSoftwarePipeline")
+    for p in passes[:at]:
+        f = p(f)
+    after = passes[at](f)
+    golden(f"passes/pipeline_{'ws' if ws else 'tma'}", f"# before\n{f.script()}\n# after\n{after.script()}")
