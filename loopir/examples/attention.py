@@ -330,12 +330,7 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
 
         return schedule_fragments(sch, dtype=dtype, block_m=block_m, block_n=block_n, head_dim=head_dim, lse=lse)
     warps = block_m // 16
-    tile = sch.get_block("tile")
-    b, h, i0 = sch.get_loops(tile)
-    sch.bind(sch.fuse(b, h), "blockIdx.y")
-    sch.bind(i0, "blockIdx.x")
-    for writer, buf in _SHARED:
-        sch.set_scope(sch.get_block(writer), buf, "shared")
+    _start_schedule(sch, _SHARED)
     for name, at in _ROW_BLOCKS.items():
         if name == "LSE" and not lse:
             continue
@@ -360,6 +355,16 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
     for name, (b_trans,) in _GEMMS.items():
         _tensor_core_gemm(sch, name, warps, dtype, b_trans, head_dim, block_n)
     return _finish_schedule(sch, _ALIGN, _FAST_MATH, lse)
+
+
+def _start_schedule(sch: Schedule, shared: Sequence[tuple[str, str]]) -> None:
+    """Both schedules' first steps: a thread block per (batch x head, query tile), the blocks
+    ``shared`` (``(writer, buffer)``) writing shared memory."""
+    b, h, i0 = sch.get_loops(sch.get_block("tile"))
+    sch.bind(sch.fuse(b, h), "blockIdx.y")
+    sch.bind(i0, "blockIdx.x")
+    for writer, buf in shared:
+        sch.set_scope(sch.get_block(writer), buf, "shared")
 
 
 def _finish_schedule(sch: Schedule, align: Sequence[tuple[str, str, int, int]], fast_math: Sequence[str],

@@ -50,7 +50,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from loopir.examples.attention import _HEAD, _KV_TILES_AND_S, _Q_LOAD, _finish_schedule
+from loopir.examples.attention import (
+    _HEAD,
+    _KV_TILES_AND_S,
+    _Q_LOAD,
+    _finish_schedule,
+    _start_schedule,
+)
 from loopir.schedule import Schedule
 from loopir.tensor_intrin.cuda import DTYPE_ABBREV
 from loopir.tensor_intrin.fragment import row_reduce_intrin
@@ -151,12 +157,7 @@ def schedule_fragments(sch: Schedule, *, dtype: str, block_m: int, block_n: int,
                        lse: bool) -> Schedule:  # fmt: skip
     """The schedule of the module doc on ``sch`` (of ``attention_func(..., fragments=True)``)."""
     warps = block_m // _TILE
-    tile = sch.get_block("tile")
-    b, h, i0 = sch.get_loops(tile)
-    sch.bind(sch.fuse(b, h), "blockIdx.y")
-    sch.bind(i0, "blockIdx.x")
-    for writer, buf in _SHARED:
-        sch.set_scope(sch.get_block(writer), buf, "shared")
+    _start_schedule(sch, _SHARED)
     for writer, buf in _FRAGMENTS:
         blk = sch.get_block(writer)
         sch.set_scope(blk, buf, "warp")
