@@ -32,7 +32,7 @@ from loopir.ir.expr import BufferLoad, Call, ExprLike, IntImm, PrimExpr, convert
 
 __all__ = [
     "MBARRIER_OPS", "TMA_DTYPES", "TMA_OPS", "TMA_SWIZZLES", "is_tma_call", "mbarrier_arrive",
-    "mbarrier_arrive_expect_tx", "mbarrier_init", "mbarrier_wait", "setmaxnreg", "tma_box", "tma_load",
+    "mbarrier_arrive_expect_tx", "mbarrier_init", "mbarrier_wait", "setmaxnreg", "tma_box", "tma_bytes", "tma_load",
     "tma_problem", "tma_swizzle",
 ]  # fmt: skip
 
@@ -141,6 +141,16 @@ def tma_box(call: Call) -> tuple[tuple[int, ...], int]:
     """``(box, swizzle)`` of a well-formed ``ptx_tma_load``."""
     ints = [a.value for a in call.args[3:] if isinstance(a, IntImm)]
     return tuple(ints[1:]), ints[0]
+
+
+def tma_bytes(call: Call) -> int:
+    """The bytes a well-formed ``ptx_tma_load`` brings to its mbarrier: ``prod(box) * element
+    size`` (TMA counts the whole box, the zeros read out of bounds too)."""
+    box, _ = tma_box(call)
+    n = dt.bits(call.args[0].dtype) // 8
+    for e in box:
+        n *= e
+    return n
 
 
 def tma_swizzle(e: PrimExpr | int, elem_bytes: int, swizzle: int) -> PrimExpr | int:

@@ -40,18 +40,16 @@ after the arrival of ``j - V`` (the previous on that element) poll ``j // V`` an
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 from loopir import arith
 from loopir.errors import CodegenError
-from loopir.ir import dtype as dt
 from loopir.ir.equality import structural_equal
 from loopir.ir.expr import BufferLoad, Call, FloorDiv, FloorMod, IntImm, PrimExpr, Var
 from loopir.ir.functor import substitute
 from loopir.ir.printer import script
 from loopir.ir.stmt import Allocate, Evaluate, For, ForKind, IfThenElse, PrimFunc, SeqStmt, Stmt
-from loopir.ir.tma import tma_box
+from loopir.ir.tma import tma_bytes
 from loopir.passes.race_tma import (
     _MAX_ITERATIONS,
     _barrier,
@@ -509,13 +507,6 @@ def _own_arrival(path: Sequence[tuple[Stmt, int]], node: Evaluate) -> Evaluate:
                        f"{script(node).strip()}")  # fmt: skip
 
 
-def _copy_bytes(copy: Evaluate) -> int:
-    call = copy.value
-    assert isinstance(call, Call) and isinstance(call.args[0], BufferLoad)
-    box, _ = tma_box(call)
-    return math.prod(box) * dt.bits(call.args[0].buffer.dtype) // 8
-
-
 def _announced_bytes(path: Sequence[tuple[Stmt, int]], node: Evaluate, copies: Sequence[Evaluate]) -> None:
     """The bytes an arrival announces (``expect_tx``) are its phase's copies' bytes (each
     ``prod(box) * element size``; TMA counts a whole box, the zeros read out of bounds too):
@@ -523,9 +514,10 @@ def _announced_bytes(path: Sequence[tuple[Stmt, int]], node: Evaluate, copies: S
     more never complete it (the waits hang). Proven symbolically over the arrival's loops."""
     call = node.value
     assert isinstance(call, Call)
-    total = sum(_copy_bytes(c) for c in copies)
+    brings = [tma_bytes(c.value) for c in copies]  # type: ignore[arg-type]
+    total = sum(brings)
     if not arith.can_prove_equal(call.args[1], total, _ranges(path)):
-        brought = " + ".join(str(_copy_bytes(c)) for c in copies) or "no copy"
+        brought = " + ".join(str(n) for n in brings) or "no copy"
         raise _Problem(f"announces {call.args[1]} bytes, but its phase's copies bring {brought} "
                        f"(= {total} bytes)")  # fmt: skip
 

@@ -68,7 +68,7 @@ from loopir.ir.expr import BufferLoad, Call, FloorMod, IntImm, PrimExpr, Var
 from loopir.ir.functor import collect_vars, post_order_visit, substitute
 from loopir.ir.printer import script
 from loopir.ir.stmt import Allocate, BufferStore, Evaluate, For, ForKind, IfThenElse, SeqStmt, Stmt
-from loopir.ir.tma import tma_box
+from loopir.ir.tma import tma_box, tma_bytes
 from loopir.tensor_intrin.tma import call_touches
 
 __all__ = ["WsProof", "prove_ws", "ws_barriers"]
@@ -418,7 +418,7 @@ class _Region:
                     raise self.fail(f"the TMA copy's tile {dst} is not version {j.name} % {v} of a buffer of {v}", x)
                 if any(_is_thread(x, u) for i in src.indices for u in collect_vars(i) if isinstance(u, Var)):
                     raise self.fail("the TMA copy's coordinates depend on the thread", x)
-                announced += int(np.prod(box)) * _bytes(dst.dtype)
+                announced += tma_bytes(c)
                 tiles.add(dst.buffer)
                 srcs.add(src.buffer)
             else:
@@ -584,12 +584,6 @@ class _Region:
             elif kind == "retire" and isinstance(pend, int) and later >= pend:
                 return
         raise self.fail("the consumers release the version this wgmma reads before a wgmma_wait retires it", x)
-
-
-def _bytes(dtype: str) -> int:
-    from loopir.ir import dtype as dt
-
-    return dt.bits(dtype) // 8
 
 
 def _touched(s: Stmt, tiles: set[Buffer]) -> list[PrimExpr]:
