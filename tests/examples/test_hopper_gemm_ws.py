@@ -36,8 +36,13 @@ from loopir.ir.expr import Call, IntImm
 from loopir.ir.functor import Mutator
 from loopir.ir.stmt import Evaluate, PrimFunc, Stmt
 from loopir.passes.race_check import check_races, find_races
-from tests.examples.test_hopper_gemm_tma import SMALL, _inputs, _lowered  # as tma=True's tests
-from tests.tensor_intrin.kernels import from_storage, to_storage
+from tests.examples.test_hopper_gemm_tma import (  # as tma=True's tests
+    SMALL,
+    _inputs,
+    _lowered,
+    gpu_equals_float64_and_the_cpu,
+)
+from tests.tensor_intrin.kernels import from_storage
 
 
 def _run(func: PrimFunc, a: np.ndarray, b: np.ndarray, c: np.ndarray, order: str = "random") -> np.ndarray:
@@ -232,23 +237,7 @@ GPU_CASES = [
 @pytest.mark.gpu
 @pytest.mark.parametrize(("shape", "params"), GPU_CASES)
 def test_gpu_equals_float64_and_the_cpu(shape: tuple[int, int, int], params: dict) -> None:
-    M, K, N = shape
-    params = dict(dict(warp_specialized=True), **params)
-    dtype = params.get("dtype", "float16")
-    out = params.get("out_dtype") or "float32"
-    a, b, _ = _inputs(M, K, N, dtype, seed=M + K + N)
-    c = to_storage(np.full((M, N), np.nan), out)
-    sch = hopper_gemm(M, K, N, **params, tma=True)
-    loopir.build(sch.func, target="cuda")(a, b, c)
-    got = from_storage(c, out)
-    want = from_storage(a, dtype).astype(np.float64) @ from_storage(b, dtype).astype(np.float64).T
-    tol = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}[out]
-    assert not np.isnan(got).any()
-    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(np.abs(want).max(), 1.0))
-    if M * N * K <= 256 * 384 * 256:
-        cpu = to_storage(np.full((M, N), np.nan), out)
-        loopir.build(loopir.lower(sch.func), target="cpu")(a, b, cpu)
-        np.testing.assert_allclose(got, from_storage(cpu, out), rtol=max(tol, 1e-4), atol=max(tol, 1e-4))
+    gpu_equals_float64_and_the_cpu(shape, dict(dict(warp_specialized=True), **params))
 
 
 @pytest.mark.gpu
