@@ -35,6 +35,11 @@ from loopir.ir.stmt import BufferStore, For, ForKind
 __all__ = ["emit_vector_accumulate", "vector_compute"]
 
 
+def _same_load(a: BufferLoad, b: BufferLoad) -> bool:
+    """Whether two loads read the same element (one buffer, structurally equal indices)."""
+    return a.buffer is b.buffer and all(structural_equal(x, y) for x, y in zip(a.indices, b.indices))
+
+
 def _lane_loads(value: PrimExpr, v: Var) -> list[BufferLoad]:
     """The distinct loads of ``value`` from memory whose indices use ``v``. Loads of register
     arrays are left to the lanes' scalar values (each lane's element by a constant index once
@@ -46,10 +51,7 @@ def _lane_loads(value: PrimExpr, v: Var) -> list[BufferLoad]:
             return
         if n.buffer.scope == "local":
             return
-        if not any(
-            f.buffer is n.buffer and all(structural_equal(a, b) for a, b in zip(f.indices, n.indices))
-            for f in found
-        ):
+        if not any(_same_load(f, n) for f in found):
             found.append(n)
 
     post_order_visit(value, visit)
@@ -96,7 +98,7 @@ class _Guards(Visitor):
 
     def visit_BufferLoad(self, n: BufferLoad) -> None:
         for k, f in enumerate(self.loads):
-            if f.buffer is n.buffer and all(structural_equal(a, b) for a, b in zip(f.indices, n.indices)):
+            if _same_load(f, n):
                 if self.under is None:
                     self.guards[k] = None  # evaluated eagerly somewhere: always loaded
                 elif k not in self.guards:
@@ -149,9 +151,7 @@ class _LaneOf(Mutator):
 
     def visit_BufferLoad(self, node: BufferLoad) -> PrimExpr:
         for load, names in zip(self.loads, self.lane_vars):
-            if load.buffer is node.buffer and all(
-                structural_equal(a, b) for a, b in zip(load.indices, node.indices)
-            ):
+            if _same_load(load, node):
                 return names[self.k]
         same: PrimExpr = self.generic_visit(node)
         return same
