@@ -255,11 +255,20 @@ class _HostEmitter(CodeWriter):
             self.line(f"const {ctype(v.dtype)} {self.var_name(v)} = static_cast<{ctype(v.dtype)}>(s_{i});")
             self.line(f"(void){self.var_name(v)};")
         for j, b in enumerate(temps):
-            nbytes = " * ".join([*(self.i64(e) for e in b.shape), str(max(1, dt.bits(b.dtype) // 8))])
+            nbytes = f"{self._elements(b)} * {max(1, dt.bits(b.dtype) // 8)}"
             self.line(f"if (offsets) offsets[{j}] = total;")
             self.line(f"total += ({nbytes} + {WORKSPACE_ALIGN - 1}) / {WORKSPACE_ALIGN} * {WORKSPACE_ALIGN};")
         body, self.lines = self.lines, saved
         return [*lines, *body, "  return total;", "}", ""]
+
+    def _elements(self, b: Buffer) -> str:
+        """The elements ``b`` spans: its shape's product, or with strides (storage_align's
+        padding) ``1 + sum((extent - 1) * stride)``, none when an extent is zero."""
+        if b.strides is None:
+            return " * ".join(self.i64(e) for e in b.shape)
+        span = " + ".join(f"({self.i64(e)} - 1) * {self.i64(st)}" for e, st in zip(b.shape, b.strides))
+        empty = " || ".join(f"{self.i64(e)} <= 0" for e in b.shape)
+        return f"(({empty}) ? 0 : 1 + {span})"
 
     def _unpack_params(self) -> None:
         align: dict[Buffer, int] = {}

@@ -288,6 +288,27 @@ def test_host_loop_and_workspace_in_a_trace_build(tmp_path):
     assert mod._library().workspace() == 1024
 
 
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_workspace_spans_a_padded_temporary(tmp_path, symbolic):
+    # Regression (GPU fuzzer, seed 9002): storage_align gave a global temporary strides (48, 16)
+    # but the host sized its workspace slot by the shape (6 x 3 floats), so the kernel's writes
+    # ran into the next temporary. The slot must span 1 + sum((extent - 1) * stride) elements.
+    n = Var("n") if symbolic else 6
+    A = Buffer("A", (n, 3), "float32")
+    T = Buffer("T", (n, 3), "float32", strides=(48, 16))
+    i, tx, tx2 = Var("i"), Var("tx"), Var("tx2")
+    body = Allocate(T, seq(
+        bind(i, n, "blockIdx.x", bind(tx, 3, "threadIdx.x", BufferStore(T, A[i, tx], (i, tx)))),
+        bind(i, n, "blockIdx.x", bind(tx2, 3, "threadIdx.x", BufferStore(A, T[i, tx2], (i, tx2)))),
+    ))
+    mod = build_cuda(PrimFunc((A,), body, name="h"), cache_dir=tmp_path, nvcc_flags=TRACE)
+    span = (5 * 48 + 2 * 16 + 1) * 4  # 1092 bytes, not 6 * 3 * 4 = 72
+    sizes = (6,) if symbolic else ()
+    assert mod._library().workspace(*sizes) == (span + 255) // 256 * 256
+    if symbolic:
+        assert mod._library().workspace(0) == 0  # an empty temporary spans nothing
+
+
 def test_misaligned_cuda_pointer_is_refused_by_the_host_code(tmp_path):
     mod = build_cuda(_copy_func(0), cache_dir=tmp_path, nvcc_flags=TRACE)
     a = _FakeCudaArray((1024,), ptr=0x10004)
