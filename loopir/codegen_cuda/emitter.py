@@ -69,7 +69,11 @@ from loopir.codegen_cuda.split import (
 )
 from loopir.codegen_cuda.tensor_core import tensor_core_text
 from loopir.codegen_cuda.tma import TMA_SMEM_ALIGN, TensorMapParam, has_tma, tma_text
-from loopir.codegen_cuda.vector_compute import emit_vector_accumulate, vector_compute
+from loopir.codegen_cuda.vector_compute import (
+    emit_unswitched,
+    emit_vector_accumulate,
+    vector_compute,
+)
 from loopir.codegen_cuda.wgmma import has_wgmma, wgmma_smem_align
 from loopir.errors import CodegenError
 from loopir.ir import dtype as dt
@@ -539,7 +543,7 @@ class KernelEmitter(CodeWriter):
         if s.kind is ForKind.THREAD_BINDING and s.thread_tag in self.launch:
             self.thread_loop(s)
             return
-        if (s.kind is ForKind.VECTORIZED and self.try_vector_loop(s)) or emit_vector_accumulate(self, s):
+        if (s.kind is ForKind.VECTORIZED and self.try_vector_loop(s)) or emit_vector_accumulate(self, s) or emit_unswitched(self, s):
             return
         if s.kind in (ForKind.UNROLLED, ForKind.VECTORIZED) or (
             s.kind is ForKind.THREAD_BINDING  # a vthread loop left over: an ordinary loop

@@ -25,14 +25,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
+from loopir.arith import can_prove, simplify
 from loopir.codegen_cuda.ctypes import ctype, vector_carrier
 from loopir.ir import dtype as dt
 from loopir.ir.equality import structural_equal
-from loopir.ir.expr import And, BufferLoad, IntImm, Not, Or, PrimExpr, Select, Var
+from loopir.ir.expr import LE, LT, And, BufferLoad, IntImm, Not, Or, PrimExpr, Select, Var
 from loopir.ir.functor import Mutator, Visitor, collect_vars, post_order_visit, substitute
-from loopir.ir.stmt import BufferStore, For, ForKind
+from loopir.ir.stmt import BufferStore, For, ForKind, IfThenElse
 
-__all__ = ["emit_vector_accumulate", "vector_compute"]
+__all__ = ["emit_unswitched", "emit_vector_accumulate", "vector_compute"]
 
 
 def _same_load(a: BufferLoad, b: BufferLoad) -> bool:
@@ -130,6 +133,34 @@ class _Guards(Visitor):
     def visit_Or(self, n: Or) -> None:
         self.visit(n.a)
         self._lazy(n.b, Not(n.a))
+
+
+def _hoistable_guard(value: PrimExpr, v: Var) -> PrimExpr | None:
+    """The condition of a ``Select`` in ``value`` that is the same for every lane
+    (``_uniform``) and chooses between branches of which one reads memory at the lane, or None."""
+    found: list[PrimExpr] = []
+
+    def visit(n: object) -> None:
+        if (isinstance(n, Select) and not found and _uniform(n.condition, v)
+                and (_lane_loads(n.true_value, v) or _lane_loads(n.false_value, v))):  # fmt: skip
+            found.append(n.condition)
+
+    post_order_visit(value, visit)
+    return found[0] if found else None
+
+
+class _Specialize(Mutator):
+    """An expression with every ``Select`` on ``cond`` replaced by the branch ``taken`` picks."""
+
+    def __init__(self, cond: PrimExpr, taken: bool) -> None:
+        self.cond, self.taken = cond, taken
+
+    def visit_Select(self, node: Select) -> PrimExpr:
+        if structural_equal(node.condition, self.cond):
+            out: PrimExpr = self.visit(node.true_value if self.taken else node.false_value)
+            return out
+        same: PrimExpr = self.generic_visit(node)
+        return same
 
 
 def _load_guards(value: PrimExpr, v: Var) -> dict[int, PrimExpr | None] | None:
@@ -276,6 +307,15 @@ def emit_vector_accumulate(em: Any, loop: For) -> bool:
         return False
     if any(ld.buffer.scope != "global" for ld in _lane_loads(store.value, v)):
         return False  # shared-memory operands (GEMM tiles) keep the loads their schedules were tuned with
+    cond = _hoistable_guard(store.value, v)
+    if cond is not None:
+        # ``acc = max(acc, cond ? X[b + v] : pad)`` with ``cond`` the same for every lane (a last
+        # chunk's ``col // 8 < vocab // 8``): one branch per vector, not a select per element;
+        # each side is emitted as a loop of its own (the taken side's loads as one vector)
+        sides = [attrs.evolve(loop, body=attrs.evolve(store, value=_Specialize(cond, t).visit(store.value)))
+                 for t in (True, False)]  # fmt: skip
+        em.stmt(IfThenElse(cond, sides[0], sides[1]))
+        return True
     with em.bound(v, loop.min, loop.extent):
         found = _vector_loads(em, store.value, v, lanes)
     if found is None or not found[1]:
@@ -287,6 +327,44 @@ def emit_vector_accumulate(em: Any, loop: For) -> bool:
         for k in range(lanes):
             at = tuple(substitute(i, {v: IntImm(k, v.dtype)}) for i in store.indices)
             em.stmt(BufferStore(store.buffer, _lane_value(store.value, loads, lane_vars, v, k), at))
+    return True
+
+
+#: The annotation of the loop ``emit_unswitched`` keeps in its else branch (not unswitched again).
+_UNSWITCHED = "cuda.unswitched"
+
+
+def emit_unswitched(em: Any, loop: For) -> bool:
+    """Emit a serial loop around a guarded vector accumulation as two loops, the guard dropped
+    where it holds for every iteration; False (nothing emitted) when ``loop`` is not one.
+
+    ``for o in range(n): for v in T.unroll(8): acc[0] = max(acc[0], g(o) ? X[b(o) + v] : pad)``,
+    ``g`` the same for the 8 lanes (``_hoistable_guard``) and ``g(o)`` of the form ``e(o) < c``
+    with ``e`` provably non-decreasing in ``o`` (a ragged last chunk's ``col // 8 < vocab // 8``),
+    becomes ``if (g(n - 1)) { the loop without the guard } else { the loop }``: every block but
+    the last chunk's runs a loop nvcc unrolls as it does an unguarded one (all of a thread's
+    vector loads issued first); a guard in the loop stops that (cross-entropy over LLaMA 3's
+    128256 logits, session 16). The loops mean what ``loop`` means: ``g(n - 1)`` implies
+    ``g(o)`` for every ``o``.
+    """
+    if loop.kind is not ForKind.SERIAL or loop.annotations.get(_UNSWITCHED) or not isinstance(loop.body, For):
+        return False
+    inner, o = loop.body, loop.loop_var
+    if not (isinstance(loop.min, IntImm) and isinstance(loop.extent, IntImm) and loop.extent.value > 1):
+        return False
+    store = inner.body
+    if inner.kind not in (ForKind.UNROLLED, ForKind.VECTORIZED) or not isinstance(store, BufferStore):
+        return False
+    cond = _hoistable_guard(store.value, inner.loop_var)
+    if not isinstance(cond, (LT, LE)) or o not in collect_vars(cond):
+        return False
+    last = IntImm(loop.min.value + loop.extent.value - 1, o.dtype)
+    step = substitute(cond.a - cond.b, {o: last}) - (cond.a - cond.b)
+    if not can_prove(step >= 0, {o: (loop.min, loop.extent)}):
+        return False
+    unguarded = attrs.evolve(inner, body=attrs.evolve(store, value=_Specialize(cond, True).visit(store.value)))
+    kept = attrs.evolve(loop, annotations={**loop.annotations, _UNSWITCHED: True})
+    em.stmt(IfThenElse(simplify(substitute(cond, {o: last})), attrs.evolve(loop, body=unguarded), kept))
     return True
 
 

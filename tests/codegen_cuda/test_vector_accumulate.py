@@ -57,6 +57,36 @@ def test_an_accumulation_takes_one_vector_load_and_keeps_the_lane_order() -> Non
     assert updates == [f"acc[0] = acc[0] + ((float)X_v_{k});" for k in range(4)]
 
 
+def _guarded_chunk(increasing: bool) -> PrimFunc:
+    """``for t: for o in range(4): for v in unroll(8): acc = max(acc, g ? X[...] : -inf)``, the
+    guard ``g`` the same for the 8 lanes and ``(t * 4 + o) < 100`` (true up to some ``o``) or,
+    ``increasing`` False, ``(t * 4 - o) < 100`` (false up to some ``o``)."""
+    from loopir.ir.expr import FloatImm, Max, Select
+
+    X, Y = Buffer("X", (32, 32, 8), "float16"), Buffer("Y", (32,), "float32")
+    acc = Buffer("acc", (1,), "float32", scope="local")
+    t, o, v = Var("t"), Var("o"), Var("v")
+    zero = IntImm(0, "int32")
+    g = (t * 4 + o if increasing else t * 4 - o) < 100
+    pad = FloatImm(float("-inf"), "float32")
+    upd = BufferStore(acc, Max(acc[zero], Select(g, Cast("float32", X[t, o, v]), pad)), (zero,))
+    body = SeqStmt((BufferStore(acc, pad, (zero,)),
+                    For(o, 0, 4, ForKind.SERIAL, For(v, 0, 8, ForKind.UNROLLED, upd)), BufferStore(Y, acc[0], (t,))))  # fmt: skip
+    return PrimFunc((X, Y), For(t, 0, 32, ForKind.THREAD_BINDING, Allocate(acc, body), thread_tag="threadIdx.x"))
+
+
+def test_a_loop_whose_guard_holds_up_to_an_iteration_is_unswitched() -> None:
+    # the guard at the last iteration decides for every iteration: one loop without the guard
+    # (16-byte loads nvcc can all issue first), the other as it was (each vector's branch)
+    (text,) = emit_cuda(_guarded_chunk(True)).kernel_texts
+    assert "if (t < 25) {" in text  # t * 4 + 3 < 100, the last iteration's guard, simplified
+    assert text.count("const uint4 X_v") == 2 and text.count("for (int o") == 2
+    assert "? ((float)" not in text  # no select per element in either loop
+    # a guard that may fail before the last iteration and hold at it: not unswitched
+    (down,) = emit_cuda(_guarded_chunk(False)).kernel_texts
+    assert down.count("for (int o") == 1 and down.count("const uint4 X_v") == 1
+
+
 @pytest.mark.parametrize("index_uses_v", [False, True])
 def test_unaligned_loads_stay_scalar(index_uses_v) -> None:
     (text,) = emit_cuda(_acc_loop(1, index_uses_v)).kernel_texts

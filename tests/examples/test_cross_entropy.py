@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
 
@@ -56,7 +54,10 @@ def test_a_ragged_last_chunk_on_the_default_schedule(vocab) -> None:
                                     inputs=list(_inputs(3, vocab, 1024, "float16", 2)))  # fmt: skip
     (first, *_rest) = emit_cuda(low).kernel_texts
     if vocab % 8 == 0:
-        assert len(re.findall(r"uint4 X_v\w* = \{\};", first)) == 2 and "X[" not in first  # the max's, the sum's
+        # the max's and the sum's 16-byte loads, each in a branch on the guard (one per vector,
+        # the same for its 8 lanes), and no select per element
+        assert first.count("const uint4 X_v") == 2 and "X[" not in first
+        assert first.count(" < 750) {") == 2 and first.count("} else {") == 2 and "< 750) ?" not in first
     else:
         assert "uint4" not in first and "< 4099) ? " in first
 
