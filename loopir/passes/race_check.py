@@ -83,8 +83,8 @@ from loopir.passes.race_inflight import (
     phases,
 )
 from loopir.passes.race_phase import check_phases
+from loopir.passes.race_problem import const_int as _const
 from loopir.passes.race_prove import BLOCK_TAGS, GRID_TAGS, prove_exclusive
-from loopir.passes.race_prove import const_int as _const
 from loopir.passes.race_tma import CopyCollector, TmaWindowError, copy_pair_skipped
 from loopir.passes.race_witness import _conflict, _linear, _Points, _Witness
 from loopir.passes.race_ws import prove_ws
