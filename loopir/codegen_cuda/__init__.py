@@ -17,9 +17,9 @@ from loopir.codegen_cuda.compile import (
     compile_cuda,
     default_cache_dir,
 )
-from loopir.codegen_cuda.emitter import EmitResult, KernelSource
 from loopir.codegen_cuda.host import emit_host
 from loopir.codegen_cuda.runtime import CUDAModule, describe_resources
+from loopir.codegen_cuda.source import EmitResult, KernelSource
 from loopir.codegen_cuda.translation_unit import emit_cuda
 from loopir.codegen_cuda.units import FunctionCode, build_library
 from loopir.errors import CodegenError

@@ -34,8 +34,8 @@ import attrs
 
 from loopir.codegen_cuda import analysis as an
 from loopir.codegen_cuda.ctypes import ctype, float_literal
-from loopir.codegen_cuda.emitter import CodeWriter, EmitResult, NameTable
 from loopir.codegen_cuda.exprs_cuda import ExprPrinter
+from loopir.codegen_cuda.source import CodeWriter, EmitResult, NameTable
 from loopir.codegen_cuda.split import (
     HostAlloc,
     HostExtern,

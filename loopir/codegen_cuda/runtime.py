@@ -43,9 +43,9 @@ from loopir.codegen_cuda.args import (
 )
 from loopir.codegen_cuda.compile import CompiledBinary, KernelResources
 from loopir.codegen_cuda.device import explain as explain_device_error
-from loopir.codegen_cuda.emitter import EmitResult, KernelSource
 from loopir.codegen_cuda.exprs import eval_int
 from loopir.codegen_cuda.host import HostCode
+from loopir.codegen_cuda.source import EmitResult, KernelSource
 from loopir.codegen_cuda.workspace import WorkspacePool, refuse_capture, torch_capturing
 from loopir.errors import LaunchError
 from loopir.ir import dtype as dt

@@ -13,7 +13,8 @@ import logging
 from loopir.codegen_cuda import shared_memory as smem
 from loopir.codegen_cuda.allreduce import ALLREDUCE_HELPERS
 from loopir.codegen_cuda.async_copy import ASYNC_HELPERS
-from loopir.codegen_cuda.emitter import EmitResult, KernelEmitter, KernelSource
+from loopir.codegen_cuda.emitter import KernelEmitter
+from loopir.codegen_cuda.source import EmitResult, KernelSource
 from loopir.codegen_cuda.split import HostDeviceSplitter, KernelSpec, shape_vars
 from loopir.codegen_cuda.tensor_core import TENSOR_CORE_HELPERS
 from loopir.codegen_cuda.tma import TMA_DEVICE_HELPERS

@@ -33,10 +33,10 @@ import attrs
 
 from loopir._progress import progress
 from loopir.codegen_cuda.compile import CompiledBinary, compile_cuda, normalize_arch
-from loopir.codegen_cuda.emitter import EmitResult
 from loopir.codegen_cuda.host import ExternCall, HostCode, extern_declarations
 from loopir.codegen_cuda.host_runtime import RUNTIME_DECL, RUNTIME_DEF
 from loopir.codegen_cuda.shared_memory import check_arch_limits
+from loopir.codegen_cuda.source import EmitResult
 from loopir.codegen_cuda.tma import TMA_HOST_HELPERS
 from loopir.codegen_cuda.translation_unit import FLOOR_HELPERS
 from loopir.errors import CodegenError
