@@ -360,7 +360,8 @@ class Scheduled:
 
 def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, Any], stages: Any,
              swizzles: tuple[str | None, str | None], vec: int,
-             grown: tuple[bool, bool, bool], raster: int = 1, wgmma: bool = False, tma: bool = False) -> Scheduled:  # fmt: skip
+             grown: tuple[bool, bool, bool], raster: int = 1, wgmma: bool = False, tma: bool = False,
+             ctas: int | None = None) -> Scheduled:  # fmt: skip
     """Schedule block ``m.block`` (module docstring), after ``sch.pad`` grew what ``grown``
     says (A, B, C). ``tiles``: warps ``wy, wz`` per block, 16x16 tiles ``mi, nj`` per warp,
     ``kf`` 16-steps per K step (ints or sampled values); ``stages`` an int or a sampled
@@ -390,7 +391,7 @@ def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, 
     sch.reorder(*bl, i0, j0, i1, j1, k0, k1, i2, j2)
     if bl:
         sch.bind(bl[0], "blockIdx.z")
-    if raster == 1:  # else bound at the end: blockize needs the tiles' bindings affine
+    if raster == 1 and ctas is None:  # else bound at the end: blockize needs the tiles' bindings affine
         sch.bind(i0, "blockIdx.y")
         sch.bind(j0, "blockIdx.x")
     sch.bind(i1, "threadIdx.y")
@@ -438,7 +439,16 @@ def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, 
     if raster > 1:
         group, row = sch.split(i0, [None, raster])
         sch.reorder(group, j0, row)
-        sch.bind(sch.fuse(group, j0, row), "blockIdx.x")
+        tiles_loop = sch.fuse(group, j0, row)
+    elif ctas is not None:
+        tiles_loop = sch.fuse(i0, j0)
+    if ctas is not None:
+        # persistent: a grid of ``ctas`` blocks, each looping over tiles ``it * ctas + bx``
+        it, bx = sch.split(tiles_loop, [None, ctas])
+        sch.reorder(bx, i1, j1, it)
+        sch.bind(bx, "blockIdx.x")
+    elif raster > 1:
+        sch.bind(tiles_loop, "blockIdx.x")
     return Scheduled(outer, k0, k1)
 
 
@@ -446,7 +456,7 @@ def schedule_with_pad(sch: Schedule, m: TensorCoreGemm, block: tuple[int, int, i
                       stages: int, *, swizzle: bool = True, vec: int = 8, pad: bool = True,
                       fragment_stages: int = 1, raster: int = 1, wgmma: bool = False,
                       wait_first: bool = False, async_mma: bool = False, tma: bool = False,
-                      warp_specialized: bool | tuple[int, int] = False) -> Scheduled:  # fmt: skip
+                      warp_specialized: bool | tuple[int, int] = False, ctas: int | None = None) -> Scheduled:  # fmt: skip
     """[`schedule`][loopir.schedule.tensor_core_gemm.schedule] with a block tile ``(bm, bn,
     bk)`` and a warp tile ``(wm, wn)`` (multiples of 16): first ``pad`` (``pad_einsum``) of the
     sizes off the block tile when ``pad``; the shared tiles XOR-swizzled when ``swizzle`` (else
@@ -484,7 +494,7 @@ def schedule_with_pad(sch: Schedule, m: TensorCoreGemm, block: tuple[int, int, i
     batched = m.batch > 0
     swizzles = (ldmatrix_swizzle(bk, batched), ldmatrix_swizzle(bk if m.b_trans else bn, batched))
     done = schedule(sch, m, (bm // wm, bn // wn, wm // TILE, wn // TILE, bk // TILE), stages,
-                    swizzles if swizzle else (None, None), vec, grown, max(raster, 1), wgmma, tma)  # fmt: skip
+                    swizzles if swizzle else (None, None), vec, grown, max(raster, 1), wgmma, tma, ctas)  # fmt: skip
     if fragment_stages == 2:
         # k1: the fragment loads of A and B, then the mma
         sch.annotate(done.k1, "software_pipeline_stage", [0, 0, 1])
