@@ -64,7 +64,7 @@ from loopir.arith.vectorized import evaluate as _eval
 from loopir.errors import CodegenError
 from loopir.ir import op
 from loopir.ir.buffer import Buffer
-from loopir.ir.expr import BufferLoad, Call, FloorMod, IntImm, PrimExpr, Var
+from loopir.ir.expr import BufferLoad, Call, FloorDiv, FloorMod, IntImm, PrimExpr, Var
 from loopir.ir.functor import collect_vars, post_order_visit, substitute
 from loopir.ir.printer import script
 from loopir.ir.stmt import Allocate, BufferStore, Evaluate, For, ForKind, IfThenElse, SeqStmt, Stmt
@@ -288,6 +288,43 @@ def _parity_is(p: PrimExpr, var: Var, v: int, ahead: int, extent: int | None = N
     return True
 
 
+class _Steps:
+    """A persistent pipeline's consumer steps (``pipeline_ws``): iteration ``k`` of the K loop
+    (extent ``n``) in iteration ``t`` of the tile loop is the global step ``t * n + k``. Its
+    checks hold at every ``t = v * q + s`` (``q`` free) and every ``k`` (each of a small
+    constant extent, else ``v * q' + s'``), so their cost is ``v`` squared, whatever the sizes."""
+
+    def __init__(self, lt: For, lc: For, v: int) -> None:
+        self.t, self.k, self.n, self.v = lt.loop_var, lc.loop_var, lc.extent, v
+        self.extent = _const(lc.extent)
+
+    def at(self, k: PrimExpr) -> PrimExpr:
+        return self.t * self.n + k
+
+    def _points(self, lo: int) -> list[dict[Var, PrimExpr]]:
+        q, q2, v = Var("ws_qt", "int32"), Var("ws_qk", "int32"), self.v
+        if _small(self.extent, v):
+            assert self.extent is not None
+            ks: list[PrimExpr] = [IntImm(c, "int32") for c in range(lo, self.extent)]
+        else:
+            ks = [v * q2 + s for s in range(v)]
+        return [{self.t: v * q + s, self.k: kk} for s in range(v) for kk in ks]
+
+    def lag(self, idx: PrimExpr) -> int | None:
+        """The least ``d`` with ``idx == (t * n + k - d) % v`` (``k >= d``)."""
+        for d in range(self.v):
+            want = FloorMod(self.at(self.k) - d + self.v, IntImm(self.v, "int32"))
+            if all(_const(substitute(idx - want, p)) == 0 for p in self._points(d)):
+                return d
+        return None
+
+    def parity_is(self, p: PrimExpr) -> bool:
+        """Whether ``p`` is the parity of the global step's phase, ``(t * n + k) // v % 2``."""
+        x = p.a if isinstance(p, FloorMod) and _const(p.b) == 2 else p
+        want = FloorDiv(self.at(self.k), IntImm(self.v, "int32"))
+        return all((c := _const(substitute(x - want, pt))) is not None and c % 2 == 0 for pt in self._points(0))
+
+
 def _guard_is_from(guards: list[tuple[PrimExpr, bool]], var: Var, lo: int, extent: int | None = None) -> bool:
     """Whether the guards hold exactly when ``var >= lo`` (``var`` from 0 to ``extent``): for
     every ``var >= lo`` and for no ``var < lo``."""
@@ -447,16 +484,18 @@ class _Region:
         if not waits:
             raise self.fail(f"no consumer waits on {full.name}")
         lc = self._one_loop(waits, "full waits")
-        if any(f.kind is ForKind.SERIAL for f in waits[0].loops()[: waits[0].loops().index(lc)]):
-            raise self.fail(f"the consumers' loop {lc.loop_var.name} is inside another serial loop", waits[0])
+        lt = self._tile_loop(waits[0], lc, lp)
+        steps = None if lt is None else _Steps(lt, lc, v)
         k = lc.loop_var
         n = _const(lc.extent)
-        if not _range_equal(lp, lc):
+        if lt is None and not _range_equal(lp, lc):
             raise self.fail(f"the producer's loop {lp.loop_var.name} and the consumers' {k.name} differ in range")
-        if any(u in collect_vars(lc.extent) for x in waits for u in collect_vars(lc.extent) if _is_thread(x, u)):
-            raise self.fail(f"the consumers' loop {k.name} has an extent that depends on the thread")
+        if any(u in collect_vars(f.extent) for f in (lc, lt) if f is not None for x in waits
+               for u in collect_vars(f.extent) if _is_thread(x, u)):  # fmt: skip
+            raise self.fail(f"the consumers' loop {k.name} (or their tile loop) has an extent that depends on the thread")
         events: list[tuple[_Leaf, str, object, np.ndarray]] = []  # (leaf, kind, lag, threads)
         tail_releases: list[int] = []
+        tail: list[tuple[str, int | None]] = []  # a persistent pipeline's tail, in order
         for x in self.cons:
             inside = lc in x.loops()
             touched = _touched(x.node, tiles)
@@ -464,21 +503,27 @@ class _Region:
             mb = c is not None and c.op in _MB and _bar(c).buffer in (full, empty)
             if not (touched or mb or (c is not None and c.op in _WGMMA)):
                 continue
-            if not inside and not events:
-                raise self.fail("a consumer access of the tiles or their barriers before its loop", x)
+            if not inside and (not events or (lt is not None and lt not in x.loops())):
+                raise self.fail("a consumer access of the tiles or their barriers before its loop (or outside its "
+                                "tile loop)", x)  # fmt: skip
             if mb and inside and _serial_inside(x, lc):
                 raise self.fail("an mbarrier call in a loop inside the consumers' loop", x)
             if not inside:
                 _modelled(x, None)
             m = self.th.mask(x)
-            var: PrimExpr = k if inside else lc.min + lc.extent
+            var: PrimExpr = k if inside else lc.min + lc.extent if steps is None else steps.at(lc.extent)
+
+            def lag(idx: PrimExpr, extent: int | None) -> int | None:
+                return steps.lag(idx) if steps is not None and inside else _lag(idx, var, v, extent)
+
             g = _guards(x, lc) if inside else []
             if mb:
                 assert c is not None
                 b = _bar(c)
-                d = _lag(b.indices[0], var, v, n)
+                d = lag(b.indices[0], n)
                 if c.op == "ptx_mbarrier_wait" and b.buffer is full and inside:
-                    if d != 0 or g or not _parity_is(c.args[1], k, v, 0, n):
+                    parity = _parity_is(c.args[1], k, v, 0, n) if steps is None else steps.parity_is(c.args[1])
+                    if d != 0 or g or not parity:
                         raise self.fail(f"the consumers' wait is not an unguarded one on {full.name}[{k.name} % {v}] "
                                         f"with parity {k.name} // {v} % 2", x)  # fmt: skip
                     events.append((x, "wait", 0, m))
@@ -491,17 +536,20 @@ class _Region:
                         events.append((x, "release", d, m.astype(np.int64) * cnt))
                     else:
                         tail_releases.append(d)
+                        tail.append(("release", d))
                 else:
                     raise self.fail(f"the consumers' {c.op.removeprefix('ptx_')} on {b.buffer.name}", x)
                 continue
             # (after the loop, every version's last reader is the loop's or a wait_group 0)
             if c is not None and c.op == "ptx_wgmma_wait" and inside:
                 events.append((x, "retire", _const(c.args[0]), m))
+            if c is not None and c.op == "ptx_wgmma_wait" and not inside:
+                tail.append(("retire", _const(c.args[0])))
             if c is not None and c.op == "ptx_wgmma_async" and inside:
                 events.append((x, "issue", None, m))  # one commit group, before its own reads
             lags = set()
             for idx in touched:
-                d = _lag(idx, var, v, n if inside else None)
+                d = lag(idx, n if inside else None)
                 if d is None or (not inside and d == 0):
                     raise self.fail(f"the consumers read a tile version {idx} that is not ({k.name} - d) % {v} for a "
                                     "constant d (a version whose copy they did not wait for)", x)  # fmt: skip
@@ -515,13 +563,57 @@ class _Region:
                     raise self.fail(f"the consumers read version ({k.name} - {d}) % {v} without the guard "
                                     f"{k.name} >= {d} (a version whose copy they did not wait for)", x)  # fmt: skip
                 events.append((x, kind if inside else "tail", d, m))
+                if not inside:
+                    tail.append(("read", d))
         r = self._release_lag(events, empty, v)
         if sorted(tail_releases) != sorted(set(tail_releases)) or any(not 1 <= d <= r for d in tail_releases):
             raise self.fail(f"the releases after the consumers' loop are not of distinct iterations n - 1 .. n - {r}")
+        if lt is not None:
+            self._tile_tail(tail, r, any(e[1] == "async" for e in events), lt)
         for x, kind, lag, _ in events:
             if kind == "tail" and isinstance(lag, int) and lag > r:
                 raise self.fail(f"the consumers read version (n - {lag}) % {v} after the loop, released in the loop", x)
         return self._releases(events, lc, v, empty)
+
+    def _tile_loop(self, wait: _Leaf, lc: For, lp: For) -> For | None:
+        """The consumers' tile loop around their K loop ``lc`` (a persistent pipeline), or None;
+        the producer's loop ``lp`` runs its tiles' steps, ``tiles * n`` from 0."""
+        loops = wait.loops()
+        outer = [f for f in loops[: loops.index(lc)] if f.kind is ForKind.SERIAL]
+        if not outer:
+            return None
+        lt = outer[-1]
+        if len(outer) > 1 or not any(p[0] == "for" and p[1] is lt for p in wait.path[self._role_at(wait) + 1 :]):
+            raise self.fail(f"the consumers' loop {lc.loop_var.name} is inside another serial loop than one tile "
+                            "loop of their role", wait)  # fmt: skip
+        if _const(lt.min) != 0 or _const(lc.min) != 0 or lt.loop_var in collect_vars(lc.extent):
+            raise self.fail(f"the consumers' tile loop {lt.loop_var.name} and K loop {lc.loop_var.name} must start at "
+                            "0, the K loop's extent free of the tile", wait)  # fmt: skip
+        if _const(lp.extent - lt.extent * lc.extent) != 0:
+            raise self.fail(f"the producer's loop {lp.loop_var.name} runs {lp.extent} steps, not the consumers' "
+                            f"{lt.extent} tiles of {lc.extent}", wait)  # fmt: skip
+        return lt
+
+    def _role_at(self, x: _Leaf) -> int:
+        return next(i for i, p in enumerate(x.path) if p[0] == "if" and p[3] is self.node)
+
+    def _tile_tail(self, tail: list[tuple[str, int | None]], r: int, mma_async: bool, lt: For) -> None:
+        """A persistent pipeline's tail (after the K loop, in the tile loop): the producer
+        waits for its releases in the next tile, so each of the iterations ``n - 1 .. n - r``
+        is released there, after the tail's reads of its version and, with asynchronous
+        ``wgmma``, after a ``wgmma_wait`` of 0 pending groups (every group retired)."""
+        rel = [i for i, (kind, _) in enumerate(tail) if kind == "release"]
+        if sorted(d for kind, d in tail if kind == "release") != list(range(1, r + 1)):  # type: ignore[type-var]
+            raise self.fail(f"the consumers do not release iterations n - 1 .. n - {r} after their K loop, in tile loop "
+                            f"{lt.loop_var.name}: the producer waits for them in the next tile (a deadlock)")  # fmt: skip
+        for i in rel:
+            d = tail[i][1]
+            if any(kind == "read" and dd == d for kind, dd in tail[i + 1 :]):
+                raise self.fail(f"the consumers release iteration n - {d} after their K loop before the tail's read of "
+                                "its version (the producer refills it for the next tile)")  # fmt: skip
+            if mma_async and not any(kind == "retire" and p == 0 for kind, p in tail[:i]):
+                raise self.fail(f"the consumers release iteration n - {d} after their K loop with wgmma groups in flight "
+                                "(no wgmma_wait of 0 before it): the producer refills its version for the next tile")  # fmt: skip
 
     @staticmethod
     def _waiters(events: list[tuple[_Leaf, str, object, np.ndarray]]) -> np.ndarray:
