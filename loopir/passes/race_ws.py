@@ -322,7 +322,8 @@ class _Steps:
         """Whether ``p`` is the parity of the global step's phase, ``(t * n + k) // v % 2``."""
         x = p.a if isinstance(p, FloorMod) and _const(p.b) == 2 else p
         want = FloorDiv(self.at(self.k), IntImm(self.v, "int32"))
-        return all((c := _const(substitute(x - want, pt))) is not None and c % 2 == 0 for pt in self._points(0))
+        # the difference even at every point (``t * n // v`` may stay: ``q * n`` for even ``n / v``)
+        return all(_const(FloorMod(substitute(x - want, pt), IntImm(2, "int32"))) == 0 for pt in self._points(0))
 
 
 def _guard_is_from(guards: list[tuple[PrimExpr, bool]], var: Var, lo: int, extent: int | None = None) -> bool:
