@@ -310,7 +310,7 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
     persistent
         With ``warp_specialized``: a persistent tile scheduler, as CUTLASS's sm90 persistent
         kernels: ``True`` (``PERSISTENT_CTAS`` = 132, the H200's SMs) or a number of thread
-        blocks, each looping over the block tiles ``it * ctas + blockIdx.x`` (the tile loops
+        blocks (at most the tiles), each looping over the block tiles ``it * ctas + blockIdx.x`` (the tile loops
         fused, split by ``ctas``, the inner part bound to ``blockIdx.x``, the outer a serial loop
         around the K loop and the epilogue; a count that does not divide the tiles leaves a
         predicate, which the pipeline lifts into the tile loop's extent,
@@ -375,7 +375,9 @@ def _ctas(persistent: object, warp_specialized: object, M: Any, N: Any, block: t
         raise _fail(f"persistent={persistent!r} needs M and N multiples of the block tile {block[:2]} (a padded C "
                     f"is stored through shared memory between block barriers, which the producer warpgroup, "
                     f"running ahead into the next tile, never reaches), got M={M}, N={N}", _HOPPER)  # fmt: skip
-    return ctas
+    # no more blocks than tiles (CUTLASS launches min(SMs, tiles) too): an idle block would
+    # leave a guard on blockIdx alone, with no tile loop to lift it into
+    return min(ctas, (M // block[0]) * (N // block[1]))
 
 
 def _regs(value: object) -> bool:

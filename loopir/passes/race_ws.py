@@ -288,6 +288,17 @@ def _parity_is(p: PrimExpr, var: Var, v: int, ahead: int, extent: int | None = N
     return True
 
 
+def _most(e: PrimExpr) -> int | None:
+    """The largest value of a loop extent (its variables, sizes or block indices, from 0 to
+    ``2**31``), or None: a loop that never runs more iterations is checked as one of that
+    constant extent (``_small``: the simplifier may have specialized its indices)."""
+    c = _const(e)
+    if c is not None:
+        return c
+    b = arith.Analyzer({u: (0, 1 << 31) for u in collect_vars(e)}).const_int_bound(e)
+    return None if b.max_value == arith.POS_INF else int(b.max_value)
+
+
 class _Steps:
     """A persistent pipeline's consumer steps (``pipeline_ws``): iteration ``k`` of the K loop
     (extent ``n``) in iteration ``t`` of the tile loop is the global step ``t * n + k``. Its
@@ -296,25 +307,29 @@ class _Steps:
 
     def __init__(self, lt: For, lc: For, v: int) -> None:
         self.t, self.k, self.n, self.v = lt.loop_var, lc.loop_var, lc.extent, v
-        self.extent = _const(lc.extent)
+        self.extent, self.tiles = _const(lc.extent), _most(lt.extent)
 
     def at(self, k: PrimExpr) -> PrimExpr:
         return self.t * self.n + k
 
-    def _points(self, lo: int) -> list[dict[Var, PrimExpr]]:
+    def _points(self, lo: int, tail: bool = False) -> list[dict[Var, PrimExpr]]:
         q, q2, v = Var("ws_qt", "int32"), Var("ws_qk", "int32"), self.v
-        if _small(self.extent, v):
-            assert self.extent is not None
-            ks: list[PrimExpr] = [IntImm(c, "int32") for c in range(lo, self.extent)]
-        else:
-            ks = [v * q2 + s for s in range(v)]
-        return [{self.t: v * q + s, self.k: kk} for s in range(v) for kk in ks]
 
-    def lag(self, idx: PrimExpr) -> int | None:
-        """The least ``d`` with ``idx == (t * n + k - d) % v`` (``k >= d``)."""
+        def values(extent: int | None, lo: int, q: Var) -> list[PrimExpr]:
+            if _small(extent, v):
+                assert extent is not None
+                return [IntImm(c, "int32") for c in range(lo, extent)]
+            return [v * q + s for s in range(v)]
+
+        ks = [self.n] if tail else values(self.extent, lo, q2)
+        return [{self.t: t, self.k: kk} for t in values(self.tiles, 0, q) for kk in ks]
+
+    def lag(self, idx: PrimExpr, tail: bool = False) -> int | None:
+        """The least ``d`` with ``idx == (t * n + k - d) % v`` (``k >= d``; ``tail``: after
+        the K loop, ``k = n``)."""
         for d in range(self.v):
             want = FloorMod(self.at(self.k) - d + self.v, IntImm(self.v, "int32"))
-            if all(_const(substitute(idx - want, p)) == 0 for p in self._points(d)):
+            if all(_const(substitute(idx - want, p)) == 0 for p in self._points(d, tail)):
                 return d
         return None
 
@@ -389,7 +404,7 @@ class _Region:
         v = _const(full.shape[0]) if len(full.shape) == 1 else None
         if v is None:
             raise self.fail(f"the full barriers {full.name} are not a 1-d buffer of constant length", copies[0])
-        n = _const(lp.extent)
+        n = _most(lp.extent)
         if _const(lp.min) != 0:
             raise self.fail(f"the producer's loop {j.name} does not start at 0", copies[0])
         # the producer's iteration, in program order
@@ -488,7 +503,7 @@ class _Region:
         lt = self._tile_loop(waits[0], lc, lp)
         steps = None if lt is None else _Steps(lt, lc, v)
         k = lc.loop_var
-        n = _const(lc.extent)
+        n = _most(lc.extent)
         if lt is None and not _range_equal(lp, lc):
             raise self.fail(f"the producer's loop {lp.loop_var.name} and the consumers' {k.name} differ in range")
         if any(u in collect_vars(f.extent) for f in (lc, lt) if f is not None for x in waits
@@ -515,7 +530,7 @@ class _Region:
             var: PrimExpr = k if inside else lc.min + lc.extent if steps is None else steps.at(lc.extent)
 
             def lag(idx: PrimExpr, extent: int | None) -> int | None:
-                return steps.lag(idx) if steps is not None and inside else _lag(idx, var, v, extent)
+                return _lag(idx, var, v, extent) if steps is None else steps.lag(idx, not inside)
 
             g = _guards(x, lc) if inside else []
             if mb:
