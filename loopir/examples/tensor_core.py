@@ -377,7 +377,8 @@ def _ctas(persistent: object, warp_specialized: object, M: Any, N: Any, block: t
                     f"running ahead into the next tile, never reaches), got M={M}, N={N}", _HOPPER)  # fmt: skip
     # no more blocks than tiles (CUTLASS launches min(SMs, tiles) too): an idle block would
     # leave a guard on blockIdx alone, with no tile loop to lift it into
-    return min(ctas, (M // block[0]) * (N // block[1]))
+    tiles: int = (M // block[0]) * (N // block[1])
+    return min(ctas, tiles)
 
 
 def _regs(value: object) -> bool:

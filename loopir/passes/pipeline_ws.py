@@ -72,9 +72,9 @@ from loopir.ir.buffer import Buffer
 from loopir.ir.expr import GE, LT, FloorDiv, FloorMod, IntImm, PrimExpr, Var
 from loopir.ir.functor import fresh_loop_vars, post_order_visit, substitute
 from loopir.ir.stmt import Allocate, Evaluate, For, ForKind, IfThenElse, SeqStmt, Stmt, seq
-from loopir.passes.pipeline_ws_tiles import persistent_tiles, ws_child
 from loopir.passes.pipeline_mma import set_pending
 from loopir.passes.pipeline_tma import TmaPipeline
+from loopir.passes.pipeline_ws_tiles import persistent_tiles, ws_child
 
 __all__ = ["PRODUCER_WARPS", "WS_KEY", "WsPipeline", "grow_thread_loop", "persistent_tiles", "ws_child",
            "ws_registers"]

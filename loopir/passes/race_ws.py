@@ -64,11 +64,15 @@ from loopir.arith.vectorized import evaluate as _eval
 from loopir.errors import CodegenError
 from loopir.ir import op
 from loopir.ir.buffer import Buffer
-from loopir.ir.expr import BufferLoad, Call, FloorDiv, FloorMod, IntImm, PrimExpr, Var
+from loopir.ir.expr import BufferLoad, Call, FloorMod, IntImm, PrimExpr, Var
 from loopir.ir.functor import collect_vars, post_order_visit, substitute
 from loopir.ir.printer import script
 from loopir.ir.stmt import Allocate, BufferStore, Evaluate, For, ForKind, IfThenElse, SeqStmt, Stmt
 from loopir.ir.tma import tma_box, tma_bytes
+from loopir.passes.race_ws_steps import Steps as _Steps
+from loopir.passes.race_ws_steps import const as _const
+from loopir.passes.race_ws_steps import most as _most
+from loopir.passes.race_ws_steps import small as _small
 from loopir.tensor_intrin.tma import call_touches
 
 __all__ = ["WsProof", "prove_ws", "ws_barriers"]
@@ -146,11 +150,6 @@ def _bar(c: Call) -> BufferLoad:
     b = c.args[2] if c.op == "ptx_tma_load" else c.args[0]
     assert isinstance(b, BufferLoad)
     return b
-
-
-def _const(e: PrimExpr) -> int | None:
-    e = arith.simplify(e)
-    return e.value if isinstance(e, IntImm) else None
 
 
 def _what(leaf: _Leaf) -> str:
@@ -248,13 +247,6 @@ def _is_thread(leaf: _Leaf, v: Var) -> bool:
                and f.loop_var is v for f in leaf.loops())  # fmt: skip
 
 
-def _small(extent: int | None, v: int) -> bool:
-    """Whether a loop's constant extent is small enough that the simplifier may have
-    specialized its indices (``j % V`` is ``j`` below ``V``): then each iteration is checked
-    (at most ``2V``; any other loop symbolically)."""
-    return extent is not None and extent <= 2 * v
-
-
 def _lag(idx: PrimExpr, var: PrimExpr, v: int, extent: int | None = None) -> int | None:
     """The least ``d`` (``0 <= d < v``) with ``idx == (var - d) % v`` wherever ``var >= d``:
     at every ``var = v * q + s`` (``q`` free), or, for a small constant ``extent`` of
@@ -286,59 +278,6 @@ def _parity_is(p: PrimExpr, var: Var, v: int, ahead: int, extent: int | None = N
         if not (isinstance(d, IntImm) and d.value % 2 == 0):
             return False
     return True
-
-
-def _most(e: PrimExpr) -> int | None:
-    """The largest value of a loop extent (its variables, sizes or block indices, from 0 to
-    ``2**31``), or None: a loop that never runs more iterations is checked as one of that
-    constant extent (``_small``: the simplifier may have specialized its indices)."""
-    c = _const(e)
-    if c is not None:
-        return c
-    b = arith.Analyzer({u: (0, 1 << 31) for u in collect_vars(e)}).const_int_bound(e)
-    return None if b.max_value == arith.POS_INF else int(b.max_value)
-
-
-class _Steps:
-    """A persistent pipeline's consumer steps (``pipeline_ws``): iteration ``k`` of the K loop
-    (extent ``n``) in iteration ``t`` of the tile loop is the global step ``t * n + k``. Its
-    checks hold at every ``t = v * q + s`` (``q`` free) and every ``k`` (each of a small
-    constant extent, else ``v * q' + s'``), so their cost is ``v`` squared, whatever the sizes."""
-
-    def __init__(self, lt: For, lc: For, v: int) -> None:
-        self.t, self.k, self.n, self.v = lt.loop_var, lc.loop_var, lc.extent, v
-        self.extent, self.tiles = _const(lc.extent), _most(lt.extent)
-
-    def at(self, k: PrimExpr) -> PrimExpr:
-        return self.t * self.n + k
-
-    def _points(self, lo: int, tail: bool = False) -> list[dict[Var, PrimExpr]]:
-        q, q2, v = Var("ws_qt", "int32"), Var("ws_qk", "int32"), self.v
-
-        def values(extent: int | None, lo: int, q: Var) -> list[PrimExpr]:
-            if _small(extent, v):
-                assert extent is not None
-                return [IntImm(c, "int32") for c in range(lo, extent)]
-            return [v * q + s for s in range(v)]
-
-        ks = [self.n] if tail else values(self.extent, lo, q2)
-        return [{self.t: t, self.k: kk} for t in values(self.tiles, 0, q) for kk in ks]
-
-    def lag(self, idx: PrimExpr, tail: bool = False) -> int | None:
-        """The least ``d`` with ``idx == (t * n + k - d) % v`` (``k >= d``; ``tail``: after
-        the K loop, ``k = n``)."""
-        for d in range(self.v):
-            want = FloorMod(self.at(self.k) - d + self.v, IntImm(self.v, "int32"))
-            if all(_const(substitute(idx - want, p)) == 0 for p in self._points(d, tail)):
-                return d
-        return None
-
-    def parity_is(self, p: PrimExpr) -> bool:
-        """Whether ``p`` is the parity of the global step's phase, ``(t * n + k) // v % 2``."""
-        x = p.a if isinstance(p, FloorMod) and _const(p.b) == 2 else p
-        want = FloorDiv(self.at(self.k), IntImm(self.v, "int32"))
-        # the difference even at every point (``t * n // v`` may stay: ``q * n`` for even ``n / v``)
-        return all(_const(FloorMod(substitute(x - want, pt), IntImm(2, "int32"))) == 0 for pt in self._points(0))
 
 
 def _guard_is_from(guards: list[tuple[PrimExpr, bool]], var: Var, lo: int, extent: int | None = None) -> bool:
@@ -512,6 +451,10 @@ class _Region:
         events: list[tuple[_Leaf, str, object, np.ndarray]] = []  # (leaf, kind, lag, threads)
         tail_releases: list[int] = []
         tail: list[tuple[str, int | None]] = []  # a persistent pipeline's tail, in order
+
+        def lag(idx: PrimExpr, var: PrimExpr, extent: int | None, inside: bool) -> int | None:
+            return _lag(idx, var, v, extent) if steps is None else steps.lag(idx, not inside)
+
         for x in self.cons:
             inside = lc in x.loops()
             touched = _touched(x.node, tiles)
@@ -529,14 +472,11 @@ class _Region:
             m = self.th.mask(x)
             var: PrimExpr = k if inside else lc.min + lc.extent if steps is None else steps.at(lc.extent)
 
-            def lag(idx: PrimExpr, extent: int | None) -> int | None:
-                return _lag(idx, var, v, extent) if steps is None else steps.lag(idx, not inside)
-
             g = _guards(x, lc) if inside else []
             if mb:
                 assert c is not None
                 b = _bar(c)
-                d = lag(b.indices[0], n)
+                d = lag(b.indices[0], var, n, inside)
                 if c.op == "ptx_mbarrier_wait" and b.buffer is full and inside:
                     parity = _parity_is(c.args[1], k, v, 0, n) if steps is None else steps.parity_is(c.args[1])
                     if d != 0 or g or not parity:
@@ -565,7 +505,7 @@ class _Region:
                 events.append((x, "issue", None, m))  # one commit group, before its own reads
             lags = set()
             for idx in touched:
-                d = lag(idx, n if inside else None)
+                d = lag(idx, var, n if inside else None, inside)
                 if d is None or (not inside and d == 0):
                     raise self.fail(f"the consumers read a tile version {idx} that is not ({k.name} - d) % {v} for a "
                                     "constant d (a version whose copy they did not wait for)", x)  # fmt: skip
@@ -586,9 +526,9 @@ class _Region:
             raise self.fail(f"the releases after the consumers' loop are not of distinct iterations n - 1 .. n - {r}")
         if lt is not None:
             self._tile_tail(tail, r, any(e[1] == "async" for e in events), lt)
-        for x, kind, lag, _ in events:
-            if kind == "tail" and isinstance(lag, int) and lag > r:
-                raise self.fail(f"the consumers read version (n - {lag}) % {v} after the loop, released in the loop", x)
+        for x, kind, lag_, _ in events:
+            if kind == "tail" and isinstance(lag_, int) and lag_ > r:
+                raise self.fail(f"the consumers read version (n - {lag_}) % {v} after the loop, released in the loop", x)
         return self._releases(events, lc, v, empty)
 
     def _tile_loop(self, wait: _Leaf, lc: For, lp: For) -> For | None:

@@ -56,7 +56,19 @@ from loopir.errors import PassError
 from loopir.ir import dtype as dt
 from loopir.ir import op
 from loopir.ir.buffer import Buffer
-from loopir.ir.expr import GE, LT, And, BufferLoad, Call, FloorDiv, FloorMod, IntImm, Max, PrimExpr, Var
+from loopir.ir.expr import (
+    GE,
+    LT,
+    And,
+    BufferLoad,
+    Call,
+    FloorDiv,
+    FloorMod,
+    IntImm,
+    Max,
+    PrimExpr,
+    Var,
+)
 from loopir.ir.functor import (
     Mutator,
     Visitor,
@@ -82,7 +94,14 @@ from loopir.passes.base import Pass, require_lowered
 from loopir.passes.context import PassContext
 from loopir.passes.pipeline_mma import MMA_IN_FLIGHT_KEY, set_pending, with_retiring_waits
 from loopir.passes.pipeline_tma import TMA_KEY, TmaPipeline
-from loopir.passes.pipeline_ws import WS_KEY, WsPipeline, grow_thread_loop, persistent_tiles, ws_child, ws_registers
+from loopir.passes.pipeline_ws import (
+    WS_KEY,
+    WsPipeline,
+    grow_thread_loop,
+    persistent_tiles,
+    ws_child,
+    ws_registers,
+)
 from loopir.tensor_intrin.calls import touches, written_operands
 
 __all__ = [

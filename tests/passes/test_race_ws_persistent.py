@@ -22,7 +22,17 @@ from loopir.examples import hopper_gemm
 from loopir.ir import tma as T
 from loopir.ir.expr import BufferLoad, Call, FloorDiv, FloorMod, IntImm, PrimExpr
 from loopir.ir.functor import Mutator, post_order_visit
-from loopir.ir.stmt import Allocate, BufferStore, Evaluate, For, ForKind, IfThenElse, PrimFunc, SeqStmt, Stmt, seq
+from loopir.ir.stmt import (
+    Allocate,
+    BufferStore,
+    Evaluate,
+    For,
+    ForKind,
+    PrimFunc,
+    SeqStmt,
+    Stmt,
+    seq,
+)
 from loopir.passes.race_check import RaceCheckWarning, check_races, find_races
 from loopir.passes.race_ws import prove_ws
 
