@@ -37,6 +37,16 @@ released iteration ``v + pV``, and the producer's copy of iteration ``j >= V`` w
 proves these from the kernel (not from this construction) and the race checker orders the
 copies and reads by them.
 
+Persistent kernels (``hopper_gemm(persistent=...)``): when the loop sits directly in a serial
+**tile loop** ``t`` (under the thread loops, extent ``T`` tiles of this block), the roles go around
+that loop instead: [`persistent_tiles`][loopir.passes.pipeline_ws_tiles.persistent_tiles] first
+lifts the split's predicate into ``t``'s extent, then the producer's one loop runs every step
+``g`` of ``T * n`` (the copies of tile ``g // n``, K step ``g % n``, version ``g % V``), and the
+consumers run ``t`` with their K loop, accumulator fill and epilogue, at the **global step**
+``t * n + k`` (wait on ``full[(t * n + k) % V]``, parity ``(t * n + k) // V % 2``; the tail's
+release of ``t * n + n - 1`` after ``wgmma_wait(0)``): the producer fills the next tile's stages
+while the consumers store this one's accumulators, as CUTLASS's sm90 persistent kernels do.
+
 The CPU executor runs the mbarriers of a thread region as barriers (a wait suspends its fiber
 until the phase completes, ``loopir.runtime.c_fibers``): sequentially the program is the GEMM.
 

@@ -42,6 +42,14 @@ else a [`CodegenError`][loopir.errors.CodegenError] naming the copy or the acces
   copies of the producer's earlier iterations: every wait has its arrivals on every path (no
   guard but the ``k >= r`` / ``j >= V`` ones, ``r < V``, both loops over the same range with
   extents free of the threads);
+* **persistent** (the consumers' loop in one serial tile loop ``t`` of their role, both from 0,
+  the producer's loop over ``T * n`` steps for the tile loop's ``T`` and the K loop's ``n``):
+  every index above is checked against the global step ``t * n + k`` instead of ``k``
+  (``race_ws_steps.Steps``: at ``v`` residues of ``t`` and of ``k``, so the cost stays ``v``
+  squared); the tail after the K loop releases each of ``n - 1 .. n - r`` (the producer waits for
+  them in the next tile), after the tail's reads of that version and, with asynchronous
+  ``wgmma``, after a ``wgmma_wait`` of 0 pending groups; nothing of the tiles or barriers outside
+  the tile loop;
 * **nothing else** touches the tiles, the barriers (but their inits, by one thread, before a
   block barrier that precedes the roles) or writes the copies' sources in the kernel.
 

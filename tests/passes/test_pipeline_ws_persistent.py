@@ -2,10 +2,10 @@
 ``loopir.passes.pipeline_ws`` with ``loopir.passes.pipeline_ws_tiles``).
 
 * Golden: the K loop (4 steps, 3 stages, wgmma retired a step later) in its tile loop (4 tiles
-  over 3 CTAs: the split's predicate on every
-  statement) before the pass, and after: the guard lifted into the tile loop's extent, the
-  producer over the (tile, k) steps of its block, the consumers' tile loop around their K loop
-  at the global step's stage and parity, the epilogue between.
+  over 3 CTAs: the split's predicate on every statement) before the pass, and after: the guard
+  lifted into the tile loop's extent, the producer over the (tile, k) steps of its block, the
+  consumers' tile loop around their K loop at the global step's stage and parity, the
+  epilogue between.
 * ``persistent_tiles`` runs exactly the iterations the guard let run (every block index, tile
   counts the CTAs do and do not divide), and refuses tile loops it cannot lift by name.
 """
