@@ -136,6 +136,15 @@ def test_the_global_step_goes_on_across_tiles() -> None:
     assert f"T.ptx_mbarrier_arrive(k_0_0_empty_bar[{t} * 7 % 3], 1)" in low
 
 
+def test_no_more_blocks_than_tiles() -> None:
+    """4 tiles and ``persistent=True`` (132): 4 blocks of one tile each, the tile loop gone (an
+    idle block would keep the split's guard on blockIdx alone, no loop to lift it into)."""
+    low = lowered(hopper_gemm(128, 256, 64, **SMALL, stages=3, tma=True, warp_specialized=True,
+                              persistent=True)).script()  # fmt: skip
+    assert 'T.thread_binding(4, thread="blockIdx.x")' in low and "fused_0" not in low
+    assert "for k_0_0_produce in T.serial(4):" in low
+
+
 def test_the_knob_is_in_the_trace_and_replays() -> None:
     sch = hopper_gemm(128, 256, 64, **SMALL, stages=3, tma=True, warp_specialized=True, persistent=3)
     replay = loopir.Schedule(tc_gemm_func(128, 256, 64, b_trans=True))
