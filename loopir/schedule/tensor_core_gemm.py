@@ -372,7 +372,11 @@ def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, 
     their tiles of A and B in the L2 cache. ``wgmma`` (sm_90a; ``mi`` = 1, ``wy`` a multiple of
     4, B ``[N, K]``, K steps of 64 with 128-byte ``swizzles``): each warp's 16 x ``16 nj`` x
     ``16 kf`` step is one ``wgmma`` call (``kf`` instructions, one wait) reading A and B from the
-    shared tiles, no fragments loaded."""
+    shared tiles, no fragments loaded. ``ctas`` (persistent): the block tiles (in ``raster``'s
+    order) fused and split by ``ctas`` thread blocks, the inner part bound to ``blockIdx.x``, the
+    outer reordered below the warps' loops: a serial tile loop around the K loop and the
+    epilogue (block ``bx`` runs the tiles ``it * ctas + bx``; an inexact split's predicate is
+    lifted by ``InjectSoftwarePipeline``, ``loopir.passes.pipeline_ws_tiles``)."""
     wy, wz, mi, nj, kf = tiles
     copy_out = _copy_out_block(sch, m) if grown[2] else None
     c = sch.get_block(m.block)
@@ -474,7 +478,8 @@ def schedule_with_pad(sch: Schedule, m: TensorCoreGemm, block: tuple[int, int, i
     ([`TMA_KEY`][loopir.passes.pipeline_tma.TMA_KEY]); ``warp_specialized`` (with ``tma``, one
     warp column ``bn == wn``): a producer warpgroup issues the copies on full/empty mbarriers
     and the warps wait on them themselves, ``(dec, inc)`` with ``setmaxnreg``
-    ([`WS_KEY`][loopir.passes.pipeline_ws.WS_KEY])."""
+    ([`WS_KEY`][loopir.passes.pipeline_ws.WS_KEY]); ``ctas``: a persistent grid of that many
+    thread blocks looping over the tiles (``schedule``)."""
     (bm, bn, bk), (wm, wn) = block, warp
     if warp_specialized is not False and (not tma or bn != wn):
         raise ScheduleError(f"tensor_core_gemm: warp_specialized needs tma and one warp column (bn == wn: the "
