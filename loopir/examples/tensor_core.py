@@ -241,7 +241,7 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
                 out_dtype: str | None = None,
                 a_prologue: Callable[[Any], Any] | None = None, wait_first: bool = True,
                 async_mma: bool | None = None, raster: int = 1, tma: bool = False,
-                warp_specialized: bool | tuple[int, int] = False) -> Schedule:  # fmt: skip
+                warp_specialized: bool | tuple[int, int] = False, persistent: bool | int = False) -> Schedule:  # fmt: skip
     """``C = A @ B.T`` (A ``[M, K]``, B ``[N, K]``, the ``nn.Linear`` layout) on Hopper's
     warpgroup tensor cores (``wgmma``, sm_90a), scheduled with loopir's primitives: the
     [`tc_gemm`][loopir.examples.tc_gemm] schedule with ``wgmma=True``
@@ -307,6 +307,19 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
         registers per thread down to ``dec``, the consumers' up to ``inc``). Needs one warp
         column (``block[1] == wn``). ``wait_first`` has no meaning then
         ([`WS_KEY`][loopir.passes.pipeline_ws.WS_KEY]). Off by default until measured.
+    persistent
+        With ``warp_specialized``: a persistent tile scheduler, as CUTLASS's sm90 persistent
+        kernels: ``True`` (``PERSISTENT_CTAS`` = 132, the H200's SMs) or a number of thread
+        blocks (at most the tiles), each looping over the block tiles ``it * ctas + blockIdx.x`` (the tile loops
+        fused, split by ``ctas``, the inner part bound to ``blockIdx.x``, the outer a serial loop
+        around the K loop and the epilogue; a count that does not divide the tiles leaves a
+        predicate, which the pipeline lifts into the tile loop's extent,
+        [`persistent_tiles`][loopir.passes.pipeline_ws_tiles.persistent_tiles]). The producer
+        runs on into the next tile's K steps while the consumers store the current tile: the
+        stage and the mbarrier parity go on across tiles (global step ``it * k_steps + k``).
+        Needs M and N multiples of the block tile (K need not be: TMA fills zeros): the
+        epilogue of a padded C goes through shared memory between block barriers, which the
+        producer, running ahead, never reaches. Off by default until measured.
     """
     if pad is None:
         pad = bool(M % block[0] or N % block[1] or K % block[2]) if _ints(M, K, N) else False
@@ -318,6 +331,7 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
     if warp_specialized is not False and (not (warp_specialized is True or _regs(warp_specialized)) or not tma):
         raise _fail(f"warp_specialized must be False, True or (dec, inc) register counts (24 to 256, multiples "
                     f"of 8), with tma=True; got {warp_specialized!r}, tma={tma!r}", _HOPPER)  # fmt: skip
+    ctas = _ctas(persistent, warp_specialized, M, N, block)
     if warp_specialized is not False and bn != wn:
         raise _fail(f"warp_specialized needs one warp column, block[1] == wn (the warps along threadIdx.y "
                     f"only, the producer warpgroup after them), got block {block}, wn {wn}", _HOPPER)  # fmt: skip
@@ -341,8 +355,30 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
         raise _fail(f"raster must be a positive int, got {raster!r}", _HOPPER)
     tcg.schedule_with_pad(sch, m, block, (16, wn), stages, vec=vec, pad=pad, wgmma=True, raster=raster,
                           wait_first=_bool("wait_first", wait_first, _HOPPER), async_mma=async_mma, tma=tma,
-                          warp_specialized=warp_specialized)  # fmt: skip
+                          warp_specialized=warp_specialized, ctas=ctas)  # fmt: skip
     return sch
+
+
+#: ``hopper_gemm(persistent=True)``'s thread blocks: the H200's (and H100 SXM's) 132 SMs.
+PERSISTENT_CTAS = 132
+
+
+def _ctas(persistent: object, warp_specialized: object, M: Any, N: Any, block: tuple[int, int, int]) -> int | None:
+    """The thread blocks of ``hopper_gemm``'s ``persistent`` (None: not persistent), checked."""
+    if persistent is False:
+        return None
+    ctas = PERSISTENT_CTAS if persistent is True else persistent
+    if isinstance(ctas, bool) or not isinstance(ctas, int) or ctas < 1 or warp_specialized is False:
+        raise _fail(f"persistent must be False, True or a positive number of thread blocks, with warp_specialized; "
+                    f"got {persistent!r}, warp_specialized={warp_specialized!r}", _HOPPER)  # fmt: skip
+    if not _ints(M, N) or M % block[0] or N % block[1]:
+        raise _fail(f"persistent={persistent!r} needs M and N multiples of the block tile {block[:2]} (a padded C "
+                    f"is stored through shared memory between block barriers, which the producer warpgroup, "
+                    f"running ahead into the next tile, never reaches), got M={M}, N={N}", _HOPPER)  # fmt: skip
+    # no more blocks than tiles (CUTLASS launches min(SMs, tiles) too): an idle block would
+    # leave a guard on blockIdx alone, with no tile loop to lift it into
+    tiles: int = (M // block[0]) * (N // block[1])
+    return min(ctas, tiles)
 
 
 def _regs(value: object) -> bool:

@@ -37,6 +37,16 @@ released iteration ``v + pV``, and the producer's copy of iteration ``j >= V`` w
 proves these from the kernel (not from this construction) and the race checker orders the
 copies and reads by them.
 
+Persistent kernels (``hopper_gemm(persistent=...)``): when the loop sits directly in a serial
+**tile loop** ``t`` (under the thread loops, extent ``T`` tiles of this block), the roles go around
+that loop instead: [`persistent_tiles`][loopir.passes.pipeline_ws_tiles.persistent_tiles] first
+lifts the split's predicate into ``t``'s extent, then the producer's one loop runs every step
+``g`` of ``T * n`` (the copies of tile ``g // n``, K step ``g % n``, version ``g % V``), and the
+consumers run ``t`` with their K loop, accumulator fill and epilogue, at the **global step**
+``t * n + k`` (wait on ``full[(t * n + k) % V]``, parity ``(t * n + k) // V % 2``; the tail's
+release of ``t * n + n - 1`` after ``wgmma_wait(0)``): the producer fills the next tile's stages
+while the consumers store this one's accumulators, as CUTLASS's sm90 persistent kernels do.
+
 The CPU executor runs the mbarriers of a thread region as barriers (a wait suspends its fiber
 until the phase completes, ``loopir.runtime.c_fibers``): sequentially the program is the GEMM.
 
@@ -74,8 +84,10 @@ from loopir.ir.functor import fresh_loop_vars, post_order_visit, substitute
 from loopir.ir.stmt import Allocate, Evaluate, For, ForKind, IfThenElse, SeqStmt, Stmt, seq
 from loopir.passes.pipeline_mma import set_pending
 from loopir.passes.pipeline_tma import TmaPipeline
+from loopir.passes.pipeline_ws_tiles import persistent_tiles, ws_child
 
-__all__ = ["PRODUCER_WARPS", "WS_KEY", "WsPipeline", "grow_thread_loop", "ws_registers"]
+__all__ = ["PRODUCER_WARPS", "WS_KEY", "WsPipeline", "grow_thread_loop", "persistent_tiles", "ws_child",
+           "ws_registers"]
 
 WS_KEY = "loopir.warp_specialize"
 """On a loop with [`TMA_KEY`][loopir.passes.pipeline_tma.TMA_KEY]: a producer warpgroup issues
@@ -133,8 +145,11 @@ class WsPipeline:
     """The warp-specialized form of one TMA pipeline (module doc): its barriers and the
     producer's and consumers' loops."""
 
-    def __init__(self, loop: For, tma: TmaPipeline) -> None:
+    def __init__(self, loop: For, tma: TmaPipeline, tiles: For | None = None, step: Var | None = None) -> None:
         self.loop, self.tma = loop, tma
+        # persistent (``tiles``: the serial tile loop around the K loop, module doc): the
+        # statements index the tiles' versions by ``step``, the global step t * n + k
+        self.tiles, self.step_var = tiles, step
         self.th = _threads(loop, tma.threads, tma.tx_extent)
         self.regs = ws_registers(loop)
         name = loop.loop_var.name
@@ -161,6 +176,17 @@ class WsPipeline:
         inits += [Evaluate(T.mbarrier_init(self.empty[i], self.th.wy)) for i in range(v)]
         return seq(self._warp_lane0(self.ty == 0, seq(*inits), "ws_init_tx"), Evaluate(op.storage_sync("shared")))
 
+    def step(self, it: PrimExpr) -> PrimExpr:
+        """The global step of the consumers' iteration ``it`` of the K loop: ``it``, or in a
+        tile loop ``t * n + it`` (the stage and the parity go on across tiles)."""
+        if self.tiles is None:
+            return it
+        return (self.tiles.loop_var - self.tiles.min) * self.loop.extent + it
+
+    def steps(self) -> PrimExpr:
+        """The producer's iterations: the K loop's, or every (tile, k) of the tile loop."""
+        return self.loop.extent if self.tiles is None else self.tiles.extent * self.loop.extent
+
     def _ver(self, j: PrimExpr) -> PrimExpr:
         return FloorMod(j, IntImm(self.tma.versions, j.dtype))
 
@@ -180,7 +206,7 @@ class WsPipeline:
             issue = issue.body
             assert isinstance(issue, IfThenElse)
             issue = issue.then_case
-        body = For(j, 0, loop.extent, ForKind.SERIAL, seq(wait, issue))
+        body = For(j, 0, self.steps(), ForKind.SERIAL, seq(wait, issue))
         out: Stmt = self._warp_lane0(self.ty == self.th.wy, body, "ws_producer_tx")
         if self.regs is not None:
             out = seq(Evaluate(T.setmaxnreg(self.regs[0], False)), out)
@@ -197,24 +223,26 @@ class WsPipeline:
         j = Var(f"{var.name}_consume", var.dtype)
 
         def at(i: int, it: PrimExpr) -> Stmt:
-            return fresh_loop_vars(substitute(stmts[i], {var: lo + it}))
+            sub = {var: lo + it} if self.step_var is None else {var: lo + it, self.step_var: self.step(it)}
+            return fresh_loop_vars(substitute(stmts[i], sub))
 
         waits = [i for i in computes if i in retire]
         now = [i for i in computes if i not in retire]
-        full_wait = Evaluate(T.mbarrier_wait(self.full[self._ver(j)], self._parity(j, 0)))
+        g = self.step(j)
+        full_wait = Evaluate(T.mbarrier_wait(self.full[self._ver(g)], self._parity(g, 0)))
         body: list[Stmt] = [full_wait, *(at(i, j) for i in now)]
         if waits:  # asynchronous wgmma: iteration j - 1 retires (its tiles read) after j's issue
             body.append(IfThenElse(GE(j, IntImm(1, j.dtype)), seq(*(at(w, j - 1) for w in waits),
-                                                                   self._release(j - 1))))  # fmt: skip
+                                                                   self._release(g - 1))))  # fmt: skip
         else:
-            body.append(self._release(j))
+            body.append(self._release(g))
         out: list[Stmt] = []
         if self.regs is not None:
             out.append(Evaluate(T.setmaxnreg(self.regs[1], True)))
         out.append(For(j, 0, loop.extent, ForKind.SERIAL, seq(*body)))
         if waits:  # the last iteration's wgmma retire after the loop (wait_group 0)
             last = loop.extent - 1
-            tail = seq(*(set_pending(at(w, last)) for w in waits), self._release(last))
+            tail = seq(*(set_pending(at(w, last)) for w in waits), self._release(self.step(last)))
             out.append(IfThenElse(GE(last, IntImm(0, last.dtype)), tail))
         return seq(*out)
 

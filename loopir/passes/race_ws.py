@@ -42,6 +42,14 @@ else a [`CodegenError`][loopir.errors.CodegenError] naming the copy or the acces
   copies of the producer's earlier iterations: every wait has its arrivals on every path (no
   guard but the ``k >= r`` / ``j >= V`` ones, ``r < V``, both loops over the same range with
   extents free of the threads);
+* **persistent** (the consumers' loop in one serial tile loop ``t`` of their role, both from 0,
+  the producer's loop over ``T * n`` steps for the tile loop's ``T`` and the K loop's ``n``):
+  every index above is checked against the global step ``t * n + k`` instead of ``k``
+  (``race_ws_steps.Steps``: at ``v`` residues of ``t`` and of ``k``, so the cost stays ``v``
+  squared); the tail after the K loop releases each of ``n - 1 .. n - r`` (the producer waits for
+  them in the next tile), after the tail's reads of that version and, with asynchronous
+  ``wgmma``, after a ``wgmma_wait`` of 0 pending groups; nothing of the tiles or barriers outside
+  the tile loop;
 * **nothing else** touches the tiles, the barriers (but their inits, by one thread, before a
   block barrier that precedes the roles) or writes the copies' sources in the kernel.
 
@@ -69,6 +77,10 @@ from loopir.ir.functor import collect_vars, post_order_visit, substitute
 from loopir.ir.printer import script
 from loopir.ir.stmt import Allocate, BufferStore, Evaluate, For, ForKind, IfThenElse, SeqStmt, Stmt
 from loopir.ir.tma import tma_box, tma_bytes
+from loopir.passes.race_ws_steps import Steps as _Steps
+from loopir.passes.race_ws_steps import const as _const
+from loopir.passes.race_ws_steps import most as _most
+from loopir.passes.race_ws_steps import small as _small
 from loopir.tensor_intrin.tma import call_touches
 
 __all__ = ["WsProof", "prove_ws", "ws_barriers"]
@@ -146,11 +158,6 @@ def _bar(c: Call) -> BufferLoad:
     b = c.args[2] if c.op == "ptx_tma_load" else c.args[0]
     assert isinstance(b, BufferLoad)
     return b
-
-
-def _const(e: PrimExpr) -> int | None:
-    e = arith.simplify(e)
-    return e.value if isinstance(e, IntImm) else None
 
 
 def _what(leaf: _Leaf) -> str:
@@ -246,13 +253,6 @@ def _is_thread(leaf: _Leaf, v: Var) -> bool:
     """Whether ``v`` is a ``threadIdx`` loop's variable on ``leaf``'s path."""
     return any(isinstance(f, For) and f.kind is ForKind.THREAD_BINDING and f.thread_tag in _THREAD_TAGS
                and f.loop_var is v for f in leaf.loops())  # fmt: skip
-
-
-def _small(extent: int | None, v: int) -> bool:
-    """Whether a loop's constant extent is small enough that the simplifier may have
-    specialized its indices (``j % V`` is ``j`` below ``V``): then each iteration is checked
-    (at most ``2V``; any other loop symbolically)."""
-    return extent is not None and extent <= 2 * v
 
 
 def _lag(idx: PrimExpr, var: PrimExpr, v: int, extent: int | None = None) -> int | None:
@@ -351,7 +351,7 @@ class _Region:
         v = _const(full.shape[0]) if len(full.shape) == 1 else None
         if v is None:
             raise self.fail(f"the full barriers {full.name} are not a 1-d buffer of constant length", copies[0])
-        n = _const(lp.extent)
+        n = _most(lp.extent)
         if _const(lp.min) != 0:
             raise self.fail(f"the producer's loop {j.name} does not start at 0", copies[0])
         # the producer's iteration, in program order
@@ -447,16 +447,22 @@ class _Region:
         if not waits:
             raise self.fail(f"no consumer waits on {full.name}")
         lc = self._one_loop(waits, "full waits")
-        if any(f.kind is ForKind.SERIAL for f in waits[0].loops()[: waits[0].loops().index(lc)]):
-            raise self.fail(f"the consumers' loop {lc.loop_var.name} is inside another serial loop", waits[0])
+        lt = self._tile_loop(waits[0], lc, lp)
+        steps = None if lt is None else _Steps(lt, lc, v)
         k = lc.loop_var
-        n = _const(lc.extent)
-        if not _range_equal(lp, lc):
+        n = _most(lc.extent)
+        if lt is None and not _range_equal(lp, lc):
             raise self.fail(f"the producer's loop {lp.loop_var.name} and the consumers' {k.name} differ in range")
-        if any(u in collect_vars(lc.extent) for x in waits for u in collect_vars(lc.extent) if _is_thread(x, u)):
-            raise self.fail(f"the consumers' loop {k.name} has an extent that depends on the thread")
+        if any(u in collect_vars(f.extent) for f in (lc, lt) if f is not None for x in waits
+               for u in collect_vars(f.extent) if _is_thread(x, u)):  # fmt: skip
+            raise self.fail(f"the consumers' loop {k.name} (or their tile loop) has an extent that depends on the thread")
         events: list[tuple[_Leaf, str, object, np.ndarray]] = []  # (leaf, kind, lag, threads)
         tail_releases: list[int] = []
+        tail: list[tuple[str, int | None]] = []  # a persistent pipeline's tail, in order
+
+        def lag(idx: PrimExpr, var: PrimExpr, extent: int | None, inside: bool) -> int | None:
+            return _lag(idx, var, v, extent) if steps is None else steps.lag(idx, not inside)
+
         for x in self.cons:
             inside = lc in x.loops()
             touched = _touched(x.node, tiles)
@@ -464,21 +470,24 @@ class _Region:
             mb = c is not None and c.op in _MB and _bar(c).buffer in (full, empty)
             if not (touched or mb or (c is not None and c.op in _WGMMA)):
                 continue
-            if not inside and not events:
-                raise self.fail("a consumer access of the tiles or their barriers before its loop", x)
+            if not inside and (not events or (lt is not None and lt not in x.loops())):
+                raise self.fail("a consumer access of the tiles or their barriers before its loop (or outside its "
+                                "tile loop)", x)  # fmt: skip
             if mb and inside and _serial_inside(x, lc):
                 raise self.fail("an mbarrier call in a loop inside the consumers' loop", x)
             if not inside:
                 _modelled(x, None)
             m = self.th.mask(x)
-            var: PrimExpr = k if inside else lc.min + lc.extent
+            var: PrimExpr = k if inside else lc.min + lc.extent if steps is None else steps.at(lc.extent)
+
             g = _guards(x, lc) if inside else []
             if mb:
                 assert c is not None
                 b = _bar(c)
-                d = _lag(b.indices[0], var, v, n)
+                d = lag(b.indices[0], var, n, inside)
                 if c.op == "ptx_mbarrier_wait" and b.buffer is full and inside:
-                    if d != 0 or g or not _parity_is(c.args[1], k, v, 0, n):
+                    parity = _parity_is(c.args[1], k, v, 0, n) if steps is None else steps.parity_is(c.args[1])
+                    if d != 0 or g or not parity:
                         raise self.fail(f"the consumers' wait is not an unguarded one on {full.name}[{k.name} % {v}] "
                                         f"with parity {k.name} // {v} % 2", x)  # fmt: skip
                     events.append((x, "wait", 0, m))
@@ -491,17 +500,20 @@ class _Region:
                         events.append((x, "release", d, m.astype(np.int64) * cnt))
                     else:
                         tail_releases.append(d)
+                        tail.append(("release", d))
                 else:
                     raise self.fail(f"the consumers' {c.op.removeprefix('ptx_')} on {b.buffer.name}", x)
                 continue
             # (after the loop, every version's last reader is the loop's or a wait_group 0)
             if c is not None and c.op == "ptx_wgmma_wait" and inside:
                 events.append((x, "retire", _const(c.args[0]), m))
+            if c is not None and c.op == "ptx_wgmma_wait" and not inside:
+                tail.append(("retire", _const(c.args[0])))
             if c is not None and c.op == "ptx_wgmma_async" and inside:
                 events.append((x, "issue", None, m))  # one commit group, before its own reads
             lags = set()
             for idx in touched:
-                d = _lag(idx, var, v, n if inside else None)
+                d = lag(idx, var, n if inside else None, inside)
                 if d is None or (not inside and d == 0):
                     raise self.fail(f"the consumers read a tile version {idx} that is not ({k.name} - d) % {v} for a "
                                     "constant d (a version whose copy they did not wait for)", x)  # fmt: skip
@@ -515,13 +527,57 @@ class _Region:
                     raise self.fail(f"the consumers read version ({k.name} - {d}) % {v} without the guard "
                                     f"{k.name} >= {d} (a version whose copy they did not wait for)", x)  # fmt: skip
                 events.append((x, kind if inside else "tail", d, m))
+                if not inside:
+                    tail.append(("read", d))
         r = self._release_lag(events, empty, v)
         if sorted(tail_releases) != sorted(set(tail_releases)) or any(not 1 <= d <= r for d in tail_releases):
             raise self.fail(f"the releases after the consumers' loop are not of distinct iterations n - 1 .. n - {r}")
-        for x, kind, lag, _ in events:
-            if kind == "tail" and isinstance(lag, int) and lag > r:
-                raise self.fail(f"the consumers read version (n - {lag}) % {v} after the loop, released in the loop", x)
+        if lt is not None:
+            self._tile_tail(tail, r, any(e[1] == "async" for e in events), lt)
+        for x, kind, lag_, _ in events:
+            if kind == "tail" and isinstance(lag_, int) and lag_ > r:
+                raise self.fail(f"the consumers read version (n - {lag_}) % {v} after the loop, released in the loop", x)
         return self._releases(events, lc, v, empty)
+
+    def _tile_loop(self, wait: _Leaf, lc: For, lp: For) -> For | None:
+        """The consumers' tile loop around their K loop ``lc`` (a persistent pipeline), or None;
+        the producer's loop ``lp`` runs its tiles' steps, ``tiles * n`` from 0."""
+        loops = wait.loops()
+        outer = [f for f in loops[: loops.index(lc)] if f.kind is ForKind.SERIAL]
+        if not outer:
+            return None
+        lt = outer[-1]
+        if len(outer) > 1 or not any(p[0] == "for" and p[1] is lt for p in wait.path[self._role_at(wait) + 1 :]):
+            raise self.fail(f"the consumers' loop {lc.loop_var.name} is inside another serial loop than one tile "
+                            "loop of their role", wait)  # fmt: skip
+        if _const(lt.min) != 0 or _const(lc.min) != 0 or lt.loop_var in collect_vars(lc.extent):
+            raise self.fail(f"the consumers' tile loop {lt.loop_var.name} and K loop {lc.loop_var.name} must start at "
+                            "0, the K loop's extent free of the tile", wait)  # fmt: skip
+        if _const(lp.extent - lt.extent * lc.extent) != 0:
+            raise self.fail(f"the producer's loop {lp.loop_var.name} runs {lp.extent} steps, not the consumers' "
+                            f"{lt.extent} tiles of {lc.extent}", wait)  # fmt: skip
+        return lt
+
+    def _role_at(self, x: _Leaf) -> int:
+        return next(i for i, p in enumerate(x.path) if p[0] == "if" and p[3] is self.node)
+
+    def _tile_tail(self, tail: list[tuple[str, int | None]], r: int, mma_async: bool, lt: For) -> None:
+        """A persistent pipeline's tail (after the K loop, in the tile loop): the producer
+        waits for its releases in the next tile, so each of the iterations ``n - 1 .. n - r``
+        is released there, after the tail's reads of its version and, with asynchronous
+        ``wgmma``, after a ``wgmma_wait`` of 0 pending groups (every group retired)."""
+        rel = [i for i, (kind, _) in enumerate(tail) if kind == "release"]
+        if sorted(d for kind, d in tail if kind == "release") != list(range(1, r + 1)):  # type: ignore[type-var]
+            raise self.fail(f"the consumers do not release iterations n - 1 .. n - {r} after their K loop, in tile loop "
+                            f"{lt.loop_var.name}: the producer waits for them in the next tile (a deadlock)")  # fmt: skip
+        for i in rel:
+            d = tail[i][1]
+            if any(kind == "read" and dd == d for kind, dd in tail[i + 1 :]):
+                raise self.fail(f"the consumers release iteration n - {d} after their K loop before the tail's read of "
+                                "its version (the producer refills it for the next tile)")  # fmt: skip
+            if mma_async and not any(kind == "retire" and p == 0 for kind, p in tail[:i]):
+                raise self.fail(f"the consumers release iteration n - {d} after their K loop with wgmma groups in flight "
+                                "(no wgmma_wait of 0 before it): the producer refills its version for the next tile")  # fmt: skip
 
     @staticmethod
     def _waiters(events: list[tuple[_Leaf, str, object, np.ndarray]]) -> np.ndarray:

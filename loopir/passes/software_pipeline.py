@@ -56,7 +56,19 @@ from loopir.errors import PassError
 from loopir.ir import dtype as dt
 from loopir.ir import op
 from loopir.ir.buffer import Buffer
-from loopir.ir.expr import GE, LT, And, BufferLoad, Call, FloorMod, IntImm, Max, PrimExpr, Var
+from loopir.ir.expr import (
+    GE,
+    LT,
+    And,
+    BufferLoad,
+    Call,
+    FloorDiv,
+    FloorMod,
+    IntImm,
+    Max,
+    PrimExpr,
+    Var,
+)
 from loopir.ir.functor import (
     Mutator,
     Visitor,
@@ -82,7 +94,14 @@ from loopir.passes.base import Pass, require_lowered
 from loopir.passes.context import PassContext
 from loopir.passes.pipeline_mma import MMA_IN_FLIGHT_KEY, set_pending, with_retiring_waits
 from loopir.passes.pipeline_tma import TMA_KEY, TmaPipeline
-from loopir.passes.pipeline_ws import WS_KEY, WsPipeline, grow_thread_loop, ws_registers
+from loopir.passes.pipeline_ws import (
+    WS_KEY,
+    WsPipeline,
+    grow_thread_loop,
+    persistent_tiles,
+    ws_child,
+    ws_registers,
+)
 from loopir.tensor_intrin.calls import touches, written_operands
 
 __all__ = [
@@ -195,12 +214,13 @@ def _multi_buffered(buf: Buffer, versions: int) -> Buffer:
 class _Versioned(Mutator):
     """Accesses of versioned buffers get a leading index ``(loop_var - min) % versions``."""
 
-    def __init__(self, new: dict[Buffer, tuple[Buffer, int]], loop: For) -> None:
+    def __init__(self, new: dict[Buffer, tuple[Buffer, int]], loop: For, step: Var | None = None) -> None:
         super().__init__()
-        self.new, self.loop = new, loop
+        self.new, self.loop, self.step = new, loop, step
 
     def _index(self, versions: int) -> PrimExpr:
-        rel = self.loop.loop_var - self.loop.min
+        # ``step``: a variable standing for the global step (a persistent pipeline's t * n + k)
+        rel = self.loop.loop_var - self.loop.min if self.step is None else self.step
         return FloorMod(rel, IntImm(versions, rel.dtype))
 
     def visit_BufferLoad(self, e: BufferLoad) -> PrimExpr:
@@ -229,6 +249,10 @@ class _Rewrite(Mutator):
         self.bars: dict[Buffer, list[Buffer]] = {}  # a TMA pipeline's barriers, allocated with its first tile
         # warp-specialized pipelines: (threadIdx.y var, wy, statement, setmaxnreg)
         self.ws: list[tuple[Var, int, Stmt, bool]] = []
+        # a persistent one: the tile loop (its guard lifted) and its K loop's variable while it
+        # is visited; then the producer's role, put around the tile loop by visit_For
+        self.tiles: tuple[For, Var] | None = None
+        self.roles: tuple[WsPipeline, Stmt] | None = None
 
     def visit_Allocate(self, s: Allocate) -> Stmt:
         self.allocs[s.buffer] = s
@@ -249,12 +273,26 @@ class _Rewrite(Mutator):
         bound = s.kind is ForKind.THREAD_BINDING and str(s.thread_tag).startswith("threadIdx")
         if bound:
             self.threads.append(s)
+        outer = self.tiles
+        k_var = ws_child(s) if s.kind is ForKind.SERIAL and self.threads and not s.annotations else None
+        if k_var is not None:  # a persistent kernel's tile loop (pipeline_ws_tiles)
+            s = persistent_tiles(s)
+            self.tiles = (s, k_var)
         try:
             s = self.generic_visit(s)
         finally:
             if bound:
                 self.threads.pop()
+            self.tiles = outer
         assert isinstance(s, For)
+        if k_var is not None and self.roles is not None:
+            # the roles around the tile loop: the producer over every (tile, k) step, the
+            # consumers the tile loop (their K loop, epilogue)
+            ws, producer = self.roles
+            self.roles = None
+            out = seq(ws.init(), ws.stmt(producer, s))
+            self._record_ws(out, ws.loop)
+            return out
         mine = [w for w in self.ws if w[0] is s.loop_var]
         if mine:  # the producer warpgroup of its warp-specialized pipelines (WS_KEY)
             self.ws = [w for w in self.ws if w[0] is not s.loop_var]
@@ -301,46 +339,64 @@ class _Rewrite(Mutator):
         for buf, v in versions.items():
             new[buf] = (_multi_buffered(buf, v), v)
             self.replaced[buf] = new[buf][0]
-        stmts = [_Versioned(new, loop).visit(s) for s in stmts]
+        persistent = self.tiles is not None and self.tiles[1] is loop.loop_var and bool(loop.annotations.get(WS_KEY))
+        step = Var(f"{name}_step", loop.loop_var.dtype) if persistent else None
+        stmts = [_Versioned(new, loop, step).visit(s) for s in stmts]
         producers = {b for s, (_, w) in zip(stages, accesses) if s in async_stages for b in w}
         async_src = next(iter(async_stages), None)
         tma = None
         if loop.annotations.get(TMA_KEY):
             tma = self._tma(loop, stmts, stages, async_src, new)
         if loop.annotations.get(WS_KEY):
-            out = self._ws(loop, stmts, stages, order, async_src, retire, tma)
+            out = self._ws(loop, stmts, stages, order, async_src, retire, tma, step)
         else:
             out = self._steps(loop, stmts, stages, order, async_src, producers, accesses, retire, tma)
             if tma is not None:
                 out = seq(tma.init(), out)
         for a in reversed(inner):
             out = Allocate(new.get(a.buffer, (a.buffer, 1))[0], out)
-        if loop.annotations.get(WS_KEY):
-            assert tma is not None
-            ty = next(f for f in self.threads if f.thread_tag == "threadIdx.y")
-            # by identity: the enclosing threadIdx.y loop keeps these out of its consumers' guard
-            # (a sequence is flattened into its parent's: its parts are recorded too)
-            for part in [out, *(out.seq if isinstance(out, SeqStmt) else [])]:
-                self.ws.append((ty.loop_var, ty.extent.value, part, ws_registers(loop) is not None))  # type: ignore[attr-defined]
+        if loop.annotations.get(WS_KEY) and not persistent:
+            self._record_ws(out, loop)
         return out
 
+    def _record_ws(self, out: Stmt, loop: For) -> None:
+        """Record the roles ``out`` of ``loop``'s pipeline for the enclosing threadIdx.y loop."""
+        ty = next(f for f in self.threads if f.thread_tag == "threadIdx.y")
+        # by identity: the enclosing threadIdx.y loop keeps these out of its consumers' guard
+        # (a sequence is flattened into its parent's: its parts are recorded too)
+        for part in [out, *(out.seq if isinstance(out, SeqStmt) else [])]:
+            self.ws.append((ty.loop_var, ty.extent.value, part, ws_registers(loop) is not None))  # type: ignore[attr-defined]
+
     def _ws(self, loop: For, stmts: list[Stmt], stages: list[int], order: list[int], async_src: int | None,
-            retire: dict[int, int], tma: TmaPipeline | None) -> Stmt:  # fmt: skip
+            retire: dict[int, int], tma: TmaPipeline | None, step: Var | None = None) -> Stmt:  # fmt: skip
         """The warp-specialized form of the loop (``WS_KEY``, ``loopir.passes.pipeline_ws``):
-        the producer's loop of the async stage's copies, the consumers' of the others."""
+        the producer's loop of the async stage's copies, the consumers' of the others. In a
+        persistent kernel's tile loop (``step``: the statements' version variable), the
+        consumers' loop only: the producer's, over every (tile, k), waits in ``self.roles``
+        for the tile loop (``visit_For``)."""
         if tma is None:
             raise PassError(f"pass InjectSoftwarePipeline: loop {loop.loop_var.name}: {WS_KEY} needs {TMA_KEY} "
                             "(the producer issues TMA copies)")  # fmt: skip
-        ws = WsPipeline(loop, tma)
+        tiles = self.tiles[0] if step is not None and self.tiles is not None else None
+        ws = WsPipeline(loop, tma, tiles, step)
         self.bars[next(b for b, bars in self.bars.items() if tma.bar in bars)].append(ws.empty)
         var, lo = loop.loop_var, loop.min
         copies = [i for i in order if stages[i] == async_src]
         computes = [i for i in order if stages[i] != async_src]
 
         def at(j: PrimExpr) -> list[Stmt]:
-            return [fresh_loop_vars(substitute(stmts[c], {var: lo + j})) for c in copies]
+            if tiles is None or step is None:
+                sub = {var: lo + j}
+            else:  # step j of the flattened (tile, k) sequence
+                n = loop.extent
+                sub = {var: lo + FloorMod(j, n), tiles.loop_var: tiles.min + FloorDiv(j, n), step: j}
+            return [fresh_loop_vars(substitute(stmts[c], sub)) for c in copies]
 
-        return seq(ws.init(), ws.stmt(ws.producer(at), ws.consumer(stmts, computes, retire)))
+        consumer = ws.consumer(stmts, computes, retire)
+        if tiles is not None:
+            self.roles = (ws, ws.producer(at))
+            return consumer
+        return seq(ws.init(), ws.stmt(ws.producer(at), consumer))
 
     def _tma(self, loop: For, stmts: list[Stmt], stages: list[int], async_src: int | None,
              new: dict[Buffer, tuple[Buffer, int]]) -> TmaPipeline:  # fmt: skip

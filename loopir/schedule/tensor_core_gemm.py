@@ -360,7 +360,8 @@ class Scheduled:
 
 def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, Any], stages: Any,
              swizzles: tuple[str | None, str | None], vec: int,
-             grown: tuple[bool, bool, bool], raster: int = 1, wgmma: bool = False, tma: bool = False) -> Scheduled:  # fmt: skip
+             grown: tuple[bool, bool, bool], raster: int = 1, wgmma: bool = False, tma: bool = False,
+             ctas: int | None = None) -> Scheduled:  # fmt: skip
     """Schedule block ``m.block`` (module docstring), after ``sch.pad`` grew what ``grown``
     says (A, B, C). ``tiles``: warps ``wy, wz`` per block, 16x16 tiles ``mi, nj`` per warp,
     ``kf`` 16-steps per K step (ints or sampled values); ``stages`` an int or a sampled
@@ -371,7 +372,11 @@ def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, 
     their tiles of A and B in the L2 cache. ``wgmma`` (sm_90a; ``mi`` = 1, ``wy`` a multiple of
     4, B ``[N, K]``, K steps of 64 with 128-byte ``swizzles``): each warp's 16 x ``16 nj`` x
     ``16 kf`` step is one ``wgmma`` call (``kf`` instructions, one wait) reading A and B from the
-    shared tiles, no fragments loaded."""
+    shared tiles, no fragments loaded. ``ctas`` (persistent): the block tiles (in ``raster``'s
+    order) fused and split by ``ctas`` thread blocks, the inner part bound to ``blockIdx.x``, the
+    outer reordered below the warps' loops: a serial tile loop around the K loop and the
+    epilogue (block ``bx`` runs the tiles ``it * ctas + bx``; an inexact split's predicate is
+    lifted by ``InjectSoftwarePipeline``, ``loopir.passes.pipeline_ws_tiles``)."""
     wy, wz, mi, nj, kf = tiles
     copy_out = _copy_out_block(sch, m) if grown[2] else None
     c = sch.get_block(m.block)
@@ -390,7 +395,7 @@ def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, 
     sch.reorder(*bl, i0, j0, i1, j1, k0, k1, i2, j2)
     if bl:
         sch.bind(bl[0], "blockIdx.z")
-    if raster == 1:  # else bound at the end: blockize needs the tiles' bindings affine
+    if raster == 1 and ctas is None:  # else bound at the end: blockize needs the tiles' bindings affine
         sch.bind(i0, "blockIdx.y")
         sch.bind(j0, "blockIdx.x")
     sch.bind(i1, "threadIdx.y")
@@ -438,7 +443,16 @@ def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, 
     if raster > 1:
         group, row = sch.split(i0, [None, raster])
         sch.reorder(group, j0, row)
-        sch.bind(sch.fuse(group, j0, row), "blockIdx.x")
+        tiles_loop = sch.fuse(group, j0, row)
+    elif ctas is not None:
+        tiles_loop = sch.fuse(i0, j0)
+    if ctas is not None:
+        # persistent: a grid of ``ctas`` blocks, each looping over tiles ``it * ctas + bx``
+        it, bx = sch.split(tiles_loop, [None, ctas])
+        sch.reorder(bx, i1, j1, it)
+        sch.bind(bx, "blockIdx.x")
+    elif raster > 1:
+        sch.bind(tiles_loop, "blockIdx.x")
     return Scheduled(outer, k0, k1)
 
 
@@ -446,7 +460,7 @@ def schedule_with_pad(sch: Schedule, m: TensorCoreGemm, block: tuple[int, int, i
                       stages: int, *, swizzle: bool = True, vec: int = 8, pad: bool = True,
                       fragment_stages: int = 1, raster: int = 1, wgmma: bool = False,
                       wait_first: bool = False, async_mma: bool = False, tma: bool = False,
-                      warp_specialized: bool | tuple[int, int] = False) -> Scheduled:  # fmt: skip
+                      warp_specialized: bool | tuple[int, int] = False, ctas: int | None = None) -> Scheduled:  # fmt: skip
     """[`schedule`][loopir.schedule.tensor_core_gemm.schedule] with a block tile ``(bm, bn,
     bk)`` and a warp tile ``(wm, wn)`` (multiples of 16): first ``pad`` (``pad_einsum``) of the
     sizes off the block tile when ``pad``; the shared tiles XOR-swizzled when ``swizzle`` (else
@@ -464,7 +478,8 @@ def schedule_with_pad(sch: Schedule, m: TensorCoreGemm, block: tuple[int, int, i
     ([`TMA_KEY`][loopir.passes.pipeline_tma.TMA_KEY]); ``warp_specialized`` (with ``tma``, one
     warp column ``bn == wn``): a producer warpgroup issues the copies on full/empty mbarriers
     and the warps wait on them themselves, ``(dec, inc)`` with ``setmaxnreg``
-    ([`WS_KEY`][loopir.passes.pipeline_ws.WS_KEY])."""
+    ([`WS_KEY`][loopir.passes.pipeline_ws.WS_KEY]); ``ctas``: a persistent grid of that many
+    thread blocks looping over the tiles (``schedule``)."""
     (bm, bn, bk), (wm, wn) = block, warp
     if warp_specialized is not False and (not tma or bn != wn):
         raise ScheduleError(f"tensor_core_gemm: warp_specialized needs tma and one warp column (bn == wn: the "
@@ -484,7 +499,7 @@ def schedule_with_pad(sch: Schedule, m: TensorCoreGemm, block: tuple[int, int, i
     batched = m.batch > 0
     swizzles = (ldmatrix_swizzle(bk, batched), ldmatrix_swizzle(bk if m.b_trans else bn, batched))
     done = schedule(sch, m, (bm // wm, bn // wn, wm // TILE, wn // TILE, bk // TILE), stages,
-                    swizzles if swizzle else (None, None), vec, grown, max(raster, 1), wgmma, tma)  # fmt: skip
+                    swizzles if swizzle else (None, None), vec, grown, max(raster, 1), wgmma, tma, ctas)  # fmt: skip
     if fragment_stages == 2:
         # k1: the fragment loads of A and B, then the mma
         sch.annotate(done.k1, "software_pipeline_stage", [0, 0, 1])
