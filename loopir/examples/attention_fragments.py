@@ -58,11 +58,11 @@ from loopir.examples.attention import (
     _start_schedule,
 )
 from loopir.schedule import Schedule
-from loopir.tensor_intrin.cuda import DTYPE_ABBREV
+from loopir.tensor_intrin.cuda import DTYPE_ABBREV, wgmma_intrin
 from loopir.tensor_intrin.fragment import row_reduce_intrin
-from loopir.tensor_intrin.layouts import MMA_C, ROW_STATS
+from loopir.tensor_intrin.layouts import MMA_C, ROW_STATS, SW128_ROW, sw128
 
-__all__ = ["FRAGMENT_LSE_BLOCK", "FRAGMENT_TEMPLATE", "QRESCALE", "schedule_fragments"]
+__all__ = ["FRAGMENT_LSE_BLOCK", "FRAGMENT_TEMPLATE", "QRESCALE", "schedule_fragments", "wgmma_s"]
 
 #: The program (fields as ``loopir.examples.attention``'s template).
 FRAGMENT_TEMPLATE = _HEAD + '''            acc = T.alloc_buffer(({BM}, {D}), "float32")
@@ -154,8 +154,10 @@ def _stats_map(i: Any, q: Any) -> tuple[Any, ...]:
 
 
 def schedule_fragments(sch: Schedule, *, dtype: str, block_m: int, block_n: int, head_dim: int,
-                       lse: bool) -> Schedule:  # fmt: skip
-    """The schedule of the module doc on ``sch`` (of ``attention_func(..., fragments=True)``)."""
+                       lse: bool, wgmma: bool = False) -> Schedule:  # fmt: skip
+    """The schedule of the module doc on ``sch`` (of ``attention_func(..., fragments=True)``);
+    ``wgmma``: ``S = Q K^T`` on Hopper's ``wgmma`` from 128-byte-swizzled Q and K tiles
+    ([`wgmma_s`][loopir.examples.attention_fragments.wgmma_s]) instead of ``mma.sync``."""
     warps = block_m // _TILE
     _start_schedule(sch, _SHARED)
     for writer, buf in _FRAGMENTS:
@@ -194,9 +196,53 @@ def schedule_fragments(sch: Schedule, *, dtype: str, block_m: int, block_n: int,
         sch.bind(y, "threadIdx.y")
         sch.bind(x, "threadIdx.x")
         sch.vectorize(v)
-    _fragment_gemm(sch, "S", ("Q_s", "K_s"), warps, t, a_in_registers=False, b_trans=True, init=True)
+    if wgmma:
+        wgmma_s(sch, dtype, warps, block_n, head_dim)
+    else:
+        _fragment_gemm(sch, "S", ("Q_s", "K_s"), warps, t, a_in_registers=False, b_trans=True, init=True)
     _fragment_gemm(sch, "PV", ("P", "V_s"), warps, t, a_in_registers=True, b_trans=False, init=False)
-    return _finish_schedule(sch, _ALIGN, _FAST_MATH, lse)
+    # the swizzled tiles are compact (the swizzle, not padding, spreads the rows over the banks)
+    align = tuple(a for a in _ALIGN if not (wgmma and a[1] in ("Q_s", "K_s")))
+    return _finish_schedule(sch, align, _FAST_MATH, lse)
+
+
+def wgmma_s(sch: Schedule, dtype: str, warps: int, block_n: int, head_dim: int) -> None:
+    """``S = Q K^T`` on ``wgmma`` (sm_90a): each warp's 16 x ``block_n`` rows of S, 64 columns
+    of ``head_dim`` at a time, one ``wgmma_m64n{block_n}k64`` call (4 instructions, one wait)
+    reading the Q and K tiles from shared memory, where they are stored K-major with the
+    128-byte swizzle (``Q_s[d // 64, i, sw128(i, d % 64)]``: 64-element rows, one 8-row atom
+    per 1024 bytes; [`sw128`][loopir.tensor_intrin.layouts.sw128]). The accumulator is S's
+    fragment buffer as it is: a warp's rows of the ``wgmma`` accumulator are 16 x 16 tiles
+    in the ``MMA_C`` layout, the layout ``_fragment_map`` gives S, so the softmax blocks and
+    the ``P V`` ``mma.sync`` are unchanged. Needs 4 warps per warpgroup (``warps`` a multiple
+    of 4) and ``head_dim`` a multiple of 64."""
+    blk = sch.get_block("S")
+    i, j, k = sch.get_loops(blk)[-3:]
+    i, i_tc = sch.split(i, [None, _TILE])
+    j, j_tc = sch.split(j, [None, block_n])
+    k, k_tc = sch.split(k, [None, SW128_ROW])
+    sch.reorder(i, j, k, i_tc, j_tc, k_tc)
+    outer = sch.blockize(i_tc)
+    iw, i2 = sch.split(i, [warps, None])
+    sch.reorder(iw, k, i2, j)
+    sch.bind(iw, "threadIdx.y")
+    init = sch.decompose_reduction(outer, k)
+    sch.tensorize(sch.get_loops(sch.get_block("S"))[-3], wgmma_intrin(dtype, block_n, SW128_ROW))
+    (inner,) = sch.get_child_blocks(init)  # the init of one warp's 16 x block_n tile
+    rows, cols = sch.get_loops(inner)[-2:]
+    c0, c1 = sch.split(cols, [None, _TILE])
+    sch.reorder(c0, rows, c1)
+    sch.tensorize(rows, "mma_fill_f32")
+    for writer, buf in (("Q_load", "Q_s"), ("K_load", "K_s")):
+        sch.transform_layout(sch.get_block(writer), buf, _sw128_map(head_dim))
+
+
+def _sw128_map(head_dim: int) -> Any:
+    """A K-major ``wgmma`` operand tile ``[rows, head_dim]`` stored as ``head_dim / 64`` tiles
+    of 64-element rows in the 128-byte swizzle (one tile when ``head_dim`` is 64)."""
+    if head_dim == SW128_ROW:
+        return lambda i, d: (i, sw128(i, d))
+    return lambda i, d: (d // SW128_ROW, i, sw128(i, d % SW128_ROW))
 
 
 def _fragment_gemm(sch: Schedule, name: str, operands: tuple[str, str], warps: int, t: str, *,

@@ -1,0 +1,177 @@
+"""``examples.attention(..., wgmma=True)`` (issue 33, FlashAttention 3 on Hopper): the GEMMs on
+``wgmma`` (sm_90a), S, P and the output in the fragments' registers as FlashAttention 2's
+schedule (``loopir.examples.attention_fragments``).
+
+* The schedule computes softmax attention on the CPU executor (``ptx_wgmma`` with its PTX
+  meaning: the tiles read through the 128-byte swizzle), sequentially and lowered in random
+  thread order, with no RaceCheckWarning: drawn shapes (causal or not, GQA, lengths off the
+  tiles, one or two warpgroups, head_dim 64 and 128), symbolic lengths (one build for every
+  length), equal to float64.
+* The CUDA: S accumulated by ``wgmma`` straight into its fragment registers from the swizzled
+  Q and K tiles (no ``ldmatrix`` of Q or K, compact 1024-byte aligned tiles); nvcc compiles it
+  for sm_90a without spills at head_dim 64 and 128.
+* Bad parameters are refused by name.
+* On a GPU (the H200): equal to float64, and to the CPU executor's lowered kernel.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import loopir
+from loopir.errors import ScheduleError
+from loopir.examples.attention import attention
+from loopir.ir.expr import Var
+from tests.examples.test_attention import _inputs, _run, reference
+from tests.tensor_intrin.kernels import from_storage
+
+
+def _lowered(sch: loopir.Schedule) -> loopir.PrimFunc:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no RaceCheckWarning
+        return loopir.lower(sch.func)
+
+
+def _source(sch: loopir.Schedule) -> str:
+    from loopir.codegen_cuda import prepare_function
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return prepare_function(sch.func).emitted.source
+
+
+@settings(max_examples=6, deadline=None)
+@given(kv_heads=st.integers(1, 2), group=st.integers(1, 2), sq=st.integers(1, 140), skv=st.integers(1, 140),
+       causal=st.booleans(), tiles=st.sampled_from([(64, 16), (64, 64), (128, 32), (64, 128)]),
+       dtype=st.sampled_from(["float16", "bfloat16"]), seed=st.integers(0, 2**16))  # fmt: skip
+def test_schedule_computes_the_same_on_the_cpu(kv_heads: int, group: int, sq: int, skv: int, causal: bool,
+                                               tiles: tuple[int, int], dtype: str, seed: int) -> None:  # fmt: skip
+    shape = (1, kv_heads * group, sq, skv, 64)
+    block_m, block_n = tiles
+    sch = attention(*shape, dtype, causal, kv_heads, lse=True, block_m=block_m, block_n=block_n, wgmma=True)
+    loopir.verify(sch.func)
+    text = sch.func.script()
+    t = "f16" if dtype == "float16" else "bf16"
+    for intrin in (f"wgmma_m64n{block_n}k64_{t}{t}f32", "mma_fill_f32", f"frag_row_max_f32_n{block_n}_quad",
+                   f"mma_{t}{t}f32", f"mma_ldmatrix_{t}_b"):  # fmt: skip
+        assert f'"loopir.tensorized": "{intrin}"' in text
+    assert f'"loopir.tensorized": "mma_ldmatrix_{t}_b_trans"' not in text  # K is read by wgmma
+    _run(sch.func, shape, kv_heads, dtype, causal, True, seed=seed)
+    _run(_lowered(sch), shape, kv_heads, dtype, causal, True, seed=seed + 1, order="random")
+
+
+@pytest.mark.parametrize("shape, kv_heads, causal, dtype", [
+    ((1, 2, 150, 200, 128), 1, True, "float16"),  # two 64-column swizzled tiles per row
+    ((2, 2, 100, 77, 128), 2, False, "bfloat16"),
+])  # fmt: skip
+def test_head_dim_128_computes_the_same_on_the_cpu(shape: tuple, kv_heads: int, causal: bool, dtype: str) -> None:
+    sch = attention(*shape, dtype, causal, kv_heads, lse=True, wgmma=True)
+    _run(_lowered(sch), shape, kv_heads, dtype, causal, True, seed=11, order="random")
+
+
+def test_symbolic_lengths_serve_every_length() -> None:
+    sch = attention(1, 2, Var("seq_q"), Var("seq_kv"), 64, "float16", True, 1, lse=True, block_n=32, wgmma=True)
+    lowered = _lowered(sch)
+    for sq, skv in ((5, 40), (65, 65), (70, 7), (1, 1), (130, 200)):
+        _run(lowered, (1, 2, sq, skv, 64), 1, "float16", True, True, seed=sq + skv, order="random")
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_s_is_accumulated_by_wgmma_in_its_fragments(head_dim: int) -> None:
+    """S (32 floats a thread at block_n 64) is wgmma's accumulator as it is; Q and K are
+    1024-byte aligned compact tiles (no row padding), read by no ldmatrix."""
+    kernel = _source(attention(4, 32, 1024, 1024, head_dim, wgmma=True)).split("__global__")[1]
+    assert "float S[32];" in kernel and "float acc[" in kernel
+    calls = re.findall(r"loopir_wgmma_m64n64k64_f16\(&S\[0\], &Q_s\[[^]]*\], &K_s\[[^]]*\]\);", kernel)
+    assert len(calls) == 2  # the pipelined loop and its peeled last tile
+    assert f"half Q_s[{64 * head_dim}]" in kernel
+    assert not re.search(r"loopir_ldmatrix<[^>]*>\(&[^;]*(Q_s|K_s)", kernel)
+
+
+#: (shape, params) of the compile test: head_dim 64 and 128, one and two warpgroups.
+NVCC_CASES = {
+    "d64": ((2, 8, 1000, 1000, 64, "float16", True, 2), {}),
+    "d64_bn128": ((2, 8, 1000, 1000, 64, "float16", False, 2), dict(block_n=128)),
+    "d128": ((1, 4, Var("seq_q"), Var("seq_kv"), 128, "bfloat16", False, None), {}),
+    "d128_bm128": ((1, 4, 1024, 1024, 128, "float16", True, None), dict(block_m=128)),
+}
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("name", list(NVCC_CASES))
+def test_compiles_with_nvcc(name: str, tmp_path: Path) -> None:
+    from loopir.codegen_cuda import compile_cuda
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH")
+    args, params = NVCC_CASES[name]
+    src = _source(attention(*args, lse=True, wgmma=True, **params))  # type: ignore[arg-type]
+    assert "wgmma.mma_async.sync.aligned.m64n" in src and "fence.proxy.async.shared::cta" in src
+    binary = compile_cuda(src, arch="sm_90a", cache_dir=tmp_path)
+    for res in binary.resources.values():
+        assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0 and res.stack_frame_bytes == 0, binary.log
+
+
+@pytest.mark.parametrize("kwargs, what", [
+    (dict(fragments=False), "wgmma=True needs fragments=True"),
+    (dict(head_dim=96), "head_dim a multiple of 64.*96"),
+    (dict(block_m=32), "block_m a multiple of 64.*32"),
+    (dict(block_n=8), "block_n a multiple of 16 from 16 to 256.*8"),
+    (dict(block_n=272), "block_n a multiple of 16 from 16 to 256.*272"),
+    (dict(wgmma=1), "wgmma must be a bool, got 1"),
+])  # fmt: skip
+def test_bad_arguments_are_refused(kwargs: dict, what: str) -> None:
+    args = dict(batch=1, heads=2, seq_q=64, seq_kv=64, head_dim=64, wgmma=True) | kwargs
+    with pytest.raises(ScheduleError, match=what) as info:
+        attention(**args)  # type: ignore[arg-type]
+    assert info.value.primitive == "examples.attention"
+
+
+# --- on the GPU (sm_90a) ---------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("head_dim, tiles", [(64, (64, 64)), (64, (128, 128)), (128, (64, 64)), (128, (128, 32))])
+def test_gpu_equals_float64(dtype: str, causal: bool, head_dim: int, tiles: tuple[int, int]) -> None:
+    """GQA, lengths off the tiles, the logsumexp."""
+    torch = pytest.importorskip("torch")
+    shape = (2, 8, 300, 333, head_dim)
+    sch = attention(*shape, dtype, causal, 2, lse=True, block_m=tiles[0], block_n=tiles[1], wgmma=True)
+    mod = loopir.build(sch.func, target="cuda")
+    arrays = _inputs(shape, 2, dtype, seed=head_dim + causal)
+    q, k, v, o = (torch.from_numpy(a).cuda() for a in arrays)
+    lse = torch.full(shape[:3], float("nan"), device="cuda")
+    mod(q, k, v, o, lse)
+    want, want_lse = reference(*(from_storage(a, dtype) for a in arrays[:3]), causal)
+    tol = 2e-2 if dtype == "float16" else 4e-2
+    np.testing.assert_allclose(from_storage(o.cpu().numpy(), dtype), want, rtol=tol, atol=tol)
+    np.testing.assert_allclose(lse.cpu().numpy(), want_lse, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sq, skv", [(130, 300), (300, 130), (1, 77)])
+def test_gpu_equals_the_cpu_at_symbolic_lengths(sq: int, skv: int) -> None:
+    """One build for every length, causal (bottom-right), seq_q != seq_kv: the GPU equals the
+    lowered kernel on the CPU executor."""
+    torch = pytest.importorskip("torch")
+    sch = attention(1, 4, Var("sq"), Var("skv"), 64, "float16", True, 2, lse=True, wgmma=True)
+    mod = loopir.build(sch.func, target="cuda")
+    arrays = _inputs((1, 4, sq, skv, 64), 2, "float16", seed=sq + skv)
+    cpu = [a.copy() for a in arrays] + [np.full((1, 4, sq), np.nan, np.float32)]
+    loopir.build(loopir.lower(sch.func), target="cpu")(*cpu)
+    q, k, v, o = (torch.from_numpy(a).cuda() for a in arrays)
+    lse = torch.full((1, 4, sq), float("nan"), device="cuda")
+    mod(q, k, v, o, lse)
+    np.testing.assert_allclose(from_storage(o.cpu().numpy(), "float16"), from_storage(cpu[3], "float16"),
+                               rtol=5e-3, atol=5e-3)  # fmt: skip
+    np.testing.assert_allclose(lse.cpu().numpy(), cpu[4], rtol=1e-3, atol=1e-3)
