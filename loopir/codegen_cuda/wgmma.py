@@ -97,28 +97,27 @@ _DESC_HELPER = "\n".join([
 def _helper(n: int, k: int, dtype: str, wait: bool = True, form: str = "") -> str:
     """``k / 16`` wgmma instructions, one commit, one wait (none for the asynchronous issue:
     ``wait`` False). ``form`` (``_form``): A from a descriptor (K-major, the start address
-    advanced 32 bytes, 2 in its 16-byte units, per step along the 128-byte rows) or from
+    advanced 32 bytes, 2 in its 16-byte units, per step along the 128-byte rows, ``_k_step``) or from
     registers (``rs``: 4 x ``.b32`` per step, the thread's fragment of the step's 16 x 16
     tile); B K-major likewise, or MN-major (``tb{lbo}``: ``imm-trans-b`` 1, the descriptor's
     leading byte offset ``lbo`` 16-byte units, advanced 16 rows of 128 bytes, 128 units, per
     step)."""
     regs = n // 2
-    a_regs, lbo = _parse_form(form)
+    a_regs, lbo, ka, kb = _parse_form(form)
     t, ct = _PTX_TYPE[dtype], _CTYPE[dtype]
     d = ", ".join(f"%{i}" for i in range(regs))
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
     ins: list[str] = []
     steps = []
-    b_step = 2 if lbo is None else 128
     for s in range(k // 16):
         if a_regs:
             a_op = "{" + ", ".join(f"%{regs + len(ins) + r}" for r in range(4)) + "}"
             ins += [f'"r"(ar[{4 * s + r}])' for r in range(4)]
         else:
             a_op = f"%{regs + len(ins)}"
-            ins.append(f'"l"(da + {2 * s})')
+            ins.append(f'"l"(da + {_k_step(s, ka)})')
         b_op = f"%{regs + len(ins)}"
-        ins.append(f'"l"(db + {b_step * s})')
+        ins.append(f'"l"(db + {_k_step(s, kb) if lbo is None else 128 * s})')
         # scale-d (p), imm-scale-a, imm-scale-b, [imm-trans-a: descriptors only], imm-trans-b
         tb = 0 if lbo is None else 1
         tail = f"p, 1, 1, {tb}" if a_regs else f"p, 1, 1, 0, {tb}"
@@ -144,18 +143,31 @@ def _helper(n: int, k: int, dtype: str, wait: bool = True, form: str = "") -> st
     ])  # fmt: skip
 
 
-def _form(a_regs: bool, lbo: int | None) -> str:
-    """The operand form of a helper: ``""`` (both descriptors, K-major), ``"rs"`` (A from
-    registers), ``"tb{lbo}"`` (B MN-major with leading byte offset ``lbo``), or both
-    (``"rs_tb{lbo}"``)."""
-    parts = (["rs"] if a_regs else []) + ([f"tb{lbo}"] if lbo is not None else [])
+def _form(a_regs: bool, lbo: int | None, ka: int | None = None, kb: int | None = None) -> str:
+    """The operand form of a helper, ``_``-joined parts: none (both descriptors, K-major along
+    one 128-byte row), ``"rs"`` (A from registers), ``"tb{lbo}"`` (B MN-major with leading byte
+    offset ``lbo``), ``"ka{u}"`` / ``"kb{u}"`` (a K-major A / B of K past 64, its 64-column
+    blocks ``u`` 16-byte units apart)."""
+    parts = (["rs"] if a_regs else []) + ([f"tb{lbo}"] if lbo is not None else []) + \
+        ([f"ka{ka}"] if ka is not None else []) + ([f"kb{kb}"] if kb is not None else [])
     return "_".join(parts)
 
 
-def _parse_form(form: str) -> tuple[bool, int | None]:
+def _parse_form(form: str) -> tuple[bool, int | None, int, int]:
+    """``(A from registers, B's MN-major leading byte offset or None, A's and B's block strides
+    (0: one row))`` of a ``_form``."""
     parts = form.split("_") if form else []
-    lbo = next((int(p[2:]) for p in parts if p.startswith("tb")), None)
-    return "rs" in parts, lbo
+
+    def num(prefix: str) -> int | None:
+        return next((int(p[2:]) for p in parts if p.startswith(prefix)), None)
+
+    return "rs" in parts, num("tb"), num("ka") or 0, num("kb") or 0
+
+
+def _k_step(s: int, block: int) -> int:
+    """The descriptor increment of K-major K step ``s`` (16 columns): 32 bytes along the row
+    (2 units), the next 64-column block (``block`` units further) every 4 steps."""
+    return s % 4 * 2 + s // 4 * block
 
 
 def _name(n: int, k: int, dtype: str, wait: bool = True, form: str = "") -> str:
@@ -241,9 +253,10 @@ def _equal(ana: arith.Analyzer, a: PrimExpr, b: PrimExpr) -> bool:
 
 
 def _operand(em: KernelEmitter, call: Call, what: str, load: PrimExpr, lanes: tuple[Var, Var],
-             rows_per_warp: int, depth: int) -> PrimExpr:  # fmt: skip
+             rows_per_warp: int, depth: int) -> tuple[PrimExpr, int | None]:  # fmt: skip
     """Warp 0's linear offset of operand ``load`` after proving the warpgroup's uniformity and
-    the tile's alignment (module doc)."""
+    the tile's alignment (module doc), and for a ``depth`` past 64 the stride of its 64-column
+    blocks in 16-byte units (``_block_stride``; else None)."""
     assert isinstance(load, BufferLoad)
     last = load.buffer.shape[-1]
     if not (isinstance(last, IntImm) and last.value == SW128_ROW):
@@ -266,13 +279,38 @@ def _operand(em: KernelEmitter, call: Call, what: str, load: PrimExpr, lanes: tu
         raise _fail(em, call, (f"ptx_wgmma {what}: cannot prove that warp w of a warpgroup reads the tile "
                                f"{rows_per_warp * SW128_ROW} * w elements after warp 0's ({load})"))  # fmt: skip
     k = ana.simplify(base % (8 * SW128_ROW))
+    first: PrimExpr = substitute(off, {ty: ty // WARPGROUP_WARPS * WARPGROUP_WARPS})
+    if depth > SW128_ROW:  # whole 64-column blocks along the dimension before the rows
+        if not _equal(ana, k, IntImm(0, "int32")):
+            raise _fail(em, call, (f"ptx_wgmma {what}: a tile of K = {depth} ({load}) must start at a 1024-byte "
+                                   f"swizzle atom (column 0 of its first 64-column block); its offset in the atom is {k}"))  # fmt: skip
+        return first, _block_stride(em, call, what, load, ana)
     aligned = ana.can_prove(k + depth <= SW128_ROW) and _equal(ana, k % 16, IntImm(0, "int32"))
     if not aligned:
         raise _fail(em, call, (f"ptx_wgmma {what}: the tile ({load}) must start at a 1024-byte swizzle "
                                f"atom plus a multiple of 16 elements at most {SW128_ROW - depth}; its offset "
                                f"in the atom is {k}"))  # fmt: skip
-    first: PrimExpr = substitute(off, {ty: ty // WARPGROUP_WARPS * WARPGROUP_WARPS})
-    return first
+    return first, None
+
+
+def _block_stride(em: KernelEmitter, call: Call, what: str, load: BufferLoad, ana: arith.Analyzer) -> int:
+    """The stride of ``load``'s 64-column blocks (its dimension before the rows) in 16-byte
+    units: a constant that keeps the blocks' 1024-byte atoms aligned, and fits a descriptor's
+    14-bit fields."""
+    if len(load.indices) < 3:
+        raise _fail(em, call, f"ptx_wgmma {what}: a K-major tile of more than {SW128_ROW} columns needs its 64-column "
+                    f"blocks along a dimension before the rows (a buffer of rank >= 3); {load.buffer.name} has "
+                    f"rank {len(load.indices)}")  # fmt: skip
+    off = em.flat_index(load.buffer, load.indices)
+    idx = list(load.indices)
+    idx[-3] = idx[-3] + 1
+    stride = ana.simplify(em.flat_index(load.buffer, tuple(idx)) - off)
+    elems = stride.value if isinstance(stride, IntImm) else 0
+    units = elems * 2 // 16
+    if units <= 0 or units > _MAX_LBO or elems % (8 * SW128_ROW):
+        raise _fail(em, call, f"ptx_wgmma {what}: the stride of {load.buffer.name}'s 64-column blocks ({stride} "
+                    f"elements) must be a constant multiple of {8 * SW128_ROW} of at most {_MAX_LBO * 8}")  # fmt: skip
+    return units
 
 
 def wait_text(em: KernelEmitter, call: Call) -> str:
@@ -304,14 +342,17 @@ def wgmma_text(em: KernelEmitter, call: Call) -> str:
         raise _fail(em, call, "ptx_wgmma's accumulator must be registers (run LowerWarpMemory)")
     lanes = _warp_layout(em, call)
     a_regs = wgmma_a_in_registers(call)
-    a_text = _register_a(em, call, a) if a_regs else \
-        f"&{em.buffer_name(a.buffer)}[{em.expr(_operand(em, call, 'a', a, lanes, 16, depth))}]"
-    lbo = None
+    ka = kb = lbo = None
+    if a_regs:
+        a_text = _register_a(em, call, a)
+    else:
+        off_a, ka = _operand(em, call, "a", a, lanes, 16, depth)
+        a_text = f"&{em.buffer_name(a.buffer)}[{em.expr(off_a)}]"
     if wgmma_trans_b(shape):
         off_b, lbo = _operand_mn(em, call, b, lanes, n)
     else:
-        off_b = _operand(em, call, "b", b, lanes, 0, depth)
-    form = _form(a_regs, lbo)
+        off_b, kb = _operand(em, call, "b", b, lanes, 0, depth)
+    form = _form(a_regs, lbo, ka, kb)
     sync = call.op == "ptx_wgmma"
     em.wgmma_shapes.add(("sync" if sync else "async", n, depth, a.dtype, form))
     name = _name(n, depth, a.dtype, sync, form)

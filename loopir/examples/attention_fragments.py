@@ -57,6 +57,7 @@ from loopir.examples.attention import (
     _finish_schedule,
     _start_schedule,
 )
+from loopir.ir.op import WGMMA_K_MAJOR_DEPTHS
 from loopir.schedule import Schedule
 from loopir.tensor_intrin.cuda import DTYPE_ABBREV, wgmma_intrin, wgmma_rs_intrin
 from loopir.tensor_intrin.fragment import row_reduce_intrin
@@ -212,27 +213,30 @@ def schedule_fragments(sch: Schedule, *, dtype: str, block_m: int, block_n: int,
 
 
 def wgmma_s(sch: Schedule, dtype: str, warps: int, block_n: int, head_dim: int) -> None:
-    """``S = Q K^T`` on ``wgmma`` (sm_90a): each warp's 16 x ``block_n`` rows of S, 64 columns
-    of ``head_dim`` at a time, one ``wgmma_m64n{block_n}k64`` call (4 instructions, one wait)
-    reading the Q and K tiles from shared memory, where they are stored K-major with the
-    128-byte swizzle (``Q_s[d // 64, i, sw128(i, d % 64)]``: 64-element rows, one 8-row atom
-    per 1024 bytes; [`sw128`][loopir.tensor_intrin.layouts.sw128]). The accumulator is S's
+    """``S = Q K^T`` on ``wgmma`` (sm_90a): each warp's 16 x ``block_n`` rows of S in one
+    ``wgmma_m64n{block_n}k{head_dim}`` call (``head_dim / 16`` instructions, one wait; 64
+    columns at a time past 256) reading the Q and K tiles from shared memory, where they are
+    stored K-major with the 128-byte swizzle (``Q_s[d // 64, i, sw128(i, d % 64)]``: 64-element
+    rows, one 8-row atom per 1024 bytes, a block per 64 columns of ``head_dim``;
+    [`sw128`][loopir.tensor_intrin.layouts.sw128]). The accumulator is S's
     fragment buffer as it is: a warp's rows of the ``wgmma`` accumulator are 16 x 16 tiles
     in the ``MMA_C`` layout, the layout ``_fragment_map`` gives S, so the softmax blocks and
     the ``P V`` ``mma.sync`` are unchanged. Needs 4 warps per warpgroup (``warps`` a multiple
     of 4) and ``head_dim`` a multiple of 64."""
+    # the whole head_dim in one call (one wait), its 64-column blocks one after the other
+    depth = head_dim if head_dim in WGMMA_K_MAJOR_DEPTHS else SW128_ROW
     blk = sch.get_block("S")
     i, j, k = sch.get_loops(blk)[-3:]
     i, i_tc = sch.split(i, [None, _TILE])
     j, j_tc = sch.split(j, [None, block_n])
-    k, k_tc = sch.split(k, [None, SW128_ROW])
+    k, k_tc = sch.split(k, [None, depth])
     sch.reorder(i, j, k, i_tc, j_tc, k_tc)
     outer = sch.blockize(i_tc)
     iw, i2 = sch.split(i, [warps, None])
     sch.reorder(iw, k, i2, j)
     sch.bind(iw, "threadIdx.y")
     init = sch.decompose_reduction(outer, k)
-    sch.tensorize(sch.get_loops(sch.get_block("S"))[-3], wgmma_intrin(dtype, block_n, SW128_ROW))
+    sch.tensorize(sch.get_loops(sch.get_block("S"))[-3], wgmma_intrin(dtype, block_n, depth))
     (inner,) = sch.get_child_blocks(init)  # the init of one warp's 16 x block_n tile
     rows, cols = sch.get_loops(inner)[-2:]
     c0, c1 = sch.split(cols, [None, _TILE])

@@ -411,12 +411,15 @@ def wgmma_trans_b(shape: PrimExpr) -> bool:
     return str(getattr(shape, "value", "")).endswith(_TRANS_B)
 
 
+#: K of a K-major operand in shared memory: 16 to 64 (``K / 16`` instructions ``m64nNk16``
+#: along one 128-byte swizzle row), or whole 64-column blocks (up to 256, each block a further
+#: index along the dimension before the rows).
+WGMMA_K_MAJOR_DEPTHS = (16, 32, 48, 64, 128, 192, 256)
 #: ``ptx_wgmma`` shapes: ``m64nNkK`` with N a multiple of 16 up to 256 (the accumulator is held
-#: as 16 x 16 tiles) and K of 16 to 64 (``K / 16`` instructions ``m64nNk16`` along one 128-byte
-#: swizzle row, then one wait); with an MN-major B (``.trans_b``), N a multiple of 64 (whole
-#: 128-byte swizzle rows of B) and K a multiple of 16 up to 256 (B's rows are along K: the
-#: instructions step 16 rows at a time, with no row to stay within).
-WGMMA_SHAPES = (*(wgmma_shape(n, k) for n in range(16, 257, 16) for k in (16, 32, 48, 64)),
+#: as 16 x 16 tiles) and K one of ``WGMMA_K_MAJOR_DEPTHS`` (then one wait); with an MN-major B
+#: (``.trans_b``), N a multiple of 64 (whole 128-byte swizzle rows of B) and K a multiple of 16
+#: up to 256 (B's rows are along K: the instructions step 16 rows at a time).
+WGMMA_SHAPES = (*(wgmma_shape(n, k) for n in range(16, 257, 16) for k in WGMMA_K_MAJOR_DEPTHS),
                 *(wgmma_shape(n, k, True) for n in range(64, 257, 64) for k in range(16, 257, 16)))  # fmt: skip
 
 
@@ -435,6 +438,11 @@ def ptx_wgmma(a: PrimExpr, b: PrimExpr, c: PrimExpr, n: int, k: int = 16, trans_
       ([`sw128`][loopir.tensor_intrin.layouts.sw128]: how the tensor cores read a
       ``SWIZZLE_128B`` tile, the ``transform_layout`` map that stores one so);
     * ``b`` likewise, ``n`` rows: element ``(j, kk)`` of B, stored ``[N, K]`` (K-major);
+    * ``k`` past 64 (128, 192, 256: whole 64-column blocks): a K-major tile's columns from 64
+      on are further blocks of 64 along the dimension before the rows, element ``(i, kk)`` at
+      ``[..., s + kk // 64, r + i, sw128(r + i, kk % 64)]`` of a tile starting at ``[..., s, r,
+      0]`` (the descriptor's start address then steps to the next block every 4
+      instructions);
     * ``c`` is this lane's fragment ``W[..., t, lane, v]`` (``v`` = 0) of a ``float32`` warp
       buffer: the ``n / 16`` tiles ``t, t + 1, ..`` of the 16 x 16 accumulator layout, one
       after the other along the dimension before the lane (``W[..., t, v]`` of a ``local``
@@ -627,16 +635,17 @@ def _wgmma_problem(args: tuple[PrimExpr, ...]) -> str | None:
     nk = wgmma_nk(shape)
     if nk is None:
         return (f"ptx_wgmma: shape must be m64nNkK with N a multiple of 16 up to 256 and K 16, 32, 48 "
-                f"or 64, or m64nNkK.trans_b with N a multiple of 64 and K a multiple of 16 up to 256, got {shape}")
+                f"or 64 (or 128, 192, 256: whole 64-column blocks), or m64nNkK.trans_b with N a multiple of 64 "
+                f"and K a multiple of 16 up to 256, got {shape}")
     n, k = nk
     trans_b = wgmma_trans_b(shape)
     in_registers = isinstance(a, BufferLoad) and a.buffer.scope in _FRAGMENT_SCOPES
     if in_registers:
         if (prob := _fragment_problem("ptx_wgmma a", a)) is not None:
             return prob
-    if (not in_registers or not trans_b) and k > 64:
-        return (f"ptx_wgmma: K = {k} reaches past one 128-byte row of a K-major operand in shared memory "
-                "(K up to 256 needs A in registers and B MN-major)")
+    if (not in_registers or not trans_b) and k not in WGMMA_K_MAJOR_DEPTHS:
+        return (f"ptx_wgmma: K = {k} is not whole 64-column blocks of a K-major operand in shared memory "
+                f"(one of {WGMMA_K_MAJOR_DEPTHS}; other K up to 256 need A in registers and B MN-major)")
     for what, e in ((("b", b),) if in_registers else (("a", a), ("b", b))):
         if (prob := _tile_problem(f"ptx_wgmma {what}", e, ("shared",))) is not None:
             return prob
@@ -730,5 +739,5 @@ __all__ = [
     "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left", "shift_right",
     "WARP_COLLECTIVES", "WARPGROUP_COLLECTIVES", "TENSOR_CORE_OPS", "MMA_SHAPES", "WGMMA_SHAPES",
     "is_warp_collective", "is_tensor_core_call", "ptx_ldmatrix", "ptx_mma", "ptx_wgmma", "ptx_wgmma_async",
-    "ptx_wgmma_wait", "ptx_shfl_xor", "SHFL_DTYPES", "wgmma_wait_groups", "WGMMA_ISSUES", "wgmma_shape", "wgmma_nk", "wgmma_trans_b", "wgmma_a_in_registers", "mma_fill", "mma_store", "tensor_core_problem", "STORE_CASTS",
+    "ptx_wgmma_wait", "ptx_shfl_xor", "SHFL_DTYPES", "wgmma_wait_groups", "WGMMA_ISSUES", "WGMMA_K_MAJOR_DEPTHS", "wgmma_shape", "wgmma_nk", "wgmma_trans_b", "wgmma_a_in_registers", "mma_fill", "mma_store", "tensor_core_problem", "STORE_CASTS",
 ]  # fmt: skip

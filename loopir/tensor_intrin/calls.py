@@ -200,14 +200,18 @@ def _acc_element(c: BufferLoad, e: PrimExpr, lane: PrimExpr | None) -> tuple[Pri
     return tuple(idx)
 
 
-def _wgmma_operand(load: PrimExpr, i: PrimExpr, k: PrimExpr) -> BufferLoad:
+def _wgmma_operand(load: PrimExpr, i: PrimExpr, k: PrimExpr, blocked: bool = False) -> BufferLoad:
     """Element ``(i, k)`` of the swizzled tile whose first element ``load`` is: row ``r0 + i``,
     the column the swizzle stores logical column ``c + k`` at, ``c`` the first element's logical
-    column (the swizzle is its own inverse in a row)."""
+    column (the swizzle is its own inverse in a row). ``blocked`` (a K past 64 of a tile of rank
+    >= 3): the columns from 64 on are further blocks along the dimension before the rows."""
     assert isinstance(load, BufferLoad)
     *lead, r0, c0 = load.indices
-    row = r0 + i
-    return BufferLoad(load.buffer, (*lead, row, sw128(row, sw128(r0, c0) + k)))
+    row, x = r0 + i, sw128(r0, c0) + k
+    if blocked and lead:
+        *outer, s0 = lead
+        return BufferLoad(load.buffer, (*outer, s0 + x // SW128_ROW, row, sw128(row, x % SW128_ROW)))
+    return BufferLoad(load.buffer, (*lead, row, sw128(row, x)))
 
 
 def _wgmma_operand_mn(load: PrimExpr, k: PrimExpr, j: PrimExpr) -> BufferLoad:
@@ -245,8 +249,9 @@ def _wgmma_stmt(call: Call, lane: PrimExpr | None, kind: ForKind) -> Stmt:
     row, col16 = MMA_C.to_row_col(lane, e % 8)
     col = e // 8 * 16 + col16
     acc = BufferLoad(c.buffer, _acc_element(c, e, lane))
-    a_elem = _wgmma_a_fragment(a, row, k) if op.wgmma_a_in_registers(call) else _wgmma_operand(a, row, k)
-    b_elem = _wgmma_operand_mn(b, k, col) if op.wgmma_trans_b(shape) else _wgmma_operand(b, col, k)
+    blocked = depth > SW128_ROW  # K past one 128-byte row: whole 64-column blocks
+    a_elem = _wgmma_a_fragment(a, row, k) if op.wgmma_a_in_registers(call) else _wgmma_operand(a, row, k, blocked)
+    b_elem = _wgmma_operand_mn(b, k, col) if op.wgmma_trans_b(shape) else _wgmma_operand(b, col, k, blocked)
     body = BufferStore(c.buffer, acc + op.cast(a_elem, "float32") * op.cast(b_elem, "float32"), acc.indices)
     return For(e, 0, n // 2, kind, For(k, 0, depth, ForKind.SERIAL, body))
 
@@ -280,9 +285,9 @@ def _wgmma_tiles(args: Sequence[PrimExpr]) -> list[Touch]:
         *lead, t0, v0 = a.indices
         out.append(Touch(a.buffer, (*lead, t0 + t, v0 + e), False, ((t, depth // 16), (e, 8))))
     else:
-        out.append(_segments(a, 16))
+        out.append(_segments(a, 16, depth))
     if not op.wgmma_trans_b(shape):
-        out.append(_segments(b, n))
+        out.append(_segments(b, n, depth))
     else:  # depth rows of each 64-column block of N
         r, col, s = Var("r", "int32"), Var("col", "int32"), Var("s", "int32")
         *lead, r0, c0 = b.indices
@@ -296,10 +301,15 @@ def _wgmma_tiles(args: Sequence[PrimExpr]) -> list[Touch]:
     return out
 
 
-def _segments(load: BufferLoad, rows: int) -> Touch:
-    """``rows`` rows of a K-major swizzled tile from ``load`` on, whole 64-element segments."""
-    r, col = Var("r", "int32"), Var("col", "int32")
+def _segments(load: BufferLoad, rows: int, depth: int) -> Touch:
+    """``rows`` rows of a K-major swizzled tile from ``load`` on, whole 64-element segments (of
+    each 64-column block along the dimension before the rows, for a ``depth`` past 64)."""
+    r, col, s = Var("r", "int32"), Var("col", "int32"), Var("s", "int32")
     *lead, r0, c0 = load.indices
+    if depth > SW128_ROW and lead:
+        *outer, s0 = lead
+        idx = (*outer, s0 + s, r0 + r, col)
+        return Touch(load.buffer, idx, False, ((s, depth // SW128_ROW), (r, rows), (col, SW128_ROW)))
     idx = (*lead, r0 + r, c0 // SW128_ROW * SW128_ROW + col)
     return Touch(load.buffer, idx, False, ((r, rows), (col, SW128_ROW)))
 

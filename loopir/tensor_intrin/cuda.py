@@ -28,7 +28,9 @@ wgmma_rs_m64n{n}k{k}_{t}{t}f32 ``C[i, j] += A[i, k] * B[k, j]``        ``k / 16`
 with ``{t}`` one of ``f16``, ``bf16``, ``{a}`` one of ``f32``, ``f16``, ``{o}`` one of ``f16``,
 ``bf16`` (a float32 accumulator stored as the half-precision result) and ``{scope}`` one of
 ``shared``, ``global``, ``{n}`` a multiple of 16 from 16 to 256 and ``{k}`` 16 or 64 (a whole
-128-byte row: one wait for 4 instructions). Parameters, in order:
+128-byte row: one wait for 4 instructions), or 128, 192, 256 (whole rows of 2 to 4 64-column
+blocks, each block a further index along a dimension before the rows once stored: one wait for
+all, as a ``head_dim`` of 128 wants). Parameters, in order:
 ldmatrix ``(shared [16, 16], warp [32, 8])``; mma ``(A warp, B warp, C warp)``; fill
 ``(C warp,)``; store ``(C warp, destination [16, 16])``; wgmma ``(A shared [16, 64], B shared
 [n, 64], C warp [n / 16, 32, 8])``: A and B K-major (B stored ``[N, K]``), the description
@@ -195,8 +197,11 @@ def _mma(name: str, in_dtype: str, out_dtype: str) -> tuple[PrimFunc, PrimFunc]:
 
 
 def _wgmma(name: str, dtype: str, n: int, k: int) -> tuple[PrimFunc, PrimFunc]:
-    a = Buffer("A", (16, SW128_ROW), dtype, scope="shared")
-    b = Buffer("B", (n, SW128_ROW), dtype, scope="shared")
+    # rows of 64 (one swizzle row: the K step reads columns 0 .. k - 1), or k past 64: the
+    # rows' whole 64-column blocks (stored as further blocks along a dimension before the rows)
+    width = max(SW128_ROW, k)
+    a = Buffer("A", (16, width), dtype, scope="shared")
+    b = Buffer("B", (n, width), dtype, scope="shared")
     c = Buffer("C", (n // 16, WARP_SIZE, 8), "float32", scope="warp")
 
     def make(v: list[Var]) -> tuple[Stmt, list[BufferRegion], list[BufferRegion]]:
@@ -294,7 +299,7 @@ def _register_all() -> None:
         _register(f"mma_{i}{i}{o}", functools.partial(_mma, in_dtype=in_dtype, out_dtype=out_dtype))
     for dtype in ("float16", "bfloat16"):
         for n in range(16, 257, 16):
-            for k in (16, 64):
+            for k in (16, 64, 128, 192, 256):
                 _register(wgmma_intrin(dtype, n, k), functools.partial(_wgmma, dtype=dtype, n=n, k=k))
                 WGMMA_INTRIN_NAMES.append(wgmma_intrin(dtype, n, k))
         for n in range(64, 257, 64):

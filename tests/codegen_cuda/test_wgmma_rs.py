@@ -1,8 +1,10 @@
 """``ptx_wgmma`` with A from registers and an MN-major B in the CUDA emitter (issue 33,
 FlashAttention 3's ``P V``): the helper passes A as 4 x ``.b32`` registers per K step with
 ``imm-trans-b`` 1 and a descriptor whose leading byte offset is the stride of B's 64-column
-blocks, stepping 16 rows (2048 bytes) per instruction; operands it cannot prove are refused by
-name (a B off its swizzle atom or depending on the warp, a register A off a tile start)."""
+blocks, stepping 16 rows (2048 bytes) per instruction; K-major tiles of K past 64 (``Q K^T``
+at head_dim 128) step their descriptors to the next 64-column block every 4 instructions;
+operands it cannot prove are refused by name (a B off its swizzle atom or depending on the
+warp, a register A off a tile start, a blocked tile off its first column)."""
 
 from __future__ import annotations
 
@@ -44,13 +46,25 @@ def test_helper_takes_a_from_registers_and_b_mn_major(head_dim: int, lbo: int) -
     assert re.search(rf"{name}\(&acc\[0\], &P\[0\], &V_s\[", src)
 
 
+def test_k_major_tiles_past_64_columns_step_to_the_next_block() -> None:
+    """head_dim 128: S in one wgmma of K = 128; Q_s [2, 64, 64] and K_s [2, 2, 64, 64] (two
+    versions): both 64-column blocks 4096 elements (512 units of 16 bytes) apart."""
+    src = emit_function(_lowered(128)).emitted.source
+    helper = src[src.index("void loopir_wgmma_m64n64k128_f16_ka512_kb512("):]
+    helper = helper[:helper.index("\n}\n")]
+    steps = [0, 2, 4, 6, 512, 514, 516, 518]
+    assert re.findall(r'"l"\(da \+ (\d+)\)', helper) == re.findall(r'"l"\(db \+ (\d+)\)', helper) == list(map(str, steps))
+    assert helper.count("wgmma.mma_async") == 8 and helper.count("wait_group") == 1
+
+
 class _EditPV(Mutator):
     """Rewrite the operands of the ``P V`` wgmma (A from registers) with ``edit(call, ty)``,
     ``ty`` the variable of the ``threadIdx.y`` loop around it."""
 
-    def __init__(self, edit: Callable[[Call, PrimExpr], tuple[PrimExpr, ...]]) -> None:
+    def __init__(self, edit: Callable[[Call, PrimExpr], tuple[PrimExpr, ...]], trans_b: bool = True) -> None:
         super().__init__()
         self.edit = edit
+        self.trans_b = trans_b
         self.ty: list[PrimExpr] = []
 
     def visit_For(self, s: For) -> Stmt:
@@ -64,7 +78,7 @@ class _EditPV(Mutator):
 
     def visit_Evaluate(self, s: Evaluate) -> Stmt:
         v = s.value
-        if isinstance(v, Call) and v.op == "ptx_wgmma" and str(v.args[0].value).endswith(".trans_b"):  # type: ignore[attr-defined]
+        if isinstance(v, Call) and v.op == "ptx_wgmma" and str(v.args[0].value).endswith(".trans_b") == self.trans_b:  # type: ignore[attr-defined]
             return Evaluate(Call(v.dtype, v.op, self.edit(v, self.ty[-1])))
         return s
 
@@ -89,3 +103,11 @@ def test_unproven_operands_are_refused(edit: Callable, match: str) -> None:
     bad = func.with_body(_EditPV(edit).visit(func.body))
     with pytest.raises(CodegenError, match=match):
         emit_function(bad)
+
+
+def test_a_blocked_tile_off_its_first_column_is_refused() -> None:
+    """The S wgmma of K = 128 reading Q from column 16: not whole 64-column blocks."""
+    func = _lowered(128)
+    edit = _EditPV(lambda c, ty: (c.args[0], _shift(c.args[1], -1, 16), c.args[2], c.args[3]), trans_b=False)
+    with pytest.raises(CodegenError, match=r"ptx_wgmma a: a tile of K = 128 .* must start at a 1024-byte swizzle atom"):
+        emit_function(func.with_body(edit.visit(func.body)))

@@ -97,8 +97,10 @@ def test_both_gemms_are_wgmma_on_the_fragments(head_dim: int) -> None:
     are 1024-byte aligned compact tiles (no row padding), read by no ldmatrix; no mma.sync."""
     kernel = _source(attention(4, 32, 1024, 1024, head_dim, wgmma=True)).split("__global__")[1]
     assert "float S[32];" in kernel and f"float acc[{head_dim // 2}];" in kernel and "half P[32];" in kernel
-    calls = re.findall(r"loopir_wgmma_m64n64k64_f16\(&S\[0\], &Q_s\[[^]]*\], &K_s\[[^]]*\]\);", kernel)
-    assert len(calls) == 2  # the pipelined loop and its peeled last tile (a loop over 64 columns of head_dim)
+    # the whole head_dim in one call: at 128 its two 64-column blocks 4096 elements apart
+    s_name = "loopir_wgmma_m64n64k64_f16" if head_dim == 64 else f"loopir_wgmma_m64n64k{head_dim}_f16_ka512_kb512"
+    calls = re.findall(rf"{s_name}\(&S\[0\], &Q_s\[[^]]*\], &K_s\[[^]]*\]\);", kernel)
+    assert len(calls) == 2  # the pipelined loop and its peeled last tile
     lbo = 1 if head_dim == 64 else 64 * 64 * 2 // 16
     pv = re.findall(rf"loopir_wgmma_m64n{head_dim}k64_f16_rs_tb{lbo}\(&acc\[0\], &P\[0\], &V_s\[[^]]*\]\);", kernel)
     assert len(pv) == 2

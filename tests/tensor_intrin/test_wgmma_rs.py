@@ -1,6 +1,7 @@
 """``ptx_wgmma`` with A from registers and B MN-major (``trans_b``), and the ``wgmma_rs_*``
-intrinsics (FlashAttention 3's ``O += P V``): their meaning on the CPU executor against oracles
-written out here from the PTX ISA and CuTe, independently of ``loopir.tensor_intrin``.
+intrinsics (FlashAttention 3's ``O += P V``), and K-major tiles of K past 64 (whole 64-column
+blocks: ``S = Q K^T`` at head_dim 128 in one call): their meaning on the CPU executor against
+oracles written out here from the PTX ISA and CuTe, independently of ``loopir.tensor_intrin``.
 
 * A from registers: lane ``l``'s register ``v`` of K step ``s`` is CuTe's ``ALayout_64x16``
   (the ``mma.m16n8k16`` A fragment per warp) element; B MN-major in the 128-byte swizzle: the
@@ -11,6 +12,9 @@ written out here from the PTX ISA and CuTe, independently of ``loopir.tensor_int
   that oracle, equals numpy's ``A @ B`` through PTX's accumulator layout, and is bit-identical
   to the registered intrinsic's description on the unswizzled B, in sequential and random
   thread order.
+* K-major past 64 columns: block ``kk // 64`` of a tile a further index before the rows, each
+  stored as the one-row swizzle (the descriptor stepping to it every 4 instructions); equal
+  to numpy and bit-identical to the description on the unblocked tiles.
 * What the race checker sees: A's tiles of all 32 lanes, B's K rows of each 64-column block.
 * The builder refuses malformed calls naming the operand.
 """
@@ -105,6 +109,50 @@ def test_register_a_mn_major_b_is_ptx_and_the_description(data: st.DataObject, n
     assert np.array_equal(want_bits, got)
 
 
+def _blocked(tile: np.ndarray) -> np.ndarray:
+    """A K-major ``[rows, k]`` tile as ``[k / 64, rows, 64]`` blocks, each stored by PTX's
+    128-byte swizzle (rows of 128 bytes from a 1024-byte aligned address)."""
+    rows, k = tile.shape
+    out = np.zeros(k * rows, tile.dtype)
+    for r in range(rows):
+        for c in range(k):
+            out[(c // 64 * rows * 128 + ptx_sw128_byte(r * 128 + c % 64 * 2)) // 2] = tile[r, c]
+    return out.reshape(k // 64, rows, 64)
+
+
+@settings(max_examples=6, deadline=None)
+@given(data=st.data(), n=st.sampled_from([16, 64, 128]), k=st.sampled_from([128, 192, 256]),
+       dtype=st.sampled_from(["float16", "bfloat16"]), order=st.sampled_from(["sequential", "random"]))  # fmt: skip
+def test_k_major_blocks_past_64_columns_are_ptx_and_the_description(data: st.DataObject, n: int, k: int,
+                                                                   dtype: str, order: str) -> None:  # fmt: skip
+    from loopir.tensor_intrin.cuda import wgmma_intrin
+
+    nonzero = st.one_of(st.floats(-4, -0.0625, width=32), st.floats(0.0625, 4, width=32))
+    vals = functools.partial(hnp.arrays, np.float32, elements=nonzero)
+    a = to_storage(data.draw(vals((16, k))), dtype)
+    b = to_storage(data.draw(vals((n, k))), dtype)
+    c = data.draw(vals((n // 16, 32, 8)))
+    ab = Buffer("A", (k // 64, 16, 64), dtype, scope="shared")
+    bb = Buffer("B", (k // 64, n, 64), dtype, scope="shared")
+    cb = Buffer("C", (n // 16, 32, 8), "float32", scope="warp")
+    lane, zero = Var("tx"), IntImm(0, "int32")
+    call = op.ptx_wgmma(ab[zero, zero, zero], bb[zero, zero, zero], cb[zero, lane, zero], n, k)
+    func = PrimFunc((ab, bb, cb), For(lane, 0, 32, ForKind.THREAD_BINDING, Evaluate(call), thread_tag="threadIdx.x"))
+    got = c.copy()
+    _module(func, order)(_blocked(a), _blocked(b), got)
+    full = from_storage(a, dtype).astype(np.float64) @ from_storage(b, dtype).astype(np.float64).T
+    for ln in range(32):
+        for reg in range(n // 2):
+            r, col = ptx_wgmma_d(ln, reg)
+            want = c[reg // 8, ln, reg % 8] + full[r, col]
+            assert abs(got[reg // 8, ln, reg % 8] - want) <= 1e-4 * (1 + abs(want))
+    want_bits = c.copy()
+    _module(tensor_intrin.get(wgmma_intrin(dtype, n, k)).desc, "sequential")(a, b, want_bits)
+    assert np.array_equal(want_bits, got)
+    blocks = {t.buffer.name: tuple(m for _, m in t.iters) for t in touches(call) if not t.is_store}
+    assert blocks["A"] == (k // 64, 16, 64) and blocks["B"] == (k // 64, n, 64)
+
+
 def test_names_and_intrinsics_verify() -> None:
     assert wgmma_rs_intrin("float16", 128, 64) in WGMMA_INTRIN_NAMES
     for name in (wgmma_rs_intrin("bfloat16", 256, 256), wgmma_rs_intrin("float16", 64, 16)):
@@ -133,9 +181,9 @@ C = Buffer("C", (8, 32, 8), "float32", scope="warp")
     (lambda: op.ptx_wgmma(A[0, tx, 0], S[0, 0], C[0, tx, 0], 96, 64, trans_b=True),
      r"m64nNkK.trans_b with N a multiple of 64"),
     (lambda: op.ptx_wgmma(A[0, tx, 0], S[0, 0], C[0, tx, 0], 128, 272, trans_b=True), "K a multiple of 16 up to 256"),
-    (lambda: op.ptx_wgmma(S[0, 0], S[0, 0], C[0, tx, 0], 128, 128, trans_b=True),
-     "K = 128 reaches past one 128-byte row of a K-major operand"),
-    (lambda: op.ptx_wgmma(A[0, tx, 0], S[0, 0], C[0, tx, 0], 128, 128), "K 16, 32, 48 or 64"),
+    (lambda: op.ptx_wgmma(S[0, 0], S[0, 0], C[0, tx, 0], 128, 80, trans_b=True),
+     "K = 80 is not whole 64-column blocks of a K-major operand"),
+    (lambda: op.ptx_wgmma(A[0, tx, 0], S[0, 0], C[0, tx, 0], 128, 96), "K 16, 32, 48 or 64"),
     (lambda: op.ptx_wgmma(AB[0, tx, 0], S[0, 0], C[0, tx, 0], 64, 64, trans_b=True), "both alike"),
     (lambda: op.ptx_wgmma(A[0, tx, 0], A[0, tx, 0], C[0, tx, 0], 64, 64, trans_b=True),
      "ptx_wgmma b must be a load of a shared buffer"),
