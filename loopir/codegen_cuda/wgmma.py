@@ -127,7 +127,9 @@ def _helper(n: int, k: int, dtype: str, wait: bool = True, form: str = "") -> st
     b_desc = "loopir_sw128_desc(b)" if lbo is None else f"loopir_sw128_mn_desc(b, {lbo})"
     setup = [f"  unsigned long long da = loopir_sw128_desc(a), db = {b_desc};"]
     if a_regs:
-        setup = ["  const unsigned* ar = reinterpret_cast<const unsigned*>(a);", f"  unsigned long long db = {b_desc};"]
+        # memcpy, as the mma.sync helper: no alignment or aliasing assumption on the halves
+        # (the copy folds away once the fragment is in registers)
+        setup = [f"  unsigned ar[{k // 4}];", "  memcpy(ar, a, sizeof(ar));", f"  unsigned long long db = {b_desc};"]
     return "\n".join([
         f"__device__ __forceinline__ void {_name(n, k, dtype, wait, form)}(float* d, const {ct}* a, const {ct}* b) {{",
         *setup,
