@@ -111,3 +111,23 @@ def test_a_blocked_tile_off_its_first_column_is_refused() -> None:
     edit = _EditPV(lambda c, ty: (c.args[0], _shift(c.args[1], -1, 16), c.args[2], c.args[3]), trans_b=False)
     with pytest.raises(CodegenError, match=r"ptx_wgmma a: a tile of K = 128 .* must start at a 1024-byte swizzle atom"):
         emit_function(func.with_body(edit.visit(func.body)))
+
+
+def test_a_register_a_written_while_its_wgmma_is_in_flight_is_refused() -> None:
+    """An asynchronous issue with A from registers: the tensor cores read A until the wait, so
+    a store into A before ``wgmma.wait_group 0`` is refused (as one into the accumulator)."""
+    from loopir.codegen_cuda.wgmma_async import check_accumulators
+    from loopir.ir import op
+    from loopir.ir.buffer import Buffer
+    from loopir.ir.expr import FloatImm, IntImm
+    from loopir.ir.stmt import BufferStore, seq
+
+    p = Buffer("P", (4, 8), "float16", scope="local")
+    v = Buffer("V_s", (64, 64), "float16", scope="shared")
+    acc = Buffer("acc", (4, 8), "float32", scope="local")
+    zero = IntImm(0, "int32")
+    issue = op.ptx_wgmma_async(p[zero, zero], v[zero, zero], acc[zero, zero], 64, 64, trans_b=True)
+    write_p = BufferStore(p, FloatImm(0.0, "float16"), (zero, zero))
+    with pytest.raises(CodegenError, match=r"P of an asynchronous wgmma .* is touched before a ptx_wgmma_wait\(0\)"):
+        check_accumulators("k", seq(Evaluate(issue), write_p, Evaluate(op.ptx_wgmma_wait(0, issue))))
+    check_accumulators("k", seq(Evaluate(issue), Evaluate(op.ptx_wgmma_wait(0, issue)), write_p))  # retired first
