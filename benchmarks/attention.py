@@ -21,6 +21,13 @@ same keys in shuffled pages of 16, a page table and per-sequence lengths).
 schedules beside the default in the same run (``variant0``, ...; ``min_blocks_per_sm`` is the
 build's ``__launch_bounds__`` argument), each checked first as the rest.
 
+``--wgmma`` times FlashAttention 3's GEMMs on Hopper's ``wgmma`` beside the default (FA2 on
+``mma.sync``): ``wgmma`` (``examples.attention(..., wgmma=True)``: both GEMMs, P from
+registers; default tiles 64 x 64) and ``wgmma_qk`` (``wgmma="qk"``: ``S = Q K^T`` only), each
+with its ratio to the fastest torch backend (``wgmma_vs_best_torch``, ...); ``--wgmma-tiles
+'[[64, 64], [128, 128]]'`` adds one ``wgmma_{bm}x{bn}`` per tile (both GEMMs). With
+``--smoke`` it builds them too.
+
 ``--smoke`` builds what it can without a GPU: every loopir kernel of the run, lowered, race
 checked, emitted and compiled with nvcc for ``--arch`` when nvcc is on PATH; it imports neither
 torch nor Triton.
@@ -64,20 +71,32 @@ def selected(pattern: str | None) -> list[tuple[int, int, int, int, bool]]:
     return [c for c in CASES if any(fnmatch.fnmatch(case_name(*c), p) for p in pats)]
 
 
-def smoke(arch: str, cases: list[tuple[int, int, int, int, bool]], params: dict[str, Any] | None = None) -> int:
+def wgmma_variants(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """The ``--wgmma`` schedules by label (module doc)."""
+    if not args.wgmma:
+        return {}
+    out: dict[str, dict[str, Any]] = {"wgmma": {"wgmma": True}, "wgmma_qk": {"wgmma": "qk"}}
+    for bm, bn in args.wgmma_tiles:
+        out[f"wgmma_{bm}x{bn}"] = {"wgmma": True, "block_m": bm, "block_n": bn}
+    return out
+
+
+def smoke(arch: str, cases: list[tuple[int, int, int, int, bool]], params: dict[str, Any] | None = None,
+          variants: dict[str, dict[str, Any]] | None = None) -> int:  # fmt: skip
     from loopir.codegen_cuda import compile_cuda, prepare_function
 
     nvcc = shutil.which("nvcc") is not None
     for dtype in DTYPES:
         for b, h, s, d, causal in cases:
-            with warnings.catch_warnings():
-                warnings.simplefilter("error")  # a RaceCheckWarning fails the smoke run
-                src = prepare_function(attention(b, h, s, s, d, dtype, causal, **(params or {})).func).emitted.source
-            line = f"{dtype} {case_name(b, h, s, d, causal)}: {len(src)} chars of CUDA"
-            if nvcc:
-                res = next(iter(compile_cuda(src, arch=arch).resources.values()))
-                line += f", {arch}: {res.registers} registers, spills {res.spill_store_bytes}/{res.spill_load_bytes}"
-            print(line, flush=True)
+            for label, kw in {"": params or {}, **(variants or {})}.items():
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error")  # a RaceCheckWarning fails the smoke run
+                    src = prepare_function(attention(b, h, s, s, d, dtype, causal, **kw).func).emitted.source
+                line = f"{dtype} {case_name(b, h, s, d, causal)}{' ' + label if label else ''}: {len(src)} chars of CUDA"
+                if nvcc:
+                    res = next(iter(compile_cuda(src, arch=arch).resources.values()))
+                    line += f", {arch}: {res.registers} registers, spills {res.spill_store_bytes}/{res.spill_load_bytes}"
+                print(line, flush=True)
     b, h, kh, _, d = DECODE[0]  # one build serves every KV length
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -179,6 +198,9 @@ def run_case(torch: Any, args: argparse.Namespace, dtype: str, case: tuple[int, 
         vmod = loopir.build(attention(b, h, s, s, d, dtype, causal, **kw).func, target="cuda",
                             min_blocks_per_sm=min_blocks)  # fmt: skip
         impls[f"variant{i}"] = lambda o, vmod=vmod: vmod(q, k, v, o)
+    for label, kw in wgmma_variants(args).items():  # FlashAttention 3's GEMMs on wgmma
+        wmod = loopir.build(attention(b, h, s, s, d, dtype, causal, **kw).func, target="cuda")
+        impls[label] = lambda o, wmod=wmod: wmod(q, k, v, o)
     for label, backend in _sdpa_backends(torch).items():
         impls[label] = lambda o, backend=backend: _sdpa(torch, backend, q, k, v, o, causal)
     if triton_attn is not None:
@@ -206,10 +228,14 @@ def run_case(torch: Any, args: argparse.Namespace, dtype: str, case: tuple[int, 
     best_torch = min((v for k, v in timed.items() if k.startswith("torch")), default=None)
     if best_torch:
         row["loopir_vs_best_torch"] = best_torch / timed["loopir"]
+        for label in wgmma_variants(args):
+            if label in timed:
+                row[f"{label}_vs_best_torch"] = best_torch / timed[label]
     if "triton" in timed:
         row["loopir_vs_triton"] = timed["triton"] / timed["loopir"]
     print(row["case"] + ": " + "  ".join(f"{k} {v:.3f} ms" for k, v in timed.items()) + "  " +
-          "  ".join(f"{k} {v:.2f}x" for k, v in row.items() if k.startswith("loopir_vs")), flush=True)  # fmt: skip
+          "  ".join(f"{k} {v:.2f}x" for k, v in row.items() if k.endswith("_vs_best_torch") or k.startswith("loopir_vs")),
+          flush=True)  # fmt: skip
     return row
 
 
@@ -268,13 +294,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", type=json.loads, default=[],
                     help="JSON list of examples.attention keyword arguments (and min_blocks_per_sm, "
                          "the build's), each timed as variant<i> beside the default")  # fmt: skip
+    ap.add_argument("--wgmma", action="store_true",
+                    help="also time attention(..., wgmma=True) and wgmma='qk' (FlashAttention 3's GEMMs, sm_90a)")
+    ap.add_argument("--wgmma-tiles", type=json.loads, default=[],
+                    help="with --wgmma: JSON list of [block_m, block_n] tiles of wgmma=True, each timed too")
     ap.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated dtypes of the prefill cases")
     ap.add_argument("--smoke", action="store_true", help="build the loopir kernels only (no GPU)")
     ap.add_argument("--arch", default="sm_90a", help="nvcc architecture of --smoke")
     args = ap.parse_args(argv)
     cases = selected(args.cases)
     if args.smoke:
-        return smoke(args.arch, cases, args.params)
+        return smoke(args.arch, cases, args.params, wgmma_variants(args))
 
     import torch
 

@@ -196,7 +196,7 @@ class KernelEmitter(CodeWriter):
         self.uses_tma = False  # TMA or mbarrier calls: the translation unit's TMA helpers
         self.uses_setmaxnreg = False  # warpgroup register reallocation: a register cap at entry
         self.thread_vars: dict[str, Var] = {}  # the thread loops around the statement, by tag
-        self.wgmma_shapes: set[tuple[str, int, int, str]] = set()
+        self.wgmma_shapes: set[tuple[str, int, int, str, str]] = set()
         self.smem_align = wgmma_smem_align(spec.name, spec.body)
         tma = has_tma(spec.body)
         if tma:  # swizzled TMA tiles follow address bits 7-9

@@ -118,7 +118,7 @@ def emit_cuda(func: PrimFunc, min_blocks_per_sm: int | None = None) -> EmitResul
     kernels: list[KernelSource] = []
     fp16 = bf16 = False
     helpers = allreduce = async_copies = tensor_cores = tma = False
-    wgmma: set[tuple[str, int, int, str]] = set()
+    wgmma: set[tuple[str, int, int, str, str]] = set()
     for spec in splitter.kernels:
         em, text, info = _emit_kernel(func, spec, size_vars, min_blocks_per_sm)
         fp16 |= em.uses_fp16

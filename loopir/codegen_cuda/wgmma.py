@@ -56,7 +56,13 @@ from loopir.errors import CodegenError
 from loopir.ir.buffer import Range
 from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr, Var
 from loopir.ir.functor import post_order_visit, substitute
-from loopir.ir.op import WGMMA_ISSUES, wgmma_nk, wgmma_wait_groups
+from loopir.ir.op import (
+    WGMMA_ISSUES,
+    wgmma_a_in_registers,
+    wgmma_nk,
+    wgmma_trans_b,
+    wgmma_wait_groups,
+)
 from loopir.ir.stmt import Stmt
 from loopir.tensor_intrin.layouts import SW128_ROW, WARP_SIZE, WARPGROUP_WARPS
 
@@ -80,37 +86,94 @@ _DESC_HELPER = "\n".join([
     "  unsigned long long addr = static_cast<unsigned long long>(__cvta_generic_to_shared(tile));",
     "  return ((addr & 0x3FFFFull) >> 4) | (1ull << 16) | ((1024ull >> 4) << 32) | (1ull << 62);",
     "}",
+    "// MN-major: the leading byte offset is the stride of the 64-column blocks (16-byte units)",
+    "__device__ __forceinline__ unsigned long long loopir_sw128_mn_desc(const void* tile, unsigned long long lbo) {",
+    "  unsigned long long addr = static_cast<unsigned long long>(__cvta_generic_to_shared(tile));",
+    "  return ((addr & 0x3FFFFull) >> 4) | (lbo << 16) | ((1024ull >> 4) << 32) | (1ull << 62);",
+    "}",
 ])  # fmt: skip
 
 
-def _helper(n: int, k: int, dtype: str, wait: bool = True) -> str:
-    """``k / 16`` wgmma instructions along the 128-byte rows (the descriptors' start addresses
-    advanced by 32 bytes, 2 in their 16-byte units, per step), one commit, one wait (none for
-    the asynchronous issue: ``wait`` False)."""
+def _helper(n: int, k: int, dtype: str, wait: bool = True, form: str = "") -> str:
+    """``k / 16`` wgmma instructions, one commit, one wait (none for the asynchronous issue:
+    ``wait`` False). ``form`` (``_form``): A from a descriptor (K-major, the start address
+    advanced 32 bytes, 2 in its 16-byte units, per step along the 128-byte rows, ``_k_step``) or from
+    registers (``rs``: 4 x ``.b32`` per step, the thread's fragment of the step's 16 x 16
+    tile); B K-major likewise, or MN-major (``tb{lbo}``: ``imm-trans-b`` 1, the descriptor's
+    leading byte offset ``lbo`` 16-byte units, advanced 16 rows of 128 bytes, 128 units, per
+    step)."""
     regs = n // 2
+    a_regs, lbo, ka, kb = _parse_form(form)
     t, ct = _PTX_TYPE[dtype], _CTYPE[dtype]
     d = ", ".join(f"%{i}" for i in range(regs))
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
-    steps = [f'               "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{d}}}, '
-             f'%{regs + 2 * s}, %{regs + 2 * s + 1}, p, 1, 1, 0, 0;\\n"' for s in range(k // 16)]  # fmt: skip
-    descs = ", ".join(f'"l"(da + {2 * s}), "l"(db + {2 * s})' for s in range(k // 16))
+    ins: list[str] = []
+    steps = []
+    for s in range(k // 16):
+        if a_regs:
+            a_op = "{" + ", ".join(f"%{regs + len(ins) + r}" for r in range(4)) + "}"
+            ins += [f'"r"(ar[{4 * s + r}])' for r in range(4)]
+        else:
+            a_op = f"%{regs + len(ins)}"
+            ins.append(f'"l"(da + {_k_step(s, ka)})')
+        b_op = f"%{regs + len(ins)}"
+        ins.append(f'"l"(db + {_k_step(s, kb) if lbo is None else 128 * s})')
+        # scale-d (p), imm-scale-a, imm-scale-b, [imm-trans-a: descriptors only], imm-trans-b
+        tb = 0 if lbo is None else 1
+        tail = f"p, 1, 1, {tb}" if a_regs else f"p, 1, 1, 0, {tb}"
+        steps.append(f'               "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{d}}}, '
+                     f'{a_op}, {b_op}, {tail};\\n"')  # fmt: skip
+    pred = regs + len(ins)
+    b_desc = "loopir_sw128_desc(b)" if lbo is None else f"loopir_sw128_mn_desc(b, {lbo})"
+    setup = [f"  unsigned long long da = loopir_sw128_desc(a), db = {b_desc};"]
+    if a_regs:
+        # memcpy, as the mma.sync helper: no alignment or aliasing assumption on the halves
+        # (the copy folds away once the fragment is in registers)
+        setup = [f"  unsigned ar[{k // 4}];", "  memcpy(ar, a, sizeof(ar));", f"  unsigned long long db = {b_desc};"]
     return "\n".join([
-        f"__device__ __forceinline__ void {_name(n, k, dtype, wait)}(float* d, const {ct}* a, const {ct}* b) {{",
-        "  unsigned long long da = loopir_sw128_desc(a), db = loopir_sw128_desc(b);",
-        '  asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(regs + 2 * (k // 16)) + ', 0;\\n"',
+        f"__device__ __forceinline__ void {_name(n, k, dtype, wait, form)}(float* d, const {ct}* a, const {ct}* b) {{",
+        *setup,
+        '  asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(pred) + ', 0;\\n"',
         '               "wgmma.fence.sync.aligned;\\n"',
         *steps,
         *(['               "wgmma.commit_group.sync.aligned;\\n"',
            '               "wgmma.wait_group.sync.aligned 0;\\n}\\n"'] if wait else
           ['               "wgmma.commit_group.sync.aligned;\\n}\\n"']),
         f'               : {outs}',
-        f'               : {descs}, "r"(1) : "memory");',
+        f'               : {", ".join(ins)}, "r"(1) : "memory");',
         "}",
     ])  # fmt: skip
 
 
-def _name(n: int, k: int, dtype: str, wait: bool = True) -> str:
-    return f"loopir_wgmma{'' if wait else '_async'}_m64n{n}k{k}_{_PTX_TYPE[dtype]}"
+def _form(a_regs: bool, lbo: int | None, ka: int | None = None, kb: int | None = None) -> str:
+    """The operand form of a helper, ``_``-joined parts: none (both descriptors, K-major along
+    one 128-byte row), ``"rs"`` (A from registers), ``"tb{lbo}"`` (B MN-major with leading byte
+    offset ``lbo``), ``"ka{u}"`` / ``"kb{u}"`` (a K-major A / B of K past 64, its 64-column
+    blocks ``u`` 16-byte units apart)."""
+    parts = (["rs"] if a_regs else []) + ([f"tb{lbo}"] if lbo is not None else []) + \
+        ([f"ka{ka}"] if ka is not None else []) + ([f"kb{kb}"] if kb is not None else [])
+    return "_".join(parts)
+
+
+def _parse_form(form: str) -> tuple[bool, int | None, int, int]:
+    """``(A from registers, B's MN-major leading byte offset or None, A's and B's block strides
+    (0: one row))`` of a ``_form``."""
+    parts = form.split("_") if form else []
+
+    def num(prefix: str) -> int | None:
+        return next((int(p[2:]) for p in parts if p.startswith(prefix)), None)
+
+    return "rs" in parts, num("tb"), num("ka") or 0, num("kb") or 0
+
+
+def _k_step(s: int, block: int) -> int:
+    """The descriptor increment of K-major K step ``s`` (16 columns): 32 bytes along the row
+    (2 units), the next 64-column block (``block`` units further) every 4 steps."""
+    return s % 4 * 2 + s // 4 * block
+
+
+def _name(n: int, k: int, dtype: str, wait: bool = True, form: str = "") -> str:
+    return f"loopir_wgmma{'' if wait else '_async'}_m64n{n}k{k}_{_PTX_TYPE[dtype]}" + (f"_{form}" if form else "")
 
 
 def _fence_helper(n: int) -> str:
@@ -150,15 +213,15 @@ def wgmma_smem_align(name: str, body: Stmt) -> int:
     return WGMMA_SMEM_ALIGN
 
 
-def wgmma_helpers(shapes: set[tuple[str, int, int, str]]) -> str:
-    """The device helpers a translation unit uses: ``(kind, N, K, dtype)`` with kind
-    ``"sync"`` or ``"async"`` (an issue of that shape) or ``"fence"`` (the register fence of
-    ``N`` columns; a ``"fence"`` also brings the wait)."""
+def wgmma_helpers(shapes: set[tuple[str, int, int, str, str]]) -> str:
+    """The device helpers a translation unit uses: ``(kind, N, K, dtype, form)`` with kind
+    ``"sync"`` or ``"async"`` (an issue of that shape and operand form, ``_form``) or
+    ``"fence"`` (the register fence of ``N`` columns; a ``"fence"`` also brings the wait)."""
     out = [_DESC_HELPER]
     if any(kind == "fence" for kind, *_ in shapes):
         out.append(_WAIT_HELPER)
-    for kind, n, k, d in sorted(shapes):
-        out.append(_fence_helper(n) if kind == "fence" else _helper(n, k, d, wait=kind == "sync"))
+    for kind, n, k, d, form in sorted(shapes):
+        out.append(_fence_helper(n) if kind == "fence" else _helper(n, k, d, kind == "sync", form))
     return "\n".join(out)
 
 
@@ -192,9 +255,10 @@ def _equal(ana: arith.Analyzer, a: PrimExpr, b: PrimExpr) -> bool:
 
 
 def _operand(em: KernelEmitter, call: Call, what: str, load: PrimExpr, lanes: tuple[Var, Var],
-             rows_per_warp: int, depth: int) -> PrimExpr:  # fmt: skip
+             rows_per_warp: int, depth: int) -> tuple[PrimExpr, int | None]:  # fmt: skip
     """Warp 0's linear offset of operand ``load`` after proving the warpgroup's uniformity and
-    the tile's alignment (module doc)."""
+    the tile's alignment (module doc), and for a ``depth`` past 64 the stride of its 64-column
+    blocks in 16-byte units (``_block_stride``; else None)."""
     assert isinstance(load, BufferLoad)
     last = load.buffer.shape[-1]
     if not (isinstance(last, IntImm) and last.value == SW128_ROW):
@@ -217,13 +281,38 @@ def _operand(em: KernelEmitter, call: Call, what: str, load: PrimExpr, lanes: tu
         raise _fail(em, call, (f"ptx_wgmma {what}: cannot prove that warp w of a warpgroup reads the tile "
                                f"{rows_per_warp * SW128_ROW} * w elements after warp 0's ({load})"))  # fmt: skip
     k = ana.simplify(base % (8 * SW128_ROW))
+    first: PrimExpr = substitute(off, {ty: ty // WARPGROUP_WARPS * WARPGROUP_WARPS})
+    if depth > SW128_ROW:  # whole 64-column blocks along the dimension before the rows
+        if not _equal(ana, k, IntImm(0, "int32")):
+            raise _fail(em, call, (f"ptx_wgmma {what}: a tile of K = {depth} ({load}) must start at a 1024-byte "
+                                   f"swizzle atom (column 0 of its first 64-column block); its offset in the atom is {k}"))  # fmt: skip
+        return first, _block_stride(em, call, what, load, ana)
     aligned = ana.can_prove(k + depth <= SW128_ROW) and _equal(ana, k % 16, IntImm(0, "int32"))
     if not aligned:
         raise _fail(em, call, (f"ptx_wgmma {what}: the tile ({load}) must start at a 1024-byte swizzle "
                                f"atom plus a multiple of 16 elements at most {SW128_ROW - depth}; its offset "
                                f"in the atom is {k}"))  # fmt: skip
-    first: PrimExpr = substitute(off, {ty: ty // WARPGROUP_WARPS * WARPGROUP_WARPS})
-    return first
+    return first, None
+
+
+def _block_stride(em: KernelEmitter, call: Call, what: str, load: BufferLoad, ana: arith.Analyzer) -> int:
+    """The stride of ``load``'s 64-column blocks (its dimension before the rows) in 16-byte
+    units: a constant that keeps the blocks' 1024-byte atoms aligned, and fits a descriptor's
+    14-bit fields."""
+    if len(load.indices) < 3:
+        raise _fail(em, call, f"ptx_wgmma {what}: a K-major tile of more than {SW128_ROW} columns needs its 64-column "
+                    f"blocks along a dimension before the rows (a buffer of rank >= 3); {load.buffer.name} has "
+                    f"rank {len(load.indices)}")  # fmt: skip
+    off = em.flat_index(load.buffer, load.indices)
+    idx = list(load.indices)
+    idx[-3] = idx[-3] + 1
+    stride = ana.simplify(em.flat_index(load.buffer, tuple(idx)) - off)
+    elems = stride.value if isinstance(stride, IntImm) else 0
+    units = elems * 2 // 16
+    if units <= 0 or units > _MAX_LBO or elems % (8 * SW128_ROW):
+        raise _fail(em, call, f"ptx_wgmma {what}: the stride of {load.buffer.name}'s 64-column blocks ({stride} "
+                    f"elements) must be a constant multiple of {8 * SW128_ROW} of at most {_MAX_LBO * 8}")  # fmt: skip
+    return units
 
 
 def wait_text(em: KernelEmitter, call: Call) -> str:
@@ -237,7 +326,7 @@ def wait_text(em: KernelEmitter, call: Call) -> str:
         assert nk is not None and isinstance(c, BufferLoad)
         if c.buffer.scope != "local":
             raise _fail(em, call, "ptx_wgmma_wait's accumulator must be registers (run LowerWarpMemory)")
-        em.wgmma_shapes.add(("fence", nk[0], 0, ""))
+        em.wgmma_shapes.add(("fence", nk[0], 0, "", ""))
         acc = f"&{em.buffer_name(c.buffer)}[{em.expr(em.flat_index(c.buffer, c.indices))}]"
         lines.append(f"loopir_wgmma_fence_n{nk[0]}({acc});")
     return " ".join(lines)
@@ -254,11 +343,73 @@ def wgmma_text(em: KernelEmitter, call: Call) -> str:
     if c.buffer.scope != "local":
         raise _fail(em, call, "ptx_wgmma's accumulator must be registers (run LowerWarpMemory)")
     lanes = _warp_layout(em, call)
-    off_a = _operand(em, call, "a", a, lanes, 16, depth)
-    off_b = _operand(em, call, "b", b, lanes, 0, depth)
+    a_regs = wgmma_a_in_registers(call)
+    ka = kb = lbo = None
+    if a_regs:
+        a_text = _register_a(em, call, a)
+    else:
+        off_a, ka = _operand(em, call, "a", a, lanes, 16, depth)
+        a_text = f"&{em.buffer_name(a.buffer)}[{em.expr(off_a)}]"
+    if wgmma_trans_b(shape):
+        off_b, lbo = _operand_mn(em, call, b, lanes, n)
+    else:
+        off_b, kb = _operand(em, call, "b", b, lanes, 0, depth)
+    form = _form(a_regs, lbo, ka, kb)
     sync = call.op == "ptx_wgmma"
-    em.wgmma_shapes.add(("sync" if sync else "async", n, depth, a.dtype))
-    name = _name(n, depth, a.dtype, sync)
+    em.wgmma_shapes.add(("sync" if sync else "async", n, depth, a.dtype, form))
+    name = _name(n, depth, a.dtype, sync, form)
     acc = f"&{em.buffer_name(c.buffer)}[{em.expr(em.flat_index(c.buffer, c.indices))}]"
-    return (f"{name}({acc}, &{em.buffer_name(a.buffer)}[{em.expr(off_a)}], "
-            f"&{em.buffer_name(b.buffer)}[{em.expr(off_b)}]);")  # fmt: skip
+    return f"{name}({acc}, {a_text}, &{em.buffer_name(b.buffer)}[{em.expr(off_b)}]);"
+
+
+def _register_a(em: KernelEmitter, call: Call, a: BufferLoad) -> str:
+    """The address of a register A (the thread's fragment: ``k / 16`` tiles of 8 elements, one
+    after the other), after checking it is registers starting at a tile."""
+    if a.buffer.scope != "local":
+        raise _fail(em, call, "ptx_wgmma's register A must be registers (run LowerWarpMemory)")
+    last = a.buffer.shape[-1]
+    off = em.flat_index(a.buffer, a.indices)
+    ana = _analyzer(em)
+    if not (isinstance(last, IntImm) and last.value == 8 and _equal(ana, off % 8, IntImm(0, "int32"))):
+        raise _fail(em, call, f"ptx_wgmma a: the register fragment ({a}) must start at a tile of a buffer "
+                    "with 8 elements per tile (its k / 16 tiles one after the other)")  # fmt: skip
+    return f"&{em.buffer_name(a.buffer)}[{em.expr(off)}]"
+
+
+#: The largest leading byte offset a descriptor holds (14 bits of 16-byte units).
+_MAX_LBO = (1 << 14) - 1
+
+
+def _operand_mn(em: KernelEmitter, call: Call, load: BufferLoad, lanes: tuple[Var, Var],
+                n: int) -> tuple[PrimExpr, int]:  # fmt: skip
+    """The offset of an MN-major B (the same for every lane and warp, at a 1024-byte swizzle
+    atom: row 0 of an 8-row group, column 0) and its descriptor's leading byte offset (the
+    stride of the buffer's dimension before the rows, in 16-byte units; 1, unused, for N = 64: one
+    block)."""
+    last = load.buffer.shape[-1]
+    if not (isinstance(last, IntImm) and last.value == SW128_ROW):
+        raise _fail(em, call, f"ptx_wgmma b: the rows of {load.buffer.name} must be {SW128_ROW} elements "
+                    f"(128 bytes, one swizzle row), got {last}")  # fmt: skip
+    tx, ty = lanes
+    ana = _analyzer(em)
+    off = em.flat_index(load.buffer, load.indices)
+    for v, what in ((tx, "lane"), (ty, "warp")):
+        if not _equal(ana, substitute(off, {v: IntImm(0, "int32")}), off):
+            raise _fail(em, call, f"ptx_wgmma b: its tile ({load}) depends on the {what}")
+    if not _equal(ana, off % (8 * SW128_ROW), IntImm(0, "int32")):
+        raise _fail(em, call, f"ptx_wgmma b: the MN-major tile ({load}) must start at a 1024-byte swizzle atom "
+                    f"(row 0 of 8, column 0); its offset in the atom is {ana.simplify(off % (8 * SW128_ROW))}")  # fmt: skip
+    if n <= SW128_ROW:
+        return off, 1  # one 64-column block: the offset is unused (1, as K-major layouts have it)
+    if len(load.indices) < 3:
+        raise _fail(em, call, f"ptx_wgmma b: an MN-major B of N = {n} > {SW128_ROW} needs its 64-column blocks along "
+                    f"a dimension before the rows (a buffer of rank >= 3, each block's rows one 8-row atom "
+                    f"after the other); {load.buffer.name} has rank {len(load.indices)}")  # fmt: skip
+    idx = list(load.indices)
+    idx[-3] = idx[-3] + 1
+    stride = ana.simplify(em.flat_index(load.buffer, tuple(idx)) - off)
+    lbo = stride.value * 2 // 16 if isinstance(stride, IntImm) else None
+    if lbo is None or lbo <= 0 or lbo > _MAX_LBO:
+        raise _fail(em, call, f"ptx_wgmma b: the stride of {load.buffer.name}'s 64-column blocks ({stride} "
+                    f"elements) must be a constant of at most {_MAX_LBO * 8} (the descriptor's leading byte offset)")  # fmt: skip
+    return off, lbo

@@ -22,7 +22,7 @@ from loopir.errors import CodegenError
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import BufferLoad, Call, IntImm
 from loopir.ir.functor import post_order_visit
-from loopir.ir.op import WGMMA_ISSUES
+from loopir.ir.op import WGMMA_ISSUES, wgmma_a_in_registers
 from loopir.ir.printer import script
 from loopir.ir.stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, SeqStmt, Stmt
 
@@ -51,12 +51,14 @@ def _leaf(kernel: str, s: Stmt, state: _InFlight) -> _InFlight:
         pending = call.args[0]
         return {} if isinstance(pending, IntImm) and pending.value == 0 else state
     if isinstance(call, Call) and call.op in WGMMA_ISSUES:
-        acc = call.args[3]
-        assert isinstance(acc, BufferLoad)
-        # the other operands are shared tiles: only the accumulator is in registers
+        acc, a = call.args[3], call.args[1]
+        assert isinstance(acc, BufferLoad) and isinstance(a, BufferLoad)
         if call.op == "ptx_wgmma":
             return {}  # it ends with wait_group 0, which retires every earlier group too
-        return {**state, acc.buffer: s}
+        # the accumulator, and A when it is registers (the tensor cores read them until the
+        # wait: PTX forbids writing them meanwhile); shared tiles are the race checker's
+        regs = {acc.buffer: s, **({a.buffer: s} if wgmma_a_in_registers(call) else {})}
+        return {**state, **regs}
     hit = _touched(s) & state.keys()
     if hit:
         buf = sorted(hit, key=lambda b: b.name)[0]

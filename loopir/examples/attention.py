@@ -270,7 +270,7 @@ _VEC = 8
 def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_dim: int,
               dtype: str = "float16", causal: bool = False, kv_heads: int | None = None, *,
               lse: bool = False, block_m: int | None = None, block_n: int | None = None,
-              unroll_rows: bool = True, fragments: bool = True) -> Schedule:  # fmt: skip
+              unroll_rows: bool = True, fragments: bool = True, wgmma: bool | str = False) -> Schedule:  # fmt: skip
     """[`attention_func`][loopir.examples.attention.attention_func] scheduled for the GPU.
 
     The ``(batch, heads, query tile)`` loops on ``blockIdx``; ``block_m / 16`` warps of 32
@@ -310,12 +310,28 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
     8 warps), else 64 (about 179 KiB, 4 warps): one block per SM; ``block_n`` 64. fp16/bf16
     only (the tensor cores' inputs).
 
+    ``wgmma`` (sm_90a, with ``fragments``; FlashAttention 3's GEMMs): True: both GEMMs on
+    Hopper's warpgroup tensor cores, ``S = Q K^T`` by ``wgmma`` from the Q and K tiles in
+    shared memory (stored with the 128-byte swizzle) into S's fragments
+    ([`wgmma_s`][loopir.examples.attention_fragments.wgmma_s]), ``acc += P V`` by ``wgmma`` with
+    P from registers (its fragments as the softmax left them) and V MN-major from shared memory
+    ([`wgmma_o`][loopir.examples.attention_fragments.wgmma_o]); ``"qk"``: the first GEMM only
+    (``P V`` on ``mma.sync``). The softmax in the fragments as ``fragments``. Needs ``head_dim``
+    a multiple of 64 (up to 256 for True), ``block_m`` of 64 (whole warpgroups) and ``block_n``
+    a multiple of 16 up to 256 (``wgmma``'s N and K); default tiles 64 x 64. Off by default
+    until measured on the GPU.
+
     The first tensor-core form: FlashAttention keeps S, P and the output in registers; here they
     go through shared memory (issue 33).
     """
     if dtype not in ("float16", "bfloat16"):
         raise _fail(f"attention on tensor cores takes 'float16' or 'bfloat16', got {dtype!r} "
                     "(attention_func runs any float type on the CPU)")  # fmt: skip
+    if not (isinstance(wgmma, bool) or wgmma == "qk"):
+        raise _fail(f"wgmma must be a bool or 'qk' (the first GEMM only), got {wgmma!r}")
+    if wgmma:
+        _check_wgmma(fragments, head_dim, block_m, block_n, wgmma is True)
+        block_m, block_n = block_m or 64, block_n or 64
     if block_m is None:  # measured on the H200 (docs/benchmarks.md, session 15)
         block_m = 64 if fragments or head_dim > 64 else 128
     if block_n is None:  # causal: block_n = block_m keeps the tiles below the diagonal mask-free
@@ -328,7 +344,8 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
     if fragments:
         from loopir.examples.attention_fragments import schedule_fragments
 
-        return schedule_fragments(sch, dtype=dtype, block_m=block_m, block_n=block_n, head_dim=head_dim, lse=lse)
+        return schedule_fragments(sch, dtype=dtype, block_m=block_m, block_n=block_n, head_dim=head_dim, lse=lse,
+                                  wgmma=bool(wgmma), wgmma_pv=wgmma is True)  # fmt: skip
     warps = block_m // 16
     _start_schedule(sch, _SHARED)
     for name, at in _ROW_BLOCKS.items():
@@ -355,6 +372,25 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
     for name, (b_trans,) in _GEMMS.items():
         _tensor_core_gemm(sch, name, warps, dtype, b_trans, head_dim, block_n)
     return _finish_schedule(sch, _ALIGN, _FAST_MATH, lse)
+
+
+def _check_wgmma(fragments: bool, head_dim: int, block_m: int | None, block_n: int | None, pv: bool) -> None:
+    """Refuse what ``attention(..., wgmma=...)`` cannot schedule, naming the parameter (``pv``:
+    the second GEMM too)."""
+    if fragments is not True:
+        raise _fail(f"wgmma=True needs fragments=True (S in the mma fragments' registers), got fragments={fragments!r}")
+    if isinstance(head_dim, int) and head_dim % 64:
+        raise _fail(f"wgmma=True needs head_dim a multiple of 64 (the Q and K tiles' 128-byte swizzled rows), "
+                    f"got head_dim = {head_dim}")  # fmt: skip
+    if pv and isinstance(head_dim, int) and head_dim > 256:
+        raise _fail(f"wgmma=True needs head_dim at most 256 (the N of the P V wgmma), got head_dim = {head_dim}; "
+                    "wgmma='qk' puts the first GEMM only on wgmma")  # fmt: skip
+    if block_m is not None and (isinstance(block_m, bool) or not isinstance(block_m, int) or block_m <= 0
+                                or block_m % 64):  # fmt: skip
+        raise _fail(f"wgmma=True needs block_m a multiple of 64 (whole warpgroups of 4 warps), got block_m = {block_m!r}")
+    if block_n is not None and (isinstance(block_n, bool) or not isinstance(block_n, int)
+                                or not 16 <= block_n <= 256 or block_n % 16):  # fmt: skip
+        raise _fail(f"wgmma=True needs block_n a multiple of 16 from 16 to 256 (wgmma's N), got block_n = {block_n!r}")
 
 
 def _start_schedule(sch: Schedule, shared: Sequence[tuple[str, str]]) -> None:

@@ -57,12 +57,13 @@ from loopir.examples.attention import (
     _finish_schedule,
     _start_schedule,
 )
+from loopir.ir.op import WGMMA_K_MAJOR_DEPTHS
 from loopir.schedule import Schedule
-from loopir.tensor_intrin.cuda import DTYPE_ABBREV
+from loopir.tensor_intrin.cuda import DTYPE_ABBREV, wgmma_intrin, wgmma_rs_intrin
 from loopir.tensor_intrin.fragment import row_reduce_intrin
-from loopir.tensor_intrin.layouts import MMA_C, ROW_STATS
+from loopir.tensor_intrin.layouts import MMA_C, ROW_STATS, SW128_ROW, sw128
 
-__all__ = ["FRAGMENT_LSE_BLOCK", "FRAGMENT_TEMPLATE", "QRESCALE", "schedule_fragments"]
+__all__ = ["FRAGMENT_LSE_BLOCK", "FRAGMENT_TEMPLATE", "QRESCALE", "schedule_fragments", "wgmma_o", "wgmma_s"]
 
 #: The program (fields as ``loopir.examples.attention``'s template).
 FRAGMENT_TEMPLATE = _HEAD + '''            acc = T.alloc_buffer(({BM}, {D}), "float32")
@@ -154,8 +155,12 @@ def _stats_map(i: Any, q: Any) -> tuple[Any, ...]:
 
 
 def schedule_fragments(sch: Schedule, *, dtype: str, block_m: int, block_n: int, head_dim: int,
-                       lse: bool) -> Schedule:  # fmt: skip
-    """The schedule of the module doc on ``sch`` (of ``attention_func(..., fragments=True)``)."""
+                       lse: bool, wgmma: bool = False, wgmma_pv: bool = False) -> Schedule:  # fmt: skip
+    """The schedule of the module doc on ``sch`` (of ``attention_func(..., fragments=True)``);
+    ``wgmma``: ``S = Q K^T`` on Hopper's ``wgmma`` from 128-byte-swizzled Q and K tiles
+    ([`wgmma_s`][loopir.examples.attention_fragments.wgmma_s]) instead of ``mma.sync``;
+    ``wgmma_pv``: ``acc += P V`` on ``wgmma`` too, P from registers
+    ([`wgmma_o`][loopir.examples.attention_fragments.wgmma_o])."""
     warps = block_m // _TILE
     _start_schedule(sch, _SHARED)
     for writer, buf in _FRAGMENTS:
@@ -194,9 +199,83 @@ def schedule_fragments(sch: Schedule, *, dtype: str, block_m: int, block_n: int,
         sch.bind(y, "threadIdx.y")
         sch.bind(x, "threadIdx.x")
         sch.vectorize(v)
-    _fragment_gemm(sch, "S", ("Q_s", "K_s"), warps, t, a_in_registers=False, b_trans=True, init=True)
-    _fragment_gemm(sch, "PV", ("P", "V_s"), warps, t, a_in_registers=True, b_trans=False, init=False)
-    return _finish_schedule(sch, _ALIGN, _FAST_MATH, lse)
+    if wgmma:
+        wgmma_s(sch, dtype, warps, block_n, head_dim)
+    else:
+        _fragment_gemm(sch, "S", ("Q_s", "K_s"), warps, t, a_in_registers=False, b_trans=True, init=True)
+    if wgmma_pv:
+        wgmma_o(sch, dtype, warps, block_n, head_dim)
+    else:
+        _fragment_gemm(sch, "PV", ("P", "V_s"), warps, t, a_in_registers=True, b_trans=False, init=False)
+    # the swizzled tiles are compact (the swizzle, not padding, spreads the rows over the banks)
+    swizzled = (("Q_s", "K_s") if wgmma else ()) + (("V_s",) if wgmma_pv else ())
+    return _finish_schedule(sch, tuple(a for a in _ALIGN if a[1] not in swizzled), _FAST_MATH, lse)
+
+
+def wgmma_s(sch: Schedule, dtype: str, warps: int, block_n: int, head_dim: int) -> None:
+    """``S = Q K^T`` on ``wgmma`` (sm_90a): each warp's 16 x ``block_n`` rows of S in one
+    ``wgmma_m64n{block_n}k{head_dim}`` call (``head_dim / 16`` instructions, one wait; 64
+    columns at a time past 256) reading the Q and K tiles from shared memory, where they are
+    stored K-major with the 128-byte swizzle (``Q_s[d // 64, i, sw128(i, d % 64)]``: 64-element
+    rows, one 8-row atom per 1024 bytes, a block per 64 columns of ``head_dim``;
+    [`sw128`][loopir.tensor_intrin.layouts.sw128]). The accumulator is S's
+    fragment buffer as it is: a warp's rows of the ``wgmma`` accumulator are 16 x 16 tiles
+    in the ``MMA_C`` layout, the layout ``_fragment_map`` gives S, so the softmax blocks and
+    the ``P V`` ``mma.sync`` are unchanged. Needs 4 warps per warpgroup (``warps`` a multiple
+    of 4) and ``head_dim`` a multiple of 64."""
+    # the whole head_dim in one call (one wait), its 64-column blocks one after the other
+    depth = head_dim if head_dim in WGMMA_K_MAJOR_DEPTHS else SW128_ROW
+    blk = sch.get_block("S")
+    i, j, k = sch.get_loops(blk)[-3:]
+    i, i_tc = sch.split(i, [None, _TILE])
+    j, j_tc = sch.split(j, [None, block_n])
+    k, k_tc = sch.split(k, [None, depth])
+    sch.reorder(i, j, k, i_tc, j_tc, k_tc)
+    outer = sch.blockize(i_tc)
+    iw, i2 = sch.split(i, [warps, None])
+    sch.reorder(iw, k, i2, j)
+    sch.bind(iw, "threadIdx.y")
+    init = sch.decompose_reduction(outer, k)
+    sch.tensorize(sch.get_loops(sch.get_block("S"))[-3], wgmma_intrin(dtype, block_n, depth))
+    (inner,) = sch.get_child_blocks(init)  # the init of one warp's 16 x block_n tile
+    rows, cols = sch.get_loops(inner)[-2:]
+    c0, c1 = sch.split(cols, [None, _TILE])
+    sch.reorder(c0, rows, c1)
+    sch.tensorize(rows, "mma_fill_f32")
+    for writer, buf in (("Q_load", "Q_s"), ("K_load", "K_s")):
+        sch.transform_layout(sch.get_block(writer), buf, _sw128_map(head_dim))
+
+
+def wgmma_o(sch: Schedule, dtype: str, warps: int, block_n: int, head_dim: int) -> None:
+    """``acc += P V`` on ``wgmma`` (sm_90a), FlashAttention 3's second GEMM: each warp's 16 x
+    ``head_dim`` rows of the output, the whole KV tile in one ``wgmma_rs_m64n{head_dim}k{block_n}``
+    call (``block_n / 16`` instructions, one wait), A from registers: P's fragments as they are
+    (the accumulator layout that produced them is the A layout ``wgmma`` reads from registers,
+    ``MMA_A``), B the V tile read MN-major from shared memory (``imm-trans-b``: V is ``[keys,
+    head_dim]``, the contraction over the keys), stored in the MN-major 128-byte swizzle: rows of
+    64 elements of ``head_dim`` down the keys, ``V_s[d // 64, j, sw128(j, d % 64)]`` (the same
+    map as the K-major tiles', with the keys as the rows: what CUTLASS's
+    ``Layout_MN_SW128_Atom`` is). Needs ``head_dim`` a multiple of 64 up to 256."""
+    blk = sch.get_block("PV")
+    i, j, k = sch.get_loops(blk)[-3:]
+    i, i_tc = sch.split(i, [None, _TILE])
+    j, j_tc = sch.split(j, [None, head_dim])
+    k, k_tc = sch.split(k, [None, block_n])
+    sch.reorder(i, j, k, i_tc, j_tc, k_tc)
+    sch.blockize(i_tc)
+    iw, i2 = sch.split(i, [warps, None])
+    sch.reorder(iw, k, i2, j)
+    sch.bind(iw, "threadIdx.y")
+    sch.tensorize(sch.get_loops(sch.get_block("PV"))[-3], wgmma_rs_intrin(dtype, head_dim, block_n))
+    sch.transform_layout(sch.get_block("V_load"), "V_s", _sw128_map(head_dim))
+
+
+def _sw128_map(head_dim: int) -> Any:
+    """A K-major ``wgmma`` operand tile ``[rows, head_dim]`` stored as ``head_dim / 64`` tiles
+    of 64-element rows in the 128-byte swizzle (one tile when ``head_dim`` is 64)."""
+    if head_dim == SW128_ROW:
+        return lambda i, d: (i, sw128(i, d))
+    return lambda i, d: (d // SW128_ROW, i, sw128(i, d % SW128_ROW))
 
 
 def _fragment_gemm(sch: Schedule, name: str, operands: tuple[str, str], warps: int, t: str, *,

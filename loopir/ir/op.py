@@ -387,9 +387,13 @@ def ptx_mma(a: PrimExpr, b: PrimExpr, c: PrimExpr, shape: str = "m16n8k16") -> P
     return call
 
 
-def wgmma_shape(n: int, k: int = 16) -> str:
-    """The ``ptx_wgmma`` shape string of ``N = n`` and ``K = k``: ``"m64n{n}k{k}"``."""
-    return f"m64n{n}k{k}"
+def wgmma_shape(n: int, k: int = 16, trans_b: bool = False) -> str:
+    """The ``ptx_wgmma`` shape string of ``N = n`` and ``K = k``: ``"m64n{n}k{k}"``, with
+    ``".trans_b"`` for an MN-major B (``imm-trans-b`` 1)."""
+    return f"m64n{n}k{k}" + (_TRANS_B if trans_b else "")
+
+
+_TRANS_B = ".trans_b"
 
 
 def wgmma_nk(shape: PrimExpr) -> tuple[int, int] | None:
@@ -398,17 +402,28 @@ def wgmma_nk(shape: PrimExpr) -> tuple[int, int] | None:
     text = getattr(shape, "value", None)
     if text not in WGMMA_SHAPES:
         return None
-    n, k = text[4:].split("k")
+    n, k = text[4:].removesuffix(_TRANS_B).split("k")
     return int(n), int(k)
 
 
+def wgmma_trans_b(shape: PrimExpr) -> bool:
+    """Whether a ``ptx_wgmma`` shape names an MN-major B (``".trans_b"``)."""
+    return str(getattr(shape, "value", "")).endswith(_TRANS_B)
+
+
+#: K of a K-major operand in shared memory: 16 to 64 (``K / 16`` instructions ``m64nNk16``
+#: along one 128-byte swizzle row), or whole 64-column blocks (up to 256, each block a further
+#: index along the dimension before the rows).
+WGMMA_K_MAJOR_DEPTHS = (16, 32, 48, 64, 128, 192, 256)
 #: ``ptx_wgmma`` shapes: ``m64nNkK`` with N a multiple of 16 up to 256 (the accumulator is held
-#: as 16 x 16 tiles) and K of 16 to 64 (``K / 16`` instructions ``m64nNk16`` along one 128-byte
-#: swizzle row, then one wait).
-WGMMA_SHAPES = tuple(wgmma_shape(n, k) for n in range(16, 257, 16) for k in (16, 32, 48, 64))
+#: as 16 x 16 tiles) and K one of ``WGMMA_K_MAJOR_DEPTHS`` (then one wait); with an MN-major B
+#: (``.trans_b``), N a multiple of 64 (whole 128-byte swizzle rows of B) and K a multiple of 16
+#: up to 256 (B's rows are along K: the instructions step 16 rows at a time).
+WGMMA_SHAPES = (*(wgmma_shape(n, k) for n in range(16, 257, 16) for k in WGMMA_K_MAJOR_DEPTHS),
+                *(wgmma_shape(n, k, True) for n in range(64, 257, 64) for k in range(16, 257, 16)))  # fmt: skip
 
 
-def ptx_wgmma(a: PrimExpr, b: PrimExpr, c: PrimExpr, n: int, k: int = 16) -> PrimExpr:
+def ptx_wgmma(a: PrimExpr, b: PrimExpr, c: PrimExpr, n: int, k: int = 16, trans_b: bool = False) -> PrimExpr:
     """``k / 16`` instructions ``wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t}`` with both
     operands in shared memory, K-major, through ``SWIZZLE_128B`` descriptors, completed before
     the call returns (fence, issue, commit, wait): one warp's rows ``C += A @ B`` of a
@@ -423,10 +438,33 @@ def ptx_wgmma(a: PrimExpr, b: PrimExpr, c: PrimExpr, n: int, k: int = 16) -> Pri
       ([`sw128`][loopir.tensor_intrin.layouts.sw128]: how the tensor cores read a
       ``SWIZZLE_128B`` tile, the ``transform_layout`` map that stores one so);
     * ``b`` likewise, ``n`` rows: element ``(j, kk)`` of B, stored ``[N, K]`` (K-major);
+    * ``k`` past 64 (128, 192, 256: whole 64-column blocks): a K-major tile's columns from 64
+      on are further blocks of 64 along the dimension before the rows, element ``(i, kk)`` at
+      ``[..., s + kk // 64, r + i, sw128(r + i, kk % 64)]`` of a tile starting at ``[..., s, r,
+      0]`` (the descriptor's start address then steps to the next block every 4
+      instructions);
     * ``c`` is this lane's fragment ``W[..., t, lane, v]`` (``v`` = 0) of a ``float32`` warp
       buffer: the ``n / 16`` tiles ``t, t + 1, ..`` of the 16 x 16 accumulator layout, one
       after the other along the dimension before the lane (``W[..., t, v]`` of a ``local``
       buffer after ``LowerWarpMemory``).
+
+    Two other operand forms (FlashAttention 3's second GEMM, ``O += P V``):
+
+    * ``a`` from registers: this lane's fragment ``P[..., t, lane, v]`` (``v`` = 0) of a warp
+      buffer of the input type, the ``k / 16`` tiles ``t, t + 1, ..`` of the warp's 16 x k rows
+      of A, each 16 x 16 tile in the ``MMA_A`` layout (PTX: the A operand as 4 x ``.b32``
+      registers per 16-wide K step, the ``mma.m16n8k16`` A fragment per warp): element
+      ``(i, kk)`` is ``P[..., t + kk // 16, MMA_A(i, kk % 16)]``;
+    * ``trans_b``: B MN-major (``imm-trans-b`` 1; B stored ``[K, N]``, N contiguous), with the
+      128-byte swizzle: ``b`` is ``B_s[..., s, r, c]`` and element ``(kk, j)`` of B, with ``x =
+      sw128(r, c) + j`` its logical column, is at ``[..., s + x // 64, r + kk, sw128(r + kk, x %
+      64)]``: rows of 64 elements along N, K down the rows, each 64 columns of N a further
+      block along the dimension before the rows (``[r + kk, sw128(r + kk, x)]`` of a 2-D
+      buffer). The tensor cores read it through a descriptor whose leading byte offset is the
+      stride of those blocks (CUTLASS's ``Layout_MN_SW128_Atom``).
+
+    ``k`` may then exceed 64 (up to 256, with ``trans_b``): B's K steps are rows, not columns
+    of one 128-byte row.
 
     On the GPU the four warps of a warpgroup issue one instruction for 64 rows: the CUDA
     codegen proves that warp ``w % 4``'s ``a`` is 16 rows below warp 0's, its ``b`` the same,
@@ -434,12 +472,12 @@ def ptx_wgmma(a: PrimExpr, b: PrimExpr, c: PrimExpr, n: int, k: int = 16) -> Pri
     """
     from loopir.ir.expr import StringImm
 
-    call = Call("int32", "ptx_wgmma", (StringImm(wgmma_shape(n, k)), a, b, c))
+    call = Call("int32", "ptx_wgmma", (StringImm(wgmma_shape(n, k, trans_b)), a, b, c))
     _raise_if_bad(call)
     return call
 
 
-def ptx_wgmma_async(a: PrimExpr, b: PrimExpr, c: PrimExpr, n: int, k: int = 16) -> PrimExpr:
+def ptx_wgmma_async(a: PrimExpr, b: PrimExpr, c: PrimExpr, n: int, k: int = 16, trans_b: bool = False) -> PrimExpr:
     """[`ptx_wgmma`][loopir.ir.op.ptx_wgmma] issued without its wait: ``wgmma.fence``, the
     ``k / 16`` instructions and ``commit_group`` (one group per call), as CUTLASS's sm90
     mainloops issue them (``warpgroup_arrive``, ``gemm``, ``warpgroup_commit_batch``).
@@ -453,7 +491,7 @@ def ptx_wgmma_async(a: PrimExpr, b: PrimExpr, c: PrimExpr, n: int, k: int = 16) 
     """
     from loopir.ir.expr import StringImm
 
-    call = Call("int32", "ptx_wgmma_async", (StringImm(wgmma_shape(n, k)), a, b, c))
+    call = Call("int32", "ptx_wgmma_async", (StringImm(wgmma_shape(n, k, trans_b)), a, b, c))
     _raise_if_bad(call)
     return call
 
@@ -594,10 +632,21 @@ def _wgmma_problem(args: tuple[PrimExpr, ...]) -> str | None:
     from loopir.ir.expr import BufferLoad
 
     shape, a, b, c = args
-    if wgmma_nk(shape) is None:
+    nk = wgmma_nk(shape)
+    if nk is None:
         return (f"ptx_wgmma: shape must be m64nNkK with N a multiple of 16 up to 256 and K 16, 32, 48 "
-                f"or 64, got {shape}")
-    for what, e in (("a", a), ("b", b)):
+                f"or 64 (or 128, 192, 256: whole 64-column blocks), or m64nNkK.trans_b with N a multiple of 64 "
+                f"and K a multiple of 16 up to 256, got {shape}")
+    n, k = nk
+    trans_b = wgmma_trans_b(shape)
+    in_registers = isinstance(a, BufferLoad) and a.buffer.scope in _FRAGMENT_SCOPES
+    if in_registers:
+        if (prob := _fragment_problem("ptx_wgmma a", a)) is not None:
+            return prob
+    if (not in_registers or not trans_b) and k not in WGMMA_K_MAJOR_DEPTHS:
+        return (f"ptx_wgmma: K = {k} is not whole 64-column blocks of a K-major operand in shared memory "
+                f"(one of {WGMMA_K_MAJOR_DEPTHS}; other K up to 256 need A in registers and B MN-major)")
+    for what, e in ((("b", b),) if in_registers else (("a", a), ("b", b))):
         if (prob := _tile_problem(f"ptx_wgmma {what}", e, ("shared",))) is not None:
             return prob
         assert isinstance(e, BufferLoad)
@@ -612,6 +661,14 @@ def _wgmma_problem(args: tuple[PrimExpr, ...]) -> str | None:
         return (f"ptx_wgmma: inputs must be float16 or bfloat16 (both alike) and the accumulator "
                 f"float32, got {a.dtype}, {b.dtype}, {c.dtype}")
     return None
+
+
+def wgmma_a_in_registers(call: Call) -> bool:
+    """Whether a ``wgmma`` issue takes A from registers (a fragment operand)."""
+    from loopir.ir.expr import BufferLoad
+
+    a = call.args[1]
+    return isinstance(a, BufferLoad) and a.buffer.scope in _FRAGMENT_SCOPES
 
 
 def tensor_core_problem(call: Call) -> str | None:
@@ -682,5 +739,5 @@ __all__ = [
     "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left", "shift_right",
     "WARP_COLLECTIVES", "WARPGROUP_COLLECTIVES", "TENSOR_CORE_OPS", "MMA_SHAPES", "WGMMA_SHAPES",
     "is_warp_collective", "is_tensor_core_call", "ptx_ldmatrix", "ptx_mma", "ptx_wgmma", "ptx_wgmma_async",
-    "ptx_wgmma_wait", "ptx_shfl_xor", "SHFL_DTYPES", "wgmma_wait_groups", "WGMMA_ISSUES", "wgmma_shape", "wgmma_nk", "mma_fill", "mma_store", "tensor_core_problem", "STORE_CASTS",
+    "ptx_wgmma_wait", "ptx_shfl_xor", "SHFL_DTYPES", "wgmma_wait_groups", "WGMMA_ISSUES", "WGMMA_K_MAJOR_DEPTHS", "wgmma_shape", "wgmma_nk", "wgmma_trans_b", "wgmma_a_in_registers", "mma_fill", "mma_store", "tensor_core_problem", "STORE_CASTS",
 ]  # fmt: skip

@@ -24,7 +24,9 @@ ptx_mma          reads the A and B fragments of all 32 lanes (8 and 4 elements e
                  writes its own 4 C elements
 ptx_wgmma        reads the 16 rows of A and the N rows of B from its operands' rows on, the
                  whole 64-element segments of their columns (the 128-byte swizzle permutes
-                 within one); reads and writes its own N / 2 accumulator elements
+                 within one); an MN-major B (``.trans_b``): the K rows of each of its N / 64
+                 blocks; A from registers: its K / 16 tiles of all 32 lanes (as ``ptx_mma``);
+                 reads and writes its own N / 2 accumulator elements
 ptx_wgmma_async  what ``ptx_wgmma`` touches (the race checker keeps its tile reads in flight
                  until the wait that retires them)
 ptx_wgmma_wait   reads the A and B tiles of every group it names, as their issue does: the
@@ -48,6 +50,7 @@ from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr, Var
 from loopir.ir.stmt import BufferStore, For, ForKind, Stmt
 from loopir.tensor_intrin.layouts import (
     LDMATRIX_ROW,
+    MMA_A,
     MMA_C,
     SW128_ROW,
     WARP_SIZE,
@@ -197,14 +200,41 @@ def _acc_element(c: BufferLoad, e: PrimExpr, lane: PrimExpr | None) -> tuple[Pri
     return tuple(idx)
 
 
-def _wgmma_operand(load: PrimExpr, i: PrimExpr, k: PrimExpr) -> BufferLoad:
+def _wgmma_operand(load: PrimExpr, i: PrimExpr, k: PrimExpr, blocked: bool = False) -> BufferLoad:
     """Element ``(i, k)`` of the swizzled tile whose first element ``load`` is: row ``r0 + i``,
     the column the swizzle stores logical column ``c + k`` at, ``c`` the first element's logical
-    column (the swizzle is its own inverse in a row)."""
+    column (the swizzle is its own inverse in a row). ``blocked`` (a K past 64 of a tile of rank
+    >= 3): the columns from 64 on are further blocks along the dimension before the rows."""
     assert isinstance(load, BufferLoad)
     *lead, r0, c0 = load.indices
-    row = r0 + i
-    return BufferLoad(load.buffer, (*lead, row, sw128(row, sw128(r0, c0) + k)))
+    row, x = r0 + i, sw128(r0, c0) + k
+    if blocked and lead:
+        *outer, s0 = lead
+        return BufferLoad(load.buffer, (*outer, s0 + x // SW128_ROW, row, sw128(row, x % SW128_ROW)))
+    return BufferLoad(load.buffer, (*lead, row, sw128(row, x)))
+
+
+def _wgmma_operand_mn(load: PrimExpr, k: PrimExpr, j: PrimExpr) -> BufferLoad:
+    """Element ``(k, j)`` of the MN-major swizzled B whose first element ``load`` is (see
+    [`ptx_wgmma`][loopir.ir.op.ptx_wgmma]): row ``r0 + k``; logical column ``x = c + j``
+    (``c`` the first element's), its 64-column block ``x // 64`` along the dimension before the
+    rows (of a buffer of rank >= 3), the column within the block through the swizzle."""
+    assert isinstance(load, BufferLoad)
+    *lead, r0, c0 = load.indices
+    row, x = r0 + k, sw128(r0, c0) + j
+    if not lead:
+        return BufferLoad(load.buffer, (row, sw128(row, x)))
+    *outer, s0 = lead
+    return BufferLoad(load.buffer, (*outer, s0 + x // SW128_ROW, row, sw128(row, x % SW128_ROW)))
+
+
+def _wgmma_a_fragment(load: PrimExpr, i: PrimExpr, k: PrimExpr) -> BufferLoad:
+    """Element ``(i, k)`` of a register A (``P[..., t, lane, v]``: ``k / 16`` tiles in the
+    ``MMA_A`` layout): ``P[..., t + k // 16, MMA_A(i, k % 16)]``, another lane's register."""
+    assert isinstance(load, BufferLoad)
+    *lead, t0, _lane, v0 = load.indices
+    lane, local = MMA_A.to_lane_local(i, k % 16)
+    return BufferLoad(load.buffer, (*lead, t0 + k // 16, lane, v0 + local))
 
 
 def _wgmma_stmt(call: Call, lane: PrimExpr | None, kind: ForKind) -> Stmt:
@@ -217,10 +247,12 @@ def _wgmma_stmt(call: Call, lane: PrimExpr | None, kind: ForKind) -> Stmt:
         raise ValueError(f"per_lane_stmt: the lane of {call} is unknown (a local fragment)")
     e, k = Var("e", "int32"), Var("k", "int32")
     row, col16 = MMA_C.to_row_col(lane, e % 8)
+    col = e // 8 * 16 + col16
     acc = BufferLoad(c.buffer, _acc_element(c, e, lane))
-    av = op.cast(_wgmma_operand(a, row, k), "float32")
-    bv = op.cast(_wgmma_operand(b, e // 8 * 16 + col16, k), "float32")
-    body = BufferStore(c.buffer, acc + av * bv, acc.indices)
+    blocked = depth > SW128_ROW  # K past one 128-byte row: whole 64-column blocks
+    a_elem = _wgmma_a_fragment(a, row, k) if op.wgmma_a_in_registers(call) else _wgmma_operand(a, row, k, blocked)
+    b_elem = _wgmma_operand_mn(b, k, col) if op.wgmma_trans_b(shape) else _wgmma_operand(b, col, k, blocked)
+    body = BufferStore(c.buffer, acc + op.cast(a_elem, "float32") * op.cast(b_elem, "float32"), acc.indices)
     return For(e, 0, n // 2, kind, For(k, 0, depth, ForKind.SERIAL, body))
 
 
@@ -236,20 +268,50 @@ def _wgmma_touches(call: Call) -> list[Touch]:
 
 
 def _wgmma_tiles(args: Sequence[PrimExpr]) -> list[Touch]:
-    """The reads of the A and B tiles of a wgmma's ``(shape, a, b, c)``."""
+    """The reads of the A and B operands of a wgmma's ``(shape, a, b, c)``: the shared tiles'
+    whole 64-element row segments (the swizzle permutes within one), a register A's ``k / 16``
+    tiles of every lane of the warp (whose registers the warp's instruction reads)."""
     shape, a, b, _ = args
     nk = op.wgmma_nk(shape)
-    assert nk is not None
-    n = nk[0]
+    assert nk is not None and isinstance(a, BufferLoad) and isinstance(b, BufferLoad)
+    n, depth = nk
     out = []
-    for load, rows in ((a, 16), (b, n)):
-        assert isinstance(load, BufferLoad)
-        # whole 64-element row segments: the swizzle permutes within one
-        r, col = Var("r", "int32"), Var("col", "int32")
-        *lead, r0, c0 = load.indices
-        idx = (*lead, r0 + r, c0 // SW128_ROW * SW128_ROW + col)
-        out.append(Touch(load.buffer, idx, False, ((r, rows), (col, SW128_ROW))))
+    t, lane, e = Var("t", "int32"), Var("lane", "int32"), Var("e", "int32")
+    if a.buffer.scope == "warp":
+        *lead, t0, _, v0 = a.indices
+        iters = ((t, depth // 16), (lane, WARP_SIZE), (e, 8))
+        out.append(Touch(a.buffer, (*lead, t0 + t, lane, v0 + e), False, iters))
+    elif a.buffer.scope == "local":  # after LowerWarpMemory: the thread's own registers
+        *lead, t0, v0 = a.indices
+        out.append(Touch(a.buffer, (*lead, t0 + t, v0 + e), False, ((t, depth // 16), (e, 8))))
+    else:
+        out.append(_segments(a, 16, depth))
+    if not op.wgmma_trans_b(shape):
+        out.append(_segments(b, n, depth))
+    else:  # depth rows of each 64-column block of N
+        r, col, s = Var("r", "int32"), Var("col", "int32"), Var("s", "int32")
+        *lead, r0, c0 = b.indices
+        if lead and n > SW128_ROW:
+            *outer, s0 = lead
+            idx = (*outer, s0 + s, r0 + r, col)
+            out.append(Touch(b.buffer, idx, False, ((s, n // SW128_ROW), (r, depth), (col, SW128_ROW))))
+        else:
+            idx = (*lead, r0 + r, c0 // SW128_ROW * SW128_ROW + col)
+            out.append(Touch(b.buffer, idx, False, ((r, depth), (col, SW128_ROW))))
     return out
+
+
+def _segments(load: BufferLoad, rows: int, depth: int) -> Touch:
+    """``rows`` rows of a K-major swizzled tile from ``load`` on, whole 64-element segments (of
+    each 64-column block along the dimension before the rows, for a ``depth`` past 64)."""
+    r, col, s = Var("r", "int32"), Var("col", "int32"), Var("s", "int32")
+    *lead, r0, c0 = load.indices
+    if depth > SW128_ROW and lead:
+        *outer, s0 = lead
+        idx = (*outer, s0 + s, r0 + r, col)
+        return Touch(load.buffer, idx, False, ((s, depth // SW128_ROW), (r, rows), (col, SW128_ROW)))
+    idx = (*lead, r0 + r, c0 // SW128_ROW * SW128_ROW + col)
+    return Touch(load.buffer, idx, False, ((r, rows), (col, SW128_ROW)))
 
 
 def _store_at(dst: BufferLoad, src: BufferLoad, lane: PrimExpr, layout: FragmentLayout,

@@ -21,12 +21,16 @@ mma_store_{a}_global           ``C_g[i, j] = C_warp[MMA_C(i, j)]``     ``mma_sto
 mma_store_f32_{o}_{scope}      ``D[i, j] = o(C_warp[MMA_C(i, j)])``    ``mma_store`` (converting)
 wgmma_m64n{n}k{k}_{t}{t}f32    ``C[i, j] += A[i, k] * B[j, k]``        ``k / 16`` ``wgmma``
                                (one warp's 16 x n x k)                (sm_90a)
+wgmma_rs_m64n{n}k{k}_{t}{t}f32 ``C[i, j] += A[i, k] * B[k, j]``        ``k / 16`` ``wgmma``, A
+                               (A registers, B MN-major)              from registers, trans-b
 =============================  =====================================  ==========================
 
 with ``{t}`` one of ``f16``, ``bf16``, ``{a}`` one of ``f32``, ``f16``, ``{o}`` one of ``f16``,
 ``bf16`` (a float32 accumulator stored as the half-precision result) and ``{scope}`` one of
 ``shared``, ``global``, ``{n}`` a multiple of 16 from 16 to 256 and ``{k}`` 16 or 64 (a whole
-128-byte row: one wait for 4 instructions). Parameters, in order:
+128-byte row: one wait for 4 instructions), or 128, 192, 256 (whole rows of 2 to 4 64-column
+blocks, each block a further index along a dimension before the rows once stored: one wait for
+all, as a ``head_dim`` of 128 wants). Parameters, in order:
 ldmatrix ``(shared [16, 16], warp [32, 8])``; mma ``(A warp, B warp, C warp)``; fill
 ``(C warp,)``; store ``(C warp, destination [16, 16])``; wgmma ``(A shared [16, 64], B shared
 [n, 64], C warp [n / 16, 32, 8])``: A and B K-major (B stored ``[N, K]``), the description
@@ -34,7 +38,14 @@ reading columns 0 to k - 1 of their 64-element rows, the implementation reading 
 128-byte swizzle ([`ptx_wgmma`][loopir.ir.op.ptx_wgmma]): it computes the description on tiles
 *stored* swizzled, as ``transform_layout`` with
 [`sw128`][loopir.tensor_intrin.layouts.sw128]'s map leaves them; the
-accumulator is the warp's ``n / 16`` tiles in the ``MMA_C`` layout. The shared source of a ldmatrix and the
+accumulator is the warp's ``n / 16`` tiles in the ``MMA_C`` layout. ``wgmma_rs`` (FlashAttention
+3's ``P V``; ``{n}`` a multiple of 64 up to 256, ``{k}`` of 16 up to 256): ``(A warp [k / 16, 32,
+8], B shared [k, n], C warp [n / 16, 32, 8])``, A the warp's ``k / 16`` tiles of 16 x 16 in the
+``MMA_A`` layout (the registers ``wgmma`` takes A from: the accumulator layout, so an ``MMA_C``
+fragment such as the softmax's P is A as it is), B ``[K, N]`` N-major, read by the
+implementation through the MN-major 128-byte swizzle (``ptx_wgmma(..., trans_b=True)``: rows
+of 64 elements of N, each 64 columns a block along the dimension before the rows, as
+``transform_layout`` with ``(k, n) -> (n // 64, k, sw128(k, n % 64))`` stores it). The shared source of a ldmatrix and the
 destination of a store may have any row stride (a tile of a larger buffer): the
 implementations index them as 2-D tiles, and ldmatrix needs its rows 16-byte aligned.
 
@@ -67,7 +78,7 @@ from loopir.ir.stmt import (
 from loopir.tensor_intrin import _register_builtin
 from loopir.tensor_intrin.layouts import MMA_A, MMA_B, MMA_C, SW128_ROW, WARP_SIZE, FragmentLayout
 
-__all__ = ["DTYPE_ABBREV", "INTRIN_NAMES", "WGMMA_INTRIN_NAMES", "wgmma_intrin"]
+__all__ = ["DTYPE_ABBREV", "INTRIN_NAMES", "WGMMA_INTRIN_NAMES", "wgmma_intrin", "wgmma_rs_intrin"]
 
 #: The dtypes of the names, abbreviated as in TVM.
 DTYPE_ABBREV = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
@@ -81,6 +92,14 @@ def wgmma_intrin(dtype: str, n: int, k: int = 16) -> str:
     """The name of the ``wgmma`` intrinsic of ``dtype`` inputs, width ``n`` and depth ``k``."""
     t = DTYPE_ABBREV[dtype]
     return f"wgmma_m64n{n}k{k}_{t}{t}f32"
+
+
+def wgmma_rs_intrin(dtype: str, n: int, k: int) -> str:
+    """The name of the ``wgmma`` intrinsic with A from registers and B MN-major (``C[i, j] +=
+    A[i, k] * B[k, j]``) of ``dtype`` inputs, width ``n`` (a multiple of 64) and depth ``k``
+    (a multiple of 16 up to 256)."""
+    t = DTYPE_ABBREV[dtype]
+    return f"wgmma_rs_m64n{n}k{k}_{t}{t}f32"
 
 _Index = tuple[PrimExpr, PrimExpr]
 
@@ -178,8 +197,11 @@ def _mma(name: str, in_dtype: str, out_dtype: str) -> tuple[PrimFunc, PrimFunc]:
 
 
 def _wgmma(name: str, dtype: str, n: int, k: int) -> tuple[PrimFunc, PrimFunc]:
-    a = Buffer("A", (16, SW128_ROW), dtype, scope="shared")
-    b = Buffer("B", (n, SW128_ROW), dtype, scope="shared")
+    # rows of 64 (one swizzle row: the K step reads columns 0 .. k - 1), or k past 64: the
+    # rows' whole 64-column blocks (stored as further blocks along a dimension before the rows)
+    width = max(SW128_ROW, k)
+    a = Buffer("A", (16, width), dtype, scope="shared")
+    b = Buffer("B", (n, width), dtype, scope="shared")
     c = Buffer("C", (n // 16, WARP_SIZE, 8), "float32", scope="warp")
 
     def make(v: list[Var]) -> tuple[Stmt, list[BufferRegion], list[BufferRegion]]:
@@ -202,6 +224,30 @@ def _wgmma(name: str, dtype: str, n: int, k: int) -> tuple[PrimFunc, PrimFunc]:
 
     return (PrimFunc((a, b, c), root(desc), name=f"{name}_desc"),
             PrimFunc((a, b, c), root(impl), name=f"{name}_impl"))  # fmt: skip
+
+
+def _wgmma_rs(name: str, dtype: str, n: int, k: int) -> tuple[PrimFunc, PrimFunc]:
+    """``C[i, j] += A[i, kk] * B[kk, j]``: A the warp's ``k / 16`` fragments (registers), B a
+    ``[k, n]`` shared tile (MN-major: n contiguous), read by the implementation through the
+    MN-major 128-byte swizzle (``ptx_wgmma`` with ``trans_b``)."""
+    a = Buffer("A", (k // 16, WARP_SIZE, 8), dtype, scope="warp")
+    b = Buffer("B", (k, n), dtype, scope="shared")
+    c = Buffer("C", (n // 16, WARP_SIZE, 8), "float32", scope="warp")
+
+    def make(v: list[Var]) -> tuple[Stmt, list[BufferRegion], list[BufferRegion]]:
+        i, j, kk = v
+        ci = (j // 16, *MMA_C.to_lane_local(i, j % 16))
+        ai = (kk // 16, *MMA_A.to_lane_local(i, kk % 16))
+        value = c[ci] + a[ai].astype("float32") * b[kk, j].astype("float32")
+        reads = [_region(c, ci), _region(a, ai), _region(b, (kk, j))]
+        return BufferStore(c, value, ci), reads, [_region(c, ci)]
+
+    desc = _grid("C", (16, n, k), "SSR", make)
+    zero = make_const(0, "int32")
+    impl = _lanes(lambda tx: Evaluate(op.ptx_wgmma(a[zero, tx, zero], b[zero, zero], c[zero, tx, zero], n, k,
+                                                   trans_b=True)))  # fmt: skip
+    return (PrimFunc((a, b, c), _root([c, a, b], [c], desc), name=f"{name}_desc"),
+            PrimFunc((a, b, c), _root([c, a, b], [c], impl), name=f"{name}_impl"))  # fmt: skip
 
 
 # --- fill and store ---------------------------------------------------------------------------
@@ -253,9 +299,13 @@ def _register_all() -> None:
         _register(f"mma_{i}{i}{o}", functools.partial(_mma, in_dtype=in_dtype, out_dtype=out_dtype))
     for dtype in ("float16", "bfloat16"):
         for n in range(16, 257, 16):
-            for k in (16, 64):
+            for k in (16, 64, 128, 192, 256):
                 _register(wgmma_intrin(dtype, n, k), functools.partial(_wgmma, dtype=dtype, n=n, k=k))
                 WGMMA_INTRIN_NAMES.append(wgmma_intrin(dtype, n, k))
+        for n in range(64, 257, 64):
+            for k in range(16, 257, 16):
+                _register(wgmma_rs_intrin(dtype, n, k), functools.partial(_wgmma_rs, dtype=dtype, n=n, k=k))
+                WGMMA_INTRIN_NAMES.append(wgmma_rs_intrin(dtype, n, k))
     for dtype in ("float32", "float16"):
         a = DTYPE_ABBREV[dtype]
         _register(f"mma_fill_{a}", functools.partial(_fill, dtype=dtype))

@@ -66,7 +66,9 @@ def test_accumulator_is_wgmma_d() -> None:
 
 def test_names_registered() -> None:
     assert set(WGMMA_INTRIN_NAMES) <= set(INTRIN_NAMES)
-    assert len(WGMMA_INTRIN_NAMES) == 2 * 16 * 2  # dtypes x N x K (16, 64)
+    # dtypes x (N x K (16, 64, 128, 192, 256) + the register-A, MN-major B forms' N (64 .. 256) x
+    # K (16 .. 256))
+    assert len(WGMMA_INTRIN_NAMES) == 2 * (16 * 5 + 4 * 16)
     assert wgmma_intrin("bfloat16", 256) in tensor_intrin.names()
     intrin = tensor_intrin.get(wgmma_intrin("float16", 48))
     loopir.verify(intrin.desc)

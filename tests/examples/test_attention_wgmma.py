@@ -1,0 +1,205 @@
+"""``examples.attention(..., wgmma=True)`` (issue 33, FlashAttention 3 on Hopper): both GEMMs on
+``wgmma`` (sm_90a; ``wgmma="qk"``: the first only), S, P and the output in the fragments'
+registers as FlashAttention 2's schedule (``loopir.examples.attention_fragments``).
+
+* The schedule computes softmax attention on the CPU executor (``ptx_wgmma`` with its PTX
+  meaning: the tiles read through the 128-byte swizzle, K-major Q and K, MN-major V, P from
+  the registers), sequentially and lowered in random thread order, with no RaceCheckWarning:
+  drawn shapes (causal or not, GQA, lengths off the tiles, one or two warpgroups, head_dim 64
+  and 128), symbolic lengths (one build for every length), equal to float64.
+* The CUDA: S accumulated by ``wgmma`` straight into its fragment registers from the swizzled
+  Q and K tiles, the output by ``wgmma`` from P's registers and the swizzled V tile (no
+  ``ldmatrix``, no ``mma.sync``; compact 1024-byte aligned tiles); nvcc compiles it for sm_90a
+  without spills at head_dim 64 and 128.
+* Bad parameters are refused by name.
+* On a GPU (the H200): equal to float64, and to the CPU executor's lowered kernel.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import loopir
+from loopir.errors import ScheduleError
+from loopir.examples.attention import attention
+from loopir.ir.expr import Var
+from tests.examples.test_attention import _inputs, _run, reference
+from tests.tensor_intrin.kernels import from_storage
+
+
+def _lowered(sch: loopir.Schedule) -> loopir.PrimFunc:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no RaceCheckWarning
+        return loopir.lower(sch.func)
+
+
+def _source(sch: loopir.Schedule) -> str:
+    from loopir.codegen_cuda import prepare_function
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return prepare_function(sch.func).emitted.source
+
+
+@settings(max_examples=8, deadline=None)
+@given(kv_heads=st.integers(1, 2), group=st.integers(1, 2), sq=st.integers(1, 140), skv=st.integers(1, 140),
+       causal=st.booleans(), tiles=st.sampled_from([(64, 16), (64, 64), (128, 32), (64, 128)]),
+       dtype=st.sampled_from(["float16", "bfloat16"]), wgmma=st.sampled_from([True, "qk"]),
+       seed=st.integers(0, 2**16))  # fmt: skip
+def test_schedule_computes_the_same_on_the_cpu(kv_heads: int, group: int, sq: int, skv: int, causal: bool,
+                                               tiles: tuple[int, int], dtype: str, wgmma: bool | str,
+                                               seed: int) -> None:  # fmt: skip
+    shape = (1, kv_heads * group, sq, skv, 64)
+    block_m, block_n = tiles
+    sch = attention(*shape, dtype, causal, kv_heads, lse=True, block_m=block_m, block_n=block_n, wgmma=wgmma)
+    loopir.verify(sch.func)
+    text = sch.func.script()
+    t = "f16" if dtype == "float16" else "bf16"
+    second = [f"wgmma_rs_m64n64k{block_n}_{t}{t}f32"] if wgmma is True else [f"mma_{t}{t}f32", f"mma_ldmatrix_{t}_b"]
+    for intrin in (f"wgmma_m64n{block_n}k64_{t}{t}f32", "mma_fill_f32", f"frag_row_max_f32_n{block_n}_quad", *second):
+        assert f'"loopir.tensorized": "{intrin}"' in text
+    assert f'"loopir.tensorized": "mma_ldmatrix_{t}_b_trans"' not in text  # K is read by wgmma
+    assert (f'"loopir.tensorized": "mma_{t}{t}f32"' in text) == (wgmma == "qk")
+    _run(sch.func, shape, kv_heads, dtype, causal, True, seed=seed)
+    _run(_lowered(sch), shape, kv_heads, dtype, causal, True, seed=seed + 1, order="random")
+
+
+@pytest.mark.parametrize("shape, kv_heads, causal, dtype, wgmma", [
+    ((1, 2, 150, 200, 128), 1, True, "float16", True),  # two 64-column swizzled blocks per row
+    ((2, 2, 100, 77, 128), 2, False, "bfloat16", True),
+    ((1, 2, 70, 130, 128), 2, True, "bfloat16", "qk"),
+])  # fmt: skip
+def test_head_dim_128_computes_the_same_on_the_cpu(shape: tuple, kv_heads: int, causal: bool, dtype: str,
+                                                   wgmma: bool | str) -> None:  # fmt: skip
+    sch = attention(*shape, dtype, causal, kv_heads, lse=True, wgmma=wgmma)
+    _run(_lowered(sch), shape, kv_heads, dtype, causal, True, seed=11, order="random")
+
+
+def test_symbolic_lengths_serve_every_length() -> None:
+    sch = attention(1, 2, Var("seq_q"), Var("seq_kv"), 64, "float16", True, 1, lse=True, block_n=32, wgmma=True)
+    lowered = _lowered(sch)
+    for sq, skv in ((5, 40), (65, 65), (70, 7), (1, 1), (130, 200)):
+        _run(lowered, (1, 2, sq, skv, 64), 1, "float16", True, True, seed=sq + skv, order="random")
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_both_gemms_are_wgmma_on_the_fragments(head_dim: int) -> None:
+    """S (32 floats a thread at block_n 64) is wgmma's accumulator as it is, and so is the
+    output (head_dim / 2 floats); P (32 halves) is the second wgmma's A as it is; Q, K and V
+    are 1024-byte aligned compact tiles (no row padding), read by no ldmatrix; no mma.sync."""
+    kernel = _source(attention(4, 32, 1024, 1024, head_dim, wgmma=True)).split("__global__")[1]
+    assert "float S[32];" in kernel and f"float acc[{head_dim // 2}];" in kernel and "half P[32];" in kernel
+    # the whole head_dim in one call: at 128 its two 64-column blocks 4096 elements apart
+    s_name = "loopir_wgmma_m64n64k64_f16" if head_dim == 64 else f"loopir_wgmma_m64n64k{head_dim}_f16_ka512_kb512"
+    calls = re.findall(rf"{s_name}\(&S\[0\], &Q_s\[[^]]*\], &K_s\[[^]]*\]\);", kernel)
+    assert len(calls) == 2  # the pipelined loop and its peeled last tile
+    lbo = 1 if head_dim == 64 else 64 * 64 * 2 // 16
+    pv = re.findall(rf"loopir_wgmma_m64n{head_dim}k64_f16_rs_tb{lbo}\(&acc\[0\], &P\[0\], &V_s\[[^]]*\]\);", kernel)
+    assert len(pv) == 2
+    for tile in ("Q_s", "K_s", "V_s"):  # static and compact, or (past 48 KiB) dynamic shared memory
+        size = (1 if tile == "Q_s" else 2) * 64 * head_dim
+        assert re.search(rf"__shared__ __align__\(1024\) half {tile}\[{size}\]|half\* {tile} = ", kernel)
+    assert "loopir_ldmatrix" not in kernel and "loopir_mma_m16n8k16" not in kernel
+
+
+def test_qk_only_keeps_p_v_on_mma_sync() -> None:
+    kernel = _source(attention(4, 32, 1024, 1024, 64, wgmma="qk")).split("__global__")[1]
+    assert "loopir_wgmma_m64n64k64_f16(&S[0]" in kernel and "_rs_tb" not in kernel
+    assert re.search(r"loopir_mma_m16n8k16\(&acc\[[^]]*\], &P\[", kernel)
+    assert re.search(r"loopir_ldmatrix<4, true>\(&[^;]*V_s", kernel)
+
+
+#: (shape, params) of the compile test: head_dim 64 and 128, one and two warpgroups, both GEMMs
+#: on wgmma or the first only.
+NVCC_CASES = {
+    "d64": ((2, 8, 1000, 1000, 64, "float16", True, 2), {}),
+    "d64_bn128": ((2, 8, 1000, 1000, 64, "float16", False, 2), dict(block_n=128)),
+    "d64_qk": ((2, 8, 1000, 1000, 64, "float16", True, 2), dict(wgmma="qk")),
+    "d128": ((1, 4, Var("seq_q"), Var("seq_kv"), 128, "bfloat16", False, None), {}),
+    "d128_bm128": ((1, 4, 1024, 1024, 128, "float16", True, None), dict(block_m=128)),
+    "d128_qk": ((1, 4, 1024, 1024, 128, "bfloat16", False, None), dict(wgmma="qk")),
+}
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("name", list(NVCC_CASES))
+def test_compiles_with_nvcc(name: str, tmp_path: Path) -> None:
+    from loopir.codegen_cuda import compile_cuda
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH")
+    args, params = NVCC_CASES[name]
+    src = _source(attention(*args, lse=True, **({"wgmma": True} | params)))  # type: ignore[arg-type]
+    assert "wgmma.mma_async.sync.aligned.m64n" in src and "fence.proxy.async.shared::cta" in src
+    binary = compile_cuda(src, arch="sm_90a", cache_dir=tmp_path)
+    for res in binary.resources.values():
+        assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0 and res.stack_frame_bytes == 0, binary.log
+
+
+@pytest.mark.parametrize("kwargs, what", [
+    (dict(fragments=False), "wgmma=True needs fragments=True"),
+    (dict(head_dim=96), "head_dim a multiple of 64.*96"),
+    (dict(block_m=32), "block_m a multiple of 64.*32"),
+    (dict(block_n=8), "block_n a multiple of 16 from 16 to 256.*8"),
+    (dict(block_n=272), "block_n a multiple of 16 from 16 to 256.*272"),
+    (dict(wgmma=1), "wgmma must be a bool or 'qk' .*, got 1"),
+    (dict(wgmma="pv"), "wgmma must be a bool or 'qk' .*, got 'pv'"),
+    (dict(head_dim=320), "head_dim at most 256 .*320"),
+])  # fmt: skip
+def test_bad_arguments_are_refused(kwargs: dict, what: str) -> None:
+    args = dict(batch=1, heads=2, seq_q=64, seq_kv=64, head_dim=64, wgmma=True) | kwargs
+    with pytest.raises(ScheduleError, match=what) as info:
+        attention(**args)  # type: ignore[arg-type]
+    assert info.value.primitive == "examples.attention"
+
+
+# --- on the GPU (sm_90a) ---------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("wgmma", [True, "qk"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("head_dim, tiles", [(64, (64, 64)), (64, (128, 128)), (128, (64, 64)), (128, (128, 32))])
+def test_gpu_equals_float64(dtype: str, causal: bool, head_dim: int, tiles: tuple[int, int], wgmma: bool | str) -> None:
+    """GQA, lengths off the tiles, the logsumexp."""
+    torch = pytest.importorskip("torch")
+    shape = (2, 8, 300, 333, head_dim)
+    sch = attention(*shape, dtype, causal, 2, lse=True, block_m=tiles[0], block_n=tiles[1], wgmma=wgmma)
+    mod = loopir.build(sch.func, target="cuda")
+    arrays = _inputs(shape, 2, dtype, seed=head_dim + causal)
+    q, k, v, o = (torch.from_numpy(a).cuda() for a in arrays)
+    lse = torch.full(shape[:3], float("nan"), device="cuda")
+    mod(q, k, v, o, lse)
+    want, want_lse = reference(*(from_storage(a, dtype) for a in arrays[:3]), causal)
+    tol = 2e-2 if dtype == "float16" else 4e-2
+    np.testing.assert_allclose(from_storage(o.cpu().numpy(), dtype), want, rtol=tol, atol=tol)
+    np.testing.assert_allclose(lse.cpu().numpy(), want_lse, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("sq, skv", [(130, 300), (300, 130), (1, 77)])
+def test_gpu_equals_the_cpu_at_symbolic_lengths(sq: int, skv: int, head_dim: int) -> None:
+    """One build for every length, causal (bottom-right), seq_q != seq_kv: the GPU equals the
+    lowered kernel on the CPU executor."""
+    torch = pytest.importorskip("torch")
+    sch = attention(1, 4, Var("sq"), Var("skv"), head_dim, "float16", True, 2, lse=True, wgmma=True)
+    mod = loopir.build(sch.func, target="cuda")
+    arrays = _inputs((1, 4, sq, skv, head_dim), 2, "float16", seed=sq + skv)
+    cpu = [a.copy() for a in arrays] + [np.full((1, 4, sq), np.nan, np.float32)]
+    loopir.build(loopir.lower(sch.func), target="cpu")(*cpu)
+    q, k, v, o = (torch.from_numpy(a).cuda() for a in arrays)
+    lse = torch.full((1, 4, sq), float("nan"), device="cuda")
+    mod(q, k, v, o, lse)
+    np.testing.assert_allclose(from_storage(o.cpu().numpy(), "float16"), from_storage(cpu[3], "float16"),
+                               rtol=5e-3, atol=5e-3)  # fmt: skip
+    np.testing.assert_allclose(lse.cpu().numpy(), cpu[4], rtol=1e-3, atol=1e-3)
