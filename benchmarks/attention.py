@@ -75,7 +75,7 @@ def wgmma_variants(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """The ``--wgmma`` schedules by label (module doc)."""
     if not args.wgmma:
         return {}
-    out: dict[str, dict[str, Any]] = {"wgmma": {"wgmma": True}, "wgmma_qk": {"wgmma": "qk"}}
+    out: dict[str, dict[str, Any]] = {"fa2": {"wgmma": False}, "wgmma": {"wgmma": True}, "wgmma_qk": {"wgmma": "qk"}}
     for bm, bn in args.wgmma_tiles:
         out[f"wgmma_{bm}x{bn}"] = {"wgmma": True, "block_m": bm, "block_n": bn}
     return out

@@ -110,6 +110,22 @@ def test_both_gemms_are_wgmma_on_the_fragments(head_dim: int) -> None:
     assert "loopir_ldmatrix" not in kernel and "loopir_mma_m16n8k16" not in kernel
 
 
+@pytest.mark.parametrize("hopper", [False, True])
+def test_auto_is_wgmma_where_a_hopper_is_visible_and_the_sizes_allow(hopper: bool, monkeypatch) -> None:
+    import importlib
+
+    ex = importlib.import_module("loopir.examples.attention")  # the module (the package exports the function)
+    monkeypatch.setattr(ex, "_hopper_visible", lambda: hopper)
+    kernel = _source(attention(1, 2, 128, 128, 64)).split("__global__")[1]  # wgmma="auto"
+    assert ("loopir_wgmma_m64n64k64_f16" in kernel) is hopper
+    assert ("loopir_mma_m16n8k16" in kernel) is not hopper
+    # sizes wgmma=True refuses fall back to FA2 on mma.sync: head_dim 80, a 32-row query tile
+    for kw in (dict(head_dim=80), dict(head_dim=64, block_m=32)):
+        args = dict(batch=1, heads=2, seq_q=128, seq_kv=128) | kw
+        kernel = _source(attention(**args)).split("__global__")[1]  # type: ignore[arg-type]
+        assert "loopir_wgmma" not in kernel and "loopir_mma_m16n8k16" in kernel
+
+
 def test_qk_only_keeps_p_v_on_mma_sync() -> None:
     kernel = _source(attention(4, 32, 1024, 1024, 64, wgmma="qk")).split("__global__")[1]
     assert "loopir_wgmma_m64n64k64_f16(&S[0]" in kernel and "_rs_tb" not in kernel
@@ -150,8 +166,8 @@ def test_compiles_with_nvcc(name: str, tmp_path: Path) -> None:
     (dict(block_m=32), "block_m a multiple of 64.*32"),
     (dict(block_n=8), "block_n a multiple of 16 from 16 to 256.*8"),
     (dict(block_n=272), "block_n a multiple of 16 from 16 to 256.*272"),
-    (dict(wgmma=1), "wgmma must be a bool or 'qk' .*, got 1"),
-    (dict(wgmma="pv"), "wgmma must be a bool or 'qk' .*, got 'pv'"),
+    (dict(wgmma=1), "wgmma must be a bool, 'qk' .* or 'auto', got 1"),
+    (dict(wgmma="pv"), "wgmma must be a bool, 'qk' .* or 'auto', got 'pv'"),
     (dict(head_dim=320), "head_dim at most 256 .*320"),
 ])  # fmt: skip
 def test_bad_arguments_are_refused(kwargs: dict, what: str) -> None:
