@@ -59,6 +59,7 @@ from loopir.examples.attention import (
 )
 from loopir.ir.op import WGMMA_K_MAJOR_DEPTHS
 from loopir.schedule import Schedule
+from loopir.schedule.trace import BlockRV, LoopRV
 from loopir.tensor_intrin.cuda import DTYPE_ABBREV, wgmma_intrin, wgmma_rs_intrin
 from loopir.tensor_intrin.fragment import row_reduce_intrin
 from loopir.tensor_intrin.layouts import MMA_C, ROW_STATS, SW128_ROW, sw128
@@ -225,16 +226,7 @@ def wgmma_s(sch: Schedule, dtype: str, warps: int, block_n: int, head_dim: int) 
     of 4) and ``head_dim`` a multiple of 64."""
     # the whole head_dim in one call (one wait), its 64-column blocks one after the other
     depth = head_dim if head_dim in WGMMA_K_MAJOR_DEPTHS else SW128_ROW
-    blk = sch.get_block("S")
-    i, j, k = sch.get_loops(blk)[-3:]
-    i, i_tc = sch.split(i, [None, _TILE])
-    j, j_tc = sch.split(j, [None, block_n])
-    k, k_tc = sch.split(k, [None, depth])
-    sch.reorder(i, j, k, i_tc, j_tc, k_tc)
-    outer = sch.blockize(i_tc)
-    iw, i2 = sch.split(i, [warps, None])
-    sch.reorder(iw, k, i2, j)
-    sch.bind(iw, "threadIdx.y")
+    outer, k = _warp_tiles(sch, "S", warps, block_n, depth)
     init = sch.decompose_reduction(outer, k)
     sch.tensorize(sch.get_loops(sch.get_block("S"))[-3], wgmma_intrin(dtype, block_n, depth))
     (inner,) = sch.get_child_blocks(init)  # the init of one warp's 16 x block_n tile
@@ -256,16 +248,7 @@ def wgmma_o(sch: Schedule, dtype: str, warps: int, block_n: int, head_dim: int) 
     64 elements of ``head_dim`` down the keys, ``V_s[d // 64, j, sw128(j, d % 64)]`` (the same
     map as the K-major tiles', with the keys as the rows: what CUTLASS's
     ``Layout_MN_SW128_Atom`` is). Needs ``head_dim`` a multiple of 64 up to 256."""
-    blk = sch.get_block("PV")
-    i, j, k = sch.get_loops(blk)[-3:]
-    i, i_tc = sch.split(i, [None, _TILE])
-    j, j_tc = sch.split(j, [None, head_dim])
-    k, k_tc = sch.split(k, [None, block_n])
-    sch.reorder(i, j, k, i_tc, j_tc, k_tc)
-    sch.blockize(i_tc)
-    iw, i2 = sch.split(i, [warps, None])
-    sch.reorder(iw, k, i2, j)
-    sch.bind(iw, "threadIdx.y")
+    _warp_tiles(sch, "PV", warps, head_dim, block_n)
     sch.tensorize(sch.get_loops(sch.get_block("PV"))[-3], wgmma_rs_intrin(dtype, head_dim, block_n))
     sch.transform_layout(sch.get_block("V_load"), "V_s", _sw128_map(head_dim))
 
@@ -285,16 +268,7 @@ def _fragment_gemm(sch: Schedule, name: str, operands: tuple[str, str], warps: i
     fragments by ``ldmatrix`` from shared memory per 16-wide K step, A's too unless
     ``a_in_registers`` (A already a fragment in the A layout: ``P``); C accumulated in place
     (``init``: its init block decomposed and tensorized as ``mma_fill``)."""
-    blk = sch.get_block(name)
-    i, j, k = sch.get_loops(blk)[-3:]
-    i, i_tc = sch.split(i, [None, _TILE])
-    j, j_tc = sch.split(j, [None, _TILE])
-    k, k_tc = sch.split(k, [None, _TILE])
-    sch.reorder(i, j, k, i_tc, j_tc, k_tc)
-    outer = sch.blockize(i_tc)
-    iw, i2 = sch.split(i, [warps, None])
-    sch.reorder(iw, k, i2, j)
-    sch.bind(iw, "threadIdx.y")
+    outer, k = _warp_tiles(sch, name, warps, _TILE, _TILE)
     fetches = [(operands[1], "b" + ("_trans" if b_trans else ""))]
     if not a_in_registers:
         fetches.insert(0, (operands[0], "a"))
@@ -316,6 +290,22 @@ def _fragment_gemm(sch: Schedule, name: str, operands: tuple[str, str], warps: i
         (inner,) = sch.get_child_blocks(init_block)
         rows = sch.get_loops(inner)[-2]
         sch.tensorize(rows, "mma_fill_f32")
+
+
+def _warp_tiles(sch: Schedule, name: str, warps: int, cols: int, depth: int) -> tuple[BlockRV, LoopRV]:
+    """GEMM block ``name`` (``C[i, j] += A[i, k] * B[.., ..]``) as tiles of 16 rows x ``cols``
+    x ``depth`` blockized (the tensor intrinsic's extent), warp ``w`` (``threadIdx.y``) its 16
+    rows, the K loop outside a warp's tiles: the tile block and that K loop."""
+    i, j, k = sch.get_loops(sch.get_block(name))[-3:]
+    i, i_tc = sch.split(i, [None, _TILE])
+    j, j_tc = sch.split(j, [None, cols])
+    k, k_tc = sch.split(k, [None, depth])
+    sch.reorder(i, j, k, i_tc, j_tc, k_tc)
+    outer = sch.blockize(i_tc)
+    iw, i2 = sch.split(i, [warps, None])
+    sch.reorder(iw, k, i2, j)
+    sch.bind(iw, "threadIdx.y")
+    return outer, k
 
 
 def _b_map(transposed: bool) -> Any:
