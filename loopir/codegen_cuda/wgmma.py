@@ -254,16 +254,21 @@ def _equal(ana: arith.Analyzer, a: PrimExpr, b: PrimExpr) -> bool:
     return isinstance(d := ana.simplify(a - b), IntImm) and d.value == 0
 
 
+def _check_rows(em: KernelEmitter, call: Call, what: str, load: BufferLoad) -> None:
+    """Refuse operand ``what`` unless its buffer's rows are one swizzle row (64 elements)."""
+    last = load.buffer.shape[-1]
+    if not (isinstance(last, IntImm) and last.value == SW128_ROW):
+        raise _fail(em, call, f"ptx_wgmma {what}: the rows of {load.buffer.name} must be {SW128_ROW} elements "
+                    f"(128 bytes, one swizzle row), got {last}")  # fmt: skip
+
+
 def _operand(em: KernelEmitter, call: Call, what: str, load: PrimExpr, lanes: tuple[Var, Var],
              rows_per_warp: int, depth: int) -> tuple[PrimExpr, int | None]:  # fmt: skip
     """Warp 0's linear offset of operand ``load`` after proving the warpgroup's uniformity and
     the tile's alignment (module doc), and for a ``depth`` past 64 the stride of its 64-column
     blocks in 16-byte units (``_block_stride``; else None)."""
     assert isinstance(load, BufferLoad)
-    last = load.buffer.shape[-1]
-    if not (isinstance(last, IntImm) and last.value == SW128_ROW):
-        raise _fail(em, call, f"ptx_wgmma {what}: the rows of {load.buffer.name} must be {SW128_ROW} elements "
-                    f"(128 bytes, one swizzle row), got {last}")  # fmt: skip
+    _check_rows(em, call, what, load)
     tx, ty = lanes
     ana = _analyzer(em)
     q, w = Var("wg_q", "int32"), Var("wg_w", "int32")
@@ -386,10 +391,7 @@ def _operand_mn(em: KernelEmitter, call: Call, load: BufferLoad, lanes: tuple[Va
     atom: row 0 of an 8-row group, column 0) and its descriptor's leading byte offset (the
     stride of the buffer's dimension before the rows, in 16-byte units; 1, unused, for N = 64: one
     block)."""
-    last = load.buffer.shape[-1]
-    if not (isinstance(last, IntImm) and last.value == SW128_ROW):
-        raise _fail(em, call, f"ptx_wgmma b: the rows of {load.buffer.name} must be {SW128_ROW} elements "
-                    f"(128 bytes, one swizzle row), got {last}")  # fmt: skip
+    _check_rows(em, call, "b", load)
     tx, ty = lanes
     ana = _analyzer(em)
     off = em.flat_index(load.buffer, load.indices)
