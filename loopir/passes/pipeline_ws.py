@@ -84,16 +84,10 @@ from loopir.ir.functor import fresh_loop_vars, post_order_visit, substitute
 from loopir.ir.stmt import Allocate, Evaluate, For, ForKind, IfThenElse, SeqStmt, Stmt, seq
 from loopir.passes.pipeline_mma import set_pending
 from loopir.passes.pipeline_tma import TmaPipeline
-from loopir.passes.pipeline_ws_tiles import persistent_tiles, ws_child
+from loopir.passes.pipeline_ws_tiles import WS_KEY, persistent_tiles, ws_child
 
 __all__ = ["PRODUCER_WARPS", "WS_KEY", "WsPipeline", "grow_thread_loop", "persistent_tiles", "ws_child",
            "ws_registers"]
-
-WS_KEY = "loopir.warp_specialize"
-"""On a loop with [`TMA_KEY`][loopir.passes.pipeline_tma.TMA_KEY]: a producer warpgroup issues
-the copies on *full*/*empty* mbarriers, the consumer warps wait on them themselves (module doc).
-``True``, or ``(dec, inc)``: also ``setmaxnreg`` (the producer's and the consumers' registers
-per thread)."""
 
 #: Warps of the producer warpgroup.
 PRODUCER_WARPS = 4

@@ -28,9 +28,14 @@ from loopir.ir.functor import collect_vars, post_order_stmts, substitute
 from loopir.ir.printer import script
 from loopir.ir.stmt import Allocate, BufferStore, Evaluate, For, ForKind, IfThenElse, SeqStmt, Stmt
 
-__all__ = ["persistent_tiles", "ws_child"]
+__all__ = ["WS_KEY", "persistent_tiles", "ws_child"]
 
-_WS_KEY = "loopir.warp_specialize"  # pipeline_ws.WS_KEY (that module imports this one)
+WS_KEY = "loopir.warp_specialize"
+"""On a loop with [`TMA_KEY`][loopir.passes.pipeline_tma.TMA_KEY]: a producer warpgroup issues
+the copies on *full*/*empty* mbarriers, the consumer warps wait on them themselves ([`loopir.passes.pipeline_ws`][loopir.passes.pipeline_ws]'s module doc).
+``True``, or ``(dec, inc)``: also ``setmaxnreg`` (the producer's and the consumers' registers
+per thread)."""
+
 
 
 def ws_child(loop: For) -> Var | None:
@@ -43,13 +48,13 @@ def ws_child(loop: For) -> Var | None:
             todo.append(s.body)
         elif isinstance(s, SeqStmt):
             todo += list(s.seq)
-        elif isinstance(s, For) and s.annotations.get(_WS_KEY):
+        elif isinstance(s, For) and s.annotations.get(WS_KEY):
             return s.loop_var
     return None
 
 
 def _fail(loop: For, why: str) -> PassError:
-    return PassError(f"pass InjectSoftwarePipeline: tile loop {loop.loop_var.name} around a {_WS_KEY} loop: {why}")
+    return PassError(f"pass InjectSoftwarePipeline: tile loop {loop.loop_var.name} around a {WS_KEY} loop: {why}")
 
 
 def _bound(loop: For, cond: PrimExpr) -> PrimExpr | None:
