@@ -77,8 +77,8 @@ from loopir.ir.functor import collect_vars, post_order_visit, substitute
 from loopir.ir.printer import script
 from loopir.ir.stmt import Allocate, BufferStore, Evaluate, For, ForKind, IfThenElse, SeqStmt, Stmt
 from loopir.ir.tma import tma_box, tma_bytes
+from loopir.passes.race_problem import const_int as _const
 from loopir.passes.race_ws_steps import Steps as _Steps
-from loopir.passes.race_ws_steps import const as _const
 from loopir.passes.race_ws_steps import most as _most
 from loopir.passes.race_ws_steps import small as _small
 from loopir.tensor_intrin.tma import call_touches

@@ -1,4 +1,4 @@
-"""Helpers of [`loopir.passes.race_ws`][loopir.passes.race_ws]: constants, the loops whose
+"""Helpers of [`loopir.passes.race_ws`][loopir.passes.race_ws]: the loops whose
 indices the simplifier may have specialized, and a persistent pipeline's global steps."""
 
 from __future__ import annotations
@@ -7,13 +7,9 @@ from loopir import arith
 from loopir.ir.expr import FloorDiv, FloorMod, IntImm, PrimExpr, Var
 from loopir.ir.functor import collect_vars, substitute
 from loopir.ir.stmt import For
+from loopir.passes.race_problem import const_int as const
 
-__all__ = ["Steps", "const", "most", "small"]
-
-
-def const(e: PrimExpr) -> int | None:
-    e = arith.simplify(e)
-    return e.value if isinstance(e, IntImm) else None
+__all__ = ["Steps", "most", "small"]
 
 
 def small(extent: int | None, v: int) -> bool:
