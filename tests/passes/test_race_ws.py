@@ -53,16 +53,17 @@ def _has(s: Stmt, name: str) -> bool:
 
 
 class _Calls(Mutator):
-    """Each ``Evaluate`` of a call ``fn`` maps (None: left as it is)."""
+    """Each ``Evaluate`` of a call ``fn`` maps to a statement, or to an expression evaluated in
+    its place (None: left as it is)."""
 
-    def __init__(self, fn: Callable[[Call, Evaluate], Stmt | None]) -> None:
+    def __init__(self, fn: Callable[[Call, Evaluate], Stmt | PrimExpr | None]) -> None:
         super().__init__()
         self.fn = fn
 
     def visit_Evaluate(self, s: Evaluate) -> Stmt:
         v = s.value
         out = self.fn(v, s) if isinstance(v, Call) else None
-        return s if out is None else out
+        return s if out is None else Evaluate(out) if isinstance(out, PrimExpr) else out
 
 
 class _Seqs(Mutator):
