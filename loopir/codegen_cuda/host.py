@@ -53,6 +53,7 @@ from loopir.ir.buffer import Buffer
 from loopir.ir.expr import PrimExpr, Var
 from loopir.ir.functor import post_order_visit
 from loopir.ir.stmt import PrimFunc
+from loopir.passes.storage_align import allocation_size_c
 
 WORKSPACE_ALIGN = 256
 
@@ -266,9 +267,7 @@ class _HostEmitter(CodeWriter):
         padding) ``1 + sum((extent - 1) * stride)``, none when an extent is zero."""
         if b.strides is None:
             return " * ".join(self.i64(e) for e in b.shape)
-        span = " + ".join(f"({self.i64(e)} - 1) * {self.i64(st)}" for e, st in zip(b.shape, b.strides))
-        empty = " || ".join(f"{self.i64(e)} <= 0" for e in b.shape)
-        return f"(({empty}) ? 0 : 1 + {span})"
+        return allocation_size_c([self.i64(e) for e in b.shape], [self.i64(st) for st in b.strides])
 
     def _unpack_params(self) -> None:
         align: dict[Buffer, int] = {}

@@ -63,6 +63,16 @@ def allocation_size(shape: Sequence[int], strides: Sequence[int] | None) -> int:
     return 1 + sum((e - 1) * st for e, st in zip(shape, strides))
 
 
+def allocation_size_c(extents: Sequence[str], strides: Sequence[str]) -> str:
+    """[`allocation_size`][loopir.passes.storage_align.allocation_size] with ``strides`` as a C
+    expression over C expressions of the extents and strides (the caller's integer casts):
+    ``1 + sum((extent - 1) * stride)``, 0 when an extent is not positive. The CPU C backend and
+    the CUDA host code size padded allocations with it."""
+    empty = " || ".join(f"{e} <= 0" for e in extents)
+    span = " + ".join(f"({e} - 1) * {st}" for e, st in zip(extents, strides))
+    return f"(({empty}) ? 0 : 1 + {span})"
+
+
 def collect(block: Block, into: dict[str, Aligns]) -> None:
     """Add ``block``'s ``buffer_dim_align`` annotation to ``into`` (by buffer name)."""
     for name, axis, factor, offset in block.annotations.get(ANNOTATION, ()):

@@ -199,15 +199,17 @@ class _StmtEmitter(ExprEmitter):
 
     # --- allocation -------------------------------------------------------------------------
     @staticmethod
-    def _fold_span(b: Buffer, strides: tuple[PrimExpr, ...], nelem: str, terms: list[str]) -> str:
+    def _span(b: Buffer, strides: tuple[PrimExpr, ...], extents: list[str], steps: list[str]) -> str:
+        """The elements ``b`` with padded ``strides`` spans: a number when every extent and
+        stride is constant, else the C expression over ``extents`` and ``steps``."""
         from loopir.ir.expr import IntImm
-        from loopir.passes.storage_align import allocation_size
+        from loopir.passes.storage_align import allocation_size, allocation_size_c
 
-        const_shape = [e for e in b.shape if isinstance(e, IntImm)]
-        const_strides = [x for x in strides if isinstance(x, IntImm)]
-        if len(const_shape) == len(b.shape) and len(const_strides) == len(strides):
-            return str(allocation_size([int(e) for e in const_shape], [int(x) for x in const_strides]))
-        return f"(({nelem}) == 0 ? 0 : 1 + {' + '.join(terms)})"
+        shape = [e.value for e in b.shape if isinstance(e, IntImm)]
+        consts = [x.value for x in strides if isinstance(x, IntImm)]
+        if len(shape) == len(b.shape) and len(consts) == len(strides):
+            return str(allocation_size(shape, consts))
+        return allocation_size_c(extents, steps)
 
     def open_buffer(self, b: Buffer) -> tuple[BufferInfo, BufferInfo | None, bool]:
         """Declare a local allocation of ``b``; returns (info, shadowed info, on heap)."""
@@ -216,8 +218,8 @@ class _StmtEmitter(ExprEmitter):
         st = storage_ctype(b.dtype)
         nelem = self.product(b.shape)
         if b.strides is not None:  # padded (storage_align) strides: the span of the last element
-            terms = [f"({self.index64(e)} - 1) * {self.index64(st_)}" for e, st_ in zip(b.shape, b.strides)]
-            nelem = self._fold_span(b, b.strides, nelem, terms)
+            extents = [self.index64(e) for e in b.shape]
+            nelem = self._span(b, b.strides, extents, [self.index64(st_) for st_ in b.strides])
         const_n = int(nelem) if nelem.lstrip("-").isdigit() else None
         nbytes = None if const_n is None else const_n * storage_bytes(b.dtype)
         # fibers have fixed 256 KiB stacks: keep their stack arrays small
