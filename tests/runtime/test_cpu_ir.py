@@ -489,3 +489,21 @@ def test_strided_parameter_buffer() -> None:
     np.testing.assert_array_equal(b, base[:, :3] * 3)
     with pytest.raises(LaunchError, match=r"argument 0 \(A\): byte strides \(12, 4\) do not match \[16, 4\]"):
         mod(np.ascontiguousarray(base[:, :3]), b)
+
+
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_padded_temporary_of_a_symbolic_size(n: int) -> None:
+    # a storage_align-padded temporary (rows of 3 in a stride of 5) whose size is symbolic: the
+    # C backend allocates its span at run time (1 + (n - 1) * 5 + 2 elements, none at n = 0;
+    # the formula's own test is test_storage_align's test_the_c_span_is_the_allocation_size)
+    N = Var("n")
+    A, B = Buffer("A", (N, 3), "float32"), Buffer("B", (N, 3), "float32")
+    T = Buffer("T", (N, 3), "float32", strides=(5, 1))
+    i, j, i2, j2 = Var("i"), Var("j"), Var("i2"), Var("j2")
+    fill = loop(i, N, loop(j, 3, BufferStore(T, BufferLoad(A, (i, j)) + 1.0, (i, j))))
+    use = loop(i2, N, loop(j2, 3, BufferStore(B, BufferLoad(T, (i2, j2)) * 2.0, (i2, j2))))
+    f = PrimFunc((A, B), Allocate(T, seq(fill, use)))
+    a = random_nonzero((n, 3), "float32", 7)
+    b = empty_like_param((n, 3), "float32")
+    loopir.build(f, target="cpu")(a, b)
+    np.testing.assert_array_equal(b, (a + 1) * 2)

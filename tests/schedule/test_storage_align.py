@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import loopir
 from loopir.errors import ScheduleError
 from loopir.ir.expr import IntImm
-from loopir.passes.storage_align import aligned_strides, allocation_size
+from loopir.passes.storage_align import aligned_strides, allocation_size, allocation_size_c
 from loopir.schedule import Trace
 from loopir.testing import check_equivalent
 from loopir.testing.workloads import shared_transpose
@@ -189,3 +189,18 @@ def test_the_transpose_example_is_the_padded_schedule() -> None:
     loopir.assert_structural_equal(plain.func, shared_transpose(100, 70).func)
     direct = loopir.examples.transpose(47, 33, shared=False)
     check_equivalent(loopir.examples.transpose_func(47, 33), loopir.lower(direct.func))
+
+
+@given(shape=st.lists(st.integers(0, 9), min_size=1, max_size=3), pad=st.lists(st.integers(0, 4), min_size=3, max_size=3))
+def test_the_c_span_is_the_allocation_size(shape: list[int], pad: list[int]) -> None:
+    # padded row-major strides: each at least the span of the axes inside it
+    strides, inner = [0] * len(shape), 1
+    for ax in reversed(range(len(shape))):
+        strides[ax] = inner + pad[ax]
+        inner = strides[ax] * max(shape[ax], 1)
+    code = allocation_size_c([str(e) for e in shape], [str(s) for s in strides])
+    # the C form is "((empty) ? 0 : span)": evaluate its two parts as Python
+    assert code.startswith("((") and code.endswith(")")
+    empty, span = code[2:-1].split(") ? 0 : ", 1)
+    got = 0 if eval(empty.replace("||", " or ")) else eval(span)
+    assert got == allocation_size(shape, strides)
