@@ -21,7 +21,11 @@ reads in flight until the wait, ``loopir.passes.race_inflight``, and ThreadSync 
 read of the tiles). The search leaves the issue's enclosing statements outward: a ``threadIdx``
 loop (the wait is wrapped in a copy of it, so that the issue's operands stay defined), a loop of
 only ``wgmma`` issues (likewise, one wait per issue), a condition (the wait after it is
-unconditional: ``wait_group`` with nothing of ours in flight waits for nothing). It stops at
+unconditional: ``wait_group`` with nothing of ours in flight waits for nothing; but first,
+consecutive statements under one condition that reads only variables are put under one ``if``,
+a pipeline's guarded prologue and epilogue steps among them, so that their waits stay inside it:
+ptxas serializes every ``wgmma`` of a kernel whose issue under a condition is waited for outside
+it, warning C7515). It stops at
 the end of an allocation's body (the buffers may be the operands; and the race checker bounds a
 wait's in-flight reads by walking back through the statements before it in its sequence,
 ``race_inflight.backward_span``, which sees an allocation's barriers only as a whole), and at
@@ -72,7 +76,8 @@ import attrs
 
 from loopir.ir import op
 from loopir.ir.buffer import Buffer
-from loopir.ir.expr import BufferLoad, Call, IntImm
+from loopir.ir.equality import structural_equal
+from loopir.ir.expr import BufferLoad, Call, IntImm, PrimExpr
 from loopir.ir.functor import Mutator, fresh_loop_vars, post_order_stmts, post_order_visit
 from loopir.ir.stmt import (
     Allocate,
@@ -241,10 +246,35 @@ def _sink(s: Stmt) -> tuple[Stmt, list[_Open]]:
     return s, []
 
 
+def _merge_guards(stmts: list[Stmt]) -> list[Stmt]:
+    """Consecutive ``if c`` without ``else`` and with one condition that reads no memory as one
+    ``if c`` (the statements cannot change ``c``: it reads only variables), so that a wait can
+    follow its issue inside it: a software pipeline's prologue and epilogue guard each
+    statement of a step alike, and ptxas serializes every ``wgmma`` of a kernel where an issue
+    under a condition is waited for outside it (C7515)."""
+    out: list[Stmt] = []
+    for c in stmts:
+        prev = out[-1] if out else None
+        if (isinstance(c, IfThenElse) and isinstance(prev, IfThenElse) and c.else_case is None
+                and prev.else_case is None and _pure(c.condition)
+                and structural_equal(c.condition, prev.condition, map_free_vars=False)):  # fmt: skip
+            out[-1] = attrs.evolve(prev, then_case=seq(prev.then_case, c.then_case))
+        else:
+            out.append(c)
+    return out
+
+
+def _pure(cond: PrimExpr) -> bool:
+    """Whether ``cond`` reads no buffer and calls nothing."""
+    found: list[bool] = []
+    post_order_visit(cond, lambda n: found.append(True) if isinstance(n, (BufferLoad, Call)) else None)
+    return not found
+
+
 def _sink_seq(stmts: list[Stmt]) -> tuple[Stmt, list[_Open]]:
     out: list[Stmt] = []
     open_: list[_Open] = []
-    for c in stmts:
+    for c in _merge_guards(stmts):
         if open_:
             touched, written = _touched(c)
             due = [o for o in open_ if touched & o.regs or written & o.tiles]

@@ -235,6 +235,18 @@ def test_a_branch_counts_its_fewest_groups_and_the_wait_leaves_the_condition() -
     check_accumulators("k", after.body)
 
 
+def test_statements_under_one_condition_share_it_and_keep_their_waits_inside() -> None:
+    """A pipeline's guarded epilogue step (every statement under ``if n > 1``) becomes one
+    ``if``: the waits follow their issues inside it (ptxas serializes a kernel's wgmma when an
+    issue under a condition is waited for outside it)."""
+    n = Var("n")
+    step = [IfThenElse(n > 1, s) for s in (_s_gemm(), _pv_gemm(), _scale_s(), _convert_p())]
+    after = _sunk(_func(For(n, 0, 3, ForKind.SERIAL, seq(*step, _other()))))
+    assert _calls(after) == ["if", "issue S", "issue acc", "wait 1 S", "store S", "wait 0 acc", "store P", "endif",
+                             "store X"]  # fmt: skip
+    check_accumulators("k", after.body)
+
+
 def test_a_loop_of_issues_gets_a_loop_of_waits() -> None:
     """Two issues into S (columns 0-63, then K's second half): one wait nest, the same loop."""
     k = Var("kk")
