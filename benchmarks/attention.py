@@ -99,8 +99,8 @@ def smoke(arch: str, cases: list[tuple[int, int, int, int, bool]], params: dict[
                 line = f"{dtype} {case_name(b, h, s, d, causal)}{' ' + label if label else ''}: {len(src)} chars of CUDA"
                 if nvcc:
                     binary = compile_cuda(src, arch=arch)
-                    res = next(iter(binary.resources.values()))
-                    line += f", {arch}: {res.registers} registers, spills {res.spill_store_bytes}/{res.spill_load_bytes}"
+                    kr = next(iter(binary.resources.values()))
+                    line += f", {arch}: {kr.registers} registers, spills {kr.spill_store_bytes}/{kr.spill_load_bytes}"
                     if "C7515" in binary.log:  # ptxas inserted waits: no wgmma overlaps anything
                         line += ", wgmma serialized (C7515)"
                 print(line, flush=True)
