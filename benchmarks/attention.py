@@ -24,9 +24,11 @@ build's ``__launch_bounds__`` argument), each checked first as the rest.
 ``--wgmma`` times FlashAttention 3's GEMMs on Hopper's ``wgmma`` beside the default (FA2 on
 ``mma.sync``): ``wgmma`` (``examples.attention(..., wgmma=True)``: both GEMMs, P from
 registers; default tiles 64 x 64) and ``wgmma_qk`` (``wgmma="qk"``: ``S = Q K^T`` only), each
-with its ratio to the fastest torch backend (``wgmma_vs_best_torch``, ...); ``--wgmma-tiles
-'[[64, 64], [128, 128]]'`` adds one ``wgmma_{bm}x{bn}`` per tile (both GEMMs). With
-``--smoke`` it builds them too.
+with its ratio to the fastest torch backend (``wgmma_vs_best_torch``, ...), and
+``wgmma_overlap`` (``overlap=True``: FlashAttention 3's intra-warpgroup overlap of the softmax
+with the asynchronous GEMMs); ``--wgmma-tiles '[[64, 64], [128, 128]]'`` adds one
+``wgmma_{bm}x{bn}`` and one ``wgmma_overlap_{bm}x{bn}`` per tile (both GEMMs). With
+``--smoke`` it builds them too (and says when ptxas serialized the wgmma, C7515).
 
 ``--smoke`` builds what it can without a GPU: every loopir kernel of the run, lowered, race
 checked, emitted and compiled with nvcc for ``--arch`` when nvcc is on PATH; it imports neither
@@ -75,9 +77,11 @@ def wgmma_variants(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """The ``--wgmma`` schedules by label (module doc)."""
     if not args.wgmma:
         return {}
-    out: dict[str, dict[str, Any]] = {"fa2": {"wgmma": False}, "wgmma": {"wgmma": True}, "wgmma_qk": {"wgmma": "qk"}}
+    out: dict[str, dict[str, Any]] = {"fa2": {"wgmma": False}, "wgmma": {"wgmma": True}, "wgmma_qk": {"wgmma": "qk"},
+                                      "wgmma_overlap": {"wgmma": True, "overlap": True}}  # fmt: skip
     for bm, bn in args.wgmma_tiles:
         out[f"wgmma_{bm}x{bn}"] = {"wgmma": True, "block_m": bm, "block_n": bn}
+        out[f"wgmma_overlap_{bm}x{bn}"] = {"wgmma": True, "overlap": True, "block_m": bm, "block_n": bn}
     return out
 
 
@@ -94,8 +98,11 @@ def smoke(arch: str, cases: list[tuple[int, int, int, int, bool]], params: dict[
                     src = prepare_function(attention(b, h, s, s, d, dtype, causal, **kw).func).emitted.source
                 line = f"{dtype} {case_name(b, h, s, d, causal)}{' ' + label if label else ''}: {len(src)} chars of CUDA"
                 if nvcc:
-                    res = next(iter(compile_cuda(src, arch=arch).resources.values()))
-                    line += f", {arch}: {res.registers} registers, spills {res.spill_store_bytes}/{res.spill_load_bytes}"
+                    binary = compile_cuda(src, arch=arch)
+                    kr = next(iter(binary.resources.values()))
+                    line += f", {arch}: {kr.registers} registers, spills {kr.spill_store_bytes}/{kr.spill_load_bytes}"
+                    if "C7515" in binary.log:  # ptxas inserted waits: no wgmma overlaps anything
+                        line += ", wgmma serialized (C7515)"
                 print(line, flush=True)
     b, h, kh, _, d = DECODE[0]  # one build serves every KV length
     with warnings.catch_warnings():

@@ -183,7 +183,8 @@ def _check(batch: int, heads: int, head_dim: int, dtype: str, kv_heads: int, blo
 
 def attention_func(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_dim: int,
                    dtype: str = "float16", causal: bool = False, kv_heads: int | None = None, *,
-                   lse: bool = False, block_m: int = 64, block_n: int = 64, fragments: bool = False) -> PrimFunc:  # fmt: skip
+                   lse: bool = False, block_m: int = 64, block_n: int = 64, fragments: bool = False,
+                   overlap: bool = False) -> PrimFunc:  # fmt: skip
     """The fused attention program (module docstring), unscheduled: ``(Q, K, V, O)``, and
     ``LSE`` ``(batch, heads, seq_q)`` in float32 after them when ``lse``.
 
@@ -209,11 +210,19 @@ def attention_func(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, 
         for the schedule with S, P and the output in the ``mma`` fragments
         ([`loopir.examples.attention_fragments`][loopir.examples.attention_fragments]); it
         computes the same.
+    overlap
+        With ``fragments``: FlashAttention 3's form of that program (``OVERLAP_TEMPLATE``), the
+        exponentials written into S's float32 fragments in place, summed in float32, and P
+        their conversion to the input type, a block of its own after the row sums: what the
+        schedule that overlaps the softmax with the GEMMs needs (``attention(...,
+        overlap=True)``). The same result up to the rounding of the row sums.
     """
     from loopir.script import from_source
 
     kv_heads = heads if kv_heads is None else kv_heads
     _check(batch, heads, head_dim, dtype, kv_heads, block_m, block_n)
+    if overlap and not fragments:
+        raise _fail("overlap=True is a form of the fragments' program: it needs fragments=True")
     sq, skv = _size("seq_q", seq_q), _size("seq_kv", seq_kv)
     row, col = f"vi0 * {block_m} + vii", f"vj0 * {block_n} + vjj"
     in_kv = f"{col} < {skv}"
@@ -230,7 +239,7 @@ def attention_func(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, 
 
         fields["QRESCALE"] = af.QRESCALE.format(SCALE=fields["SCALE"])
         fields["LSE_BLOCK"] = af.FRAGMENT_LSE_BLOCK.format(**fields) if lse else ""
-        return from_source(af.FRAGMENT_TEMPLATE.format(**fields))
+        return from_source((af.OVERLAP_TEMPLATE if overlap else af.FRAGMENT_TEMPLATE).format(**fields))
     fields["LSE_BLOCK"] = _LSE_BLOCK.format(**fields) if lse else ""
     return from_source(_TEMPLATE.format(**fields))
 
@@ -270,7 +279,8 @@ _VEC = 8
 def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_dim: int,
               dtype: str = "float16", causal: bool = False, kv_heads: int | None = None, *,
               lse: bool = False, block_m: int | None = None, block_n: int | None = None,
-              unroll_rows: bool = True, fragments: bool = True, wgmma: bool | str = "auto") -> Schedule:  # fmt: skip
+              unroll_rows: bool = True, fragments: bool = True, wgmma: bool | str = "auto",
+              overlap: bool | str = False) -> Schedule:  # fmt: skip
     """[`attention_func`][loopir.examples.attention.attention_func] scheduled for the GPU.
 
     The ``(batch, heads, query tile)`` loops on ``blockIdx``; ``block_m / 16`` warps of 32
@@ -324,6 +334,20 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
     ``mma.sync``, which sm_80 runs too). On the H200 True runs 1.2-1.5x faster than FA2 and
     1.0-1.4x Triton at every measured shape (``docs/benchmarks.md``, session 16).
 
+    ``overlap`` (with ``wgmma=True``; FlashAttention 3's intra-warpgroup overlap, its paper's
+    section 3.2): the program in FlashAttention 3's form (``attention_func(..., overlap=True)``:
+    the exponentials in S's float32 fragments, P their conversion at the end) and the KV loop a
+    three-stage software pipeline with asynchronous ``wgmma``
+    ([`pipeline_overlap`][loopir.examples.attention_fragments.pipeline_overlap]): per step the
+    K and V copies, ``S_j = Q K_j^T`` issued, ``acc *= alpha_{j-1}``, ``acc += P_{j-1} V_{j-1}``
+    issued, ``wgmma.wait_group 1`` and the softmax of ``S_j`` on the CUDA cores while ``P V``
+    runs on the tensor cores, ``wgmma.wait_group 0``, P (the waits placed by
+    [`SinkWgmmaWaits`][loopir.passes.wgmma_waits.SinkWgmmaWaits]). Three versions of ``V_s``
+    (read two steps after its copy), one barrier a step. ``"auto"``: on wherever ``wgmma`` is
+    True. Default False until measured on the H200; every tile of ``wgmma=True`` takes it
+    (ptxas, fp16 at ``head_dim`` 64 / 128, no spills: 138 / 153 registers at 64 x 64, 156 / 179
+    at 64 x 96, 198 / 250 at 64 x 128, the same with ``block_m`` 128).
+
     The first tensor-core form: FlashAttention keeps S, P and the output in registers; here they
     go through shared memory (issue 33).
     """
@@ -334,6 +358,12 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
         raise _fail(f"wgmma must be a bool, 'qk' (the first GEMM only) or 'auto', got {wgmma!r}")
     if wgmma == "auto":
         wgmma = _wgmma_fits(fragments, head_dim, block_m, block_n) and _hopper_visible()
+    if not (isinstance(overlap, bool) or overlap == "auto"):
+        raise _fail(f"overlap must be a bool or 'auto', got {overlap!r}")
+    overlap = wgmma is True if overlap == "auto" else bool(overlap)
+    if overlap and wgmma is not True:
+        raise _fail(f"overlap=True overlaps the softmax with asynchronous wgmma: it needs wgmma=True (both GEMMs "
+                    f"on wgmma), got wgmma={wgmma!r}")  # fmt: skip
     if wgmma:
         _check_wgmma(fragments, head_dim, block_m, block_n, wgmma is True)
         block_m, block_n = block_m or 64, block_n or 64
@@ -345,12 +375,12 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
         raise _fail(f"block_m = {block_m} must be a multiple of 32, block_n = {block_n} and head_dim = "
                     f"{head_dim} multiples of 16 (the tensor cores' 16 x 16 tiles)")  # fmt: skip
     sch = Schedule(attention_func(batch, heads, seq_q, seq_kv, head_dim, dtype, causal, kv_heads, lse=lse,
-                                  block_m=block_m, block_n=block_n, fragments=fragments))  # fmt: skip
+                                  block_m=block_m, block_n=block_n, fragments=fragments, overlap=overlap))  # fmt: skip
     if fragments:
         from loopir.examples.attention_fragments import schedule_fragments
 
         return schedule_fragments(sch, dtype=dtype, block_m=block_m, block_n=block_n, head_dim=head_dim, lse=lse,
-                                  wgmma=bool(wgmma), wgmma_pv=wgmma is True)  # fmt: skip
+                                  wgmma=bool(wgmma), wgmma_pv=wgmma is True, overlap=overlap)  # fmt: skip
     warps = block_m // 16
     _start_schedule(sch, _SHARED)
     for name, at in _ROW_BLOCKS.items():
@@ -424,11 +454,17 @@ def _start_schedule(sch: Schedule, shared: Sequence[tuple[str, str]]) -> None:
 
 
 def _finish_schedule(sch: Schedule, align: Sequence[tuple[str, str, int, int]], fast_math: Sequence[str],
-                    lse: bool) -> Schedule:  # fmt: skip
-    """Both schedules' last steps: the KV tiles pipelined, the shared rows padded (``align``:
+                    lse: bool, overlap: bool = False) -> Schedule:  # fmt: skip
+    """Both schedules' last steps: the KV tiles pipelined (``overlap``: FlashAttention 3's
+    pipeline, ``attention_fragments.pipeline_overlap``), the shared rows padded (``align``:
     ``(writer, buffer, factor, offset)``), fast math on the blocks ``fast_math`` (the
     logsumexp's only when it is computed)."""
-    _pipeline_kv_loads(sch)
+    if overlap:
+        from loopir.examples.attention_fragments import pipeline_overlap
+
+        pipeline_overlap(sch)
+    else:
+        _pipeline_kv_loads(sch)
     for writer, buf, factor, offset in align:
         sch.storage_align(sch.get_block(writer), buf, 0, factor, offset)
     for name in fast_math:

@@ -44,6 +44,13 @@ with everything but the Q, K and V tiles in registers, a warp per 16 query rows:
   of ``mma.m16n8k16`` lane for lane (``MMA_C`` and ``MMA_A`` are one map), so ``P V`` needs
   no ``ldmatrix`` and no shared memory for ``P`` (V by ``ldmatrix.trans``);
 * the K and V tiles as before: 16-byte ``cp.async`` one KV tile ahead, rows padded.
+
+FlashAttention 3's overlap (``attention(..., wgmma=True, overlap=True)``) takes the program in
+its form ([`OVERLAP_TEMPLATE`][loopir.examples.attention_fragments.OVERLAP_TEMPLATE]: block
+``S_exp`` writes the exponentials into S in place, ``row_sum`` adds them in float32 with
+``frag_row_sum_f32``, block ``P`` converts them last) and pipelines the KV loop over three
+stages, the output's GEMM a step behind the scores' and its softmax
+([`pipeline_overlap`][loopir.examples.attention_fragments.pipeline_overlap]).
 """
 
 from __future__ import annotations
@@ -57,6 +64,7 @@ from loopir.examples.attention import (
     _finish_schedule,
     _start_schedule,
 )
+from loopir.ir.functor import post_order_stmts
 from loopir.ir.op import WGMMA_K_MAJOR_DEPTHS
 from loopir.schedule import Schedule
 from loopir.schedule.trace import BlockRV, LoopRV
@@ -64,10 +72,9 @@ from loopir.tensor_intrin.cuda import DTYPE_ABBREV, wgmma_intrin, wgmma_rs_intri
 from loopir.tensor_intrin.fragment import row_reduce_intrin
 from loopir.tensor_intrin.layouts import MMA_C, ROW_STATS, SW128_ROW, sw128
 
-__all__ = ["FRAGMENT_LSE_BLOCK", "FRAGMENT_TEMPLATE", "QRESCALE", "schedule_fragments", "wgmma_o", "wgmma_s"]
+__all__ = ["FRAGMENT_LSE_BLOCK", "FRAGMENT_TEMPLATE", "OVERLAP_TEMPLATE", "QRESCALE", "pipeline_overlap", "schedule_fragments", "wgmma_o", "wgmma_s"]
 
-#: The program (fields as ``loopir.examples.attention``'s template).
-FRAGMENT_TEMPLATE = _HEAD + '''            acc = T.alloc_buffer(({BM}, {D}), "float32")
+_FRAGMENT_HEAD = _HEAD + '''            acc = T.alloc_buffer(({BM}, {D}), "float32")
             m = T.alloc_buffer(({BM}, 4), "float32")
             m_prev = T.alloc_buffer(({BM}, 4), "float32")
             l = T.alloc_buffer(({BM}, 4), "float32")
@@ -89,20 +96,43 @@ FRAGMENT_TEMPLATE = _HEAD + '''            acc = T.alloc_buffer(({BM}, {D}), "fl
                     with T.block("row_max"):
                         vii, vq, vjj = T.axis.remap("SSR", [ii, q, jj])
                         m[vii, vq] = T.max(m[vii, vq], S[vii, vjj])
-                for ii, jj in T.grid({BM}, {BN}):
-                    with T.block("P"):
-                        vj0, vii, vjj = T.axis.remap("SSS", [j0, ii, jj])
-                        P[vii, vjj] = T.Cast("{dt}", T.if_then_else({VALID}, T.exp(S[vii, vjj] * T.float32({SCALE}) - m[vii, vjj % 8 // 2] * T.float32({SCALE})), T.float32(0)))
-                for ii, q in T.grid({BM}, 4):
+'''
+#: The statistics rescaled by ``alpha`` (the running sum ``l`` here, the output in block
+#: ``acc_rescale``).
+_RESCALE = '''                for ii, q in T.grid({BM}, 4):
                     with T.block("rescale"):
                         vii, vq = T.axis.remap("SS", [ii, q])
                         alpha[vii, vq] = {QRESCALE}
                         l[vii, vq] = l[vii, vq] * {QRESCALE}
-                for ii, q, jj in T.grid({BM}, 4, {BN}):
+'''
+#: The exponentials rounded to the input type as P, the statistics rescaled, the row sums of P.
+_SOFTMAX_P = '''                for ii, jj in T.grid({BM}, {BN}):
+                    with T.block("P"):
+                        vj0, vii, vjj = T.axis.remap("SSS", [j0, ii, jj])
+                        P[vii, vjj] = T.Cast("{dt}", T.if_then_else({VALID}, T.exp(S[vii, vjj] * T.float32({SCALE}) - m[vii, vjj % 8 // 2] * T.float32({SCALE})), T.float32(0)))
+''' + _RESCALE + '''                for ii, q, jj in T.grid({BM}, 4, {BN}):
                     with T.block("row_sum"):
                         vii, vq, vjj = T.axis.remap("SSR", [ii, q, jj])
                         l[vii, vq] = l[vii, vq] + T.Cast("float32", P[vii, vjj])
-                for ii, d in T.grid({BM}, {D}):
+'''
+#: FlashAttention 3's softmax (``overlap``): the exponentials into S's float32 fragments in
+#: place (``S_exp``), the statistics rescaled, the row sums of the float32 exponentials, and P,
+#: the exponentials rounded to the input type, a conversion of its own at the end (block ``P``:
+#: P is the register A of ``P V``, which may not be written while the previous ``P V`` runs).
+_SOFTMAX_IN_PLACE = '''                for ii, jj in T.grid({BM}, {BN}):
+                    with T.block("S_exp"):
+                        vj0, vii, vjj = T.axis.remap("SSS", [j0, ii, jj])
+                        S[vii, vjj] = T.if_then_else({VALID}, T.exp(S[vii, vjj] * T.float32({SCALE}) - m[vii, vjj % 8 // 2] * T.float32({SCALE})), T.float32(0))
+''' + _RESCALE + '''                for ii, q, jj in T.grid({BM}, 4, {BN}):
+                    with T.block("row_sum"):
+                        vii, vq, vjj = T.axis.remap("SSR", [ii, q, jj])
+                        l[vii, vq] = l[vii, vq] + S[vii, vjj]
+                for ii, jj in T.grid({BM}, {BN}):
+                    with T.block("P"):
+                        vii, vjj = T.axis.remap("SS", [ii, jj])
+                        P[vii, vjj] = T.Cast("{dt}", S[vii, vjj])
+'''
+_FRAGMENT_TAIL = '''                for ii, d in T.grid({BM}, {D}):
                     with T.block("acc_rescale"):
                         vii, vd = T.axis.remap("SS", [ii, d])
                         acc[vii, vd] = acc[vii, vd] * alpha[vii, vd % 8 // 2]
@@ -116,6 +146,12 @@ FRAGMENT_TEMPLATE = _HEAD + '''            acc = T.alloc_buffer(({BM}, {D}), "fl
                     if {IN_Q}:
                         O[vb, vh, {ROW}, vd] = T.Cast("{dt}", T.if_then_else(l[vii, vd % 8 // 2] > T.float32(0), acc[vii, vd] / l[vii, vd % 8 // 2], T.float32(0)))
 {LSE_BLOCK}'''
+
+#: The program (fields as ``loopir.examples.attention``'s template).
+FRAGMENT_TEMPLATE = _FRAGMENT_HEAD + _SOFTMAX_P + _FRAGMENT_TAIL
+#: The program in FlashAttention 3's form (``overlap``; the same fields): the same result up to
+#: the rounding of the row sums (of the float32 exponentials, not of P).
+OVERLAP_TEMPLATE = _FRAGMENT_HEAD + _SOFTMAX_IN_PLACE + _FRAGMENT_TAIL
 
 #: The logsumexp: the first copy of each row's statistics.
 FRAGMENT_LSE_BLOCK = '''            for ii, q in T.grid({BM}, 4):
@@ -156,12 +192,15 @@ def _stats_map(i: Any, q: Any) -> tuple[Any, ...]:
 
 
 def schedule_fragments(sch: Schedule, *, dtype: str, block_m: int, block_n: int, head_dim: int,
-                       lse: bool, wgmma: bool = False, wgmma_pv: bool = False) -> Schedule:  # fmt: skip
+                       lse: bool, wgmma: bool = False, wgmma_pv: bool = False,
+                       overlap: bool = False) -> Schedule:  # fmt: skip
     """The schedule of the module doc on ``sch`` (of ``attention_func(..., fragments=True)``);
     ``wgmma``: ``S = Q K^T`` on Hopper's ``wgmma`` from 128-byte-swizzled Q and K tiles
     ([`wgmma_s`][loopir.examples.attention_fragments.wgmma_s]) instead of ``mma.sync``;
     ``wgmma_pv``: ``acc += P V`` on ``wgmma`` too, P from registers
-    ([`wgmma_o`][loopir.examples.attention_fragments.wgmma_o])."""
+    ([`wgmma_o`][loopir.examples.attention_fragments.wgmma_o]); ``overlap`` (with both, on the
+    program of ``attention_func(..., overlap=True)``): the softmax overlapped with the GEMMs
+    ([`pipeline_overlap`][loopir.examples.attention_fragments.pipeline_overlap])."""
     warps = block_m // _TILE
     _start_schedule(sch, _SHARED)
     for writer, buf in _FRAGMENTS:
@@ -172,7 +211,7 @@ def schedule_fragments(sch: Schedule, *, dtype: str, block_m: int, block_n: int,
         blk = sch.get_block(writer)
         sch.set_scope(blk, buf, "warp")
         sch.transform_layout(blk, buf, _stats_map)
-    for name in _ELEMENTWISE:
+    for name in _ELEMENTWISE + (("S_exp",) if overlap else ()):
         w, tc, lane, v = sch.transform_block_layout(sch.get_block(name), _fragment_map)
         sch.bind(w, "threadIdx.y")
         sch.bind(lane, "threadIdx.x")
@@ -187,7 +226,7 @@ def schedule_fragments(sch: Schedule, *, dtype: str, block_m: int, block_n: int,
         sch.unroll(v)
     t = DTYPE_ABBREV[dtype]
     for name, intrin in (("row_max", row_reduce_intrin("max", "float32", block_n, quad=True)),
-                         ("row_sum", row_reduce_intrin("sum", dtype, block_n, quad=True))):  # fmt: skip
+                         ("row_sum", row_reduce_intrin("sum", "float32" if overlap else dtype, block_n, quad=True))):  # fmt: skip
         rows = sch.get_loops(sch.get_block(name))[-3]
         wi, ii = sch.split(rows, [warps, _TILE])
         outer = sch.blockize(ii)
@@ -210,7 +249,67 @@ def schedule_fragments(sch: Schedule, *, dtype: str, block_m: int, block_n: int,
         _fragment_gemm(sch, "PV", ("P", "V_s"), warps, t, a_in_registers=True, b_trans=False, init=False)
     # the swizzled tiles are compact (the swizzle, not padding, spreads the rows over the banks)
     swizzled = (("Q_s", "K_s") if wgmma else ()) + (("V_s",) if wgmma_pv else ())
-    return _finish_schedule(sch, tuple(a for a in _ALIGN if a[1] not in swizzled), _FAST_MATH, lse)
+    fast_math = ("S_exp", *(n for n in _FAST_MATH if n != "P")) if overlap else _FAST_MATH  # P only converts
+    return _finish_schedule(sch, tuple(a for a in _ALIGN if a[1] not in swizzled), fast_math, lse, overlap)
+
+
+#: FlashAttention 3's pipeline of the KV loop (``pipeline_overlap``): the stage of each block's
+#: statement (the K and V loads 0, the others 1) and those of stage 2, the output's.
+_LOADS = ("K_load", "V_load")
+_OUTPUT_STAGE = ("acc_rescale", "PV")
+
+
+def _block_names(stmt: Any) -> list[str]:
+    """The blocks of a statement of the KV loop, by their program names ("PV_o_1", blockize's
+    outer block, is "PV")."""
+    from loopir.ir.stmt import BlockRealize
+
+    found: list[str] = []
+    post_order_stmts(stmt, lambda n: found.append(n.block.name) if isinstance(n, BlockRealize) else None)
+    return [f.split("_o")[0] for f in found]
+
+
+def pipeline_overlap(sch: Schedule) -> None:
+    """FlashAttention 3's intra-warpgroup overlap (its paper's section 3.2) as a software
+    pipeline of the KV loop and asynchronous ``wgmma``: per step ``t`` of the loop
+
+    1. the K and V tiles of iteration ``t`` (16-byte ``cp.async``, stage 0);
+    2. ``S_{t-1} = Q K_{t-1}^T`` issued (stage 1);
+    3. ``acc *= alpha_{t-2}`` and ``acc += P_{t-2} V_{t-2}`` issued (stage 2, placed right after
+       the S issue by ``software_pipeline_order``);
+    4. the softmax of ``S_{t-1}`` (row maximum, exponentials in place, ``alpha``, row sums) on
+       the CUDA cores while ``P V`` runs on the tensor cores: ``wgmma.wait_group 1`` before it
+       (``S`` retired, ``P V`` in flight);
+    5. ``wgmma.wait_group 0``, then ``P_{t-1}``, the exponentials in the input type.
+
+    The waits are [`SinkWgmmaWaits`][loopir.passes.wgmma_waits.SinkWgmmaWaits]'s (the kernel's
+    loop annotated ``loopir.wgmma_async``: every ``wgmma`` issued asynchronously, its wait
+    before the first statement touching its accumulator or register A). InjectSoftwarePipeline
+    versions what passes between stages: ``alpha`` and ``P`` (registers) are read in stage 2
+    before stage 1 rewrites them in the same step, so they need one version; ``K_s`` two and
+    ``V_s`` three (read two steps after their copy). Each step starts with one
+    ``cp.async.wait_group 0`` and one barrier (``loopir.pipeline_wait_first``): the tiles of
+    the previous step are then in place for S and ``P V``, and the copies of this step come
+    after every thread's ``wait_group 0`` retired the ``P V`` that read the ``V_s`` version they
+    overwrite. The prologue is the first tiles and ``S_0``'s softmax, the epilogue the last two
+    ``P V``."""
+    from loopir.ir.stmt import For, SeqStmt
+    from loopir.passes.software_pipeline import WAIT_FIRST_KEY
+    from loopir.passes.wgmma_waits import WGMMA_ASYNC_KEY
+
+    j0 = sch.get_loops(sch.get_block("K_load"))[0]
+    loop = sch.get(j0)
+    assert isinstance(loop, For) and isinstance(loop.body, SeqStmt)
+    names = [_block_names(stmt) for stmt in loop.body.seq]
+    stages = [0 if set(n) & set(_LOADS) else 2 if set(n) & set(_OUTPUT_STAGE) else 1 for n in names]
+    first = [i for i, n in enumerate(names) if "S" in n]
+    order = [i for i, st in enumerate(stages) if st == 0] + first + [i for i, st in enumerate(stages) if st == 2]
+    order += [i for i, st in enumerate(stages) if st == 1 and i not in first]
+    sch.annotate(j0, "software_pipeline_stage", stages)
+    sch.annotate(j0, "software_pipeline_order", order)
+    sch.annotate(j0, "software_pipeline_async_stages", [0])
+    sch.annotate(j0, WAIT_FIRST_KEY, 1)
+    sch.annotate(sch.get_loops(sch.get_block("tile"))[-1], WGMMA_ASYNC_KEY, 1)
 
 
 def wgmma_s(sch: Schedule, dtype: str, warps: int, block_n: int, head_dim: int) -> None:

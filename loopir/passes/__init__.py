@@ -27,10 +27,11 @@ from loopir.passes.simplify import Simplify
 from loopir.passes.software_pipeline import InjectSoftwarePipeline
 from loopir.passes.thread_sync import ThreadSync
 from loopir.passes.unify_threads import UnifyThreadLoops
+from loopir.passes.wgmma_waits import SinkWgmmaWaits
 
 __all__ = [
     "CompactBufferAllocation", "ConfigEntry", "FastMath", "FunctionPass", "InjectSharedPrefetch", "InjectSoftwarePipeline", "InjectVirtualThread", "LocalPadding",
     "LocalPaddingReport", "LowerBlocks", "LowerWarpMemory", "LowerCrossThreadReduction", "Pass", "PassContext", "PassInstrument",
-    "PrintIRInstrument", "RecordIRInstrument", "Sequential", "Simplify", "ThreadSync",
+    "PrintIRInstrument", "RecordIRInstrument", "Sequential", "SinkWgmmaWaits", "Simplify", "ThreadSync",
     "UnifyThreadLoops", "default_pipeline", "lower", "register_config",
 ]  # fmt: skip

@@ -24,11 +24,14 @@ Order (each is its own pass object; see their modules):
    copies ``cp.async`` with commit/wait groups (docs/pipelining.md); when a loop asks for it,
    and always with a target (its first passes may schedule the function: the default GPU
    schedule pipelines its GEMMs; without annotated loops the pass changes nothing).
-9. ``ThreadSync`` -- ``storage_sync("shared")`` barriers.
-10. ``InjectSharedPrefetch`` -- register prefetch of the next shared tile, for loops annotated
+9. ``SinkWgmmaWaits`` -- only when a loop is annotated ``loopir.wgmma_async`` or under
+   ``cuda.wgmma_async``: ``ptx_wgmma`` issued asynchronously, each ``wgmma.wait_group`` sunk
+   to the first statement that needs its group retired (``loopir.passes.wgmma_waits``).
+10. ``ThreadSync`` -- ``storage_sync("shared")`` barriers.
+11. ``InjectSharedPrefetch`` -- register prefetch of the next shared tile, for loops annotated
    ``"loopir.prefetch_shared"`` or every eligible loop under ``tir.prefetch_shared``
    (docs/prefetch.md); it runs only when one of those asks for it.
-11. the target's late passes (``"cuda"``: ``PrivatizeThreadLocals`` and ``LowerWarpMemory``, a
+12. the target's late passes (``"cuda"``: ``PrivatizeThreadLocals`` and ``LowerWarpMemory``, a
    thread's slots of local buffers and warp buffers of tensor-core fragments -> each thread's
    registers; ``HoistIfThenElse``, loop-invariant guards above their loops).
 
@@ -59,6 +62,7 @@ from loopir.passes.software_pipeline import InjectSoftwarePipeline, pipeline_req
 from loopir.passes.thread_registers import PrivatizeThreadLocals
 from loopir.passes.thread_sync import ThreadSync
 from loopir.passes.unify_threads import UnifyThreadLoops
+from loopir.passes.wgmma_waits import SinkWgmmaWaits, wgmma_async_requested
 
 __all__ = [
     "default_pipeline", "late_target_passes", "lower", "register_target_backend",
@@ -151,6 +155,8 @@ def default_pipeline(
     # annotated loops
     if target is not None or pipeline_requested(func):
         passes.append(InjectSoftwarePipeline())
+    if wgmma_async_requested(func, ctx):
+        passes.append(SinkWgmmaWaits())
     passes.append(ThreadSync())
     if prefetch_requested(func, ctx):
         passes.append(InjectSharedPrefetch())

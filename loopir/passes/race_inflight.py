@@ -24,7 +24,12 @@ around it and the prover keeps its same-iteration reasoning (a pipeline's versio
   ``backward_span``: back to just after the last boundary before it.
 
 Together they cover ``c_i .. c_w``: the wait is reached from the issue across at most one
-boundary ``B``, the first part ends at ``B``'s count, the second starts one barrier after it. A
+boundary ``B``, the first part ends at ``B``'s count, the second starts one barrier after it.
+A part that spans no barrier (the wait reached from the issue with no barrier and no boundary
+between: every wait ``passes.wgmma_waits`` sinks within a step of FlashAttention 3's pipeline;
+the wait's part back to its issue or boundary with none) is the statement's own read at its own
+count, as a synchronous call's: every access of another thread between the same two barriers is
+concurrent with it either way. A
 walk that cannot be bounded (a loop of unknown or large extent before the retiring wait, no
 retiring wait) gives ``UNBOUNDED``: the read is then concurrent with every later access, which
 refuses rather than misses a race.
@@ -164,6 +169,14 @@ def _after(path: Sequence[tuple[Stmt, int]], level: int, st: _State, wraps: int)
     return _after(path, level - 1, st, wraps)
 
 
+def _ends(path: Sequence[tuple[Stmt, int]]) -> list[_State] | None:
+    """The forward walk's states at the retiring wait, over every way there (None: unbounded)."""
+    try:
+        return _after(path, len(path) - 1, _State(), 0)
+    except _Unbounded:
+        return None
+
+
 def forward_span(path: Sequence[tuple[Stmt, int]]) -> tuple[int, bool]:
     """The barriers the issue's own part of an in-flight read spans (module doc), and whether
     it ends at a boundary (else it reaches the retiring wait, or is unbounded).
@@ -172,9 +185,8 @@ def forward_span(path: Sequence[tuple[Stmt, int]]) -> tuple[int, bool]:
     the child on the way to the issue (for a ``SeqStmt``; 0 for the others): the issue is the
     last one's child.
     """
-    try:
-        ends = _after(path, len(path) - 1, _State(), 0)
-    except _Unbounded:
+    ends = _ends(path)
+    if ends is None:
         return UNBOUNDED, False
     if all(e.crossed <= 1 for e in ends) and any(e.crossed for e in ends):
         return max(e.first if e.crossed else e.barriers for e in ends), True
@@ -223,15 +235,21 @@ def backward_span(path: Sequence[tuple[Stmt, int]], pending: int = 0) -> int:
 
 def in_flight(path: Sequence[tuple[Stmt, int]], call: Call) -> For | None:
     """The loop over the barrier counts beyond its own that a tensor-core ``call``'s shared
-    reads see (module doc), or None for a call whose reads are not in flight: ``0 .. span``,
+    reads see (module doc), or None for a call whose reads are not in flight, or are but span
+    no barrier (its own count, as a plain read): ``0 .. span``,
     annotated ``IN_FLIGHT_KEY`` with ``"forward"`` (the issue's part: added to the count, and
     whether it ends at a boundary) or ``"backward"`` (the wait's: subtracted)."""
     if call.op == "ptx_wgmma_async":
+        ends = _ends(path)
+        if ends is not None and all(e.barriers == 0 and e.crossed == 0 for e in ends):
+            return None  # retired before any barrier or boundary: the issue's own interval
         span, bounded = forward_span(path)
         how = "forward" if bounded else "forward-all"
     elif call.op == "ptx_wgmma_wait":
         pending = call.args[0]
         span = backward_span(path, pending.value if isinstance(pending, IntImm) else 0)
+        if span == 0:
+            return None  # no barrier back to the issue or the boundary: the wait's own interval
         how = "backward"
     else:
         return None

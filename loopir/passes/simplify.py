@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import attrs
 
-from loopir.ir.expr import IntImm, PrimExpr
+from loopir.ir.expr import IntImm, Max, PrimExpr
 from loopir.ir.functor import Mutator, Node, substitute
 from loopir.ir.stmt import Evaluate, For, ForKind, IfThenElse, PrimFunc, SeqStmt, Stmt, seq
 from loopir.passes._walk import loop_range
@@ -29,6 +29,16 @@ def _nop() -> Stmt:
 def _is_nop(s: Stmt) -> bool:
     return isinstance(s, Evaluate) and isinstance(s.value, IntImm)
 
+
+
+def _runs_below(extent: PrimExpr) -> PrimExpr:
+    """``e`` for an extent ``max(e, 0)`` (or ``max(0, e)``), else the extent: the bound the body
+    sees when it runs."""
+    if isinstance(extent, Max):
+        for e, z in ((extent.a, extent.b), (extent.b, extent.a)):
+            if isinstance(z, IntImm) and z.value == 0:
+                return e
+    return extent
 
 class _Simplify(Mutator):
     def __init__(self) -> None:
@@ -63,7 +73,10 @@ class _Simplify(Mutator):
         ):
             # a unit loop is its body at loop_var = min (thread loops keep their binding)
             return self._stmt(substitute(node.body, {node.loop_var: mn}))
-        self.ana.bind(node.loop_var, loop_range(attrs.evolve(node, min=mn, extent=extent)))
+        # a loop of extent max(e, 0) runs its body only while loop_var < min + e (a pipeline's
+        # steady state, ``max(n - stages + 1, 0)`` steps: its tiles are then known to be
+        # before the last ones, where a causal mask is proven true)
+        self.ana.bind(node.loop_var, loop_range(attrs.evolve(node, min=mn, extent=_runs_below(extent))))
         body = self._stmt(node.body)
         if _is_nop(body):
             return _nop()

@@ -16,7 +16,10 @@ stage, the loop ``for k in range(n): S0(k); S1(k); C(k)`` with stages ``[0, 0, 1
 
 A buffer written in stage ``s_w`` and read in a later stage ``s_r`` gets ``s_r - s_w + 1``
 versions (a new leading axis, indexed by the iteration modulo the versions), so that the copy
-of iteration ``k + 1`` does not overwrite what ``C(k)`` reads. ThreadSync then orders what is
+of iteration ``k + 1`` does not overwrite what ``C(k)`` reads; one fewer when the step's order
+puts the reader before the writer (the reader of iteration ``k`` is then done when the writer
+of iteration ``k + s_r - s_w`` runs, in the same step: a buffer read in the next stage needs no
+second version, as TVM's pass). ThreadSync then orders what is
 left (the reuse of a version one step later). Buffers allocated in the loop's body (caches
 placed at that loop, such as the register fragments of a tensor-core K step) are allocated
 around the pipelined loop instead, versioned like the others when they pass between stages:
@@ -334,7 +337,7 @@ class _Rewrite(Mutator):
         # asynchronous wgmma: a wait statement after each compute, one stage later
         stmts, stages, order, retire = with_retiring_waits(loop, stmts, stages, order)
         accesses = [_accessed(s) for s in stmts]
-        versions = self._versions(name, stages, accesses)
+        versions = self._versions(name, stages, accesses, order)
         new = {}
         for buf, v in versions.items():
             new[buf] = (_multi_buffered(buf, v), v)
@@ -418,10 +421,19 @@ class _Rewrite(Mutator):
         self.bars[written[0]] = [tma.bar]
         return tma
 
-    def _versions(self, name: str, stages: list[int], accesses: list[tuple[set[Buffer], set[Buffer]]]) -> dict[Buffer, int]:
+    def _versions(self, name: str, stages: list[int], accesses: list[tuple[set[Buffer], set[Buffer]]],
+                  order: list[int]) -> dict[Buffer, int]:  # fmt: skip
+        """The versions of each buffer passing between stages: the iterations whose values are
+        live at once. The reader of iteration ``k`` (stage ``s_r``) runs in step ``k + s_r``,
+        after the writers of iterations ``k + 1 .. k + s_r - s_w - 1``, and after that of ``k +
+        s_r - s_w`` too when the step's order puts the writer first: ``s_r - s_w + 1``
+        versions, one fewer when the reader comes first in the step (so a register buffer
+        written in stage 0 after its stage-1 reader in the step's order needs no second
+        version, and no dynamic index)."""
+        pos = {i: p for p, i in enumerate(order)}
         out: dict[Buffer, int] = {}
-        for sw, (_, writes) in zip(stages, accesses):
-            for sr, (reads, _) in zip(stages, accesses):
+        for w, (sw, (_, writes)) in enumerate(zip(stages, accesses)):
+            for r, (sr, (reads, _)) in enumerate(zip(stages, accesses)):
                 for b in writes & reads:
                     if sr < sw:
                         raise PassError(f"pass InjectSoftwarePipeline: loop {name}: {b.name} is written in stage "
@@ -431,7 +443,9 @@ class _Rewrite(Mutator):
                             raise PassError(f"pass InjectSoftwarePipeline: loop {name}: {b.name} passes between "
                                             "stages but is not a shared, local or warp buffer allocated around "
                                             "the loop")  # fmt: skip
-                        out[b] = max(out.get(b, 1), sr - sw + 1)
+                        need = sr - sw + (1 if pos[w] < pos[r] else 0)
+                        if need > 1:
+                            out[b] = max(out.get(b, 1), need)
         return out
 
     def _steps(self, loop: For, stmts: list[Stmt], stages: list[int], order: list[int], async_src: int | None,

@@ -128,6 +128,6 @@ def test_a_register_a_written_while_its_wgmma_is_in_flight_is_refused() -> None:
     zero = IntImm(0, "int32")
     issue = op.ptx_wgmma_async(p[zero, zero], v[zero, zero], acc[zero, zero], 64, 64, trans_b=True)
     write_p = BufferStore(p, FloatImm(0.0, "float16"), (zero, zero))
-    with pytest.raises(CodegenError, match=r"P of an asynchronous wgmma .* is touched before a ptx_wgmma_wait\(0\)"):
+    with pytest.raises(CodegenError, match=r"P of an asynchronous wgmma .* is touched before a ptx_wgmma_wait retires"):
         check_accumulators("k", seq(Evaluate(issue), write_p, Evaluate(op.ptx_wgmma_wait(0, issue))))
     check_accumulators("k", seq(Evaluate(issue), Evaluate(op.ptx_wgmma_wait(0, issue)), write_p))  # retired first

@@ -11,8 +11,17 @@ registers as FlashAttention 2's schedule (``loopir.examples.attention_fragments`
   Q and K tiles, the output by ``wgmma`` from P's registers and the swizzled V tile (no
   ``ldmatrix``, no ``mma.sync``; compact 1024-byte aligned tiles); nvcc compiles it for sm_90a
   without spills at head_dim 64 and 128.
+* ``overlap=True`` (FlashAttention 3's intra-warpgroup overlap, ``attention_fragments.pipeline_overlap``):
+  the same properties on the CPU (drawn shapes, fp16/bf16, causal, GQA, head_dim 64 and 128,
+  symbolic lengths, lengths off the tiles, one and two warpgroups, ``block_n`` 64/96/128), the
+  race checker proving it; the CUDA issues S and ``P V`` asynchronously, ``wait_group 1`` before
+  the softmax and ``wait_group 0`` before P; no register buffer gets a second version (no
+  dynamic index: no local memory), ``V_s`` three; the causal mask is proven true in the steady
+  loop; nvcc compiles every tile without spills and without ptxas serializing the wgmma
+  (C7515).
 * Bad parameters are refused by name.
-* On a GPU (the H200): equal to float64, and to the CPU executor's lowered kernel.
+* On a GPU (the H200): equal to float64, and to the CPU executor's lowered kernel (also with
+  ``overlap``).
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import loopir
-from loopir.errors import ScheduleError
+from loopir.errors import CodegenError, ScheduleError
 from loopir.examples.attention import attention
 from loopir.ir.expr import Var
 from tests.examples.test_attention import _inputs, _run, reference
@@ -70,6 +79,75 @@ def test_schedule_computes_the_same_on_the_cpu(kv_heads: int, group: int, sq: in
     assert (f'"loopir.tensorized": "mma_{t}{t}f32"' in text) == (wgmma == "qk")
     _run(sch.func, shape, kv_heads, dtype, causal, True, seed=seed)
     _run(_lowered(sch), shape, kv_heads, dtype, causal, True, seed=seed + 1, order="random")
+
+
+@settings(max_examples=8, deadline=None)
+@given(kv_heads=st.integers(1, 2), group=st.integers(1, 2), sq=st.integers(1, 200), skv=st.integers(1, 200),
+       causal=st.booleans(), tiles=st.sampled_from([(64, 64), (128, 64), (64, 96), (64, 128), (128, 32)]),
+       dtype=st.sampled_from(["float16", "bfloat16"]), head_dim=st.sampled_from([64, 128]),
+       seed=st.integers(0, 2**16))  # fmt: skip
+def test_overlap_computes_the_same_on_the_cpu(kv_heads: int, group: int, sq: int, skv: int, causal: bool,
+                                              tiles: tuple[int, int], dtype: str, head_dim: int, seed: int) -> None:  # fmt: skip
+    """FlashAttention 3's pipelined form: sequentially and lowered in random thread order, equal
+    to float64 (the logsumexp too), the race checker proving the kernel (``_source``)."""
+    shape = (1, kv_heads * group, sq, skv, head_dim)
+    sch = attention(*shape, dtype, causal, kv_heads, lse=True, block_m=tiles[0], block_n=tiles[1], wgmma=True,
+                    overlap=True)  # fmt: skip
+    loopir.verify(sch.func)
+    text = sch.func.script()
+    assert '"loopir.tensorized": "frag_row_sum_f32_n' in text and '"loopir.wgmma_async": 1' in text
+    _run(sch.func, shape, kv_heads, dtype, causal, True, seed=seed)
+    _run(_lowered(sch), shape, kv_heads, dtype, causal, True, seed=seed + 1, order="random")
+    _source(sch)  # race-proven, the accumulators untouched in flight
+
+
+def test_overlap_symbolic_lengths_serve_every_length() -> None:
+    sch = attention(1, 2, Var("seq_q"), Var("seq_kv"), 64, "float16", True, 1, lse=True, block_n=32, wgmma=True,
+                    overlap=True)  # fmt: skip
+    lowered = _lowered(sch)
+    for sq, skv in ((5, 40), (65, 65), (70, 7), (1, 1), (130, 200), (64, 129)):
+        _run(lowered, (1, 2, sq, skv, 64), 1, "float16", True, True, seed=sq + skv, order="random")
+    _source(sch)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_overlap_issues_both_gemms_asynchronously(head_dim: int) -> None:
+    """The steady loop: one barrier, the K and V copies, S issued, acc rescaled, P V issued,
+    wait_group 1 (S retired, P V in flight) before the softmax, wait_group 0 before P; P and
+    the statistics single registers (no version index), V_s three versions, K_s two."""
+    kernel = _source(attention(4, 32, 1024, 1024, head_dim, wgmma=True, overlap=True)).split("__global__")[1]
+    steady = kernel.split("for (int j0_steady")[1].split("\n  }\n")[0]
+    s_name = "loopir_wgmma_async_m64n64k64_f16" if head_dim == 64 else "loopir_wgmma_async_m64n64k128_f16_ka512_kb512"
+    lbo = 1 if head_dim == 64 else 64 * 64 * 2 // 16
+    marks = [f"{s_name}(&S[0]", "acc[ax", f"loopir_wgmma_async_m64n{head_dim}k64_f16_rs_tb{lbo}(&acc[0], &P[0]",
+             "loopir_wgmma_wait<1>(); loopir_wgmma_fence_n64(&S[0]);", "exp2f(",
+             f"loopir_wgmma_wait<0>(); loopir_wgmma_fence_n{head_dim}(&acc[0]);", "P[ax"]  # fmt: skip
+    where = [steady.find(m) for m in marks]
+    assert -1 not in where and where == sorted(where), list(zip(marks, where))
+    assert steady.count("__syncthreads()") == 1 and steady.count("loopir_cp_async_wait<0>()") == 1
+    assert "loopir_wgmma_m64" not in kernel  # no synchronous wgmma left
+    assert "half P[32];" in kernel and "float alpha[2];" in kernel and "float S[32];" in kernel
+    assert re.search(rf"half V_s\[{3 * 64 * head_dim}\]|half\* V_s = ", kernel)
+    assert re.search(r"V_s\[\(?j0_steady( \+ \d)?\)? % 3 \* ", steady) and re.search(r"K_s\[\(?j0_steady( \+ 1)?\)? % 2 \* ", steady)
+
+
+def test_overlap_keeps_the_causal_mask_off_the_steady_tiles() -> None:
+    kernel = _source(attention(1, 4, 1024, 1024, 64, "float16", True, wgmma=True, overlap=True)).split("__global__")[1]
+    steady = kernel.split("for (int j0_steady")[1].split("\n  }\n")[0]
+    assert re.search(r"S\[[^]]*\] = true \? S\[", steady) and " <= " not in steady.split("exp2f")[0]
+    assert re.search(r"S\[[^]]*\] = \([^;]*<[^;]*\) \? S\[", kernel.split("for (int j0_steady")[1])  # the peeled tile
+
+
+def test_the_wgmma_waits_are_refused_when_misplaced() -> None:
+    """check_accumulators refuses the overlapped kernel with its wait before the softmax
+    allowing two groups (S, the older, then still in flight)."""
+    from loopir.codegen_cuda import emit_function, lower_for_cuda
+    from tests.passes.test_wgmma_waits import _with_pending
+
+    func = lower_for_cuda(attention(1, 2, 256, 256, 64, wgmma=True, overlap=True).func)
+    emit_function(func)
+    with pytest.raises(CodegenError, match="the accumulator S of an asynchronous wgmma .* is touched"):
+        emit_function(_with_pending(func, "S", 2))
 
 
 @pytest.mark.parametrize("shape, kv_heads, causal, dtype, wgmma", [
@@ -142,6 +220,10 @@ NVCC_CASES = {
     "d128": ((1, 4, Var("seq_q"), Var("seq_kv"), 128, "bfloat16", False, None), {}),
     "d128_bm128": ((1, 4, 1024, 1024, 128, "float16", True, None), dict(block_m=128)),
     "d128_qk": ((1, 4, 1024, 1024, 128, "bfloat16", False, None), dict(wgmma="qk")),
+    **{f"overlap_d{d}_bm{bm}_bn{bn}{'_causal' if c else ''}": (
+        (2, 8, 1000 if c else 1024, 1000 if c else 1024, d, "float16", c, 2), dict(overlap=True, block_m=bm, block_n=bn))
+       for d in (64, 128) for bm in (64, 128) for bn in (64, 96, 128) for c in (False, True)},
+    "overlap_d128_symbolic": ((1, 4, Var("seq_q"), Var("seq_kv"), 128, "bfloat16", True, None), dict(overlap=True)),
 }
 
 
@@ -158,6 +240,7 @@ def test_compiles_with_nvcc(name: str, tmp_path: Path) -> None:
     binary = compile_cuda(src, arch="sm_90a", cache_dir=tmp_path)
     for res in binary.resources.values():
         assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0 and res.stack_frame_bytes == 0, binary.log
+    assert "C7515" not in binary.log, binary.log  # ptxas did not serialize the wgmma (overlap)
 
 
 @pytest.mark.parametrize("kwargs, what", [
@@ -169,6 +252,8 @@ def test_compiles_with_nvcc(name: str, tmp_path: Path) -> None:
     (dict(wgmma=1), "wgmma must be a bool, 'qk' .* or 'auto', got 1"),
     (dict(wgmma="pv"), "wgmma must be a bool, 'qk' .* or 'auto', got 'pv'"),
     (dict(head_dim=320), "head_dim at most 256 .*320"),
+    (dict(overlap=True, wgmma="qk"), "overlap=True .* needs wgmma=True .*got wgmma='qk'"),
+    (dict(overlap="yes"), "overlap must be a bool or 'auto', got 'yes'"),
 ])  # fmt: skip
 def test_bad_arguments_are_refused(kwargs: dict, what: str) -> None:
     args = dict(batch=1, heads=2, seq_q=64, seq_kv=64, head_dim=64, wgmma=True) | kwargs
@@ -181,7 +266,7 @@ def test_bad_arguments_are_refused(kwargs: dict, what: str) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("wgmma", [True, "qk"])
+@pytest.mark.parametrize("wgmma", [True, "qk", "overlap"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("head_dim, tiles", [(64, (64, 64)), (64, (128, 128)), (128, (64, 64)), (128, (128, 32))])
@@ -189,7 +274,8 @@ def test_gpu_equals_float64(dtype: str, causal: bool, head_dim: int, tiles: tupl
     """GQA, lengths off the tiles, the logsumexp."""
     torch = pytest.importorskip("torch")
     shape = (2, 8, 300, 333, head_dim)
-    sch = attention(*shape, dtype, causal, 2, lse=True, block_m=tiles[0], block_n=tiles[1], wgmma=wgmma)
+    sch = attention(*shape, dtype, causal, 2, lse=True, block_m=tiles[0], block_n=tiles[1],
+                    wgmma=True if wgmma == "overlap" else wgmma, overlap=wgmma == "overlap")  # fmt: skip
     mod = loopir.build(sch.func, target="cuda")
     arrays = _inputs(shape, 2, dtype, seed=head_dim + causal)
     q, k, v, o = (torch.from_numpy(a).cuda() for a in arrays)
@@ -202,13 +288,14 @@ def test_gpu_equals_float64(dtype: str, causal: bool, head_dim: int, tiles: tupl
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("overlap", [False, True])
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("sq, skv", [(130, 300), (300, 130), (1, 77)])
-def test_gpu_equals_the_cpu_at_symbolic_lengths(sq: int, skv: int, head_dim: int) -> None:
+def test_gpu_equals_the_cpu_at_symbolic_lengths(sq: int, skv: int, head_dim: int, overlap: bool) -> None:
     """One build for every length, causal (bottom-right), seq_q != seq_kv: the GPU equals the
     lowered kernel on the CPU executor."""
     torch = pytest.importorskip("torch")
-    sch = attention(1, 4, Var("sq"), Var("skv"), head_dim, "float16", True, 2, lse=True, wgmma=True)
+    sch = attention(1, 4, Var("sq"), Var("skv"), head_dim, "float16", True, 2, lse=True, wgmma=True, overlap=overlap)
     mod = loopir.build(sch.func, target="cuda")
     arrays = _inputs((1, 4, sq, skv, head_dim), 2, "float16", seed=sq + skv)
     cpu = [a.copy() for a in arrays] + [np.full((1, 4, sq), np.nan, np.float32)]
@@ -219,3 +306,24 @@ def test_gpu_equals_the_cpu_at_symbolic_lengths(sq: int, skv: int, head_dim: int
     np.testing.assert_allclose(from_storage(o.cpu().numpy(), "float16"), from_storage(cpu[3], "float16"),
                                rtol=5e-3, atol=5e-3)  # fmt: skip
     np.testing.assert_allclose(lse.cpu().numpy(), cpu[4], rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim, tiles", [(64, (64, 64)), (64, (128, 128)), (64, (128, 96)), (128, (64, 64)),
+                                             (128, (128, 64)), (128, (64, 128))])  # fmt: skip
+def test_gpu_overlap_equals_the_synchronous_kernel(head_dim: int, tiles: tuple[int, int], causal: bool) -> None:
+    """The overlapped kernel and the synchronous one (same tiles) on the GPU, at 1000 x 1000:
+    equal up to the row sums' rounding (float32 exponentials against fp16 P), both near float64."""
+    torch = pytest.importorskip("torch")
+    shape = (2, 4, 1000, 1000, head_dim)
+    arrays = _inputs(shape, 2, "float16", seed=7 + head_dim)
+    outs = []
+    for overlap in (False, True):
+        sch = attention(*shape, "float16", causal, 2, block_m=tiles[0], block_n=tiles[1], wgmma=True, overlap=overlap)
+        q, k, v, o = (torch.from_numpy(a).cuda() for a in arrays)
+        loopir.build(sch.func, target="cuda")(q, k, v, o)
+        outs.append(from_storage(o.cpu().numpy(), "float16"))
+    np.testing.assert_allclose(outs[1], outs[0], rtol=5e-3, atol=5e-3)
+    want, _ = reference(*(from_storage(a, "float16") for a in arrays[:3]), causal)
+    np.testing.assert_allclose(outs[1], want, rtol=2e-2, atol=2e-2)

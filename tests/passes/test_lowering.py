@@ -245,6 +245,20 @@ def test_simplify_removes_provably_true_guards() -> None:
     assert not nodes(out.body, IfThenElse)
 
 
+def test_simplify_knows_a_loop_of_extent_max_e_0_runs_below_e() -> None:
+    """A pipeline's steady loop ``for j in range(max(n - 2, 0))`` runs only while ``j < n - 2``:
+    the guard ``j + 1 < n - 1`` (its tile before the last) is proven true; ``j + 2 < n - 1`` is not."""
+    from loopir.ir.expr import IntImm, Max
+
+    a = Buffer("A", (12,), "float32")
+    n, j = Var("n"), Var("j")
+    for bound, folds in ((j + 1 < n - 1, True), (j + 2 < n - 1, False)):
+        body = For(j, 0, Max(n - 2, IntImm(0, "int32")), ForKind.SERIAL, IfThenElse(bound, BufferStore(a, a[j] + 1.0, (j,))))
+        out = Simplify()(PrimFunc((a,), body))
+        assert (not nodes(out.body, IfThenElse)) is folds
+        assert "T.max(n - 2, 0)" in out.script()  # the extent itself is kept
+
+
 def test_lower_unscheduled_te_workloads_match_numpy() -> None:
     n = Var("n")
     A = te.placeholder((n, 6), "float32", name="A")

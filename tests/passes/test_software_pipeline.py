@@ -90,6 +90,42 @@ def test_the_depth_shorthand_and_the_examples_schedule() -> None:
     assert "cp_async" not in loopir.lower(sch1.func).script()
 
 
+def _register_passed_on(order: list[int], stages: tuple[int, int] = (0, 1)) -> loopir.PrimFunc:
+    """``t = 2 x[k]`` (stage ``stages[0]``), ``y[k] = t + 1`` (stage ``stages[1]``), ``t`` a
+    register buffer allocated around the loop, the step's order ``order``."""
+    from loopir.ir.buffer import Buffer
+    from loopir.ir.expr import FloatImm
+    from loopir.ir.stmt import Allocate, BufferStore, For, ForKind, PrimFunc, seq
+
+    x, y = Buffer("x", (6,), "float32"), Buffer("y", (6,), "float32")
+    t, k = Buffer("t", (1,), "float32", scope="local"), Var("k")
+    body = seq(BufferStore(t, x[k] * FloatImm(2.0, "float32"), (0,)), BufferStore(y, t[0] + FloatImm(1.0, "float32"), (k,)))
+    loop = For(k, 0, 6, ForKind.SERIAL, body, annotations={"software_pipeline_stage": list(stages),
+                                                           "software_pipeline_order": order})  # fmt: skip
+    return PrimFunc((x, y), Allocate(t, loop))
+
+
+@pytest.mark.parametrize("order, stages, versions", [
+    ([1, 0], (0, 1), 1),  # the reader of iteration k before the writer of k + 1 in a step: one version
+    ([0, 1], (0, 1), 2),  # the writer of k + 1 first: two
+    ([1, 0], (0, 2), 2),
+    ([0, 1], (0, 2), 3),
+])  # fmt: skip
+def test_versions_follow_the_steps_order(order: list[int], stages: tuple[int, int], versions: int) -> None:
+    import numpy as np
+
+    from loopir.passes import InjectSoftwarePipeline
+
+    piped = InjectSoftwarePipeline()(_register_passed_on(order, stages))
+    text = piped.script()
+    assert (f"t = T.allocate(({versions}, 1)" in text) if versions > 1 else "t = T.allocate((1,)" in text, text
+    assert ("% " in text) == (versions > 1)  # no dynamic version index for a single version
+    x = np.arange(6, dtype=np.float32)
+    y = np.full(6, np.nan, np.float32)
+    loopir.build(piped, target="cpu")(x, y)
+    np.testing.assert_array_equal(y, 2 * x + 1)
+
+
 def _annotated(key: str, value: object) -> loopir.PrimFunc:
     sch = dense(64, 16, 64)
     sch.annotate(sch.get_loops(sch.get_block("C"))[3], key, value)  # type: ignore[arg-type]
