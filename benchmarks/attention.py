@@ -21,12 +21,13 @@ same keys in shuffled pages of 16, a page table and per-sequence lengths).
 schedules beside the default in the same run (``variant0``, ...; ``min_blocks_per_sm`` is the
 build's ``__launch_bounds__`` argument), each checked first as the rest.
 
-``--wgmma`` times FlashAttention 3's GEMMs on Hopper's ``wgmma`` beside the default (FA2 on
-``mma.sync``): ``wgmma`` (``examples.attention(..., wgmma=True)``: both GEMMs, P from
-registers; default tiles 64 x 64) and ``wgmma_qk`` (``wgmma="qk"``: ``S = Q K^T`` only), each
-with its ratio to the fastest torch backend (``wgmma_vs_best_torch``, ...), and
-``wgmma_overlap`` (``overlap=True``: FlashAttention 3's intra-warpgroup overlap of the softmax
-with the asynchronous GEMMs); ``--wgmma-tiles '[[64, 64], [128, 128]]'`` adds one
+``--wgmma`` times the forms of the kernel beside the default (``loopir``: on a Hopper
+FlashAttention 3's GEMMs on ``wgmma`` with the softmax overlapped, elsewhere FA2): ``fa2``
+(``wgmma=False``: ``mma.sync``), ``wgmma`` (``wgmma=True, overlap=False``: both GEMMs, P from
+registers, each wgmma waited for at once; default tiles 64 x 64), ``wgmma_qk`` (``wgmma="qk"``:
+``S = Q K^T`` only) and ``wgmma_overlap`` (``overlap=True``: FlashAttention 3's
+intra-warpgroup overlap of the softmax with the asynchronous GEMMs, the default on a Hopper),
+each with its ratio to the fastest torch backend (``wgmma_vs_best_torch``, ...); ``--wgmma-tiles '[[64, 64], [128, 128]]'`` adds one
 ``wgmma_{bm}x{bn}`` and one ``wgmma_overlap_{bm}x{bn}`` per tile (both GEMMs). With
 ``--smoke`` it builds them too (and says when ptxas serialized the wgmma, C7515).
 
@@ -77,10 +78,11 @@ def wgmma_variants(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """The ``--wgmma`` schedules by label (module doc)."""
     if not args.wgmma:
         return {}
-    out: dict[str, dict[str, Any]] = {"fa2": {"wgmma": False}, "wgmma": {"wgmma": True}, "wgmma_qk": {"wgmma": "qk"},
+    out: dict[str, dict[str, Any]] = {"fa2": {"wgmma": False}, "wgmma": {"wgmma": True, "overlap": False},
+                                      "wgmma_qk": {"wgmma": "qk"},
                                       "wgmma_overlap": {"wgmma": True, "overlap": True}}  # fmt: skip
     for bm, bn in args.wgmma_tiles:
-        out[f"wgmma_{bm}x{bn}"] = {"wgmma": True, "block_m": bm, "block_n": bn}
+        out[f"wgmma_{bm}x{bn}"] = {"wgmma": True, "overlap": False, "block_m": bm, "block_n": bn}
         out[f"wgmma_overlap_{bm}x{bn}"] = {"wgmma": True, "overlap": True, "block_m": bm, "block_n": bn}
     return out
 

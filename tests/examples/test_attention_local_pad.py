@@ -31,7 +31,7 @@ def _source(sch: loopir.Schedule, pad: bool) -> str:
             return prepare_function(sch.func).emitted.source
 
 
-@pytest.mark.parametrize("form", [{"wgmma": True}, {"wgmma": False}, {"wgmma": False, "fragments": False}])
+@pytest.mark.parametrize("form", [{"wgmma": True}, {"wgmma": True, "overlap": False}, {"wgmma": False}, {"wgmma": False, "fragments": False}])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("lengths", [(1000, 1000), (70, 130), ("sq", "skv")])
 def test_prefill_is_the_same_with_local_padding(form: dict[str, object], causal: bool,
