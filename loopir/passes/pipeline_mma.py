@@ -47,7 +47,7 @@ from loopir.ir.expr import Call, IntImm
 from loopir.ir.functor import Mutator, post_order_visit
 from loopir.ir.stmt import Evaluate, For, ForKind, SeqStmt, Stmt
 
-__all__ = ["MMA_IN_FLIGHT_KEY", "with_retiring_waits", "set_pending"]
+__all__ = ["MMA_IN_FLIGHT_KEY", "WgmmaAsync", "set_pending", "with_retiring_waits"]
 
 MMA_IN_FLIGHT_KEY = "loopir.pipeline_mma_in_flight"
 """On a pipelined loop: the ``wgmma`` steps in flight while the next step runs (1, or 0 / absent:
@@ -77,8 +77,9 @@ def _issues(s: Stmt, loop: For) -> int:
                 "only the wgmma calls and their loops can be issued asynchronously")  # fmt: skip
 
 
-class _Replace(Mutator):
-    """Each ``ptx_wgmma`` call: issued asynchronously (``wait`` None) or its retiring wait."""
+class WgmmaAsync(Mutator):
+    """Each ``ptx_wgmma`` call: issued asynchronously (``wait`` None) or its retiring wait
+    (``wgmma.wait_group wait``); also ``passes.wgmma_waits``'."""
 
     def __init__(self, wait: int | None) -> None:
         super().__init__()
@@ -107,8 +108,8 @@ def with_retiring_waits(loop: For, stmts: list[Stmt], stages: list[int], order: 
             continue
         groups = _issues(stmts[i], loop)
         w = len(stmts)
-        stmts.append(_Replace(groups).visit(stmts[i]))
-        stmts[i] = _Replace(None).visit(stmts[i])
+        stmts.append(WgmmaAsync(groups).visit(stmts[i]))
+        stmts[i] = WgmmaAsync(None).visit(stmts[i])
         stages.append(stages[i] + 1)
         order.insert(order.index(i) + 1, w)
         retire[w] = i

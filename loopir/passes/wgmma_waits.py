@@ -93,6 +93,7 @@ from loopir.ir.stmt import (
 )
 from loopir.passes.base import Pass, require_lowered
 from loopir.passes.context import PassContext, register_config
+from loopir.passes.pipeline_mma import WgmmaAsync
 
 __all__ = ["WGMMA_ASYNC_CONFIG", "WGMMA_ASYNC_KEY", "SinkWgmmaWaits", "wgmma_async_requested"]
 
@@ -167,26 +168,11 @@ def _groups(s: Stmt) -> int:
     return 0
 
 
-class _Issue(Mutator):
-    """Every ``ptx_wgmma`` of a loop nest of issues: asynchronous, or its retiring wait."""
-
-    def __init__(self, pending: int | None) -> None:
-        super().__init__()
-        self.pending = pending
-
-    def visit_Evaluate(self, s: Evaluate) -> Stmt:
-        v = s.value
-        if not (isinstance(v, Call) and v.op == "ptx_wgmma"):
-            return s
-        issue = Call(v.dtype, "ptx_wgmma_async", v.args)
-        return Evaluate(issue if self.pending is None else op.ptx_wgmma_wait(self.pending, issue))
-
-
 def _waits_of(s: Stmt) -> Callable[[int], Stmt]:
     """The wait nest of the issues ``s`` for a pending count."""
 
     def wait(n: int) -> Stmt:
-        out: Stmt = _Issue(n).visit(s)
+        out: Stmt = WgmmaAsync(n).visit(s)
         return out
 
     return wait
@@ -225,7 +211,7 @@ def _sink(s: Stmt) -> tuple[Stmt, list[_Open]]:
         return s, []
     if _only_issues(s):  # an issue, or a loop nest of them: one wait nest, the same loops
         regs, tiles = _operands(s)
-        issued: Stmt = _Issue(None).visit(s)
+        issued: Stmt = WgmmaAsync(None).visit(s)
         return issued, [_Open(_waits_of(s), regs, tiles)]
     if isinstance(s, SeqStmt):
         return _sink_seq(list(s.seq))
