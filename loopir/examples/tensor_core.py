@@ -317,9 +317,15 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
         [`persistent_tiles`][loopir.passes.pipeline_ws_tiles.persistent_tiles]). The producer
         runs on into the next tile's K steps while the consumers store the current tile: the
         stage and the mbarrier parity go on across tiles (global step ``it * k_steps + k``).
-        Needs M and N multiples of the block tile (K need not be: TMA fills zeros): the
-        epilogue of a padded C goes through shared memory between block barriers, which the
-        producer, running ahead, never reaches. Off by default until measured.
+        Sizes off the block tile: K is filled with zeros by TMA, and a padded C is stored from
+        the accumulator fragments straight to the result, each lane its own elements under a
+        guard on the sizes (``tensor_core_gemm.schedule``'s ``direct``), not through a shared
+        tile of C between block barriers as the other forms: the producer warpgroup, running
+        ahead into the next tile, never reaches the consumers' barriers (a deadlock), and a
+        barrier over the consumer warps alone would need a shared tile of C all the same (128 KB
+        of float32 at 128 x 256: 2 stages instead of 4), where the stores straight from the
+        registers need none (CUTLASS's sm90 default epilogue does the same, with predicates).
+        Constant sizes only, as every ``hopper_gemm``. Off by default until measured.
     """
     if pad is None:
         pad = bool(M % block[0] or N % block[1] or K % block[2]) if _ints(M, K, N) else False
@@ -339,7 +345,7 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
         raise _fail(f"block {block} and wn {wn!r}: the block tile must be (64k, a multiple of wn, 64) and wn "
                     "a multiple of 16 from 16 to 256", _HOPPER)  # fmt: skip
     if stages is None:
-        stages = tcg.wgmma_stages(M, N, block) if pad and _ints(M, N) else 4
+        stages = tcg.wgmma_stages(M, N, block, direct=ctas is not None) if pad and _ints(M, N) else 4
     _check(M, K, N, dtype, "float32", block, (16, wn), stages, vec, pad, out_dtype, _HOPPER)
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0):
         raise _fail(f"batch must be a positive int or None, got {batch!r}", _HOPPER)
@@ -355,7 +361,7 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
         raise _fail(f"raster must be a positive int, got {raster!r}", _HOPPER)
     tcg.schedule_with_pad(sch, m, block, (16, wn), stages, vec=vec, pad=pad, wgmma=True, raster=raster,
                           wait_first=_bool("wait_first", wait_first, _HOPPER), async_mma=async_mma, tma=tma,
-                          warp_specialized=warp_specialized, ctas=ctas)  # fmt: skip
+                          warp_specialized=warp_specialized, ctas=ctas, direct=ctas is not None)  # fmt: skip
     return sch
 
 
@@ -371,13 +377,13 @@ def _ctas(persistent: object, warp_specialized: object, M: Any, N: Any, block: t
     if isinstance(ctas, bool) or not isinstance(ctas, int) or ctas < 1 or warp_specialized is False:
         raise _fail(f"persistent must be False, True or a positive number of thread blocks, with warp_specialized; "
                     f"got {persistent!r}, warp_specialized={warp_specialized!r}", _HOPPER)  # fmt: skip
-    if not _ints(M, N) or M % block[0] or N % block[1]:
-        raise _fail(f"persistent={persistent!r} needs M and N multiples of the block tile {block[:2]} (a padded C "
-                    f"is stored through shared memory between block barriers, which the producer warpgroup, "
-                    f"running ahead into the next tile, never reaches), got M={M}, N={N}", _HOPPER)  # fmt: skip
+    if not _ints(M, N):
+        raise _fail(f"persistent={persistent!r} needs constant sizes M and N (the number of tiles fixes the grid; "
+                    f"the fragments' layouts need constant shapes, as for every hopper_gemm), got M={M}, N={N}",
+                    _HOPPER)  # fmt: skip
     # no more blocks than tiles (CUTLASS launches min(SMs, tiles) too): an idle block would
     # leave a guard on blockIdx alone, with no tile loop to lift it into
-    tiles: int = (M // block[0]) * (N // block[1])
+    tiles: int = -(-M // block[0]) * -(-N // block[1])
     return min(ctas, tiles)
 
 
