@@ -447,6 +447,10 @@ def _equations(p: Problem, ana: arith.Analyzer, e0: list[PrimExpr], e1: list[Pri
         if flat is not None:
             cands.append(flat)
     eqs = []
+    for link in p.links:  # a sum made one variable: its definition (race_problem._fuse_sums)
+        form = p.affine(link, memo, ana)
+        if form is not None:
+            eqs.append(form)
     for a, b in cands:
         fa, fb = p.affine(a, memo, ana), p.affine(b, memo, ana)
         if fa is None or fb is None:
