@@ -240,8 +240,9 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
                 vec: int = 8, pad: bool | None = None, batch: int | None = None,
                 out_dtype: str | None = None,
                 a_prologue: Callable[[Any], Any] | None = None, wait_first: bool = True,
-                async_mma: bool | None = None, raster: int = 1, tma: bool = False,
-                warp_specialized: bool | tuple[int, int] = False, persistent: bool | int = False) -> Schedule:  # fmt: skip
+                async_mma: bool | None = None, raster: int | None = None, tma: bool | None = None,
+                warp_specialized: bool | tuple[int, int] | None = None,
+                persistent: bool | int | None = None) -> Schedule:  # fmt: skip
     """``C = A @ B.T`` (A ``[M, K]``, B ``[N, K]``, the ``nn.Linear`` layout) on Hopper's
     warpgroup tensor cores (``wgmma``, sm_90a), scheduled with loopir's primitives: the
     [`tc_gemm`][loopir.examples.tc_gemm] schedule with ``wgmma=True``
@@ -249,13 +250,26 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
 
     Each warp owns 16 rows of the block tile and ``wn`` columns; 4 consecutive warps (a
     warpgroup) issue four ``wgmma.m64n{wn}k16`` per 64-wide K step and wait once, reading A and
-    B straight from the shared tiles, which are fetched with ``cp.async`` in a ``stages``-deep
-    pipeline and stored with the 128-byte swizzle the matrix descriptors name. fp32
-    accumulation; the result in fp32 or converted (``out_dtype``). By default each K step's
-    ``wgmma`` completes before the next step (``wgmma.wait_group 0`` in the call); with
-    ``async_mma`` they stay in flight while the next step waits for its tiles; ``tma`` fetches
-    the tiles with TMA copies on mbarriers, and ``warp_specialized`` gives the copies to a
-    producer warpgroup (issue 32).
+    B straight from the shared tiles, which are fetched in a ``stages``-deep pipeline and stored
+    with the 128-byte swizzle the matrix descriptors name. fp32 accumulation; the result in
+    fp32 or converted (``out_dtype``). With ``async_mma`` each step's ``wgmma`` stays in flight
+    while the next step waits for its tiles.
+
+    **The default form** is the fastest measured on the H200 (issue 32; fp16 4096^3 at 0.92x
+    cuBLAS and 1.28x Triton, 2-9 % faster than the non-persistent forms at every measured
+    shape): ``tma=True, warp_specialized=True, persistent=True, raster=8`` (TMA copies, a
+    producer warpgroup, 132 thread blocks looping over the tiles in groups of 8 block rows).
+    Each of the four left out (None) takes that value where the other arguments allow it:
+
+    * ``tma``: K a multiple of 8, no ``a_prologue``, no ``batch``, ``stages`` None or at least
+      2 (else False: ``cp.async`` copies by every thread);
+    * ``warp_specialized``: ``tma`` and one warp column, ``block[1] == wn`` (else False);
+    * ``persistent``: ``warp_specialized`` and constant M and N (else False);
+    * ``raster``: 8 when ``persistent``, else 1.
+
+    So ``tma=False`` gives the ``cp.async`` form of earlier sessions exactly (``raster=1``, not
+    persistent), ``warp_specialized=False`` the TMA form with a block barrier per step, and
+    ``persistent=False`` the warp-specialized form with a 2-D grid (``raster=1``).
 
     Parameters
     ----------
@@ -274,7 +288,8 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
         Software pipeline depth (1-4); default: the deepest, up to 4, whose shared tiles (and
         the padded C tile, when sizes are off the block tile) fit in 227 KB.
     vec, pad, batch, out_dtype, a_prologue, raster
-        As for [`tc_gemm`][loopir.examples.tc_gemm].
+        As for [`tc_gemm`][loopir.examples.tc_gemm] (``raster`` None: the default form's rule,
+        above).
     wait_first
         As for ``tc_gemm``, but on by default: 1.09-1.13x the two-barrier order at 4096 x 4096
         x {4096, 11008} on the H200 (docs/benchmarks.md, session 13).
@@ -296,7 +311,8 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
         reads and the next copies into that stage
         ([`TMA_KEY`][loopir.passes.pipeline_tma.TMA_KEY]). Padded sizes: the boxes that leave
         A or B are filled with zeros by TMA (what ``pad`` fetches). Needs K a multiple of 8
-        (16-byte rows), no ``a_prologue``, ``stages >= 2``. Off by default until measured.
+        (16-byte rows), no ``a_prologue``, ``stages >= 2``. None: the default form's rule
+        (above).
     warp_specialized
         With ``tma``: producer/consumer warp specialization, as CUTLASS 3's sm90
         "warpspecialized" mainloop: one more warpgroup (128 threads) whose elected thread only
@@ -306,7 +322,7 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
         on *empty*); the epilogue by them. ``(dec, inc)``: also ``setmaxnreg`` (the producer's
         registers per thread down to ``dec``, the consumers' up to ``inc``). Needs one warp
         column (``block[1] == wn``). ``wait_first`` has no meaning then
-        ([`WS_KEY`][loopir.passes.pipeline_ws.WS_KEY]). Off by default until measured.
+        ([`WS_KEY`][loopir.passes.pipeline_ws.WS_KEY]). None: the default form's rule (above).
     persistent
         With ``warp_specialized``: a persistent tile scheduler, as CUTLASS's sm90 persistent
         kernels: ``True`` (``PERSISTENT_CTAS`` = 132, the H200's SMs) or a number of thread
@@ -325,10 +341,12 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
         barrier over the consumer warps alone would need a shared tile of C all the same (128 KB
         of float32 at 128 x 256: 2 stages instead of 4), where the stores straight from the
         registers need none (CUTLASS's sm90 default epilogue does the same, with predicates).
-        Constant sizes only, as every ``hopper_gemm``. Off by default until measured.
+        Constant sizes only, as every ``hopper_gemm``. None: the default form's rule (above).
     """
     if pad is None:
         pad = bool(M % block[0] or N % block[1] or K % block[2]) if _ints(M, K, N) else False
+    tma, warp_specialized, persistent, raster = _form(M, K, N, block, wn, stages, batch, a_prologue,
+                                                      (tma, warp_specialized, persistent, raster))  # fmt: skip
     if _bool("tma", tma, _HOPPER) and (a_prologue is not None or (isinstance(K, int) and K % 8)):
         raise _fail(f"tma=True needs K a multiple of 8 (TMA reads rows of A and B whose stride must be a multiple "
                     f"of 16 bytes) and no a_prologue (the fetch must be a box copy), got K={K}, "
@@ -366,7 +384,27 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
 
 
 #: ``hopper_gemm(persistent=True)``'s thread blocks: the H200's (and H100 SXM's) 132 SMs.
-PERSISTENT_CTAS = 132
+PERSISTENT_CTAS = tcg.PERSISTENT_CTAS
+
+
+def _form(M: Any, K: Any, N: Any, block: tuple[int, int, int], wn: Any, stages: Any, batch: Any, a_prologue: Any,
+          given: tuple[Any, Any, Any, Any]) -> tuple[Any, Any, Any, Any]:  # fmt: skip
+    """``hopper_gemm``'s ``tma, warp_specialized, persistent, raster``, each None (not given)
+    resolved: the fastest form (TMA, a producer warpgroup, persistent, ``raster=8``) where the
+    other arguments allow it, else the earlier forms (``hopper_gemm``'s docstring). Given values
+    are kept (and checked by the caller)."""
+    tma, ws, persistent, raster = given
+    if tma is None:
+        # TMA's box copies: rows of a multiple of 16 bytes, 2-d (no batch), no computed operand
+        tma = _ints(M, K, N) and K % 8 == 0 and a_prologue is None and batch is None and \
+            (stages is None or (isinstance(stages, int) and stages >= 2))  # fmt: skip
+    if ws is None:
+        ws = tma is True and block[1] == wn  # one warp column: the producer warps after the consumers
+    if persistent is None:
+        persistent = ws is not False and _ints(M, N)  # the tiles' count fixes the grid
+    if raster is None:
+        raster = 8 if persistent is not False else 1
+    return tma, ws, persistent, raster
 
 
 def _ctas(persistent: object, warp_specialized: object, M: Any, N: Any, block: tuple[int, int, int]) -> int | None:
@@ -381,10 +419,7 @@ def _ctas(persistent: object, warp_specialized: object, M: Any, N: Any, block: t
         raise _fail(f"persistent={persistent!r} needs constant sizes M and N (the number of tiles fixes the grid; "
                     f"the fragments' layouts need constant shapes, as for every hopper_gemm), got M={M}, N={N}",
                     _HOPPER)  # fmt: skip
-    # no more blocks than tiles (CUTLASS launches min(SMs, tiles) too): an idle block would
-    # leave a guard on blockIdx alone, with no tile loop to lift it into
-    tiles: int = -(-M // block[0]) * -(-N // block[1])
-    return min(ctas, tiles)
+    return tcg.persistent_ctas(M, N, block, ctas)
 
 
 def _regs(value: object) -> bool:

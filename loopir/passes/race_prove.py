@@ -14,7 +14,9 @@ The proof never enumerates elements, so its cost does not grow with the tensor s
    variable for both sides.
 2. A variable used as ``v // d`` and ``v % d`` for constants ``d`` is written as digits
    (``v = q * 32 + m * 8 + r``); a grid coordinate fused over symbolic sizes (``f // Q``,
-   ``f % Q`` for a size expression ``Q``) likewise.
+   ``f % Q`` for a size expression ``Q``) likewise; a sum used so (a persistent kernel's tile
+   ``t * ctas + bx``) first becomes one variable, linked to the sum by an equation of its own
+   (``race_problem.Problem._fuse_sums``).
 3. Guards become bounds (``tx * 4 + ax < 512`` gives ``tx <= 127``, ``tx == 0`` pins ``tx``).
 4. Equal elements give one affine equation per dimension (and one over the flattened
    dimensions, so that ``(e // 9, e % 9)`` becomes ``e``); equal barrier counts give another.

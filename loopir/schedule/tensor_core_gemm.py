@@ -51,8 +51,9 @@ from loopir.tensor_intrin.cuda import DTYPE_ABBREV, wgmma_intrin
 from loopir.tensor_intrin.layouts import MMA_A, MMA_B, MMA_C, WARP_SIZE, FragmentLayout
 
 __all__ = [
-    "SKINNY_ROWS", "SM90_SMEM", "TILE", "Scheduled", "TensorCoreGemm", "default_params", "inlinable_consumer", "ldmatrix_swizzle",
-    "match", "schedule", "schedule_with_pad", "skinny_params", "tensorize_tiles", "wgmma_params", "wgmma_stages",
+    "PERSISTENT_CTAS", "SKINNY_ROWS", "SM90_SMEM", "TILE", "Scheduled", "TensorCoreGemm", "default_params",
+    "inlinable_consumer", "ldmatrix_swizzle", "match", "persistent_ctas", "schedule", "schedule_with_pad", "skinny_params",
+    "tensorize_tiles", "wgmma_params", "wgmma_stages", "wgmma_ws_params",
 ]  # fmt: skip
 
 #: The side of one tensorized tile (``mma.sync.m16n8k16``, two per 16x16x16 tile).
@@ -310,6 +311,43 @@ def wgmma_params(m: TensorCoreGemm) -> dict[str, Any] | None:
         bn //= 2
         stages = wgmma_stages(M, N, (bm, bn, 64), c_shared)
     return {"block": (bm, bn, 64), "wn": bn, "stages": stages}
+
+
+#: A persistent kernel's thread blocks: the H200's (and H100 SXM's) 132 SMs.
+PERSISTENT_CTAS = 132
+
+
+def persistent_ctas(M: int, N: int, block: tuple[int, int, int], ctas: int = PERSISTENT_CTAS) -> int:
+    """The thread blocks of a persistent grid of ``ctas`` over the block tiles of ``M x N``:
+    no more than the tiles (CUTLASS launches ``min(SMs, tiles)`` too; an idle block would
+    leave the split's guard on ``blockIdx.x`` alone, with no tile loop to lift it into)."""
+    return min(ctas, -(-M // block[0]) * -(-N // block[1]))
+
+
+def wgmma_ws_params(m: TensorCoreGemm) -> dict[str, Any] | None:
+    """The fastest ``wgmma`` form measured on the H200 (docs/benchmarks.md, issue 32: fp16
+    4096^3 at 0.92x cuBLAS), for the default GPU schedule: TMA copies, a producer warpgroup
+    (warp specialization), a persistent grid of ``PERSISTENT_CTAS`` blocks over the tiles in
+    groups of 8 block rows (``raster``: the largest power of two up to 8 dividing the block
+    rows), C stored from the fragments (no shared tile of C, so
+    ``wgmma_params``' 128 x 256 tile keeps 4 stages where padding or an epilogue would halve
+    it). None where it does not fit: ``wgmma_params`` does not, or a batch (TMA copies
+    2-d boxes), an elementwise producer of A or B (a computed fetch is no box copy), K not a
+    multiple of 16 bytes (TMA's row stride), fewer than 2 stages."""
+    base = wgmma_params(m)
+    M, K, N = m.sizes
+    if base is None or m.batch or any(p is not None for p in m.producers) or K * dt.bits(m.dtype) % 128:
+        return None
+    bm = base["block"][0]
+    bn = 256 if N >= 256 else 128 if N >= 128 else 64
+    block = (bm, bn, 64)
+    stages = wgmma_stages(M, N, block, direct=True)
+    if stages < 2:
+        return None
+    raster, rows = 8, -(-M // bm)
+    while raster > 1 and rows % raster:  # what schedule_with_pad takes of it, for the description
+        raster //= 2
+    return {"block": block, "wn": bn, "stages": stages, "raster": raster, "ctas": persistent_ctas(M, N, block)}
 
 
 def wgmma_stages(M: int, N: int, block: tuple[int, int, int], c_shared: bool = False, direct: bool = False) -> int:

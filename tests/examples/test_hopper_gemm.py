@@ -28,9 +28,9 @@ from hypothesis import strategies as st
 
 import loopir
 from loopir.errors import CodegenError, ScheduleError
-from loopir.examples import hopper_gemm
 from loopir.examples.tensor_core import tc_gemm_func
 from loopir.schedule import tensor_core_gemm as tcg
+from tests.examples.hopper_forms import hopper_gemm  # the forms of before the default changed
 from tests.tensor_intrin.kernels import from_storage, to_storage
 
 #: one warpgroup of 4 warps, 16 x 32 each: quick on the CPU executor

@@ -29,9 +29,9 @@ from hypothesis import strategies as st
 import loopir
 from loopir.codegen_cuda import lower_for_cuda
 from loopir.errors import ScheduleError
-from loopir.examples import hopper_gemm
 from loopir.examples.tensor_core import tc_gemm_func
 from loopir.passes.race_check import RaceCheckWarning, find_races
+from tests.examples.hopper_forms import hopper_gemm  # the forms of before the default changed
 from tests.examples.test_hopper_gemm_tma import SMALL, _inputs, gpu_equals_float64_and_the_cpu
 from tests.tensor_intrin.kernels import from_storage
 

@@ -17,7 +17,6 @@ import pytest
 
 from loopir.codegen_cuda import lower_for_cuda
 from loopir.errors import CodegenError
-from loopir.examples import hopper_gemm
 from loopir.ir import tma as T
 from loopir.ir.expr import BufferLoad, Call, FloorDiv, FloorMod, IntImm, PrimExpr
 from loopir.ir.functor import Mutator, post_order_visit
@@ -34,6 +33,7 @@ from loopir.ir.stmt import (
 )
 from loopir.passes.race_check import RaceCheckWarning, check_races, find_races
 from loopir.passes.race_ws import prove_ws
+from tests.examples.hopper_forms import hopper_gemm  # the forms of before the default changed
 from tests.passes.test_race_ws import _Calls, _has
 
 SMALL = dict(block=(64, 32, 64), wn=32)
