@@ -21,6 +21,8 @@ from loopir.ir.expr import convert
 from loopir.ir.op import STORE_CASTS
 from loopir.ir.stmt import PrimFunc
 from loopir.passes.pipeline_mma import MMA_IN_FLIGHT_KEY
+from loopir.passes.pipeline_tma import TMA_KEY
+from loopir.passes.pipeline_ws import WS_KEY
 from loopir.passes.software_pipeline import WAIT_FIRST_KEY
 from loopir.schedule import Schedule
 from loopir.schedule import tensor_core_gemm as tcg
@@ -429,28 +431,73 @@ def _regs(value: object) -> bool:
     )
 
 
-def hopper_gemm_space(sch: Schedule) -> None:
+def hopper_gemm_space(sch: Schedule, warp_specialized: bool | None = None) -> None:
     """A design space for [`loopir.tune`][loopir.tune.search.tune] around ``hopper_gemm``,
-    applied to ``Schedule(tc_gemm_func(..., b_trans=True))``: warps along M ``wy`` (4 or 8: one
-    or two warpgroups, 64 or 128 rows) x along N ``wz`` (1 or 2, 128 columns each: one
-    ``wgmma.m64n128k16`` per warp and 16-wide K step) and the ``cp.async`` pipeline depth (2-4)
-    sampled; K steps of 64 and the 128-byte swizzle fixed (what ``wgmma``'s descriptors read);
-    each step waits first and, from depth 3, its ``wgmma`` is retired a step later, as
-    ``hopper_gemm``'s defaults.
-    Every candidate fits the 227 KB of shared memory (at most 4 x 48 KB). The sizes must be
-    multiples of every candidate's block tile (M of 128, N of 256, K of 64).
+    applied to ``Schedule(tc_gemm_func(..., b_trans=True))`` (B ``[N, K]``, a float32
+    accumulator). The sizes must be multiples of every candidate's block tile (M of 128, N of
+    256, K of 64). Two forms, as ``hopper_gemm``'s default and its ``cp.async`` fallback:
+
+    * ``warp_specialized`` (None: where it fits, K a multiple of 8 and no batch; True refuses
+      what does not fit): ``hopper_gemm``'s default form, TMA copies and a producer warpgroup
+      on ``wgmma.m64n256k16``, one warp column, with sampled: the block rows ``wy`` (4 or 8
+      consumer warps: 64 x 256 or 128 x 256 tiles), the pipeline depth (2-4), the ``raster``
+      group (those of 1, 8 and 16 that divide the block rows of both tiles) and the persistent
+      grid: ``PERSISTENT_CTAS`` blocks (on) or one block per 128 x 256 tile (off; the 64 x 256
+      tiles then go two to a block). Every candidate fits the 227 KB of shared memory (at
+      most 4 x 48 KB, C stored from the fragments).
+    * False: the ``cp.async`` form of earlier sessions: warps along M ``wy`` (4 or 8) x along N
+      ``wz`` (1 or 2, 128 columns each: one ``wgmma.m64n128k16`` per warp and 16-wide K step)
+      and the pipeline depth (2-4) sampled; K steps of 64 and the 128-byte swizzle fixed.
+
+    In both each step waits first and, from depth 3, its ``wgmma`` is retired a step later, as
+    ``hopper_gemm``'s defaults. Which form, and the warp tile's columns (the ``wgmma``
+    instruction), are not sampled: another value would need other instructions in the trace
+    than the one recorded, and a replayed trace runs the recorded instructions with the new
+    decisions (``loopir.tune.spaces``: a sampled value never goes into a Python branch). Bind
+    ``warp_specialized`` with ``functools.partial`` to tune the other form.
     """
-
-    def uniform(candidates: list[int]) -> Any:
-        return sch.sample_categorical(candidates, [1.0] * len(candidates))
-
     m = tcg.match(sch, "C")
     if m is None or not m.b_trans or m.acc != "float32":
         raise _fail("hopper_gemm_space: block 'C' is not a GEMM with B [N, K] and a float32 accumulator "
                     "(apply it to tc_gemm_func(..., b_trans=True))", _HOPPER)  # fmt: skip
+    M, K, N = m.sizes
+    fits = K % 8 == 0 and m.batch == 0 and all(p is None for p in m.producers)
+    if warp_specialized is None:
+        warp_specialized = fits
+    elif _bool("warp_specialized", warp_specialized, _HOPPER) and not fits:
+        raise _fail(f"hopper_gemm_space: warp_specialized=True needs K a multiple of 8, no batch and no producer "
+                    f"of A or B (TMA box copies), got K={K}, batch {bool(m.batch)}", _HOPPER)  # fmt: skip
+    (_ws_space if warp_specialized else _cp_async_space)(sch, m)
+
+
+def _uniform(sch: Schedule, candidates: list[int]) -> Any:
+    return sch.sample_categorical(candidates, [1.0] * len(candidates))
+
+
+def _cp_async_space(sch: Schedule, m: tcg.TensorCoreGemm) -> None:
+    """``hopper_gemm_space``'s ``cp.async`` form."""
     swizzle = ldmatrix_swizzle(64, m.batch > 0)
-    tiles = (uniform([4, 8]), uniform([1, 2]), 1, 8, 4)
-    done = tcg.schedule(sch, m, tiles, uniform([2, 3, 4]), (swizzle, swizzle), 8, (False, False, False), wgmma=True)
+    tiles = (_uniform(sch, [4, 8]), _uniform(sch, [1, 2]), 1, 8, 4)
+    done = tcg.schedule(sch, m, tiles, _uniform(sch, [2, 3, 4]), (swizzle, swizzle), 8, (False, False, False),
+                        wgmma=True)  # fmt: skip
     # hopper_gemm's defaults: one barrier a step, and from 3 stages the wgmma retired a step later
     sch.annotate(done.k0, WAIT_FIRST_KEY, True)
     sch.annotate(done.k0, MMA_IN_FLIGHT_KEY, 1)
+
+
+def _ws_space(sch: Schedule, m: tcg.TensorCoreGemm) -> None:
+    """``hopper_gemm_space``'s warp-specialized persistent form (``hopper_gemm``'s default)."""
+    M, _, N = m.sizes
+    rows = [-(-M // bm) for bm in (64, 128)]
+    rasters = [r for r in (1, 8, 16) if all(n % r == 0 for n in rows)]
+    # the fewest tiles (128 x 256) bound the blocks: no candidate has an idle one
+    tiles = tcg.persistent_ctas(M, N, (128, 256, 64), 1 << 30)
+    ctas = sorted({min(PERSISTENT_CTAS, tiles), tiles})
+    swizzle = ldmatrix_swizzle(64)
+    done = tcg.schedule(sch, m, (_uniform(sch, [4, 8]), 1, 1, 16, 4), _uniform(sch, [2, 3, 4]), (swizzle, swizzle), 8,
+                        (False, False, False), raster=_uniform(sch, rasters), wgmma=True, tma=True,
+                        ctas=_uniform(sch, ctas))  # fmt: skip
+    sch.annotate(done.k0, WAIT_FIRST_KEY, True)
+    sch.annotate(done.k0, MMA_IN_FLIGHT_KEY, 1)
+    sch.annotate(done.k0, TMA_KEY, True)
+    sch.annotate(done.k0, WS_KEY, True)

@@ -438,7 +438,7 @@ def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, 
     sch.reorder(*bl, i0, j0, i1, j1, k0, k1, i2, j2)
     if bl:
         sch.bind(bl[0], "blockIdx.z")
-    if raster == 1 and ctas is None:  # else bound at the end: blockize needs the tiles' bindings affine
+    if type(raster) is int and raster == 1 and ctas is None:  # else bound at the end: blockize needs the tiles' bindings affine
         sch.bind(i0, "blockIdx.y")
         sch.bind(j0, "blockIdx.x")
     sch.bind(i1, "threadIdx.y")
@@ -462,7 +462,10 @@ def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, 
             sch.annotate(k0, "software_pipeline_async_stages", [0])
     else:  # a sampled depth: every statement but the compute in stage 0, async
         sch.annotate(k0, DEPTH_KEY, stages)
-    if raster > 1:
+    # a sampled raster (an ExprRV: its value may change on replay) always takes the grouped
+    # order's instructions, which a group of 1 leaves row after row
+    grouped = type(raster) is not int or raster > 1
+    if grouped:
         group, row = sch.split(i0, [None, raster])
         sch.reorder(group, j0, row)
         tiles_loop = sch.fuse(group, j0, row)
@@ -473,7 +476,7 @@ def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, 
         it, bx = sch.split(tiles_loop, [None, ctas])
         sch.reorder(bx, i1, j1, it)
         sch.bind(bx, "blockIdx.x")
-    elif raster > 1:
+    elif grouped:
         sch.bind(tiles_loop, "blockIdx.x")
     return Scheduled(outer, k0, k1)
 

@@ -364,7 +364,7 @@ def test_design_space_candidates_are_correct_and_replay(seed: int, batch: int | 
 
     func = tc_gemm_func(128, 64, 256, b_trans=True, batch=batch)
     sch = loopir.Schedule(func, seed=seed)
-    hopper_gemm_space(sch)
+    hopper_gemm_space(sch, warp_specialized=False)  # the cp.async form (the WS one: test_hopper_gemm_space.py)
     assert [i.kind for i in sch.trace.instructions].count("sample_categorical") == 3
     replay = loopir.Schedule(func)
     loopir.Trace.from_json(json.dumps(sch.trace.as_json())).apply_to(replay)
@@ -381,7 +381,7 @@ def test_design_space_depth_follows_a_changed_decision() -> None:
 
     func = tc_gemm_func(128, 64 * 5, 256, b_trans=True)
     sch = loopir.Schedule(func, seed=0)
-    hopper_gemm_space(sch)
+    hopper_gemm_space(sch, warp_specialized=False)  # the cp.async form (the WS one: test_hopper_gemm_space.py)
     index = list(sch.trace.decisions)[-1]  # the depth: uniform([2, 3, 4])
     versions = []
     for choice in range(3):
@@ -403,7 +403,7 @@ def test_design_space_depths_wait_first_and_keep_wgmma_in_flight_from_three(dept
     func = tc_gemm_func(128, 64 * 5, 256, b_trans=True)
     for seed in range(40):
         sch = loopir.Schedule(func, seed=seed)
-        hopper_gemm_space(sch)
+        hopper_gemm_space(sch, warp_specialized=False)  # the cp.async form (the WS one: test_hopper_gemm_space.py)
         if sch.trace.decisions and list(sch.trace.decisions.values())[-1] == [2, 3, 4].index(depth):
             break
     else:
@@ -417,7 +417,7 @@ def test_design_space_refuses_b_stored_k_by_n() -> None:
     from loopir.examples.tensor_core import hopper_gemm_space
 
     with pytest.raises(ScheduleError, match="B \\[N, K\\]"):
-        hopper_gemm_space(loopir.Schedule(tc_gemm_func(128, 64, 256)))
+        hopper_gemm_space(loopir.Schedule(tc_gemm_func(128, 64, 256)), warp_specialized=False)
 
 
 def _async_groups_complete(func: loopir.PrimFunc) -> int:
