@@ -85,7 +85,9 @@ class Problem:
         self.xors: dict[Var, tuple[Eq, Eq]] = {}
         # loop variables both instances share (prove_exclusive's same_iteration)
         self.same_iteration: frozenset[Var] = frozenset()
-        # a sum under ``//`` and ``%`` made one variable (``_fuse_sums``): ``e == 0`` for each
+        # a sum under ``//`` and ``%`` made one variable (``_fuse_sums``, when ``fuse_sums``):
+        # ``e == 0`` for each
+        self.fuse_sums = False
         self.links: list[PrimExpr] = []
 
     # -- variables ------------------------------------------------------------------------
@@ -173,7 +175,7 @@ class Problem:
     def split_digits(self, exprs: list[PrimExpr]) -> list[PrimExpr]:
         """Write variables used under ``//`` and ``%`` as digits (see the module doc); sums
         so used first become variables (``_fuse_sums``)."""
-        exprs, fused = self._fuse_sums(exprs)
+        exprs, fused = self._fuse_sums(exprs) if self.fuse_sums else (exprs, {})
         divs: dict[Var, set[int]] = {}
         sym: dict[Var, dict[arith.StructuralKey, PrimExpr]] = {}
 
