@@ -49,7 +49,10 @@ DTYPES = ["float16", "bfloat16"]
 #: the schedule's parameters (the defaults of tc_gemm, spelled out for the record); every
 #: implementation writes C in the input type (fp32 accumulation)
 PARAMS: dict[str, Any] = dict(block=(128, 128, 32), warp=(64, 64), stages=4, swizzle=True, vec=8)
-#: ``examples.hopper_gemm`` (wgmma, sm_90a; B stored [N, K]): ``loopir_wgmma`` in the main cases
+#: ``examples.hopper_gemm`` (wgmma, sm_90a; B stored [N, K]): ``loopir_wgmma`` in the main cases, in
+#: its default form (issue 32: TMA copies, a producer warpgroup, a persistent grid of 132 blocks,
+#: ``raster=8``); ``--hopper '{"tma": false}'`` times the ``cp.async`` form, ``'{"persistent": false}'``
+#: the non-persistent warp-specialized one
 HOPPER: dict[str, Any] = dict(block=(128, 256, 64), wn=256, stages=4)
 
 
@@ -261,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--params", type=json.loads, default=None,
                     help="JSON of tc_gemm parameters replacing PARAMS (block, warp, stages, ...)")
     ap.add_argument("--hopper", type=json.loads, default=None,
-                    help="JSON of hopper_gemm parameters replacing HOPPER (block, wn, stages)")
+                    help="JSON of hopper_gemm parameters replacing HOPPER (block, wn, stages; the form left "
+                         "to hopper_gemm's default unless given: tma, warp_specialized, persistent, raster)")
     ap.add_argument("--only-main", action="store_true", help="the main GEMM shapes only")
     ap.add_argument("--shapes", default=None, help="comma-separated MxKxN of the main shapes to run (default: all)")
     ap.add_argument("--fused", action="store_true", help="also GEMM + bias + GELU (wgmma form, sm_90) vs torch")

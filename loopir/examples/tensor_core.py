@@ -21,6 +21,8 @@ from loopir.ir.expr import convert
 from loopir.ir.op import STORE_CASTS
 from loopir.ir.stmt import PrimFunc
 from loopir.passes.pipeline_mma import MMA_IN_FLIGHT_KEY
+from loopir.passes.pipeline_tma import TMA_KEY
+from loopir.passes.pipeline_ws import WS_KEY
 from loopir.passes.software_pipeline import WAIT_FIRST_KEY
 from loopir.schedule import Schedule
 from loopir.schedule import tensor_core_gemm as tcg
@@ -240,8 +242,9 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
                 vec: int = 8, pad: bool | None = None, batch: int | None = None,
                 out_dtype: str | None = None,
                 a_prologue: Callable[[Any], Any] | None = None, wait_first: bool = True,
-                async_mma: bool | None = None, raster: int = 1, tma: bool = False,
-                warp_specialized: bool | tuple[int, int] = False, persistent: bool | int = False) -> Schedule:  # fmt: skip
+                async_mma: bool | None = None, raster: int | None = None, tma: bool | None = None,
+                warp_specialized: bool | tuple[int, int] | None = None,
+                persistent: bool | int | None = None) -> Schedule:  # fmt: skip
     """``C = A @ B.T`` (A ``[M, K]``, B ``[N, K]``, the ``nn.Linear`` layout) on Hopper's
     warpgroup tensor cores (``wgmma``, sm_90a), scheduled with loopir's primitives: the
     [`tc_gemm`][loopir.examples.tc_gemm] schedule with ``wgmma=True``
@@ -249,13 +252,26 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
 
     Each warp owns 16 rows of the block tile and ``wn`` columns; 4 consecutive warps (a
     warpgroup) issue four ``wgmma.m64n{wn}k16`` per 64-wide K step and wait once, reading A and
-    B straight from the shared tiles, which are fetched with ``cp.async`` in a ``stages``-deep
-    pipeline and stored with the 128-byte swizzle the matrix descriptors name. fp32
-    accumulation; the result in fp32 or converted (``out_dtype``). By default each K step's
-    ``wgmma`` completes before the next step (``wgmma.wait_group 0`` in the call); with
-    ``async_mma`` they stay in flight while the next step waits for its tiles; ``tma`` fetches
-    the tiles with TMA copies on mbarriers, and ``warp_specialized`` gives the copies to a
-    producer warpgroup (issue 32).
+    B straight from the shared tiles, which are fetched in a ``stages``-deep pipeline and stored
+    with the 128-byte swizzle the matrix descriptors name. fp32 accumulation; the result in
+    fp32 or converted (``out_dtype``). With ``async_mma`` each step's ``wgmma`` stays in flight
+    while the next step waits for its tiles.
+
+    **The default form** is the fastest measured on the H200 (issue 32; fp16 4096^3 at 0.92x
+    cuBLAS and 1.28x Triton, 2-9 % faster than the non-persistent forms at every measured
+    shape): ``tma=True, warp_specialized=True, persistent=True, raster=8`` (TMA copies, a
+    producer warpgroup, 132 thread blocks looping over the tiles in groups of 8 block rows).
+    Each of the four left out (None) takes that value where the other arguments allow it:
+
+    * ``tma``: K a multiple of 8, no ``a_prologue``, no ``batch``, ``stages`` None or at least
+      2 (else False: ``cp.async`` copies by every thread);
+    * ``warp_specialized``: ``tma`` and one warp column, ``block[1] == wn`` (else False);
+    * ``persistent``: ``warp_specialized`` and constant M and N (else False);
+    * ``raster``: 8 when ``persistent``, else 1.
+
+    So ``tma=False`` gives the ``cp.async`` form of earlier sessions exactly (``raster=1``, not
+    persistent), ``warp_specialized=False`` the TMA form with a block barrier per step, and
+    ``persistent=False`` the warp-specialized form with a 2-D grid (``raster=1``).
 
     Parameters
     ----------
@@ -274,7 +290,8 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
         Software pipeline depth (1-4); default: the deepest, up to 4, whose shared tiles (and
         the padded C tile, when sizes are off the block tile) fit in 227 KB.
     vec, pad, batch, out_dtype, a_prologue, raster
-        As for [`tc_gemm`][loopir.examples.tc_gemm].
+        As for [`tc_gemm`][loopir.examples.tc_gemm] (``raster`` None: the default form's rule,
+        above).
     wait_first
         As for ``tc_gemm``, but on by default: 1.09-1.13x the two-barrier order at 4096 x 4096
         x {4096, 11008} on the H200 (docs/benchmarks.md, session 13).
@@ -296,7 +313,8 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
         reads and the next copies into that stage
         ([`TMA_KEY`][loopir.passes.pipeline_tma.TMA_KEY]). Padded sizes: the boxes that leave
         A or B are filled with zeros by TMA (what ``pad`` fetches). Needs K a multiple of 8
-        (16-byte rows), no ``a_prologue``, ``stages >= 2``. Off by default until measured.
+        (16-byte rows), no ``a_prologue``, ``stages >= 2``. None: the default form's rule
+        (above).
     warp_specialized
         With ``tma``: producer/consumer warp specialization, as CUTLASS 3's sm90
         "warpspecialized" mainloop: one more warpgroup (128 threads) whose elected thread only
@@ -306,7 +324,7 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
         on *empty*); the epilogue by them. ``(dec, inc)``: also ``setmaxnreg`` (the producer's
         registers per thread down to ``dec``, the consumers' up to ``inc``). Needs one warp
         column (``block[1] == wn``). ``wait_first`` has no meaning then
-        ([`WS_KEY`][loopir.passes.pipeline_ws.WS_KEY]). Off by default until measured.
+        ([`WS_KEY`][loopir.passes.pipeline_ws.WS_KEY]). None: the default form's rule (above).
     persistent
         With ``warp_specialized``: a persistent tile scheduler, as CUTLASS's sm90 persistent
         kernels: ``True`` (``PERSISTENT_CTAS`` = 132, the H200's SMs) or a number of thread
@@ -317,12 +335,20 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
         [`persistent_tiles`][loopir.passes.pipeline_ws_tiles.persistent_tiles]). The producer
         runs on into the next tile's K steps while the consumers store the current tile: the
         stage and the mbarrier parity go on across tiles (global step ``it * k_steps + k``).
-        Needs M and N multiples of the block tile (K need not be: TMA fills zeros): the
-        epilogue of a padded C goes through shared memory between block barriers, which the
-        producer, running ahead, never reaches. Off by default until measured.
+        Sizes off the block tile: K is filled with zeros by TMA, and a padded C is stored from
+        the accumulator fragments straight to the result, each lane its own elements under a
+        guard on the sizes (``tensor_core_gemm.schedule``'s ``direct``), not through a shared
+        tile of C between block barriers as the other forms: the producer warpgroup, running
+        ahead into the next tile, never reaches the consumers' barriers (a deadlock), and a
+        barrier over the consumer warps alone would need a shared tile of C all the same (128 KB
+        of float32 at 128 x 256: 2 stages instead of 4), where the stores straight from the
+        registers need none (CUTLASS's sm90 default epilogue does the same, with predicates).
+        Constant sizes only, as every ``hopper_gemm``. None: the default form's rule (above).
     """
     if pad is None:
         pad = bool(M % block[0] or N % block[1] or K % block[2]) if _ints(M, K, N) else False
+    tma, warp_specialized, persistent, raster = _form(M, K, N, block, wn, stages, batch, a_prologue,
+                                                      (tma, warp_specialized, persistent, raster))  # fmt: skip
     if _bool("tma", tma, _HOPPER) and (a_prologue is not None or (isinstance(K, int) and K % 8)):
         raise _fail(f"tma=True needs K a multiple of 8 (TMA reads rows of A and B whose stride must be a multiple "
                     f"of 16 bytes) and no a_prologue (the fetch must be a box copy), got K={K}, "
@@ -339,7 +365,7 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
         raise _fail(f"block {block} and wn {wn!r}: the block tile must be (64k, a multiple of wn, 64) and wn "
                     "a multiple of 16 from 16 to 256", _HOPPER)  # fmt: skip
     if stages is None:
-        stages = tcg.wgmma_stages(M, N, block) if pad and _ints(M, N) else 4
+        stages = tcg.wgmma_stages(M, N, block, direct=ctas is not None) if pad and _ints(M, N) else 4
     _check(M, K, N, dtype, "float32", block, (16, wn), stages, vec, pad, out_dtype, _HOPPER)
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0):
         raise _fail(f"batch must be a positive int or None, got {batch!r}", _HOPPER)
@@ -355,12 +381,32 @@ def hopper_gemm(M: int, K: int, N: int, dtype: str = "float16", *,
         raise _fail(f"raster must be a positive int, got {raster!r}", _HOPPER)
     tcg.schedule_with_pad(sch, m, block, (16, wn), stages, vec=vec, pad=pad, wgmma=True, raster=raster,
                           wait_first=_bool("wait_first", wait_first, _HOPPER), async_mma=async_mma, tma=tma,
-                          warp_specialized=warp_specialized, ctas=ctas)  # fmt: skip
+                          warp_specialized=warp_specialized, ctas=ctas, direct=ctas is not None)  # fmt: skip
     return sch
 
 
 #: ``hopper_gemm(persistent=True)``'s thread blocks: the H200's (and H100 SXM's) 132 SMs.
-PERSISTENT_CTAS = 132
+PERSISTENT_CTAS = tcg.PERSISTENT_CTAS
+
+
+def _form(M: Any, K: Any, N: Any, block: tuple[int, int, int], wn: Any, stages: Any, batch: Any, a_prologue: Any,
+          given: tuple[Any, Any, Any, Any]) -> tuple[Any, Any, Any, Any]:  # fmt: skip
+    """``hopper_gemm``'s ``tma, warp_specialized, persistent, raster``, each None (not given)
+    resolved: the fastest form (TMA, a producer warpgroup, persistent, ``raster=8``) where the
+    other arguments allow it, else the earlier forms (``hopper_gemm``'s docstring). Given values
+    are kept (and checked by the caller)."""
+    tma, ws, persistent, raster = given
+    if tma is None:
+        # TMA's box copies: rows of a multiple of 16 bytes, 2-d (no batch), no computed operand
+        tma = _ints(M, K, N) and K % 8 == 0 and a_prologue is None and batch is None and \
+            (stages is None or (isinstance(stages, int) and stages >= 2))  # fmt: skip
+    if ws is None:
+        ws = tma is True and block[1] == wn  # one warp column: the producer warps after the consumers
+    if persistent is None:
+        persistent = ws is not False and _ints(M, N)  # the tiles' count fixes the grid
+    if raster is None:
+        raster = 8 if persistent is not False else 1
+    return tma, ws, persistent, raster
 
 
 def _ctas(persistent: object, warp_specialized: object, M: Any, N: Any, block: tuple[int, int, int]) -> int | None:
@@ -371,14 +417,11 @@ def _ctas(persistent: object, warp_specialized: object, M: Any, N: Any, block: t
     if isinstance(ctas, bool) or not isinstance(ctas, int) or ctas < 1 or warp_specialized is False:
         raise _fail(f"persistent must be False, True or a positive number of thread blocks, with warp_specialized; "
                     f"got {persistent!r}, warp_specialized={warp_specialized!r}", _HOPPER)  # fmt: skip
-    if not _ints(M, N) or M % block[0] or N % block[1]:
-        raise _fail(f"persistent={persistent!r} needs M and N multiples of the block tile {block[:2]} (a padded C "
-                    f"is stored through shared memory between block barriers, which the producer warpgroup, "
-                    f"running ahead into the next tile, never reaches), got M={M}, N={N}", _HOPPER)  # fmt: skip
-    # no more blocks than tiles (CUTLASS launches min(SMs, tiles) too): an idle block would
-    # leave a guard on blockIdx alone, with no tile loop to lift it into
-    tiles: int = (M // block[0]) * (N // block[1])
-    return min(ctas, tiles)
+    if not _ints(M, N):
+        raise _fail(f"persistent={persistent!r} needs constant sizes M and N (the number of tiles fixes the grid; "
+                    f"the fragments' layouts need constant shapes, as for every hopper_gemm), got M={M}, N={N}",
+                    _HOPPER)  # fmt: skip
+    return tcg.persistent_ctas(M, N, block, ctas)
 
 
 def _regs(value: object) -> bool:
@@ -388,28 +431,73 @@ def _regs(value: object) -> bool:
     )
 
 
-def hopper_gemm_space(sch: Schedule) -> None:
+def hopper_gemm_space(sch: Schedule, warp_specialized: bool | None = None) -> None:
     """A design space for [`loopir.tune`][loopir.tune.search.tune] around ``hopper_gemm``,
-    applied to ``Schedule(tc_gemm_func(..., b_trans=True))``: warps along M ``wy`` (4 or 8: one
-    or two warpgroups, 64 or 128 rows) x along N ``wz`` (1 or 2, 128 columns each: one
-    ``wgmma.m64n128k16`` per warp and 16-wide K step) and the ``cp.async`` pipeline depth (2-4)
-    sampled; K steps of 64 and the 128-byte swizzle fixed (what ``wgmma``'s descriptors read);
-    each step waits first and, from depth 3, its ``wgmma`` is retired a step later, as
-    ``hopper_gemm``'s defaults.
-    Every candidate fits the 227 KB of shared memory (at most 4 x 48 KB). The sizes must be
-    multiples of every candidate's block tile (M of 128, N of 256, K of 64).
+    applied to ``Schedule(tc_gemm_func(..., b_trans=True))`` (B ``[N, K]``, a float32
+    accumulator). The sizes must be multiples of every candidate's block tile (M of 128, N of
+    256, K of 64). Two forms, as ``hopper_gemm``'s default and its ``cp.async`` fallback:
+
+    * ``warp_specialized`` (None: where it fits, K a multiple of 8 and no batch; True refuses
+      what does not fit): ``hopper_gemm``'s default form, TMA copies and a producer warpgroup
+      on ``wgmma.m64n256k16``, one warp column, with sampled: the block rows ``wy`` (4 or 8
+      consumer warps: 64 x 256 or 128 x 256 tiles), the pipeline depth (2-4), the ``raster``
+      group (those of 1, 8 and 16 that divide the block rows of both tiles) and the persistent
+      grid: ``PERSISTENT_CTAS`` blocks (on) or one block per 128 x 256 tile (off; the 64 x 256
+      tiles then go two to a block). Every candidate fits the 227 KB of shared memory (at
+      most 4 x 48 KB, C stored from the fragments).
+    * False: the ``cp.async`` form of earlier sessions: warps along M ``wy`` (4 or 8) x along N
+      ``wz`` (1 or 2, 128 columns each: one ``wgmma.m64n128k16`` per warp and 16-wide K step)
+      and the pipeline depth (2-4) sampled; K steps of 64 and the 128-byte swizzle fixed.
+
+    In both each step waits first and, from depth 3, its ``wgmma`` is retired a step later, as
+    ``hopper_gemm``'s defaults. Which form, and the warp tile's columns (the ``wgmma``
+    instruction), are not sampled: another value would need other instructions in the trace
+    than the one recorded, and a replayed trace runs the recorded instructions with the new
+    decisions (``loopir.tune.spaces``: a sampled value never goes into a Python branch). Bind
+    ``warp_specialized`` with ``functools.partial`` to tune the other form.
     """
-
-    def uniform(candidates: list[int]) -> Any:
-        return sch.sample_categorical(candidates, [1.0] * len(candidates))
-
     m = tcg.match(sch, "C")
     if m is None or not m.b_trans or m.acc != "float32":
         raise _fail("hopper_gemm_space: block 'C' is not a GEMM with B [N, K] and a float32 accumulator "
                     "(apply it to tc_gemm_func(..., b_trans=True))", _HOPPER)  # fmt: skip
+    M, K, N = m.sizes
+    fits = K % 8 == 0 and m.batch == 0 and all(p is None for p in m.producers)
+    if warp_specialized is None:
+        warp_specialized = fits
+    elif _bool("warp_specialized", warp_specialized, _HOPPER) and not fits:
+        raise _fail(f"hopper_gemm_space: warp_specialized=True needs K a multiple of 8, no batch and no producer "
+                    f"of A or B (TMA box copies), got K={K}, batch {bool(m.batch)}", _HOPPER)  # fmt: skip
+    (_ws_space if warp_specialized else _cp_async_space)(sch, m)
+
+
+def _uniform(sch: Schedule, candidates: list[int]) -> Any:
+    return sch.sample_categorical(candidates, [1.0] * len(candidates))
+
+
+def _cp_async_space(sch: Schedule, m: tcg.TensorCoreGemm) -> None:
+    """``hopper_gemm_space``'s ``cp.async`` form."""
     swizzle = ldmatrix_swizzle(64, m.batch > 0)
-    tiles = (uniform([4, 8]), uniform([1, 2]), 1, 8, 4)
-    done = tcg.schedule(sch, m, tiles, uniform([2, 3, 4]), (swizzle, swizzle), 8, (False, False, False), wgmma=True)
+    tiles = (_uniform(sch, [4, 8]), _uniform(sch, [1, 2]), 1, 8, 4)
+    done = tcg.schedule(sch, m, tiles, _uniform(sch, [2, 3, 4]), (swizzle, swizzle), 8, (False, False, False),
+                        wgmma=True)  # fmt: skip
     # hopper_gemm's defaults: one barrier a step, and from 3 stages the wgmma retired a step later
     sch.annotate(done.k0, WAIT_FIRST_KEY, True)
     sch.annotate(done.k0, MMA_IN_FLIGHT_KEY, 1)
+
+
+def _ws_space(sch: Schedule, m: tcg.TensorCoreGemm) -> None:
+    """``hopper_gemm_space``'s warp-specialized persistent form (``hopper_gemm``'s default)."""
+    M, _, N = m.sizes
+    rows = [-(-M // bm) for bm in (64, 128)]
+    rasters = [r for r in (1, 8, 16) if all(n % r == 0 for n in rows)]
+    # the fewest tiles (128 x 256) bound the blocks: no candidate has an idle one
+    tiles = tcg.persistent_ctas(M, N, (128, 256, 64), 1 << 30)
+    ctas = sorted({min(PERSISTENT_CTAS, tiles), tiles})
+    swizzle = ldmatrix_swizzle(64)
+    done = tcg.schedule(sch, m, (_uniform(sch, [4, 8]), 1, 1, 16, 4), _uniform(sch, [2, 3, 4]), (swizzle, swizzle), 8,
+                        (False, False, False), raster=_uniform(sch, rasters), wgmma=True, tma=True,
+                        ctas=_uniform(sch, ctas))  # fmt: skip
+    sch.annotate(done.k0, WAIT_FIRST_KEY, True)
+    sch.annotate(done.k0, MMA_IN_FLIGHT_KEY, 1)
+    sch.annotate(done.k0, TMA_KEY, True)
+    sch.annotate(done.k0, WS_KEY, True)

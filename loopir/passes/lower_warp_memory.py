@@ -9,7 +9,11 @@ lane (see [`loopir.tensor_intrin.calls`][loopir.tensor_intrin.calls]): lane ``l`
   ``lane`` *is* the hardware lane of the thread making the access: the variable of an enclosing
   ``threadIdx.x`` loop starting at 0 (of extent at most 32), or that variable ``% 32``, in a
   kernel whose ``threadIdx.x`` extent is a constant multiple of 32 (so that CUDA's warps,
-  consecutive runs of 32 linear thread indices, are rows of ``threadIdx.x``). Anything else --
+  consecutive runs of 32 linear thread indices, are rows of ``threadIdx.x``), or an expression
+  equal to that variable wherever the access runs (checked at every lane and every iteration of
+  the constant loops inside the ``threadIdx.x`` loop, under the guards on them: a fragment
+  element stored under a guard that pins part of the lane, as ``schedule``'s ``direct`` store
+  of a C of one column, whose block variable became 0). Anything else --
   a lane index that moves data between lanes (TVM turns some of those into shuffles), a
   block of 48 threads -- is refused with [`PassError`][loopir.errors.PassError];
 * a warp buffer holding the fragments of every warp of the block, indexed on one axis by the
@@ -35,14 +39,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import attrs
+import numpy as np
 
 from loopir import arith
+from loopir.arith.vectorized import NotEnumerable, evaluate
 from loopir.errors import PassError
 from loopir.ir import op
 from loopir.ir.buffer import Buffer
 from loopir.ir.expr import BufferLoad, Call, FloorMod, IntImm, PrimExpr, Var
 from loopir.ir.functor import Mutator, collect_vars, post_order_visit
 from loopir.ir.stmt import Allocate, BufferStore, Evaluate, For, ForKind, IfThenElse, PrimFunc, Stmt
+from loopir.passes._walk import conjuncts
 from loopir.passes.base import Pass, require_lowered
 from loopir.passes.context import PassContext
 from loopir.passes.simplify import simplify_stmt
@@ -147,6 +154,7 @@ class _Rewrite(Mutator):
         self.axes = axes
         self.loops: list[For] = []
         self.conds: list[PrimExpr] = []  # enclosing if conditions (both branches)
+        self.facts: list[PrimExpr] = []  # what holds where a statement runs (each branch's)
         self.x_extent = _x_extent(kernel)
 
     def visit_For(self, node: For) -> Stmt:
@@ -159,10 +167,22 @@ class _Rewrite(Mutator):
 
     def visit_IfThenElse(self, node: IfThenElse) -> Stmt:
         self.conds.append(node.condition)
+        held = len(self.facts)
         try:
-            out: Stmt = self.generic_visit(node)
+            self.facts += conjuncts(node.condition)
+            then = self._stmt(node.then_case)
+            del self.facts[held:]
+            self.facts.append(op.not_(node.condition))
+            other = None if node.else_case is None else self._stmt(node.else_case)
         finally:
+            del self.facts[held:]
             self.conds.pop()
+        if then is node.then_case and other is node.else_case:
+            return node
+        return IfThenElse(node.condition, then, other)
+
+    def _stmt(self, s: Stmt) -> Stmt:
+        out: Stmt = self.visit(s)
         return out
 
     def visit_Allocate(self, node: Allocate) -> Stmt:
@@ -244,7 +264,9 @@ class _Rewrite(Mutator):
             var, mod = lane.a, True
         loop = next((f for f in self.loops if isinstance(var, Var) and f.loop_var is var), None)
         if loop is None or loop.thread_tag != "threadIdx.x":
-            return "is not the variable of an enclosing threadIdx.x loop"
+            loop = self._lane_where_run(lane)
+            if loop is None:
+                return "is not the variable of an enclosing threadIdx.x loop"
         if not (isinstance(loop.min, IntImm) and loop.min.value == 0):
             return f"belongs to a threadIdx.x loop starting at {loop.min}, not 0"
         small = isinstance(loop.extent, IntImm) and loop.extent.value <= WARP_SIZE
@@ -257,6 +279,47 @@ class _Rewrite(Mutator):
                 "multiple of 32, so its warps span several threadIdx.x rows"
             )
         return None
+
+    def _lane_where_run(self, lane: PrimExpr) -> For | None:
+        """The innermost ``threadIdx.x`` loop (from 0, at most 32 lanes) when ``lane`` equals
+        its variable wherever the access runs: at each lane and iteration of the constant loops
+        inside it (at most ``_LANE_POINTS`` points) where the enclosing guards that name only
+        those hold (the others left out: more points checked, not fewer); else None."""
+        at = next((i for i in range(len(self.loops) - 1, -1, -1) if self.loops[i].thread_tag == "threadIdx.x"), None)
+        if at is None:
+            return None
+        inner = self.loops[at:]
+        bounds = [(_int_or_none(f.min), _int_or_none(f.extent)) for f in inner]
+        if any(lo is None or n is None for lo, n in bounds) or bounds[0] != (0, bounds[0][1]) or \
+                (bounds[0][1] or 0) > WARP_SIZE:  # fmt: skip
+            return None
+        size = 1
+        for _, n in bounds:
+            size *= n or 0
+        known = {f.loop_var for f in inner}
+        if not 0 < size <= _LANE_POINTS or not set(collect_vars(lane)) <= known:
+            return None
+        grids = np.meshgrid(*(np.arange(lo or 0, (lo or 0) + (n or 0), dtype=np.int64) for lo, n in bounds),
+                            indexing="ij")  # fmt: skip
+        env = {f.loop_var: g.ravel() for f, g in zip(inner, grids)}
+        try:
+            runs = np.ones(size, dtype=bool)
+            for fact in self.facts:
+                used = set(collect_vars(fact))
+                if used and used <= known:
+                    runs &= np.asarray(evaluate(fact, env, size)).astype(bool)
+            same = np.asarray(evaluate(lane, env, size)) == env[inner[0].loop_var]
+        except NotEnumerable:
+            return None
+        return inner[0] if bool(same[runs].all()) else None
+
+
+#: The most points (lanes x iterations) at which ``_lane_where_run`` compares a lane index.
+_LANE_POINTS = 1 << 14
+
+
+def _int_or_none(e: PrimExpr) -> int | None:
+    return e.value if isinstance(e, IntImm) else None
 
 
 class _Kernels(Mutator):

@@ -12,6 +12,10 @@ the copies are box copies again (TMA), and the warp-specialized pipeline
 ([`loopir.passes.pipeline_ws`][loopir.passes.pipeline_ws]) has a producer loop over exactly
 the (tile, k) steps that the consumers run, with no guard on either side.
 
+A guard may also be a conjunction of the tile's guard and conditions on the statement's own
+loops (a padded C's copy-out, stored straight from the fragments with a guard on each element,
+``hopper_gemm``'s persistent epilogue): the tile's conjunct is lifted, the others stay.
+
 Why a guard linear in ``t`` (``a * t + e < b``, ``a > 0``): its true iterations are a prefix
 of the loop, so the guard is a bound on ``t``; any other guard is left alone (the pipeline then
 refuses the copies, naming the guard).
@@ -23,10 +27,12 @@ import attrs
 
 from loopir import arith
 from loopir.errors import PassError
+from loopir.ir import op
 from loopir.ir.expr import LT, FloorDiv, IntImm, Max, Min, PrimExpr, Var
 from loopir.ir.functor import collect_vars, post_order_stmts, substitute
 from loopir.ir.printer import script
 from loopir.ir.stmt import Allocate, BufferStore, Evaluate, For, ForKind, IfThenElse, SeqStmt, Stmt
+from loopir.passes._walk import conjuncts
 
 __all__ = ["WS_KEY", "persistent_tiles", "ws_child"]
 
@@ -92,11 +98,21 @@ def persistent_tiles(loop: For) -> For:
     inner: set[Var] = set()
     post_order_stmts(loop.body, lambda n: inner.add(n.loop_var) if isinstance(n, For) else None)
 
-    def tile_guard(s: Stmt) -> bool:
+    def split(s: Stmt) -> tuple[PrimExpr | None, list[PrimExpr]]:
+        """A guard's conjunct on the tile alone (naming ``t``, no loop inside) and the others."""
         if not isinstance(s, IfThenElse) or s.else_case is not None:
-            return False
-        used = set(collect_vars(s.condition))
-        return t in used and not used & inner
+            return None, []
+        tile: list[PrimExpr] = []
+        rest: list[PrimExpr] = []
+        for c in conjuncts(s.condition):
+            used = set(collect_vars(c))
+            (tile if t in used and not used & inner else rest).append(c)
+        if len(tile) != 1:  # none, or several: left to the checks below (named there)
+            return None, []
+        return tile[0], rest
+
+    def tile_guard(s: Stmt) -> bool:
+        return split(s)[0] is not None
 
     conds: dict[str, PrimExpr] = {}
     bare: list[Stmt] = []
@@ -104,7 +120,9 @@ def persistent_tiles(loop: For) -> For:
     def walk(s: Stmt, guarded: bool) -> None:
         if tile_guard(s):
             assert isinstance(s, IfThenElse)
-            conds.setdefault(script(s.condition).strip(), s.condition)
+            cond = split(s)[0]
+            assert cond is not None
+            conds.setdefault(script(cond).strip(), cond)
             walk(s.then_case, True)
         elif isinstance(s, SeqStmt):
             for c in s.seq:
@@ -133,7 +151,9 @@ def persistent_tiles(loop: For) -> For:
     def strip(s: Stmt) -> Stmt:
         if tile_guard(s):
             assert isinstance(s, IfThenElse)
-            return strip(s.then_case)
+            rest = split(s)[1]
+            then = strip(s.then_case)
+            return IfThenElse(op.all_(*rest), then) if rest else then
         if isinstance(s, SeqStmt):
             return SeqStmt(tuple(strip(c) for c in s.seq))
         if isinstance(s, (Allocate, For)):

@@ -396,12 +396,14 @@ class _Kernel:
         iterations)."""
         ranges: list[tuple[Var, int, int]] = []
         env_loops: dict[str, Var] = {}
+        within: list[PrimExpr] = []  # a loop's range over enclosing loops: its exact bounds
         for f in acc.loops:
             if f.kind is ForKind.THREAD_BINDING and f.thread_tag in (*GRID_TAGS, *BLOCK_TAGS):
                 env_loops[f.thread_tag] = f.loop_var
             lo, ext = _const(f.min), _const(f.extent)
             if lo is None or ext is None:
-                raise NotEnumerable(f"loop {f.loop_var.name} has a symbolic range")
+                lo, ext = _enclosing_range(f, ranges)
+                within += [f.loop_var >= f.min, f.loop_var < f.min + f.extent]
             ranges.append((f.loop_var, lo, ext))
         free: dict[str, Var] = {}
         for tag in (*GRID_TAGS, *BLOCK_TAGS):
@@ -417,6 +419,8 @@ class _Kernel:
         }
         env, size = _grid(ranges, sample, keep)
         mask = np.ones(size, dtype=bool)
+        for cond in within:
+            mask &= _eval(cond, env, size) != 0
         approx = False
         for cond in acc.conds:
             try:
@@ -482,6 +486,20 @@ class _Kernel:
 
         V().visit(value)
         return ok
+
+
+def _enclosing_range(f: For, ranges: list[tuple[Var, int, int]]) -> tuple[int, int]:
+    """The box ``(lo, extent)`` around the range of loop ``f``, whose start or extent names
+    the enclosing loops of ``ranges`` (a persistent kernel's tile loop, its extent a function
+    of ``blockIdx.x``): its iterations are then cut to the exact range by a guard."""
+    names = {v for v, _, _ in ranges}
+    if not set(collect_vars(f.min)) | set(collect_vars(f.extent)) <= names:
+        raise NotEnumerable(f"loop {f.loop_var.name} has a symbolic range")
+    ana = arith.Analyzer({v: (lo, lo + ext) for v, lo, ext in ranges})
+    lo, end = ana.const_int_bound(f.min), ana.const_int_bound(f.min + f.extent)
+    if lo.min_value == arith.NEG_INF or end.max_value == arith.POS_INF:
+        raise NotEnumerable(f"loop {f.loop_var.name} has an unbounded range")
+    return int(lo.min_value), max(0, int(end.max_value - lo.min_value))
 
 
 def _grid(

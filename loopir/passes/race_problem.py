@@ -85,6 +85,10 @@ class Problem:
         self.xors: dict[Var, tuple[Eq, Eq]] = {}
         # loop variables both instances share (prove_exclusive's same_iteration)
         self.same_iteration: frozenset[Var] = frozenset()
+        # a sum under ``//`` and ``%`` made one variable (``_fuse_sums``, when ``fuse_sums``):
+        # ``e == 0`` for each
+        self.fuse_sums = False
+        self.links: list[PrimExpr] = []
 
     # -- variables ------------------------------------------------------------------------
     def new(self, name: str, lo: int, hi: int, side: int | None) -> Var:
@@ -169,7 +173,9 @@ class Problem:
 
     # -- digits ---------------------------------------------------------------------------
     def split_digits(self, exprs: list[PrimExpr]) -> list[PrimExpr]:
-        """Write variables used under ``//`` and ``%`` as digits (see the module doc)."""
+        """Write variables used under ``//`` and ``%`` as digits (see the module doc); sums
+        so used first become variables (``_fuse_sums``)."""
+        exprs, fused = self._fuse_sums(exprs) if self.fuse_sums else (exprs, {})
         divs: dict[Var, set[int]] = {}
         sym: dict[Var, dict[arith.StructuralKey, PrimExpr]] = {}
 
@@ -205,7 +211,70 @@ class Problem:
             for da, db in zip(self.digits.get(a, ()), self.digits.get(b, ())):
                 self.twin[da] = db
         out = [substitute(e, smap) if smap else e for e in exprs]
+        links = {u: Sub(smap.get(u, u), substitute(e, smap)) for u, e in fused.items()}
+        self.links += links.values()
+        for a, b in self.twin.items():
+            if a in links and b in links:  # both sides' sums at once: their difference
+                self.links.append(Sub(links[a], links[b]))
         return self._symbolic_digits(out, sym) if sym else out
+
+    def _fuse_sums(self, exprs: list[PrimExpr]) -> tuple[list[PrimExpr], dict[Var, PrimExpr]]:
+        """A non-negative affine sum of the problem's variables used as ``e // d`` or ``e % d``
+        for a constant ``d > 1`` becomes one variable ``u`` (the link ``u == e`` kept in
+        ``links``), whose digits the divisors then give: a persistent kernel's tile ``t * ctas +
+        bx`` taken apart into the tile's row and column. Each side's sum is its own variable,
+        twins when the sums are (the side-0 sum with its variables' twins is the side-1 sum),
+        so that equal digits make the sums equal, and the link's difference then the terms
+        (``bx`` below ``ctas``: digit separation). The cost is the number of such sums."""
+        ana = arith.Analyzer({v: (self.lo[v], self.hi[v] + 1) for v in self.lo})
+        found: dict[arith.StructuralKey, Var] = {}
+        fused: dict[Var, PrimExpr] = {}
+        problem = self
+
+        class Fuse(Mutator):
+            def _sum(self, n: FloorDiv | FloorMod) -> PrimExpr:
+                out = self.generic_visit(n)
+                assert isinstance(out, (FloorDiv, FloorMod))
+                a, b = out.a, out.b
+                if isinstance(a, Var) or not (isinstance(b, IntImm) and b.value > 1):
+                    return out
+                u = problem._sum_var(a, found, fused, ana)
+                if u is None:
+                    return out
+                return FloorDiv(u, b) if isinstance(out, FloorDiv) else FloorMod(u, b)
+
+            def visit_FloorDiv(self, n: FloorDiv) -> PrimExpr:
+                return self._sum(n)
+
+            def visit_FloorMod(self, n: FloorMod) -> PrimExpr:
+                return self._sum(n)
+
+        out = [Fuse().visit(e) for e in exprs]
+        twin_of = {a: b for a, b in self.twin.items()}
+        keys = {arith.structural_key(substitute(e, twin_of)): u for u, e in fused.items() if self.side.get(u) == 0}
+        for u, e in fused.items():
+            u0 = keys.get(arith.structural_key(e)) if self.side.get(u) == 1 else None
+            if u0 is not None:
+                self.twin[u0] = u
+        return out, fused
+
+    def _sum_var(self, e: PrimExpr, found: dict[arith.StructuralKey, Var], fused: dict[Var, PrimExpr],
+                 ana: arith.Analyzer) -> Var | None:  # fmt: skip
+        """The variable standing for the sum ``e`` (``_fuse_sums``), or None when ``e`` is not
+        a non-negative affine sum of the problem's variables of one side."""
+        key = arith.structural_key(e)
+        if key in found:
+            return found[key]
+        form = self.affine(e, None, ana)
+        if form is None or not form[0]:
+            return None
+        sides = {self.side[v] for v in form[0] if v in self.side}
+        b = ana.const_int_bound(e)
+        if len(sides) != 1 or b.min_value < 0 or b.max_value == arith.POS_INF:
+            return None
+        u = found[key] = self.new("sum", 0, int(b.max_value), sides.pop())
+        fused[u] = e
+        return u
 
     def _digits(self, v: Var, chain: list[int]) -> PrimExpr:
         side = self.side.get(v)

@@ -14,7 +14,9 @@ The proof never enumerates elements, so its cost does not grow with the tensor s
    variable for both sides.
 2. A variable used as ``v // d`` and ``v % d`` for constants ``d`` is written as digits
    (``v = q * 32 + m * 8 + r``); a grid coordinate fused over symbolic sizes (``f // Q``,
-   ``f % Q`` for a size expression ``Q``) likewise.
+   ``f % Q`` for a size expression ``Q``) likewise; a sum used so (a persistent kernel's tile
+   ``t * ctas + bx``) first becomes one variable, linked to the sum by an equation of its own
+   (``race_problem.Problem._fuse_sums``).
 3. Guards become bounds (``tx * 4 + ax < 512`` gives ``tx <= 127``, ``tx == 0`` pins ``tx``).
 4. Equal elements give one affine equation per dimension (and one over the flattened
    dimensions, so that ``(e // 9, e % 9)`` becomes ``e``); equal barrier counts give another.
@@ -48,7 +50,7 @@ from loopir.ir.expr import (
     PrimExpr,
     Var,
 )
-from loopir.ir.functor import collect_vars
+from loopir.ir.functor import collect_vars, post_order_visit
 from loopir.passes import race_memo
 from loopir.passes.race_problem import (
     SIZE_MAX,
@@ -288,7 +290,33 @@ def _prove_exclusive(
     extent: Extent, w: Any, x: Any, who: Sequence[str], fixed: Sequence[str], counts: bool,
     same_value: bool, same_iteration: Sequence[Var] = (),
 ) -> bool:  # fmt: skip
+    """The proof as the module doc says; when it fails, once more with the sums under ``//``
+    and ``%`` made variables (step 2): a second form of the same equations, which proves a
+    persistent kernel's tiles, tried second so that no pair the first proves is lost."""
+    args = (extent, w, x, who, fixed, counts, same_value, same_iteration)
+    return _prove_with(*args, fuse_sums=False) or (_sum_digits(w, x) and _prove_with(*args, fuse_sums=True))
+
+
+def _sum_digits(w: Any, x: Any) -> bool:
+    """Whether an index of ``w`` or ``x`` takes ``//`` or ``%`` of something but a variable
+    (only then can the second form of the proof differ from the first)."""
+    found = False
+
+    def visit(n: object) -> None:
+        nonlocal found
+        found = found or (isinstance(n, (FloorDiv, FloorMod)) and not isinstance(n.a, Var))
+
+    for e in (*w.indices, *x.indices):
+        post_order_visit(e, visit)
+    return found
+
+
+def _prove_with(
+    extent: Extent, w: Any, x: Any, who: Sequence[str], fixed: Sequence[str], counts: bool,
+    same_value: bool, same_iteration: Sequence[Var] = (), fuse_sums: bool = False,
+) -> bool:  # fmt: skip
     p = Problem(extent, who, fixed)
+    p.fuse_sums = fuse_sums
     # with equal barrier counts, the loops _iteration_loops names run one iteration too: one
     # variable for both sides (so that a pipeline's versions of one iteration compare)
     p.same_iteration = frozenset(same_iteration) | (frozenset(_iteration_loops(w, x)) if counts else frozenset())
@@ -447,6 +475,10 @@ def _equations(p: Problem, ana: arith.Analyzer, e0: list[PrimExpr], e1: list[Pri
         if flat is not None:
             cands.append(flat)
     eqs = []
+    for link in p.links:  # a sum made one variable: its definition (race_problem._fuse_sums)
+        form = p.affine(ana.simplify(link), memo, ana)  # simplified as the elements are (a unit extent's 0)
+        if form is not None:
+            eqs.append(form)
     for a, b in cands:
         fa, fb = p.affine(a, memo, ana), p.affine(b, memo, ana)
         if fa is None or fb is None:

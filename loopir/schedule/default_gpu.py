@@ -17,7 +17,11 @@ tried on an unchanged schedule):
     conversion of the result in its stores, and elementwise consumers (a bias, an activation,
     inlined into one) as C's tile is copied out of shared memory. With ``wgmma`` (the CUDA
     target on a Hopper GPU), a GEMM whose B is ``[N, K]`` with a float32 accumulator and M, N
-    of at least 64 goes on ``wgmma`` instead (sm_90a; tiles from
+    of at least 64 goes on ``wgmma`` instead (sm_90a), in ``hopper_gemm``'s default form where
+    it fits (TMA copies, a producer warpgroup, a persistent grid in groups of 8 block rows, C
+    stored from the fragments with guards, a bias or an activation applied there too;
+    [`wgmma_ws_params`][loopir.schedule.tensor_core_gemm.wgmma_ws_params]: K a multiple of 8, no
+    batch, no elementwise producer of an operand), else with a ``cp.async`` pipeline (tiles from
     [`wgmma_params`][loopir.schedule.tensor_core_gemm.wgmma_params]). A decode GEMM of more
     than ``gemv_rows`` and at most ``decode_rows`` rows (B ``[N, K]``) is one 16-row tile of
     ``mma.sync`` ([`skinny_params`][loopir.schedule.tensor_core_gemm.skinny_params]).
@@ -517,6 +521,9 @@ def _tensor_core(sch: Schedule, name: str, gemv_rows: int = MAX_GEMV_ROWS, wgmma
                 f"{skinny['stages']}-stage cp.async pipeline)")  # fmt: skip
     if min(M, N, K) < tcg.TILE:
         return None
+    fastest = tcg.wgmma_ws_params(m) if wgmma else None
+    if fastest is not None:
+        return _tensor_core_ws(sch, m, fastest)
     hopper = tcg.wgmma_params(m) if wgmma else None
     if hopper is not None:
         bm, bn, bk = hopper["block"]
@@ -532,6 +539,22 @@ def _tensor_core(sch: Schedule, name: str, gemv_rows: int = MAX_GEMV_ROWS, wgmma
     bm, bn, bk = params["block"]
     pipe = f", {params['stages']}-stage cp.async pipeline" if params["stages"] > 1 else ""
     return f"tensor_core {name} ({bm} x {bn} x {bk} tiles on mma.sync{pipe})"
+
+
+def _tensor_core_ws(sch: Schedule, m: tcg.TensorCoreGemm, p: dict[str, Any]) -> str:
+    """GEMM ``m`` in ``hopper_gemm``'s default form (``tcg.wgmma_ws_params``), described."""
+    bm, bn, bk = p["block"]
+    stages = p["stages"]
+    in_flight = stages >= 3  # wgmma retired a step later, as hopper_gemm's default
+    M, _, N = m.sizes
+    padded = bool(M % bm or N % bn)
+    tcg.schedule_with_pad(sch, m, p["block"], (TILE_ROWS_WGMMA, p["wn"]), stages, pad=padded, wgmma=True,
+                          wait_first=True, async_mma=in_flight, raster=p["raster"], tma=True,
+                          warp_specialized=True, ctas=p["ctas"], direct=True)  # fmt: skip
+    store = "guarded stores from the fragments" if padded or m.epilogue is not None else "fragment stores"
+    return (f"tensor_core {m.block} ({bm} x {bn} x {bk} tiles on wgmma, {stages}-stage TMA pipeline, "
+            f"warp-specialized (a producer warpgroup), persistent over {p['ctas']} blocks in groups of "
+            f"{p['raster']} block rows{', async wgmma' if in_flight else ''}, {store})")
 
 
 def _transpose(sch: Schedule, name: str) -> str | None:

@@ -51,8 +51,9 @@ from loopir.tensor_intrin.cuda import DTYPE_ABBREV, wgmma_intrin
 from loopir.tensor_intrin.layouts import MMA_A, MMA_B, MMA_C, WARP_SIZE, FragmentLayout
 
 __all__ = [
-    "SKINNY_ROWS", "SM90_SMEM", "TILE", "Scheduled", "TensorCoreGemm", "default_params", "inlinable_consumer", "ldmatrix_swizzle",
-    "match", "schedule", "schedule_with_pad", "skinny_params", "tensorize_tiles", "wgmma_params", "wgmma_stages",
+    "PERSISTENT_CTAS", "SKINNY_ROWS", "SM90_SMEM", "TILE", "Scheduled", "TensorCoreGemm", "default_params",
+    "inlinable_consumer", "ldmatrix_swizzle", "match", "persistent_ctas", "schedule", "schedule_with_pad", "skinny_params",
+    "tensorize_tiles", "wgmma_params", "wgmma_stages", "wgmma_ws_params",
 ]  # fmt: skip
 
 #: The side of one tensorized tile (``mma.sync.m16n8k16``, two per 16x16x16 tile).
@@ -312,12 +313,50 @@ def wgmma_params(m: TensorCoreGemm) -> dict[str, Any] | None:
     return {"block": (bm, bn, 64), "wn": bn, "stages": stages}
 
 
-def wgmma_stages(M: int, N: int, block: tuple[int, int, int], c_shared: bool = False) -> int:
+#: A persistent kernel's thread blocks: the H200's (and H100 SXM's) 132 SMs.
+PERSISTENT_CTAS = 132
+
+
+def persistent_ctas(M: int, N: int, block: tuple[int, int, int], ctas: int = PERSISTENT_CTAS) -> int:
+    """The thread blocks of a persistent grid of ``ctas`` over the block tiles of ``M x N``:
+    no more than the tiles (CUTLASS launches ``min(SMs, tiles)`` too; an idle block would
+    leave the split's guard on ``blockIdx.x`` alone, with no tile loop to lift it into)."""
+    return min(ctas, -(-M // block[0]) * -(-N // block[1]))
+
+
+def wgmma_ws_params(m: TensorCoreGemm) -> dict[str, Any] | None:
+    """The fastest ``wgmma`` form measured on the H200 (docs/benchmarks.md, issue 32: fp16
+    4096^3 at 0.92x cuBLAS), for the default GPU schedule: TMA copies, a producer warpgroup
+    (warp specialization), a persistent grid of ``PERSISTENT_CTAS`` blocks over the tiles in
+    groups of 8 block rows (``raster``: the largest power of two up to 8 dividing the block
+    rows), C stored from the fragments (no shared tile of C, so
+    ``wgmma_params``' 128 x 256 tile keeps 4 stages where padding or an epilogue would halve
+    it). None where it does not fit: ``wgmma_params`` does not, or a batch (TMA copies
+    2-d boxes), an elementwise producer of A or B (a computed fetch is no box copy), K not a
+    multiple of 16 bytes (TMA's row stride), fewer than 2 stages."""
+    base = wgmma_params(m)
+    M, K, N = m.sizes
+    if base is None or m.batch or any(p is not None for p in m.producers) or K * dt.bits(m.dtype) % 128:
+        return None
+    bm = base["block"][0]
+    bn = 256 if N >= 256 else 128 if N >= 128 else 64
+    block = (bm, bn, 64)
+    stages = wgmma_stages(M, N, block, direct=True)
+    if stages < 2:
+        return None
+    raster, rows = 8, -(-M // bm)
+    while raster > 1 and rows % raster:  # what schedule_with_pad takes of it, for the description
+        raster //= 2
+    return {"block": block, "wn": bn, "stages": stages, "raster": raster, "ctas": persistent_ctas(M, N, block)}
+
+
+def wgmma_stages(M: int, N: int, block: tuple[int, int, int], c_shared: bool = False, direct: bool = False) -> int:
     """The deepest ``wgmma`` pipeline (at most 4) whose shared memory fits: ``stages`` copies of
     the A and B tiles, plus C's float32 tile where padding (or, ``c_shared``, an epilogue)
-    stores it through shared memory."""
+    stores it through shared memory, unless C is stored from the fragments (``direct``,
+    ``schedule``)."""
     bm, bn, bk = block
-    c_tile = bm * bn * 4 if c_shared or M % bm or N % bn else 0
+    c_tile = bm * bn * 4 if not direct and (c_shared or M % bm or N % bn) else 0
     return max(1, min(4, (SM90_SMEM - c_tile) // ((bm + bn) * bk * 2)))
 
 
@@ -361,7 +400,7 @@ class Scheduled:
 def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, Any], stages: Any,
              swizzles: tuple[str | None, str | None], vec: int,
              grown: tuple[bool, bool, bool], raster: int = 1, wgmma: bool = False, tma: bool = False,
-             ctas: int | None = None) -> Scheduled:  # fmt: skip
+             ctas: int | None = None, direct: bool = False) -> Scheduled:  # fmt: skip
     """Schedule block ``m.block`` (module docstring), after ``sch.pad`` grew what ``grown``
     says (A, B, C). ``tiles``: warps ``wy, wz`` per block, 16x16 tiles ``mi, nj`` per warp,
     ``kf`` 16-steps per K step (ints or sampled values); ``stages`` an int or a sampled
@@ -376,7 +415,11 @@ def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, 
     order) fused and split by ``ctas`` thread blocks, the inner part bound to ``blockIdx.x``, the
     outer reordered below the warps' loops: a serial tile loop around the K loop and the
     epilogue (block ``bx`` runs the tiles ``it * ctas + bx``; an inexact split's predicate is
-    lifted by ``InjectSoftwarePipeline``, ``loopir.passes.pipeline_ws_tiles``)."""
+    lifted by ``InjectSoftwarePipeline``, ``loopir.passes.pipeline_ws_tiles``). ``direct``: where C
+    would go through a shared tile (``pad`` grew it, or an epilogue), it is stored from the
+    fragments straight to the result instead, each lane its own elements, guarded by the sizes
+    (no shared tile of C, no block barrier: what a persistent warp-specialized kernel needs,
+    whose producer warps never reach the consumers' barriers)."""
     wy, wz, mi, nj, kf = tiles
     copy_out = _copy_out_block(sch, m) if grown[2] else None
     c = sch.get_block(m.block)
@@ -395,7 +438,7 @@ def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, 
     sch.reorder(*bl, i0, j0, i1, j1, k0, k1, i2, j2)
     if bl:
         sch.bind(bl[0], "blockIdx.z")
-    if raster == 1 and ctas is None:  # else bound at the end: blockize needs the tiles' bindings affine
+    if type(raster) is int and raster == 1 and ctas is None:  # else bound at the end: blockize needs the tiles' bindings affine
         sch.bind(i0, "blockIdx.y")
         sch.bind(j0, "blockIdx.x")
     sch.bind(i1, "threadIdx.y")
@@ -405,30 +448,9 @@ def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, 
     operand_warps = None if wgmma else (sch.cache_read(outer, 0, "warp"), sch.cache_read(outer, 1, "warp"))
     for w in operand_warps or ():
         sch.compute_at(w, k1)
-    if m.epilogue is not None and copy_out is None:
-        # C's tile goes through shared memory, copied out by every thread: the epilogue reads
-        # its elements there (the fragments' layout is not C's)
-        copy_out = _name(sch, sch.cache_write(outer, 0, "shared"))
-    c_warp = sch.cache_write(outer, 0, "warp")
-    if m.converts is not None or m.epilogue is not None:
-        # D = C.astype(out) folded into C's write-back: the fragments are converted as they are
-        # stored (or, padded, as the shared tile is copied out); an epilogue into the copy-out
-        sch.reverse_compute_inline(sch.get_block(m.converts or m.epilogue or ""))
-    if grown[2]:
-        # the padded C becomes the block's shared tile of C, copied out by every thread with guards
-        sch.set_scope(c_warp, 0, "shared")
-    sch.reverse_compute_at(c_warp, j1)
-    if copy_out is not None:
-        out = sch.get_block(copy_out)
-        sch.reverse_compute_at(out, j0, preserve_unit_loops=True)
-        # unit loops kept: a 1-row C still has a row loop to spread over the threads
-        # an unpadded tile is copied out in 16-byte vectors of the result (no guards)
-        lanes = 1 if grown[2] else max(1, 16 // max(1, dt.bits(m.out) // 8))
-        while lanes > 1 and isinstance(nj, int) and (nj * TILE * (wz if isinstance(wz, int) else 1)) % lanes:
-            lanes //= 2
-        _bind_threads(sch, sch.fuse(*sch.get_loops(out)[2 + m.batch:]), (wy, wz), lanes)
+    c_warp, c_shared = _write_back(sch, m, outer, copy_out, (j0, j1), (wy, wz, nj), grown[2], direct)
     init = sch.decompose_reduction(outer, k0)
-    tensorize_tiles(sch, m, (outer, init), operand_warps, c_warp, copy_out is not None, (wn, wk))
+    tensorize_tiles(sch, m, (outer, init), operand_warps, c_warp, c_shared, (wn, wk))
     for copy, swz in zip(shared, swizzles):
         if swz is not None:
             sch.transform_layout(copy, 0, swz)
@@ -440,7 +462,10 @@ def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, 
             sch.annotate(k0, "software_pipeline_async_stages", [0])
     else:  # a sampled depth: every statement but the compute in stage 0, async
         sch.annotate(k0, DEPTH_KEY, stages)
-    if raster > 1:
+    # a sampled raster (an ExprRV: its value may change on replay) always takes the grouped
+    # order's instructions, which a group of 1 leaves row after row
+    grouped = type(raster) is not int or raster > 1
+    if grouped:
         group, row = sch.split(i0, [None, raster])
         sch.reorder(group, j0, row)
         tiles_loop = sch.fuse(group, j0, row)
@@ -451,7 +476,7 @@ def schedule(sch: Schedule, m: TensorCoreGemm, tiles: tuple[Any, Any, Any, Any, 
         it, bx = sch.split(tiles_loop, [None, ctas])
         sch.reorder(bx, i1, j1, it)
         sch.bind(bx, "blockIdx.x")
-    elif raster > 1:
+    elif grouped:
         sch.bind(tiles_loop, "blockIdx.x")
     return Scheduled(outer, k0, k1)
 
@@ -460,7 +485,8 @@ def schedule_with_pad(sch: Schedule, m: TensorCoreGemm, block: tuple[int, int, i
                       stages: int, *, swizzle: bool = True, vec: int = 8, pad: bool = True,
                       fragment_stages: int = 1, raster: int = 1, wgmma: bool = False,
                       wait_first: bool = False, async_mma: bool = False, tma: bool = False,
-                      warp_specialized: bool | tuple[int, int] = False, ctas: int | None = None) -> Scheduled:  # fmt: skip
+                      warp_specialized: bool | tuple[int, int] = False, ctas: int | None = None,
+                      direct: bool = False) -> Scheduled:  # fmt: skip
     """[`schedule`][loopir.schedule.tensor_core_gemm.schedule] with a block tile ``(bm, bn,
     bk)`` and a warp tile ``(wm, wn)`` (multiples of 16): first ``pad`` (``pad_einsum``) of the
     sizes off the block tile when ``pad``; the shared tiles XOR-swizzled when ``swizzle`` (else
@@ -479,7 +505,8 @@ def schedule_with_pad(sch: Schedule, m: TensorCoreGemm, block: tuple[int, int, i
     warp column ``bn == wn``): a producer warpgroup issues the copies on full/empty mbarriers
     and the warps wait on them themselves, ``(dec, inc)`` with ``setmaxnreg``
     ([`WS_KEY`][loopir.passes.pipeline_ws.WS_KEY]); ``ctas``: a persistent grid of that many
-    thread blocks looping over the tiles (``schedule``)."""
+    thread blocks looping over the tiles (``schedule``); ``direct``: C stored from the fragments
+    straight to the result with guards, no shared tile (``schedule``)."""
     (bm, bn, bk), (wm, wn) = block, warp
     if warp_specialized is not False and (not tma or bn != wn):
         raise ScheduleError(f"tensor_core_gemm: warp_specialized needs tma and one warp column (bn == wn: the "
@@ -499,7 +526,7 @@ def schedule_with_pad(sch: Schedule, m: TensorCoreGemm, block: tuple[int, int, i
     batched = m.batch > 0
     swizzles = (ldmatrix_swizzle(bk, batched), ldmatrix_swizzle(bk if m.b_trans else bn, batched))
     done = schedule(sch, m, (bm // wm, bn // wn, wm // TILE, wn // TILE, bk // TILE), stages,
-                    swizzles if swizzle else (None, None), vec, grown, max(raster, 1), wgmma, tma, ctas)  # fmt: skip
+                    swizzles if swizzle else (None, None), vec, grown, max(raster, 1), wgmma, tma, ctas, direct)  # fmt: skip
     if fragment_stages == 2:
         # k1: the fragment loads of A and B, then the mma
         sch.annotate(done.k1, "software_pipeline_stage", [0, 0, 1])
@@ -533,6 +560,69 @@ def _copy_out_block(sch: Schedule, m: TensorCoreGemm) -> str:
         raise ScheduleError(f"tensor-core GEMM: expected one copy-out of the padded {written}, found {readers}",
                             primitive="tensor_core_gemm")  # fmt: skip
     return readers[0]
+
+
+def _write_back(sch: Schedule, m: TensorCoreGemm, outer: BlockRV, copy_out: str | None, loops: tuple[LoopRV, LoopRV],
+                warps: tuple[Any, Any, Any], padded: bool, direct: bool) -> tuple[BlockRV | None, bool]:  # fmt: skip
+    """C's write-back from the accumulator fragments (``schedule``): the ``cache_write`` of C
+    to ``warp`` at the warp's loop ``j1`` (``loops``: ``j0, j1``), stored with ``mma_store``
+    to C, or (``padded``, or an epilogue) to a shared tile of C copied out by every thread at
+    ``j0``; ``direct``: no shared tile, each lane stores its fragment elements itself
+    (``_bind_lanes``), guarded by the sizes when ``padded``. The block to tensorize as the
+    store (None: ``direct``, nothing to tensorize) and whether it stores to shared memory."""
+    j0, j1 = loops
+    wy, wz, nj = warps
+    # without a shared tile (no padding, no epilogue) mma_store is the same stores already
+    direct = direct and (padded or m.epilogue is not None)
+    if m.epilogue is not None and copy_out is None and not direct:
+        # C's tile goes through shared memory, copied out by every thread: the epilogue reads
+        # its elements there (the fragments' layout is not C's)
+        copy_out = _name(sch, sch.cache_write(outer, 0, "shared"))
+    c_warp = sch.cache_write(outer, 0, "warp")
+    if m.converts is not None or m.epilogue is not None:
+        # D = C.astype(out) folded into C's write-back: the fragments are converted as they are
+        # stored (or, padded, as the shared tile is copied out); an epilogue into the copy-out
+        sch.reverse_compute_inline(sch.get_block(m.converts or m.epilogue or ""))
+    if direct:
+        store = c_warp
+        if copy_out is not None:  # padded: the copy-out over C's sizes reads the fragments
+            sch.compute_inline(c_warp)
+            store = sch.get_block(copy_out)
+        # at the warp's loop, the copy-out's extents beyond the sizes become its predicate (a
+        # loop over fewer rows or columns than the tile's, inside the sizes, stays: it is split
+        # as the fragments' layout all the same, an inexact split)
+        sch.reverse_compute_at(store, j1, preserve_unit_loops=True)
+        _bind_lanes(sch, store)
+        return None, False
+    if padded:
+        # the padded C becomes the block's shared tile of C, copied out by every thread with guards
+        sch.set_scope(c_warp, 0, "shared")
+    sch.reverse_compute_at(c_warp, j1)
+    if copy_out is not None:
+        out = sch.get_block(copy_out)
+        sch.reverse_compute_at(out, j0, preserve_unit_loops=True)
+        # unit loops kept: a 1-row C still has a row loop to spread over the threads
+        # an unpadded tile is copied out in 16-byte vectors of the result (no guards)
+        lanes = 1 if padded else max(1, 16 // max(1, dt.bits(m.out) // 8))
+        while lanes > 1 and isinstance(nj, int) and (nj * TILE * (wz if isinstance(wz, int) else 1)) % lanes:
+            lanes //= 2
+        _bind_threads(sch, sch.fuse(*sch.get_loops(out)[2 + m.batch:]), (wy, wz), lanes)
+    return c_warp, copy_out is not None
+
+
+def _bind_lanes(sch: Schedule, block: BlockRV) -> None:
+    """The two innermost loops of ``block`` (a warp's rows and columns of C, multiples of 16)
+    split as the accumulator fragments' layout (``MMA_C``): row ``8 h + g``, column ``8 n + 2
+    q + v`` is element ``4 n + 2 h + v`` of lane ``4 g + q``; ``g, q`` fused and bound to
+    ``threadIdx.x``, outside the others, so that each lane reads its own registers (what
+    ``LowerWarpMemory`` checks); the others unrolled (registers are indexed by constants)."""
+    rows, cols = sch.get_loops(block)[-2:]
+    r0, h, g = sch.split(rows, [None, 2, 8])
+    c0, n, q, v = sch.split(cols, [None, 2, 4, 2])
+    sch.reorder(g, q, r0, c0, h, n, v)
+    sch.bind(sch.fuse(g, q), "threadIdx.x")
+    for loop in (r0, c0, h, n, v):
+        sch.unroll(loop)
 
 
 def _bind_threads(sch: Schedule, loop: LoopRV, warps: tuple[Any, Any], vec: int = 1) -> None:
@@ -569,7 +659,7 @@ def _fetch(sch: Schedule, m: TensorCoreGemm, outer: BlockRV, idx: int, k0: LoopR
 
 
 def tensorize_tiles(sch: Schedule, m: TensorCoreGemm, blocks: tuple[BlockRV, BlockRV],
-               operand_warps: tuple[BlockRV, BlockRV] | None, c_warp: BlockRV, c_shared: bool,
+               operand_warps: tuple[BlockRV, BlockRV] | None, c_warp: BlockRV | None, c_shared: bool,
                tile: tuple[int, int]) -> None:  # fmt: skip
     """Fragment layouts on the warp buffers, then every tile tensorized: 16x16x16 tiles with
     ``ldmatrix`` / ``mma.sync`` from the fragments ``operand_warps`` loads, or (None) each
@@ -577,7 +667,8 @@ def tensorize_tiles(sch: Schedule, m: TensorCoreGemm, blocks: tuple[BlockRV, Blo
 
     ``blocks`` are the blockized tile (``<C>_o``) and its init (``decompose_reduction``);
     ``c_warp`` the ``cache_write`` of C to ``warp``, stored to shared memory when ``c_shared``
-    (else to C itself, converted to ``m.out``). Used by ``schedule`` and by other schedules
+    (else to C itself, converted to ``m.out``; None: the lanes store their elements themselves,
+    ``schedule``'s ``direct``, nothing to tensorize). Used by ``schedule`` and by other schedules
     with GEMM blocks of their own (``loopir.examples.attention``)."""
     wn, wk = tile
     outer, init = blocks
@@ -594,7 +685,7 @@ def tensorize_tiles(sch: Schedule, m: TensorCoreGemm, blocks: tuple[BlockRV, Blo
         sch.reorder(r0, c0, r1, c1)
         return r1
 
-    lc = fragments(c_warp)
+    lc = None if c_warp is None else fragments(c_warp)
     sch.transform_layout(outer, 0, _fragment_map(MMA_C, batched=batched))
     if operand_warps is not None:
         a_warp, b_warp = operand_warps
@@ -612,4 +703,5 @@ def tensorize_tiles(sch: Schedule, m: TensorCoreGemm, blocks: tuple[BlockRV, Blo
         c0, c1 = sch.split(cols, [None, TILE])
         sch.reorder(c0, rows, c1)
     sch.tensorize(rows, f"mma_fill_{a}")
-    sch.tensorize(lc, f"mma_store_{store}_" + ("shared" if c_shared else "global"))
+    if lc is not None:
+        sch.tensorize(lc, f"mma_store_{store}_" + ("shared" if c_shared else "global"))

@@ -30,13 +30,17 @@ def test_smoke_builds_every_schedule(capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_the_fused_case_is_one_wgmma_kernel_equal_to_its_stages() -> None:
-    """``--fused``'s GEMM + bias + GELU: the default schedule's wgmma form folds the bias and the
-    GELU into the GEMM's copy-out, computing what the te stages do."""
+    """``--fused``'s GEMM + bias + GELU: the default schedule's wgmma form (``hopper_gemm``'s
+    default: TMA, warp-specialized, persistent) folds the bias and the GELU into the GEMM's
+    guarded stores from the fragments, computing what the te stages do."""
     import loopir
     from loopir.schedule.default_gpu import default_gpu_schedule
     from loopir.testing import check_equivalent
 
     func = _module().gemm_bias_gelu_func(96, 64, 80, "float16")
     sch = loopir.Schedule(func)
-    assert default_gpu_schedule(sch, wgmma=True) == ["tensor_core C (64 x 64 x 64 tiles on wgmma, 4-stage cp.async pipeline, waits first, async wgmma)"]
+    assert default_gpu_schedule(sch, wgmma=True) == [
+        "tensor_core C (64 x 64 x 64 tiles on wgmma, 4-stage TMA pipeline, warp-specialized (a producer warpgroup), "
+        "persistent over 4 blocks in groups of 2 block rows, async wgmma, guarded stores from the fragments)"
+    ]
     check_equivalent(func, sch.func, norm=True)

@@ -12,10 +12,10 @@ import pytest
 import loopir
 from loopir.codegen_cuda import emit_function, lower_for_cuda
 from loopir.errors import CodegenError
-from loopir.examples import hopper_gemm
 from loopir.ir.expr import Call, IntImm
 from loopir.ir.functor import Mutator, post_order_visit
 from loopir.ir.stmt import Evaluate, SeqStmt, Stmt
+from tests.examples.hopper_forms import hopper_gemm  # the forms of before the default changed
 
 
 def _lowered() -> loopir.PrimFunc:

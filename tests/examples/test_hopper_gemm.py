@@ -28,9 +28,9 @@ from hypothesis import strategies as st
 
 import loopir
 from loopir.errors import CodegenError, ScheduleError
-from loopir.examples import hopper_gemm
 from loopir.examples.tensor_core import tc_gemm_func
 from loopir.schedule import tensor_core_gemm as tcg
+from tests.examples.hopper_forms import hopper_gemm  # the forms of before the default changed
 from tests.tensor_intrin.kernels import from_storage, to_storage
 
 #: one warpgroup of 4 warps, 16 x 32 each: quick on the CPU executor
@@ -330,7 +330,8 @@ def test_gpu_matches_torch(dtype: str) -> None:
 
 def test_a_bias_and_cast_epilogue_is_fused() -> None:
     """The default schedule's wgmma form with te stages after the GEMM (a bias add, a ReLU and a
-    cast to fp16): folded into C's copy-out, equal to the unscheduled function."""
+    cast to fp16): folded into C's stores (the default form since issue 32: the guarded stores
+    from the fragments), equal to the unscheduled function."""
     from loopir import te
     from loopir.ir import op
     from loopir.schedule.default_gpu import default_gpu_schedule
@@ -347,7 +348,10 @@ def test_a_bias_and_cast_epilogue_is_fused() -> None:
                    name="D")  # fmt: skip
     func = te.create_prim_func([A, B, bias, D])
     sch = loopir.Schedule(func)
-    assert default_gpu_schedule(sch, wgmma=True) == ["tensor_core C (64 x 64 x 64 tiles on wgmma, 4-stage cp.async pipeline, waits first, async wgmma)"]
+    assert default_gpu_schedule(sch, wgmma=True) == [
+        "tensor_core C (64 x 64 x 64 tiles on wgmma, 4-stage TMA pipeline, warp-specialized (a producer warpgroup), "
+        "persistent over 4 blocks in groups of 2 block rows, async wgmma, guarded stores from the fragments)"
+    ]
     check_equivalent(func, sch.func, norm=True)
     assert "loopir_wgmma_async_m64n64k64_f16(" in _source(sch)
 
@@ -364,7 +368,7 @@ def test_design_space_candidates_are_correct_and_replay(seed: int, batch: int | 
 
     func = tc_gemm_func(128, 64, 256, b_trans=True, batch=batch)
     sch = loopir.Schedule(func, seed=seed)
-    hopper_gemm_space(sch)
+    hopper_gemm_space(sch, warp_specialized=False)  # the cp.async form (the WS one: test_hopper_gemm_space.py)
     assert [i.kind for i in sch.trace.instructions].count("sample_categorical") == 3
     replay = loopir.Schedule(func)
     loopir.Trace.from_json(json.dumps(sch.trace.as_json())).apply_to(replay)
@@ -381,7 +385,7 @@ def test_design_space_depth_follows_a_changed_decision() -> None:
 
     func = tc_gemm_func(128, 64 * 5, 256, b_trans=True)
     sch = loopir.Schedule(func, seed=0)
-    hopper_gemm_space(sch)
+    hopper_gemm_space(sch, warp_specialized=False)  # the cp.async form (the WS one: test_hopper_gemm_space.py)
     index = list(sch.trace.decisions)[-1]  # the depth: uniform([2, 3, 4])
     versions = []
     for choice in range(3):
@@ -403,7 +407,7 @@ def test_design_space_depths_wait_first_and_keep_wgmma_in_flight_from_three(dept
     func = tc_gemm_func(128, 64 * 5, 256, b_trans=True)
     for seed in range(40):
         sch = loopir.Schedule(func, seed=seed)
-        hopper_gemm_space(sch)
+        hopper_gemm_space(sch, warp_specialized=False)  # the cp.async form (the WS one: test_hopper_gemm_space.py)
         if sch.trace.decisions and list(sch.trace.decisions.values())[-1] == [2, 3, 4].index(depth):
             break
     else:
@@ -417,7 +421,7 @@ def test_design_space_refuses_b_stored_k_by_n() -> None:
     from loopir.examples.tensor_core import hopper_gemm_space
 
     with pytest.raises(ScheduleError, match="B \\[N, K\\]"):
-        hopper_gemm_space(loopir.Schedule(tc_gemm_func(128, 64, 256)))
+        hopper_gemm_space(loopir.Schedule(tc_gemm_func(128, 64, 256)), warp_specialized=False)
 
 
 def _async_groups_complete(func: loopir.PrimFunc) -> int:

@@ -29,7 +29,6 @@ from hypothesis import strategies as st
 import loopir
 from loopir.codegen_cuda import lower_for_cuda
 from loopir.errors import CodegenError, ScheduleError
-from loopir.examples import hopper_gemm
 from loopir.examples.tensor_core import tc_gemm_func
 from loopir.ir import tma as T
 from loopir.ir.expr import Call, FloorMod, IntImm, PrimExpr
@@ -37,6 +36,7 @@ from loopir.ir.functor import Mutator
 from loopir.ir.stmt import Evaluate, For, PrimFunc, Stmt, seq
 from loopir.passes.race_check import check_races, find_races
 from loopir.passes.race_phase import check_phases
+from tests.examples.hopper_forms import hopper_gemm  # the forms of before the default changed
 from tests.tensor_intrin.kernels import from_storage, to_storage
 
 #: one warpgroup of 4 warps, 16 x 32 each: quick on the CPU executor

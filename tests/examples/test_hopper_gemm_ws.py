@@ -29,13 +29,13 @@ from hypothesis import strategies as st
 import loopir
 from loopir.codegen_cuda import lower_for_cuda
 from loopir.errors import LaunchError, ScheduleError
-from loopir.examples import hopper_gemm
 from loopir.examples.tensor_core import tc_gemm_func
 from loopir.ir import tma as T
 from loopir.ir.expr import Call, IntImm
 from loopir.ir.functor import Mutator
 from loopir.ir.stmt import Evaluate, PrimFunc, Stmt
 from loopir.passes.race_check import check_races, find_races
+from tests.examples.hopper_forms import hopper_gemm  # the forms of before the default changed
 from tests.examples.test_hopper_gemm_tma import (  # as tma=True's tests
     SMALL,
     _inputs,

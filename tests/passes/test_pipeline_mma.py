@@ -16,10 +16,10 @@ import pytest
 
 import loopir
 from loopir.errors import CodegenError
-from loopir.examples import hopper_gemm
 from loopir.passes import software_pipeline as sp
 from loopir.passes.pipeline_mma import MMA_IN_FLIGHT_KEY
 from loopir.passes.race_check import check_races, find_races
+from tests.examples.hopper_forms import hopper_gemm  # the forms of before the default changed
 
 SMALL = dict(block=(64, 32, 64), wn=32)
 

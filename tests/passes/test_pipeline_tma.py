@@ -77,8 +77,8 @@ def test_before_and_after(golden, ws: bool) -> None:
     producer warpgroup waiting on the empty barriers from step 2, consumers waiting on the full
     ones and releasing each version)."""
     import loopir.codegen_cuda  # noqa: F401  (the CUDA target's pipeline)
-    from loopir.examples import hopper_gemm
     from loopir.passes import default_pipeline
+    from tests.examples.hopper_forms import hopper_gemm  # the forms of before the default changed
 
     f = hopper_gemm(64, 256, 32, "float16", block=(64, 32, 64), wn=32, stages=2, tma=True, warp_specialized=ws).func
     passes = default_pipeline(target="cuda").passes

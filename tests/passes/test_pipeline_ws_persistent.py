@@ -24,8 +24,8 @@ from loopir.passes.pipeline_ws import WS_KEY, persistent_tiles, ws_child
 
 def test_before_and_after(golden) -> None:
     import loopir.codegen_cuda  # noqa: F401  (the CUDA target's pipeline)
-    from loopir.examples import hopper_gemm
     from loopir.passes import default_pipeline
+    from tests.examples.hopper_forms import hopper_gemm  # the forms of before the default changed
 
     f = hopper_gemm(128, 256, 64, "float16", block=(64, 32, 64), wn=32, stages=3, tma=True, warp_specialized=True,
                     persistent=3).func  # fmt: skip

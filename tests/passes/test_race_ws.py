@@ -15,13 +15,13 @@ import pytest
 
 from loopir.codegen_cuda import lower_for_cuda
 from loopir.errors import CodegenError
-from loopir.examples import hopper_gemm
 from loopir.ir import tma as T
 from loopir.ir.expr import Call, FloatImm, FloorMod, IntImm, PrimExpr
 from loopir.ir.functor import Mutator, post_order_visit
 from loopir.ir.stmt import BufferStore, Evaluate, For, IfThenElse, PrimFunc, SeqStmt, Stmt, seq
 from loopir.passes.race_check import check_races, find_races
 from loopir.passes.race_ws import prove_ws
+from tests.examples.hopper_forms import hopper_gemm  # the forms of before the default changed
 
 SMALL = dict(block=(64, 32, 64), wn=32)
 

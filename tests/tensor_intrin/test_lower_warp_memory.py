@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -139,6 +142,50 @@ def test_lane_modulo_32_in_a_wider_block_is_accepted() -> None:
     out = LowerWarpMemory()(func)
     assert _scopes(out)["W"] == {"local"}
 
+
+
+
+def _guarded_store(cond: Callable[[Var], Any], lane: Any, els: bool = False) -> PrimFunc:
+    """``G[tx, e] = W[lane, e]`` under ``cond(e)`` (in its else branch with ``els``), e in 0..7."""
+    e = Var("e")
+    store = BufferStore(G, W[lane, e], (tx, e))
+    body = IfThenElse(cond(e), Evaluate(0), store) if els else IfThenElse(cond(e), store)
+    return _kernel(For(e, 0, 8, ForKind.UNROLLED, body))
+
+
+@pytest.mark.parametrize(
+    ("cond", "lane", "els"),
+    [
+        (lambda e: op.all_(Var("r") < 5, tx % 4 * 2 + e % 2 < 1), tx // 4 * 4, False),
+        (lambda e: tx // 4 < 1, tx % 4, False),
+        (lambda e: tx % 4 >= 1, tx // 4 * 4, True),
+    ],
+    ids=["a column's guard pins tx % 4", "a row's guard pins tx // 4", "the else branch"],
+)
+def test_a_lane_index_equal_to_the_lane_under_its_guards_is_accepted(cond: Callable[[Var], Any], lane: Any,
+                                                                      els: bool) -> None:  # fmt: skip
+    """A fragment element stored under a guard that pins part of the lane (a C of one column,
+    whose block variable became 0): ``tx // 4 * 4`` is ``tx`` where ``tx % 4 == 0`` (a
+    conjunct on other variables, a size, left out)."""
+    out = LowerWarpMemory()(_guarded_store(cond, lane, els))
+    assert _scopes(out)["W"] == {"local"}
+
+
+@pytest.mark.parametrize(
+    ("cond", "lane"),
+    [
+        (lambda e: tx % 4 * 2 < 3, tx // 4 * 4),
+        (lambda e: tx < 64, tx // 4 * 4),
+        (lambda e: Var("n") < 1, tx // 4 * 4),
+        (lambda e: tx % 4 == 0, (tx + 4) % 32),
+        (lambda e: op.any_(tx % 4 == 0, Var("n") < 1), tx // 4 * 4),
+    ],
+    ids=["guard lets tx % 4 = 1 through", "guard always true", "guard on a size", "another lane's row",
+         "a disjunction with a size"],
+)
+def test_a_lane_index_that_differs_where_the_access_runs_is_refused(cond: Callable[[Var], Any], lane: Any) -> None:
+    with pytest.raises(PassError, match="is not the variable of an enclosing"):
+        LowerWarpMemory()(_guarded_store(cond, lane))
 
 def test_a_warp_buffer_used_by_two_kernels_is_refused() -> None:
     k1 = For(tx, 0, 32, ForKind.THREAD_BINDING, BufferStore(W, 1.0, (tx, 0)), thread_tag="threadIdx.x")
