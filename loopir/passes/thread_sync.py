@@ -18,8 +18,9 @@ version in the same iteration need no barrier between them, where without that k
 versions ``(k + 3) % 4`` and ``k % 4`` of two different iterations may coincide.
 
 The barrier goes at the coarsest level: before the whole compound statement that conflicts, not
-inside it. Serial loops are scanned twice so that accesses at the end of one iteration meet those at
-the start of the next: the cooperative fetch of the next ``k0`` iteration waits until every thread
+inside it. A serial loop's body is planned again from what its iteration leaves after its last
+barrier until that tail is part of what the plan started from, so that accesses at the end of one
+iteration meet those at the start of the next: the cooperative fetch of the next ``k0`` iteration waits until every thread
 has finished reading the current tile. Barriers are placed only where every thread of the block
 reaches them: never inside a condition or loop bound that depends on ``threadIdx`` (or on a loaded
 value), nor inside a ``threadIdx`` loop narrower than the block (it runs under
@@ -211,20 +212,32 @@ class _Planner:
             if s.kind is ForKind.VECTORIZED or self._divergent(s.min) or self._divergent(s.extent):
                 self._check_no_internal_sync(s)
                 return self.atomic(s, state)
-            # Two passes: the second starts from what the first iteration leaves behind.
             inner = s.body
             while isinstance(inner, Allocate):
                 inner = inner.body
             self._bodies[id(inner)] = s.loop_var
             try:
-                saved = self.inserted
-                _, after_one = self._in_loop(s, s.body, state)
-                self.inserted = saved
-                body, after = self._in_loop(s, s.body, state.union(after_one))
+                body, after = self._plan_iterations(s, state)
             finally:
                 del self._bodies[id(inner)]
             return attrs.evolve(s, body=body), after.union(state)
         return self.atomic(s, state)
+
+    def _plan_iterations(self, loop: For, state: _State) -> tuple[Stmt, _State]:
+        """Plan a serial loop's body so that the accesses one iteration leaves after its last
+        barrier meet the next iteration's: replanned from ``state`` plus every tail planned so
+        far until the plan's own tail is among them. A plan's barriers depend on what it
+        starts from, so a second plan may leave a tail the first did not (and whose conflicts
+        with the head nobody checked); the entry grows each round and is finite, so this ends,
+        mostly after one or two plans."""
+        entry, saved = state, self.inserted
+        while True:
+            body, after = self._in_loop(loop, loop.body, entry)
+            grown = entry.union(after)
+            if len(grown.accesses) == len(entry.accesses):
+                return body, after
+            self.inserted = saved  # only the final plan's barriers count
+            entry = grown
 
     def _guarded(self, cond: PrimExpr, body: Stmt, state: _State) -> tuple[Stmt, _State]:
         self.conds.append(cond)
