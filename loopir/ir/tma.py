@@ -27,13 +27,15 @@ meaning and what each call touches, once, for the executor and the analyses alik
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from loopir.ir import dtype as dt
 from loopir.ir.expr import BufferLoad, Call, ExprLike, IntImm, PrimExpr, convert
 
 __all__ = [
     "MBARRIER_OPS", "TMA_DTYPES", "TMA_OPS", "TMA_SWIZZLES", "is_tma_call", "mbarrier_arrive",
-    "mbarrier_arrive_expect_tx", "mbarrier_init", "mbarrier_wait", "setmaxnreg", "tma_box", "tma_bytes", "tma_load",
-    "tma_problem", "tma_swizzle",
+    "mbarrier_arrive_expect_tx", "mbarrier_init", "mbarrier_wait", "setmaxnreg", "tile_box", "tma_box", "tma_bytes",
+    "tma_load", "tma_problem", "tma_swizzle",
 ]  # fmt: skip
 
 #: The mbarrier calls (each names its barrier as its first argument).
@@ -120,7 +122,8 @@ def tma_load(dst: PrimExpr, src: PrimExpr, bar: PrimExpr, box: tuple[int, ...], 
     ----------
     dst
         The tile's first element: ``S[p..., 0, ..., 0]`` of a compact ``shared`` buffer whose
-        last ``len(box)`` dimensions are ``box``; the tile is ``S[p..., :, ..., :]``.
+        last dimensions are ``box``, less leading extents of 1 (``tile_box``: a 2-D tile of a
+        4-D box ``(1, 1, rows, cols)``); the tile is ``S[p..., :, ..., :]``.
     src
         ``G[o0, ..., o{n-1}]`` of a ``global`` buffer of rank ``n = len(box)`` (1 to 5), the
         box's origin (any int32 coordinates: elements out of bounds are read as zeros).
@@ -180,15 +183,30 @@ def _int_problem(what: str, e: PrimExpr) -> str | None:
     return None
 
 
+def tile_box(shape: Sequence[PrimExpr], box: Sequence[int]) -> tuple[int, ...] | None:
+    """The dimensions of a tile of ``shape`` that a copy of ``box`` fills: ``box`` less the
+    fewest leading extents of 1 for it to be ``shape``'s last dimensions (a box over a 4-D
+    ``(batch, heads, seq, dim)`` tensor is ``(1, 1, rows, cols)``, its tile ``[rows, cols]``:
+    the unit dimensions select, they add no element); None when no such suffix matches."""
+    dims = [s.value if isinstance(s, IntImm) else None for s in shape]
+    for drop in range(len(box)):
+        k = len(box) - drop
+        if len(dims) >= k and dims[len(dims) - k:] == list(box[drop:]):
+            return tuple(box[drop:])
+        if box[drop] != 1:
+            return None
+    return None
+
+
 def _dst_problem(dst: PrimExpr, box: list[int]) -> str | None:
     if not (isinstance(dst, BufferLoad) and dst.buffer.scope == "shared" and dt.lanes(dst.dtype) == 1):
         return f"ptx_tma_load: dst must be a scalar load of a shared buffer, got {dst}"
     b = dst.buffer
-    shape = [s.value if isinstance(s, IntImm) else None for s in b.shape]
-    k = len(box)
-    if b.strides is not None or len(shape) < k or shape[len(shape) - k:] != box:
-        return (f"ptx_tma_load: shared buffer {b.name} must be compact with its last {k} dimensions "
-                f"equal to the box {tuple(box)}, got shape {tuple(str(s) for s in b.shape)}")
+    tile = tile_box(b.shape, box)
+    if b.strides is not None or tile is None:
+        return (f"ptx_tma_load: shared buffer {b.name} must be compact with its last {len(box)} dimensions "
+                f"equal to the box {tuple(box)} (or less its leading 1s), got shape {tuple(str(s) for s in b.shape)}")
+    k = len(tile)
     tail = dst.indices[len(dst.indices) - k:]
     if not all(isinstance(i, IntImm) and i.value == 0 for i in tail):
         return f"ptx_tma_load: dst must be the tile's first element (0 in the box's dimensions), got {dst}"

@@ -80,6 +80,20 @@ TMA_KEY = "loopir.pipeline_tma"
 box copies become TMA copies on one mbarrier per version (module doc)."""
 
 _SWIZZLES = (128, 64, 32, 0)
+#: The most iterations of an outer loop of box copies issued as that many boxes.
+_MAX_UNROLL = 8
+
+
+def _const_int(e: PrimExpr) -> int | None:
+    """``e``'s value when it is a constant."""
+    return e.value if isinstance(e, IntImm) else None
+
+
+def _simplified(s: Stmt) -> Stmt:
+    """``s`` with its expressions simplified (the boxes' origins after unrolling)."""
+    from loopir.passes.simplify import simplify_stmt
+
+    return simplify_stmt(s)
 
 
 def _fail(loop: For, why: str) -> PassError:
@@ -127,14 +141,22 @@ def box_copy(s: Stmt) -> BoxCopy | str:
     cond: PrimExpr | None = None
     if isinstance(s.value, Select) and _is_zero(s.value.false_value):
         value, cond = s.value.true_value, s.value.condition
+        if isinstance(cond, IntImm) and cond.value:  # a guard proven true (a tile inside the tensor)
+            cond = None
     if not isinstance(value, BufferLoad):
         return "the body is not a copy (a store of a load, or of a select of a load and zero)"
     store, load = s, value
-    iters = [f.loop_var for f in loops]
-    box = tuple(f.extent.value for f in loops)  # type: ignore[attr-defined]
-    if store.buffer.scope != "shared" or load.buffer.scope != "global" or len(load.indices) != len(box) \
-            or not box or dt.lanes(store.value.dtype) != 1:  # fmt: skip
+    # a source of higher rank than the loops: its leading dimensions are the box's extents of 1
+    # (a tile of one (batch, head) of a 4-D tensor), selecting where the tile lies
+    unit = len(load.indices) - len(loops)
+    iters = [Var(f"box_unit{d}", "int32") for d in range(max(unit, 0))] + [f.loop_var for f in loops]
+    box = (1,) * max(unit, 0) + tuple(f.extent.value for f in loops)  # type: ignore[attr-defined]
+    if store.buffer.scope != "shared" or load.buffer.scope != "global" or unit < 0 \
+            or not loops or dt.lanes(store.value.dtype) != 1:  # fmt: skip
         return f"{store.buffer.name}[...] = {load.buffer.name}[...] is not a global-to-shared copy of a {len(box)}-d box"
+    if any(set(collect_vars(i)) & set(iters) for i in load.indices[:unit]):
+        return f"the source's leading indices {load.indices[:unit]} depend on the box's loops"
+    load = BufferLoad(load.buffer, tuple(i + v if d < unit else i for d, (i, v) in enumerate(zip(load.indices, iters, strict=True))))
     zero = {v: IntImm(0, v.dtype) for v in iters}
     origin = tuple(arith.simplify(substitute(i, zero)) for i in load.indices)
     for i, o, v in zip(load.indices, origin, iters, strict=True):
@@ -144,13 +166,13 @@ def box_copy(s: Stmt) -> BoxCopy | str:
         return why
     if any(set(collect_vars(o)) & set(iters) for o in origin):
         return "the box's origin depends on its loops"
-    k = len(box)
+    k = len(loops)
     prefix = store.indices[: len(store.indices) - k]
     if any(set(collect_vars(p)) & set(iters) for p in prefix):
         return f"the tile's leading indices {prefix} depend on the box's loops"
-    dst = BufferLoad(store.buffer, (*prefix, *(IntImm(0, "int32") for _ in box)))
+    dst = BufferLoad(store.buffer, (*prefix, *(IntImm(0, "int32") for _ in range(k))))
     src = BufferLoad(load.buffer, origin)
-    grid = np.indices(box).reshape(k, -1)
+    grid = np.indices(box).reshape(len(box), -1)
     env = {v: grid[d].astype(np.int64) for d, v in enumerate(iters)}
     try:
         have = [_eval(i, env, grid.shape[1]) for i in store.indices[len(prefix) :]]
@@ -257,15 +279,10 @@ class TmaPipeline:
 
     def issue(self, j: PrimExpr, copies: Sequence[Stmt]) -> Stmt:
         """Thread 0 issues the copies of relative iteration ``j`` (the statements ``copies``)."""
-        boxes = []
-        for s in copies:
-            c = box_copy(s)
-            if isinstance(c, str):
-                raise _fail(self.loop, f"a statement of the async stage is not a box copy: {c}")
-            boxes.append(c)
+        boxes = [c for s in copies for c in self._boxes(s)]
         bar = self.element(j)
         for c in boxes:
-            idx = arith.simplify(c.dst.indices[0]) if len(c.dst.indices) > len(c.box) else None
+            idx = arith.simplify(c.dst.indices[0]) if len(c.dst.indices) > len(T.tile_box(c.dst.buffer.shape, c.box) or c.box) else None
             if idx is None or not isinstance(arith.simplify(idx - bar.indices[0]), IntImm) \
                     or arith.simplify(idx - bar.indices[0]).value != 0:  # type: ignore[attr-defined]  # fmt: skip
                 raise _fail(self.loop, f"the tile {c.dst} is not the version {bar.indices[0]} of its barrier "
@@ -276,6 +293,18 @@ class TmaPipeline:
             *(Evaluate(c.call(bar)) for c in boxes),
         ]
         return self._one_thread(seq(*body))
+
+    def _boxes(self, s: Stmt) -> list[BoxCopy]:
+        """``s`` as box copies: one, or one per iteration of its outer serial loops of a few
+        constant iterations (a head_dim 128 tile is two 64-column swizzled boxes)."""
+        c = box_copy(s)
+        if not isinstance(c, str):
+            return [c]
+        n = _const_int(s.extent) if isinstance(s, For) and s.kind is ForKind.SERIAL else None
+        if n is None or n > _MAX_UNROLL or not isinstance(s, For):
+            raise _fail(self.loop, f"a statement of the async stage is not a box copy: {c}")
+        return [b for i in range(n)
+                for b in self._boxes(_simplified(substitute(s.body, {s.loop_var: s.min + i})))]  # fmt: skip
 
     def wait(self, j: PrimExpr) -> Stmt:
         """Every thread waits for the copies of relative iteration ``j``."""

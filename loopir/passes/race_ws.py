@@ -76,7 +76,7 @@ from loopir.ir.expr import BufferLoad, Call, FloorMod, IntImm, PrimExpr, Var
 from loopir.ir.functor import collect_vars, post_order_visit, substitute
 from loopir.ir.printer import script
 from loopir.ir.stmt import Allocate, BufferStore, Evaluate, For, ForKind, IfThenElse, SeqStmt, Stmt
-from loopir.ir.tma import tma_box, tma_bytes
+from loopir.ir.tma import tile_box, tma_box, tma_bytes
 from loopir.passes.race_problem import const_int as _const
 from loopir.passes.race_ws_steps import Steps as _Steps
 from loopir.passes.race_ws_steps import most as _most
@@ -413,8 +413,10 @@ class _Region:
                 if expect is None or g or b.buffer is not full or _lag(b.indices[0], j, v, n) != 0:
                     raise self.fail(f"the TMA copy into {dst.buffer.name} does not follow its step's arrive_expect_tx "
                                     f"unguarded, on {full.name}[{j.name} % {v}]", x)  # fmt: skip
-                if len(dst.indices) != len(box) + 1 or _lag(dst.indices[0], j, v, n) != 0 or \
-                        _const(dst.buffer.shape[0]) != v:  # fmt: skip
+                tile = tile_box(dst.buffer.shape, box) or box
+                # version, then constants (a part of the tile: a 64-column block of a head_dim 128 tile), then the box
+                if len(dst.indices) < len(tile) + 1 or _lag(dst.indices[0], j, v, n) != 0 or \
+                        any(_const(i) is None for i in dst.indices[1:]) or _const(dst.buffer.shape[0]) != v:  # fmt: skip
                     raise self.fail(f"the TMA copy's tile {dst} is not version {j.name} % {v} of a buffer of {v}", x)
                 if any(_is_thread(x, u) for i in src.indices for u in collect_vars(i) if isinstance(u, Var)):
                     raise self.fail("the TMA copy's coordinates depend on the thread", x)

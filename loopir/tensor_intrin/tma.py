@@ -32,7 +32,7 @@ from loopir.ir import dtype as dt
 from loopir.ir import op
 from loopir.ir.expr import BufferLoad, Call, PrimExpr, Var
 from loopir.ir.stmt import BufferStore, For, ForKind, IfThenElse, Stmt
-from loopir.ir.tma import is_tma_call, tma_box, tma_swizzle
+from loopir.ir.tma import is_tma_call, tile_box, tma_box, tma_swizzle
 from loopir.tensor_intrin.calls import Touch, touches
 
 __all__ = ["call_touches", "tile_element", "tma_stmt", "tma_touches"]
@@ -43,6 +43,14 @@ def _parts(call: Call) -> tuple[BufferLoad, BufferLoad, tuple[int, ...], int]:
     assert isinstance(dst, BufferLoad) and isinstance(src, BufferLoad), call
     box, swizzle = tma_box(call)
     return dst, src, box, swizzle
+
+
+def _tile(call: Call) -> tuple[int, ...]:
+    """The tile's dimensions the box fills (``loopir.ir.tma.tile_box``: the box less leading 1s)."""
+    dst, _src, box, _ = _parts(call)
+    tile = tile_box(dst.buffer.shape, box)
+    assert tile is not None, call
+    return tile
 
 
 def _in_bounds(src: BufferLoad, g: list[PrimExpr]) -> PrimExpr:
@@ -67,12 +75,14 @@ def tile_element(call: Call, b: Sequence[PrimExpr]) -> tuple[PrimExpr, ...]:
     dst, _src, box, swizzle = _parts(call)
     if len(b) != len(box):
         raise ValueError(f"tile_element: {len(b)} indices for a box of rank {len(box)}")
+    tile = _tile(call)
+    b = b[len(box) - len(tile):]  # the leading unit dimensions select (their index is 0)
     if not swizzle:
-        return (*dst.indices[:len(dst.indices) - len(box)], *b)
-    flat: PrimExpr = reduce(lambda acc, ib: acc * ib[1] + ib[0], zip(b[1:], box[1:], strict=True), b[0])
+        return (*dst.indices[:len(dst.indices) - len(tile)], *b)
+    flat: PrimExpr = reduce(lambda acc, ib: acc * ib[1] + ib[0], zip(b[1:], tile[1:], strict=True), b[0])
     pos = tma_swizzle(flat, dt.bits(dst.dtype) // 8, swizzle)
     assert not isinstance(pos, int)
-    return _tile_index(dst, box, pos)
+    return _tile_index(dst, tile, pos)
 
 
 def tma_stmt(call: Call) -> Stmt:
@@ -102,8 +112,9 @@ def tma_touches(call: Call) -> list[Touch]:
     iters = tuple((Var(f"tma_b{i}", "int32"), n) for i, n in enumerate(box))
     g = [o + v for o, (v, _) in zip(src.indices, iters, strict=True)]
     read = Touch(src.buffer, tuple(g), False, iters, _in_bounds(src, g))
-    prefix = dst.indices[:len(dst.indices) - len(box)]
-    write = Touch(dst.buffer, (*prefix, *(v for v, _ in iters)), True, iters)
+    tile = _tile(call)
+    prefix = dst.indices[:len(dst.indices) - len(tile)]
+    write = Touch(dst.buffer, (*prefix, *(v for v, _ in iters[len(box) - len(tile):])), True, iters)
     bar = call.args[2]
     assert isinstance(bar, BufferLoad)
     return [read, write, Touch(bar.buffer, bar.indices, False)]
