@@ -280,7 +280,7 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
               dtype: str = "float16", causal: bool = False, kv_heads: int | None = None, *,
               lse: bool = False, block_m: int | None = None, block_n: int | None = None,
               unroll_rows: bool = True, fragments: bool = True, wgmma: bool | str = "auto",
-              overlap: bool | str = "auto") -> Schedule:  # fmt: skip
+              overlap: bool | str = "auto", tma: bool | tuple[int, int] = False) -> Schedule:  # fmt: skip
     """[`attention_func`][loopir.examples.attention.attention_func] scheduled for the GPU.
 
     The ``(batch, heads, query tile)`` loops on ``blockIdx``; ``block_m / 16`` warps of 32
@@ -365,6 +365,8 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
     if overlap and wgmma is not True:
         raise _fail(f"overlap=True overlaps the softmax with asynchronous wgmma: it needs wgmma=True (both GEMMs "
                     f"on wgmma), got wgmma={wgmma!r}")  # fmt: skip
+    if tma is not False:
+        _check_tma(tma, wgmma, overlap)
     if wgmma:
         _check_wgmma(fragments, head_dim, block_m, block_n, wgmma is True)
         block_m, block_n = block_m or 64, block_n or 64
@@ -381,7 +383,7 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
         from loopir.examples.attention_fragments import schedule_fragments
 
         return schedule_fragments(sch, dtype=dtype, block_m=block_m, block_n=block_n, head_dim=head_dim, lse=lse,
-                                  wgmma=bool(wgmma), wgmma_pv=wgmma is True, overlap=overlap)  # fmt: skip
+                                  wgmma=bool(wgmma), wgmma_pv=wgmma is True, overlap=overlap, tma=tma)  # fmt: skip
     warps = block_m // 16
     _start_schedule(sch, _SHARED)
     for name, at in _ROW_BLOCKS.items():
@@ -442,6 +444,18 @@ def _check_wgmma(fragments: bool, head_dim: int, block_m: int | None, block_n: i
     if block_n is not None and (isinstance(block_n, bool) or not isinstance(block_n, int)
                                 or not 16 <= block_n <= 256 or block_n % 16):  # fmt: skip
         raise _fail(f"wgmma=True needs block_n a multiple of 16 from 16 to 256 (wgmma's N), got block_n = {block_n!r}")
+
+
+def _check_tma(tma: object, wgmma: object, overlap: bool) -> None:
+    """Refuse a ``tma`` that ``attention`` cannot schedule, naming it."""
+    regs = isinstance(tma, (tuple, list)) and len(tma) == 2 and all(
+        isinstance(v, int) and not isinstance(v, bool) and 24 <= v <= 256 and v % 8 == 0 for v in tma)
+    if not (tma is True or regs):
+        raise _fail(f"tma must be False, True or (dec, inc) setmaxnreg register counts (24 to 256, multiples of 8), "
+                    f"got {tma!r}")  # fmt: skip
+    if wgmma is not True or not overlap:
+        raise _fail(f"tma (the K and V tiles by TMA from a producer warpgroup) needs wgmma=True and overlap=True, got "
+                    f"wgmma={wgmma!r}, overlap={overlap!r}")  # fmt: skip
 
 
 def _start_schedule(sch: Schedule, shared: Sequence[tuple[str, str]]) -> None:

@@ -193,7 +193,7 @@ def _stats_map(i: Any, q: Any) -> tuple[Any, ...]:
 
 def schedule_fragments(sch: Schedule, *, dtype: str, block_m: int, block_n: int, head_dim: int,
                        lse: bool, wgmma: bool = False, wgmma_pv: bool = False,
-                       overlap: bool = False) -> Schedule:  # fmt: skip
+                       overlap: bool = False, tma: bool | tuple[int, int] = False) -> Schedule:  # fmt: skip
     """The schedule of the module doc on ``sch`` (of ``attention_func(..., fragments=True)``);
     ``wgmma``: ``S = Q K^T`` on Hopper's ``wgmma`` from 128-byte-swizzled Q and K tiles
     ([`wgmma_s`][loopir.examples.attention_fragments.wgmma_s]) instead of ``mma.sync``;
@@ -232,7 +232,8 @@ def schedule_fragments(sch: Schedule, *, dtype: str, block_m: int, block_n: int,
         outer = sch.blockize(ii)
         sch.bind(wi, "threadIdx.y")
         sch.tensorize(outer, intrin)
-    for name, at in (("Q_load", 0), ("K_load", 1), ("V_load", 1)):
+    loads = (("Q_load", 0),) if tma is not False else (("Q_load", 0), ("K_load", 1), ("V_load", 1))
+    for name, at in loads:
         blk = sch.get_block(name)
         rows, cols = sch.get_loops(blk)[at:at + 2]
         _, y, x, v = sch.split(sch.fuse(rows, cols), [None, warps, 32, _VEC])
@@ -250,7 +251,30 @@ def schedule_fragments(sch: Schedule, *, dtype: str, block_m: int, block_n: int,
     # the swizzled tiles are compact (the swizzle, not padding, spreads the rows over the banks)
     swizzled = (("Q_s", "K_s") if wgmma else ()) + (("V_s",) if wgmma_pv else ())
     fast_math = ("S_exp", *(n for n in _FAST_MATH if n != "P")) if overlap else _FAST_MATH  # P only converts
-    return _finish_schedule(sch, tuple(a for a in _ALIGN if a[1] not in swizzled), fast_math, lse, overlap)
+    if tma is not False:
+        _tma_tiles(sch, head_dim)
+    _finish_schedule(sch, tuple(a for a in _ALIGN if a[1] not in swizzled), fast_math, lse, overlap)
+    if tma is not False:
+        from loopir.passes.pipeline_tma import TMA_KEY
+        from loopir.passes.pipeline_ws import WS_KEY
+
+        j0 = sch.get_loops(sch.get_block("K_load"))[0]
+        sch.annotate(j0, TMA_KEY, True)
+        sch.annotate(j0, WS_KEY, True if tma is True else list(tma))
+    return sch
+
+
+def _tma_tiles(sch: Schedule, head_dim: int) -> None:
+    """The K and V tiles as TMA box copies (``tma``): their loops left serial, one
+    ``(1, 1, block_n, 64)`` box of the 4-D tensor per 64 columns of ``head_dim`` (the 128-byte
+    swizzled blocks of the tiles' layout; the box's rows past ``seq_kv`` TMA reads as zeros,
+    the template's guard)."""
+    for name in _LOADS:
+        if head_dim == SW128_ROW:
+            continue
+        jj, d = sch.get_loops(sch.get_block(name))[1:3]
+        d0, _ = sch.split(d, [None, SW128_ROW])
+        sch.reorder(d0, jj)
 
 
 #: FlashAttention 3's pipeline of the KV loop (``pipeline_overlap``): the stage of each block's

@@ -79,10 +79,26 @@ from loopir.errors import PassError
 from loopir.ir import op
 from loopir.ir import tma as T
 from loopir.ir.buffer import Buffer
-from loopir.ir.expr import GE, LT, FloorDiv, FloorMod, IntImm, PrimExpr, Var
-from loopir.ir.functor import fresh_loop_vars, post_order_visit, substitute
-from loopir.ir.stmt import Allocate, Evaluate, For, ForKind, IfThenElse, SeqStmt, Stmt, seq
-from loopir.passes.pipeline_mma import set_pending
+from loopir.ir.expr import GE, LT, Call, FloorDiv, FloorMod, IntImm, PrimExpr, Var
+from loopir.ir.functor import (
+    Mutator,
+    fresh_loop_vars,
+    post_order_stmts,
+    post_order_visit,
+    substitute,
+)
+from loopir.ir.stmt import (
+    Allocate,
+    BufferStore,
+    Evaluate,
+    For,
+    ForKind,
+    IfThenElse,
+    SeqStmt,
+    Stmt,
+    seq,
+)
+from loopir.passes.pipeline_mma import WgmmaAsync, set_pending
 from loopir.passes.pipeline_tma import TmaPipeline
 from loopir.passes.pipeline_ws_tiles import WS_KEY, persistent_tiles, ws_child
 
@@ -117,8 +133,26 @@ class _Threads:
     wy: int
 
 
+def _inner_ty(loop: For) -> For | None:
+    """A ``threadIdx.y`` loop standing for those of ``loop``'s statements (each binds its own,
+    all over one constant extent: the warps of a schedule binding every block itself, as
+    ``examples.attention``); None when they bind none."""
+    found: list[For] = []
+    post_order_stmts(loop.body, lambda n: found.append(n) if isinstance(n, For) and n.thread_tag == "threadIdx.y" else None)
+    if not found:
+        return None
+    extents = {f.extent.value if isinstance(f.extent, IntImm) else None for f in found}
+    if len(extents) != 1 or None in extents or any(not (isinstance(f.min, IntImm) and f.min.value == 0) for f in found):
+        raise _fail(loop, f"the statements bind threadIdx.y over different or non-constant ranges: "
+                          f"{sorted(str(f.extent) for f in found)}")  # fmt: skip
+    return For(Var("ws_ty", "int32"), 0, found[0].extent, ForKind.THREAD_BINDING, Evaluate(IntImm(0, "int32")),
+               thread_tag="threadIdx.y")  # fmt: skip
+
+
 def _threads(loop: For, threads: Sequence[For], tx_extent: PrimExpr | None) -> _Threads:
     ty = [f for f in threads if f.thread_tag == "threadIdx.y"]
+    if not ty and (inner := _inner_ty(loop)) is not None:
+        ty = [inner]
     others = [f for f in threads if f.thread_tag not in ("threadIdx.y", "threadIdx.z")]
     tz = [f for f in threads if f.thread_tag == "threadIdx.z"]
     if len(ty) != 1 or others or any(not (isinstance(f.extent, IntImm) and f.extent.value == 1) for f in tz):
@@ -145,6 +179,9 @@ class WsPipeline:
         # statements index the tiles' versions by ``step``, the global step t * n + k
         self.tiles, self.step_var = tiles, step
         self.th = _threads(loop, tma.threads, tma.tx_extent)
+        # the statements bind threadIdx.y themselves: the roles get a threadIdx.y loop of their
+        # own, in which each statement's is its variable
+        self.hoisted = not any(f.thread_tag == "threadIdx.y" for f in tma.threads)
         self.regs = ws_registers(loop)
         name = loop.loop_var.name
         v = tma.versions
@@ -169,6 +206,14 @@ class WsPipeline:
         inits = [Evaluate(T.mbarrier_init(self.full[i], 1)) for i in range(v)]
         inits += [Evaluate(T.mbarrier_init(self.empty[i], self.th.wy)) for i in range(v)]
         return seq(self._warp_lane0(self.ty == 0, seq(*inits), "ws_init_tx"), Evaluate(op.storage_sync("shared")))
+
+    def around(self, s: Stmt) -> Stmt:
+        """``s`` (the init and the roles) in the roles' own threadIdx.y loop when the statements
+        bound theirs (``hoisted``), the producer warpgroup's warps included: one thread region
+        (the CPU executor runs the mbarrier waits of a region as barriers)."""
+        if not self.hoisted:
+            return s
+        return For(self.ty, 0, self.th.wy + PRODUCER_WARPS, ForKind.THREAD_BINDING, s, thread_tag="threadIdx.y")
 
     def step(self, it: PrimExpr) -> PrimExpr:
         """The global step of the consumers' iteration ``it`` of the K loop: ``it``, or in a
@@ -209,26 +254,54 @@ class WsPipeline:
     def _release(self, j: PrimExpr) -> Stmt:
         return self._warp_lane0(None, Evaluate(T.mbarrier_arrive(self.empty[self._ver(j)], 1)), "ws_release_tx")
 
-    def consumer(self, stmts: Sequence[Stmt], computes: Sequence[int], retire: dict[int, int]) -> Stmt:
+    def consumer(self, stmts: Sequence[Stmt], computes: Sequence[int], retire: dict[int, int],
+                 lags: dict[int, int] | None = None) -> Stmt:  # fmt: skip
         """The consumer warps' loop: ``stmts[i]`` for ``i`` in ``computes`` (in order), each
-        retiring wait (``retire``: wait -> compute) one iteration later, then the release."""
+        retiring wait (``retire``: wait -> compute) one iteration later, then the release.
+        ``lags``: statements of later stages of the consumers' pipeline (FlashAttention's ``P V``
+        a step after ``S``), run at iteration ``j - lag`` (guarded ``j >= lag``, the last ones
+        after the loop); the release, at the step's end, is then of iteration ``j - max lag``."""
         loop = self.loop
         var, lo = loop.loop_var, loop.min
         j = Var(f"{var.name}_consume", var.dtype)
+        lags = lags or {}
 
         def at(i: int, it: PrimExpr) -> Stmt:
             sub = {var: lo + it} if self.step_var is None else {var: lo + it, self.step_var: self.step(it)}
-            return fresh_loop_vars(substitute(stmts[i], sub))
+            s = fresh_loop_vars(substitute(stmts[i], sub))
+            return _OwnWarp(self.ty).visit(s) if self.hoisted else s
+
+        def lagged(i: int, it: PrimExpr) -> Stmt:
+            d = lags.get(i, 0)
+            return at(i, it) if d == 0 else IfThenElse(GE(it, IntImm(d, it.dtype)), at(i, it - d))
 
         waits = [i for i in computes if i in retire]
         now = [i for i in computes if i not in retire]
+        top = max(lags.values(), default=0)
+        if top > 1:
+            raise _fail(loop, f"the consumers' statements span stages {sorted(set(lags.values()))} after the first; "
+                              "one later stage is supported")  # fmt: skip
+        if waits and top:
+            raise _fail(loop, "retiring wgmma waits (loopir.mma_in_flight) and consumer stages of their own "
+                              "(statements a step later) cannot be combined")  # fmt: skip
         g = self.step(j)
         full_wait = Evaluate(T.mbarrier_wait(self.full[self._ver(g)], self._parity(g, 0)))
-        body: list[Stmt] = [full_wait, *(at(i, j) for i in now)]
+        if top:
+            # the step from its first later-stage statement on, twice: with the later stage
+            # (j >= 1) and without; each wgmma issue and its wait in one branch (an issue under
+            # a condition waited for outside it: ptxas serializes every wgmma, C7515)
+            cut = next(p for p, i in enumerate(now) if lags.get(i))
+            later = IfThenElse(GE(j, IntImm(top, j.dtype)),
+                               seq(*(lagged(i, j).then_case if lags.get(i) else at(i, j)  # type: ignore[attr-defined]
+                                     for i in now[cut:]), self._release(g - top)),
+                               seq(*(at(i, j) for i in now[cut:] if not lags.get(i))))  # fmt: skip
+            body: list[Stmt] = [full_wait, *(at(i, j) for i in now[:cut]), later]
+        else:
+            body = [full_wait, *(lagged(i, j) for i in now)]
         if waits:  # asynchronous wgmma: iteration j - 1 retires (its tiles read) after j's issue
             body.append(IfThenElse(GE(j, IntImm(1, j.dtype)), seq(*(at(w, j - 1) for w in waits),
                                                                    self._release(g - 1))))  # fmt: skip
-        else:
+        elif not top:
             body.append(self._release(g))
         out: list[Stmt] = []
         if self.regs is not None:
@@ -238,11 +311,39 @@ class WsPipeline:
             last = loop.extent - 1
             tail = seq(*(set_pending(at(w, last)) for w in waits), self._release(self.step(last)))
             out.append(IfThenElse(GE(last, IntImm(0, last.dtype)), tail))
+        if top:  # the later stage's last iteration (nothing waits for its release)
+            last = loop.extent - 1
+            late = [at(i, last) for i in now if lags.get(i)]
+            # its wgmma retired here, in the consumers' branch (the producer warps hold no group)
+            late += [fresh_loop_vars(WgmmaAsync(0).visit(x)) for x in late if _only_wgmma(x)]
+            out.append(IfThenElse(GE(last, IntImm(0, last.dtype)), seq(*late)))
         return seq(*out)
 
     def stmt(self, producer: Stmt, consumer: Stmt) -> Stmt:
         """Both roles: the producer warpgroup's branch and the consumers'."""
         return IfThenElse(GE(self.ty, IntImm(self.th.wy, self.ty.dtype)), producer, consumer)
+
+
+def _only_wgmma(s: Stmt) -> bool:
+    """Whether ``s`` is thread loops around ``ptx_wgmma`` calls only."""
+    kinds: list[bool] = []
+    post_order_visit(s, lambda n: kinds.append(isinstance(n, Evaluate) and isinstance(n.value, Call)
+                                               and n.value.op == "ptx_wgmma") if isinstance(n, (Evaluate, BufferStore)) else None)  # fmt: skip
+    return bool(kinds) and all(kinds)
+
+
+class _OwnWarp(Mutator):
+    """A statement's threadIdx.y loop replaced by the roles' variable (``WsPipeline.hoisted``:
+    the consumer warps are those the statement's loop ranged over)."""
+
+    def __init__(self, ty: Var) -> None:
+        super().__init__()
+        self.ty = ty
+
+    def visit_For(self, s: For) -> Stmt:
+        out: Stmt = self.visit(substitute(s.body, {s.loop_var: self.ty})) if s.thread_tag == "threadIdx.y" \
+            else self.generic_visit(s)  # fmt: skip
+        return out
 
 
 def grow_thread_loop(ty: For, wy: int, pipelines: Sequence[Stmt], regs: bool = False) -> For:

@@ -338,6 +338,12 @@ class _Rewrite(Mutator):
         stmts, stages, order, retire = with_retiring_waits(loop, stmts, stages, order)
         accesses = [_accessed(s) for s in stmts]
         versions = self._versions(name, stages, accesses, order)
+        if loop.annotations.get(TMA_KEY) and async_stages:
+            # one barrier per version for every tile of a step: the tiles versioned alike, as
+            # many as the one read latest needs (FlashAttention's V, read a stage after K)
+            tiles = {b for st, (_, w) in zip(stages, accesses) if st in async_stages for b in w}
+            most = max((versions.get(b, 1) for b in tiles), default=1)
+            versions.update({b: most for b in tiles if most > 1})
         new = {}
         for buf, v in versions.items():
             new[buf] = (_multi_buffered(buf, v), v)
@@ -357,9 +363,11 @@ class _Rewrite(Mutator):
             if tma is not None:
                 out = seq(tma.init(), out)
         for a in reversed(inner):
+            for bar in self.bars.pop(a.buffer, []):  # a TMA pipeline's barriers, with its tile
+                out = Allocate(bar, out)
             out = Allocate(new.get(a.buffer, (a.buffer, 1))[0], out)
-        if loop.annotations.get(WS_KEY) and not persistent:
-            self._record_ws(out, loop)
+        if loop.annotations.get(WS_KEY) and not persistent and any(f.thread_tag == "threadIdx.y" for f in self.threads):
+            self._record_ws(out, loop)  # (else the roles have a threadIdx.y loop of their own)
         return out
 
     def _record_ws(self, out: Stmt, loop: For) -> None:
@@ -395,11 +403,12 @@ class _Rewrite(Mutator):
                 sub = {var: lo + FloorMod(j, n), tiles.loop_var: tiles.min + FloorDiv(j, n), step: j}
             return [fresh_loop_vars(substitute(stmts[c], sub)) for c in copies]
 
-        consumer = ws.consumer(stmts, computes, retire)
+        first = min((stages[i] for i in computes if i not in retire), default=0)
+        consumer = ws.consumer(stmts, computes, retire, {i: stages[i] - first for i in computes if i not in retire})
         if tiles is not None:
             self.roles = (ws, ws.producer(at))
             return consumer
-        return seq(ws.init(), ws.stmt(ws.producer(at), consumer))
+        return ws.around(seq(ws.init(), ws.stmt(ws.producer(at), consumer)))
 
     def _tma(self, loop: For, stmts: list[Stmt], stages: list[int], async_src: int | None,
              new: dict[Buffer, tuple[Buffer, int]]) -> TmaPipeline:  # fmt: skip
