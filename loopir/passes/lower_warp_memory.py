@@ -46,7 +46,7 @@ from loopir.arith.vectorized import NotEnumerable, evaluate
 from loopir.errors import PassError
 from loopir.ir import op
 from loopir.ir.buffer import Buffer
-from loopir.ir.expr import BufferLoad, Call, FloorMod, IntImm, PrimExpr, Var
+from loopir.ir.expr import LT, BufferLoad, Call, FloorMod, IntImm, PrimExpr, Var
 from loopir.ir.functor import Mutator, collect_vars, post_order_visit
 from loopir.ir.stmt import Allocate, BufferStore, Evaluate, For, ForKind, IfThenElse, PrimFunc, Stmt
 from loopir.passes._walk import conjuncts
@@ -122,27 +122,32 @@ def warp_axes(body: Stmt) -> dict[Buffer, int]:
     from loopir.passes._walk import collect_accesses
 
     accesses, _ = collect_accesses(body)
-    by_buf: dict[Buffer, list[tuple[tuple[PrimExpr, ...], tuple[For, ...]]]] = {}
+    by_buf: dict[Buffer, list[tuple[tuple[PrimExpr, ...], tuple[For, ...], tuple[PrimExpr, ...]]]] = {}
     for a in accesses:
         if a.buffer.scope == "warp":
-            by_buf.setdefault(a.buffer, []).append((tuple(a.indices), tuple(a.loops)))
+            by_buf.setdefault(a.buffer, []).append((tuple(a.indices), tuple(a.loops), tuple(a.conds)))
     out: dict[Buffer, int] = {}
     for buf, accs in by_buf.items():
         for d in range(len(buf.shape) - 2):
             ext = buf.shape[d]
-            if isinstance(ext, IntImm) and all(_is_warp_index(idx[d], loops, ext.value) for idx, loops in accs):
+            if isinstance(ext, IntImm) and all(_is_warp_index(idx[d], loops, ext.value, conds) for idx, loops, conds in accs):
                 out[buf] = d
                 break
     return out
 
 
-def _is_warp_index(index: PrimExpr, loops: Sequence[For], extent: int) -> bool:
+def _is_warp_index(index: PrimExpr, loops: Sequence[For], extent: int, conds: Sequence[PrimExpr] = ()) -> bool:
+    """Whether ``index`` is the variable of an enclosing ``threadIdx.y`` loop from 0 over
+    ``extent`` warps, or over more with the access guarded ``index < extent`` (the consumer
+    warps of a warp-specialized kernel, the producer warpgroup's after them)."""
     loop = next((f for f in loops if isinstance(index, Var) and f.loop_var is index), None)
-    return (
-        loop is not None and loop.thread_tag == "threadIdx.y"
-        and isinstance(loop.min, IntImm) and loop.min.value == 0
-        and isinstance(loop.extent, IntImm) and loop.extent.value == extent
-    )  # fmt: skip
+    if loop is None or loop.thread_tag != "threadIdx.y" or not (isinstance(loop.min, IntImm) and loop.min.value == 0) \
+            or not isinstance(loop.extent, IntImm):  # fmt: skip
+        return False
+    if loop.extent.value == extent:
+        return True
+    return loop.extent.value > extent and any(
+        isinstance(c, LT) and c.a is index and isinstance(c.b, IntImm) and c.b.value <= extent for c in conds)
 
 
 class _Rewrite(Mutator):

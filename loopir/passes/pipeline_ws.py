@@ -79,7 +79,7 @@ from loopir.errors import PassError
 from loopir.ir import op
 from loopir.ir import tma as T
 from loopir.ir.buffer import Buffer
-from loopir.ir.expr import GE, LT, Call, FloorDiv, FloorMod, IntImm, PrimExpr, Var
+from loopir.ir.expr import GE, LT, BufferLoad, Call, FloorDiv, FloorMod, IntImm, PrimExpr, Var
 from loopir.ir.functor import (
     Mutator,
     fresh_loop_vars,
@@ -102,8 +102,8 @@ from loopir.passes.pipeline_mma import WgmmaAsync, set_pending
 from loopir.passes.pipeline_tma import TmaPipeline
 from loopir.passes.pipeline_ws_tiles import WS_KEY, persistent_tiles, ws_child
 
-__all__ = ["PRODUCER_WARPS", "WS_KEY", "WsPipeline", "grow_thread_loop", "persistent_tiles", "ws_child",
-           "ws_registers"]
+__all__ = ["PRODUCER_WARPS", "WS_KEY", "WsPipeline", "absorb_neighbours", "grow_thread_loop", "persistent_tiles",
+           "ws_child", "ws_registers"]
 
 #: Warps of the producer warpgroup.
 PRODUCER_WARPS = 4
@@ -213,7 +213,8 @@ class WsPipeline:
         (the CPU executor runs the mbarrier waits of a region as barriers)."""
         if not self.hoisted:
             return s
-        return For(self.ty, 0, self.th.wy + PRODUCER_WARPS, ForKind.THREAD_BINDING, s, thread_tag="threadIdx.y")
+        return For(self.ty, 0, self.th.wy + PRODUCER_WARPS, ForKind.THREAD_BINDING, s, thread_tag="threadIdx.y",
+                   annotations={HOISTED_ROLES: 1})  # fmt: skip
 
     def step(self, it: PrimExpr) -> PrimExpr:
         """The global step of the consumers' iteration ``it`` of the K loop: ``it``, or in a
@@ -321,7 +322,10 @@ class WsPipeline:
 
     def stmt(self, producer: Stmt, consumer: Stmt) -> Stmt:
         """Both roles: the producer warpgroup's branch and the consumers'."""
-        return IfThenElse(GE(self.ty, IntImm(self.th.wy, self.ty.dtype)), producer, consumer)
+        wy = IntImm(self.th.wy, self.ty.dtype)
+        if self.hoisted:  # the consumers' guard a then-branch's ty < wy: their warps' registers only
+            return IfThenElse(LT(self.ty, wy), consumer, producer)
+        return IfThenElse(GE(self.ty, wy), producer, consumer)
 
 
 def _only_wgmma(s: Stmt) -> bool:
@@ -406,3 +410,71 @@ def grow_thread_loop(ty: For, wy: int, pipelines: Sequence[Stmt], regs: bool = F
                             "(an epilogue through shared memory, as for sizes off the block tile); use True")  # fmt: skip
         body = guard(ty.body)
     return attrs.evolve(ty, extent=IntImm(wy + PRODUCER_WARPS, "int32"), body=body)
+
+
+#: The attribute marking the roles' own threadIdx.y loop (``WsPipeline.hoisted``), for
+#: ``absorb_neighbours``.
+HOISTED_ROLES = "loopir.ws_hoisted_roles"
+
+
+def _roles_loop(s: Stmt) -> tuple[list[Allocate], For] | None:
+    """The allocations and the hoisted roles' loop of ``s`` (``WsPipeline.around``), or None."""
+    allocs: list[Allocate] = []
+    while isinstance(s, Allocate):
+        allocs.append(s)
+        s = s.body
+    if isinstance(s, For) and s.annotations.get(HOISTED_ROLES):
+        return allocs, s
+    return None
+
+
+def _movable(s: Stmt, wy: int) -> bool:
+    """Whether ``s`` is a ``threadIdx.y`` loop over the ``wy`` consumer warps touching only
+    their registers (warp and local buffers) and global memory, with no barrier: what the
+    consumers' branch can run instead (the accumulator's fill, the statistics', the epilogue)."""
+    if not (isinstance(s, For) and s.thread_tag == "threadIdx.y" and isinstance(s.extent, IntImm)
+            and s.extent.value == wy and isinstance(s.min, IntImm) and s.min.value == 0):  # fmt: skip
+        return False
+    bad: list[bool] = []
+
+    def visit(n: object) -> None:
+        if isinstance(n, (BufferLoad, BufferStore)) and n.buffer.scope not in ("warp", "local", "global"):
+            bad.append(True)
+        elif isinstance(n, Evaluate) and (op.is_barrier(n) or isinstance(n.value, Call)):
+            bad.append(True)
+
+    post_order_visit(s, visit)
+    return not bad
+
+
+def absorb_neighbours(stmts: Sequence[Stmt]) -> list[Stmt]:
+    """``stmts`` (a sequence) with the statements right before and after a hoisted roles' loop
+    that only the consumer warps run on their registers (``_movable``) moved into the
+    consumers' branch: the producer's branch then starts with no accumulator live, so that
+    ``setmaxnreg.dec`` needs no spill of it (``grow_thread_loop``'s merge, for statements that
+    bind threadIdx.y themselves)."""
+    out = list(stmts)
+    for i, s in enumerate(out):
+        found = _roles_loop(s)
+        if found is None:
+            continue
+        allocs, loop = found
+        body = loop.body
+        assert isinstance(body, SeqStmt)
+        roles = body.seq[-1]
+        assert isinstance(roles, IfThenElse) and isinstance(roles.condition, LT) and isinstance(roles.condition.b, IntImm)
+        wy = roles.condition.b.value
+        lo = i
+        while lo > 0 and _movable(out[lo - 1], wy):
+            lo -= 1
+        hi = i + 1
+        while hi < len(out) and _movable(out[hi], wy):
+            hi += 1
+        own = _OwnWarp(loop.loop_var)
+        consumer = seq(*(own.visit(x) for x in out[lo:i]), roles.then_case, *(own.visit(x) for x in out[i + 1:hi]))
+        loop = attrs.evolve(loop, body=seq(*body.seq[:-1], attrs.evolve(roles, then_case=consumer)))
+        new: Stmt = loop
+        for a in reversed(allocs):
+            new = attrs.evolve(a, body=new)
+        return [*out[:lo], new, *absorb_neighbours(out[hi:])]
+    return out

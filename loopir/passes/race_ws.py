@@ -62,6 +62,7 @@ version in flight).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 import numpy as np
@@ -72,8 +73,9 @@ from loopir.arith.vectorized import evaluate as _eval
 from loopir.errors import CodegenError
 from loopir.ir import op
 from loopir.ir.buffer import Buffer
+from loopir.ir.equality import structural_equal
 from loopir.ir.expr import BufferLoad, Call, FloorMod, IntImm, PrimExpr, Var
-from loopir.ir.functor import collect_vars, post_order_visit, substitute
+from loopir.ir.functor import Mutator, collect_vars, post_order_visit, substitute
 from loopir.ir.printer import script
 from loopir.ir.stmt import Allocate, BufferStore, Evaluate, For, ForKind, IfThenElse, SeqStmt, Stmt
 from loopir.ir.tma import tile_box, tma_box, tma_bytes
@@ -216,10 +218,12 @@ class _Threads:
         return m
 
 
-def _modelled(leaf: _Leaf, loop: For | None) -> None:
+def _modelled(leaf: _Leaf, loop: For | None, reads_only: bool = False) -> None:
     """Every guard on ``leaf``'s path names only threads (``_Threads.mask``) or only ``loop``'s
     variable (``_guards``), or is constant: any other (a block's, a size's) could let a thread
-    skip its wait but not its reads, which the proof does not follow."""
+    skip its wait but not its reads, which the proof does not follow. ``reads_only`` (a read
+    after the consumers' loop, waited for in it): a guard naming no thread only skips reads,
+    which is safe (the tail of a loop of symbolic length, ``n - 1 >= 0``)."""
     for p in leaf.path:
         if p[0] != "if":
             continue
@@ -227,6 +231,8 @@ def _modelled(leaf: _Leaf, loop: For | None) -> None:
         assert isinstance(cond, PrimExpr)
         used = {v for v in collect_vars(cond) if isinstance(v, Var)}
         if not used or all(_is_thread(leaf, v) for v in used) or (loop is not None and loop.loop_var in used):
+            continue
+        if reads_only and not any(_is_thread(leaf, v) for v in used):
             continue
         raise _Refused(f"the guard {cond} names neither only the threads nor only the pipeline's loop:\n  {_what(leaf)}")
 
@@ -255,10 +261,29 @@ def _is_thread(leaf: _Leaf, v: Var) -> bool:
                and f.loop_var is v for f in leaf.loops())  # fmt: skip
 
 
+class _Replace(Mutator):
+    """Each subexpression structurally equal to ``old`` replaced by ``new``."""
+
+    def __init__(self, old: PrimExpr, new: PrimExpr) -> None:
+        super().__init__()
+        self.old, self.new = old, new
+
+    def visit(self, node: Any) -> Any:
+        if isinstance(node, PrimExpr) and structural_equal(node, self.old):
+            return self.new
+        return super().visit(node)
+
+
 def _lag(idx: PrimExpr, var: PrimExpr, v: int, extent: int | None = None) -> int | None:
     """The least ``d`` (``0 <= d < v``) with ``idx == (var - d) % v`` wherever ``var >= d``:
     at every ``var = v * q + s`` (``q`` free), or, for a small constant ``extent`` of
     ``var``'s loop, at each of its iterations."""
+    if not isinstance(var, Var) and len(collect_vars(var)) > 1:
+        # a symbolic extent (the tail's n, of several sizes): opaque, as one variable
+        n = Var("ws_n", "int32")
+        opaque = _Replace(arith.simplify(var), n).visit(idx)
+        if n in collect_vars(opaque) and not set(collect_vars(opaque)) & set(collect_vars(var)):
+            return _lag(opaque, n, v)
     q = Var("ws_q", "int32")
     for d in range(v):
         want = FloorMod(var - d + v, IntImm(v, "int32"))
@@ -478,7 +503,7 @@ class _Region:
             if mb and inside and _serial_inside(x, lc):
                 raise self.fail("an mbarrier call in a loop inside the consumers' loop", x)
             if not inside:
-                _modelled(x, None)
+                _modelled(x, None, reads_only=not mb)
             m = self.th.mask(x)
             var: PrimExpr = k if inside else lc.min + lc.extent if steps is None else steps.at(lc.extent)
 

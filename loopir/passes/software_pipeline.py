@@ -100,6 +100,7 @@ from loopir.passes.pipeline_tma import TMA_KEY, TmaPipeline
 from loopir.passes.pipeline_ws import (
     WS_KEY,
     WsPipeline,
+    absorb_neighbours,
     grow_thread_loop,
     persistent_tiles,
     ws_child,
@@ -256,6 +257,12 @@ class _Rewrite(Mutator):
         # is visited; then the producer's role, put around the tile loop by visit_For
         self.tiles: tuple[For, Var] | None = None
         self.roles: tuple[WsPipeline, Stmt] | None = None
+
+    def visit_SeqStmt(self, s: SeqStmt) -> Stmt:
+        out: Stmt = self.generic_visit(s)
+        # a warp-specialized pipeline whose statements bound threadIdx.y themselves: the
+        # consumers' register-only neighbours into their branch (pipeline_ws.absorb_neighbours)
+        return seq(*absorb_neighbours(out.seq)) if isinstance(out, SeqStmt) else out
 
     def visit_Allocate(self, s: Allocate) -> Stmt:
         self.allocs[s.buffer] = s

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 import loopir
 from loopir.errors import CodegenError, ScheduleError
 from loopir.examples.attention import attention
+from loopir.ir.expr import Var
 from tests.examples.test_attention import _inputs, _run, reference
 from tests.tensor_intrin.kernels import from_storage
 
@@ -37,15 +38,28 @@ def _lowered(sch: loopir.Schedule) -> loopir.PrimFunc:
         return loopir.lower(sch.func)
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(d=st.sampled_from([64, 128]), causal=st.booleans(), dtype=st.sampled_from(["float16", "bfloat16"]),
        kv_heads=st.sampled_from([1, 2]), seq_q=st.integers(1, 150), seq_kv=st.integers(1, 200),
-       order=st.sampled_from(["sequential", "random"]))  # fmt: skip
+       order=st.sampled_from(["sequential", "random"]), block_m=st.sampled_from([64, 128]),
+       tma=st.sampled_from([True, (24, 240)]), lse=st.booleans())  # fmt: skip
 def test_equals_float64_on_the_cpu(d: int, causal: bool, dtype: str, kv_heads: int, seq_q: int, seq_kv: int,
-                                   order: str) -> None:  # fmt: skip
+                                   order: str, block_m: int, tma: object, lse: bool) -> None:  # fmt: skip
     shape = (1, 2, seq_q, seq_kv, d)
-    sch = attention(*shape, dtype, causal, kv_heads, wgmma=True, overlap=True, tma=True)
-    _run(_lowered(sch), shape, kv_heads, dtype, causal, False, order=order)
+    sch = attention(*shape, dtype, causal, kv_heads, lse=lse, wgmma=True, overlap=True, tma=tma,  # type: ignore[arg-type]
+                    block_m=block_m)  # fmt: skip
+    _run(_lowered(sch), shape, kv_heads, dtype, causal, lse, order=order)
+
+
+def test_symbolic_lengths_one_build_for_every_length() -> None:
+    """``seq_q``, ``seq_kv`` as Vars: the tensor maps take the lengths at the launch; the tail's
+    ``P V`` guarded by the KV loop's symbolic extent (the race checker's proof takes it)."""
+    sch = attention(1, 2, Var("seq_q"), Var("seq_kv"), 128, "bfloat16", True, 1, lse=True, wgmma=True, overlap=True,
+                    tma=True)  # fmt: skip
+    f = _lowered(sch)
+    for sq, skv in ((70, 130), (128, 64), (1, 200), (200, 1)):
+        _run(f, (1, 2, sq, skv, 128), 1, "bfloat16", True, True)
+    assert "cp.async.bulk.tensor.4d" in _source(sch)
 
 
 def _source(sch: loopir.Schedule) -> str:
@@ -56,34 +70,50 @@ def _source(sch: loopir.Schedule) -> str:
         return prepare_function(sch.func).emitted.source
 
 
-def test_the_race_checker_proves_the_protocol_and_refuses_a_missing_wait(monkeypatch: pytest.MonkeyPatch) -> None:
-    sch = attention(1, 2, 100, 150, 64, wgmma=True, overlap=True, tma=True)
-    src = _source(sch)  # proven (a refusal raises CodegenError)
-    assert "mbarrier.try_wait" in src or "mbarrier_wait" in src
+def test_the_race_checker_proves_the_protocol() -> None:
+    src = _source(attention(1, 2, 100, 150, 64, wgmma=True, overlap=True, tma=True))  # a refusal raises
+    assert "mbarrier.arrive" in src and "cp.async.bulk.tensor.4d" in src and "cp.async.cg" not in src
+
+
+def _wrong_parity(orig: object) -> object:
+    # the consumers wait for the next phase of full[j % V] (the copies of iteration j + V):
+    # iteration j's copy is not waited for
+    return lambda self, j, ahead: orig(self, j, 1 if ahead == 0 else ahead)  # type: ignore[operator]
+
+
+def _release_in_use(orig: object) -> object:
+    # the consumers release the version they read next (iteration j + 1's, not j's)
+    return lambda self, j: orig(self, j + 1)  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("method, mutate, what", [
+    ("_parity", _wrong_parity, "consumers' wait is not .* with parity"),
+    ("_release", _release_in_use, "consumers' release is not on"),
+])  # fmt: skip
+def test_the_race_checker_refuses_a_protocol_error(monkeypatch: pytest.MonkeyPatch, method: str, mutate: object,
+                                                   what: str) -> None:  # fmt: skip
     from loopir.passes import pipeline_ws
 
-    orig = pipeline_ws.WsPipeline._parity
-    # mutation: the consumers wait for the wrong phase of their full barrier (one ahead)
-    monkeypatch.setattr(pipeline_ws.WsPipeline, "_parity",
-                        lambda self, j, ahead: orig(self, j, 1 if ahead == 0 else ahead))  # fmt: skip
-    with pytest.raises(CodegenError, match="race check"):
+    monkeypatch.setattr(pipeline_ws.WsPipeline, method, mutate(getattr(pipeline_ws.WsPipeline, method)))  # type: ignore[operator]
+    with pytest.raises(CodegenError, match=f"race check .*{what}"):
         _source(attention(1, 2, 100, 150, 64, wgmma=True, overlap=True, tma=True))
 
 
 @pytest.mark.nvcc
 @pytest.mark.parametrize("d", [64, 128])
-@pytest.mark.parametrize("tma", [True, (24, 240)])
-def test_compiles_with_nvcc(d: int, tma: object, tmp_path: Path) -> None:
+@pytest.mark.parametrize("tma, block_m", [(True, 64), (True, 128), ((24, 240), 128)])
+def test_compiles_with_nvcc(d: int, tma: object, block_m: int, tmp_path: Path) -> None:
     from loopir.codegen_cuda import compile_cuda
 
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is not on PATH")
-    src = _source(attention(2, 8, 1000, 1000, d, "float16", True, 2, wgmma=True, overlap=True, tma=tma))  # type: ignore[arg-type]
+    src = _source(attention(2, 8, 1000, 1000, d, "float16", True, 2, lse=True, wgmma=True, overlap=True, tma=tma,  # type: ignore[arg-type]
+                            block_m=block_m))  # fmt: skip
     assert "cp.async.bulk.tensor.4d" in src
     assert ("setmaxnreg" in src) == (tma is not True)
     binary = compile_cuda(src, arch="sm_90a", cache_dir=tmp_path)
     for res in binary.resources.values():
-        assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0, binary.log
+        assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0 and res.stack_frame_bytes == 0, binary.log
     assert "C7515" not in binary.log, binary.log
 
 
