@@ -28,7 +28,8 @@ registers, each wgmma waited for at once; default tiles 64 x 64), ``wgmma_qk`` (
 ``S = Q K^T`` only) and ``wgmma_overlap`` (``overlap=True``: FlashAttention 3's
 intra-warpgroup overlap of the softmax with the asynchronous GEMMs, the default on a Hopper),
 ``wgmma_tma`` (``tma=True``: the overlap with K and V by TMA from a producer warpgroup, FA3's
-warp specialization; ``wgmma_tma_regs``: with ``setmaxnreg`` 24 / 240),
+warp specialization; ``wgmma_tma_128``: 128 x 64 tiles, two consumer warpgroups, ``setmaxnreg``
+24 / 240),
 each with its ratio to the fastest torch backend (``wgmma_vs_best_torch``, ...); ``--wgmma-tiles '[[64, 64], [128, 128]]'`` adds one
 ``wgmma_{bm}x{bn}`` and one ``wgmma_overlap_{bm}x{bn}`` per tile (both GEMMs). With
 ``--smoke`` it builds them too (and says when ptxas serialized the wgmma, C7515).
@@ -84,7 +85,8 @@ def wgmma_variants(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
                                       "wgmma_qk": {"wgmma": "qk"},
                                       "wgmma_overlap": {"wgmma": True, "overlap": True},
                                       "wgmma_tma": {"wgmma": True, "overlap": True, "tma": True},
-                                      "wgmma_tma_regs": {"wgmma": True, "overlap": True, "tma": (24, 240)}}  # fmt: skip
+                                      "wgmma_tma_128": {"wgmma": True, "overlap": True, "tma": (24, 240),
+                                                        "block_m": 128}}  # fmt: skip
     for bm, bn in args.wgmma_tiles:
         out[f"wgmma_{bm}x{bn}"] = {"wgmma": True, "overlap": False, "block_m": bm, "block_n": bn}
         out[f"wgmma_overlap_{bm}x{bn}"] = {"wgmma": True, "overlap": True, "block_m": bm, "block_n": bn}

@@ -349,6 +349,18 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
     (ptxas, fp16 at ``head_dim`` 64 / 128, no spills: 138 / 153 registers at 64 x 64, 156 / 179
     at 64 x 96, 198 / 250 at 64 x 128, the same with ``block_m`` 128).
 
+    ``tma`` (with ``wgmma=True, overlap=True``; FlashAttention 3's warp specialization): the K
+    and V tiles of the KV loop by TMA, 4-D boxes ``(1, 1, block_n, 64)`` of the ``(batch,
+    kv_heads, seq, head_dim)`` tensors (zeros past ``seq_kv``), issued by one more warpgroup, the
+    producer, on full/empty mbarriers (three versions), instead of every thread's ``cp.async``
+    and a block barrier per step; the consumer warpgroups keep ``overlap``'s order, each
+    waiting on the full barrier itself and releasing a version once its ``P V`` retired (a step
+    after its ``S``) (``loopir.passes.pipeline_ws``; ``docs/concepts/attention.md``, step 6).
+    ``(dec, inc)``: also ``setmaxnreg`` (the producer's and the consumers' registers; with 128
+    query rows, ``(24, 240)``). False (the default) until measured. Symbolic lengths work (the
+    tensor maps take them at the launch). ptxas, fp16, no spills: 127 / 160 registers at 64 x
+    64 (head_dim 64 / 128), 127 / 161 at 128 x 64, 168 with ``(24, 240)``.
+
     The first tensor-core form: FlashAttention keeps S, P and the output in registers; here they
     go through shared memory (issue 33).
     """

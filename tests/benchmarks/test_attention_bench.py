@@ -34,7 +34,7 @@ def test_smoke_builds_the_wgmma_variants(capsys: pytest.CaptureFixture[str]) -> 
     assert bench.main(["--smoke", "--cases", "b4h32s1024d64", "--wgmma", "--wgmma-tiles", "[[128, 128]]"]) == 0
     out = capsys.readouterr().out
     for dtype in ("float16", "bfloat16"):
-        for label in ("", " fa2", " wgmma", " wgmma_qk", " wgmma_overlap", " wgmma_tma", " wgmma_tma_regs", " wgmma_128x128", " wgmma_overlap_128x128"):
+        for label in ("", " fa2", " wgmma", " wgmma_qk", " wgmma_overlap", " wgmma_tma", " wgmma_tma_128", " wgmma_128x128", " wgmma_overlap_128x128"):
             assert f"{dtype} b4h32s1024d64{label}: " in out
     if shutil.which("nvcc") is not None:
         assert out.count("spills 0/0") == 18 and "C7515" not in out, out
