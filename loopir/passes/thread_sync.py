@@ -84,6 +84,9 @@ class _State:
 
 
 _EMPTY = _State()
+#: the most plans of one serial loop's body before the planner settles for a barrier at its top
+#: (each plan starts from more accesses, so the plans end; this bounds their count)
+_REPLANS = 8
 
 
 class _Planner:
@@ -107,6 +110,10 @@ class _Planner:
         # value (module doc)
         self._bodies: dict[int, Var] = {}
         self.same_iteration: list[Var] = []
+        # one ``Not(condition)`` per condition (by id; the key object kept alive): an else
+        # branch's accesses keep their identity when a loop's body is planned again, so the
+        # replanning of _plan_iterations compares like with like
+        self._negations: dict[int, tuple[PrimExpr, PrimExpr]] = {}
 
     def _summary(self, s: Stmt) -> _State:
         context = (s, *self.loops, *self.conds)
@@ -198,7 +205,7 @@ class _Planner:
             then, st = self._guarded(s.condition, s.then_case, state)
             if s.else_case is None:
                 return attrs.evolve(s, then_case=then), st.union(state)
-            other, se = self._guarded(Not(s.condition), s.else_case, state)
+            other, se = self._guarded(self._negation(s.condition), s.else_case, state)
             return attrs.evolve(s, then_case=then, else_case=other), st.union(se)
         if isinstance(s, For):
             if s.kind is ForKind.THREAD_BINDING and not is_thread_loop(s, ("vthread.",)):
@@ -231,13 +238,23 @@ class _Planner:
         with the head nobody checked); the entry grows each round and is finite, so this ends,
         mostly after one or two plans."""
         entry, saved = state, self.inserted
-        while True:
+        for _ in range(_REPLANS):
             body, after = self._in_loop(loop, loop.body, entry)
             grown = entry.union(after)
             if len(grown.accesses) == len(entry.accesses):
                 return body, after
             self.inserted = saved  # only the final plan's barriers count
             entry = grown
+        # not settled: a barrier at the top of the body, which orders every iteration's accesses
+        # after the previous iteration's (sound whatever the plans did; one barrier more at most)
+        self.inserted = saved + 1
+        return self._in_loop(loop, seq(_sync(), loop.body), _EMPTY)
+
+    def _negation(self, cond: PrimExpr) -> PrimExpr:
+        hit = self._negations.get(id(cond))
+        if hit is None:
+            hit = self._negations[id(cond)] = (cond, Not(cond))
+        return hit[1]
 
     def _guarded(self, cond: PrimExpr, body: Stmt, state: _State) -> tuple[Stmt, _State]:
         self.conds.append(cond)
@@ -255,13 +272,13 @@ class _Planner:
 
     def _check_no_internal_sync(self, s: For | IfThenElse) -> None:
         inner = _Planner(set(self.thread_vars), self.launch, self.written)
-        inner._summaries, inner._pairs = self._summaries, self._pairs
+        inner._summaries, inner._pairs, inner._negations = self._summaries, self._pairs, self._negations
         inner.loops = [*self.loops, *([s] if isinstance(s, For) else [])]
         inner.conds = list(self.conds)
         if isinstance(s, IfThenElse):
             inner._guarded(s.condition, s.then_case, _EMPTY)
             if s.else_case is not None:
-                inner._guarded(Not(s.condition), s.else_case, _EMPTY)
+                inner._guarded(inner._negation(s.condition), s.else_case, _EMPTY)
         else:
             inner.plan(s.body, _EMPTY)
         if inner.inserted:

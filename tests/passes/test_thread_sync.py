@@ -330,3 +330,27 @@ def test_a_warp_allreduce_emits_shuffles_without_a_barrier() -> None:
     assert "__shfl_sync" in warp_path and "__syncthreads" not in warp_path
     assert op.is_block_barrier(op.storage_sync("shared"))
     assert not op.is_block_barrier(Evaluate(op.storage_sync("shared")))  # the call, not the statement
+
+
+def test_a_loop_whose_tail_is_an_else_branch_is_planned_once() -> None:
+    # the round's last statement is an if / else on the round (not on the thread): its else
+    # branch's accesses are the tail the next round meets. They keep their identity from one
+    # plan of the body to the next (a new Not(condition) per plan made them new accesses every
+    # time, and the planning never settled: a CI run grew to 13 GB); the plan then orders the
+    # next round's fill after this round's reads
+    A = Buffer("A", (4, 32), "float32")
+    B = Buffer("B", (4, 32), "float32")
+    S = Buffer("S", (32,), "float32", scope="shared")
+    t, r = Var("t"), Var("r")
+    body = _bind(Var("b"), 1, "blockIdx.x", Allocate(S, _bind(t, 32, "threadIdx.x", _loop(r, 4, seq(
+        BufferStore(S, A[r, t], (t,)),
+        IfThenElse(r < 2, BufferStore(B, S[31 - t], (r, t)), BufferStore(B, S[t] + S[31 - t], (r, t))),
+    )))))
+    g = ThreadSync()(PrimFunc((A, B), body, name="tail_else"))
+    assert _syncs(g) == 2
+    assert not find_races(g).races and not find_races(g).unproven
+    a = np.random.default_rng(4).random((4, 32), dtype=np.float32)
+    want = np.concatenate([a[:2, ::-1], a[2:] + a[2:, ::-1]])
+    for seed in range(3):
+        out = run_cpu(g, [a, np.zeros((4, 32), np.float32)], {"thread_order": "random", "seed": seed})
+        np.testing.assert_allclose(out[1], want, rtol=1e-6)
