@@ -160,14 +160,26 @@ def _fail(msg: str) -> ScheduleError:
 
 
 def _size(name: str, v: int | Var) -> str:
-    """The text of a size: an int, or a Var's name (the parser declares it)."""
+    """The text of a size: an int, or for a Var the name ``size_env`` binds it to in the script
+    (the Var's own name could be one of the template's variables: a length named ``b`` would
+    be read as the batch loop's)."""
     if isinstance(v, Var):
         if v.dtype != "int32":
             raise _fail(f"{name} must be an int32 Var, got {v.dtype} {v.name}")
-        return v.name
+        return _SIZE_PREFIX + name
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
         raise _fail(f"{name} must be a positive int or a loopir.Var, got {v!r}")
     return str(v)
+
+
+#: The script names of symbolic sizes (no template variable starts with it).
+_SIZE_PREFIX = "SIZE_"
+
+
+def size_env(**sizes: object) -> dict[str, Var]:
+    """The ``from_source`` environment of the sizes ``_size`` wrote by name: each Var given,
+    under its script name; the function's shapes and bounds are then the caller's Vars."""
+    return {_SIZE_PREFIX + name: v for name, v in sizes.items() if isinstance(v, Var)}
 
 
 def _check(batch: int, heads: int, head_dim: int, dtype: str, kv_heads: int, block_m: int, block_n: int) -> None:
@@ -194,7 +206,7 @@ def attention_func(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, 
         Sizes (ints).
     seq_q, seq_kv
         Query and key/value lengths: ints, or int32 ``loopir.Var`` (symbolic: the tiles are
-        guarded; a Var is named by its name in the function).
+        guarded; the function's shapes use the given Vars, whatever their names).
     dtype
         Q, K, V and O's type; scores, statistics and the accumulator are float32.
     causal
@@ -239,9 +251,10 @@ def attention_func(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, 
 
         fields["QRESCALE"] = af.QRESCALE.format(SCALE=fields["SCALE"])
         fields["LSE_BLOCK"] = af.FRAGMENT_LSE_BLOCK.format(**fields) if lse else ""
-        return from_source((af.OVERLAP_TEMPLATE if overlap else af.FRAGMENT_TEMPLATE).format(**fields))
+        template = af.OVERLAP_TEMPLATE if overlap else af.FRAGMENT_TEMPLATE
+        return from_source(template.format(**fields), env=size_env(seq_q=seq_q, seq_kv=seq_kv))
     fields["LSE_BLOCK"] = _LSE_BLOCK.format(**fields) if lse else ""
-    return from_source(_TEMPLATE.format(**fields))
+    return from_source(_TEMPLATE.format(**fields), env=size_env(seq_q=seq_q, seq_kv=seq_kv))
 
 
 #: Blocks computed per query row, and where their row loop is among the loops below block
@@ -357,8 +370,14 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
     waiting on the full barrier itself and releasing a version once its ``P V`` retired (a step
     after its ``S``) (``loopir.passes.pipeline_ws``; ``docs/concepts/attention.md``, step 6).
     ``(dec, inc)``: also ``setmaxnreg`` (the producer's and the consumers' registers; with 128
-    query rows, ``(24, 240)``). False (the default) until measured. Symbolic lengths work (the
-    tensor maps take them at the launch). ptxas, fp16, no spills: 127 / 160 registers at 64 x
+    query rows, ``(24, 240)``). False (the default): on the H200 it is slower than the
+    ``cp.async`` overlap (fp16, b1h32s4096d128: 0.789 ms against 0.623, ``docs/benchmarks.md``
+    session 17; the consumers split each step by ``j >= 1`` so that each wgmma and its wait
+    share a branch, which puts the wait for ``S_j`` before the issue of ``P_{j-1} V_{j-1}``).
+    Symbolic lengths work (the tensor maps take them at the launch). Causal at constant lengths
+    where a query tile's KV tile count is clamped by both ``seq_kv`` and the diagonal (300 x
+    333 with 128-row tiles, 333 x 300) is refused by the build's race check (the last ``P V``'s
+    V version is not proven waited for). ptxas, fp16, no spills: 127 / 160 registers at 64 x
     64 (head_dim 64 / 128), 127 / 161 at 128 x 64, 168 with ``(24, 240)``.
 
     The first tensor-core form: FlashAttention keeps S, P and the output in registers; here they

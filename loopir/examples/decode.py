@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from loopir.examples.attention import _RESCALE, _check, _fail, _size
+from loopir.examples.attention import _RESCALE, _check, _fail, _size, size_env
 from loopir.ir.expr import Var
 from loopir.ir.stmt import PrimFunc
 from loopir.schedule import Schedule
@@ -189,7 +189,7 @@ def decode_attention_func(batch: int, heads: int, seq_kv: int | Var, head_dim: i
     if page_size is not None:
         fields.update(_paged_fields(batch, kv_heads, head_dim, dtype, splits, block_n, seq_q, causal, seq_kv,
                                     page_size, num_pages, qpos))  # fmt: skip
-    return from_source(_DECODE.format(**fields))
+    return from_source(_DECODE.format(**fields), env=size_env(seq_kv=seq_kv, max_pages=seq_kv, num_pages=num_pages))
 
 
 def _paged_fields(batch: int, kv_heads: int, head_dim: int, dtype: str, splits: int, block_n: int, seq_q: int,
