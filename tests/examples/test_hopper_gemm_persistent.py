@@ -167,25 +167,36 @@ NVCC_CASES = {
 }  # fmt: skip
 
 
-@pytest.mark.nvcc
-@pytest.mark.parametrize("name", list(NVCC_CASES))
-def test_compiles_with_nvcc_for_sm_90a_without_spills(name: str, tmp_path: Path) -> None:
-    from loopir.codegen_cuda import compile_cuda, emit_function
+def persistent_source(shape: tuple[int, int, int], params: dict) -> str:
+    """The CUDA source of ``hopper_gemm(*shape, tma=True, warp_specialized=True,
+    persistent=True, **params)`` (params win), race-proven (a RaceCheckWarning fails)."""
+    from loopir.codegen_cuda import emit_function
 
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc is not on PATH")
-    shape, params = NVCC_CASES[name]
-    params = dict(dict(warp_specialized=True, persistent=True), **params)
-    sch = hopper_gemm(*shape, **params, tma=True)
+    sch = hopper_gemm(*shape, **dict(dict(warp_specialized=True, persistent=True), **params), tma=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RaceCheckWarning)
-        src = emit_function(lower_for_cuda(sch.func)).emitted.source
-    body = src.split("__global__")[-1]
-    assert "k_0_0_produce <" in body and "loopir_mbarrier_arrive(&k_0_0_empty_bar" in body
+        return emit_function(lower_for_cuda(sch.func)).emitted.source
+
+
+def compiles_without_spills(src: str, tmp_path: Path) -> None:
+    """nvcc for sm_90a: no spills, and ptxas did not serialize the wgmma (C7508)."""
+    from loopir.codegen_cuda import compile_cuda
+
     binary = compile_cuda(src, arch="sm_90a", cache_dir=tmp_path)
     assert "C7508" not in binary.log
     for res in binary.resources.values():
         assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0, binary.log
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("name", list(NVCC_CASES))
+def test_compiles_with_nvcc_for_sm_90a_without_spills(name: str, tmp_path: Path) -> None:
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH")
+    src = persistent_source(*NVCC_CASES[name])
+    body = src.split("__global__")[-1]
+    assert "k_0_0_produce <" in body and "loopir_mbarrier_arrive(&k_0_0_empty_bar" in body
+    compiles_without_spills(src, tmp_path)
 
 
 GPU_CASES = [

@@ -32,7 +32,13 @@ from loopir.examples import hopper_gemm
 from loopir.examples.tensor_core import tc_gemm_func
 from loopir.ir.expr import Var
 from loopir.passes.race_check import RaceCheckWarning
-from tests.examples.test_hopper_gemm_persistent import _run, lowered, races_left
+from tests.examples.test_hopper_gemm_persistent import (
+    _run,
+    compiles_without_spills,
+    lowered,
+    persistent_source,
+    races_left,
+)
 from tests.examples.test_hopper_gemm_tma import SMALL, _inputs, gpu_equals_float64_and_the_cpu
 from tests.tensor_intrin.kernels import from_storage, to_storage
 
@@ -155,22 +161,13 @@ NVCC_CASES = {
 @pytest.mark.nvcc
 @pytest.mark.parametrize("name", list(NVCC_CASES))
 def test_compiles_with_nvcc_for_sm_90a_without_spills(name: str, tmp_path: Path) -> None:
-    from loopir.codegen_cuda import compile_cuda, emit_function, lower_for_cuda
-
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is not on PATH")
     shape, params = NVCC_CASES[name]
-    params = dict(dict(warp_specialized=True, persistent=True), **params)
-    sch = hopper_gemm(*shape, **params, tma=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RaceCheckWarning)
-        src = emit_function(lower_for_cuda(sch.func)).emitted.source
+    src = persistent_source(shape, dict(dict(raster=8), **params))  # hopper_gemm's default raster here
     body = src.split("__global__")[-1]
     assert "k_0_0_produce <" in body and "__syncthreads" in body and body.count("__syncthreads") == 1
-    binary = compile_cuda(src, arch="sm_90a", cache_dir=tmp_path)
-    assert "C7508" not in binary.log
-    for res in binary.resources.values():
-        assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0, binary.log
+    compiles_without_spills(src, tmp_path)
 
 
 GPU_CASES = [
