@@ -46,7 +46,7 @@ with everything but the Q, K and V tiles in registers, a warp per 16 query rows:
 * the K and V tiles as before: 16-byte ``cp.async`` one KV tile ahead, rows padded.
 
 FlashAttention 3's overlap (``attention(..., wgmma=True, overlap=True)``) takes the program in
-its form ([`OVERLAP_TEMPLATE`][loopir.examples.attention_fragments.OVERLAP_TEMPLATE]: block
+its form (``OVERLAP_TEMPLATE``: block
 ``S_exp`` writes the exponentials into S in place, ``row_sum`` adds them in float32 with
 ``frag_row_sum_f32``, block ``P`` converts them last) and pipelines the KV loop over three
 stages, the output's GEMM a step behind the scores' and its softmax
