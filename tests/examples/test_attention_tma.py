@@ -32,6 +32,7 @@ from loopir.errors import CodegenError, ScheduleError
 from loopir.examples.attention import attention
 from loopir.ir.expr import Var
 from tests.examples.test_attention import _inputs, _run, reference
+from tests.examples.test_attention_wgmma import gpu_equals_the_cpu_at_symbolic_lengths
 from tests.tensor_intrin.kernels import from_storage
 
 
@@ -187,16 +188,6 @@ def test_gpu_equals_float64(dtype: str, causal: bool, head_dim: int, block_m: in
 def test_gpu_equals_the_cpu_at_symbolic_lengths(sq: int, skv: int, head_dim: int) -> None:
     """One build for every length (the tensor maps take them at the launch), causal: the GPU
     equals the lowered kernel on the CPU executor."""
-    torch = pytest.importorskip("torch")
     sch = attention(1, 4, Var("sq"), Var("skv"), head_dim, "float16", True, 2, lse=True, wgmma=True, overlap=True,
                     tma=True)  # fmt: skip
-    mod = loopir.build(sch.func, target="cuda")
-    arrays = _inputs((1, 4, sq, skv, head_dim), 2, "float16", seed=sq + skv)
-    cpu = [a.copy() for a in arrays] + [np.full((1, 4, sq), np.nan, np.float32)]
-    loopir.build(loopir.lower(sch.func), target="cpu")(*cpu)
-    q, k, v, o = (torch.from_numpy(a).cuda() for a in arrays)
-    lse = torch.full((1, 4, sq), float("nan"), device="cuda")
-    mod(q, k, v, o, lse)
-    np.testing.assert_allclose(from_storage(o.cpu().numpy(), "float16"), from_storage(cpu[3], "float16"),
-                               rtol=2e-3, atol=2e-3)  # fmt: skip
-    np.testing.assert_allclose(lse.cpu().numpy(), cpu[4], rtol=1e-3, atol=1e-3)
+    gpu_equals_the_cpu_at_symbolic_lengths(sch, sq, skv, head_dim, 2e-3)

@@ -226,7 +226,16 @@ def test_gpu_equals_float64_and_the_cpu(shape: tuple[int, int, int], params: dic
 def test_gpu_equals_the_cpu_on_drawn_shapes(mt: int, kt: int, nt: int, ctas: int, stages: int, async_mma: bool,
                                             regs: bool, dtype: str) -> None:  # fmt: skip
     M, K, N = 128 * mt, 64 * kt - 8 * (kt % 3), 128 * nt  # K off the tile in some
-    params = dict(block=(128, 128, 64), wn=128, stages=stages, async_mma=async_mma and stages >= 3, dtype=dtype)
+    gpu_equals_the_cpu((M, K, N), ctas, stages, async_mma, regs, dtype)
+
+
+def gpu_equals_the_cpu(shape: tuple[int, int, int], ctas: int, stages: int, async_mma: bool, regs: bool,
+                       dtype: str, raster: int = 1) -> None:  # fmt: skip
+    """The persistent kernel (128 x 128 tiles, ``ctas`` blocks; ``regs``: setmaxnreg 40 / 232)
+    on the GPU equals its lowered kernel on the CPU executor, with no NaN left in C."""
+    M, K, N = shape
+    params = dict(block=(128, 128, 64), wn=128, stages=stages, async_mma=async_mma and stages >= 3, dtype=dtype,
+                  raster=raster)  # fmt: skip
     sch = hopper_gemm(M, K, N, **params, tma=True, warp_specialized=(40, 232) if regs else True, persistent=ctas)
     a, b, c = _inputs(M, K, N, dtype, seed=M * 90000 + K * 300 + N)
     cpu = c.copy()

@@ -26,7 +26,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import loopir
 from loopir.errors import ScheduleError
 from loopir.examples import hopper_gemm
 from loopir.examples.tensor_core import tc_gemm_func
@@ -35,6 +34,7 @@ from loopir.passes.race_check import RaceCheckWarning
 from tests.examples.test_hopper_gemm_persistent import (
     _run,
     compiles_without_spills,
+    gpu_equals_the_cpu,
     lowered,
     persistent_source,
     races_left,
@@ -195,14 +195,4 @@ def test_gpu_equals_float64_and_the_cpu(shape: tuple[int, int, int], params: dic
        dtype=st.sampled_from(["float16", "bfloat16"]))  # fmt: skip
 def test_gpu_equals_the_cpu_on_drawn_shapes(M: int, N: int, k8: int, ctas: int, stages: int, async_mma: bool,
                                             regs: bool, dtype: str) -> None:  # fmt: skip
-    K = 8 * k8
-    params = dict(block=(128, 128, 64), wn=128, stages=stages, async_mma=async_mma and stages >= 3, dtype=dtype)
-    sch = hopper_gemm(M, K, N, **params, tma=True, warp_specialized=(40, 232) if regs else True, persistent=ctas)
-    a, b, c = _inputs(M, K, N, dtype, seed=M * 90000 + K * 300 + N)
-    cpu = c.copy()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RaceCheckWarning)
-        loopir.build(loopir.lower(sch.func), target="cpu")(a, b, cpu)
-        loopir.build(sch.func, target="cuda")(a, b, c)
-    assert not np.isnan(c).any()
-    np.testing.assert_allclose(c, cpu, rtol=1e-4, atol=1e-4 * max(np.abs(cpu).max(), 1.0))
+    gpu_equals_the_cpu((M, 8 * k8, N), ctas, stages, async_mma, regs, dtype, raster=8)  # hopper_gemm's default
