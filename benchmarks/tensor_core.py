@@ -226,6 +226,55 @@ def _err(got: Any, ref: Any) -> float:
     return float((got.float() - ref).abs().max() / ref.abs().max())
 
 
+#: per worker process: the random operands and the float32 reference of each tuned GEMM
+_OPERANDS: dict[tuple[int, int, int, str], tuple[Any, Any, Any]] = {}
+
+
+class TorchGemmRunner:
+    """``loopir.tune``'s runner for ``hopper_gemm_space`` (``--tune``): the farm's runner process
+    checks each loaded build against torch on the GPU (``A @ B.T`` in float32 from random
+    operands, max error over the largest ``|C|`` below ``tol``; the CPU executor would take
+    minutes at these sizes), then times it through ``mod()`` with CUDA events, as every
+    implementation here. A build that fails the check raises ``LoopIRError``: tune drops it."""
+
+    def __init__(self, M: int, K: int, N: int, dtype: str, tol: float, calls: int, repeat: int) -> None:
+        self.shape, self.dtype, self.tol, self.calls, self.repeat = (M, K, N), dtype, tol, calls, repeat
+
+    def measure_module(self, func: Any, mod: Any) -> float:
+        import torch
+
+        from loopir.errors import LoopIRError
+
+        M, K, N = self.shape
+        key = (M, K, N, self.dtype)
+        if key not in _OPERANDS:
+            _OPERANDS.clear()
+            gen = torch.Generator(device="cuda").manual_seed(1)
+            a, bt = (torch.randn(*s, device="cuda", dtype=getattr(torch, self.dtype), generator=gen)
+                     for s in ((M, K), (N, K)))  # fmt: skip
+            _OPERANDS[key] = (a, bt, a.float() @ bt.float().T)
+        a, bt, ref = _OPERANDS[key]
+        c = torch.full((M, N), float("nan"), device="cuda", dtype=a.dtype)
+        mod(a, bt, c)
+        torch.cuda.synchronize()
+        err = _err(c, ref)
+        if not err < self.tol:
+            raise LoopIRError(f"TorchGemmRunner: {M}x{K}x{N} {self.dtype}: max error {err} >= {self.tol}")
+        return float(events_per_call(torch, lambda: mod(a, bt, c), self.calls, self.repeat, warmup=3))
+
+
+def tune_hopper(M: int, K: int, N: int, dtype: str, args: argparse.Namespace, farm: Any) -> Any:
+    """``loopir.tune`` over ``hopper_gemm_space`` at one shape (``--tune`` trials), its
+    candidates built by ``farm``'s builders and measured by ``TorchGemmRunner``."""
+    from loopir.examples.tensor_core import hopper_gemm_space
+    from loopir.tune import tune
+
+    func = tc_gemm_func(M, K, N, dtype, b_trans=True, out_dtype=dtype)
+    runner = TorchGemmRunner(M, K, N, dtype, args.tol, args.calls, args.repeat)
+    return tune(func, hopper_gemm_space, target="cuda", trials=args.tune, population=min(8, args.tune), seed=0,
+                farm=farm, runner=runner, show_progress=False)  # fmt: skip
+
+
 def run_case(torch: Any, args: argparse.Namespace, name: str, flops: float, ref: Any,
              impls: dict[str, tuple[Any, Any]]) -> dict[str, Any]:  # fmt: skip
     """Check then time each ``label: (fn, out)``; TFLOP/s and ratios to loopir."""
@@ -241,7 +290,7 @@ def run_case(torch: Any, args: argparse.Namespace, name: str, flops: float, ref:
         row[label] = {"ms": ms, "TFLOP/s": flops / ms / 1e9, "err": err}
     line = "  ".join(f"{k} {v['ms']:.3f} ms {v['TFLOP/s']:.0f} TFLOP/s" for k, v in row.items()
                      if isinstance(v, dict))  # fmt: skip
-    for ours in ("loopir", "loopir_wgmma"):
+    for ours in ("loopir", "loopir_wgmma", "loopir_tuned"):
         base = row.get(ours, {}).get("ms")
         if base:
             for k, v in list(row.items()):
@@ -269,6 +318,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only-main", action="store_true", help="the main GEMM shapes only")
     ap.add_argument("--shapes", default=None, help="comma-separated MxKxN of the main shapes to run (default: all)")
     ap.add_argument("--fused", action="store_true", help="also GEMM + bias + GELU (wgmma form, sm_90) vs torch")
+    ap.add_argument("--tune", type=int, default=0, metavar="TRIALS",
+                    help="sm_90: also loopir_tuned, loopir.tune over hopper_gemm_space at each main shape "
+                         "(TRIALS candidates, built in parallel by a local farm)")
+    ap.add_argument("--builders", type=int, default=None, help="--tune: the farm's compile processes (default: cores)")
     args = ap.parse_args(argv)
     if args.params:
         PARAMS.update({k: tuple(v) if isinstance(v, list) else v for k, v in args.params.items()})
@@ -288,6 +341,11 @@ def main(argv: list[str] | None = None) -> int:
     triton_mm = _triton_matmul()
     gen = torch.Generator(device="cuda").manual_seed(0)
     shapes = SHAPES if args.shapes is None else [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
+    farm, tuned = None, {}
+    if args.tune and torch.cuda.get_device_capability() == (9, 0):
+        from loopir.tune.farm import local_farm
+
+        farm = local_farm("cuda", builders=args.builders)
     for dtype in DTYPES:
         tdt = getattr(torch, dtype)
         for M, K, N in shapes:
@@ -304,11 +362,23 @@ def main(argv: list[str] | None = None) -> int:
                 hmod = loopir.build(hopper_gemm(M, K, N, dtype, **HOPPER, out_dtype=dtype).func, target="cuda")
                 ch = torch.empty(M, N, device="cuda", dtype=tdt)
                 impls["loopir_wgmma"] = (lambda hmod=hmod, a=a, bt=bt, ch=ch: hmod(a, bt, ch), ch)
+                if farm is not None:
+                    res = tune_hopper(M, K, N, dtype, args, farm)
+                    tuned[f"{dtype} {M}x{K}x{N}"] = {"ms_in_tune": res.ms, "measured": len(res.measured),
+                                                     "dropped": res.dropped, "trace": str(res.trace)}  # fmt: skip
+                    print(f"tuned {dtype} {M}x{K}x{N}: {res.ms:.3f} ms, {len(res.measured)} measured, "
+                          f"{res.dropped} dropped, decisions {res.trace.decisions}", flush=True)
+                    tmod = loopir.build(res.func, target="cuda")
+                    cu = torch.empty(M, N, device="cuda", dtype=tdt)
+                    impls["loopir_tuned"] = (lambda tmod=tmod, a=a, bt=bt, cu=cu: tmod(a, bt, cu), cu)
             if triton_mm is not None:
                 ct = torch.empty(M, N, device="cuda", dtype=tdt)
                 impls["triton"] = (lambda a=a, b=b, ct=ct: triton_mm(a, b, ct), ct)
-            out["cases"].append(run_case(torch, args, f"{dtype} {M}x{K}x{N}", 2.0 * M * N * K, ref, impls))
+            row = run_case(torch, args, f"{dtype} {M}x{K}x{N}", 2.0 * M * N * K, ref, impls)
+            out["cases"].append(dict(row, tuned=tuned.get(f"{dtype} {M}x{K}x{N}")) if tuned else row)
             del a, b, c, cl, ref
+    if farm is not None:
+        farm.close()
     if args.fused and torch.cuda.get_device_capability() == (9, 0):
         for dtype in DTYPES:
             out["cases"].append(run_fused(torch, args, 4096, 4096, 4096, dtype))

@@ -129,11 +129,18 @@ def load_artifact(art: Artifact) -> Any:
 class Measure:
     """A runner's job: load the artifact, compare its outputs with the CPU executor's on
     random inputs (``reference``: the unscheduled function, whose outputs are computed once per
-    process), then time it (CPU: median of ``repeat`` calls; CUDA: CUDA events)."""
+    process), then time it (CPU: median of ``repeat`` calls; CUDA: CUDA events).
+
+    ``runner``: a runner with a ``measure_module(func, mod) -> ms`` method (picklable: it is
+    sent to the farm's runner processes) that checks and times the loaded module instead, say
+    against a reference computed on the GPU where the CPU executor would take minutes (a
+    4096^3 GEMM). None: the CPU executor's check above.
+    """
 
     sizes: Any = None
     reference: PrimFunc | None = None
     repeat: int = 3
+    runner: Any = None
 
     def __call__(self, art: Artifact | LoopIRError) -> tuple[float, str] | LoopIRError:
         if isinstance(art, LoopIRError):
@@ -142,7 +149,10 @@ class Measure:
 
         try:
             mod = load_artifact(art)
-            ms = check_and_time(art.func, mod, art.target, self.sizes, self.reference, self.repeat)
+            if self.runner is not None:
+                ms = float(self.runner.measure_module(art.func, mod))
+            else:
+                ms = check_and_time(art.func, mod, art.target, self.sizes, self.reference, self.repeat)
             return ms, _where()
         except LoopIRError as exc:
             return exc

@@ -67,9 +67,13 @@ class CPURunner:
 
     def __call__(self, func: PrimFunc) -> float:
         from loopir.driver import build
+
+        return self.measure_module(func, build(func, target="cpu"))
+
+    def measure_module(self, func: PrimFunc, mod: Any) -> float:
+        """Time ``mod``, a build of ``func`` (a farm's runners call this)."""
         from loopir.testing import random_inputs
 
-        mod = build(func, target="cpu")
         return median_ms(mod, random_inputs(func, sizes=self.sizes, seed=0), self.repeat)
 
 
@@ -89,7 +93,11 @@ class CUDARunner:
     def __call__(self, func: PrimFunc) -> float:
         from loopir.driver import build
 
-        return check_and_time(func, build(func, target="cuda"), "cuda", self.sizes, self.reference)
+        return self.measure_module(func, build(func, target="cuda"))
+
+    def measure_module(self, func: PrimFunc, mod: Any) -> float:
+        """Check and time ``mod``, a build of ``func`` (a farm's runners call this)."""
+        return check_and_time(func, mod, "cuda", self.sizes, self.reference)
 
 
 def median_ms(mod: Any, args: list[np.ndarray], repeat: int) -> float:
@@ -206,7 +214,9 @@ def tune(
     farm
         A [`Farm`][loopir.tune.farm.Farm]: candidates are compiled by its builders and measured
         by its runners (local processes, or a Dask cluster), ``farm.width`` at a time; the
-        farm's runners check and time them (``runner`` is not used).
+        farm's runners check and time them against the CPU executor, or, with a ``runner``, by
+        its ``measure_module(func, mod) -> ms`` method (the loaded build; a runner without that
+        method is refused with a farm).
     patience
         Stop early after this many measured candidates in a row without a new best (None:
         measure ``trials``).
@@ -231,6 +241,9 @@ def tune(
         raise LoopIRError(f"tune: patience must be a positive int or None, got {patience!r}")
     if target not in ("cpu", "cuda"):
         raise LoopIRError(f"tune: unknown target {target!r}; known targets: cpu, cuda")
+    if farm is not None and runner is not None and not callable(getattr(runner, "measure_module", None)):
+        raise LoopIRError(f"tune: with farm=, runner must have a measure_module(func, mod) method (the farm builds "
+                          f"the candidates, its runners check and time the loaded modules), got {runner!r}")
     if database is not None:
         database = Database.of(database, "tune")
     if target == "cuda" and runner is None and farm is None:
@@ -248,7 +261,7 @@ def tune(
     if farm is not None:
         from loopir.tune.farm import Measure
 
-        job = Measure(sizes, reference=func)
+        job = Measure(sizes, reference=func, runner=runner)
         measure: Callable[[list[PrimFunc]], list[float | LoopIRError]] = lambda fs: farm.measure(fs, job)  # noqa: E731
     else:
         measure = functools.partial(_measure, run, pool=pool)

@@ -6,7 +6,7 @@ import attrs
 import pytest
 
 import loopir
-from loopir.errors import CodegenError
+from loopir.errors import CodegenError, LoopIRError
 from loopir.examples.dense import dense_func
 from loopir.testing import check_equivalent
 from loopir.tune import tune
@@ -85,3 +85,40 @@ def test_builds_run_under_the_callers_pass_context(monkeypatch) -> None:
     farm_mod._build("cpu", spec, FUNC)  # in a builder process, outside the caller's context
     assert seen == [{"tir.enable_local_pad": True}]
     assert spec.disabled_passes == ("Simplify",)
+
+
+@attrs.frozen
+class NumpyChecked:
+    """A runner that checks a build of ``FUNC`` against numpy (not the CPU executor) and gives
+    a time that depends on the candidate's schedule: the characters of its printed IR."""
+
+    def measure_module(self, func, mod) -> float:
+        import os
+
+        import numpy as np
+
+        rng = np.random.default_rng(0)
+        a, b = rng.standard_normal((32, 16), np.float32), rng.standard_normal((16, 48), np.float32)
+        c = np.zeros((32, 48), np.float32)
+        mod(a, b, c)
+        np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+        with open(os.environ["LOOPIR_TEST_MEASURED"], "a") as log:  # which process measured
+            log.write(f"{os.getpid()}\n")
+        return float(len(loopir.script(func)))
+
+
+def test_a_farm_measures_with_the_runners_measure_module(tmp_path, monkeypatch) -> None:
+    log = tmp_path / "measured"
+    monkeypatch.setenv("LOOPIR_TEST_MEASURED", str(log))  # inherited by the farm's processes
+    with local_farm("cpu", builders=2) as farm:
+        res = tune(FUNC, gpu_space, trials=4, population=2, seed=2, farm=farm, runner=NumpyChecked(),
+                   show_progress=False)  # fmt: skip
+    assert len(res.measured) == 4 and len(farm.log) == 4
+    assert res.ms == min(ms for ms, _ in res.measured) == len(loopir.script(res.func))
+    pids = log.read_text().split()
+    assert len(pids) == 4 and len(set(pids)) == 1 and pids[0] != str(__import__("os").getpid())
+
+
+def test_a_farm_refuses_a_runner_without_measure_module() -> None:
+    with local_farm("cpu", builders=1) as farm, pytest.raises(LoopIRError, match="runner must have a measure_module"):
+        tune(FUNC, gpu_space, trials=2, farm=farm, runner=lambda f: 1.0, show_progress=False)
