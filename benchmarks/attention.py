@@ -16,6 +16,10 @@ Then decode (``--decode``; one query per sequence, batch 8, 32 heads, head_dim 1
 and 32k): ``examples.decode_attention`` (one build for every KV length) vs torch SDPA and the
 KV read's bandwidth (K and V bytes over the time); ``--paged`` also over a paged KV cache (the
 same keys in shuffled pages of 16, a page table and per-sequence lengths).
+``--decode-variants '[{"prefetch": "v"}, {"prefetch": "kv"}]'`` times other decode schedules
+(``decode_attention`` keyword arguments) beside the default in the same run: ``decode_variant0``,
+... (and ``paged_variant0``, ... with ``--paged``), each checked first as the rest, with its
+ratio to torch (``decode_variant0_vs_torch``); with ``--smoke`` it builds them too.
 
 ``--variants '[{"block_m": 128}, {"block_m": 128, "min_blocks_per_sm": 2}]'`` times other
 schedules beside the default in the same run (``variant0``, ...; ``min_blocks_per_sm`` is the
@@ -49,6 +53,7 @@ import math
 import shutil
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +99,8 @@ def wgmma_variants(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
 
 def smoke(arch: str, cases: list[tuple[int, int, int, int, bool]], params: dict[str, Any] | None = None,
-          variants: dict[str, dict[str, Any]] | None = None) -> int:  # fmt: skip
+          variants: dict[str, dict[str, Any]] | None = None,
+          decode_variants: list[dict[str, Any]] | None = None) -> int:  # fmt: skip
     from loopir.codegen_cuda import compile_cuda, prepare_function
 
     nvcc = shutil.which("nvcc") is not None
@@ -113,14 +119,18 @@ def smoke(arch: str, cases: list[tuple[int, int, int, int, bool]], params: dict[
                         line += ", wgmma serialized (C7515)"
                 print(line, flush=True)
     b, h, kh, _, d = DECODE[0]  # one build serves every KV length
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        src = prepare_function(decode_attention(b, h, Var("seq_kv"), d, "float16", kh).func).emitted.source
-    line = f"decode b{b}h{h}kv{kh}d{d}: {len(src)} chars of CUDA"
-    if nvcc:
-        res = compile_cuda(src, arch=arch).resources.values()
-        line += f", {arch}: spills {sum(r.spill_store_bytes + r.spill_load_bytes for r in res)}"
-    print(line, flush=True)
+    for i, kw in enumerate([{}, *(decode_variants or [])]):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            src = prepare_function(decode_attention(b, h, Var("seq_kv"), d, "float16", kh, **kw).func).emitted.source
+        label = f" decode_variant{i - 1}" if i else ""
+        line = f"decode b{b}h{h}kv{kh}d{d}{label}: {len(src)} chars of CUDA"
+        if nvcc:
+            res = compile_cuda(src, arch=arch).resources
+            line += f", {arch}: spills {sum(r.spill_store_bytes + r.spill_load_bytes for r in res.values())}"
+            if i:  # the chunks' kernel (the combine's is the default's)
+                line += f", {max(r.registers for r in res.values())} registers"
+        print(line, flush=True)
     return 0
 
 
@@ -254,6 +264,11 @@ def run_case(torch: Any, args: argparse.Namespace, dtype: str, case: tuple[int, 
     return row
 
 
+def _call(mod: Any, *inputs: Any) -> Callable[[Any], Any]:
+    """``mod`` on ``inputs`` and the output ``o``: ``fn(o)``."""
+    return lambda o: mod(*inputs, o)
+
+
 def run_decode(torch: Any, args: argparse.Namespace, mods: dict[str, Any],
                case: tuple[int, int, int, int, int]) -> dict[str, Any]:  # fmt: skip
     b, h, kh, skv, d = case
@@ -264,7 +279,7 @@ def run_decode(torch: Any, args: argparse.Namespace, mods: dict[str, Any],
     ref = torch.nn.functional.scaled_dot_product_attention(q[:1].double(), kr[:1].double(), vr[:1].double())
     mod = mods.setdefault(f"{b}x{h}x{kh}x{d}", loopir.build(decode_attention(b, h, Var("seq_kv"), d, "float16", kh).func,
                                                             target="cuda"))  # fmt: skip
-    impls = {"loopir": lambda o: mod(q, k, v, o),
+    impls: dict[str, Callable[[Any], Any]] = {"loopir": lambda o: mod(q, k, v, o),
              "torch": lambda o: o.copy_(torch.nn.functional.scaled_dot_product_attention(q, kr, vr))}  # fmt: skip
     if args.paged:  # the same keys in a pool of shuffled pages of 16 (vLLM's paged KV cache)
         pages = skv // 16
@@ -278,6 +293,15 @@ def run_decode(torch: Any, args: argparse.Namespace, mods: dict[str, Any],
             decode_attention(b, h, Var("max_pages"), d, "float16", kh, page_size=16, num_pages=Var("num_pages")).func,
             target="cuda"))  # fmt: skip
         impls["paged"] = lambda o: paged(q, kp, vp, table, lens, o)
+    for i, kw in enumerate(args.decode_variants):  # the sweep's schedules, timed beside the default
+        vmod = mods.setdefault(f"{b}x{h}x{kh}x{d} {json.dumps(kw, sort_keys=True)}", loopir.build(
+            decode_attention(b, h, Var("seq_kv"), d, "float16", kh, **kw).func, target="cuda"))  # fmt: skip
+        impls[f"decode_variant{i}"] = _call(vmod, q, k, v)
+        if args.paged:
+            vpaged = mods.setdefault(f"paged{b}x{h}x{kh}x{d} {json.dumps(kw, sort_keys=True)}", loopir.build(
+                decode_attention(b, h, Var("max_pages"), d, "float16", kh, page_size=16, num_pages=Var("num_pages"),
+                                 **kw).func, target="cuda"))  # fmt: skip
+            impls[f"paged_variant{i}"] = _call(vpaged, q, kp, vp, table, lens)
     row: dict[str, Any] = {"case": f"decode b{b}h{h}kv{kh}s{skv}d{d}", "kv_bytes": 2 * b * kh * skv * d * 2}
     for label, fn in impls.items():
         o = torch.full_like(q, float("nan"))
@@ -290,8 +314,13 @@ def run_decode(torch: Any, args: argparse.Namespace, mods: dict[str, Any],
         row[label] = {"ms": ms, "GB/s": row["kv_bytes"] / ms / 1e6, "err": err}
     row["loopir_vs_torch"] = row["torch"]["ms"] / row["loopir"]["ms"]
     paged_line = f"  paged {row['paged']['ms']:.3f} ms {row['paged']['GB/s']:.0f} GB/s" if "paged" in row else ""
+    extra = [label for label in impls if "_variant" in label]
+    for label in extra:
+        row[f"{label}_vs_torch"] = row["torch"]["ms"] / row[label]["ms"]
+    variant_line = "".join(f"  {label} {row[label]['ms']:.3f} ms {row[label]['GB/s']:.0f} GB/s "
+                           f"{row[label + '_vs_torch']:.2f}x" for label in extra)  # fmt: skip
     print(f"{row['case']}: loopir {row['loopir']['ms']:.3f} ms {row['loopir']['GB/s']:.0f} GB/s  torch "
-          f"{row['torch']['ms']:.3f} ms  loopir/torch {row['loopir_vs_torch']:.2f}x{paged_line}", flush=True)
+          f"{row['torch']['ms']:.3f} ms  loopir/torch {row['loopir_vs_torch']:.2f}x{paged_line}{variant_line}", flush=True)
     return row
 
 
@@ -304,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tol", type=float, default=2e-2, help="max abs error against float64")
     ap.add_argument("--decode", action="store_true", help="also the decode cases")
     ap.add_argument("--paged", action="store_true", help="decode: also over a paged KV cache (pages of 16)")
+    ap.add_argument("--decode-variants", type=json.loads, default=[],
+                    help="JSON list of examples.decode_attention keyword arguments (prefetch, splits, ...), "
+                         "each timed as decode_variant<i> beside the default decode (paged_variant<i> with --paged)")  # fmt: skip
     ap.add_argument("--params", type=json.loads, default={},
                     help="JSON of examples.attention keyword arguments (block_m, unroll_rows, ...)")
     ap.add_argument("--variants", type=json.loads, default=[],
@@ -319,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     cases = selected(args.cases)
     if args.smoke:
-        return smoke(args.arch, cases, args.params, wgmma_variants(args))
+        return smoke(args.arch, cases, args.params, wgmma_variants(args), args.decode_variants)
 
     import torch
 

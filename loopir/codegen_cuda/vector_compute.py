@@ -35,7 +35,14 @@ from loopir.ir.expr import LE, LT, And, BufferLoad, IntImm, Not, Or, PrimExpr, S
 from loopir.ir.functor import Mutator, Visitor, collect_vars, post_order_visit, substitute
 from loopir.ir.stmt import BufferStore, For, ForKind, IfThenElse
 
-__all__ = ["emit_unswitched", "emit_vector_accumulate", "vector_compute"]
+__all__ = ["VECTOR_SHARED_KEY", "emit_unswitched", "emit_vector_accumulate", "vector_compute"]
+
+VECTOR_SHARED_KEY = "cuda.vector_shared_loads"
+"""A loop annotation (``sch.annotate(loop, VECTOR_SHARED_KEY, True)``): an unrolled register
+accumulation (``emit_vector_accumulate``) loads its shared-memory operands as vectors too, as it
+does global ones. Opt-in: the shared tiles of GEMMs keep the scalar loads their schedules were
+tuned with; a lane that reads a 16-byte row slice of a shared tile each step (decode attention's
+K / V tiles staged by ``cp.async``) wants one 16-byte load, not eight 2-byte ones."""
 
 
 def _same_load(a: BufferLoad, b: BufferLoad) -> bool:
@@ -294,7 +301,8 @@ def emit_vector_accumulate(em: Any, loop: For) -> bool:
     stores), and none may sit in a lazily evaluated branch; the registers may be of another
     type (fp32 sums of fp16 inputs). Registers are only ever indexed by constants once the lanes
     are unrolled, so they stay in registers. Only loads from global memory are taken: loops over
-    shared-memory tiles (GEMMs) keep their scalar loads.
+    shared-memory tiles (GEMMs) keep their scalar loads, unless the loop carries
+    ``VECTOR_SHARED_KEY``.
     """
     if loop.kind not in (ForKind.UNROLLED, ForKind.VECTORIZED) or not isinstance(loop.extent, IntImm):
         return False
@@ -305,7 +313,8 @@ def emit_vector_accumulate(em: Any, loop: For) -> bool:
         return False
     if any(dt.lanes(i.dtype) != 1 for i in store.indices):
         return False
-    if any(ld.buffer.scope != "global" for ld in _lane_loads(store.value, v)):
+    scopes = ("global", "shared") if loop.annotations.get(VECTOR_SHARED_KEY) else ("global",)
+    if any(ld.buffer.scope not in scopes for ld in _lane_loads(store.value, v)):
         return False  # shared-memory operands (GEMM tiles) keep the loads their schedules were tuned with
     cond = _hoistable_guard(store.value, v)
     if cond is not None:

@@ -33,7 +33,7 @@ def decode_attention(Q: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}"), {KV_PARAMS}, O:
             tmax = T.alloc_buffer(({R},), "float32")
             tsum = T.alloc_buffer(({R},), "float32")
             acc = T.alloc_buffer(({R}, {D}), "float32")
-            for r in range({R}):
+{KV_TILES}            for r in range({R}):
                 with T.block("init_stats"):
                     vr = T.axis.spatial({R}, r)
                     m[vr] = T.min_value("float32")
@@ -43,12 +43,12 @@ def decode_attention(Q: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}"), {KV_PARAMS}, O:
                     vr, vd = T.axis.remap("SS", [r, d])
                     acc[vr, vd] = T.float32(0)
             for j0 in range({TILES}):
-                for r, jj, d in T.grid({R}, {BN}, {D}):
+{KV_LOADS}                for r, jj, d in T.grid({R}, {BN}, {D}):
                     with T.block("S"):
                         vj0, vr, vjj, vd = T.axis.remap("SSSR", [j0, r, jj, d])
                         with T.init():
                             S[vr, vjj] = T.float32(0)
-                        S[vr, vjj] = S[vr, vjj] + T.Cast("float32", Q[vb, {HEAD}, {QPOS}, vd]) * T.Cast("float32", K[{KV_AT}, vd])
+                        S[vr, vjj] = S[vr, vjj] + T.Cast("float32", Q[vb, {HEAD}, {QPOS}, vd]) * T.Cast("float32", {K_READ})
                 for r in range({R}):
                     with T.block("save_max"):
                         vr = T.axis.spatial({R}, r)
@@ -84,7 +84,7 @@ def decode_attention(Q: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}"), {KV_PARAMS}, O:
                 for r, d, jj in T.grid({R}, {D}, {BN}):
                     with T.block("PV"):
                         vj0, vr, vd, vjj = T.axis.remap("SSSR", [j0, r, d, jj])
-                        acc[vr, vd] = acc[vr, vd] + S[vr, vjj] * T.Cast("float32", V[{KV_AT}, vd])
+                        acc[vr, vd] = acc[vr, vd] + S[vr, vjj] * T.Cast("float32", {V_READ})
             for r, d in T.grid({R}, {D}):
                 with T.block("write_part"):
                     vr, vd = T.axis.remap("SS", [r, d])
@@ -126,11 +126,23 @@ def decode_attention(Q: T.Buffer(({B}, {H}, {SQ}, {D}), "{dt}"), {KV_PARAMS}, O:
 _WEIGHT = ("T.if_then_else(M_part[vb, vh, vi, vsp] == T.min_value(\"float32\"), T.float32(0), "
            "T.exp(M_part[vb, vh, vi, vsp] - top[vd]))")
 
+# a staged tile (decode_attention_func(staged=...)): the chunk block's buffer of the tile's rows
+# and the block that copies them, first in the tile (the copies decode_attention(prefetch=...)
+# pipelines); the dot products / P V then read the copy
+_TILE_BUF = '            {X}_s = T.alloc_buffer(({BN}, {D}), "{dt}")\n'
+_TILE_LOAD = '''                for jj, d in T.grid({BN}, {D}):
+                    with T.block("{X}_load"):
+                        vj0, vjj, vd = T.axis.remap("SSS", [j0, jj, d])
+                        {X}_s[vjj, vd] = {X}[{KV_AT}, vd]
+'''
+#: the values of ``staged`` (decode_attention_func) and ``prefetch`` (decode_attention)
+_STAGED = ("k", "v", "kv")
+
 
 def decode_attention_func(batch: int, heads: int, seq_kv: int | Var, head_dim: int, dtype: str = "float16",
                           kv_heads: int | None = None, *, splits: int = 8, block_n: int = 64, seq_q: int = 1,
                           causal: bool = False, page_size: int | None = None,
-                          num_pages: int | Var | None = None) -> PrimFunc:  # fmt: skip
+                          num_pages: int | Var | None = None, staged: str | None = None) -> PrimFunc:  # fmt: skip
     """Decode attention (one query per sequence) as flash-decoding: the keys split into
     ``splits`` chunks, each chunk's partial softmax (running maximum, sum and output, blocks
     under ``split``, one per batch, KV head and chunk: the query heads of a KV head's group
@@ -159,6 +171,12 @@ def decode_attention_func(batch: int, heads: int, seq_kv: int | Var, head_dim: i
     Every entry of ``PT`` a sequence reads (its first page even with no key) must be a page of
     the pool; the rest of the table is not read. Indices are 32-bit: a pool of at most 2^31
     elements.
+
+    ``staged`` (``None``, ``"k"``, ``"v"`` or ``"kv"``): the named tiles are first copied, at the
+    start of each KV tile, into a ``(block_n, head_dim)`` buffer of the chunk block (``K_s`` /
+    ``V_s``, by the blocks ``K_load`` / ``V_load``, K's first) that the dot products / ``P V``
+    then read: the same values, in a form whose copies a schedule can stage through shared
+    memory and pipeline (``decode_attention(prefetch=...)``). ``None``: no copy.
     """
     from loopir.script import from_source
 
@@ -170,6 +188,8 @@ def decode_attention_func(batch: int, heads: int, seq_kv: int | Var, head_dim: i
         raise _fail(f"seq_q must be a positive int (the queries of a decode step), got {seq_q!r}")
     if not isinstance(causal, bool):
         raise _fail(f"causal must be a bool, got {causal!r}")
+    if staged is not None and staged not in _STAGED:
+        raise _fail(f"staged must be None or one of {', '.join(map(repr, _STAGED))}, got {staged!r}")
     skv = _size("seq_kv", seq_kv)
     # a chunk of whole tiles: ceil(ceil(seq_kv / splits) / block_n) tiles
     tiles = f"T.ceildiv(T.ceildiv({skv}, {splits}), {block_n})"
@@ -189,6 +209,12 @@ def decode_attention_func(batch: int, heads: int, seq_kv: int | Var, head_dim: i
     if page_size is not None:
         fields.update(_paged_fields(batch, kv_heads, head_dim, dtype, splits, block_n, seq_q, causal, seq_kv,
                                     page_size, num_pages, qpos))  # fmt: skip
+    tiles_of = [x for x in "KV" if staged is not None and x.lower() in staged]
+    fields.update(
+        KV_TILES="".join(_TILE_BUF.format(X=x, BN=block_n, D=head_dim, dt=dtype) for x in tiles_of),
+        KV_LOADS="".join(_TILE_LOAD.format(X=x, BN=block_n, D=head_dim, KV_AT=fields["KV_AT"]) for x in tiles_of),
+        **{f"{x}_READ": f"{x}_s[vjj, vd]" if x in tiles_of else f"{x}[{fields['KV_AT']}, vd]" for x in "KV"},
+    )
     return from_source(_DECODE.format(**fields), env=size_env(seq_kv=seq_kv, max_pages=seq_kv, num_pages=num_pages))
 
 
@@ -218,7 +244,7 @@ def _paged_fields(batch: int, kv_heads: int, head_dim: int, dtype: str, splits: 
 def decode_attention(batch: int, heads: int, seq_kv: int | Var, head_dim: int, dtype: str = "float16",
                      kv_heads: int | None = None, *, splits: int | None = None, seq_q: int = 1,
                      causal: bool = False, page_size: int | None = None,
-                     num_pages: int | Var | None = None) -> Schedule:  # fmt: skip
+                     num_pages: int | Var | None = None, prefetch: str | None = None) -> Schedule:  # fmt: skip
     """[`decode_attention_func`][loopir.examples.decode.decode_attention_func] scheduled for
     the GPU: a thread block of ``lanes = head_dim / vec`` threads (``vec``: the elements of a
     16-byte load, fewer where they do not divide ``head_dim``; 16 lanes, half a warp, at
@@ -244,13 +270,32 @@ def decode_attention(batch: int, heads: int, seq_kv: int | Var, head_dim: int, d
     spill about 128 bytes (correct, slower). ``page_size`` and ``num_pages``: a paged KV cache
     (``decode_attention_func``), the same schedule, each key's row found through the page table.
 
+    ``prefetch`` (default ``None``: the schedule above) keeps more of the KV read in flight:
+    the named tiles (``"v"``, ``"k"`` or ``"kv"``) are fetched one KV tile ahead into shared
+    memory by ``cp.async`` (``decode_attention_func(staged=...)``: blocks ``K_load`` /
+    ``V_load``, a two-stage software pipeline of the KV loop, each tile double-buffered), lane
+    ``t`` copying the 16 bytes of each row it reads later (a 16-byte shared load a key). With
+    ``"v"`` the next tile's ``V`` is in flight while this tile's K loads, dot products and
+    softmax run, instead of ``V`` being loaded only after the softmax; ``"kv"`` fetches both
+    (16 KB of shared memory a tile pair at head_dim 128 in 16 bits: 32 KB a block, fewer
+    resident blocks, no K registers in flight); ``"k"`` only K. The prologue fetches the first
+    tile, the last tile's compute is an epilogue (any tile count: symbolic lengths, chunks past
+    the keys), paged caches included. Registers at head_dim 128, sm_90a, nvcc 13.0 (one query,
+    fp16 / bf16; GQA 4:1, or 4 rows a block): ``None`` 151 / 147, 210; ``"v"`` 150 / 142, 190;
+    ``"kv"`` 118 / 111, 254; ``"k"`` 146 / 140, 255; no spills. Unmeasured: which is fastest on
+    an H200 is not known yet (``benchmarks/attention.py --decode --decode-variants``).
+
     Raises
     ------
     ScheduleError
-        A bad argument (named; see ``decode_attention_func``).
+        A bad argument (named; see ``decode_attention_func``), or a ``prefetch`` other than
+        ``None``, ``"k"``, ``"v"`` and ``"kv"``.
     """
     kv_heads = heads if kv_heads is None else kv_heads
     _check(batch, heads, head_dim, dtype, kv_heads, 1, 1)
+    if prefetch is not None and prefetch not in _STAGED:
+        raise _fail(f"prefetch must be None or one of {', '.join(map(repr, _STAGED))} (the tiles fetched "
+                    f"a tile ahead), got {prefetch!r}")  # fmt: skip
     vec = _vector(head_dim, dtype)
     lanes, group = head_dim // vec, heads // kv_heads
     if splits is None:
@@ -261,7 +306,7 @@ def decode_attention(batch: int, heads: int, seq_kv: int | Var, head_dim: int, d
     keys = lanes * rounds  # a tile's keys
     sch = Schedule(decode_attention_func(batch, heads, seq_kv, head_dim, dtype, kv_heads, splits=splits,
                                          block_n=keys, seq_q=seq_q, causal=causal, page_size=page_size,
-                                         num_pages=num_pages))  # fmt: skip
+                                         num_pages=num_pages, staged=prefetch))  # fmt: skip
     split = sch.get_block("split")
     b, kh, sp = sch.get_loops(split)
     sch.bind(sch.fuse(b, kh), "blockIdx.y")
@@ -328,6 +373,8 @@ def decode_attention(batch: int, heads: int, seq_kv: int | Var, head_dim: int, d
     # the softmax's exponentials as ex2.approx (their error is far below fp16's)
     for name in ("P", "new_sum", "rescale", "combine"):
         sch.annotate(sch.get_block(name), "loopir.fast_math", True)
+    if prefetch is not None:
+        _pipeline_tiles(sch, prefetch, lanes, vec)
     combine = sch.get_block("combine")
     sch.bind(sch.fuse(*sch.get_loops(combine)), "blockIdx.x")
     # each column's thread computes the chunks' weights itself (a few chunks): registers
@@ -338,6 +385,36 @@ def decode_attention(batch: int, heads: int, seq_kv: int | Var, head_dim: int, d
     for name in ("total", "merge", "O"):  # under the same column loop: its registers
         sch.reverse_compute_at(sch.get_block(name), column)
     return sch
+
+
+def _pipeline_tiles(sch: Schedule, prefetch: str, lanes: int, vec: int) -> None:
+    """``decode_attention(prefetch=...)``: the staged tiles (``K_load`` / ``V_load``, first in
+    the KV loop's body) copied into shared memory by ``cp.async``, lane ``t`` copying the
+    columns it reads later (16 bytes a key), one KV tile ahead: a two-stage pipeline of the
+    ``j0`` loop whose copies of tile ``j0 + 1`` are in flight while tile ``j0`` computes."""
+    from loopir.codegen_cuda.vector_compute import VECTOR_SHARED_KEY
+    from loopir.ir.stmt import For, SeqStmt
+
+    copies = [f"{x}_load" for x in "KV" if x.lower() in prefetch]
+    for name in copies:
+        load = sch.get_block(name)
+        sch.set_scope(load, f"{name[0]}_s", "shared")
+        jj_, d_ = sch.get_loops(load)[-2:]
+        dx, dv = sch.split(d_, [lanes, vec])
+        sch.reorder(dx, jj_, dv)
+        sch.bind(dx, "threadIdx.x")
+        sch.unroll(jj_)
+        sch.vectorize(dv)
+    # the dot products / P V read their lane's 16 bytes of a staged row as one vector
+    for x, reader in (("k", "S_rf"), ("v", "PV")):
+        if x in prefetch:
+            sch.annotate(sch.get_loops(sch.get_block(reader))[-1], VECTOR_SHARED_KEY, True)
+    j0 = sch.get_loops(sch.get_block(copies[0]))[0]
+    loop = sch.get(j0)
+    assert isinstance(loop, For)
+    n = len(loop.body.seq) if isinstance(loop.body, SeqStmt) else 1
+    sch.annotate(j0, "software_pipeline_stage", [0] * len(copies) + [1] * (n - len(copies)))
+    sch.annotate(j0, "software_pipeline_async_stages", [0])
 
 
 def _vector(head_dim: int, dtype: str) -> int:

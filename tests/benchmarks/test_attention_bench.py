@@ -38,3 +38,19 @@ def test_smoke_builds_the_wgmma_variants(capsys: pytest.CaptureFixture[str]) -> 
             assert f"{dtype} b4h32s1024d64{label}: " in out
     if shutil.which("nvcc") is not None:
         assert out.count("spills 0/0") == 18 and "C7515" not in out, out
+
+
+def test_smoke_builds_the_decode_variants(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--decode-variants`` (decode_attention keyword arguments) beside the default decode, each
+    race checked and compiled; a bad keyword value is refused by the schedule."""
+    from loopir.errors import ScheduleError
+
+    bench = load_script("attention")
+    assert bench.main(["--smoke", "--cases", "none", "--decode-variants", '[{"prefetch": "v"}, {"prefetch": "kv"}]']) == 0
+    out = capsys.readouterr().out
+    for label in ("", " decode_variant0", " decode_variant1"):
+        assert f"decode b8h32kv32d128{label}: " in out
+    if shutil.which("nvcc") is not None:
+        assert out.count(": spills 0") == 3 and out.count(" registers") == 2, out
+    with pytest.raises(ScheduleError, match="prefetch must be None or one of"):
+        bench.main(["--smoke", "--cases", "none", "--decode-variants", '[{"prefetch": "q"}]'])
