@@ -56,6 +56,18 @@ class Scope(Protocol):
 FAST_F32 = {"fast_exp": "__expf", "fast_log": "__logf"}
 #: log2(e): ``exp(x) = exp2(x * LOG2E)``
 LOG2E = 1.4426950408889634
+#: ``2^x`` as ``ex2.approx.ftz.f32`` (one ``MUFU.EX2``), the folded ``fast_exp``'s function in
+#: kernels: CUDA's ``exp2f`` is the non-``ftz`` ``ex2.approx.f32``, which ptxas wraps in a range
+#: fix-up for subnormal results (a compare and two predicated multiplies around the MUFU), as
+#: ``__expf`` is not; a softmax's exponentials are where an attention kernel issues most
+EX2_FTZ = "loopir_ex2"
+FAST_MATH_HELPERS = f"""\
+// 2^x, results under 2^-126 flushed to 0 (loopir.passes.fast_math: the folded fast_exp)
+__device__ __forceinline__ float {EX2_FTZ}(float x) {{
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}}"""
 
 
 def _is_lowp(dtype: str) -> bool:
@@ -70,24 +82,29 @@ class ExprPrinter(CPrinter):
     def __init__(self, emitter: Scope) -> None:
         self.em = emitter
         self.uses_floor_helpers = False
+        self.uses_ex2 = False  # the translation unit then defines EX2_FTZ
+        self.device_code = True  # False: the host program's printer (no device helpers there)
 
     def _exp2_fold(self, x: PrimExpr) -> str | None:
-        """``fast_exp(a * c - b)`` (``c`` a constant, or absent) as ``exp2f(fmaf(a, c * LOG2E, -b
-        * LOG2E))``: one FFMA and ``ex2.approx`` where ``__expf`` takes a subtraction, a multiply
-        and the same ``ex2.approx`` (``b``, a row maximum, is loop-invariant: its product is
-        hoisted), as FlashAttention and Triton fold the softmax scale. The folded argument
-        differs from ``(a * c - b) * LOG2E`` by rounding: at most ``2^-24 * LOG2E * (|b| + |a *
-        c - b|)`` (see loopir.passes.fast_math). None if ``x`` is not a difference."""
+        """``fast_exp(a * c - b)`` (``c`` a constant, or absent) as ``loopir_ex2(fmaf(a, c *
+        LOG2E, -b * LOG2E))``: one FFMA and one ``ex2.approx.ftz`` where ``__expf`` takes a
+        subtraction, a multiply and the same ``ex2.approx.ftz`` (``b``, a row maximum, is
+        loop-invariant: its product is hoisted), as FlashAttention and Triton fold the softmax
+        scale. The folded argument differs from ``(a * c - b) * LOG2E`` by rounding: at most
+        ``2^-24 * LOG2E * (|b| + |a * c - b|)`` (see loopir.passes.fast_math). In host code
+        ``exp2f``. None if ``x`` is not a difference."""
         if not isinstance(x, Sub) or x.dtype != "float32":
             return None
         a, scale = x.a, 1.0
         if isinstance(x.a, Mul) and isinstance(x.a.b, FloatImm):
             a, scale = x.a.a, x.a.b.value
+        fn = EX2_FTZ if self.device_code else "exp2f"
+        self.uses_ex2 |= self.device_code
         log2e = self.print(FloatImm(LOG2E, "float32"))
         if isinstance(a, FloatImm) and a.value == 0.0:  # exp(-b) (a SiLU's): one multiply
-            return f"exp2f(-({self.print(x.b)}) * {log2e})"
+            return f"{fn}(-({self.print(x.b)}) * {log2e})"
         factor = self.print(FloatImm(scale * LOG2E, "float32"))
-        return f"exp2f(fmaf({self.print(a)}, {factor}, -({self.print(x.b)}) * {log2e}))"
+        return f"{fn}(fmaf({self.print(a)}, {factor}, -({self.print(x.b)}) * {log2e}))"
 
     def print_prec(self, e: PrimExpr) -> Printed:
         if dt.lanes(e.dtype) > 1 and not isinstance(e, (Ramp, Broadcast)):

@@ -128,6 +128,7 @@ class _HostEmitter(CodeWriter):
         self.names.used |= {f"{k.name}_smem" for k in emitted.kernels}
         self.env: dict[Var, an.Bound] = {}
         self.printer = ExprPrinter(self)
+        self.printer.device_code = False
         self.lines: list[str] = []
         self.indent = 1
         self.size_vars = size_vars_of(func)

@@ -14,6 +14,7 @@ from loopir.codegen_cuda import shared_memory as smem
 from loopir.codegen_cuda.allreduce import ALLREDUCE_HELPERS
 from loopir.codegen_cuda.async_copy import ASYNC_HELPERS
 from loopir.codegen_cuda.emitter import KernelEmitter
+from loopir.codegen_cuda.exprs_cuda import FAST_MATH_HELPERS
 from loopir.codegen_cuda.source import EmitResult, KernelSource
 from loopir.codegen_cuda.split import HostDeviceSplitter, KernelSpec, shape_vars
 from loopir.codegen_cuda.tensor_core import TENSOR_CORE_HELPERS
@@ -117,13 +118,14 @@ def emit_cuda(func: PrimFunc, min_blocks_per_sm: int | None = None) -> EmitResul
     texts: list[str] = []
     kernels: list[KernelSource] = []
     fp16 = bf16 = False
-    helpers = allreduce = async_copies = tensor_cores = tma = False
+    helpers = allreduce = async_copies = tensor_cores = tma = ex2 = False
     wgmma: set[tuple[str, int, int, str, str]] = set()
     for spec in splitter.kernels:
         em, text, info = _emit_kernel(func, spec, size_vars, min_blocks_per_sm)
         fp16 |= em.uses_fp16
         bf16 |= em.uses_bf16
         helpers |= em.printer.uses_floor_helpers
+        ex2 |= em.printer.uses_ex2
         allreduce |= em.uses_allreduce
         async_copies |= em.uses_async
         tensor_cores |= em.uses_tensor_core
@@ -141,6 +143,9 @@ def emit_cuda(func: PrimFunc, min_blocks_per_sm: int | None = None) -> EmitResul
     if helpers:
         parts.append(FLOOR_HELPERS.rstrip("\n"))
         preamble.append(FLOOR_HELPERS.rstrip("\n"))
+    if ex2:
+        parts.append(FAST_MATH_HELPERS)
+        preamble.append(FAST_MATH_HELPERS)
     if allreduce:
         parts.append(ALLREDUCE_HELPERS)
         preamble.append(ALLREDUCE_HELPERS)

@@ -22,7 +22,7 @@ the one the lane holding ``(i, j)`` will hold), per KV tile:
 It computes what the default program does up to rounding: the maximum is taken over the
 unscaled scores (the scale is positive, so the maximum is the same key's) and the scale is
 applied inside the exponentials, where fast math folds it with ``log2(e)`` and the maximum
-into one FFMA per score, ``exp2f(fmaf(S, scale * log2(e), -m * scale * log2(e)))``, as
+into one FFMA per score, ``loopir_ex2(fmaf(S, scale * log2(e), -m * scale * log2(e)))`` (``ex2.approx.ftz``), as
 FlashAttention 2 does (``softmax_scale_log2``): no multiplication by the scale per score.
 
 [`schedule_fragments`][loopir.examples.attention_fragments.schedule_fragments] schedules it

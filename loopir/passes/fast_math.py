@@ -10,7 +10,7 @@ computes in float32):
 | before | after | CUDA | error (CUDA Programming Guide, intrinsic functions) |
 | --- | --- | --- | --- |
 | ``T.exp(x)`` | ``T.fast_exp(x)`` | ``__expf(x)`` | ``ex2.approx.ftz.f32(x * log2(e))``: at most ``2 + floor(abs(1.173 x))`` ulp; results under 2^-126 flush to 0 |
-| ``T.exp(a * c - b)`` (float32, ``c`` a constant or absent) | ``T.fast_exp(a * c - b)`` | ``exp2f(fmaf(a, c * log2(e), -b * log2(e)))`` | ``ex2.approx``'s 2 ulp plus ``abs(a c) + abs(b) + abs(a c - b)`` ulp from rounding the folded argument (one FFMA instead of a subtraction and two multiplies: the softmax scale and maximum folded as FlashAttention does) |
+| ``T.exp(a * c - b)`` (float32, ``c`` a constant or absent) | ``T.fast_exp(a * c - b)`` | ``loopir_ex2(fmaf(a, c * log2(e), -b * log2(e)))`` (``ex2.approx.ftz.f32``) | ``ex2.approx``'s 2 ulp plus ``abs(a c) + abs(b) + abs(a c - b)`` ulp from rounding the folded argument (one FFMA instead of a subtraction and two multiplies: the softmax scale and maximum folded as FlashAttention does); results under 2^-126 flush to 0, as ``__expf``'s |
 | ``T.log(x)`` | ``T.fast_log(x)`` | ``__logf(x)`` | absolute 2^-21.41 for x in [0.5, 2], else 3 ulp |
 | ``a / b`` | ``T.fast_div(a, b)`` | ``__fdividef(a, b)`` | 2 ulp for 2^-126 <= abs(b) <= 2^126; 0 for larger abs(b) |
 

@@ -212,7 +212,7 @@ def test_gpu_schedule_resources() -> None:
     assert kernel.shared_bytes + kernel.dynamic_shared_bytes <= 227 * 1024 - 16 * 1024
     src = emitted.source
     assert "loopir_allreduce<32>" in src and "loopir_cp_async<16>" in src and "*(uint4*)(Q_s" in src
-    assert "exp2f(fmaf(" in src and "__fdividef(" in src  # exp(S * scale - m): one FFMA and ex2.approx
+    assert "loopir_ex2(fmaf(" in src and "__fdividef(" in src  # exp(S * scale - m): one FFMA and ex2.approx
     assert re.search(r"(?<![\w])expf\(", src) is None
 
 

@@ -123,7 +123,7 @@ def test_decode_split_kernel_reads_kv_as_16_byte_vectors() -> None:
     assert "const uint4 V_v = *(const uint4*)(V + " in split
     assert "float S_rf_local[32];" in split and "float acc[8];" in split  # registers
     assert split.count("loopir_allreduce<16>") == 2  # the tile's maximum and sum
-    assert "exp2f(fmaf(" in split and " expf(" not in split and "(expf(" not in split  # the folded ex2.approx
+    assert "loopir_ex2(fmaf(" in split and " expf(" not in split and "(expf(" not in split  # the folded ex2.approx
 
 
 def test_decode_default_splits() -> None:

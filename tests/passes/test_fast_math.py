@@ -81,13 +81,13 @@ def test_the_cuda_text_and_a_script_round_trip() -> None:
     with loopir.PassContext(config={FAST_MATH_KEY: True}):
         soft = emit_cuda(loopir.lower(softmax_func(4, 64), target="cuda")).source
     # exp(X - M): the subtraction folded into the ex2's scaling (one FFMA), not __expf(X - M)
-    assert "exp2f(fmaf(X[" in soft and "__expf" not in soft, soft
+    assert "loopir_ex2(fmaf(X[" in soft and "__expf" not in soft, soft
     X = te.placeholder((64,), "float16", name="X")
     silu = te.compute((64,), lambda i: (X[i].astype("float32") / (1.0 + te.exp(-X[i].astype("float32")))), name="Y")
     with loopir.PassContext(config={FAST_MATH_KEY: True}):
         text = emit_cuda(loopir.lower(te.create_prim_func([X, silu]), target="cuda")).source
     # exp(0 - x): one multiply into the ex2, no FFMA with a zero operand
-    assert "exp2f(-(((float)X[" in text and "fmaf(0.0f" not in text, text
+    assert "loopir_ex2(-(((float)X[" in text and "fmaf(0.0f" not in text, text
     f = fast_math(softmax_func(4, 64))
     loopir.assert_structural_equal(loopir.script.from_source(f.script()), f)
 
@@ -99,6 +99,49 @@ def test_fast_kernels_compile(tmp_path) -> None:
     with loopir.PassContext(config={FAST_MATH_KEY: True}):
         for f in (_exp_log_div(), softmax_func(8, 1024, "float16"), softmax_func(8, 1024, "bfloat16")):
             compile_cuda(emit_cuda(loopir.lower(f, target="cuda")).source, arch="sm_90a", cache_dir=tmp_path)
+
+
+@pytest.mark.nvcc
+def test_the_folded_exponential_is_one_ftz_ex2(tmp_path) -> None:
+    """CUDA's ``exp2f`` is the non-``ftz`` ``ex2.approx.f32`` (a range fix-up around each MUFU
+    in SASS); the fold prints ``loopir_ex2``, whose PTX is ``ex2.approx.ftz.f32`` only."""
+    import shutil
+    import subprocess
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH")
+    with loopir.PassContext(config={FAST_MATH_KEY: True}):
+        src = emit_cuda(loopir.lower(softmax_func(8, 1024, "float16"), target="cuda")).source
+    assert "loopir_ex2(fmaf(" in src and "exp2f" not in src
+    cu, ptx = tmp_path / "softmax.cu", tmp_path / "softmax.ptx"
+    cu.write_text(src)
+    subprocess.run(["nvcc", "-ptx", "-arch=sm_90a", "-O3", "-o", str(ptx), str(cu)], check=True, capture_output=True)
+    ex2 = re.findall(r"\bex2\.[a-z0-9.]+", ptx.read_text())
+    assert ex2 and set(ex2) == {"ex2.approx.ftz.f32"}, sorted(set(ex2))
+
+
+@pytest.mark.gpu
+def test_gpu_folded_exponentials_under_2_to_the_minus_126_flush_to_zero() -> None:
+    """The documented flush of ``loopir_ex2``: ``exp(a c - b)`` below 2^-126 is 0 (``__expf``'s
+    behaviour), just above it the 2-ulp result."""
+    n = 4096
+    b = np.linspace(80.0, 110.0, n).astype("float32")  # exp(-b): 2^-115 ... 2^-159
+    x = np.full(n, 0.5, "float32")
+    X, B = te.placeholder((n,), "float32", name="X"), te.placeholder((n,), "float32", name="B")
+    F = te.compute((n,), lambda i: te.exp(X[i] * 0.5 - B[i]), name="F")
+    with loopir.PassContext(config={FAST_MATH_KEY: True}):
+        mod = loopir.build(te.create_prim_func([X, B, F]), target="cuda")
+    assert "loopir_ex2(fmaf(" in mod.source
+    f = np.full(n, np.nan, "float32")
+    mod(x, b, f)
+    exact = np.exp(0.25 - b.astype("float64"))
+    tiny, normal = exact < 2.0**-126 * 0.99, exact > 2.0**-126 * 1.01  # clear of the boundary's rounding
+    assert tiny.sum() > n // 2 and normal.sum() > n // 8
+    assert (f[tiny] == 0).all(), f[tiny][:5]
+    # above it the fold's documented bound: 2 ulp plus |a c| + |b| + |a c - b| ulp
+    ulps = np.abs(f[normal] - exact[normal]) / np.spacing(exact[normal].astype("float32")).astype("float64")
+    bd = b[normal].astype("float64")
+    assert (ulps <= 2 + 0.25 + bd + np.abs(0.25 - bd) + 0.5).all(), ulps.max()
 
 
 @pytest.mark.gpu
@@ -118,7 +161,7 @@ def test_gpu_results_within_the_documented_bounds() -> None:
     with loopir.PassContext(config={FAST_MATH_KEY: True}):
         mod = loopir.build(te.create_prim_func([X, B, E, L, Q, F, N]), target="cuda")
     # B is read straight (B[i]) or through the vector loads' registers (B_v_0)
-    assert "__expf" in mod.source and "exp2f(fmaf(" in mod.source and re.search(r"exp2f\(-\(B(\[|_v_)", mod.source)
+    assert "__expf" in mod.source and "loopir_ex2(fmaf(" in mod.source and re.search(r"loopir_ex2\(-\(B(\[|_v_)", mod.source)
     b = rng.uniform(-20.0, 20.0, n).astype("float32")
     e, lg, q, fo, ne = (np.full(n, np.nan, "float32") for _ in range(5))
     mod(x, b, e, lg, q, fo, ne)
@@ -136,7 +179,7 @@ def test_gpu_results_within_the_documented_bounds() -> None:
     assert (ulps(lg, np.log(arg))[~near] <= 3.5).all()
     den = (xd * xd + 1.5).astype("float32").astype("float64")  # nvcc contracts x * x + 1.5 to one fma
     assert (ulps(q, xd / den) <= 2.5).all()
-    # the fold: 2 ulp of exp2f, plus |a c| + |b| + |a c - b| ulp from rounding the argument
+    # the fold: 2 ulp of ex2.approx, plus |a c| + |b| + |a c - b| ulp from rounding the argument
     ac, bd = (xd * np.float64(np.float32(0.3))), b.astype("float64")
     fold_ok = ulps(fo, np.exp(ac - bd)) <= 2 + np.abs(ac) + np.abs(bd) + np.abs(ac - bd) + 0.5
     assert fold_ok.all(), (x[~fold_ok][:5], b[~fold_ok][:5])
