@@ -282,8 +282,10 @@ def decode_attention(batch: int, heads: int, seq_kv: int | Var, head_dim: int, d
     tile, the last tile's compute is an epilogue (any tile count: symbolic lengths, chunks past
     the keys), paged caches included. Registers at head_dim 128, sm_90a, nvcc 13.0 (one query,
     fp16 / bf16; GQA 4:1, or 4 rows a block): ``None`` 151 / 147, 210; ``"v"`` 150 / 142, 190;
-    ``"kv"`` 118 / 111, 254; ``"k"`` 146 / 140, 255; no spills. Unmeasured: which is fastest on
-    an H200 is not known yet (``benchmarks/attention.py --decode --decode-variants``).
+    ``"kv"`` 118 / 111, 254; ``"k"`` 146 / 140, 255; no spills. On the H200 (batch 8, 32 heads, fp16,
+    ``docs/benchmarks.md`` session 18) none is faster everywhere: ``"k"`` is 4.5 % faster at a
+    KV length of 32k and 1 % slower at 4k, ``"v"`` and ``"kv"`` equal or slower; so the default
+    stays ``None``.
 
     Raises
     ------
