@@ -16,14 +16,19 @@ from loopir.ir.expr import (
     Add,
     And,
     Cast,
+    Div,
     FloatImm,
+    FloorDiv,
+    FloorMod,
     IntImm,
+    Max,
+    Min,
     Mul,
     PrimExpr,
     Sub,
     Var,
 )
-from loopir.ir.functor import collect_vars, substitute
+from loopir.ir.functor import collect_vars, post_order_visit, substitute
 
 
 def linear_coeff(e: PrimExpr, v: Var) -> int | None:
@@ -141,3 +146,59 @@ def match_int(a: PrimExpr, b: PrimExpr) -> tuple[PrimExpr, PrimExpr]:
         return Cast(wide, x)
 
     return conv(a), conv(b)
+
+
+def _plain_index(e: PrimExpr) -> bool:
+    """Whether ``e`` is integer arithmetic on variables and constants only: no load, call or
+    select, and divisions by positive constants only (so it can be evaluated anywhere)."""
+    ok = True
+
+    def f(n: object) -> None:
+        nonlocal ok
+        if isinstance(n, (FloorDiv, FloorMod, Div)):
+            ok &= isinstance(n.b, IntImm) and n.b.value > 0
+        elif not isinstance(n, (Var, IntImm, Add, Sub, Mul, Min, Max)):
+            ok = False
+
+    post_order_visit(e, f)
+    return ok
+
+
+def _scale(x: PrimExpr, c: IntImm) -> PrimExpr:
+    """``x * c``, with ``(y * k) * c`` as ``y * (k * c)``."""
+    if isinstance(x, Mul) and isinstance(x.b, IntImm) and x.b.dtype == c.dtype:
+        return mul(x.a, IntImm(x.b.value * c.value, c.dtype))
+    return mul(x, c)
+
+
+def split_invariant(
+    e: PrimExpr, inner: frozenset[Var], outer: frozenset[Var]
+) -> tuple[PrimExpr, PrimExpr] | None:
+    """``(base, offset)`` with ``e == base + offset``: ``base`` reads only ``outer`` variables,
+    ``offset`` only ``inner`` ones (constants once their loops are unrolled); None if some term
+    mixes both or reads anything else.
+
+    Only sums and products by integer constants are distributed, which is exact in wrapping
+    integer arithmetic as well, so the two parts add up to ``e``'s value in ``e``'s type.
+    """
+    if not _plain_index(e):
+        return None
+    zero = IntImm(0, e.dtype)
+    vs = set(collect_vars(e))
+    if not vs & inner:
+        return (e, zero) if vs <= outer else None
+    if vs <= inner:
+        return zero, e
+    if isinstance(e, (Add, Sub)):
+        a, b = split_invariant(e.a, inner, outer), split_invariant(e.b, inner, outer)
+        if a is None or b is None:
+            return None
+        if isinstance(e, Add):
+            return add(a[0], b[0]), add(a[1], b[1])
+        return (fold_constants(Sub(a[0], b[0])), fold_constants(Sub(a[1], b[1])))
+    if isinstance(e, Mul):
+        c, x = (e.a, e.b) if isinstance(e.a, IntImm) else (e.b, e.a)
+        if isinstance(c, IntImm):
+            s = split_invariant(x, inner, outer)
+            return None if s is None else (_scale(s[0], c), _scale(s[1], c))
+    return None

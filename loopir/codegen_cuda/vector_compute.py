@@ -215,6 +215,7 @@ def _vector_loads(em: Any, value: PrimExpr, v: Var, lanes: int) -> tuple[list[st
     for idx, (load, c, off) in enumerate(offsets):
         name = em.buffer_name(load.buffer)
         tmp = em.names.get(object(), f"{name}_v")
+        name, off = em.global_ptr(load.buffer, off)
         elem = ctype(load.buffer.dtype)
         sconst = "const " if load.buffer.scope == "global" and load.buffer not in em.spec.written else ""
         guard = guards.get(idx)
@@ -278,6 +279,7 @@ def vector_compute(em: Any, store: BufferStore, v: Var, lanes: int) -> str | Non
     lines, loads, lane_vars = found
     dname = em.buffer_name(dst)
     res = em.names.get(object(), f"{dname}_v")
+    dname, doff = em.global_ptr(dst, doff)
     elem = ctype(dst.dtype)
     lines.append(f"{carrier} {res};")
     lines.append(f"{elem}* {res}_l = reinterpret_cast<{elem}*>(&{res});")

@@ -92,6 +92,19 @@ register_config(
     "stage_row_registers); off: on the H200 it measured the same as the plain rule",
 )
 
+#: CUDA codegen: global addresses in short unrolled loops as a pointer hoisted before the loop plus
+#: a constant (see ``KernelEmitter.global_ptr``)
+HOIST_GLOBAL_BASE_KEY = "cuda.hoist_global_base"
+register_config(
+    HOIST_GLOBAL_BASE_KEY,
+    bool,
+    True,
+    "CUDA codegen: in a loop nest of constant extents that nvcc unrolls, print a vector or "
+    "cp.async access of a global buffer as a pointer to its loop-invariant part, declared before "
+    "the loop, plus the part that reads the loop variables (a constant once unrolled: ptxas "
+    "folds it into the access's immediate offset instead of a 64-bit address per access)",
+)
+
 # Defined by the CUDA backend (loopir.codegen_cuda.cutlass.offload, .default_schedule); optional.
 declare_pass("GemmOffload", required=False)
 declare_pass("DefaultGPUSchedule", required=False)
