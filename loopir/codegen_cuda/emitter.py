@@ -38,7 +38,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 from loopir.codegen_cuda import analysis as an
 from loopir.codegen_cuda import shared_memory as smem
@@ -48,6 +47,15 @@ from loopir.codegen_cuda.async_copy import (
     async_scalar_store,
     async_vector_text,
 )
+from loopir.codegen_cuda.base_pointers import (
+    AUTO_UNROLL_MAX_TRIPS,
+    BaseFrame,
+    base_frame,
+    frame_thread,
+    global_ptr,
+    hoist_frame_loop,
+    trip_count,
+)
 from loopir.codegen_cuda.ctypes import ctype, vector_carrier
 from loopir.codegen_cuda.exprs_cuda import ExprPrinter
 from loopir.codegen_cuda.indexing import (
@@ -56,7 +64,6 @@ from loopir.codegen_cuda.indexing import (
     lane_invariant,
     linear_coeff,
     mul,
-    split_invariant,
     vector_splat,
 )
 from loopir.codegen_cuda.registers import REG_CARRIERS, predicated_register_load, register_offset
@@ -115,27 +122,11 @@ DYNAMIC_SMEM = "loopir_smem"
 
 # Serial loops that index a register array are unrolled up to this many innermost iterations:
 # a run-time index moves the array to (slow) local memory.
-AUTO_UNROLL_MAX_TRIPS = 512
-
-
-def _trip_count(s: Stmt) -> float:
-    """Innermost statements executed by ``s`` (inf when an extent is not constant)."""
-    if isinstance(s, For):
-        if not isinstance(s.extent, IntImm):
-            return float("inf")
-        return s.extent.value * _trip_count(s.body)
-    if isinstance(s, SeqStmt):
-        return sum(_trip_count(x) for x in s.seq)
-    if isinstance(s, IfThenElse):
-        return max(_trip_count(s.then_case), 0 if s.else_case is None else _trip_count(s.else_case))
-    if isinstance(s, Allocate):
-        return _trip_count(s.body)
-    return 1
 
 
 def _indexes_register_array(s: For) -> bool:
     """Whether ``s`` is short and its variable indexes a ``local`` buffer in its body."""
-    if _trip_count(s) > AUTO_UNROLL_MAX_TRIPS:
+    if trip_count(s) > AUTO_UNROLL_MAX_TRIPS:
         return False
     var = s.loop_var
     found = False
@@ -148,51 +139,6 @@ def _indexes_register_array(s: For) -> bool:
 
     post_order_visit(s.body, f)
     return found
-
-
-@dataclass
-class _BaseFrame:
-    """The outermost short constant-extent loop around the statement being printed: global
-    addresses in it are a pointer computed before it plus an offset that reads only its (and
-    its inner loops') variables, a constant once nvcc unrolls them."""
-
-    at: int  # where the loop's lines start: the pointers are declared there
-    indent: int
-    outer: frozenset[Var]  # variables bound before the loop
-    inner: set[Var] = field(default_factory=set)  # constant-start loop variables inside
-    threads: dict[Var, PrimExpr] = field(default_factory=dict)  # thread loops inside: their value
-    tag_vars: dict[str, Var] = field(default_factory=dict)  # threadIdx.* declared before the loop
-    declared: set[Var] = field(default_factory=set)
-    decls: list[str] = field(default_factory=list)
-    bases: dict[tuple[Buffer, str], str] = field(default_factory=dict)
-
-
-def _thread_trips(s: Stmt) -> float:
-    """Innermost statements one thread executes in ``s``: as ``_trip_count``, with thread loops
-    counted once (inf when an extent is not constant)."""
-    if isinstance(s, For):
-        inner = _thread_trips(s.body)
-        if s.kind is ForKind.THREAD_BINDING and (s.thread_tag or "").startswith(("threadIdx.", "blockIdx.")):
-            return inner
-        return float("inf") if not isinstance(s.extent, IntImm) else s.extent.value * inner
-    if isinstance(s, SeqStmt):
-        return sum(_thread_trips(x) for x in s.seq)
-    if isinstance(s, IfThenElse):
-        return max(_thread_trips(s.then_case), 0 if s.else_case is None else _thread_trips(s.else_case))
-    if isinstance(s, Allocate):
-        return _thread_trips(s.body)
-    return 1
-
-
-def _hoist_frame_loop(s: For) -> bool:
-    """Whether ``s`` is a loop nvcc unrolls: constant start and extent, serial or unrolled,
-    at most ``AUTO_UNROLL_MAX_TRIPS`` innermost statements per thread."""
-    return (
-        s.kind in (ForKind.SERIAL, ForKind.UNROLLED)
-        and isinstance(s.min, IntImm)
-        and isinstance(s.extent, IntImm)
-        and _thread_trips(s) <= AUTO_UNROLL_MAX_TRIPS
-    )
 
 
 class _HasBarrier(Visitor):
@@ -257,7 +203,7 @@ class KernelEmitter(CodeWriter):
         self.in_async_copy = False  # inside a loop of a software pipeline's async stage
         self.hoist_bases = bool(PassContext.current().get(HOIST_GLOBAL_BASE_KEY))
         self.scope: list[Var] = []  # loop and thread variables bound around the statement
-        self.frame: _BaseFrame | None = None
+        self.frame: BaseFrame | None = None
 
     # -- helpers used by the expression printer --------------------------------------------
     def var_name(self, v: Var) -> str:
@@ -311,51 +257,6 @@ class KernelEmitter(CodeWriter):
 
     def expr(self, e: PrimExpr) -> str:
         return self.printer.print(e)
-
-    def global_ptr(self, buffer: Buffer, off: PrimExpr) -> tuple[str, PrimExpr]:
-        """``(pointer, offset)`` for the address ``buffer + off`` of a vector or ``cp.async``
-        access: in a short constant-extent loop nest (``cuda.hoist_global_base``), a global
-        buffer's pointer at the offset's loop-invariant part, declared before the loop, and the
-        rest (a constant once unrolled: ptxas folds it into the instruction's immediate offset
-        instead of recomputing a 64-bit address per access); else ``(buffer, off)``."""
-        name = self.buffer_name(buffer)
-        f = self.frame
-        if f is None or buffer.scope != "global" or buffer not in self.spec.buffers:
-            return name, off
-        e = substitute(off, f.threads) if f.threads else off
-        parts = split_invariant(e, frozenset(f.inner), f.outer | frozenset(f.tag_vars.values()))
-        if parts is None:
-            return name, off
-        base, delta = parts
-        if any(isinstance(x, IntImm) and x.value == 0 for x in parts):
-            return name, off  # nothing to hoist, or nothing left in the loop
-        text = self.expr(base)
-        key = (buffer, text)
-        if key not in f.bases:
-            for tag, tv in f.tag_vars.items():
-                if tv not in f.declared and tv in collect_vars(base):
-                    f.declared.add(tv)
-                    f.decls.append(f"const {ctype(tv.dtype)} {self.var_name(tv)} = (({ctype(tv.dtype)}){tag});")
-            pname = self.names.get(object(), f"{name}_base")
-            const = "" if buffer in self.spec.written else "const "
-            f.decls.append(f"{const}{ctype(buffer.dtype)}* {pname} = {name} + {text};")
-            f.bases[key] = pname
-        return f.bases[key], delta
-
-    def _frame_thread(self, s: For, tag: str) -> None:
-        """Note a thread loop inside the frame: its variable is ``threadIdx.* + min`` before
-        the loop too."""
-        f = self.frame
-        if f is None or not isinstance(s.min, IntImm) or not tag.startswith("threadIdx."):
-            return
-        tv = f.tag_vars.get(tag)
-        if tv is None:
-            tv = f.tag_vars[tag] = Var(tag.replace(".", "_"), s.loop_var.dtype)
-            launched = an.const_int_bound(self.launch[tag], self.env)[1]
-            self.env[tv] = (0, None if launched is None else launched - 1)
-        if tv.dtype != s.loop_var.dtype:
-            return  # left unknown: its accesses keep their address
-        f.threads[s.loop_var] = tv if s.min.value == 0 else add(tv, s.min)
 
     # -- kernel ------------------------------------------------------------------------------
     def emit(self) -> tuple[str, KernelSource]:
@@ -491,7 +392,7 @@ class KernelEmitter(CodeWriter):
         if copy is not None:
             src, cond = copy
             nbytes = dt.bits(s.buffer.dtype) // 8
-            sptr, soff = self.global_ptr(src.buffer, self.flat_index(src.buffer, src.indices))
+            sptr, soff = global_ptr(self, src.buffer, self.flat_index(src.buffer, src.indices))
             size = str(nbytes) if cond is None else f"({self.expr(cond)}) ? {nbytes} : 0"
             self.line(f"loopir_cp_async<{nbytes}>(&{self.buffer_name(s.buffer)}[{idx}], "
                       f"&{sptr}[{self.expr(soff)}], {size});")  # fmt: skip
@@ -543,20 +444,9 @@ class KernelEmitter(CodeWriter):
             return
         if (s.kind is ForKind.VECTORIZED and self.try_vector_loop(s)) or emit_vector_accumulate(self, s) or emit_unswitched(self, s):
             return
-        if self.frame is None and self.hoist_bases and _hoist_frame_loop(s):
-            frame = _BaseFrame(
-                len(self.lines), self.indent,
-                frozenset(self.scope) | self.size_vars | frozenset(self.spec.scalars),
-            )  # fmt: skip
-            self.frame = frame
-            try:
+        if self.frame is None and self.hoist_bases and hoist_frame_loop(s):
+            with base_frame(self):
                 self._emit_loop(s)
-            finally:
-                self.frame = None
-                for tv in frame.tag_vars.values():
-                    del self.env[tv]
-            pad = "  " * frame.indent
-            self.lines[frame.at:frame.at] = [pad + d for d in frame.decls]
             return
         self._emit_loop(s)
 
@@ -599,7 +489,7 @@ class KernelEmitter(CodeWriter):
             )
         self.active_tags.add(tag)
         self.thread_vars[tag] = s.loop_var
-        self._frame_thread(s, tag)
+        frame_thread(self, s, tag)
         self.scope.append(s.loop_var)
         try:
             self._thread_loop(s, tag)
@@ -755,9 +645,9 @@ class KernelEmitter(CodeWriter):
         self.note_dtype(dst.buffer.dtype)
         dname, sname = self.buffer_name(dst.buffer), self.buffer_name(src.buffer)
         if not dreg:
-            dname, doff = self.global_ptr(dst.buffer, doff)
+            dname, doff = global_ptr(self, dst.buffer, doff)
         if not sreg:
-            sname, soff = self.global_ptr(src.buffer, soff)
+            sname, soff = global_ptr(self, src.buffer, soff)
         sconst = "const " if src.buffer.scope == "global" and src.buffer not in self.spec.written else ""
         comps = "xyzw"[:lanes]
         if sreg:
@@ -827,8 +717,8 @@ class KernelEmitter(CodeWriter):
                     if b.scope == "global":
                         self.alignment[b] = max(self.alignment.get(b, 1), nbytes)
                 sconst = "const " if value.buffer.scope == "global" and value.buffer not in self.spec.written else ""
-                dptr, doff = self.global_ptr(s.buffer, doff)
-                sptr, soff = self.global_ptr(value.buffer, soff)
+                dptr, doff = global_ptr(self, s.buffer, doff)
+                sptr, soff = global_ptr(self, value.buffer, soff)
                 self.line(
                     f"*({carrier}*)({dptr} + {self.expr(doff)}) = "
                     f"*({sconst}{carrier}*)({sptr} + {self.expr(soff)});"

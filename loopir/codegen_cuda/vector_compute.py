@@ -28,6 +28,7 @@ from typing import Any
 import attrs
 
 from loopir.arith import can_prove, simplify
+from loopir.codegen_cuda.base_pointers import global_ptr
 from loopir.codegen_cuda.ctypes import ctype, vector_carrier
 from loopir.ir import dtype as dt
 from loopir.ir.equality import structural_equal
@@ -215,7 +216,7 @@ def _vector_loads(em: Any, value: PrimExpr, v: Var, lanes: int) -> tuple[list[st
     for idx, (load, c, off) in enumerate(offsets):
         name = em.buffer_name(load.buffer)
         tmp = em.names.get(object(), f"{name}_v")
-        name, off = em.global_ptr(load.buffer, off)
+        name, off = global_ptr(em, load.buffer, off)
         elem = ctype(load.buffer.dtype)
         sconst = "const " if load.buffer.scope == "global" and load.buffer not in em.spec.written else ""
         guard = guards.get(idx)
@@ -279,7 +280,7 @@ def vector_compute(em: Any, store: BufferStore, v: Var, lanes: int) -> str | Non
     lines, loads, lane_vars = found
     dname = em.buffer_name(dst)
     res = em.names.get(object(), f"{dname}_v")
-    dname, doff = em.global_ptr(dst, doff)
+    dname, doff = global_ptr(em, dst, doff)
     elem = ctype(dst.dtype)
     lines.append(f"{carrier} {res};")
     lines.append(f"{elem}* {res}_l = reinterpret_cast<{elem}*>(&{res});")

@@ -93,7 +93,7 @@ register_config(
 )
 
 #: CUDA codegen: global addresses in short unrolled loops as a pointer hoisted before the loop plus
-#: a constant (see ``KernelEmitter.global_ptr``)
+#: a constant (see ``loopir.codegen_cuda.base_pointers``)
 HOIST_GLOBAL_BASE_KEY = "cuda.hoist_global_base"
 register_config(
     HOIST_GLOBAL_BASE_KEY,
