@@ -372,13 +372,14 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
     ``(dec, inc)``: also ``setmaxnreg`` (the producer's and the consumers' registers; with 128
     query rows, ``(24, 240)``). False (the default): on the H200 it is slower than the
     ``cp.async`` overlap (fp16, b1h32s4096d128: 0.789 ms against 0.623, ``docs/benchmarks.md``
-    session 17; the consumers split each step by ``j >= 1`` so that each wgmma and its wait
-    share a branch, which puts the wait for ``S_j`` before the issue of ``P_{j-1} V_{j-1}``).
+    session 17, when the consumers split each step by ``j >= 1``, which put the wait for ``S_j``
+    before the issue of ``P_{j-1} V_{j-1}``; now the first step is peeled and the loop from 1
+    issues ``S_j`` then ``P_{j-1} V_{j-1}`` back to back, unmeasured on the GPU).
     Symbolic lengths work (the tensor maps take them at the launch). Causal at constant lengths
     where a query tile's KV tile count is clamped by both ``seq_kv`` and the diagonal (300 x
     333 with 128-row tiles, 333 x 300) is refused by the build's race check (the last ``P V``'s
-    V version is not proven waited for). ptxas, fp16, no spills: 127 / 160 registers at 64 x
-    64 (head_dim 64 / 128), 127 / 161 at 128 x 64, 168 with ``(24, 240)``.
+    V version is not proven waited for). ptxas, fp16, no spills: 128 / 176 registers at 64 x
+    64 (head_dim 64 / 128), 139 / 168 at 128 x 64, 168 with ``(24, 240)``.
 
     The first tensor-core form: FlashAttention keeps S, P and the output in registers; here they
     go through shared memory (issue 33).

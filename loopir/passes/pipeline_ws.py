@@ -79,7 +79,7 @@ from loopir.errors import PassError
 from loopir.ir import op
 from loopir.ir import tma as T
 from loopir.ir.buffer import Buffer
-from loopir.ir.expr import GE, LT, BufferLoad, Call, FloorDiv, FloorMod, IntImm, PrimExpr, Var
+from loopir.ir.expr import GE, LT, BufferLoad, Call, FloorDiv, FloorMod, IntImm, Max, PrimExpr, Var
 from loopir.ir.functor import (
     Mutator,
     fresh_loop_vars,
@@ -287,16 +287,19 @@ class WsPipeline:
                               "(statements a step later) cannot be combined")  # fmt: skip
         g = self.step(j)
         full_wait = Evaluate(T.mbarrier_wait(self.full[self._ver(g)], self._parity(g, 0)))
+        peeled: Stmt | None = None
         if top:
-            # the step from its first later-stage statement on, twice: with the later stage
-            # (j >= 1) and without; each wgmma issue and its wait in one branch (an issue under
-            # a condition waited for outside it: ptxas serializes every wgmma, C7515)
-            cut = next(p for p, i in enumerate(now) if lags.get(i))
-            later = IfThenElse(GE(j, IntImm(top, j.dtype)),
-                               seq(*(lagged(i, j).then_case if lags.get(i) else at(i, j)  # type: ignore[attr-defined]
-                                     for i in now[cut:]), self._release(g - top)),
-                               seq(*(at(i, j) for i in now[cut:] if not lags.get(i))))  # fmt: skip
-            body: list[Stmt] = [full_wait, *(at(i, j) for i in now[:cut]), later]
+            # the first step peeled (no later stage yet), the loop from 1 with the later stage
+            # unguarded: each wgmma issue and its wait in one straight-line body (an issue under
+            # a condition waited for outside it: ptxas serializes every wgmma, C7515), S_j's
+            # issue directly followed by P_{j-1} V_{j-1}'s
+            zero = IntImm(0, j.dtype)
+            g0 = self.step(zero)
+            peeled = IfThenElse(GE(loop.extent, IntImm(1, loop.extent.dtype)), seq(
+                Evaluate(T.mbarrier_wait(self.full[self._ver(g0)], self._parity(g0, 0))),
+                *(at(i, zero) for i in now if not lags.get(i))))  # fmt: skip
+            body: list[Stmt] = [full_wait, *(at(i, j - lags[i]) if lags.get(i) else at(i, j) for i in now),
+                                self._release(g - top)]  # fmt: skip
         else:
             body = [full_wait, *(lagged(i, j) for i in now)]
         if waits:  # asynchronous wgmma: iteration j - 1 retires (its tiles read) after j's issue
@@ -307,7 +310,11 @@ class WsPipeline:
         out: list[Stmt] = []
         if self.regs is not None:
             out.append(Evaluate(T.setmaxnreg(self.regs[1], True)))
-        out.append(For(j, 0, loop.extent, ForKind.SERIAL, seq(*body)))
+        if peeled is not None:
+            one = IntImm(1, j.dtype)
+            out += [peeled, For(j, one, Max(loop.extent - one, IntImm(0, j.dtype)), ForKind.SERIAL, seq(*body))]
+        else:
+            out.append(For(j, 0, loop.extent, ForKind.SERIAL, seq(*body)))
         if waits:  # the last iteration's wgmma retire after the loop (wait_group 0)
             last = loop.extent - 1
             tail = seq(*(set_pending(at(w, last)) for w in waits), self._release(self.step(last)))

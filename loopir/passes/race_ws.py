@@ -80,8 +80,11 @@ from loopir.ir.printer import script
 from loopir.ir.stmt import Allocate, BufferStore, Evaluate, For, ForKind, IfThenElse, SeqStmt, Stmt
 from loopir.ir.tma import tile_box, tma_box, tma_bytes
 from loopir.passes.race_problem import const_int as _const
+from loopir.passes.race_ws_peel import peeled_range
 from loopir.passes.race_ws_steps import Steps as _Steps
+from loopir.passes.race_ws_steps import guard_is_from as _guard_is_from
 from loopir.passes.race_ws_steps import most as _most
+from loopir.passes.race_ws_steps import parity_is as _parity_is
 from loopir.passes.race_ws_steps import small as _small
 from loopir.tensor_intrin.tma import call_touches
 
@@ -274,7 +277,7 @@ class _Replace(Mutator):
         return super().visit(node)
 
 
-def _lag(idx: PrimExpr, var: PrimExpr, v: int, extent: int | None = None) -> int | None:
+def _lag(idx: PrimExpr, var: PrimExpr, v: int, extent: int | None = None, start: int = 0) -> int | None:
     """The least ``d`` (``0 <= d < v``) with ``idx == (var - d) % v`` wherever ``var >= d``:
     at every ``var = v * q + s`` (``q`` free), or, for a small constant ``extent`` of
     ``var``'s loop, at each of its iterations."""
@@ -289,39 +292,12 @@ def _lag(idx: PrimExpr, var: PrimExpr, v: int, extent: int | None = None) -> int
         want = FloorMod(var - d + v, IntImm(v, "int32"))
         if isinstance(var, Var) and _small(extent, v):
             assert extent is not None
-            pts: list[dict[Var, PrimExpr]] = [{var: IntImm(c, var.dtype)} for c in range(d, extent)]
+            pts: list[dict[Var, PrimExpr]] = [{var: IntImm(c, var.dtype)} for c in range(max(d, start), extent)]
         else:
             pts = [{x: v * q + s for x in collect_vars(var) if isinstance(x, Var)} for s in range(v)]
         if all(_const(substitute(idx, sub) - substitute(want, sub)) == 0 for sub in pts):
             return d
     return None
-
-
-def _parity_is(p: PrimExpr, var: Var, v: int, ahead: int, extent: int | None = None, lo: int = 0) -> bool:
-    """Whether ``p`` is ``(var // v + ahead) % 2`` (mod 2) at every ``var = v * q + s``, or at
-    each iteration ``lo <= var < extent`` of a small loop."""
-    x = p.a if isinstance(p, FloorMod) and _const(p.b) == 2 else p
-    if _small(extent, v):
-        assert extent is not None
-        return all((c := _const(substitute(x, {var: IntImm(i, var.dtype)}))) is not None
-                   and (c - i // v - ahead) % 2 == 0 for i in range(lo, extent))  # fmt: skip
-    q = Var("ws_q", "int32")
-    for s in range(v):
-        d = arith.simplify(substitute(x, {var: v * q + s}) - (q + ahead))
-        if not (isinstance(d, IntImm) and d.value % 2 == 0):
-            return False
-    return True
-
-
-def _guard_is_from(guards: list[tuple[PrimExpr, bool]], var: Var, lo: int, extent: int | None = None) -> bool:
-    """Whether the guards hold exactly when ``var >= lo`` (``var`` from 0 to ``extent``): for
-    every ``var >= lo`` and for no ``var < lo``."""
-    hi = (1 << 30) if extent is None else extent
-    if not guards:
-        return lo == 0 or hi <= 0
-    c = op.all_(*(cond if taken else op.not_(cond) for cond, taken in guards))
-    above = lo >= hi or arith.Analyzer({var: (lo, hi)}).can_prove(c)
-    return above and (lo == 0 or arith.Analyzer({var: (0, min(lo, hi))}).can_prove(op.not_(c)))
 
 
 def _range_equal(a: For, b: For) -> bool:
@@ -473,12 +449,20 @@ class _Region:
         waits = [x for x in self.cons if (c := _call(x.node, "ptx_mbarrier_wait")) is not None and _bar(c).buffer is full]
         if not waits:
             raise self.fail(f"no consumer waits on {full.name}")
-        lc = self._one_loop(waits, "full waits")
-        lt = self._tile_loop(waits[0], lc, lp)
+        looped = [x for x in waits if any(p[0] == "for" and p[1].kind is ForKind.SERIAL  # type: ignore[attr-defined]
+                                          for p in x.path[self._role_at(x) + 1 :])]  # fmt: skip
+        peel = [x for x in waits if x not in looped]  # a peeled first step's (race_ws_peel)
+        lc = self._one_loop(looped or waits, "full waits")
+        lt = self._tile_loop((looped or waits)[0], lc, lp)
         steps = None if lt is None else _Steps(lt, lc, v)
         k = lc.loop_var
-        n = _most(lc.extent)
-        if lt is None and not _range_equal(lp, lc):
+        total = lp.extent if peel else lc.min + lc.extent  # the iterations 0 .. total - 1
+        start = 1 if peel else 0
+        n = _most(lp.extent if peel else lc.extent)
+        pguards = self._peel_guards(peel[0]) if peel else []
+        if peel and (why := peeled_range(lc, lp.extent, pguards) if lt is None else "in a tile loop"):
+            raise self.fail(f"the consumers' peeled first step: {why}", peel[0])
+        if lt is None and not peel and not _range_equal(lp, lc):
             raise self.fail(f"the producer's loop {lp.loop_var.name} and the consumers' {k.name} differ in range")
         if any(u in collect_vars(f.extent) for f in (lc, lt) if f is not None for x in waits
                for u in collect_vars(f.extent) if _is_thread(x, u)):  # fmt: skip
@@ -488,7 +472,9 @@ class _Region:
         tail: list[tuple[str, int | None]] = []  # a persistent pipeline's tail, in order
 
         def lag(idx: PrimExpr, var: PrimExpr, extent: int | None, inside: bool) -> int | None:
-            return _lag(idx, var, v, extent) if steps is None else steps.lag(idx, not inside)
+            return _lag(idx, var, v, extent, start) if steps is None else steps.lag(idx, not inside)
+
+        first: list[tuple[_Leaf, str, object, np.ndarray]] = []  # the peeled step's events (iteration 0)
 
         for x in self.cons:
             inside = lc in x.loops()
@@ -496,6 +482,9 @@ class _Region:
             c = _call(x.node)
             mb = c is not None and c.op in _MB and _bar(c).buffer in (full, empty)
             if not (touched or mb or (c is not None and c.op in _WGMMA)):
+                continue
+            if peel and not inside and not events:
+                first.append(self._peeled(x, c, mb, touched, full, empty, v, pguards, first))
                 continue
             if not inside and (not events or (lt is not None and lt not in x.loops())):
                 raise self.fail("a consumer access of the tiles or their barriers before its loop (or outside its "
@@ -505,7 +494,7 @@ class _Region:
             if not inside:
                 _modelled(x, None, reads_only=not mb)
             m = self.th.mask(x)
-            var: PrimExpr = k if inside else lc.min + lc.extent if steps is None else steps.at(lc.extent)
+            var: PrimExpr = k if inside else total if steps is None else steps.at(lc.extent)
 
             g = _guards(x, lc) if inside else []
             if mb:
@@ -513,14 +502,14 @@ class _Region:
                 b = _bar(c)
                 d = lag(b.indices[0], var, n, inside)
                 if c.op == "ptx_mbarrier_wait" and b.buffer is full and inside:
-                    parity = _parity_is(c.args[1], k, v, 0, n) if steps is None else steps.parity_is(c.args[1])
+                    parity = _parity_is(c.args[1], k, v, 0, n, start) if steps is None else steps.parity_is(c.args[1])
                     if d != 0 or g or not parity:
                         raise self.fail(f"the consumers' wait is not an unguarded one on {full.name}[{k.name} % {v}] "
                                         f"with parity {k.name} // {v} % 2", x)  # fmt: skip
                     events.append((x, "wait", 0, m))
                 elif c.op == "ptx_mbarrier_arrive" and b.buffer is empty:
                     cnt = _const(c.args[1])
-                    if d is None or cnt is None or (inside and not _guard_is_from(g, k, d, n)):
+                    if d is None or cnt is None or (inside and not _guard_is_from(g, k, d, n, start)):
                         raise self.fail(f"the consumers' release is not on {empty.name}[({k.name} - r) % {v}] exactly "
                                         f"when {k.name} >= r, with a constant count", x)  # fmt: skip
                     if inside:
@@ -550,7 +539,7 @@ class _Region:
             kind = "async" if c is not None and c.op == "ptx_wgmma_async" else \
                 "wread" if c is not None and c.op in _WGMMA else "read"  # fmt: skip
             for d in sorted(lags):
-                if inside and not _guard_is_from(g, k, d, n):
+                if inside and not _guard_is_from(g, k, d, n, start):
                     raise self.fail(f"the consumers read version ({k.name} - {d}) % {v} without the guard "
                                     f"{k.name} >= {d} (a version whose copy they did not wait for)", x)  # fmt: skip
                 events.append((x, kind if inside else "tail", d, m))
@@ -564,6 +553,8 @@ class _Region:
         for x, kind, lag_, _ in events:
             if kind == "tail" and isinstance(lag_, int) and lag_ > r:
                 raise self.fail(f"the consumers read version (n - {lag_}) % {v} after the loop, released in the loop", x)
+        if peel:
+            self._peeled_releases(first, events, v, empty)
         return self._releases(events, lc, v, empty)
 
     def _tile_loop(self, wait: _Leaf, lc: For, lp: For) -> For | None:
@@ -587,6 +578,62 @@ class _Region:
 
     def _role_at(self, x: _Leaf) -> int:
         return next(i for i, p in enumerate(x.path) if p[0] == "if" and p[3] is self.node)
+
+    def _peel_guards(self, x: _Leaf) -> list[tuple[PrimExpr, bool]]:
+        """The conditions on ``x``'s path in its role that name no thread (the peeled step's)."""
+        return [(p[1], bool(p[2])) for p in x.path[self._role_at(x) + 1 :] if p[0] == "if"  # type: ignore[misc]
+                and not all(isinstance(u, Var) and _is_thread(x, u) for u in collect_vars(p[1]))]  # fmt: skip
+
+    def _peeled(self, x: _Leaf, c: Call | None, mb: bool, touched: list[PrimExpr], full: Buffer, empty: Buffer,
+                v: int, guards: list[tuple[PrimExpr, bool]], first: list[tuple[_Leaf, str, object, np.ndarray]],
+                ) -> tuple[_Leaf, str, object, np.ndarray]:  # fmt: skip
+        """An event of the peeled first step (iteration 0, before the loop): its guards those of
+        the step's wait (``race_ws_peel``); a wait on ``full[0]`` with parity 0, reads of version
+        0 only by threads that waited, no release (the loop's ``k - r``, ``r >= 1``, releases it)."""
+        mine = self._peel_guards(x)
+        if len(mine) != len(guards) or any(not structural_equal(a, b) or t != u for (a, t), (b, u) in zip(mine, guards)):
+            raise self.fail("a consumer access of the tiles or their barriers before its loop, outside its peeled "
+                            "first step (or under other guards than its wait)", x)  # fmt: skip
+        _modelled(x, None, reads_only=True)  # the guards naming threads only
+        m = self.th.mask(x)
+        if mb:
+            assert c is not None
+            b = _bar(c)
+            if c.op == "ptx_mbarrier_wait" and b.buffer is full:
+                if _const(b.indices[0]) != 0 or (p := _const(c.args[1])) is None or p % 2 != 0:
+                    raise self.fail(f"the consumers' peeled first step does not wait on {full.name}[0] with parity 0",
+                                    x)  # fmt: skip
+                return (x, "wait", 0, m)
+            raise self.fail(f"the consumers' {c.op.removeprefix('ptx_')} on {b.buffer.name} in their peeled first "
+                            f"step (its version {empty.name}[0] is released in the loop)", x)  # fmt: skip
+        if c is not None and c.op == "ptx_wgmma_wait":
+            first.append((x, "retire", _const(c.args[0]), m))
+        if c is not None and c.op == "ptx_wgmma_async":
+            first.append((x, "issue", None, m))  # one commit group, before its own reads
+        if any(_const(i) != 0 for i in touched):
+            raise self.fail(f"the consumers' peeled first step reads a tile version {touched} other than 0 (a version "
+                            "whose copy they did not wait for)", x)  # fmt: skip
+        if (m & ~self._waiters(first)).any():
+            raise self.fail("a consumer thread reads a tile in the peeled first step without waiting on its full "
+                            "barrier itself", x)  # fmt: skip
+        kind = "async" if c is not None and c.op == "ptx_wgmma_async" else \
+            "wread" if c is not None and c.op in _WGMMA else "read"  # fmt: skip
+        return (x, kind if touched else "none", 0, m)
+
+    def _peeled_releases(self, first: list[tuple[_Leaf, str, object, np.ndarray]],
+                         events: list[tuple[_Leaf, str, object, np.ndarray]], v: int, empty: Buffer) -> None:
+        """The peeled step's threads wait as the loop's; its reads come before the release of
+        version 0 in loop iteration ``r`` (``r >= 1``), retired (``_releases``)."""
+        if not np.array_equal(self._waiters(first), self._waiters(events)):
+            raise self.fail("the consumers' peeled first step and their loop wait in different threads")
+        r = self._release_lag(events, empty, v)
+        if r < 1:
+            raise self.fail(f"the consumers release iteration k in their loop after a peeled first step: iteration 0 "
+                            f"is never released on {empty.name} (a deadlock)")  # fmt: skip
+        inside = [e for e in events if e[1] != "tail"]
+        seq_ = [(0, e) for e in first] + [(i, e) for i in range(1, r + 1) for e in inside]
+        release_at = len(first) + (r - 1) * len(inside) + next(i for i, e in enumerate(inside) if e[1] == "release")
+        self._reads_released(seq_, release_at, inside, lambda i, d: i == 0)
 
     def _tile_tail(self, tail: list[tuple[str, int | None]], r: int, mma_async: bool, lt: For) -> None:
         """A persistent pipeline's tail (after the K loop, in the tile loop): the producer
@@ -638,9 +685,20 @@ class _Region:
         # are in copy d, its release in copy r
         seq_ = [(n, e) for n in range(r + 1) for e in inside]
         release_at = r * len(inside) + next(i for i, e in enumerate(inside) if e[1] == "release")
+        self._reads_released(seq_, release_at, inside, lambda i, d: d == i)
+        del lc
+        return arrivals
+
+    def _reads_released(self, seq_: Sequence[tuple[int, tuple[_Leaf, str, object, np.ndarray]]], release_at: int,
+                        inside: list[tuple[_Leaf, str, object, np.ndarray]], mine: Any) -> None:  # fmt: skip
+        """Each read of ``seq_`` (iteration, event) of the released version (``mine(iteration,
+        lag)``) before ``release_at``, by a released thread (warp), retired."""
+        rel = [e for e in inside if e[1] == "release"]
+        r = max(n for n, _ in seq_)
+        counts = np.sum([e[3] for e in rel], axis=0).astype(np.int64)
         armed = np.unique(self.th.warp[counts > 0])
         for at, (n, (x, kind, d, m)) in enumerate(seq_):
-            if kind not in ("read", "wread", "async") or d != n:
+            if kind not in ("read", "wread", "async") or not mine(n, d):
                 continue
             if not isinstance(d, int) or d > r or at > release_at:
                 raise self.fail(f"the consumers release the version read here (iteration k - {d}) before the read, "
@@ -652,8 +710,6 @@ class _Region:
                                 "wgmma) releases", x)  # fmt: skip
             if kind == "async":
                 self._retired(seq_, at, release_at, x)
-        del lc
-        return arrivals
 
     def _retired(self, seq_: Sequence[tuple[int, tuple[_Leaf, str, object, np.ndarray]]], at: int, release_at: int,
                  x: _Leaf) -> None:  # fmt: skip

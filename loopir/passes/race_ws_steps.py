@@ -4,12 +4,13 @@ indices the simplifier may have specialized, and a persistent pipeline's global 
 from __future__ import annotations
 
 from loopir import arith
+from loopir.ir import op
 from loopir.ir.expr import FloorDiv, FloorMod, IntImm, PrimExpr, Var
 from loopir.ir.functor import collect_vars, substitute
 from loopir.ir.stmt import For
 from loopir.passes.race_problem import const_int as const
 
-__all__ = ["Steps", "most", "small"]
+__all__ = ["Steps", "guard_is_from", "most", "parity_is", "small"]
 
 
 def small(extent: int | None, v: int) -> bool:
@@ -28,6 +29,34 @@ def most(e: PrimExpr) -> int | None:
         return c
     b = arith.Analyzer({u: (0, 1 << 31) for u in collect_vars(e)}).const_int_bound(e)
     return None if b.max_value == arith.POS_INF else int(b.max_value)
+
+
+def parity_is(p: PrimExpr, var: Var, v: int, ahead: int, extent: int | None = None, lo: int = 0) -> bool:
+    """Whether ``p`` is ``(var // v + ahead) % 2`` (mod 2) at every ``var = v * q + s``, or at
+    each iteration ``lo <= var < extent`` of a small loop."""
+    x = p.a if isinstance(p, FloorMod) and const(p.b) == 2 else p
+    if small(extent, v):
+        assert extent is not None
+        return all((c := const(substitute(x, {var: IntImm(i, var.dtype)}))) is not None
+                   and (c - i // v - ahead) % 2 == 0 for i in range(lo, extent))  # fmt: skip
+    q = Var("ws_q", "int32")
+    for s in range(v):
+        d = arith.simplify(substitute(x, {var: v * q + s}) - (q + ahead))
+        if not (isinstance(d, IntImm) and d.value % 2 == 0):
+            return False
+    return True
+
+
+def guard_is_from(guards: list[tuple[PrimExpr, bool]], var: Var, lo: int, extent: int | None = None,
+                   start: int = 0) -> bool:  # fmt: skip
+    """Whether the guards hold exactly when ``var >= lo`` (``var`` from ``start`` to
+    ``extent``): for every ``var >= lo`` and for no ``var < lo``."""
+    hi = (1 << 30) if extent is None else extent
+    if not guards:
+        return lo <= start or hi <= start
+    c = op.all_(*(cond if taken else op.not_(cond) for cond, taken in guards))
+    above = max(lo, start) >= hi or arith.Analyzer({var: (max(lo, start), hi)}).can_prove(c)
+    return above and (lo <= start or arith.Analyzer({var: (start, min(lo, hi))}).can_prove(op.not_(c)))
 
 
 class Steps:

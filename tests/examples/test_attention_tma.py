@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 import loopir
 from loopir.errors import CodegenError, ScheduleError
 from loopir.examples.attention import attention
-from loopir.ir.expr import Var
+from loopir.ir.expr import IntImm, Var
 from tests.examples.test_attention import _inputs, _run, reference
 from tests.examples.test_attention_wgmma import gpu_equals_the_cpu_at_symbolic_lengths
 from tests.tensor_intrin.kernels import from_storage
@@ -105,9 +105,21 @@ def _release_in_use(orig: object) -> object:
     return lambda self, j: orig(self, j + 1)  # type: ignore[operator]
 
 
+def _peel_wrong_parity(orig: object) -> object:
+    # only the peeled first step (iteration 0, a constant) waits for phase 1 of full[0]
+    return lambda self, j, ahead: orig(self, j, 1 if isinstance(j, IntImm) and ahead == 0 else ahead)  # type: ignore[operator]
+
+
+def _peel_wrong_version(orig: object) -> object:
+    # only the peeled first step waits on (and reads) version 1, whose copy is iteration 1's
+    return lambda self, j: IntImm(1, j.dtype) if isinstance(j, IntImm) else orig(self, j)  # type: ignore[operator]
+
+
 @pytest.mark.parametrize("method, mutate, what", [
-    ("_parity", _wrong_parity, "consumers' wait is not .* with parity"),
-    ("_release", _release_in_use, "consumers' release is not on"),
+    ("_parity", _wrong_parity, "(consumers' wait is not|peeled first step does not wait on) .* parity"),
+    ("_release", _release_in_use, "(consumers' release is not on|released in the loop)"),
+    ("_parity", _peel_wrong_parity, "peeled first step does not wait on .* with parity 0"),
+    ("_ver", _peel_wrong_version, "peeled first step does not wait on .*\\[0\\]"),
 ])  # fmt: skip
 def test_the_race_checker_refuses_a_protocol_error(monkeypatch: pytest.MonkeyPatch, method: str, mutate: object,
                                                    what: str) -> None:  # fmt: skip
@@ -191,3 +203,21 @@ def test_gpu_equals_the_cpu_at_symbolic_lengths(sq: int, skv: int, head_dim: int
     sch = attention(1, 4, Var("sq"), Var("skv"), head_dim, "float16", True, 2, lse=True, wgmma=True, overlap=True,
                     tma=True)  # fmt: skip
     gpu_equals_the_cpu_at_symbolic_lengths(sch, sq, skv, head_dim, 2e-3)
+
+
+def test_the_peeled_first_step_runs_exactly_iteration_0() -> None:
+    """``race_ws_peel``: the consumers' loop after the peeled step runs ``[1, n)`` and the step
+    exactly when ``n >= 1`` (symbolic ``n``), else the proof does not take it as iteration 0."""
+    from loopir.ir.expr import Max
+    from loopir.ir.stmt import Evaluate, For, ForKind
+    from loopir.passes.race_ws_peel import peeled_range
+
+    n, j = Var("n"), Var("j")
+    one, zero = IntImm(1, "int32"), IntImm(0, "int32")
+    body = Evaluate(zero)
+    loop = For(j, one, Max(n - one, zero), ForKind.SERIAL, body)
+    assert peeled_range(loop, n, [(n >= one, True)]) is None
+    assert "exactly when" in str(peeled_range(loop, n, []))  # n may be 0: step 0 waits for no copy
+    assert "exactly when" in str(peeled_range(loop, n, [(n >= 2, True)]))
+    assert "does not run" in str(peeled_range(For(j, one, n, ForKind.SERIAL, body), n, [(n >= one, True)]))
+    assert "does not run" in str(peeled_range(For(j, zero, n, ForKind.SERIAL, body), n, [(n >= one, True)]))
