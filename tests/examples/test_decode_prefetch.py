@@ -186,7 +186,8 @@ def test_prefetch_compiles_without_spills(prefetch: str, arch: str, tmp_path: Pa
         pytest.skip("nvcc is not on PATH")
     from loopir.examples.decode import decode_attention
 
-    for kv_heads, sq, dtype, paged in _NVCC_CASES:
+    # sm_80 (no wgmma, the same cp.async and shared loads): the first case only, for CI's time
+    for kv_heads, sq, dtype, paged in _NVCC_CASES if arch == "sm_90a" else _NVCC_CASES[:1]:
         kv = dict(page_size=16, num_pages=Var("num_pages")) if paged else {}
         sch = decode_attention(8, 32, Var("max_pages" if paged else "seq_kv"), 128, dtype, kv_heads, seq_q=sq,
                                causal=sq > 1, prefetch=prefetch, **kv)  # type: ignore[arg-type]  # fmt: skip
