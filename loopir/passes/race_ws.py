@@ -554,8 +554,8 @@ class _Region:
             if kind == "tail" and isinstance(lag_, int) and lag_ > r:
                 raise self.fail(f"the consumers read version (n - {lag_}) % {v} after the loop, released in the loop", x)
         if peel:
-            self._peeled_releases(first, events, v, empty)
-        return self._releases(events, lc, v, empty)
+            self._peeled_releases(first, events, r, empty)
+        return self._releases(events, r)
 
     def _tile_loop(self, wait: _Leaf, lc: For, lp: For) -> For | None:
         """The consumers' tile loop around their K loop ``lc`` (a persistent pipeline), or None;
@@ -621,12 +621,12 @@ class _Region:
         return (x, kind if touched else "none", 0, m)
 
     def _peeled_releases(self, first: list[tuple[_Leaf, str, object, np.ndarray]],
-                         events: list[tuple[_Leaf, str, object, np.ndarray]], v: int, empty: Buffer) -> None:
+                         events: list[tuple[_Leaf, str, object, np.ndarray]], r: int, empty: Buffer) -> None:
         """The peeled step's threads wait as the loop's; its reads come before the release of
-        version 0 in loop iteration ``r`` (``r >= 1``), retired (``_releases``)."""
+        version 0 in loop iteration ``r`` (``r >= 1``, the loop's release lag), retired
+        (``_releases``)."""
         if not np.array_equal(self._waiters(first), self._waiters(events)):
             raise self.fail("the consumers' peeled first step and their loop wait in different threads")
-        r = self._release_lag(events, empty, v)
         if r < 1:
             raise self.fail(f"the consumers release iteration k in their loop after a peeled first step: iteration 0 "
                             f"is never released on {empty.name} (a deadlock)")  # fmt: skip
@@ -674,11 +674,11 @@ class _Region:
                             "before the copies they wait for (a deadlock)", rel[0][0])  # fmt: skip
         return r
 
-    def _releases(self, events: list[tuple[_Leaf, str, object, np.ndarray]], lc: For, v: int, empty: Buffer) -> int:
-        """Every read comes before its release, retired (module doc); the arrivals a phase."""
+    def _releases(self, events: list[tuple[_Leaf, str, object, np.ndarray]], r: int) -> int:
+        """Every read comes before its release (iteration ``k - r``), retired (module doc); the
+        arrivals a phase."""
         inside = [e for e in events if e[1] != "tail"]
         rel = [e for e in inside if e[1] == "release"]
-        r = self._release_lag(events, empty, v)
         counts = np.sum([e[3] for e in rel], axis=0).astype(np.int64)
         arrivals = int(counts.sum())
         # the events of r + 1 iterations one after another: the reads of iteration i at lag d
@@ -686,7 +686,6 @@ class _Region:
         seq_ = [(n, e) for n in range(r + 1) for e in inside]
         release_at = r * len(inside) + next(i for i, e in enumerate(inside) if e[1] == "release")
         self._reads_released(seq_, release_at, inside, lambda i, d: d == i)
-        del lc
         return arrivals
 
     def _reads_released(self, seq_: Sequence[tuple[int, tuple[_Leaf, str, object, np.ndarray]]], release_at: int,
