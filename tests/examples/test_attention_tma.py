@@ -31,8 +31,11 @@ import loopir
 from loopir.errors import CodegenError, ScheduleError
 from loopir.examples.attention import attention
 from loopir.ir.expr import IntImm, Var
-from tests.examples.test_attention import _inputs, _run, reference
-from tests.examples.test_attention_wgmma import gpu_equals_the_cpu_at_symbolic_lengths
+from tests.examples.test_attention import _inputs, _run
+from tests.examples.test_attention_wgmma import (
+    gpu_equals_float64,
+    gpu_equals_the_cpu_at_symbolic_lengths,
+)
 from tests.tensor_intrin.kernels import from_storage
 
 
@@ -180,18 +183,9 @@ def test_causal_at_lengths_whose_tile_count_is_clamped_is_refused(block_m: int, 
 def test_gpu_equals_float64(dtype: str, causal: bool, head_dim: int, block_m: int, tma: object) -> None:
     """GQA, lengths off the tiles, the logsumexp (causal with 128-row tiles at 1024 x 1000: at
     300 x 333 the build refuses, test_causal_at_lengths_whose_tile_count_is_clamped_is_refused)."""
-    torch = pytest.importorskip("torch")
     shape = (2, 8, 1024, 1000, head_dim) if causal and block_m == 128 else (2, 8, 300, 333, head_dim)
     sch = attention(*shape, dtype, causal, 2, lse=True, block_m=block_m, wgmma=True, overlap=True, tma=tma)  # type: ignore[arg-type]
-    mod = loopir.build(sch.func, target="cuda")
-    arrays = _inputs(shape, 2, dtype, seed=head_dim + causal)
-    q, k, v, o = (torch.from_numpy(a).cuda() for a in arrays)
-    lse = torch.full(shape[:3], float("nan"), device="cuda")
-    mod(q, k, v, o, lse)
-    want, want_lse = reference(*(from_storage(a, dtype) for a in arrays[:3]), causal)
-    tol = 2e-2 if dtype == "float16" else 4e-2  # fast-math exponentials, as test_attention_wgmma
-    np.testing.assert_allclose(from_storage(o.cpu().numpy(), dtype), want, rtol=tol, atol=tol)
-    np.testing.assert_allclose(lse.cpu().numpy(), want_lse, rtol=1e-2, atol=1e-2)
+    gpu_equals_float64(sch, shape, dtype, causal, seed=head_dim + causal)
 
 
 @pytest.mark.gpu

@@ -274,12 +274,20 @@ def test_bad_arguments_are_refused(kwargs: dict, what: str) -> None:
 @pytest.mark.parametrize("head_dim, tiles", [(64, (64, 64)), (64, (128, 128)), (128, (64, 64)), (128, (128, 32))])
 def test_gpu_equals_float64(dtype: str, causal: bool, head_dim: int, tiles: tuple[int, int], wgmma: bool | str) -> None:
     """GQA, lengths off the tiles, the logsumexp."""
-    torch = pytest.importorskip("torch")
     shape = (2, 8, 300, 333, head_dim)
     sch = attention(*shape, dtype, causal, 2, lse=True, block_m=tiles[0], block_n=tiles[1],
                     wgmma=True if wgmma == "overlap" else wgmma, overlap=wgmma == "overlap")  # fmt: skip
+    gpu_equals_float64(sch, shape, dtype, causal, seed=head_dim + causal)
+
+
+def gpu_equals_float64(sch: loopir.Schedule, shape: tuple[int, int, int, int, int], dtype: str, causal: bool,
+                       seed: int) -> None:  # fmt: skip
+    """``sch`` (2 KV heads, with the LSE) run on the GPU at ``shape`` equals the float64
+    reference: the output within 2e-2 (fp16) / 4e-2 (bf16), the fast-math exponentials' error,
+    the LSE within 1e-2."""
+    torch = pytest.importorskip("torch")
     mod = loopir.build(sch.func, target="cuda")
-    arrays = _inputs(shape, 2, dtype, seed=head_dim + causal)
+    arrays = _inputs(shape, 2, dtype, seed=seed)
     q, k, v, o = (torch.from_numpy(a).cuda() for a in arrays)
     lse = torch.full(shape[:3], float("nan"), device="cuda")
     mod(q, k, v, o, lse)
