@@ -138,7 +138,7 @@ def global_ptr(em: KernelEmitter, buffer: Buffer, off: PrimExpr) -> tuple[str, P
         for tag, tv in f.tag_vars.items():
             if tv not in f.declared and tv in collect_vars(base):
                 f.declared.add(tv)
-                f.decls.append(f"const {ctype(tv.dtype)} {em.var_name(tv)} = (({ctype(tv.dtype)}){tag});")
+                f.decls.append(f"const {ctype(tv.dtype)} {em.var_name(tv)} = {em.thread_index(tag, tv.dtype)};")
         pname = em.names.get(object(), f"{name}_base")
         const = "" if buffer in em.spec.written else "const "
         f.decls.append(f"{const}{ctype(buffer.dtype)}* {pname} = {name} + {text};")

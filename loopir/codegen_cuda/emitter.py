@@ -80,6 +80,7 @@ from loopir.codegen_cuda.vector_compute import (
     emit_vector_accumulate,
     vector_compute,
 )
+from loopir.codegen_cuda.warp_uniform import uniform_tags, warp_index_decl, warp_index_name
 from loopir.codegen_cuda.wgmma import has_wgmma, wgmma_smem_align
 from loopir.errors import CodegenError
 from loopir.ir import dtype as dt
@@ -110,7 +111,7 @@ from loopir.ir.stmt import (
     Stmt,
 )
 from loopir.passes.context import PassContext
-from loopir.passes.cuda_config import HOIST_GLOBAL_BASE_KEY
+from loopir.passes.cuda_config import HOIST_GLOBAL_BASE_KEY, WARP_UNIFORM_KEY
 from loopir.passes.software_pipeline import ASYNC_COPY_KEY
 from loopir.passes.storage_align import allocation_size
 
@@ -202,12 +203,27 @@ class KernelEmitter(CodeWriter):
         self.tensor_maps: list[TensorMapParam] = []
         self.in_async_copy = False  # inside a loop of a software pipeline's async stage
         self.hoist_bases = bool(PassContext.current().get(HOIST_GLOBAL_BASE_KEY))
+        # threadIdx.y / .z read once as warp-uniform values (loopir.codegen_cuda.warp_uniform)
+        uniform = PassContext.current().get(WARP_UNIFORM_KEY)
+        self.uniform_tags = uniform_tags(self.launch) if uniform else frozenset()
+        self.uniform_used: set[str] = set()
+        self.names.used.update(warp_index_name(t) for t in self.uniform_tags)
         self.scope: list[Var] = []  # loop and thread variables bound around the statement
         self.frame: BaseFrame | None = None
 
     # -- helpers used by the expression printer --------------------------------------------
     def var_name(self, v: Var) -> str:
         return self.names.get(v, v.name)
+
+    def thread_index(self, tag: str, dtype: str = "int32") -> str:
+        """The text of a ``threadIdx.*`` / ``blockIdx.*`` value as ``dtype``: a warp-uniform
+        index's kernel-level name where the block's shape allows it."""
+        c = ctype(dtype)
+        if tag not in self.uniform_tags:
+            return f"(({c}){tag})"
+        self.uniform_used.add(tag)
+        name = warp_index_name(tag)
+        return name if dtype == "int32" else f"(({c}){name})"
 
     def buffer_name(self, b: Buffer) -> str:
         return self.names.get(b, b.name)
@@ -294,6 +310,8 @@ class KernelEmitter(CodeWriter):
             bounds = f"__launch_bounds__({threads}) "
         head = f'extern "C" __global__ void {bounds}{spec.name}('
         sig = head + (",\n" + " " * len(head)).join(decls) + ") {" if decls else head + ") {"
+        # read at the entry, where the block's threads are converged
+        self.lines[:0] = ["  " + warp_index_decl(t) for t in sorted(self.uniform_used)]
         if self.dynamic_offsets:
             self.lines.insert(0, f"  extern __shared__ __align__({self.smem_align}) unsigned char {DYNAMIC_SMEM}[];")
         text = "\n".join([sig, *self.lines, "}"])
@@ -499,7 +517,7 @@ class KernelEmitter(CodeWriter):
             del self.thread_vars[tag]
 
     def _thread_loop(self, s: For, tag: str) -> None:
-        hw = f"(({ctype(s.loop_var.dtype)}){tag})"
+        hw = self.thread_index(tag, s.loop_var.dtype)
         v = self.var_name(s.loop_var)
         launched = self.launch[tag]
         init = hw if isinstance(s.min, IntImm) and s.min.value == 0 else f"{hw} + {self.expr(s.min)}"
@@ -518,7 +536,8 @@ class KernelEmitter(CodeWriter):
                     f"{tag} has extent {s.extent} < launched {launched} and contains "
                     "__syncthreads(); the guard would make the barrier divergent"
                 )
-            with self.block(f"if ({tag} < {self.expr(s.extent)})"):
+            guard = self.thread_index(tag) if tag in self.uniform_tags else tag
+            with self.block(f"if ({guard} < {self.expr(s.extent)})"):
                 self.stmt(s.body)
 
     # -- vectorization -----------------------------------------------------------------------

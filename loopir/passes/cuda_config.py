@@ -105,6 +105,20 @@ register_config(
     "folds it into the access's immediate offset instead of a 64-bit address per access)",
 )
 
+#: CUDA codegen: threadIdx.y / .z read once through ``__shfl_sync`` where whole warps share them
+#: (see ``loopir.codegen_cuda.warp_uniform``)
+WARP_UNIFORM_KEY = "cuda.warp_uniform_thread_index"
+register_config(
+    WARP_UNIFORM_KEY,
+    bool,
+    True,
+    "CUDA codegen: when the block's threadIdx.x extent is a multiple of 32 (x * y for threadIdx.z), "
+    "read threadIdx.y (.z) once at the kernel's entry as lane 0's value (__shfl_sync): nvcc then "
+    "knows it is the same in every lane of a warp, keeps what derives from it (warp roles, wgmma "
+    "descriptors, loop counters under a role's branch) in uniform registers and branches on it "
+    "without divergence",
+)
+
 # Defined by the CUDA backend (loopir.codegen_cuda.cutlass.offload, .default_schedule); optional.
 declare_pass("GemmOffload", required=False)
 declare_pass("DefaultGPUSchedule", required=False)
