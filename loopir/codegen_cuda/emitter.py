@@ -203,8 +203,9 @@ class KernelEmitter(CodeWriter):
         self.tensor_maps: list[TensorMapParam] = []
         self.in_async_copy = False  # inside a loop of a software pipeline's async stage
         self.hoist_bases = bool(PassContext.current().get(HOIST_GLOBAL_BASE_KEY))
-        # threadIdx.y / .z read once as warp-uniform values (loopir.codegen_cuda.warp_uniform)
-        uniform = PassContext.current().get(WARP_UNIFORM_KEY)
+        # threadIdx.y / .z read once as warp-uniform values (loopir.codegen_cuda.warp_uniform), in
+        # kernels on Hopper's warpgroup instructions (their descriptors and roles)
+        uniform = PassContext.current().get(WARP_UNIFORM_KEY) and self.async_proxy
         self.uniform_tags = uniform_tags(self.launch) if uniform else frozenset()
         self.uniform_used: set[str] = set()
         self.names.used.update(warp_index_name(t) for t in self.uniform_tags)

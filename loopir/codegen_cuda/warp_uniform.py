@@ -21,8 +21,12 @@ of the warp has this lane's ``threadIdx.y``); what changes is what nvcc may assu
 SASS (nvcc 13.0, sm_90a): the warp-specialized attention's consumer step 382 -> 323 instructions
 (40 ``R2UR`` -> 0), registers 168 -> 138; ``hopper_gemm``'s consumer tile loop 438 -> 295.
 
-Off (``cuda.warp_uniform_thread_index = False``), or where the block's shape does not make the
-index uniform, ``threadIdx.*`` prints as before.
+Scope: kernels on Hopper's asynchronous proxy (``wgmma`` or TMA), whose warpgroup roles and
+descriptors it serves. Elsewhere ``threadIdx.*`` prints as before: on the CUDA-core
+FlashAttention 2 kernel (``attention(..., fragments=False)``) ptxas 13.0 for sm_80 answered the
+uniform index by capping the kernel at 80 registers with an 8-byte spill (112 registers, no
+spill, without it). Off (``cuda.warp_uniform_thread_index = False``), or where the block's shape
+does not make the index uniform, likewise.
 """
 
 from __future__ import annotations

@@ -112,7 +112,7 @@ register_config(
     WARP_UNIFORM_KEY,
     bool,
     True,
-    "CUDA codegen: when the block's threadIdx.x extent is a multiple of 32 (x * y for threadIdx.z), "
+    "CUDA codegen: in a kernel with wgmma or TMA whose threadIdx.x extent is a multiple of 32 (x * y for threadIdx.z), "
     "read threadIdx.y (.z) once at the kernel's entry as lane 0's value (__shfl_sync): nvcc then "
     "knows it is the same in every lane of a warp, keeps what derives from it (warp roles, wgmma "
     "descriptors, loop counters under a role's branch) in uniform registers and branches on it "
