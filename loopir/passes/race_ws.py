@@ -258,6 +258,17 @@ def _guards(leaf: _Leaf, loop: For) -> list[tuple[PrimExpr, bool]]:
     return out
 
 
+def _loop_bounds(leaf: _Leaf) -> dict[Var, tuple[int, int]]:
+    """The ranges of the loops of constant bounds around ``leaf`` (a block loop's variable in
+    the consumers' extents: ``attention(longest_first=True)``'s ``n - 1 - i0`` tiles)."""
+    out = {}
+    for f in leaf.loops():
+        lo, ext = _const(f.min), _const(f.extent)
+        if lo is not None and ext is not None and ext >= 1:
+            out[f.loop_var] = (lo, lo + ext - 1)
+    return out
+
+
 def _is_thread(leaf: _Leaf, v: Var) -> bool:
     """Whether ``v`` is a ``threadIdx`` loop's variable on ``leaf``'s path."""
     return any(isinstance(f, For) and f.kind is ForKind.THREAD_BINDING and f.thread_tag in _THREAD_TAGS
@@ -460,7 +471,8 @@ class _Region:
         start = 1 if peel else 0
         n = _most(lp.extent if peel else lc.extent)
         pguards = self._peel_guards(peel[0]) if peel else []
-        if peel and (why := peeled_range(lc, lp.extent, pguards) if lt is None else "in a tile loop"):
+        if peel and (why := peeled_range(lc, lp.extent, pguards, _loop_bounds(peel[0]))
+                     if lt is None else "in a tile loop"):
             raise self.fail(f"the consumers' peeled first step: {why}", peel[0])
         if lt is None and not peel and not _range_equal(lp, lc):
             raise self.fail(f"the producer's loop {lp.loop_var.name} and the consumers' {k.name} differ in range")

@@ -94,20 +94,38 @@ def _run(func: loopir.PrimFunc, shape: tuple[int, ...], kv_heads: int, dtype: st
 @settings(max_examples=8, deadline=None)
 @given(batch=st.integers(1, 2), kv_heads=st.integers(1, 2), group=st.integers(1, 3), sq=st.integers(1, 70),
        skv=st.integers(1, 70), d=st.sampled_from([8, 16]), causal=st.booleans(), lse=st.booleans(),
-       dtype=st.sampled_from(["float16", "bfloat16", "float32"]))  # fmt: skip
+       dtype=st.sampled_from(["float16", "bfloat16", "float32"]), longest_first=st.booleans())  # fmt: skip
 def test_equals_float64_attention(batch: int, kv_heads: int, group: int, sq: int, skv: int, d: int, causal: bool,
-                                  lse: bool, dtype: str) -> None:  # fmt: skip
+                                  lse: bool, dtype: str, longest_first: bool) -> None:  # fmt: skip
     shape = (batch, kv_heads * group, sq, skv, d)
-    func = attention_func(*shape, dtype, causal, kv_heads, lse=lse, block_m=16, block_n=16)
+    func = attention_func(*shape, dtype, causal, kv_heads, lse=lse, block_m=16, block_n=16,
+                          longest_first=longest_first)  # fmt: skip
     loopir.verify(func)
     _run(func, shape, kv_heads, dtype, causal, lse, seed=sq * 100 + skv)
 
 
-def test_symbolic_lengths_serve_every_length() -> None:
-    func = attention_func(1, 2, Var("seq_q"), Var("seq_kv"), 16, causal=True, block_m=16, block_n=16, lse=True)
+@pytest.mark.parametrize("longest_first", [False, True])
+def test_symbolic_lengths_serve_every_length(longest_first: bool) -> None:
+    func = attention_func(1, 2, Var("seq_q"), Var("seq_kv"), 16, causal=True, block_m=16, block_n=16, lse=True,
+                          longest_first=longest_first)  # fmt: skip
     assert {p.name for p in func.params} == {"Q", "K", "V", "O", "LSE"}
     for sq, skv in ((5, 40), (33, 33), (40, 7), (1, 1)):
         _run(func, (1, 2, sq, skv, 16), 2, "float16", True, True, seed=sq + skv)
+
+
+def test_causal_query_tiles_run_longest_first() -> None:
+    """``longest_first`` (by default ``causal``): iteration ``i0`` of the tile loop (``blockIdx.x``)
+    computes tile ``n - 1 - i0``, the one with the most KV tiles first; the same order otherwise."""
+    def order(text: str) -> str:
+        m = re.search(r"vi0 = T.axis.spatial\(.*, ([^,]*)\)\n", text)
+        assert m is not None
+        return m.group(1)
+
+    assert order(attention(1, 2, 256, 256, 64, "float16", True, block_m=64).func.script()) == "3 - i0"  # 4 tiles
+    assert order(attention(1, 2, 256, 256, 64, "float16", False).func.script()) == "i0"
+    assert order(attention(1, 2, 256, 256, 64, "float16", True, longest_first=False).func.script()) == "i0"
+    with pytest.raises(ScheduleError, match="longest_first must be a bool or None"):
+        attention(1, 2, 256, 256, 64, "float16", True, longest_first="yes")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("shape, kv_heads, causal, dtype, order, block_m", [
