@@ -395,8 +395,8 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
     ``longest_first`` (``attention_func``'s): the query tiles numbered from the last, so that the
     blocks with the most KV tiles start first (the GPU starts blocks in ``blockIdx`` order, and
     the long tiles of each head otherwise come last: the last wave's stragglers). None (the
-    default): ``causal``, where tiles differ in work; 1.5-1.9 % faster there on the H200
-    (session 19, ``docs/benchmarks.md``).
+    default): ``causal``, where tiles differ in work; on the H200 1.8-1.9 % faster at 4k causal, the
+    same at 1k (session 19, ``docs/benchmarks.md``).
 
     The first tensor-core form: FlashAttention keeps S, P and the output in registers; here they
     go through shared memory (issue 33).
