@@ -259,13 +259,14 @@ def _guards(leaf: _Leaf, loop: For) -> list[tuple[PrimExpr, bool]]:
 
 
 def _loop_bounds(leaf: _Leaf) -> dict[Var, tuple[int, int]]:
-    """The ranges of the loops of constant bounds around ``leaf`` (a block loop's variable in
-    the consumers' extents: ``attention(longest_first=True)``'s ``n - 1 - i0`` tiles)."""
+    """The ranges ``[lo, hi)`` of the loops of constant bounds around ``leaf`` (a block loop's
+    variable in the consumers' extents: ``attention(longest_first=True)``'s ``n - 1 - i0``
+    tiles)."""
     out = {}
     for f in leaf.loops():
         lo, ext = _const(f.min), _const(f.extent)
         if lo is not None and ext is not None and ext >= 1:
-            out[f.loop_var] = (lo, lo + ext - 1)
+            out[f.loop_var] = (lo, lo + ext)
     return out
 
 

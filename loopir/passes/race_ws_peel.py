@@ -17,7 +17,8 @@ __all__ = ["peeled_range"]
 
 
 def _analyzer(bounds: dict[Var, tuple[int, int]], *exprs: PrimExpr) -> arith.Analyzer:
-    """Each variable of ``exprs`` non-negative, in its loop's range where ``bounds`` has it."""
+    """Each variable of ``exprs`` non-negative, in its loop's range ``[lo, hi)`` where ``bounds``
+    has it."""
     return arith.Analyzer({u: bounds.get(u, (0, 1 << 31)) for e in exprs for u in collect_vars(e)})
 
 
@@ -39,8 +40,8 @@ def peeled_range(lc: For, n: PrimExpr, guards: list[tuple[PrimExpr, bool]],
     """Why the peeled step under ``guards`` (the non-thread conditions on its path, each with
     the branch taken) and the loop ``lc`` do not run iterations ``0 .. n - 1`` of the
     producer's ``n``, or None: the loop from 1 over ``max(n - 1, 0)`` iterations, the guards
-    holding exactly when ``n >= 1``. ``bounds``: the ranges of the loops around the step (the
-    other variables are only known non-negative)."""
+    holding exactly when ``n >= 1``. ``bounds``: the ranges ``[lo, hi)`` of the loops around the
+    step (the other variables are only known non-negative)."""
     bounds = bounds or {}
     if const(lc.min) != 1 or not _equal(lc.extent, Max(n - IntImm(1, n.dtype), IntImm(0, n.dtype)), bounds):
         return f"the consumers' loop {lc.loop_var.name} after the peeled first step does not run [1, {n})"

@@ -319,3 +319,19 @@ def test_the_proof_is_symbolic_in_the_k_steps() -> None:
     bad = f.with_body(_Calls(_parity("empty", lambda p: 1 - p)).visit(f.body))
     with pytest.raises(CodegenError, match=WS + r"the producer's wait polls parity"):
         check_races(bad)
+
+
+def test_peeled_range_bounds_the_block_loops() -> None:
+    """A consumer loop ``[1, 15 - i0)`` after the peeled step of ``n = 16 - i0`` steps (the
+    longest-first query tiles' counts): equal to ``max(n - 1, 0)`` and ``n >= 1`` only with
+    ``i0``'s range (a block loop of 16), refused without it."""
+    from loopir.ir.expr import Var
+    from loopir.ir.stmt import ForKind
+    from loopir.passes.race_ws_peel import peeled_range
+
+    i0, j = Var("i0"), Var("j")
+    n = 16 - i0
+    lc = For(j, 1, 15 - i0, ForKind.SERIAL, Evaluate(IntImm(0, "int32")))
+    assert peeled_range(lc, n, [], {i0: (0, 16)}) is None  # i0 in [0, 16)
+    assert "does not run [1, 16 - i0)" in str(peeled_range(lc, n, []))
+    assert "does not run" in str(peeled_range(lc, n, [], {i0: (0, 17)}))  # i0 = 16: extent -1, not max(-1, 0)
