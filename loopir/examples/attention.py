@@ -301,7 +301,7 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
               dtype: str = "float16", causal: bool = False, kv_heads: int | None = None, *,
               lse: bool = False, block_m: int | None = None, block_n: int | None = None,
               unroll_rows: bool = True, fragments: bool = True, wgmma: bool | str = "auto",
-              overlap: bool | str = "auto", tma: bool | tuple[int, int] = False,
+              overlap: bool | str = "auto", tma: bool | tuple[int, int] | str = "auto",
               longest_first: bool | None = None) -> Schedule:  # fmt: skip
     """[`attention_func`][loopir.examples.attention.attention_func] scheduled for the GPU.
 
@@ -379,11 +379,14 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
     waiting on the full barrier itself and releasing a version once its ``P V`` retired (a step
     after its ``S``) (``loopir.passes.pipeline_ws``; ``docs/concepts/attention.md``, step 6).
     ``(dec, inc)``: also ``setmaxnreg`` (the producer's and the consumers' registers; with 128
-    query rows, ``(24, 240)``). False (the default): on the H200 it is slower than the
-    ``cp.async`` overlap (fp16, b1h32s4096d128: 0.789 ms against 0.623, ``docs/benchmarks.md``
-    session 17, when the consumers split each step by ``j >= 1``, which put the wait for ``S_j``
-    before the issue of ``P_{j-1} V_{j-1}``; now the first step is peeled and the loop from 1
-    issues ``S_j`` then ``P_{j-1} V_{j-1}`` back to back, unmeasured on the GPU).
+    query rows, ``(24, 240)``). ``"auto"`` (the default): True, with ``block_m`` 128 (two
+    consumer warpgroups) unless given, where it measured faster on the H200: ``wgmma=True``,
+    ``overlap``, not causal, ``head_dim`` 128, ``seq_kv`` a constant of at least 4096, 64-key
+    tiles (``docs/benchmarks.md`` session 19: b1h32s4096d128 0.548-0.555 ms against the
+    ``cp.async`` overlap's 0.581-0.589; at 1k, causal or ``head_dim`` 64 it is the same or
+    slower); else False. (Session 17's TMA form split each consumer step by ``j >= 1``, which put
+    the wait for ``S_j`` before the issue of ``P_{j-1} V_{j-1}``: 0.789 ms against 0.623; the
+    first step is peeled since, and ``threadIdx.y`` is read warp-uniform.)
     Symbolic lengths work (the tensor maps take them at the launch). Causal at constant lengths
     where a query tile's KV tile count is clamped by both ``seq_kv`` and the diagonal (300 x
     333 with 128-row tiles, 333 x 300) is refused by the build's race check (the last ``P V``'s
@@ -414,8 +417,13 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
     if overlap and wgmma is not True:
         raise _fail(f"overlap=True overlaps the softmax with asynchronous wgmma: it needs wgmma=True (both GEMMs "
                     f"on wgmma), got wgmma={wgmma!r}")  # fmt: skip
+    if isinstance(tma, str) and tma == "auto":
+        tma = _tma_pays(wgmma, overlap, causal, head_dim, seq_kv, block_m, block_n)
+        if tma and block_m is None:
+            block_m = 128
     if tma is not False:
         _check_tma(tma, wgmma, overlap)
+    assert not isinstance(tma, str)  # "auto" resolved; _check_tma refused any other string
     if wgmma:
         _check_wgmma(fragments, head_dim, block_m, block_n, wgmma is True)
         block_m, block_n = block_m or 64, block_n or 64
@@ -500,13 +508,25 @@ def _check_wgmma(fragments: bool, head_dim: int, block_m: int | None, block_n: i
         raise _fail(f"wgmma=True needs block_n a multiple of 16 from 16 to 256 (wgmma's N), got block_n = {block_n!r}")
 
 
+#: ``tma="auto"``: the least constant KV length at which the TMA form (two consumer warpgroups)
+#: measured faster than the ``cp.async`` overlap at head_dim 128 (H200, session 19: 4k yes, 1k no)
+TMA_MIN_SEQ_KV = 4096
+
+
+def _tma_pays(wgmma: object, overlap: bool, causal: bool, head_dim: int, seq_kv: int | Var,
+              block_m: int | None, block_n: int | None) -> bool:  # fmt: skip
+    """``tma="auto"``: where the TMA form measured faster (``attention``'s docstring)."""
+    return (wgmma is True and overlap and not causal and head_dim == 128 and block_m in (None, 128)
+            and block_n in (None, 64) and isinstance(seq_kv, int) and seq_kv >= TMA_MIN_SEQ_KV)  # fmt: skip
+
+
 def _check_tma(tma: object, wgmma: object, overlap: bool) -> None:
     """Refuse a ``tma`` that ``attention`` cannot schedule, naming it."""
     regs = isinstance(tma, (tuple, list)) and len(tma) == 2 and all(
         isinstance(v, int) and not isinstance(v, bool) and 24 <= v <= 256 and v % 8 == 0 for v in tma)
     if not (tma is True or regs):
-        raise _fail(f"tma must be False, True or (dec, inc) setmaxnreg register counts (24 to 256, multiples of 8), "
-                    f"got {tma!r}")  # fmt: skip
+        raise _fail(f"tma must be False, True, 'auto' or (dec, inc) setmaxnreg register counts (24 to 256, "
+                    f"multiples of 8), got {tma!r}")  # fmt: skip
     if wgmma is not True or not overlap:
         raise _fail(f"tma (the K and V tiles by TMA from a producer warpgroup) needs wgmma=True and overlap=True, got "
                     f"wgmma={wgmma!r}, overlap={overlap!r}")  # fmt: skip

@@ -18,6 +18,7 @@ warpgroup on full/empty mbarriers, the consumers keeping FlashAttention 3's over
 
 from __future__ import annotations
 
+import re
 import shutil
 import warnings
 from pathlib import Path
@@ -152,7 +153,7 @@ def test_compiles_with_nvcc(d: int, tma: object, block_m: int, tmp_path: Path) -
 
 
 @pytest.mark.parametrize("kwargs, what", [
-    (dict(tma="yes"), "tma must be False, True or .*got 'yes'"),
+    (dict(tma="yes"), "tma must be False, True, 'auto' or .*got 'yes'"),
     (dict(tma=True, overlap=False), "tma .* needs wgmma=True and overlap=True"),
 ])  # fmt: skip
 def test_bad_arguments_are_refused(kwargs: dict, what: str) -> None:
@@ -215,3 +216,21 @@ def test_the_peeled_first_step_runs_exactly_iteration_0() -> None:
     assert "exactly when" in str(peeled_range(loop, n, [(n >= 2, True)]))
     assert "does not run" in str(peeled_range(For(j, one, n, ForKind.SERIAL, body), n, [(n >= one, True)]))
     assert "does not run" in str(peeled_range(For(j, zero, n, ForKind.SERIAL, body), n, [(n >= one, True)]))
+
+
+@pytest.mark.parametrize("kwargs, chosen", [
+    (dict(seq=4096, d=128, causal=False), True),  # measured faster (session 19)
+    (dict(seq=8192, d=128, causal=False), True),
+    (dict(seq=1024, d=128, causal=False), False),  # 1k: the same or slower
+    (dict(seq=4096, d=128, causal=True), False),  # causal: slower (128-row diagonal tiles)
+    (dict(seq=4096, d=64, causal=False), False),  # head_dim 64: slower
+    (dict(seq=4096, d=128, causal=False, block_m=64), False),  # a tile the rule did not measure
+    (dict(seq=Var("s"), d=128, causal=False), False),  # a symbolic length: nothing known
+])  # fmt: skip
+def test_auto_takes_the_tma_form_where_it_measured_faster(kwargs: dict, chosen: bool) -> None:
+    seq, d, causal = kwargs.pop("seq"), kwargs.pop("d"), kwargs.pop("causal")
+    sch = attention(1, 2, seq, seq, d, "float16", causal, wgmma=True, overlap=True, **kwargs)
+    text = sch.func.script()
+    assert ("loopir.warp_specialize" in text) is chosen
+    if chosen:  # two consumer warpgroups: 128 query rows a block
+        assert re.search(r"Q_s = T.alloc_buffer\(\(2, 128, 64\)", text)  # 128 rows, two 64-column halves
