@@ -121,12 +121,10 @@ logger = logging.getLogger(__name__)
 #: The extern array of a kernel's dynamic shared memory.
 DYNAMIC_SMEM = "loopir_smem"
 
-# Serial loops that index a register array are unrolled up to this many innermost iterations:
-# a run-time index moves the array to (slow) local memory.
-
-
 def _indexes_register_array(s: For) -> bool:
-    """Whether ``s`` is short and its variable indexes a ``local`` buffer in its body."""
+    """Whether ``s`` is short (at most ``AUTO_UNROLL_MAX_TRIPS`` innermost iterations) and its
+    variable indexes a ``local`` buffer in its body: such a loop is unrolled, since a run-time
+    index would move the array to (slow) local memory."""
     if trip_count(s) > AUTO_UNROLL_MAX_TRIPS:
         return False
     var = s.loop_var

@@ -258,6 +258,13 @@ def _guards(leaf: _Leaf, loop: For) -> list[tuple[PrimExpr, bool]]:
     return out
 
 
+def _release_counts(inside: list[tuple[_Leaf, str, object, np.ndarray]]) -> np.ndarray:
+    """Each thread's arrivals on the empty barrier in one consumer iteration (its release
+    events' thread masks, summed)."""
+    counts: np.ndarray = np.sum([e[3] for e in inside if e[1] == "release"], axis=0).astype(np.int64)
+    return counts
+
+
 def _loop_bounds(leaf: _Leaf) -> dict[Var, tuple[int, int]]:
     """The ranges ``[lo, hi)`` of the loops of constant bounds around ``leaf`` (a block loop's
     variable in the consumers' extents: ``attention(longest_first=True)``'s ``n - 1 - i0``
@@ -646,7 +653,7 @@ class _Region:
         inside = [e for e in events if e[1] != "tail"]
         seq_ = [(0, e) for e in first] + [(i, e) for i in range(1, r + 1) for e in inside]
         release_at = len(first) + (r - 1) * len(inside) + next(i for i, e in enumerate(inside) if e[1] == "release")
-        self._reads_released(seq_, release_at, inside, lambda i, d: i == 0)
+        self._reads_released(seq_, release_at, _release_counts(inside), lambda i, d: i == 0)
 
     def _tile_tail(self, tail: list[tuple[str, int | None]], r: int, mma_async: bool, lt: For) -> None:
         """A persistent pipeline's tail (after the K loop, in the tile loop): the producer
@@ -691,23 +698,20 @@ class _Region:
         """Every read comes before its release (iteration ``k - r``), retired (module doc); the
         arrivals a phase."""
         inside = [e for e in events if e[1] != "tail"]
-        rel = [e for e in inside if e[1] == "release"]
-        counts = np.sum([e[3] for e in rel], axis=0).astype(np.int64)
-        arrivals = int(counts.sum())
+        counts = _release_counts(inside)
         # the events of r + 1 iterations one after another: the reads of iteration i at lag d
         # are in copy d, its release in copy r
         seq_ = [(n, e) for n in range(r + 1) for e in inside]
         release_at = r * len(inside) + next(i for i, e in enumerate(inside) if e[1] == "release")
-        self._reads_released(seq_, release_at, inside, lambda i, d: d == i)
-        return arrivals
+        self._reads_released(seq_, release_at, counts, lambda i, d: d == i)
+        return int(counts.sum())
 
     def _reads_released(self, seq_: Sequence[tuple[int, tuple[_Leaf, str, object, np.ndarray]]], release_at: int,
-                        inside: list[tuple[_Leaf, str, object, np.ndarray]], mine: Any) -> None:  # fmt: skip
+                        counts: np.ndarray, mine: Any) -> None:  # fmt: skip
         """Each read of ``seq_`` (iteration, event) of the released version (``mine(iteration,
-        lag)``) before ``release_at``, by a released thread (warp), retired."""
-        rel = [e for e in inside if e[1] == "release"]
+        lag)``) before ``release_at``, by a released thread (``counts``: each thread's arrivals
+        a phase) or warp, retired."""
         r = max(n for n, _ in seq_)
-        counts = np.sum([e[3] for e in rel], axis=0).astype(np.int64)
         armed = np.unique(self.th.warp[counts > 0])
         for at, (n, (x, kind, d, m)) in enumerate(seq_):
             if kind not in ("read", "wread", "async") or not mine(n, d):
