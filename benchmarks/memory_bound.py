@@ -259,6 +259,7 @@ def run_case(torch: Any, args: argparse.Namespace, name: str, nbytes: int, ref: 
         ms = events_per_call(torch, fn, args.calls, args.repeat, warmup=3)
         gbs = nbytes / ms / 1e6
         row[label] = {"ms": ms, "GB/s": gbs, "of_copy": gbs / copy_bw, "rel_err": err}
+    row["copy_same_bytes"] = _same_bytes_copy(torch, args, nbytes, copy_bw)
     base = row.get("loopir", {}).get("ms")
     line = "  ".join(f"{k} {v['ms']:.4f} ms {v['GB/s']:.0f} GB/s ({v['of_copy']:.2f})"
                      for k, v in row.items() if isinstance(v, dict))  # fmt: skip
@@ -268,6 +269,16 @@ def run_case(torch: Any, args: argparse.Namespace, name: str, nbytes: int, ref: 
             if isinstance(v, dict) and k != "loopir":
                 row[f"loopir_vs_{k}"] = v["ms"] / base
     return row
+
+
+def _same_bytes_copy(torch: Any, args: argparse.Namespace, nbytes: int, copy_bw: float) -> dict[str, float]:
+    """A device-to-device copy moving the case's bytes (half read, half written): the ceiling of
+    a kernel of this size, below the large copy's at a few tens of MB (launch and tail)."""
+    src = torch.empty(max(nbytes // 2, 1), dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    ms = events_per_call(torch, lambda: dst.copy_(src), args.calls, args.repeat, warmup=3)
+    gbs = nbytes / ms / 1e6
+    return {"ms": ms, "GB/s": gbs, "of_copy": gbs / copy_bw, "rel_err": 0.0}
 
 
 def _vec(args: argparse.Namespace, dtype: str) -> int | None:

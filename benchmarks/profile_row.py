@@ -3,8 +3,11 @@
     ncu --section SpeedOfLight -k regex:main_kernel python benchmarks/profile_row.py softmax float16 32768 1024
 
 Ops: softmax, layernorm, rmsnorm (default GPU schedule, or ``--variant`` the examples' schedule,
-``cuda.fast_math`` on unless ``--accurate``), gemv (``M K N``: rows, columns read, outputs); and the tensor-core examples,
-``attention B H S D [1 (causal)]`` (``examples.attention``, fp16 or bf16; kernel
+``cuda.fast_math`` on unless ``--accurate``), gemv (``M K N``: rows, columns read, outputs), xent
+(``ROWS VOCAB``: ``examples.reductions.cross_entropy_func``, its chunk kernel ``main_kernel0``),
+copy (``ROWS COLS``: torch's ``x * 1`` of that size, a copy kernel, the ceiling the others are
+read against; ``ncu --kernel-name-base demangled -k regex:MulFunctor``); and the tensor-core examples,
+``attention B H S D [1 (causal)]`` (``examples.attention`` with its defaults, fp16 or bf16; kernel
 ``attention_kernel0``) and ``hopper M K N`` (``examples.hopper_gemm``; kernel ``main_kernel0``)::
 
     ncu --section WarpStateStats -k regex:attention python benchmarks/profile_row.py attention float16 4 32 1024 64
@@ -24,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("op", choices=["softmax", "layernorm", "rmsnorm", "gemv", "attention", "hopper"])
+    ap.add_argument("op", choices=["softmax", "layernorm", "rmsnorm", "gemv", "xent", "copy", "attention", "hopper"])
     ap.add_argument("dtype")
     ap.add_argument("sizes", type=int, nargs="+")
     ap.add_argument("--accurate", action="store_true")
@@ -36,7 +39,21 @@ def main() -> int:
     tdt = getattr(torch, args.dtype)
     if args.op in ("attention", "hopper"):
         return _tensor_core(torch, args.op, args.dtype, args.sizes)
-    if args.op == "gemv":
+    if args.op == "copy":  # a kernel (copy_ is a cudaMemcpy, which ncu does not profile): x * 1
+        src = torch.rand(*args.sizes, device="cuda").to(tdt)
+        torch.mul(src, 1, out=torch.empty_like(src))
+        torch.cuda.synchronize()
+        return 0
+    if args.op == "xent":
+        from loopir.examples.reductions import CROSS_ENTROPY_CHUNK, cross_entropy_func
+
+        rows, vocab = args.sizes
+        func = cross_entropy_func(rows, vocab, args.dtype)
+        chunks = -(-vocab // min(CROSS_ENTROPY_CHUNK, vocab))
+        tensors = [torch.randn(rows, vocab, device="cuda").to(tdt),
+                   torch.randint(0, vocab, (rows,), device="cuda", dtype=torch.int32),
+                   torch.empty(rows, device="cuda"), torch.empty(rows, chunks, 2, device="cuda")]  # fmt: skip
+    elif args.op == "gemv":
         from memory_bound import gemv_func
 
         m, k, n = args.sizes
@@ -71,7 +88,7 @@ def _tensor_core(torch: object, op: str, dtype: str, sizes: list[int]) -> int:
     rand = lambda *shape: torch.randn(*shape, device="cuda").to(tdt)  # type: ignore[attr-defined]  # noqa: E731
     if op == "attention":
         b, h, s, d, *causal = sizes
-        mod = loopir.build(attention(b, h, s, s, d, dtype, bool(causal and causal[0]), fragments=False).func, target="cuda")
+        mod = loopir.build(attention(b, h, s, s, d, dtype, bool(causal and causal[0])).func, target="cuda")
         q, k, v = rand(b, h, s, d), rand(b, h, s, d), rand(b, h, s, d)
         mod(q, k, v, torch.empty_like(q))  # type: ignore[attr-defined]
     else:

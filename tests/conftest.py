@@ -84,11 +84,18 @@ def _session_cache_dir(tmp_path_factory: pytest.TempPathFactory):
     """Every build of the session caches into one temporary root, not the user's cache.
 
     Set through the cache module's override, and in ``LOOPIR_CACHE_DIR`` for the processes
-    that tests start. A test about the default location clears both (monkeypatch).
+    that tests start. A test about the default location clears both (monkeypatch). Under
+    pytest-xdist the workers of one run share the root (the run's base directory, above each
+    worker's): a CUTLASS unit two workers need is compiled once (the cache's per-key file lock
+    makes the second wait for the first, then hit), which saves minutes of nvcc in CI.
     """
     from loopir import _cache_dir
 
-    root = tmp_path_factory.mktemp("loopir-cache")
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = tmp_path_factory.getbasetemp().parent / "loopir-cache"
+        root.mkdir(exist_ok=True)
+    else:
+        root = tmp_path_factory.mktemp("loopir-cache")
     old_env = os.environ.get("LOOPIR_CACHE_DIR")
     _cache_dir.set_cache_root(root)
     os.environ["LOOPIR_CACHE_DIR"] = str(root)
