@@ -350,7 +350,8 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
     ([`wgmma_o`][loopir.examples.attention_fragments.wgmma_o]); ``"qk"``: the first GEMM only
     (``P V`` on ``mma.sync``). The softmax in the fragments as ``fragments``. Needs ``head_dim``
     a multiple of 64 (up to 256 for True), ``block_m`` of 64 (whole warpgroups) and ``block_n``
-    a multiple of 16 up to 256 (``wgmma``'s N and K); default tiles 64 x 64. ``"auto"`` (the
+    a multiple of 16 up to 256 (``wgmma``'s N and K); default tiles 64 x 64 (64 x 96 with ``overlap`` at
+    ``head_dim`` 64, not causal, without ``tma``: ``WGMMA_D64_BLOCK_N``, 4-6 % faster, session 20). ``"auto"`` (the
     default): True where the visible GPU is a Hopper (compute capability 9.0, as the default
     GPU schedule's ``cuda.default_schedule.wgmma``) and the sizes allow it, else False (FA2 on
     ``mma.sync``, which sm_80 runs too). On the H200 True runs 1.2-1.5x faster than FA2 and
@@ -426,7 +427,7 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
     assert not isinstance(tma, str)  # "auto" resolved; _check_tma refused any other string
     if wgmma:
         _check_wgmma(fragments, head_dim, block_m, block_n, wgmma is True)
-        block_m, block_n = block_m or 64, block_n or 64
+        block_m, block_n = block_m or 64, block_n or _wgmma_block_n(head_dim, causal, overlap, tma)
     if block_m is None:  # measured on the H200 (docs/benchmarks.md, session 15)
         block_m = 64 if fragments or head_dim > 64 else 128
     if block_n is None:  # causal: block_n = block_m keeps the tiles below the diagonal mask-free
@@ -472,6 +473,19 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
     for name, (b_trans,) in _GEMMS.items():
         _tensor_core_gemm(sch, name, warps, dtype, b_trans, head_dim, block_n)
     return _finish_schedule(sch, _ALIGN, _FAST_MATH, lse)
+
+
+#: ``attention``'s default key tile with ``overlap`` at head_dim 64, not causal, on ``cp.async``:
+#: 96 keys (64 x 96 tiles) ran 4-6 % faster than 64 on the H200 at 1k and 4k, fp16 and bf16
+#: (docs/benchmarks.md, session 20; 80 and 112 between and slower, 128 slower at 1k); causal keeps
+#: ``block_n = block_m`` (the tiles below the diagonal mask-free), head_dim 128 keeps 64 (96: 1.3x
+#: slower at 1k).
+WGMMA_D64_BLOCK_N = 96
+
+
+def _wgmma_block_n(head_dim: int, causal: bool, overlap: bool, tma: object) -> int:
+    """The key tile ``attention`` takes on ``wgmma`` when ``block_n`` is not given."""
+    return WGMMA_D64_BLOCK_N if head_dim == 64 and not causal and overlap and tma is False else 64
 
 
 def _wgmma_fits(fragments: bool, head_dim: int, block_m: int | None, block_n: int | None) -> bool:
