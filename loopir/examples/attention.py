@@ -380,19 +380,25 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
     waiting on the full barrier itself and releasing a version once its ``P V`` retired (a step
     after its ``S``) (``loopir.passes.pipeline_ws``; ``docs/concepts/attention.md``, step 6).
     ``(dec, inc)``: also ``setmaxnreg`` (the producer's and the consumers' registers; with 128
-    query rows, ``(24, 240)``). ``"auto"`` (the default): True, with ``block_m`` 128 (two
-    consumer warpgroups) unless given, where it measured faster on the H200: ``wgmma=True``,
-    ``overlap``, not causal, ``head_dim`` 128, ``seq_kv`` a constant of at least 4096, 64-key
-    tiles (``docs/benchmarks.md`` session 19: b1h32s4096d128 0.548-0.555 ms against the
-    ``cp.async`` overlap's 0.581-0.589; at 1k, causal or ``head_dim`` 64 it is the same or
-    slower); else False. (Session 17's TMA form split each consumer step by ``j >= 1``, which put
+    query rows, ``(24, 240)``). ``"auto"`` (the default) takes it where it measured faster on
+    the H200: ``wgmma=True``, ``overlap``, not causal, ``head_dim`` 128, ``seq_kv`` a constant
+    of at least ``TMA_MIN_SEQ_KV`` (1024), ``block_m`` and ``block_n`` not given or 128: 128 x
+    128 tiles with ``setmaxnreg`` ``(24, 240)`` (``docs/benchmarks.md`` session 20: 1.14x the
+    ``cp.async`` overlap at b4h32s1024d128, 0.173 ms, and 1.15x at b1h32s4096d128, 0.469 ms;
+    with 64-key tiles and no ``setmaxnreg`` the same form was 1.08x at 4k and slower at 1k, and
+    128 x 128 without ``setmaxnreg`` spills); with ``block_n=64`` given, 128 x 64 tiles from
+    ``seq_kv`` 4096 on (session 19); else False (causal, whose 128-row tiles idle along the
+    diagonal, and ``head_dim`` 64 measured the same or slower). (Session 17's TMA form split each consumer step by ``j >= 1``, which put
     the wait for ``S_j`` before the issue of ``P_{j-1} V_{j-1}``: 0.789 ms against 0.623; the
     first step is peeled since, and ``threadIdx.y`` is read warp-uniform.)
-    Symbolic lengths work (the tensor maps take them at the launch). Causal at constant lengths
+    Symbolic lengths work when causal (the tensor maps take them at the launch); not causal they
+    are refused by the build's race check (the tail's ``P V`` version is not proven waited for),
+    as are one or two KV tiles (a degenerate pipeline it does not recognize). Causal at constant lengths
     where a query tile's KV tile count is clamped by both ``seq_kv`` and the diagonal (300 x
     333 with 128-row tiles, 333 x 300) is refused by the build's race check (the last ``P V``'s
     V version is not proven waited for). ptxas, fp16, no spills: 128 / 176 registers at 64 x
-    64 (head_dim 64 / 128), 139 / 168 at 128 x 64, 168 with ``(24, 240)``. (Timed on the H200
+    64 (head_dim 64 / 128), 139 / 168 at 128 x 64, 168 with ``(24, 240)``, at 128 x 128 with
+    ``(24, 240)`` and head_dim 128 too when not causal (causal: 4 bytes spilled). (Timed on the H200
     in session 19: 0.756 ms at b1h32s4096d128 against the default's 0.581; with ``block_m=128``,
     two consumer warpgroups, 0.555, but slower at 1k and causal.)
 
@@ -419,9 +425,7 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
         raise _fail(f"overlap=True overlaps the softmax with asynchronous wgmma: it needs wgmma=True (both GEMMs "
                     f"on wgmma), got wgmma={wgmma!r}")  # fmt: skip
     if isinstance(tma, str) and tma == "auto":
-        tma = _tma_pays(wgmma, overlap, causal, head_dim, seq_kv, block_m, block_n)
-        if tma and block_m is None:
-            block_m = 128
+        tma, block_m, block_n = _tma_auto(wgmma, overlap, causal, head_dim, seq_kv, block_m, block_n)
     if tma is not False:
         _check_tma(tma, wgmma, overlap)
     assert not isinstance(tma, str)  # "auto" resolved; _check_tma refused any other string
@@ -522,16 +526,27 @@ def _check_wgmma(fragments: bool, head_dim: int, block_m: int | None, block_n: i
         raise _fail(f"wgmma=True needs block_n a multiple of 16 from 16 to 256 (wgmma's N), got block_n = {block_n!r}")
 
 
-#: ``tma="auto"``: the least constant KV length at which the TMA form (two consumer warpgroups)
-#: measured faster than the ``cp.async`` overlap at head_dim 128 (H200, session 19: 4k yes, 1k no)
-TMA_MIN_SEQ_KV = 4096
+#: ``tma="auto"``: the least constant KV length at which the TMA form (two consumer warpgroups,
+#: 128 x 128 tiles, ``setmaxnreg`` 24 / 240) measured faster than the ``cp.async`` overlap at
+#: head_dim 128 (H200, session 20: 1.14x at 1k, 1.15x at 4k; shorter lengths not measured)
+TMA_MIN_SEQ_KV = 1024
+#: The same with 64-key tiles (``block_n=64`` given): faster from 4k on (session 19; 1k: no)
+TMA_MIN_SEQ_KV_64 = 4096
+#: The TMA form's registers for ``tma="auto"`` (``setmaxnreg``: producer, consumers)
+TMA_REGISTERS = (24, 240)
 
 
-def _tma_pays(wgmma: object, overlap: bool, causal: bool, head_dim: int, seq_kv: int | Var,
-              block_m: int | None, block_n: int | None) -> bool:  # fmt: skip
-    """``tma="auto"``: where the TMA form measured faster (``attention``'s docstring)."""
-    return (wgmma is True and overlap and not causal and head_dim == 128 and block_m in (None, 128)
-            and block_n in (None, 64) and isinstance(seq_kv, int) and seq_kv >= TMA_MIN_SEQ_KV)  # fmt: skip
+def _tma_auto(wgmma: object, overlap: bool, causal: bool, head_dim: int, seq_kv: int | Var,
+              block_m: int | None, block_n: int | None) -> tuple[bool | tuple[int, int], int | None, int | None]:  # fmt: skip
+    """``tma="auto"``: the TMA form and its tiles where it measured faster (``attention``'s
+    docstring), else ``(False, block_m, block_n)`` unchanged."""
+    fits = (wgmma is True and overlap and not causal and head_dim == 128 and block_m in (None, 128)
+            and isinstance(seq_kv, int))  # fmt: skip
+    if fits and block_n in (None, 128) and seq_kv >= TMA_MIN_SEQ_KV:
+        return TMA_REGISTERS, 128, 128
+    if fits and block_n == 64 and seq_kv >= TMA_MIN_SEQ_KV_64:
+        return True, 128, 64
+    return False, block_m, block_n
 
 
 def _check_tma(tma: object, wgmma: object, overlap: bool) -> None:
