@@ -139,6 +139,13 @@ _TILE_LOAD = '''                for jj, d in T.grid({BN}, {D}):
 _STAGED = ("k", "v", "kv")
 
 
+def _check_staged(name: str, value: object, what: str = "") -> None:
+    """Refuse a ``staged`` / ``prefetch`` value (``decode_attention_func``'s and
+    ``decode_attention``'s names for the tiles read a tile ahead), naming the parameter."""
+    if value is not None and value not in _STAGED:
+        raise _fail(f"{name} must be None or one of {', '.join(map(repr, _STAGED))}{what}, got {value!r}")
+
+
 def decode_attention_func(batch: int, heads: int, seq_kv: int | Var, head_dim: int, dtype: str = "float16",
                           kv_heads: int | None = None, *, splits: int = 8, block_n: int = 64, seq_q: int = 1,
                           causal: bool = False, page_size: int | None = None,
@@ -188,8 +195,7 @@ def decode_attention_func(batch: int, heads: int, seq_kv: int | Var, head_dim: i
         raise _fail(f"seq_q must be a positive int (the queries of a decode step), got {seq_q!r}")
     if not isinstance(causal, bool):
         raise _fail(f"causal must be a bool, got {causal!r}")
-    if staged is not None and staged not in _STAGED:
-        raise _fail(f"staged must be None or one of {', '.join(map(repr, _STAGED))}, got {staged!r}")
+    _check_staged("staged", staged)
     skv = _size("seq_kv", seq_kv)
     # a chunk of whole tiles: ceil(ceil(seq_kv / splits) / block_n) tiles
     tiles = f"T.ceildiv(T.ceildiv({skv}, {splits}), {block_n})"
@@ -295,9 +301,7 @@ def decode_attention(batch: int, heads: int, seq_kv: int | Var, head_dim: int, d
     """
     kv_heads = heads if kv_heads is None else kv_heads
     _check(batch, heads, head_dim, dtype, kv_heads, 1, 1)
-    if prefetch is not None and prefetch not in _STAGED:
-        raise _fail(f"prefetch must be None or one of {', '.join(map(repr, _STAGED))} (the tiles fetched "
-                    f"a tile ahead), got {prefetch!r}")  # fmt: skip
+    _check_staged("prefetch", prefetch, " (the tiles fetched a tile ahead)")
     vec = _vector(head_dim, dtype)
     lanes, group = head_dim // vec, heads // kv_heads
     if splits is None:

@@ -242,6 +242,13 @@ def _source(sch: loopir.Schedule) -> str:
         return prepare_function(sch.func).emitted.source
 
 
+def _lowered(sch: loopir.Schedule) -> loopir.PrimFunc:
+    """The schedule's function lowered, with no race-check warning (the attention tests' shared helper)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no RaceCheckWarning
+        return loopir.lower(sch.func)
+
+
 @pytest.mark.nvcc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("args", [

@@ -17,7 +17,6 @@ fragments' registers, FlashAttention 2's schedule (``loopir.examples.attention_f
 from __future__ import annotations
 
 import re
-import warnings
 
 import numpy as np
 import pytest
@@ -27,7 +26,7 @@ from hypothesis import strategies as st
 import loopir
 from loopir.examples.attention import attention, attention_func
 from loopir.ir.expr import Var
-from tests.examples.test_attention import _inputs, _run, reference
+from tests.examples.test_attention import _inputs, _lowered, _run, _source, reference
 from tests.tensor_intrin.kernels import from_storage
 
 
@@ -41,12 +40,6 @@ def test_program_equals_float64_attention(batch: int, kv_heads: int, group: int,
     func = attention_func(*shape, dtype, causal, kv_heads, lse=lse, block_m=16, block_n=16, fragments=True)
     loopir.verify(func)
     _run(func, shape, kv_heads, dtype, causal, lse, seed=sq * 100 + skv)
-
-
-def _lowered(sch: loopir.Schedule) -> loopir.PrimFunc:
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no RaceCheckWarning
-        return loopir.lower(sch.func)
 
 
 @settings(max_examples=5, deadline=None)
@@ -84,14 +77,6 @@ def test_symbolic_lengths_serve_every_length() -> None:
     for sq, skv in ((5, 40), (33, 33), (40, 7), (1, 1)):
         _run(lowered, (1, 2, sq, skv, 16), 1, "float16", True, True, seed=sq + skv, order="random")
     _run(sch.func, (1, 2, 20, 50, 16), 1, "float16", True, True)
-
-
-def _source(sch: loopir.Schedule) -> str:
-    from loopir.codegen_cuda import prepare_function
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        return prepare_function(sch.func).emitted.source
 
 
 def test_s_p_and_the_output_are_registers() -> None:

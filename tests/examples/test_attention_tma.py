@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -32,18 +31,12 @@ import loopir
 from loopir.errors import CodegenError, ScheduleError
 from loopir.examples.attention import attention
 from loopir.ir.expr import IntImm, Var
-from tests.examples.test_attention import _inputs, _run
+from tests.examples.test_attention import _inputs, _lowered, _run, _source
 from tests.examples.test_attention_wgmma import (
     gpu_equals_float64,
     gpu_equals_the_cpu_at_symbolic_lengths,
 )
 from tests.tensor_intrin.kernels import from_storage
-
-
-def _lowered(sch: loopir.Schedule) -> loopir.PrimFunc:
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no RaceCheckWarning
-        return loopir.lower(sch.func)
 
 
 @settings(max_examples=10, deadline=None)
@@ -84,14 +77,6 @@ def test_symbolic_lengths_one_build_for_every_length() -> None:
     for sq, skv in ((70, 130), (128, 64), (1, 200), (200, 1)):
         _run(f, (1, 2, sq, skv, 128), 1, "bfloat16", True, True)
     assert "cp.async.bulk.tensor.4d" in _source(sch)
-
-
-def _source(sch: loopir.Schedule) -> str:
-    from loopir.codegen_cuda import prepare_function
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        return prepare_function(sch.func).emitted.source
 
 
 def test_the_race_checker_proves_the_protocol() -> None:

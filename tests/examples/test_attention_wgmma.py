@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -40,22 +39,8 @@ import loopir
 from loopir.errors import CodegenError, ScheduleError
 from loopir.examples.attention import attention
 from loopir.ir.expr import Var
-from tests.examples.test_attention import _inputs, _run, reference
+from tests.examples.test_attention import _inputs, _lowered, _run, _source, reference
 from tests.tensor_intrin.kernels import from_storage
-
-
-def _lowered(sch: loopir.Schedule) -> loopir.PrimFunc:
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no RaceCheckWarning
-        return loopir.lower(sch.func)
-
-
-def _source(sch: loopir.Schedule) -> str:
-    from loopir.codegen_cuda import prepare_function
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        return prepare_function(sch.func).emitted.source
 
 
 @settings(max_examples=8, deadline=None)
