@@ -271,6 +271,12 @@ def run_case(torch: Any, args: argparse.Namespace, name: str, nbytes: int, ref: 
     return row
 
 
+def xent_partials(torch: Any, rows: int, vocab: int, chunk: int = CROSS_ENTROPY_CHUNK) -> Any:
+    """``cross_entropy_func``'s output ``P``: each row's per-chunk max and sum, float32 ``(rows,
+    ceil(vocab / chunk), 2)`` (its chunk as the function clamps it, to ``vocab`` at most)."""
+    return torch.empty(rows, -(-vocab // min(chunk, vocab)), 2, device="cuda")
+
+
 def _same_bytes_copy(torch: Any, args: argparse.Namespace, nbytes: int, copy_bw: float) -> dict[str, float]:
     """A device-to-device copy moving the case's bytes (half read, half written): the ceiling of
     a kernel of this size, below the large copy's at a few tens of MB (launch and tail)."""
@@ -503,7 +509,7 @@ def cross_entropy_cases(torch: Any, args: argparse.Namespace, tri: dict[str, Any
         x = (torch.randn(n, vocab, device="cuda") * 2).to(getattr(torch, dtype))
         t = torch.randint(0, vocab, (n,), device="cuda", dtype=torch.int32)
         loss = torch.empty(n, device="cuda")
-        p = torch.empty(n, -(-vocab // min(CROSS_ENTROPY_CHUNK, vocab)), 2, device="cuda")  # the default chunks
+        p = xent_partials(torch, n, vocab)  # the default chunks
         mod = _fast(chunked_cross_entropy_func(n, vocab, dtype))
         plain = _fast(cross_entropy_func(n, vocab, dtype))
         impls = {"loopir": lambda mod=mod, x=x, t=t, loss=loss, p=p: mod(x, t, loss, p),
@@ -511,7 +517,7 @@ def cross_entropy_cases(torch: Any, args: argparse.Namespace, tri: dict[str, Any
                  "torch": lambda x=x, t=t: torch.nn.functional.cross_entropy(x, t.long(), reduction="none")}
         for chunk in (int(c) for c in args.xent_chunks.split(",") if c):
             other = _fast(chunked_cross_entropy_func(n, vocab, dtype, chunk=chunk))
-            pc = torch.empty(n, -(-vocab // min(chunk, vocab)), 2, device="cuda")
+            pc = xent_partials(torch, n, vocab, chunk)
             impls[f"chunk{chunk}"] = lambda mod=other, x=x, t=t, loss=loss, p=pc: mod(x, t, loss, p)
         if tri:
             impls["triton"] = lambda x=x, t=t, loss=loss: tri["more"]["xent"](x, t, loss)

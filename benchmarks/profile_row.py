@@ -45,14 +45,15 @@ def main() -> int:
         torch.cuda.synchronize()
         return 0
     if args.op == "xent":
-        from loopir.examples.reductions import CROSS_ENTROPY_CHUNK, cross_entropy_func
+        from memory_bound import xent_partials
+
+        from loopir.examples.reductions import cross_entropy_func
 
         rows, vocab = args.sizes
         func = cross_entropy_func(rows, vocab, args.dtype)
-        chunks = -(-vocab // min(CROSS_ENTROPY_CHUNK, vocab))
         tensors = [torch.randn(rows, vocab, device="cuda").to(tdt),
                    torch.randint(0, vocab, (rows,), device="cuda", dtype=torch.int32),
-                   torch.empty(rows, device="cuda"), torch.empty(rows, chunks, 2, device="cuda")]  # fmt: skip
+                   torch.empty(rows, device="cuda"), xent_partials(torch, rows, vocab)]  # fmt: skip
     elif args.op == "gemv":
         from memory_bound import gemv_func
 

@@ -120,13 +120,14 @@ def _proven_at_fixed_size(case: Case, pad: bool) -> bool:
 def test_every_dimension_symbolic_builds_and_compiles(name: str, tmp_path: Any) -> None:
     case = CASES[name]
     codes = []
+    every = _variants(case)[-1]  # every dimension symbolic (the one compiled, below)
     for pad in (False, True):
         strict = _proven_at_fixed_size(case, pad)
         for symbolic in _variants(case):
             func = case.scheduled(*_dims(case, symbolic))
             label = f"{name.replace('/', '_')}_{'_'.join(symbolic)}_{'pad' if pad else 'nopad'}"
             code = _prepare(attrs.evolve(func, name=label), pad, strict)  # lowered, race-proven, emitted
-            if symbolic == _variants(case)[-1]:
+            if symbolic == every:
                 codes.append(code)
     # one nvcc run for the example's every-dimension-symbolic kernels, with and without padding
     # (each dimension symbolic alone is prepared above, not compiled: nvcc's front end costs
