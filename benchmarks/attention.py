@@ -65,7 +65,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import events_per_call  # noqa: E402
 
 #: (batch, heads, seq, head_dim, causal)
-CASES = [(b, 32, s, d, c) for s, b in ((1024, 4), (4096, 1)) for d in (64, 128) for c in (False, True)]
+CASES = [(b, 32, s, d, c) for s, b in ((1024, 4), (4096, 1), (16384, 1)) for d in (64, 128) for c in (False, True)]
 DTYPES = ["float16", "bfloat16"]
 #: decode: (batch, heads, kv_heads, KV length, head_dim), one query per sequence
 DECODE = [(8, 32, 32, 4096, 128), (8, 32, 32, 32768, 128)]
@@ -100,11 +100,11 @@ def wgmma_variants(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
 def smoke(arch: str, cases: list[tuple[int, int, int, int, bool]], params: dict[str, Any] | None = None,
           variants: dict[str, dict[str, Any]] | None = None,
-          decode_variants: list[dict[str, Any]] | None = None) -> int:  # fmt: skip
+          decode_variants: list[dict[str, Any]] | None = None, dtypes: tuple[str, ...] = tuple(DTYPES)) -> int:  # fmt: skip
     from loopir.codegen_cuda import compile_cuda, prepare_function
 
     nvcc = shutil.which("nvcc") is not None
-    for dtype in DTYPES:
+    for dtype in dtypes:
         for b, h, s, d, causal in cases:
             for label, kw in {"": params or {}, **(variants or {})}.items():
                 with warnings.catch_warnings():
@@ -351,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     cases = selected(args.cases)
     if args.smoke:
-        return smoke(args.arch, cases, args.params, wgmma_variants(args), args.decode_variants)
+        return smoke(args.arch, cases, args.params, wgmma_variants(args), args.decode_variants,
+                     tuple(args.dtypes.split(",")))  # fmt: skip
 
     import torch
 

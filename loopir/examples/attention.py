@@ -391,12 +391,13 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
     diagonal, and ``head_dim`` 64 measured the same or slower). (Session 17's TMA form split each consumer step by ``j >= 1``, which put
     the wait for ``S_j`` before the issue of ``P_{j-1} V_{j-1}``: 0.789 ms against 0.623; the
     first step is peeled since, and ``threadIdx.y`` is read warp-uniform.)
-    Symbolic lengths work when causal (the tensor maps take them at the launch); not causal they
-    are refused by the build's race check (the tail's ``P V`` version is not proven waited for),
-    as are one or two KV tiles (a degenerate pipeline it does not recognize). Causal at constant lengths
-    where a query tile's KV tile count is clamped by both ``seq_kv`` and the diagonal (300 x
-    333 with 128-row tiles, 333 x 300) is refused by the build's race check (the last ``P V``'s
-    V version is not proven waited for). ptxas, fp16, no spills: 128 / 176 registers at 64 x
+    Symbolic lengths work, causal or not (the tensor maps take them at the launch; one build
+    serves any tile count); one or two KV tiles of a constant length are refused by the build's
+    race check (a degenerate pipeline it does not recognize). (Until session 21 the race check
+    also refused not causal symbolic lengths, and causal constant lengths where a query tile's
+    KV tile count is clamped by both ``seq_kv`` and the diagonal: the tail's ``P V`` version
+    ``(n - 1) % 3`` of a KV tile count ``n`` of one symbolic size was not proven; it is now,
+    the GPU tests run both.) ptxas, fp16, no spills: 128 / 176 registers at 64 x
     64 (head_dim 64 / 128), 139 / 168 at 128 x 64, 168 with ``(24, 240)``, at 128 x 128 with
     ``(24, 240)`` and head_dim 128 too when not causal (causal: 4 bytes spilled). (Timed on the H200
     in session 19: 0.756 ms at b1h32s4096d128 against the default's 0.581; with ``block_m=128``,

@@ -250,11 +250,15 @@ def _paged_fields(batch: int, kv_heads: int, head_dim: int, dtype: str, splits: 
 def decode_attention(batch: int, heads: int, seq_kv: int | Var, head_dim: int, dtype: str = "float16",
                      kv_heads: int | None = None, *, splits: int | None = None, seq_q: int = 1,
                      causal: bool = False, page_size: int | None = None,
-                     num_pages: int | Var | None = None, prefetch: str | None = None) -> Schedule:  # fmt: skip
+                     num_pages: int | Var | None = None, prefetch: str | None = None, vec: int | None = None,
+                     block_n: int | None = None) -> Schedule:  # fmt: skip
     """[`decode_attention_func`][loopir.examples.decode.decode_attention_func] scheduled for
     the GPU: a thread block of ``lanes = head_dim / vec`` threads (``vec``: the elements of a
     16-byte load, fewer where they do not divide ``head_dim``; 16 lanes, half a warp, at
     ``head_dim`` 128 in 16 bits) per batch, KV head and chunk, KV tiles of ``2 * lanes`` keys.
+    At ``head_dim`` 128 in 16 bits with one row a block (no grouped heads, one query), no
+    ``prefetch`` and no page table the default is a whole warp instead: ``vec`` 4 (8-byte
+    loads, 32 lanes) and tiles of 96 keys (``WHOLE_WARP``; 1.07-1.12x on the H200).
 
     Lane ``t`` owns the columns ``[t * vec, (t + 1) * vec)`` of every row. Per tile it loads
     those columns of each of the tile's keys (a 16-byte load a key, consecutive lanes reading
@@ -293,22 +297,40 @@ def decode_attention(batch: int, heads: int, seq_kv: int | Var, head_dim: int, d
     KV length of 32k and 1 % slower at 4k, ``"v"`` and ``"kv"`` equal or slower; so the default
     stays ``None``.
 
+    ``vec`` (the elements of a key's row a lane loads at once; default the 16 bytes above) and
+    ``block_n`` (a KV tile's keys, a multiple of the ``head_dim / vec`` lanes; default two a lane,
+    one past 4 rows) change the block's shape: ``vec=4`` at ``head_dim`` 128 in 16 bits is a
+    whole warp of 32 lanes loading 8 bytes a key.
+
     Raises
     ------
     ScheduleError
-        A bad argument (named; see ``decode_attention_func``), or a ``prefetch`` other than
-        ``None``, ``"k"``, ``"v"`` and ``"kv"``.
+        A bad argument (named; see ``decode_attention_func``), a ``prefetch`` other than
+        ``None``, ``"k"``, ``"v"`` and ``"kv"``, a ``vec`` that is not a power of two dividing
+        ``head_dim`` of at most 16 bytes, or a ``block_n`` that is not a positive multiple of the
+        lanes.
     """
     kv_heads = heads if kv_heads is None else kv_heads
     _check(batch, heads, head_dim, dtype, kv_heads, 1, 1)
     _check_staged("prefetch", prefetch, " (the tiles fetched a tile ahead)")
-    vec = _vector(head_dim, dtype)
-    lanes, group = head_dim // vec, heads // kv_heads
-    if splits is None:
-        splits = default_splits(batch, kv_heads)
+    group = heads // kv_heads
     rows = group * seq_q
-    # a lane's partial dot products are rows x keys registers: fewer keys a tile past 4 rows
-    rounds = _TILE_ROUNDS if rows <= _ROWS_AT_FULL_ROUNDS else 1
+    resident = _RESIDENT
+    if (vec, block_n, prefetch, rows, head_dim, page_size) == (None, None, None, 1, 128, None) and dtype != "float32":
+        vec, block_n = WHOLE_WARP  # one query head a block: whole warps of 8-byte loads (see above)
+        resident = _RESIDENT_WHOLE_WARP
+    vec = _lane_vector(head_dim, dtype, vec)
+    lanes = head_dim // vec
+    if splits is None:
+        splits = default_splits(batch, kv_heads, resident)
+    if block_n is None:
+        # a lane's partial dot products are rows x keys registers: fewer keys a tile past 4 rows
+        rounds = _TILE_ROUNDS if rows <= _ROWS_AT_FULL_ROUNDS else 1
+    elif isinstance(block_n, bool) or not isinstance(block_n, int) or block_n <= 0 or block_n % lanes:
+        raise _fail(f"block_n (a KV tile's keys) must be a positive multiple of the {lanes} lanes "
+                    f"(head_dim {head_dim} / vec {vec}), got {block_n!r}")  # fmt: skip
+    else:
+        rounds = block_n // lanes
     keys = lanes * rounds  # a tile's keys
     sch = Schedule(decode_attention_func(batch, heads, seq_kv, head_dim, dtype, kv_heads, splits=splits,
                                          block_n=keys, seq_q=seq_q, causal=causal, page_size=page_size,
@@ -431,6 +453,17 @@ def _vector(head_dim: int, dtype: str) -> int:
     return vec
 
 
+def _lane_vector(head_dim: int, dtype: str, vec: int | None) -> int:
+    """``decode_attention``'s ``vec``: checked, or the 16-byte default."""
+    if vec is None:
+        return _vector(head_dim, dtype)
+    most = 16 // (4 if dtype == "float32" else 2)
+    if isinstance(vec, bool) or not isinstance(vec, int) or vec <= 0 or vec & (vec - 1) or vec > most or head_dim % vec:
+        raise _fail(f"vec (the elements a lane loads of a key) must be a power of two dividing head_dim {head_dim} "
+                    f"of at most 16 bytes ({most} {dtype}), got {vec!r}")  # fmt: skip
+    return vec
+
+
 #: a KV tile is this many keys per lane: each lane's loads of K (and then of V) in flight
 #: together. H200, batch 8, 32 heads, head_dim 128, fp16: 1 key a lane read 2.8 TB/s at KV 4096
 #: and 3.0-3.3 at 32768, 2 keys 3.5 and 3.9; 3 spilled (sm_90a, nvcc 13.0), 4 spills with GQA
@@ -444,26 +477,37 @@ _ROWS_AT_FULL_ROUNDS = 4
 #: 16-lane half warp is allocated a whole warp's registers)
 _SMS = 132
 _RESIDENT = 12
+#: decode_attention's (vec, block_n) at head_dim 128 in 16 bits with one query head a KV head
+#: and one query, and no ``prefetch`` or page table: a whole warp of 32 lanes, each loading 8
+#: bytes of a key, 96 keys a tile (3 a lane). H200, batch 8, 32 heads, fp16 (session 21): 0.140 /
+#: 0.974-0.996 ms at KV 4096 / 32768 against the half warp of 16-byte loads' 0.150-0.152 /
+#: 1.089 (1.07-1.12x); 254 registers, no spills (sm_90a, nvcc 13.0); 64 or 32 keys a tile and
+#: 128 (spilling) slower. Several rows a block keep the half warp: a lane's partial dot products
+#: are rows x keys registers.
+WHOLE_WARP = (4, 96)
+#: the whole-warp form's blocks resident on an SM (254 registers a thread)
+_RESIDENT_WHOLE_WARP = 8
 #: the most chunks (the combine reads every chunk's row of each head)
 MAX_SPLITS = 128
 
 
-def default_splits(batch: int, kv_heads: int) -> int:
+def default_splits(batch: int, kv_heads: int, resident: int = _RESIDENT) -> int:
     """The chunk count of [`decode_attention`][loopir.examples.decode.decode_attention] when
     none is given: the power of two that gives ``batch * kv_heads * splits`` at least two waves
-    of resident thread blocks on an H200 (132 SMs x 12), at most ``MAX_SPLITS``. The KV length
-    plays no part (it may be symbolic): a chunk past the keys reads only the last key (its
-    rows are clamped, an L2 hit) and weighs nothing.
+    of resident thread blocks on an H200 (132 SMs x ``resident``, the chunk kernel's blocks
+    an SM holds: 12 for the half-warp form, 8 for the whole-warp one), at most ``MAX_SPLITS``.
+    The KV length plays no part (it may be symbolic): a chunk past the keys reads only the
+    last key (its rows are clamped, an L2 hit) and weighs nothing.
 
     Raises
     ------
     ScheduleError
         ``batch`` or ``kv_heads`` not a positive int.
     """
-    for name, v in (("batch", batch), ("kv_heads", kv_heads)):
+    for name, v in (("batch", batch), ("kv_heads", kv_heads), ("resident", resident)):
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise _fail(f"{name} must be a positive int, got {v!r}")
-    target = -(-2 * _SMS * _RESIDENT // (batch * kv_heads))
+    target = -(-2 * _SMS * resident // (batch * kv_heads))
     splits = 1
     while splits < min(target, MAX_SPLITS):
         splits *= 2

@@ -300,8 +300,9 @@ def _lag(idx: PrimExpr, var: PrimExpr, v: int, extent: int | None = None, start:
     """The least ``d`` (``0 <= d < v``) with ``idx == (var - d) % v`` wherever ``var >= d``:
     at every ``var = v * q + s`` (``q`` free), or, for a small constant ``extent`` of
     ``var``'s loop, at each of its iterations."""
-    if not isinstance(var, Var) and len(collect_vars(var)) > 1:
-        # a symbolic extent (the tail's n, of several sizes): opaque, as one variable
+    if not isinstance(var, Var) and collect_vars(var):
+        # a symbolic extent (the tail's n: ceildiv(seq_kv, 128), or of several sizes): opaque,
+        # as one variable (whose every value the check below covers)
         n = Var("ws_n", "int32")
         opaque = _Replace(arith.simplify(var), n).visit(idx)
         if n in collect_vars(opaque) and not set(collect_vars(opaque)) & set(collect_vars(var)):

@@ -31,9 +31,14 @@ def _source(sch: loopir.Schedule, pad: bool) -> str:
             return prepare_function(sch.func).emitted.source
 
 
-@pytest.mark.parametrize("form", [{"wgmma": True}, {"wgmma": True, "overlap": False}, {"wgmma": False}, {"wgmma": False, "fragments": False}])
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("lengths", [(1000, 1000), (70, 130), ("sq", "skv")])
+_FORMS = [{"wgmma": True}, {"wgmma": True, "overlap": False}, {"wgmma": False}, {"wgmma": False, "fragments": False}]
+_LENGTHS = [(1000, 1000), (70, 130), ("sq", "skv")]
+
+
+#: every form at every length, causal and not alternating: each pair of two parameters' values
+#: is built (12 of the 24 combinations: CI time)
+@pytest.mark.parametrize(("form", "causal", "lengths"), [
+    (form, bool((i + j) % 2), lengths) for i, form in enumerate(_FORMS) for j, lengths in enumerate(_LENGTHS)])
 def test_prefill_is_the_same_with_local_padding(form: dict[str, object], causal: bool,
                                                 lengths: tuple[object, object]) -> None:  # fmt: skip
     sq, skv = (Var(x) if isinstance(x, str) else x for x in lengths)

@@ -79,6 +79,53 @@ def test_symbolic_lengths_one_build_for_every_length() -> None:
     assert "cp.async.bulk.tensor.4d" in _source(sch)
 
 
+def _tma_128(causal: bool) -> loopir.Schedule:
+    """The 128 x 128 TMA form (``setmaxnreg``) at symbolic lengths, GQA 2:1, with the LSE."""
+    return attention(1, 4, Var("sq"), Var("skv"), 128, "float16", causal, 2, lse=True, wgmma=True, overlap=True,
+                     tma=(24, 240), block_m=128, block_n=128)  # fmt: skip
+
+
+def test_not_causal_symbolic_lengths_one_build_for_every_length() -> None:
+    """Not causal at symbolic lengths (refused until session 21: race_ws now takes the tail's
+    ``P V`` version ``(ceildiv(seq_kv, 128) - 1) % 3`` as a function of the loop's extent
+    ``ceildiv(seq_kv, 128)``, one symbolic size): one, two and three KV tiles, off the tile."""
+    f = _lowered(_tma_128(False))
+    for sq, skv in ((70, 100), (130, 256), (1, 300), (200, 385)):
+        _run(f, (1, 4, sq, skv, 128), 2, "float16", False, True, order="random")
+
+
+def test_a_wrong_tail_version_is_refused_at_symbolic_lengths() -> None:
+    """The proof of the test above fails when the tail's ``P V`` reads version
+    ``ceildiv(seq_kv, 128) % 3`` (the copy after the last, never waited for)."""
+    from loopir.codegen_cuda import lower_for_cuda
+    from loopir.ir.expr import BufferLoad, Call, FloorMod, Sub
+    from loopir.ir.functor import Mutator
+    from loopir.passes.race_check import check_races, find_races
+
+    f = lower_for_cuda(_tma_128(False).func)
+    report = find_races(f)
+    assert not report.races and not report.unproven, report.unproven[:1]
+
+    class _Tail(Mutator):
+        def visit_Call(self, c: Call) -> Call:
+            if c.op == "ptx_wgmma_async":
+                args = tuple(self._skip_last(a) for a in c.args)
+                return c if args == c.args else Call(c.dtype, c.op, args)
+            return c
+
+        def _skip_last(self, a: object) -> object:
+            if isinstance(a, BufferLoad) and a.buffer.name == "V_s" and isinstance(a.indices[0], FloorMod):
+                m = a.indices[0]
+                if isinstance(m.a, Sub) and "skv" in str(m.a):
+                    return BufferLoad(a.buffer, (FloorMod(m.a.a, m.b), *a.indices[1:]))
+            return a
+
+    bad = f.with_body(_Tail().visit(f.body))
+    assert str(bad) != str(f)
+    with pytest.raises(CodegenError, match="the consumers read a tile version"):
+        check_races(bad)
+
+
 def test_the_race_checker_proves_the_protocol() -> None:
     src = _source(attention(1, 2, 100, 150, 64, wgmma=True, overlap=True, tma=True))  # a refusal raises
     assert "mbarrier.arrive" in src and "cp.async.bulk.tensor.4d" in src and "cp.async.cg" not in src
@@ -152,15 +199,13 @@ def test_bad_arguments_are_refused(kwargs: dict, what: str) -> None:
 
 
 @pytest.mark.parametrize("sq, skv, what", [
-    (Var("sq"), Var("skv"), "the consumers read a tile version"),  # not causal, symbolic: the tail's V version
     (300, 130, "differ in range"),  # two KV tiles of 128 keys
     (64, 100, "waits on no empty barrier"),  # one
 ])  # fmt: skip
-def test_not_causal_symbolic_or_with_one_or_two_kv_tiles_is_refused(sq: object, skv: object, what: str) -> None:
-    """Known gaps (session 20), refused by the build's race check with a clear error, never run
-    wrong: not causal at symbolic lengths, race_ws does not prove the tail's ``P V`` version
-    ``(ceildiv(seq_kv, block_n) - 1) % 3`` (causal symbolic lengths build, the GPU tests run
-    them); with one or two KV tiles the pipeline degenerates into forms it does not recognize.
+def test_one_or_two_constant_kv_tiles_are_refused(sq: object, skv: object, what: str) -> None:
+    """Known gap (session 20), refused by the build's race check with a clear error, never run
+    wrong: with one or two KV tiles of constant length the pipeline degenerates into forms
+    race_ws does not recognize (a symbolic length builds, and runs any tile count).
     ``tma="auto"`` takes this form only at constant lengths of at least 1024 (8 tiles)."""
     from loopir.errors import CodegenError
 
@@ -171,17 +216,26 @@ def test_not_causal_symbolic_or_with_one_or_two_kv_tiles_is_refused(sq: object, 
 
 
 @pytest.mark.parametrize("block_m, sq, skv", [(128, 300, 333), (64, 333, 300), (128, 333, 300)])
-def test_causal_at_lengths_whose_tile_count_is_clamped_is_refused(block_m: int, sq: int, skv: int) -> None:
-    """Known gap (session 17, found by the GPU test below on the H200): causal with constant
-    lengths where a query tile's KV tile count ``min(ceildiv(seq_kv, 64), ceildiv((i0 + 1) *
-    block_m + seq_kv - seq_q, 64))`` takes both arms, the consumers' last ``P V`` after the loop
-    reads the V version ``(min(...) - 1) % 3``, which race_ws does not prove to be a version
-    whose copy they waited for: the build refuses (it computes nothing wrong). Symbolic lengths,
-    and 1000 / 1024 square, build and pass on the GPU."""
-    from loopir.errors import CodegenError
+def test_causal_at_lengths_whose_tile_count_is_clamped(block_m: int, sq: int, skv: int) -> None:
+    """Causal with constant lengths where a query tile's KV tile count ``min(ceildiv(seq_kv, 64),
+    ceildiv((i0 + 1) * block_m + seq_kv - seq_q, 64))`` takes both arms: the consumers' last
+    ``P V`` after the loop reads the V version ``(min(...) - 1) % 3``, which race_ws proves
+    (since session 21: the count is one opaque value; refused before, found on the H200 in
+    session 17), and the kernel equals float64 on the CPU (the GPU: test_gpu_equals_float64)."""
+    shape = (1, 4, sq, skv, 64)
+    sch = attention(*shape, "float16", True, 2, block_m=block_m, wgmma=True, overlap=True, tma=True)
+    _source(sch)  # the build's race check proves it
+    _run(_lowered(sch), shape, 2, "float16", True, False, order="random")
 
-    sch = attention(2, 8, sq, skv, 64, "float16", True, 2, block_m=block_m, wgmma=True, overlap=True, tma=True)
-    with pytest.raises(CodegenError, match="warp-specialized pipeline: the consumers read a tile version"):
+
+def test_causal_128_key_tiles_at_clamped_lengths_are_refused() -> None:
+    """Known gap (session 21), refused by the build's race check, never run wrong: causal 128 x
+    128 tiles (not a default: they spill 4 bytes) at 300 x 333, where the tail's ``P V`` version
+    simplifies to ``min(4 - i0, 3) - 1`` (its ``% 3`` dropped: the value is below 3), which
+    race_ws does not match against the loop's count without the block index's range."""
+    sch = attention(2, 8, 300, 333, 128, "float16", True, 2, block_m=128, block_n=128, wgmma=True, overlap=True,
+                    tma=(24, 240))  # fmt: skip
+    with pytest.raises(CodegenError, match="the consumers read a tile version"):
         _source(sch)
 
 
@@ -192,9 +246,11 @@ def test_causal_at_lengths_whose_tile_count_is_clamped_is_refused(block_m: int, 
                                                              (64, 128, 64, (24, 240)), (128, 128, 64, (24, 240)),
                                                              (128, 128, 128, (24, 240))])  # fmt: skip
 def test_gpu_equals_float64(dtype: str, causal: bool, head_dim: int, block_m: int, block_n: int, tma: object) -> None:
-    """GQA, lengths off the tiles, the logsumexp (causal with 128-row tiles at 1024 x 1000: at
-    300 x 333 the build refuses, test_causal_at_lengths_whose_tile_count_is_clamped_is_refused)."""
-    shape = (2, 8, 1024, 1000, head_dim) if causal and block_m == 128 else (2, 8, 300, 333, head_dim)
+    """GQA, lengths off the tiles, the logsumexp (causal with 128-row tiles at 300 x 333: the tile
+    counts clamped, test_causal_at_lengths_whose_tile_count_is_clamped; with 128-key tiles too
+    the build still refuses that, test_causal_128_key_tiles_at_clamped_lengths_are_refused: at
+    1024 x 1000)."""
+    shape = (2, 8, 1024, 1000, head_dim) if causal and block_n == 128 else (2, 8, 300, 333, head_dim)
     sch = attention(*shape, dtype, causal, 2, lse=True, block_m=block_m, block_n=block_n, wgmma=True,  # type: ignore[arg-type]
                     overlap=True, tma=tma)  # fmt: skip
     gpu_equals_float64(sch, shape, dtype, causal, seed=head_dim + causal)
@@ -209,6 +265,13 @@ def test_gpu_equals_the_cpu_at_symbolic_lengths(sq: int, skv: int, head_dim: int
     sch = attention(1, 4, Var("sq"), Var("skv"), head_dim, "float16", True, 2, lse=True, wgmma=True, overlap=True,
                     tma=True)  # fmt: skip
     gpu_equals_the_cpu_at_symbolic_lengths(sch, sq, skv, head_dim, 2e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sq, skv", [(130, 300), (300, 130), (64, 100), (1, 77), (1000, 1024)])
+def test_gpu_not_causal_128_tiles_equal_the_cpu_at_symbolic_lengths(sq: int, skv: int) -> None:
+    """The 128 x 128 form not causal at symbolic lengths: one to eight KV tiles."""
+    gpu_equals_the_cpu_at_symbolic_lengths(_tma_128(False), sq, skv, 128, 2e-3)
 
 
 def test_the_peeled_first_step_runs_exactly_iteration_0() -> None:

@@ -110,13 +110,29 @@ def test_decode_gpu_schedule_other_vectors_on_the_cpu(dtype: str, d: int, group:
         _decode_run(lowered, 1, 2 * group, skv, d, 2, dtype, seed=skv, order="random")
 
 
-def test_decode_split_kernel_reads_kv_as_16_byte_vectors() -> None:
-    """head_dim 128 in fp16: 16 lanes (one thread block of half a warp), tiles of 32 keys,
-    each key's row one 16-byte load per lane for K and for V; the partial dot products go through shared memory
-    (no shuffle reduction per key: only the tile's maximum and sum use one), fast exponentials."""
+@pytest.mark.parametrize("kw", [dict(vec=4), dict(vec=2, block_n=32), dict(vec=4, block_n=24, prefetch="kv")])
+def test_decode_lane_shapes_on_the_cpu(kw: dict[str, object]) -> None:
+    """``vec`` (a lane's elements of a key: 8 and 16 lanes at head_dim 32) and ``block_n`` (a
+    tile of one to four keys a lane), prefetched or not: symbolic KV length, random order,
+    lengths off the tile and chunks past the keys."""
     from loopir.examples.decode import decode_attention
 
-    src = _source(decode_attention(8, 32, Var("seq_kv"), 128, "float16", 32))
+    sch = decode_attention(2, 8, Var("seq_kv"), 32, "bfloat16", 2, splits=3, **kw)  # type: ignore[arg-type]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lowered = loopir.lower(sch.func)
+    for skv in (1, 75, 300):
+        _decode_run(lowered, 2, 8, skv, 32, 2, "bfloat16", seed=skv, order="random")
+
+
+def test_decode_split_kernel_reads_kv_as_16_byte_vectors() -> None:
+    """head_dim 128 in fp16, ``vec=8``: 16 lanes (one thread block of half a warp), tiles of 32
+    keys, each key's row one 16-byte load per lane for K and for V; the partial dot products go
+    through shared memory (no shuffle reduction per key: only the tile's maximum and sum use
+    one), fast exponentials."""
+    from loopir.examples.decode import decode_attention
+
+    src = _source(decode_attention(8, 32, Var("seq_kv"), 128, "float16", 32, vec=8))
     split = src[src.index("decode_attention_kernel0"):src.index("decode_attention_kernel1")]
     assert "__launch_bounds__(16)" in src
     assert "const uint4 K_v = *(const uint4*)(K + " in split
@@ -124,6 +140,24 @@ def test_decode_split_kernel_reads_kv_as_16_byte_vectors() -> None:
     assert "float S_rf_local[32];" in split and "float acc[8];" in split  # registers
     assert split.count("loopir_allreduce<16>") == 2  # the tile's maximum and sum
     assert "loopir_ex2(fmaf(" in split and " expf(" not in split and "(expf(" not in split  # the folded ex2.approx
+
+
+def test_decode_default_is_a_whole_warp_at_one_row_a_block() -> None:
+    """head_dim 128 in 16 bits, one query head a KV head: 32 lanes of 8-byte loads, 96 keys a
+    tile (3 a lane), chunks for 8 resident blocks an SM; grouped heads, several queries, a
+    prefetch or a page table keep the half warp."""
+    from loopir.examples.decode import WHOLE_WARP, decode_attention, default_splits
+
+    assert WHOLE_WARP == (4, 96)
+    sch = decode_attention(8, 32, Var("seq_kv"), 128, "bfloat16", 32)
+    split = (src := _source(sch))[src.index("decode_attention_kernel0"):src.index("decode_attention_kernel1")]
+    assert "__launch_bounds__(32) decode_attention_kernel0" in src and "const uint2 K_v = *(const uint2*)(K + " in split
+    assert "float S_rf_local[96];" in split and "float acc[4];" in split
+    (m_part,) = [buf for buf in sch.func.body.block.alloc_buffers if buf.name == "M_part"]
+    assert int(m_part.shape[-1]) == default_splits(8, 32, 8)
+    for kw in (dict(kv_heads=8), dict(seq_q=2), dict(prefetch="k"), dict(dtype="float32"), dict(head_dim=64)):
+        args = dict(batch=8, heads=32, seq_kv=Var("seq_kv"), head_dim=128, dtype="float16", kv_heads=32) | kw
+        assert "S_rf_local[96];" not in _source(decode_attention(**args)), kw  # type: ignore[arg-type]
 
 
 def test_decode_default_splits() -> None:
@@ -181,6 +215,16 @@ def test_decode_bad_arguments_are_refused() -> None:
         decode_attention(0, 4, 64, 16)
     with pytest.raises(ScheduleError, match="kv_heads must be a positive int, got 0"):
         decode_attention(1, 4, 64, 16, kv_heads=0)
+    for vec in (3, 16, 0, True):
+        with pytest.raises(ScheduleError, match=rf"vec \(the elements a lane loads of a key\) must be a power of two "
+                                                rf"dividing head_dim 128 of at most 16 bytes \(8 float16\), got {vec!r}"):
+            decode_attention(1, 4, 64, 128, vec=vec)
+    with pytest.raises(ScheduleError, match=r"vec .* dividing head_dim 24 .*got 16"):
+        decode_attention(1, 4, 64, 24, "float32", vec=16)
+    for bn in (48, 0, 16.0):
+        with pytest.raises(ScheduleError, match=rf"block_n \(a KV tile's keys\) must be a positive multiple of the "
+                                                rf"32 lanes \(head_dim 128 / vec 4\), got {bn!r}"):
+            decode_attention(1, 4, 64, 128, vec=4, block_n=bn)  # type: ignore[arg-type]
     from loopir.examples.decode import default_splits
 
     with pytest.raises(ScheduleError, match="batch must be a positive int, got -1"):
@@ -205,6 +249,26 @@ def test_decode_gpu_matches_torch_sdpa(skv: int) -> None:
     torch.testing.assert_close(o.float(), want, rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize(("kw", "kv_heads"), [
+    ({}, 32), (dict(vec=8), 32), (dict(vec=4), 8), (dict(vec=4, block_n=96), 8),
+    (dict(vec=4, block_n=32, prefetch="kv"), 8), (dict(vec=4, prefetch="k"), 8), (dict(vec=8), 8)])  # fmt: skip
+def test_decode_lane_shapes_on_the_gpu(kw: dict[str, object], kv_heads: int) -> None:
+    """The default at one query head a KV head (a whole warp of 8-byte loads, 96-key tiles),
+    the half warp of 16-byte loads (``vec=8``), and whole warps with GQA 4:1 (4 rows a block),
+    other tiles, prefetched, against float64: one symbolic build for lengths off the tile, one
+    key and chunks past the keys."""
+    torch = pytest.importorskip("torch")
+    from loopir.examples.decode import decode_attention
+
+    mod = loopir.build(decode_attention(2, 32, Var("seq_kv"), 128, "float16", kv_heads, **kw).func,  # type: ignore[arg-type]
+                       target="cuda")  # fmt: skip
+    for skv in (1, 1000, 4133):
+        arrays = _inputs((2, 32, 1, skv, 128), kv_heads, "float16", seed=skv)
+        q, k, v, o = (torch.from_numpy(a).cuda() for a in arrays)
+        mod(q, k, v, o)
+        want, _ = reference(*(from_storage(a, "float16") for a in arrays[:3]), False)
+        _check(o.float().cpu().numpy(), want, "float16")
 
 
 @pytest.mark.gpu
