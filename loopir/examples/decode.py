@@ -502,7 +502,7 @@ def default_splits(batch: int, kv_heads: int, resident: int = _RESIDENT) -> int:
     Raises
     ------
     ScheduleError
-        ``batch`` or ``kv_heads`` not a positive int.
+        ``batch``, ``kv_heads`` or ``resident`` not a positive int.
     """
     for name, v in (("batch", batch), ("kv_heads", kv_heads), ("resident", resident)):
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
