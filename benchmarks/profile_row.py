@@ -8,7 +8,10 @@ Ops: softmax, layernorm, rmsnorm (default GPU schedule, or ``--variant`` the exa
 copy (``ROWS COLS``: torch's ``x * 1`` of that size, a copy kernel, the ceiling the others are
 read against; ``ncu --kernel-name-base demangled -k regex:MulFunctor``); and the tensor-core examples,
 ``attention B H S D [1 (causal)]`` (``examples.attention`` with its defaults, fp16 or bf16; kernel
-``attention_kernel0``) and ``hopper M K N`` (``examples.hopper_gemm``; kernel ``main_kernel0``)::
+``attention_kernel0``; then torch SDPA's default backend on the same tensors), ``decode B H S D``
+(``examples.decode_attention``'s default split-KV kernel and its combine, one build for every KV
+length; then torch SDPA on the same tensors: one profile holds both sides) and ``hopper M K N``
+(``examples.hopper_gemm``; kernel ``main_kernel0``)::
 
     ncu --section WarpStateStats -k regex:attention python benchmarks/profile_row.py attention float16 4 32 1024 64
 """
@@ -27,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("op", choices=["softmax", "layernorm", "rmsnorm", "gemv", "xent", "copy", "attention", "hopper"])
+    ap.add_argument("op", choices=["softmax", "layernorm", "rmsnorm", "gemv", "xent", "copy", "attention", "decode",
+                                       "hopper"])  # fmt: skip
     ap.add_argument("dtype")
     ap.add_argument("sizes", type=int, nargs="+")
     ap.add_argument("--accurate", action="store_true")
@@ -37,7 +41,7 @@ def main() -> int:
     import torch
 
     tdt = getattr(torch, args.dtype)
-    if args.op in ("attention", "hopper"):
+    if args.op in ("attention", "decode", "hopper"):
         return _tensor_core(torch, args.op, args.dtype, args.sizes)
     if args.op == "copy":  # a kernel (copy_ is a cudaMemcpy, which ncu does not profile): x * 1
         src = torch.rand(*args.sizes, device="cuda").to(tdt)
@@ -83,7 +87,7 @@ def main() -> int:
 
 
 def _tensor_core(torch: object, op: str, dtype: str, sizes: list[int]) -> int:
-    from loopir.examples import attention, hopper_gemm
+    from loopir.examples import attention, decode_attention, hopper_gemm
 
     tdt = getattr(torch, dtype)
     rand = lambda *shape: torch.randn(*shape, device="cuda").to(tdt)  # type: ignore[attr-defined]  # noqa: E731
@@ -92,6 +96,13 @@ def _tensor_core(torch: object, op: str, dtype: str, sizes: list[int]) -> int:
         mod = loopir.build(attention(b, h, s, s, d, dtype, bool(causal and causal[0])).func, target="cuda")
         q, k, v = rand(b, h, s, d), rand(b, h, s, d), rand(b, h, s, d)
         mod(q, k, v, torch.empty_like(q))  # type: ignore[attr-defined]
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(causal and causal[0]))  # type: ignore[attr-defined]
+    elif op == "decode":
+        b, h, s, d = sizes
+        mod = loopir.build(decode_attention(b, h, loopir.Var("seq_kv"), d, dtype).func, target="cuda")
+        q, k, v = rand(b, h, 1, d), rand(b, h, s, d), rand(b, h, s, d)
+        mod(q, k, v, torch.empty_like(q))  # type: ignore[attr-defined]
+        torch.nn.functional.scaled_dot_product_attention(q, k, v)  # type: ignore[attr-defined]
     else:
         m, k, n = sizes
         mod = loopir.build(hopper_gemm(m, k, n, dtype).func, target="cuda")

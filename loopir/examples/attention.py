@@ -387,8 +387,10 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
     ``cp.async`` overlap at b4h32s1024d128, 0.173 ms, and 1.15x at b1h32s4096d128, 0.469 ms;
     with 64-key tiles and no ``setmaxnreg`` the same form was 1.08x at 4k and slower at 1k, and
     128 x 128 without ``setmaxnreg`` spills); with ``block_n=64`` given, 128 x 64 tiles from
-    ``seq_kv`` 4096 on (session 19); else False (causal, whose 128-row tiles idle along the
-    diagonal, and ``head_dim`` 64 measured the same or slower). (Session 17's TMA form split each consumer step by ``j >= 1``, which put
+    ``seq_kv`` 4096 on (session 19); at ``head_dim`` 64 the same 128 x 128 tiles from
+    ``TMA_MIN_SEQ_KV_D64`` (16384) on (session 22: 1.05x the 64 x 96 ``cp.async`` overlap at
+    b1h32s16384d64, 5.08 ms; 0.90x / 0.97x at 1k / 4k); else False (causal, whose 128-row tiles
+    idle along the diagonal, and ``head_dim`` 64 below 16k, measured slower). (Session 17's TMA form split each consumer step by ``j >= 1``, which put
     the wait for ``S_j`` before the issue of ``P_{j-1} V_{j-1}``: 0.789 ms against 0.623; the
     first step is peeled since, and ``threadIdx.y`` is read warp-uniform.)
     Symbolic lengths work, causal or not (the tensor maps take them at the launch; one build
@@ -533,6 +535,9 @@ def _check_wgmma(fragments: bool, head_dim: int, block_m: int | None, block_n: i
 TMA_MIN_SEQ_KV = 1024
 #: The same with 64-key tiles (``block_n=64`` given): faster from 4k on (session 19; 1k: no)
 TMA_MIN_SEQ_KV_64 = 4096
+#: The same at head_dim 64 (128 x 128 tiles, ``setmaxnreg``): 1.05x the 64 x 96 ``cp.async``
+#: overlap at 16k, slower at 1k and 4k (H200, session 22)
+TMA_MIN_SEQ_KV_D64 = 16384
 #: The TMA form's registers for ``tma="auto"`` (``setmaxnreg``: producer, consumers)
 TMA_REGISTERS = (24, 240)
 
@@ -541,11 +546,12 @@ def _tma_auto(wgmma: object, overlap: bool, causal: bool, head_dim: int, seq_kv:
               block_m: int | None, block_n: int | None) -> tuple[bool | tuple[int, int], int | None, int | None]:  # fmt: skip
     """``tma="auto"``: the TMA form and its tiles where it measured faster (``attention``'s
     docstring), else ``(False, block_m, block_n)`` unchanged."""
-    fits = (wgmma is True and overlap and not causal and head_dim == 128 and block_m in (None, 128)
+    fits = (wgmma is True and overlap and not causal and head_dim in (64, 128) and block_m in (None, 128)
             and isinstance(seq_kv, int))  # fmt: skip
-    if fits and block_n in (None, 128) and seq_kv >= TMA_MIN_SEQ_KV:
+    least = TMA_MIN_SEQ_KV if head_dim == 128 else TMA_MIN_SEQ_KV_D64
+    if fits and block_n in (None, 128) and seq_kv >= least:
         return TMA_REGISTERS, 128, 128
-    if fits and block_n == 64 and seq_kv >= TMA_MIN_SEQ_KV_64:
+    if fits and head_dim == 128 and block_n == 64 and seq_kv >= TMA_MIN_SEQ_KV_64:
         return True, 128, 64
     return False, block_m, block_n
 

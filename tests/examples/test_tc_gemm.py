@@ -114,7 +114,10 @@ def test_equals_numpy_on_the_cpu(name: str) -> None:
     shape, params = CASES[name]
     func = _lowered(tc_gemm(*shape, **params))  # once for both thread orders (CI time)
     want = None
-    for order in ("sequential", "random"):
+    # Random thread order (the race check) for every case; sequential order, another build of the
+    # executor's, for every fourth (CI's time: each build is a gcc compile)
+    orders = ("sequential", "random") if list(CASES).index(name) % 4 == 0 else ("random",)
+    for order in orders:
         a, b, c = _inputs(shape, params)
         loopir.build(func, target="cpu", thread_order=order)(a, b, c)
         want = _reference(a, b, params) if want is None else want
@@ -268,20 +271,20 @@ NVCC_CASES = {
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("name", list(NVCC_CASES))
-def test_compiles_with_nvcc(name: str, arch: str, tmp_path: Path) -> None:
+def test_compiles_with_nvcc(name: str, tmp_path: Path) -> None:
     from loopir.codegen_cuda import compile_cuda
 
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is not on PATH")
     shape, params = NVCC_CASES[name]
-    src = _source(tc_gemm(*shape, **params))
+    src = _source(tc_gemm(*shape, **params))  # lowered once for both architectures
     assert "ldmatrix.sync.aligned.m8n8.x4" in src and "mma.sync.aligned.m16n8k16" in src
     assert "loopir_cp_async<" in src
-    binary = compile_cuda(src, arch=arch, cache_dir=tmp_path)
-    for res in binary.resources.values():
-        assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0, binary.log
+    for arch in ("sm_80", "sm_90a"):
+        binary = compile_cuda(src, arch=arch, cache_dir=tmp_path)
+        for res in binary.resources.values():
+            assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0, (arch, binary.log)
 
 
 # --- on the GPU -----------------------------------------------------------------------------
