@@ -92,11 +92,12 @@ def _tensor_core(torch: object, op: str, dtype: str, sizes: list[int]) -> int:
     tdt = getattr(torch, dtype)
     rand = lambda *shape: torch.randn(*shape, device="cuda").to(tdt)  # type: ignore[attr-defined]  # noqa: E731
     if op == "attention":
-        b, h, s, d, *causal = sizes
-        mod = loopir.build(attention(b, h, s, s, d, dtype, bool(causal and causal[0])).func, target="cuda")
+        b, h, s, d, *flag = sizes
+        causal = bool(flag and flag[0])
+        mod = loopir.build(attention(b, h, s, s, d, dtype, causal).func, target="cuda")
         q, k, v = rand(b, h, s, d), rand(b, h, s, d), rand(b, h, s, d)
         mod(q, k, v, torch.empty_like(q))  # type: ignore[attr-defined]
-        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(causal and causal[0]))  # type: ignore[attr-defined]
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)  # type: ignore[attr-defined]
     elif op == "decode":
         b, h, s, d = sizes
         mod = loopir.build(decode_attention(b, h, loopir.Var("seq_kv"), d, dtype).func, target="cuda")
