@@ -389,13 +389,20 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
     128 x 128 without ``setmaxnreg`` spills); with ``block_n=64`` given, 128 x 64 tiles from
     ``seq_kv`` 4096 on (session 19); at ``head_dim`` 64 the same 128 x 128 tiles from
     ``TMA_MIN_SEQ_KV_D64`` (16384) on (session 22: 1.05x the 64 x 96 ``cp.async`` overlap at
-    b1h32s16384d64, 5.08 ms; 0.90x / 0.97x at 1k / 4k); else False (causal, whose 128-row tiles
-    idle along the diagonal, and ``head_dim`` 64 below 16k, measured slower). (Session 17's TMA form split each consumer step by ``j >= 1``, which put
+    b1h32s16384d64, 5.08 ms; 0.90x / 0.97x at 1k / 4k); causal at ``head_dim`` 128 the same
+    128 x 128 tiles from ``TMA_MIN_SEQ_KV_CAUSAL`` (16384) on (session 23: 1.04-1.05x at
+    b1h32s16384d128c, 4.57 ms fp16; 0.89x / 0.97x at 1k / 4k, where the 128-row tiles idle
+    along the diagonal for a larger share of the work); else False (causal below 16k or at
+    ``head_dim`` 64, and ``head_dim`` 64 below 16k, measured slower). (Session 17's TMA form split each consumer step by ``j >= 1``, which put
     the wait for ``S_j`` before the issue of ``P_{j-1} V_{j-1}``: 0.789 ms against 0.623; the
     first step is peeled since, and ``threadIdx.y`` is read warp-uniform.)
     Symbolic lengths work, causal or not (the tensor maps take them at the launch; one build
     serves any tile count); one or two KV tiles of a constant length are refused by the build's
-    race check (a degenerate pipeline it does not recognize). (Until session 21 the race check
+    race check (a degenerate pipeline it does not recognize; causal with two query tiles of
+    two KV tiles, 256 x 256, is proven). (Until session 23 it also refused causal 128 x 128
+    tiles where a query tile's KV tile count is clamped: the tail's ``P V`` version ``(n - 1)
+    % 3`` simplified to ``min(4 - i0, 3) - 1`` or ``2 - i0``, its ``% 3`` dropped from the
+    block index's range; race_ws now proves it from that range.) (Until session 21 the race check
     also refused not causal symbolic lengths, and causal constant lengths where a query tile's
     KV tile count is clamped by both ``seq_kv`` and the diagonal: the tail's ``P V`` version
     ``(n - 1) % 3`` of a KV tile count ``n`` of one symbolic size was not proven; it is now,
@@ -538,6 +545,10 @@ TMA_MIN_SEQ_KV_64 = 4096
 #: The same at head_dim 64 (128 x 128 tiles, ``setmaxnreg``): 1.05x the 64 x 96 ``cp.async``
 #: overlap at 16k, slower at 1k and 4k (H200, session 22)
 TMA_MIN_SEQ_KV_D64 = 16384
+#: The same causal, at head_dim 128 (128 x 128 tiles, ``setmaxnreg``; 4-12 bytes spilled):
+#: 1.04-1.05x the ``cp.async`` overlap at 16k, slower at 1k and 4k (0.89x / 0.97x; H200,
+#: session 23); head_dim 64 causal was slower at 4k and 16k (session 22)
+TMA_MIN_SEQ_KV_CAUSAL = 16384
 #: The TMA form's registers for ``tma="auto"`` (``setmaxnreg``: producer, consumers)
 TMA_REGISTERS = (24, 240)
 
@@ -546,12 +557,12 @@ def _tma_auto(wgmma: object, overlap: bool, causal: bool, head_dim: int, seq_kv:
               block_m: int | None, block_n: int | None) -> tuple[bool | tuple[int, int], int | None, int | None]:  # fmt: skip
     """``tma="auto"``: the TMA form and its tiles where it measured faster (``attention``'s
     docstring), else ``(False, block_m, block_n)`` unchanged."""
-    fits = (wgmma is True and overlap and not causal and head_dim in (64, 128) and block_m in (None, 128)
-            and isinstance(seq_kv, int))  # fmt: skip
-    least = TMA_MIN_SEQ_KV if head_dim == 128 else TMA_MIN_SEQ_KV_D64
+    fits = (wgmma is True and overlap and head_dim in (64, 128) and block_m in (None, 128)
+            and isinstance(seq_kv, int) and (not causal or head_dim == 128))  # fmt: skip
+    least = TMA_MIN_SEQ_KV_CAUSAL if causal else TMA_MIN_SEQ_KV if head_dim == 128 else TMA_MIN_SEQ_KV_D64
     if fits and block_n in (None, 128) and seq_kv >= least:
         return TMA_REGISTERS, 128, 128
-    if fits and head_dim == 128 and block_n == 64 and seq_kv >= TMA_MIN_SEQ_KV_64:
+    if fits and not causal and head_dim == 128 and block_n == 64 and seq_kv >= TMA_MIN_SEQ_KV_64:
         return True, 128, 64
     return False, block_m, block_n
 

@@ -296,10 +296,15 @@ class _Replace(Mutator):
         return super().visit(node)
 
 
-def _lag(idx: PrimExpr, var: PrimExpr, v: int, extent: int | None = None, start: int = 0) -> int | None:
+def _lag(idx: PrimExpr, var: PrimExpr, v: int, extent: int | None = None, start: int = 0,
+         bounds: dict[Var, tuple[int, int]] | None = None) -> int | None:
     """The least ``d`` (``0 <= d < v``) with ``idx == (var - d) % v`` wherever ``var >= d``:
     at every ``var = v * q + s`` (``q`` free), or, for a small constant ``extent`` of
-    ``var``'s loop, at each of its iterations."""
+    ``var``'s loop, at each of its iterations; or, for an expression ``var`` whose values over
+    ``bounds`` (the constant ranges of the loops around, block indices included) lie in one
+    window ``[d + k v, d + k v + v)``, where ``idx`` is ``var - d - k v`` (``_window_lag``)."""
+    if not isinstance(var, Var) and collect_vars(var) and bounds and (d := _window_lag(idx, var, v, start, bounds)) is not None:
+        return d
     if not isinstance(var, Var) and collect_vars(var):
         # a symbolic extent (the tail's n: ceildiv(seq_kv, 128), or of several sizes): opaque,
         # as one variable (whose every value the check below covers)
@@ -316,6 +321,33 @@ def _lag(idx: PrimExpr, var: PrimExpr, v: int, extent: int | None = None, start:
         else:
             pts = [{x: v * q + s for x in collect_vars(var) if isinstance(x, Var)} for s in range(v)]
         if all(_const(substitute(idx, sub) - substitute(want, sub)) == 0 for sub in pts):
+            return d
+    return None
+
+
+def _window_lag(idx: PrimExpr, var: PrimExpr, v: int, start: int, bounds: dict[Var, tuple[int, int]]) -> int | None:
+    """``_lag`` of an expression ``var`` of a few values: where the simplifier, knowing the
+    block indices' ranges, dropped the ``% v`` of ``(var - d) % v`` (a causal query tile's KV
+    tile count ``min(4 - i0, 3)``, whose last version ``(n - 1) % 3`` is ``min(4 - i0, 3) - 1``).
+    ``var``'s bound over ``bounds`` (sound: every value lies in it) from ``max(start, d)`` up
+    must fit one window ``[d + k v, d + k v + v)``, where ``(var - d) % v = var - d - k v``;
+    then ``idx`` equals it everywhere if their difference simplifies to 0. Symbolic: ``v``
+    simplifications, whatever the ranges."""
+    used = collect_vars(var)
+    if not all(isinstance(u, Var) and u in bounds for u in used):
+        return None
+    ana = arith.Analyzer({u: bounds[u] for u in used})
+    b = ana.const_int_bound(var)
+    if b.max_value == arith.POS_INF or b.min_value == arith.NEG_INF:
+        return None
+    for d in range(v):
+        lo, hi = max(int(b.min_value), start, d), int(b.max_value)
+        if lo > hi:
+            continue
+        k = (lo - d) // v
+        if hi - d - k * v >= v:
+            continue
+        if _const(ana.simplify(idx - (var - d - k * v))) == 0:
             return d
     return None
 
@@ -492,8 +524,9 @@ class _Region:
         tail_releases: list[int] = []
         tail: list[tuple[str, int | None]] = []  # a persistent pipeline's tail, in order
 
-        def lag(idx: PrimExpr, var: PrimExpr, extent: int | None, inside: bool) -> int | None:
-            return _lag(idx, var, v, extent, start) if steps is None else steps.lag(idx, not inside)
+        def lag(idx: PrimExpr, var: PrimExpr, extent: int | None, inside: bool,
+                bounds: dict[Var, tuple[int, int]] | None = None) -> int | None:
+            return _lag(idx, var, v, extent, start, bounds) if steps is None else steps.lag(idx, not inside)
 
         first: list[tuple[_Leaf, str, object, np.ndarray]] = []  # the peeled step's events (iteration 0)
 
@@ -521,7 +554,7 @@ class _Region:
             if mb:
                 assert c is not None
                 b = _bar(c)
-                d = lag(b.indices[0], var, n, inside)
+                d = lag(b.indices[0], var, n, inside, None if inside else _loop_bounds(x))
                 if c.op == "ptx_mbarrier_wait" and b.buffer is full and inside:
                     parity = _parity_is(c.args[1], k, v, 0, n, start) if steps is None else steps.parity_is(c.args[1])
                     if d != 0 or g or not parity:
@@ -550,7 +583,7 @@ class _Region:
                 events.append((x, "issue", None, m))  # one commit group, before its own reads
             lags = set()
             for idx in touched:
-                d = lag(idx, var, n if inside else None, inside)
+                d = lag(idx, var, n if inside else None, inside, None if inside else _loop_bounds(x))
                 if d is None or (not inside and d == 0):
                     raise self.fail(f"the consumers read a tile version {idx} that is not ({k.name} - d) % {v} for a "
                                     "constant d (a version whose copy they did not wait for)", x)  # fmt: skip

@@ -22,6 +22,7 @@ import re
 import shutil
 from pathlib import Path
 
+import attrs
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -228,15 +229,61 @@ def test_causal_at_lengths_whose_tile_count_is_clamped(block_m: int, sq: int, sk
     _run(_lowered(sch), shape, 2, "float16", True, False, order="random")
 
 
-def test_causal_128_key_tiles_at_clamped_lengths_are_refused() -> None:
-    """Known gap (session 21), refused by the build's race check, never run wrong: causal 128 x
-    128 tiles (not a default: they spill 4 bytes) at 300 x 333, where the tail's ``P V`` version
-    simplifies to ``min(4 - i0, 3) - 1`` (its ``% 3`` dropped: the value is below 3), which
-    race_ws does not match against the loop's count without the block index's range."""
-    sch = attention(2, 8, 300, 333, 128, "float16", True, 2, block_m=128, block_n=128, wgmma=True, overlap=True,
+@pytest.mark.parametrize("sq, skv", [(300, 333), (333, 300), (256, 256), (384, 257)])
+def test_causal_128_key_tiles_at_clamped_lengths(sq: int, skv: int) -> None:
+    """Causal 128 x 128 tiles at constant lengths where a query tile's KV tile count is clamped:
+    the tail's ``P V`` version ``(n - 1) % 3`` simplifies to ``min(4 - i0, 3) - 1`` (300 x 333)
+    or ``2 - i0`` (333 x 300), the ``% 3`` dropped as the simplifier knows the block index's
+    range; race_ws proves it from that range (``_window_lag``; refused before session 23) and
+    the kernel equals float64 on the CPU."""
+    shape = (1, 2, sq, skv, 128)
+    sch = attention(*shape, "float16", True, 1, block_m=128, block_n=128, wgmma=True, overlap=True, tma=(24, 240))
+    _source(sch)  # the build's race check proves it
+    if (sq, skv) == (300, 333):
+        _run(_lowered(sch), shape, 1, "float16", True, False, order="random")
+
+
+def test_a_wrong_tail_version_at_clamped_lengths_is_refused() -> None:
+    """The proof above is not vacuous: the tail's ``P V`` made to read the version after the
+    last one (``min(4 - i0, 3)``, one whose copy the consumers never waited for) is refused."""
+    from loopir.codegen_cuda import lower_for_cuda
+    from loopir.ir.expr import BufferLoad
+    from loopir.ir.functor import Mutator
+    from loopir.ir.printer import script
+    from loopir.passes.race_check import check_races
+
+    class Later(Mutator):
+        def visit_BufferLoad(self, e: BufferLoad) -> BufferLoad:
+            if e.buffer.name == "V_s" and script(e.indices[0]) == "T.min(4 - i0, 3) - 1":
+                return attrs.evolve(e, indices=(e.indices[0] + 1, *e.indices[1:]))
+            return e
+
+    sch = attention(1, 2, 300, 333, 128, "float16", True, 1, block_m=128, block_n=128, wgmma=True, overlap=True,
                     tma=(24, 240))  # fmt: skip
-    with pytest.raises(CodegenError, match="the consumers read a tile version"):
-        _source(sch)
+    f = lower_for_cuda(sch.func)
+    check_races(f)  # as built: proven
+    bad = attrs.evolve(f, body=Later().visit(f.body))
+    assert script(bad) != script(f)
+    with pytest.raises(CodegenError, match="the consumers read a tile version T.min\\(4 - i0, 3\\)"):
+        check_races(bad)
+
+
+def test_window_lag_is_exact() -> None:
+    """``race_ws._window_lag``: an expression count of a few values over the block indices'
+    ranges matches ``(n - d) % v`` only where it is that version."""
+    from loopir.ir.expr import Min
+    from loopir.passes.race_ws import _lag
+
+    i0 = Var("i0")
+    n = Min(IntImm(4, "int32") - i0, IntImm(3, "int32"))
+    at = {i0: (0, 3)}
+    assert _lag(n - 1, n, 3, None, 1, at) == 1
+    assert _lag(n - 2, n, 3, None, 1, at) == 2  # (n - 2) % 3 wherever n >= 2
+    assert _lag(n, n, 3, None, 1, at) is None  # n % 3 is 0 at n = 3: not the version n
+    assert _lag(n - 1, n, 2, None, 1, at) is None  # n - 1 in [0, 2]: not (n - 1) % 2 at n = 3
+    assert _lag(n - 1, n, 3, None, 1, {i0: (0, 6)}) == 1  # n down to -1: only n >= 1 is a version
+    assert _lag(IntImm(2, "int32") - i0, IntImm(3, "int32") - i0, 3, None, 1, at) == 1
+    assert _lag(IntImm(2, "int32") - i0, IntImm(3, "int32") - i0, 3, None, 1, {i0: (-1, 3)}) is None  # n = 4
 
 
 @pytest.mark.gpu
@@ -247,10 +294,9 @@ def test_causal_128_key_tiles_at_clamped_lengths_are_refused() -> None:
                                                              (64, 128, 128, (24, 240)), (128, 128, 128, (24, 240))])  # fmt: skip
 def test_gpu_equals_float64(dtype: str, causal: bool, head_dim: int, block_m: int, block_n: int, tma: object) -> None:
     """GQA, lengths off the tiles, the logsumexp (causal with 128-row tiles at 300 x 333: the tile
-    counts clamped, test_causal_at_lengths_whose_tile_count_is_clamped; with 128-key tiles too
-    the build still refuses that, test_causal_128_key_tiles_at_clamped_lengths_are_refused: at
-    1024 x 1000)."""
-    shape = (2, 8, 1024, 1000, head_dim) if causal and block_n == 128 else (2, 8, 300, 333, head_dim)
+    counts clamped, test_causal_at_lengths_whose_tile_count_is_clamped and, with 128-key tiles,
+    test_causal_128_key_tiles_at_clamped_lengths)."""
+    shape = (2, 8, 300, 333, head_dim)
     sch = attention(*shape, dtype, causal, 2, lse=True, block_m=block_m, block_n=block_n, wgmma=True,  # type: ignore[arg-type]
                     overlap=True, tma=tma)  # fmt: skip
     gpu_equals_float64(sch, shape, dtype, causal, seed=head_dim + causal)
@@ -299,7 +345,10 @@ def test_the_peeled_first_step_runs_exactly_iteration_0() -> None:
     (dict(seq=1000, d=128, causal=False), None),  # below 1k: not measured
     (dict(seq=4096, d=128, causal=False, block_n=64), 64),  # 128 x 64 from 4k (session 19)
     (dict(seq=1024, d=128, causal=False, block_n=64), None),  # ... at 1k the same or slower
-    (dict(seq=4096, d=128, causal=True), None),  # causal: slower (128-row diagonal tiles)
+    (dict(seq=4096, d=128, causal=True), None),  # causal: slower (128-row diagonal tiles) below 16k
+    (dict(seq=16384, d=128, causal=True), 128),  # 1.04-1.05x at 16k (session 23)
+    (dict(seq=16384, d=128, causal=True, block_n=64), None),  # causal 128 x 64: slower at 16k (session 22)
+    (dict(seq=16384, d=64, causal=True), None),  # head_dim 64 causal: slower at 16k (session 22)
     (dict(seq=4096, d=64, causal=False), None),  # head_dim 64 below 16k: slower (0.97x at 4k)
     (dict(seq=16384, d=64, causal=False), 128),  # 1.05x at 16k (session 22)
     (dict(seq=16384, d=64, causal=False, block_n=64), None),  # 128 x 64: not measured at head_dim 64

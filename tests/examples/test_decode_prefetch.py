@@ -159,8 +159,37 @@ def test_prefetch_issues_the_next_tiles_copies_first() -> None:
     assert "const uint4 K_v" not in kv and "const uint4 V_v" not in kv
 
 
+@pytest.mark.parametrize("stages", [3, 4])
+def test_deeper_pipelines_equal_the_default_schedule_on_the_cpu(stages: int) -> None:
+    """``stages`` 3 and 4: the copies two and three tiles ahead (as many versions of each
+    tile), the same outputs bit for bit; a symbolic KV length of 1 to 300 keys (fewer tiles than
+    the pipeline is deep included), random thread order."""
+    from loopir.examples.decode import decode_attention
+
+    kw = dict(splits=2, seq_q=1, vec=4, block_n=8)
+    lowered = _lowered(decode_attention(1, 2, Var("seq_kv"), 16, "float16", prefetch="kv", stages=stages, **kw))
+    text = lowered.script()
+    assert f"cp_async_wait({stages - 1})" in text
+    assert f"K_s = T.allocate(({stages}, " in text and f"V_s = T.allocate(({stages}, " in text
+    default = loopir.lower(decode_attention(1, 2, Var("seq_kv"), 16, "float16", **kw).func)
+    for skv in (1, 9, 30, 300):
+        outs = []
+        for func in (lowered, default):
+            arrays = _inputs((1, 2, 1, skv, 16), 2, "float16", seed=skv)
+            loopir.build(func, target="cpu", thread_order="random")(*arrays)
+            outs.append(from_storage(arrays[3], "float16"))
+        np.testing.assert_array_equal(outs[0], outs[1])
+        _decode_run(lowered, 1, 2, skv, 16, 2, "float16", seed=skv, order="random")
+
+
 def test_prefetch_bad_values_are_refused() -> None:
     from loopir.examples.decode import decode_attention, decode_attention_func
+
+    for stages, prefetch in ((1, "kv"), (2.0, "kv"), (True, "kv"), (3, None)):
+        with pytest.raises(ScheduleError, match=re.escape(f"stages (the prefetch pipeline's depth) must be an int of "
+                                                          f"at least 2, with a prefetch for more than 2, got "
+                                                          f"stages={stages!r}, prefetch={prefetch!r}")):  # fmt: skip
+            decode_attention(1, 4, 64, 16, prefetch=prefetch, stages=stages)  # type: ignore[arg-type]
 
     for bad in ("q", "", "vk", True, ["v"]):
         msg = f"prefetch must be None or one of 'k', 'v', 'kv' (the tiles fetched a tile ahead), got {bad!r}"
