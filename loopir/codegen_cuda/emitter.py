@@ -74,7 +74,13 @@ from loopir.codegen_cuda.split import (
     KernelSpec,
 )
 from loopir.codegen_cuda.tensor_core import tensor_core_text
-from loopir.codegen_cuda.tma import TMA_SMEM_ALIGN, TensorMapParam, has_tma, tma_text
+from loopir.codegen_cuda.tma import (
+    TMA_SMEM_ALIGN,
+    TensorMapParam,
+    check_register_budget,
+    has_tma,
+    tma_text,
+)
 from loopir.codegen_cuda.vector_compute import (
     emit_unswitched,
     emit_vector_accumulate,
@@ -189,6 +195,7 @@ class KernelEmitter(CodeWriter):
         self.uses_tensor_core = False
         self.uses_tma = False  # TMA or mbarrier calls: the translation unit's TMA helpers
         self.uses_setmaxnreg = False  # warpgroup register reallocation: a register cap at entry
+        self.setmaxnreg_counts: list[tuple[int, bool]] = []  # (count, increase), checked against the cap
         self.thread_vars: dict[str, Var] = {}  # the thread loops around the statement, by tag
         self.wgmma_shapes: set[tuple[str, int, int, str, str]] = set()
         self.smem_align = wgmma_smem_align(spec.name, spec.body)
@@ -305,6 +312,8 @@ class KernelEmitter(CodeWriter):
         elif self.uses_setmaxnreg:
             # setmaxnreg takes effect only under a register cap at entry (ptxas ignores it else)
             bounds = f"__launch_bounds__({threads}, 1) "
+        if const_block and self.uses_setmaxnreg:
+            check_register_budget(spec.name, self.setmaxnreg_counts, threads, self.min_blocks or 1)
         else:
             bounds = f"__launch_bounds__({threads}) "
         head = f'extern "C" __global__ void {bounds}{spec.name}('

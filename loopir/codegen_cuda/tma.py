@@ -153,11 +153,42 @@ def tma_text(em: KernelEmitter, call: Call) -> str | None:
         n, inc = call.args
         assert isinstance(n, IntImm) and isinstance(inc, IntImm)
         em.uses_setmaxnreg = True
+        em.setmaxnreg_counts.append((n.value, bool(inc.value)))
         return f'asm volatile("setmaxnreg.{"inc" if inc.value else "dec"}.sync.aligned.u32 {n.value};");'
     bar, value = call.args
     assert isinstance(bar, BufferLoad)
     name = call.op.removeprefix("ptx_")
     return f"loopir_{name}({_address(em, bar)}, static_cast<unsigned>({em.expr(value)}));"
+
+
+#: an SM's 32-bit registers, and ptxas's unit of a thread's registers
+_SM_REGISTERS, _REGISTER_UNIT = 65536, 8
+
+
+def check_register_budget(kernel: str, counts: list[tuple[int, bool]], threads: int, min_blocks: int) -> None:
+    """Refuse ``setmaxnreg`` counts that the block's registers cannot cover: ``setmaxnreg.inc``
+    waits until the per-CTA pool has the registers, and the pool holds only what the block got at
+    entry (``__launch_bounds__(threads, min_blocks)``: at most ``65536 / (min_blocks x
+    threads)`` a thread, in units of 8) and what ``setmaxnreg.dec`` released, so a reallocation
+    that needs more never completes (the kernel hangs). The warp-specialized pipelines
+    (``pipeline_ws``) decrease one producer warpgroup (128 threads) and increase the rest:
+    ``128 dec + (threads - 128) inc`` must fit (counted so for several decreasing warpgroups
+    too, which need less). ``(24, 240)`` at 384 threads, one block an SM, fits exactly."""
+    incs = [n for n, inc in counts if inc]
+    if not incs:
+        return
+    decs = [n for n, inc in counts if not inc]
+    warps = -(-threads // 32)
+    cap = min(256, _SM_REGISTERS // (min_blocks * warps * 32) // _REGISTER_UNIT * _REGISTER_UNIT)
+    pool = cap * warps * 32
+    low = 128 if decs else 0
+    need = low * max(decs, default=0) + (warps * 32 - low) * max(incs)
+    if need > pool:
+        dec = f"128 x {max(decs)} + " if decs else ""
+        raise CodegenError(f"CUDA codegen: kernel {kernel}: setmaxnreg asks {dec}{warps * 32 - low} x {max(incs)} = "
+                           f"{need} registers, more than the block's {warps * 32} x {cap} = {pool} at entry "
+                           f"({threads} threads, {min_blocks} block(s) an SM): setmaxnreg.inc would wait forever; "
+                           f"lower the increase (or the blocks an SM)")  # fmt: skip
 
 
 def _load_helper(rank: int) -> str:

@@ -4,6 +4,8 @@ of layouts TMA cannot copy, nvcc for sm_90a, and the copy on a GPU against numpy
 
 from __future__ import annotations
 
+import re
+
 import attrs
 import numpy as np
 import pytest
@@ -134,3 +136,31 @@ def test_a_3d_copy_uses_the_3d_instruction_and_three_coordinates() -> None:
     assert "loopir_tma_load_3d(&tile[0], &G_tmap, &bar[0], static_cast<int>(0), static_cast<int>(3), static_cast<int>(z * 2));" in src
     assert "const uint64_t d[3] = {static_cast<uint64_t>(16), static_cast<uint64_t>(10), static_cast<uint64_t>(4)};" in host
     assert "const uint32_t b[3] = {16, 4, 2};" in host
+
+
+def test_setmaxnreg_counts_the_entry_registers_cannot_cover_are_refused() -> None:
+    """``setmaxnreg.inc`` waits for registers the block's pool does not hold (what it got at
+    entry plus what the producer released): the kernel would hang. (24, 240) at 384 threads and
+    one block an SM is exactly the pool (128 x 24 + 256 x 240 = 384 x 168); 8 more a consumer,
+    8 more for the producer, or two blocks an SM are refused at codegen, naming the counts."""
+    from loopir.codegen_cuda.tma import check_register_budget
+    from loopir.examples.attention import attention
+
+    def func(regs: tuple[int, int]) -> PrimFunc:
+        return attention(1, 2, 1024, 1024, 64, "float16", wgmma=True, overlap=True, tma=regs, block_m=128,
+                         block_n=128).func  # fmt: skip
+
+    assert "setmaxnreg.inc.sync.aligned.u32 240;" in prepare_function(func((24, 240))).emitted.source
+    for regs, mb, need, pool in (((24, 248), None, "128 x 24 + 256 x 248 = 66560", "384 x 168 = 64512"),
+                                 ((32, 240), None, "128 x 32 + 256 x 240 = 65536", "384 x 168 = 64512"),
+                                 ((24, 240), 2, "128 x 24 + 256 x 240 = 64512", "384 x 80 = 30720")):  # fmt: skip
+        with pytest.raises(CodegenError, match=f"kernel attention_kernel0: setmaxnreg asks {re.escape(need)} registers, "
+                                               f"more than the block's {pool} at entry .*would wait forever"):  # fmt: skip
+            prepare_function(func(regs), mb)
+    check_register_budget("k", [(24, False), (104, True)], 384, 2)  # 3072 + 26624 <= 384 x 80
+    check_register_budget("k", [(40, False), (232, True)], 384, 1)  # hopper_gemm's: 5120 + 59392 = 64512
+    check_register_budget("k", [(24, False)], 384, 1)  # only a decrease: nothing to wait for
+    check_register_budget("k", [(256, True)], 128, 2)  # 128 x 256: two blocks of 4 warps fill the SM exactly
+    with pytest.raises(CodegenError, match="setmaxnreg asks 128 x 256 = 32768 registers, more than the block's "
+                                           "128 x 168 = 21504"):  # fmt: skip
+        check_register_budget("k", [(256, True)], 128, 3)  # no decrease: every thread increases

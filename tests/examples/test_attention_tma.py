@@ -236,10 +236,10 @@ def test_causal_128_key_tiles_at_clamped_lengths(sq: int, skv: int) -> None:
     or ``2 - i0`` (333 x 300), the ``% 3`` dropped as the simplifier knows the block index's
     range; race_ws proves it from that range (``_window_lag``; refused before session 23) and
     the kernel equals float64 on the CPU."""
-    shape = (1, 2, sq, skv, 128)
+    shape = (1, 1, sq, skv, 128)
     sch = attention(*shape, "float16", True, 1, block_m=128, block_n=128, wgmma=True, overlap=True, tma=(24, 240))
     _source(sch)  # the build's race check proves it
-    if (sq, skv) == (300, 333):
+    if (sq, skv) == (300, 333):  # one head: the CPU run is most of this test's time
         _run(_lowered(sch), shape, 1, "float16", True, False, order="random")
 
 
