@@ -380,7 +380,9 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
     waiting on the full barrier itself and releasing a version once its ``P V`` retired (a step
     after its ``S``) (``loopir.passes.pipeline_ws``; ``docs/concepts/attention.md``, step 6).
     ``(dec, inc)``: also ``setmaxnreg`` (the producer's and the consumers' registers; with 128
-    query rows, ``(24, 240)``). ``"auto"`` (the default) takes it where it measured faster on
+    query rows, ``(24, 240)``, which is all of an SM's: ``128 dec + 256 inc`` may not exceed the
+    block's registers at entry, ``384 x 168`` at one block an SM, or the build refuses it, as
+    ``setmaxnreg.inc`` would wait forever: ``(24, 248)`` hung on the H200, session 23). ``"auto"`` (the default) takes it where it measured faster on
     the H200: ``wgmma=True``, ``overlap``, not causal, ``head_dim`` 128, ``seq_kv`` a constant
     of at least ``TMA_MIN_SEQ_KV`` (1024), ``block_m`` and ``block_n`` not given or 128: 128 x
     128 tiles with ``setmaxnreg`` ``(24, 240)`` (``docs/benchmarks.md`` session 20: 1.14x the
