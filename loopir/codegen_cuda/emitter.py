@@ -312,10 +312,10 @@ class KernelEmitter(CodeWriter):
         elif self.uses_setmaxnreg:
             # setmaxnreg takes effect only under a register cap at entry (ptxas ignores it else)
             bounds = f"__launch_bounds__({threads}, 1) "
-        if const_block and self.uses_setmaxnreg:
-            check_register_budget(spec.name, self.setmaxnreg_counts, threads, self.min_blocks or 1)
         else:
             bounds = f"__launch_bounds__({threads}) "
+        if const_block and self.uses_setmaxnreg:
+            check_register_budget(spec.name, self.setmaxnreg_counts, threads, self.min_blocks or 1)
         head = f'extern "C" __global__ void {bounds}{spec.name}('
         sig = head + (",\n" + " " * len(head)).join(decls) + ") {" if decls else head + ") {"
         # read at the entry, where the block's threads are converged

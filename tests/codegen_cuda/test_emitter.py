@@ -514,3 +514,18 @@ def test_a_barrier_under_a_condition_warns_unless_the_block_agrees(uniform: bool
     with caplog.at_level(logging.WARNING, logger="loopir.codegen_cuda.emitter"):
         emit_cuda(func)
     assert ("under the condition" in caplog.text) == (not uniform), caplog.text
+
+
+def test_launch_bounds_take_the_blocks_an_sm() -> None:
+    """``min_blocks_per_sm`` caps the registers (``__launch_bounds__(threads, blocks)``) with or
+    without ``setmaxnreg``; without either, only the threads (a regression: session 23's
+    register-budget check once sat between the branches and replaced the cap)."""
+    from loopir.codegen_cuda import emit_function
+    from loopir.examples.attention import attention
+
+    assert "__launch_bounds__(128) " in emit_function(vector_add(1000, 128)).emitted.source
+    assert "__launch_bounds__(128, 3) " in emit_function(vector_add(1000, 128), 3).emitted.source
+    tma = lower_for_cuda(attention(1, 2, 1024, 1024, 64, "float16", wgmma=True, overlap=True, tma=(24, 104),
+                                   block_m=128, block_n=64).func)  # fmt: skip
+    assert "__launch_bounds__(384, 1) " in emit_function(tma).emitted.source
+    assert "__launch_bounds__(384, 2) " in emit_function(tma, 2).emitted.source
