@@ -250,6 +250,18 @@ class Problem:
                 return self._sum(n)
 
         out = [Fuse().visit(e) for e in exprs]
+        if found:
+            # the same sums elsewhere (a guard ``e < c`` bounding the tile's digits): their
+            # variable too, so that ``tighten`` narrows it (the link keeps ``u == e``)
+            class Same(Mutator):
+                def visit(self, node: Any) -> Any:
+                    if isinstance(node, PrimExpr) and not isinstance(node, (Var, IntImm)):
+                        u = found.get(arith.structural_key(node))
+                        if u is not None:
+                            return u
+                    return super().visit(node)
+
+            out = [Same().visit(e) for e in out]
         twin_of = {a: b for a, b in self.twin.items()}
         keys = {arith.structural_key(substitute(e, twin_of)): u for u, e in fused.items() if self.side.get(u) == 0}
         for u, e in fused.items():

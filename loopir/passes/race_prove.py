@@ -16,8 +16,9 @@ The proof never enumerates elements, so its cost does not grow with the tensor s
    (``v = q * 32 + m * 8 + r``); a grid coordinate fused over symbolic sizes (``f // Q``,
    ``f % Q`` for a size expression ``Q``) likewise; a sum used so (a persistent kernel's tile
    ``t * ctas + bx``) first becomes one variable, linked to the sum by an equation of its own
-   (``race_problem.Problem._fuse_sums``).
-3. Guards become bounds (``tx * 4 + ax < 512`` gives ``tx <= 127``, ``tx == 0`` pins ``tx``).
+   (``race_problem.Problem._fuse_sums``), which stands for the sum in the guards too.
+3. Guards become bounds (``tx * 4 + ax < 512`` gives ``tx <= 127``, ``tx == 0`` pins ``tx``; a
+   fused sum ``s < 64 * 19`` bounds ``s // 19``, the rows a block's staged epilogue stores).
 4. Equal elements give one affine equation per dimension (and one over the flattened
    dimensions, so that ``(e // 9, e % 9)`` becomes ``e``); equal barrier counts give another.
    Parts that are not affine become fresh variables over their bounds (a sound

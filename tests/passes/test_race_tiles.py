@@ -111,3 +111,38 @@ def test_a_wrong_tile_index_is_a_race_with_a_witness(name: str, padded: bool) ->
     assert report.races[0].startswith("data race on global buffer C[")
     with pytest.raises(CodegenError, match=r"race check .*data race on global buffer C\["):
         check_races(bad)
+
+
+def _staged_epilogue(m: int, n: int) -> PrimFunc:
+    """``hopper_gemm`` (not persistent) with sizes off the tile: C stored from its shared tile
+    in a fused loop ``s = a * 128 + ty * 32 + tx``, rows ``i0 * 64 + s // n``, guarded by ``s <
+    64 * n`` (the tile's elements)."""
+    from tests.examples.hopper_forms import hopper_gemm as forms
+
+    return lower_for_cuda(forms(m, 64, n, block=(64, 32, 64), wn=32, stages=2, async_mma=False, dtype="float16",
+                                tma=True, warp_specialized=True).func)  # fmt: skip
+
+
+@pytest.mark.parametrize("m, n", [(100, 19), (140, 19), (130, 7)])
+def test_the_guard_of_a_staged_epilogue_bounds_its_rows(m: int, n: int) -> None:
+    """Two blocks never store one row: the fused sum's bound comes from the guard ``s < 64 n``
+    (``_fuse_sums`` puts the sum's variable into the guards too), not from the loop's extent
+    (``ceil(64 n / 128) * 128``, past the tile). Unproven before session 23 (a warning that
+    ``test_ws_equals_tma_and_float64_on_the_cpu`` drew at M = 100, N = 19)."""
+    report = find_races(_staged_epilogue(m, n))
+    assert report.races == () and report.unproven == (), report.unproven[:1]
+
+
+def test_a_staged_epilogue_guard_past_the_tile_is_not_proven() -> None:
+    """The same kernel with the guard loosened to the loop's extent (``s < 1280`` at N = 19: rows
+    64 to 67 of block ``i0``, which block ``i0 + 1`` stores too) is reported, never proven."""
+    f = _staged_epilogue(100, 19)
+
+    class Loosen(Mutator):
+        def visit_IntImm(self, e: IntImm) -> IntImm:
+            return IntImm(1280, e.dtype) if e.value == 1216 else e
+
+    bad = attrs.evolve(f, body=Loosen().visit(f.body))
+    assert "< 1280" in bad.script()
+    report = find_races(bad)
+    assert report.races or report.unproven
