@@ -82,15 +82,23 @@ def test_prefetch_equals_the_default_schedule_on_the_cpu(prefetch: str) -> None:
     lowered = _lowered(decode_attention(2, 4, Var("seq_kv"), 32, "float16", 2, prefetch=prefetch, **kw))
     _assert_pipelined(lowered, prefetch)
     default = loopir.lower(decode_attention(2, 4, Var("seq_kv"), 32, "float16", 2, **kw).func)
-    for skv in (1, 7, 37, 300):
+    _equals_the_default(lowered, default, (2, 4, 2, 32, 2), (1, 7, 37, 300), sq=2, causal=True)
+
+
+def _equals_the_default(lowered: loopir.PrimFunc, default: loopir.PrimFunc, shape: tuple[int, int, int, int, int],
+                        lengths: tuple[int, ...], **kw: object) -> None:  # fmt: skip
+    """``lowered`` (a staged schedule) and the ``default`` one give the same outputs bit for bit
+    (the same sums in the same order: staging changes where a value is read from) at each KV
+    length, and ``lowered`` equals float64; ``shape``: batch, heads, queries, head_dim, KV heads."""
+    b, h, sq, d, kh = shape
+    for skv in lengths:
         outs = []
         for func in (lowered, default):
-            arrays = _inputs((2, 4, 2, skv, 32), 2, "float16", seed=skv)
+            arrays = _inputs((b, h, sq, skv, d), kh, "float16", seed=skv)
             loopir.build(func, target="cpu", thread_order="random")(*arrays)
             outs.append(from_storage(arrays[3], "float16"))
-        # the same sums in the same order: staging changes where a value is read from
         np.testing.assert_array_equal(outs[0], outs[1])
-        _decode_run(lowered, 2, 4, skv, 32, 2, "float16", seed=skv, order="random", sq=2, causal=True)
+        _decode_run(lowered, b, h, skv, d, kh, "float16", seed=skv, order="random", **kw)
 
 
 @pytest.mark.parametrize("prefetch, dtype, d", [("v", "bfloat16", 24), ("kv", "float32", 16)])
@@ -172,14 +180,7 @@ def test_deeper_pipelines_equal_the_default_schedule_on_the_cpu(stages: int) -> 
     assert f"cp_async_wait({stages - 1})" in text
     assert f"K_s = T.allocate(({stages}, " in text and f"V_s = T.allocate(({stages}, " in text
     default = loopir.lower(decode_attention(1, 2, Var("seq_kv"), 16, "float16", **kw).func)
-    for skv in (1, 9, 30, 300):
-        outs = []
-        for func in (lowered, default):
-            arrays = _inputs((1, 2, 1, skv, 16), 2, "float16", seed=skv)
-            loopir.build(func, target="cpu", thread_order="random")(*arrays)
-            outs.append(from_storage(arrays[3], "float16"))
-        np.testing.assert_array_equal(outs[0], outs[1])
-        _decode_run(lowered, 1, 2, skv, 16, 2, "float16", seed=skv, order="random")
+    _equals_the_default(lowered, default, (1, 2, 1, 16, 2), (1, 9, 30, 300))
 
 
 def test_prefetch_bad_values_are_refused() -> None:
