@@ -194,8 +194,8 @@ class KernelEmitter(CodeWriter):
         self.uses_async = False
         self.uses_tensor_core = False
         self.uses_tma = False  # TMA or mbarrier calls: the translation unit's TMA helpers
-        self.uses_setmaxnreg = False  # warpgroup register reallocation: a register cap at entry
-        self.setmaxnreg_counts: list[tuple[int, bool]] = []  # (count, increase), checked against the cap
+        # warpgroup register reallocations (count, increase): a register cap at entry, checked
+        self.setmaxnreg_counts: list[tuple[int, bool]] = []
         self.thread_vars: dict[str, Var] = {}  # the thread loops around the statement, by tag
         self.wgmma_shapes: set[tuple[str, int, int, str, str]] = set()
         self.smem_align = wgmma_smem_align(spec.name, spec.body)
@@ -309,12 +309,12 @@ class KernelEmitter(CodeWriter):
         elif self.min_blocks:
             # caps registers so that min_blocks blocks of this size fit on one SM
             bounds = f"__launch_bounds__({threads}, {self.min_blocks}) "
-        elif self.uses_setmaxnreg:
+        elif self.setmaxnreg_counts:
             # setmaxnreg takes effect only under a register cap at entry (ptxas ignores it else)
             bounds = f"__launch_bounds__({threads}, 1) "
         else:
             bounds = f"__launch_bounds__({threads}) "
-        if const_block and self.uses_setmaxnreg:
+        if const_block and self.setmaxnreg_counts:
             check_register_budget(spec.name, self.setmaxnreg_counts, threads, self.min_blocks or 1)
         head = f'extern "C" __global__ void {bounds}{spec.name}('
         sig = head + (",\n" + " " * len(head)).join(decls) + ") {" if decls else head + ") {"

@@ -152,7 +152,6 @@ def tma_text(em: KernelEmitter, call: Call) -> str | None:
     if call.op == "ptx_setmaxnreg":
         n, inc = call.args
         assert isinstance(n, IntImm) and isinstance(inc, IntImm)
-        em.uses_setmaxnreg = True
         em.setmaxnreg_counts.append((n.value, bool(inc.value)))
         return f'asm volatile("setmaxnreg.{"inc" if inc.value else "dec"}.sync.aligned.u32 {n.value};");'
     bar, value = call.args

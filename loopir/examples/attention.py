@@ -382,10 +382,11 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
     ``(dec, inc)``: also ``setmaxnreg`` (the producer's and the consumers' registers; with 128
     query rows, ``(24, 240)``, which is all of an SM's: ``128 dec + 256 inc`` may not exceed the
     block's registers at entry, ``384 x 168`` at one block an SM, or the build refuses it, as
-    ``setmaxnreg.inc`` would wait forever: ``(24, 248)`` hung on the H200, session 23). ``"auto"`` (the default) takes it where it measured faster on
-    the H200: ``wgmma=True``, ``overlap``, not causal, ``head_dim`` 128, ``seq_kv`` a constant
-    of at least ``TMA_MIN_SEQ_KV`` (1024), ``block_m`` and ``block_n`` not given or 128: 128 x
-    128 tiles with ``setmaxnreg`` ``(24, 240)`` (``docs/benchmarks.md`` session 20: 1.14x the
+    ``setmaxnreg.inc`` would wait forever: ``(24, 248)`` hung on the H200, session 23).
+    ``"auto"`` (the default) takes it where it measured faster on the H200: ``wgmma=True``,
+    ``overlap``, not causal, ``head_dim`` 128, ``seq_kv`` a constant of at least
+    ``TMA_MIN_SEQ_KV`` (1024), ``block_m`` and ``block_n`` not given or 128: 128 x 128 tiles
+    with ``setmaxnreg`` ``(24, 240)`` (``docs/benchmarks.md`` session 20: 1.14x the
     ``cp.async`` overlap at b4h32s1024d128, 0.173 ms, and 1.15x at b1h32s4096d128, 0.469 ms;
     with 64-key tiles and no ``setmaxnreg`` the same form was 1.08x at 4k and slower at 1k, and
     128 x 128 without ``setmaxnreg`` spills); with ``block_n=64`` given, 128 x 64 tiles from
@@ -395,9 +396,10 @@ def attention(batch: int, heads: int, seq_q: int | Var, seq_kv: int | Var, head_
     128 x 128 tiles from ``TMA_MIN_SEQ_KV_CAUSAL`` (16384) on (session 23: 1.04-1.05x at
     b1h32s16384d128c, 4.57 ms fp16; 0.89x / 0.97x at 1k / 4k, where the 128-row tiles idle
     along the diagonal for a larger share of the work); else False (causal below 16k or at
-    ``head_dim`` 64, and ``head_dim`` 64 below 16k, measured slower). (Session 17's TMA form split each consumer step by ``j >= 1``, which put
-    the wait for ``S_j`` before the issue of ``P_{j-1} V_{j-1}``: 0.789 ms against 0.623; the
-    first step is peeled since, and ``threadIdx.y`` is read warp-uniform.)
+    ``head_dim`` 64, and ``head_dim`` 64 below 16k, measured slower). (Session 17's TMA form
+    split each consumer step by ``j >= 1``, which put the wait for ``S_j`` before the issue of
+    ``P_{j-1} V_{j-1}``: 0.789 ms against 0.623; the first step is peeled since, and
+    ``threadIdx.y`` is read warp-uniform.)
     Symbolic lengths work, causal or not (the tensor maps take them at the launch; one build
     serves any tile count); one or two KV tiles of a constant length are refused by the build's
     race check (a degenerate pipeline it does not recognize; causal with two query tiles of

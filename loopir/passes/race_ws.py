@@ -303,9 +303,9 @@ def _lag(idx: PrimExpr, var: PrimExpr, v: int, extent: int | None = None, start:
     ``var``'s loop, at each of its iterations; or, for an expression ``var`` whose values over
     ``bounds`` (the constant ranges of the loops around, block indices included) lie in one
     window ``[d + k v, d + k v + v)``, where ``idx`` is ``var - d - k v`` (``_window_lag``)."""
-    if not isinstance(var, Var) and collect_vars(var) and bounds and (d := _window_lag(idx, var, v, start, bounds)) is not None:
-        return d
     if not isinstance(var, Var) and collect_vars(var):
+        if bounds and (d := _window_lag(idx, var, v, start, bounds)) is not None:
+            return d
         # a symbolic extent (the tail's n: ceildiv(seq_kv, 128), or of several sizes): opaque,
         # as one variable (whose every value the check below covers)
         n = Var("ws_n", "int32")
