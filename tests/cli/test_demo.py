@@ -45,8 +45,8 @@ def _trace_from(out: str) -> str:
     return "\n".join(ln[4:] for ln in body) + "\n"
 
 
-def test_readme_demo_succeeds_quickly_in_plain_text(readme_demo) -> None:
-    proc, seconds = readme_demo
+def test_readme_demo_succeeds_in_plain_text(readme_demo) -> None:
+    proc, _ = readme_demo  # its time is not asserted (the subprocess timeout guards a hang)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     assert "\x1b[" not in out and "\r" not in out  # not a terminal: no color, no live progress
@@ -62,7 +62,6 @@ def test_readme_demo_succeeds_quickly_in_plain_text(readme_demo) -> None:
         assert "CPU reference executor instead, same schedule at 60 x 50 x 70" in out
         assert re.search(r"lowered, local padding on +\S+ +ok", out)
         assert "MISMATCH" not in out
-    assert seconds < 120, f"the demo took {seconds:.0f} s"
 
 
 def test_demo_prints_a_trace_that_replays(readme_demo) -> None:

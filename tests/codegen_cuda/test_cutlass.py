@@ -7,7 +7,6 @@ and checks the library cache and the entry point's argument checking through cty
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -450,12 +449,9 @@ def test_one_module_compiles_caches_and_checks_arguments(monkeypatch):
     spec = spec_for(prob(epi=BIAS_RELU), 80)
     lib = CutlassLibrary([spec])  # default cache folder: built once per machine
     assert lib.path.exists() and lib.source.count('extern "C" int') == 1
-    t = time.perf_counter()
     again = CutlassLibrary([spec])
     fn = again.entry(spec.entry)
-    warm_ms = (time.perf_counter() - t) * 1e3
-    assert again.cache_hit and again.path == lib.path
-    assert warm_ms < 500, warm_ms
+    assert again.cache_hit and again.path == lib.path  # reused, not compiled (no timing asserted)
     # Argument checking happens before any CUDA call, so it works without a GPU.
     status = fn(None, None, None, None, None, 1, 1, 1, 1, ctypes.c_float(1.0), ctypes.c_float(0.0), None)
     assert status == 6
