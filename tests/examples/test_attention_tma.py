@@ -40,7 +40,7 @@ from tests.examples.test_attention_wgmma import (
 from tests.tensor_intrin.kernels import from_storage
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=5, deadline=None)  # 8 until session 24 (CI time; fresh draws each run)
 @given(d=st.sampled_from([64, 128]), causal=st.booleans(), dtype=st.sampled_from(["float16", "bfloat16"]),
        kv_heads=st.sampled_from([1, 2]), seq_q=st.integers(1, 150), seq_kv=st.integers(1, 200),
        order=st.sampled_from(["sequential", "random"]), block_m=st.sampled_from([64, 128]),

@@ -43,7 +43,7 @@ from tests.examples.test_attention import _inputs, _lowered, _run, _source, refe
 from tests.tensor_intrin.kernels import from_storage
 
 
-@settings(max_examples=5, deadline=None)
+@settings(max_examples=3, deadline=None)  # 5 until session 24 (CI time; fresh draws each run)
 @given(kv_heads=st.integers(1, 2), group=st.integers(1, 2), sq=st.integers(1, 140), skv=st.integers(1, 140),
        causal=st.booleans(), tiles=st.sampled_from([(64, 16), (64, 64), (128, 32), (64, 128)]),
        dtype=st.sampled_from(["float16", "bfloat16"]), wgmma=st.sampled_from([True, "qk"]),
@@ -66,7 +66,7 @@ def test_schedule_computes_the_same_on_the_cpu(kv_heads: int, group: int, sq: in
     _run(_lowered(sch), shape, kv_heads, dtype, causal, True, seed=seed + 1, order="random")
 
 
-@settings(max_examples=5, deadline=None)
+@settings(max_examples=3, deadline=None)  # 5 until session 24 (CI time; fresh draws each run)
 @given(kv_heads=st.integers(1, 2), group=st.integers(1, 2), sq=st.integers(1, 200), skv=st.integers(1, 200),
        causal=st.booleans(), tiles=st.sampled_from([(64, 64), (128, 64), (64, 96), (64, 128), (128, 32)]),
        dtype=st.sampled_from(["float16", "bfloat16"]), head_dim=st.sampled_from([64, 128]),
