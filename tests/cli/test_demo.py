@@ -7,7 +7,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,17 +18,16 @@ from loopir.cli.term import Console
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(*args: str, timeout: float = 180) -> tuple[subprocess.CompletedProcess[str], float]:
+def _run(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """``python -m loopir ARGS``; its time is not asserted (``timeout`` guards a hang)."""
     env = dict(os.environ)
     env.pop("NO_COLOR", None)
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "loopir", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "loopir", *args], capture_output=True, text=True,
                           cwd=ROOT, env=env, timeout=timeout)  # fmt: skip
-    return proc, time.perf_counter() - start
 
 
 @pytest.fixture(scope="module")
-def readme_demo() -> tuple[subprocess.CompletedProcess[str], float]:
+def readme_demo() -> subprocess.CompletedProcess[str]:
     """The README's command, exactly: ``python -m loopir demo`` (stdout is a pipe here)."""
     return _run("demo")
 
@@ -46,7 +44,7 @@ def _trace_from(out: str) -> str:
 
 
 def test_readme_demo_succeeds_in_plain_text(readme_demo) -> None:
-    proc, _ = readme_demo  # its time is not asserted (the subprocess timeout guards a hang)
+    proc = readme_demo
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     assert "\x1b[" not in out and "\r" not in out  # not a terminal: no color, no live progress
@@ -65,7 +63,7 @@ def test_readme_demo_succeeds_in_plain_text(readme_demo) -> None:
 
 
 def test_demo_prints_a_trace_that_replays(readme_demo) -> None:
-    proc, _ = readme_demo
+    proc = readme_demo
     ns: dict[str, object] = {}
     exec(_trace_from(proc.stdout), ns)
     sch = loopir.Schedule(loopir.examples.dense_func(960, 770, 2304))
@@ -74,7 +72,7 @@ def test_demo_prints_a_trace_that_replays(readme_demo) -> None:
 
 
 def test_demo_shows_the_local_padding_diff_and_cuda_source(readme_demo) -> None:
-    out = readme_demo[0].stdout
+    out = readme_demo.stdout
     removed = [ln for ln in out.splitlines() if ln.startswith("    -") and "A_shared[" in ln]
     added = [ln for ln in out.splitlines() if ln.startswith("    +") and "A_shared[" in ln]
     assert removed and added
@@ -91,7 +89,7 @@ def test_demo_shows_the_local_padding_diff_and_cuda_source(readme_demo) -> None:
 
 
 def test_demo_cutlass_step_names_a_kernel_or_says_why_not(readme_demo) -> None:
-    out = readme_demo[0].stdout
+    out = readme_demo.stdout
     step = out[out.index("[7/7]"):]
     from loopir.cli.env import probe_cutlass
 
@@ -103,7 +101,7 @@ def test_demo_cutlass_step_names_a_kernel_or_says_why_not(readme_demo) -> None:
 
 
 def test_small_demo_with_color_forced() -> None:
-    proc, _ = _run("--color", "always", "demo", "--small", "--no-cutlass", "--cpu")
+    proc = _run("--color", "always", "demo", "--small", "--no-cutlass", "--cpu")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "\x1b[1;36m[1/7] The workload" in proc.stdout
     assert "M, K, N = 60, 50, 70" in proc.stdout
